@@ -1,0 +1,550 @@
+/*
+ * sluice.h - the one public header of sluice, a C runtime for the input
+ * pipelines of machine-learning training.
+ *
+ * Conventions that hold for every function below unless its comment says
+ * otherwise:
+ *
+ *  - Errors.  Functions returning `int` return SL_OK (0) on success or a
+ *    negative SL_E* code.  On failure a detail message saying what failed and
+ *    where is stored in a thread-local slot readable with sl_last_error().
+ *    SL_EOF (end of data) is not an error and carries no message.
+ *  - Ownership.  "Takes" means the callee now owns the reference it was given
+ *    (the caller must not release it); "borrows" means the callee uses the
+ *    object only during the call, or as documented, and the caller keeps its
+ *    reference.  Objects returned through an out-parameter are owned by the
+ *    caller unless the comment says "borrowed".
+ *  - NULL.  Every *_destroy / *_release accepts NULL and does nothing.
+ *  - Threads.  Refcounting (retain/release) is thread-safe everywhere.
+ *    Immutable objects (a schema once attached to a reader or sample, a
+ *    sample once published) may be read from any thread.  A reader is used by
+ *    one thread at a time unless wrapped by sl_threaded; channels are fully
+ *    thread-safe.
+ */
+#ifndef SLUICE_H
+#define SLUICE_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(SLUICE_BUILDING) && defined(__GNUC__)
+#define SL_API __attribute__((visibility("default")))
+#else
+#define SL_API
+#endif
+
+#if defined(__GNUC__)
+#define SL_PRINTF(f, a) __attribute__((format(printf, f, a)))
+#else
+#define SL_PRINTF(f, a)
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Version                                                                   */
+/* ------------------------------------------------------------------------ */
+
+#define SL_VERSION_MAJOR 0
+#define SL_VERSION_MINOR 1
+#define SL_VERSION_PATCH 0
+#define SL_VERSION_NUMBER                                                      \
+  (SL_VERSION_MAJOR * 10000 + SL_VERSION_MINOR * 100 + SL_VERSION_PATCH)
+#define SL_VERSION_STRING "0.1.0"
+
+/* The version of the library actually linked, as "MAJOR.MINOR.PATCH".
+ * Returns a static string.  Thread-safe. */
+SL_API const char *sl_version(void);
+/* SL_VERSION_NUMBER of the linked library.  Thread-safe. */
+SL_API int sl_version_number(void);
+
+/* ------------------------------------------------------------------------ */
+/* Errors                                                                    */
+/* ------------------------------------------------------------------------ */
+
+/* X(NAME, value, description).  Values are stable across versions. */
+#define SL_ERRNO_MAP(X)                                                        \
+  X(OK, 0, "success")                                                          \
+  X(EOF, -1, "end of data")                                                    \
+  X(ENOMEM, -2, "out of memory")                                               \
+  X(EINVAL, -3, "invalid argument")                                            \
+  X(EIO, -4, "I/O error")                                                      \
+  X(ECORRUPT, -5, "corrupt data")                                              \
+  X(ESHAPE, -6, "dtype or shape mismatch")                                     \
+  X(ECLOSED, -7, "closed")                                                     \
+  X(EKILLED, -8, "killed")                                                     \
+  X(EUNSUPPORTED, -9, "unsupported operation")                                 \
+  X(ELUA, -10, "Lua error")                                                    \
+  X(ECUDA, -11, "CUDA error")                                                  \
+  X(EAGAIN, -12, "resource temporarily unavailable")                           \
+  X(ENOTFOUND, -13, "not found")                                               \
+  X(ESTATE, -14, "operation not valid in the current state")                   \
+  X(ELENGTH, -15, "length mismatch")
+
+typedef enum sl_errno {
+#define SL__ERR_ENUM(name, val, desc) SL_##name = (val),
+  SL_ERRNO_MAP(SL__ERR_ENUM)
+#undef SL__ERR_ENUM
+} sl_errno;
+
+/* A static description of `code` ("end of data", ...); "unknown error" for a
+ * code not in SL_ERRNO_MAP.  Thread-safe. */
+SL_API const char *sl_strerror(int code);
+/* The static name of `code` ("SL_EOF", "SL_EINVAL", ...); "SL_UNKNOWN" for a
+ * code not in the map.  Thread-safe. */
+SL_API const char *sl_err_name(int code);
+
+/* The detail message of the last error raised on the calling thread (what and
+ * where), or "" if none.  The pointer is valid until the next sluice call on
+ * this thread.  Thread-safe (the slot is thread-local). */
+SL_API const char *sl_last_error(void);
+/* The code that accompanied the last detail message on this thread, or SL_OK.
+ */
+SL_API int sl_last_error_code(void);
+
+/* Sets the calling thread's detail message to the formatted text and returns
+ * `code`, so custom readers and callbacks can write
+ * `return sl_set_error(SL_EINVAL, "my_reader: bad row %d", i);`.
+ * Messages longer than 1023 bytes are truncated.  Thread-safe. */
+SL_API int sl_set_error(int code, const char *fmt, ...) SL_PRINTF(2, 3);
+/* Like sl_set_error, prepending "<what>: " to the current detail message; used
+ * to add context while an error travels up.  Returns `code`. */
+SL_API int sl_wrap_error(int code, const char *fmt, ...) SL_PRINTF(2, 3);
+/* Clears the calling thread's detail message. */
+SL_API void sl_clear_error(void);
+
+/* ------------------------------------------------------------------------ */
+/* dtypes                                                                    */
+/* ------------------------------------------------------------------------ */
+
+/* X(NAME, lowercase name, element size in bytes). `bytes` is a byte string:
+ * a rank-1 tensor of 1-byte elements whose length usually varies. */
+#define SL_DTYPE_MAP(X)                                                        \
+  X(BOOL, bool, 1)                                                             \
+  X(U8, u8, 1)                                                                 \
+  X(I8, i8, 1)                                                                 \
+  X(U16, u16, 2)                                                               \
+  X(I16, i16, 2)                                                               \
+  X(U32, u32, 4)                                                               \
+  X(I32, i32, 4)                                                               \
+  X(U64, u64, 8)                                                               \
+  X(I64, i64, 8)                                                               \
+  X(F16, f16, 2)                                                               \
+  X(BF16, bf16, 2)                                                             \
+  X(F32, f32, 4)                                                               \
+  X(F64, f64, 8)                                                               \
+  X(BYTES, bytes, 1)
+
+typedef enum sl_dtype {
+  SL_DTYPE_INVALID = 0,
+#define SL__DT_ENUM(name, lname, size) SL_##name,
+  SL_DTYPE_MAP(SL__DT_ENUM)
+#undef SL__DT_ENUM
+      SL_DTYPE_COUNT
+} sl_dtype;
+
+/* Element size in bytes of `dt`, 0 for an invalid dtype.  Thread-safe. */
+SL_API size_t sl_dtype_size(sl_dtype dt);
+/* The lowercase name ("f32"), or "invalid".  Static string.  Thread-safe. */
+SL_API const char *sl_dtype_name(sl_dtype dt);
+/* The dtype named `name` ("f32", "u8", "bytes", ...), or SL_DTYPE_INVALID.
+ * Borrows `name`.  Thread-safe. */
+SL_API sl_dtype sl_dtype_from_name(const char *name);
+
+/* ------------------------------------------------------------------------ */
+/* Buffers: refcounted, immutable once shared                                */
+/* ------------------------------------------------------------------------ */
+
+typedef struct sl_buffer sl_buffer;
+
+/* Frees memory handed to sl_buffer_wrap. */
+typedef void (*sl_buffer_free_fn)(void *ud, void *data);
+
+/* A new buffer of `size` bytes, 64-byte aligned, contents uninitialised,
+ * refcount 1.  size 0 is allowed.  Returns NULL with SL_ENOMEM detail on
+ * failure.  Thread-safe. */
+SL_API sl_buffer *sl_buffer_new(size_t size);
+/* Like sl_buffer_new, zero-filled. */
+SL_API sl_buffer *sl_buffer_new_zero(size_t size);
+/* Wraps memory the caller allocated: when the last reference goes,
+ * free_fn(ud, data) is called (free_fn may be NULL for static memory).
+ * Returns NULL on allocation failure; free_fn is then NOT called. */
+SL_API sl_buffer *sl_buffer_wrap(void *data, size_t size,
+                                 sl_buffer_free_fn free_fn, void *ud);
+/* Borrowed pointer to the bytes; valid while a reference is held. */
+SL_API void *sl_buffer_data(const sl_buffer *b);
+SL_API size_t sl_buffer_size(const sl_buffer *b);
+/* Adds a reference; returns `b`.  Thread-safe. */
+SL_API sl_buffer *sl_buffer_retain(sl_buffer *b);
+/* Drops a reference; frees on the last one.  NULL-safe.  Thread-safe. */
+SL_API void sl_buffer_release(sl_buffer *b);
+
+/* ------------------------------------------------------------------------ */
+/* Tensors                                                                   */
+/* ------------------------------------------------------------------------ */
+
+#define SL_MAX_RANK 8
+
+/* A view of typed data in a refcounted buffer.  The struct is public so that
+ * C and the LuaJIT FFI read it directly; treat it as read-only and build it
+ * with the functions below.  A tensor lives inside a sample (it is not
+ * refcounted itself); its buffers are.
+ *
+ * LoD ("level of detail", as Paddle's LoDTensor) describes ragged data: when
+ * `lod` is non-NULL the tensor holds `lod_len - 1` sequences concatenated
+ * along dimension 0, sequence i spanning rows [lod[i], lod[i+1]).  lod[0] is
+ * 0 and lod[lod_len-1] == shape[0]. */
+typedef struct sl_tensor {
+  sl_dtype dtype;
+  int32_t rank;
+  int64_t shape[SL_MAX_RANK];
+  void *data;          /* points into buf; NULL only when nbytes == 0 */
+  size_t nbytes;       /* product(shape) * sl_dtype_size(dtype) */
+  sl_buffer *buf;      /* owns data (may be NULL when nbytes == 0) */
+  const int64_t *lod;  /* NULL, or lod_len offsets in lod_buf */
+  int64_t lod_len;
+  sl_buffer *lod_buf;
+} sl_tensor;
+
+/* Makes `t` a fresh tensor of `dtype` and `shape` backed by a new buffer
+ * (uninitialised contents).  Any previous contents of `t` are overwritten, not
+ * released.  Returns SL_OK, SL_EINVAL (bad dtype, rank > SL_MAX_RANK, negative
+ * dimension, size overflow) or SL_ENOMEM.  On failure `t` is zeroed. */
+SL_API int sl_tensor_alloc(sl_tensor *t, sl_dtype dtype, int rank,
+                           const int64_t *shape);
+/* Makes `t` a view of `buf` at byte `offset`, retaining `buf` (borrows the
+ * caller's reference).  Returns SL_EINVAL if the view does not fit. */
+SL_API int sl_tensor_view(sl_tensor *t, sl_dtype dtype, int rank,
+                          const int64_t *shape, sl_buffer *buf, size_t offset);
+/* Attaches LoD offsets (lod_len entries) to `t`, retaining `lod_buf` which
+ * must hold them; `lod` must point into lod_buf.  Checks that the offsets are
+ * non-decreasing, start at 0 and end at shape[0]: SL_EINVAL otherwise. */
+SL_API int sl_tensor_set_lod(sl_tensor *t, sl_buffer *lod_buf,
+                             const int64_t *lod, int64_t lod_len);
+/* Copies the view `src` into `dst`, retaining its buffers (no data copy). */
+SL_API void sl_tensor_copy_ref(sl_tensor *dst, const sl_tensor *src);
+/* Releases the buffers of `t` and zeroes it.  NULL-safe. */
+SL_API void sl_tensor_clear(sl_tensor *t);
+
+/* Accessors, for callers who prefer functions to struct fields.  All borrow
+ * `t`; none fails (a NULL `t` gives 0/NULL). */
+SL_API sl_dtype sl_tensor_dtype(const sl_tensor *t);
+SL_API int sl_tensor_rank(const sl_tensor *t);
+SL_API const int64_t *sl_tensor_shape(const sl_tensor *t);
+SL_API void *sl_tensor_data(const sl_tensor *t);
+SL_API size_t sl_tensor_nbytes(const sl_tensor *t);
+SL_API int64_t sl_tensor_numel(const sl_tensor *t);
+/* The LoD offsets (borrowed) and their count in *len, or NULL with *len = 0
+ * when the tensor is not ragged.  `len` may be NULL. */
+SL_API const int64_t *sl_tensor_lod(const sl_tensor *t, int64_t *len);
+/* Writes "f32[128,784]" into buf (always NUL-terminated).  Returns buf. */
+SL_API char *sl_tensor_describe(const sl_tensor *t, char *buf, size_t size);
+
+/* ------------------------------------------------------------------------ */
+/* Schemas                                                                   */
+/* ------------------------------------------------------------------------ */
+
+typedef struct sl_schema sl_schema;
+
+/* Marks a variable dimension in a schema shape. */
+#define SL_DIM_VAR (-1)
+
+/* A new empty schema, refcount 1, mutable until frozen (attaching it to a
+ * reader or a sample freezes it).  NULL on SL_ENOMEM. */
+SL_API sl_schema *sl_schema_new(void);
+/* Appends a field.  `name` is copied (1..63 bytes, unique within the schema);
+ * `shape` has `rank` dims, each >= 0 or SL_DIM_VAR.  Returns the new field's
+ * index, or SL_EINVAL (duplicate or bad name, bad dtype or shape),
+ * SL_ESTATE (schema frozen) or SL_ENOMEM. */
+SL_API int sl_schema_add(sl_schema *s, const char *name, sl_dtype dtype,
+                         int rank, const int64_t *shape);
+/* Sets a user metadata entry (both strings copied; an existing key is
+ * replaced).  Returns SL_OK, SL_ESTATE (frozen) or SL_ENOMEM. */
+SL_API int sl_schema_set_meta(sl_schema *s, const char *key,
+                              const char *value);
+/* The metadata value for `key` (borrowed, lives as long as the schema), or
+ * NULL. */
+SL_API const char *sl_schema_meta(const sl_schema *s, const char *key);
+SL_API int sl_schema_meta_count(const sl_schema *s);
+/* The i-th metadata entry, borrowed.  Returns SL_EINVAL when out of range. */
+SL_API int sl_schema_meta_at(const sl_schema *s, int i, const char **key,
+                             const char **value);
+/* Makes the schema immutable.  Idempotent.  After this, sharing it between
+ * threads is safe. */
+SL_API void sl_schema_freeze(sl_schema *s);
+/* A mutable deep copy (unfrozen), or NULL on SL_ENOMEM. */
+SL_API sl_schema *sl_schema_copy(const sl_schema *s);
+
+SL_API int sl_schema_nfields(const sl_schema *s);
+/* Field index for `name`, or -1.  Borrows `name`. */
+SL_API int sl_schema_find(const sl_schema *s, const char *name);
+/* Field properties by index; out-of-range indices give NULL / INVALID / -1. */
+SL_API const char *sl_schema_field_name(const sl_schema *s, int i);
+SL_API sl_dtype sl_schema_field_dtype(const sl_schema *s, int i);
+SL_API int sl_schema_field_rank(const sl_schema *s, int i);
+SL_API const int64_t *sl_schema_field_shape(const sl_schema *s, int i);
+/* 1 when the field has a SL_DIM_VAR dimension, else 0. */
+SL_API int sl_schema_field_is_var(const sl_schema *s, int i);
+/* 1 when both schemas have the same field names, dtypes and shapes, in order
+ * (metadata is ignored). */
+SL_API int sl_schema_equal(const sl_schema *a, const sl_schema *b);
+/* Checks tensor `t` against field i: SL_OK, or SL_ESHAPE with a message naming
+ * the field, the expected and the actual dtype/shape. */
+SL_API int sl_schema_check(const sl_schema *s, int i, const sl_tensor *t);
+/* "{image: u8[28,28], label: i64[]}" into buf.  Returns buf. */
+SL_API char *sl_schema_describe(const sl_schema *s, char *buf, size_t size);
+
+SL_API sl_schema *sl_schema_retain(sl_schema *s);
+SL_API void sl_schema_release(sl_schema *s);
+
+/* ------------------------------------------------------------------------ */
+/* Samples                                                                   */
+/* ------------------------------------------------------------------------ */
+
+/* One tensor per schema field, refcounted.  Immutable once published (sent
+ * to a channel or returned by a reader): a stage that changes a sample either
+ * makes a new one or holds the only reference (sl_sample_refcount == 1). */
+typedef struct sl_sample sl_sample;
+
+/* A new sample for `schema` (retained and frozen), every field an empty
+ * tensor of the field's dtype and rank 0.  NULL on SL_ENOMEM or a NULL
+ * schema (SL_EINVAL). */
+SL_API sl_sample *sl_sample_new(sl_schema *schema);
+SL_API sl_sample *sl_sample_retain(sl_sample *s);
+/* Drops a reference; the last one releases every tensor.  NULL-safe. */
+SL_API void sl_sample_release(sl_sample *s);
+/* Current refcount (a snapshot; exact only when no other thread holds it). */
+SL_API int sl_sample_refcount(const sl_sample *s);
+
+/* The schema (borrowed). */
+SL_API const sl_schema *sl_sample_schema(const sl_sample *s);
+SL_API int sl_sample_nfields(const sl_sample *s);
+/* Field i (borrowed, lives as long as the sample), or NULL out of range. */
+SL_API sl_tensor *sl_sample_at(sl_sample *s, int i);
+SL_API const sl_tensor *sl_sample_at_const(const sl_sample *s, int i);
+/* Field by name (borrowed), or NULL with SL_ENOTFOUND detail naming the
+ * field and listing the fields that exist. */
+SL_API const sl_tensor *sl_sample_field(const sl_sample *s, const char *name);
+/* Field index by name, or SL_ENOTFOUND (with detail). */
+SL_API int sl_sample_index(const sl_sample *s, const char *name);
+
+/* Replaces field i with a reference to `t` (buffers retained; the old field
+ * released).  Checks dtype and rank (and fixed dims) against the schema:
+ * SL_ESHAPE with a message otherwise; SL_EINVAL for a bad index. */
+SL_API int sl_sample_set(sl_sample *s, int i, const sl_tensor *t);
+/* Like sl_sample_set but takes the caller's buffer references in `t` (moves
+ * them: on success `t` is zeroed; on failure `t` is untouched). */
+SL_API int sl_sample_set_move(sl_sample *s, int i, sl_tensor *t);
+/* Allocates field i with `shape` and the schema's dtype, and returns its data
+ * pointer in *data (may be NULL).  SL_ESHAPE/SL_ENOMEM on failure. */
+SL_API int sl_sample_alloc(sl_sample *s, int i, int rank, const int64_t *shape,
+                           void **data);
+/* Total payload bytes of all fields (data and LoD).  Thread-safe on a
+ * published sample. */
+SL_API size_t sl_sample_nbytes(const sl_sample *s);
+
+/* ------------------------------------------------------------------------ */
+/* Readers: the pull contract every source and decorator implements         */
+/* ------------------------------------------------------------------------ */
+
+typedef struct sl_reader sl_reader;
+
+/* Implementing a reader from outside the library: fill a vtable (static
+ * storage) and call sl_reader_new.  The wrapper functions below add what
+ * every reader shares (sticky errors, has_next peek, NULL checks), so an
+ * implementation only does its own job:
+ *   next:    SL_OK with a sample the caller will own, SL_EOF, or an error
+ *            (set the detail with sl_set_error).  Never called again after an
+ *            error until reset.
+ *   reset:   start the next pass from the beginning (Paddle's ReInit); may be
+ *            NULL, meaning the reader cannot be reset (SL_EUNSUPPORTED).
+ *   destroy: free `state` and everything it owns, including upstreams; may be
+ *            NULL when there is nothing to free. */
+typedef struct sl_reader_vtable {
+  const char *name; /* stage name used in messages ("shuffle", "my_reader") */
+  int (*next)(void *state, sl_sample **out);
+  int (*reset)(void *state);
+  void (*destroy)(void *state);
+} sl_reader_vtable;
+
+/* Creates a reader.  Borrows `vt` (it must outlive the reader); takes `state`
+ * (vt->destroy is called on it by sl_reader_destroy, and also when this call
+ * fails); retains and freezes `schema`.  Returns NULL with SL_EINVAL/SL_ENOMEM
+ * detail on failure. */
+SL_API sl_reader *sl_reader_new(const sl_reader_vtable *vt, void *state,
+                                sl_schema *schema);
+
+/* Pulls the next sample.  Returns SL_OK with *out owned by the caller, SL_EOF
+ * at the end of the pass (repeatable), or a negative error.  Errors are
+ * sticky: every later call returns the same code and restores the same detail
+ * message, until sl_reader_reset. */
+SL_API int sl_reader_next(sl_reader *r, sl_sample **out);
+/* One-sample peek: 1 if a sample is available (it is kept for the next
+ * sl_reader_next), 0 at end of data, a negative error otherwise. */
+SL_API int sl_reader_has_next(sl_reader *r);
+/* Starts the next pass from the beginning; clears a sticky error and any
+ * peeked sample.  Returns SL_OK or an error (which becomes sticky). */
+SL_API int sl_reader_reset(sl_reader *r);
+/* The schema of the samples this reader yields (borrowed, frozen). */
+SL_API const sl_schema *sl_reader_schema(const sl_reader *r);
+/* The stage name (borrowed static string). */
+SL_API const char *sl_reader_name(const sl_reader *r);
+/* Destroys the reader and the chain of upstreams it owns, joining any thread
+ * it runs.  Safe at any moment (mid-pass, full channels).  NULL-safe. */
+SL_API void sl_reader_destroy(sl_reader *r);
+
+/* --- sources ------------------------------------------------------------ */
+
+/* A reader over `n` samples in memory, yielded in order each pass.  Retains
+ * each sample (borrows the array).  Every sample must share one schema
+ * (sl_schema_equal with the first): SL_ESHAPE otherwise.  n == 0 needs
+ * `schema`; otherwise `schema` may be NULL (the first sample's is used).
+ * Returns SL_OK and *out, or an error. */
+SL_API int sl_reader_from_array(sl_sample *const *samples, size_t n,
+                                sl_schema *schema, sl_reader **out);
+
+/* A reader driven by a C generator.  next(ud, &sample) returns SL_OK, SL_EOF
+ * or an error; reset(ud) starts again (NULL: not resettable); free_ud(ud) is
+ * called on destroy (and on failure of this call).  Retains `schema`. */
+typedef int (*sl_gen_next_fn)(void *ud, sl_sample **out);
+typedef int (*sl_gen_reset_fn)(void *ud);
+typedef void (*sl_gen_free_fn)(void *ud);
+SL_API int sl_reader_from_generator(sl_schema *schema, sl_gen_next_fn next,
+                                    sl_gen_reset_fn reset,
+                                    sl_gen_free_fn free_ud, void *ud,
+                                    sl_reader **out);
+
+/* 0, 1, ..., n-1 as samples with one field "i" (i64, rank 0). */
+SL_API int sl_reader_range(int64_t n, sl_reader **out);
+
+/* --- decorators ----------------------------------------------------------
+ * Each takes ownership of `up` (also on failure: `up` is then destroyed), so
+ * `sl_shuffle(sl_batch(...))` chains never leak.  A NULL `up` is SL_EINVAL.
+ * Errors from upstream pass through unchanged, in order, with their message.
+ */
+
+/* Sliding-window shuffle with a buffer of `buffer_size` samples.  Pass p uses
+ * a generator seeded from (seed, p); the output of a pass is a permutation of
+ * its input.  buffer_size 0 is SL_EINVAL. */
+SL_API int sl_shuffle(sl_reader *up, size_t buffer_size, uint64_t seed,
+                      sl_reader **out);
+
+typedef struct sl_batch_opts {
+  int drop_last; /* drop a last partial batch */
+  int pad;       /* ragged fields: padded [B, max, ...] + "<name>_len" i64[B]
+                    instead of concatenated values + LoD */
+} sl_batch_opts;
+/* Groups `n` samples into one.  Fixed-shape fields stack along a new leading
+ * dimension; variable fields (schema dims SL_DIM_VAR) concatenate along dim 0
+ * with LoD offsets, or pad (opts->pad).  Mismatched dtypes or trailing shapes
+ * are SL_ESHAPE naming the field.  `opts` may be NULL (defaults: keep the last
+ * partial batch, LoD).  n 0 is SL_EINVAL. */
+SL_API int sl_batch(sl_reader *up, size_t n, const sl_batch_opts *opts,
+                    sl_reader **out);
+
+/* k passes of `up` (reset at each EOF but the last), as one pass. k >= 1. */
+SL_API int sl_multi_pass(sl_reader *up, uint64_t k, sl_reader **out);
+/* The first n samples of each pass (Paddle's firstn). */
+SL_API int sl_take(sl_reader *up, uint64_t n, sl_reader **out);
+/* Each pass without its first n samples. */
+SL_API int sl_skip(sl_reader *up, uint64_t n, sl_reader **out);
+
+/* filter: returns 1 to keep, 0 to drop, or a negative error (detail set with
+ * sl_set_error).  Borrows the sample. */
+typedef int (*sl_filter_fn)(void *ud, const sl_sample *s);
+/* map: takes `in` (release it or return it) and stores the result in *out;
+ * returns SL_OK or an error (then *out is ignored and `in` must already be
+ * released by the callback). */
+typedef int (*sl_map_fn)(void *ud, sl_sample *in, sl_sample **out);
+typedef void (*sl_free_fn)(void *ud);
+/* Keeps the samples for which fn returns 1.  free_ud(ud) on destroy. */
+SL_API int sl_filter(sl_reader *up, sl_filter_fn fn, void *ud,
+                     sl_free_fn free_ud, sl_reader **out);
+/* Applies fn to each sample.  `schema` is the output schema (retained); NULL
+ * means "same as upstream".  Outputs are checked against it (SL_ESHAPE). */
+SL_API int sl_map(sl_reader *up, sl_map_fn fn, void *ud, sl_free_fn free_ud,
+                  sl_schema *schema, sl_reader **out);
+
+/* The readers one after another as one pass.  Takes all `n` readers (also on
+ * failure).  Their schemas must be equal: SL_ESHAPE otherwise. */
+SL_API int sl_chain(sl_reader **readers, size_t n, sl_reader **out);
+/* Samples of all readers side by side (Paddle's compose).  Takes all readers.
+ * Field names must be distinct (SL_EINVAL).  Readers ending at different
+ * times is SL_ELENGTH, unless `truncate`: the pass then ends with the
+ * shortest. */
+SL_API int sl_zip(sl_reader **readers, size_t n, int truncate,
+                  sl_reader **out);
+/* The first complete pass is kept in memory and replayed on later passes
+ * (upstream is not read again).  A reset before the first pass completes
+ * discards the partial cache and restarts upstream. */
+SL_API int sl_cache(sl_reader *up, sl_reader **out);
+/* Reads the first sample of each pass once and yields it n times (Paddle's
+ * Fake reader, for speed tests). */
+SL_API int sl_repeat_first(sl_reader *up, uint64_t n, sl_reader **out);
+
+/* A worker thread pulls `up` into a channel of `n` samples (n >= 1) and keeps
+ * going while the consumer is busy (Paddle's buffered).  The thread starts
+ * now.  Upstream errors reach the consumer in order after the samples before
+ * them.  Reset and destroy stop and join the worker first. */
+SL_API int sl_prefetch(sl_reader *up, size_t n, sl_reader **out);
+/* A mutex-guarded reader: next, has_next and reset of the result may be
+ * called from several threads at once. */
+SL_API int sl_threaded(sl_reader *up, sl_reader **out);
+
+/* ------------------------------------------------------------------------ */
+/* Channels: bounded MPMC queues of samples                                  */
+/* ------------------------------------------------------------------------ */
+
+typedef struct sl_channel sl_channel;
+
+/* A channel holding at most `capacity` samples (>= 1) and, when max_bytes >
+ * 0, at most max_bytes payload bytes (sl_sample_nbytes) - except that an
+ * empty channel always accepts one sample, so a large sample never
+ * deadlocks.  NULL with SL_EINVAL/SL_ENOMEM detail on failure.  All channel
+ * functions are thread-safe. */
+SL_API sl_channel *sl_channel_new(size_t capacity, size_t max_bytes);
+/* Destroys the channel, releasing samples still in it.  No thread may be
+ * using it.  NULL-safe. */
+SL_API void sl_channel_destroy(sl_channel *ch);
+
+/* Sends `s`, blocking while full.  SL_OK: the channel took `s`.  SL_ECLOSED
+ * (closed) or the kill code (killed): the caller still owns `s`. */
+SL_API int sl_channel_send(sl_channel *ch, sl_sample *s);
+/* Like sl_channel_send, but SL_EAGAIN instead of blocking. */
+SL_API int sl_channel_try_send(sl_channel *ch, sl_sample *s);
+/* Receives, blocking while empty and open.  SL_OK with *out owned by the
+ * caller; SL_EOF once closed and drained; the kill code (with its message
+ * restored as this thread's detail) once killed. */
+SL_API int sl_channel_recv(sl_channel *ch, sl_sample **out);
+/* Like sl_channel_recv, but SL_EAGAIN instead of blocking. */
+SL_API int sl_channel_try_recv(sl_channel *ch, sl_sample **out);
+/* Receives up to `max` samples at once (at least one, blocking like
+ * sl_channel_recv); returns the count (> 0), SL_EOF or the kill code. */
+SL_API int sl_channel_recv_many(sl_channel *ch, sl_sample **out, size_t max);
+
+/* Ends the stream: senders get SL_ECLOSED; receivers drain what is left,
+ * then get SL_EOF.  Idempotent; no effect on a killed channel. */
+SL_API void sl_channel_close(sl_channel *ch);
+/* Ends the stream with an error: senders get `code` at once; receivers get
+ * `code` and `msg` (copied; may be NULL) after draining the samples sent
+ * before the kill, so errors arrive in order.  The first kill wins.  `code`
+ * must be negative and not SL_EOF. */
+SL_API void sl_channel_kill(sl_channel *ch, int code, const char *msg);
+/* Like kill, but samples still queued are released at once instead of
+ * drained (used when the consumer is going away). */
+SL_API void sl_channel_abort(sl_channel *ch, int code, const char *msg);
+/* Reopens a closed or killed channel for the next pass, releasing whatever
+ * it still holds.  No thread may be blocked on it. */
+SL_API void sl_channel_reopen(sl_channel *ch);
+
+SL_API size_t sl_channel_len(sl_channel *ch);      /* samples held now */
+SL_API size_t sl_channel_bytes(sl_channel *ch);    /* payload bytes held */
+SL_API size_t sl_channel_capacity(const sl_channel *ch);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SLUICE_H */

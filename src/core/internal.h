@@ -1,0 +1,86 @@
+/*
+ * internal.h - what every part of libsluice shares and users never see:
+ * the allocator entry points, error-raising macros, refcount helpers and
+ * the debug log.  Internal non-static names start with sl__.
+ */
+#ifndef SLUICE_INTERNAL_H
+#define SLUICE_INTERNAL_H
+
+#include "sluice.h"
+
+#include <assert.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+
+/* --- allocation -----------------------------------------------------------
+ * Every allocation in the library goes through these, so that the fault
+ * tests can make the N-th allocation fail.  sl__malloc(0) returns a unique
+ * non-NULL pointer.  Failing calls set no error detail: callers say what they
+ * were allocating with SL_RETURN_ERROR_IF / sl_set_error. */
+void *sl__malloc(size_t size);
+void *sl__calloc(size_t n, size_t size);
+void *sl__realloc(void *p, size_t size);
+void *sl__aligned_alloc(size_t align, size_t size);
+void sl__free(void *p);
+char *sl__strdup(const char *s);
+
+/* Test hook: after `n` more successful allocations, every allocation fails
+ * (n < 0 disables).  Returns the number of allocations made since the last
+ * call.  Process-wide; for single-threaded fault tests. */
+long sl__alloc_fail_after(long n);
+
+/* --- errors ---------------------------------------------------------------
+ * Written once so that every failure path says what and where.  The message
+ * should name the stage: SL_RETURN_ERROR_IF(n == 0, SL_EINVAL,
+ * "batch: batch size must be >= 1"). */
+#define SL_RETURN_ERROR_IF(cond, code, ...)                                    \
+  do {                                                                         \
+    if (cond) return sl_set_error((code), __VA_ARGS__);                        \
+  } while (0)
+
+#define SL_FORWARD_IF_ERROR(expr)                                              \
+  do {                                                                         \
+    int sl__rc_ = (expr);                                                      \
+    if (sl__rc_ < 0) return sl__rc_;                                           \
+  } while (0)
+
+/* Saves the calling thread's current error message into a fresh heap string
+ * (NULL on allocation failure).  Used to carry errors across threads. */
+char *sl__error_dup(void);
+
+/* --- refcounts ------------------------------------------------------------ */
+typedef atomic_int sl__refcnt;
+static inline void sl__ref_init(sl__refcnt *r) {
+  atomic_init(r, 1);
+}
+static inline void sl__ref_inc(sl__refcnt *r) {
+  atomic_fetch_add_explicit(r, 1, memory_order_relaxed);
+}
+/* True when this was the last reference: the caller frees the object. */
+static inline bool sl__ref_dec(sl__refcnt *r) {
+  if (atomic_fetch_sub_explicit(r, 1, memory_order_release) == 1) {
+    atomic_thread_fence(memory_order_acquire);
+    return true;
+  }
+  return false;
+}
+
+/* --- misc ----------------------------------------------------------------- */
+#define SL_UNUSED(x) ((void)(x))
+#define SL_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define SL_MAX(a, b) ((a) > (b) ? (a) : (b))
+
+#ifdef SL_DEBUG
+#define SL_DEBUGLOG(...)                                                       \
+  do {                                                                         \
+    fprintf(stderr, "sluice %s:%d: ", __FILE__, __LINE__);                     \
+    fprintf(stderr, __VA_ARGS__);                                              \
+    fputc('\n', stderr);                                                       \
+  } while (0)
+#else
+#define SL_DEBUGLOG(...) ((void)0)
+#endif
+
+#endif /* SLUICE_INTERNAL_H */

@@ -1,0 +1,160 @@
+/*
+ * reader.c - the reader contract's shared machinery.  An implementation (a
+ * vtable + state) only produces samples; this file adds, once for all:
+ *
+ *   - sticky errors: after an error, next/has_next return the same code and
+ *     restore the same detail message until reset;
+ *   - EOF latching: once the implementation returns SL_EOF it is not called
+ *     again until reset, so implementations need not handle "next after end";
+ *   - the one-sample peek behind sl_reader_has_next.
+ */
+#include "readers/reader_impl.h"
+
+enum { ST_OK, ST_EOF, ST_ERR };
+
+struct sl_reader {
+  const sl_reader_vtable *vt;
+  void *state;
+  sl_schema *schema; /* retained, frozen */
+  int status;        /* ST_* */
+  int err;           /* the sticky error code when status == ST_ERR */
+  char *errmsg;      /* its detail message (heap), may be NULL */
+  sl_sample *peeked; /* a sample taken by has_next, not yet returned */
+};
+
+sl_reader *sl_reader_new(const sl_reader_vtable *vt, void *state,
+                         sl_schema *schema) {
+  if (!vt || !vt->next || !schema) {
+    if (vt && vt->destroy) vt->destroy(state);
+    sl_set_error(SL_EINVAL, "reader: %s",
+                 !vt ? "NULL vtable"
+                     : !vt->next ? "vtable has no next function"
+                                 : "NULL schema");
+    return NULL;
+  }
+  sl_reader *r = sl__calloc(1, sizeof *r);
+  if (!r) {
+    if (vt->destroy) vt->destroy(state);
+    sl_set_error(SL_ENOMEM, "reader: cannot allocate '%s'",
+                 vt->name ? vt->name : "reader");
+    return NULL;
+  }
+  r->vt = vt;
+  r->state = state;
+  sl_schema_freeze(schema);
+  r->schema = sl_schema_retain(schema);
+  r->status = ST_OK;
+  return r;
+}
+
+static void clear_sticky(sl_reader *r) {
+  sl__free(r->errmsg);
+  r->errmsg = NULL;
+  r->err = SL_OK;
+  r->status = ST_OK;
+}
+
+static int make_sticky(sl_reader *r, int rc) {
+  r->status = ST_ERR;
+  r->err = rc;
+  sl__free(r->errmsg);
+  r->errmsg = sl__error_dup();
+  return rc;
+}
+
+static int restore_sticky(const sl_reader *r) {
+  return sl_set_error(r->err, "%s",
+                      r->errmsg ? r->errmsg
+                                : "(error message lost: out of memory)");
+}
+
+/* Pulls from the implementation, updating status.  Never called with a
+ * peeked sample pending. */
+static int pull(sl_reader *r, sl_sample **out) {
+  if (r->status == ST_EOF) return SL_EOF;
+  if (r->status == ST_ERR) return restore_sticky(r);
+  *out = NULL;
+  int rc = r->vt->next(r->state, out);
+  if (rc == SL_OK) {
+    if (!*out)
+      return make_sticky(r, sl_set_error(SL_EINVAL,
+                                         "%s: next returned SL_OK without a "
+                                         "sample",
+                                         sl_reader_name(r)));
+    return SL_OK;
+  }
+  if (*out) { /* a misbehaving implementation; never leak */
+    sl_sample_release(*out);
+    *out = NULL;
+  }
+  if (rc == SL_EOF) {
+    r->status = ST_EOF;
+    return SL_EOF;
+  }
+  if (rc > 0)
+    rc = sl_set_error(SL_EINVAL, "%s: next returned %d", sl_reader_name(r),
+                      rc);
+  if (sl_last_error_code() != rc || !sl_last_error()[0])
+    sl_set_error(rc, "%s: %s", sl_reader_name(r), sl_strerror(rc));
+  return make_sticky(r, rc);
+}
+
+int sl_reader_next(sl_reader *r, sl_sample **out) {
+  SL_RETURN_ERROR_IF(!r || !out, SL_EINVAL, "reader: NULL %s",
+                     !r ? "reader" : "out pointer");
+  if (r->peeked) {
+    *out = r->peeked;
+    r->peeked = NULL;
+    return SL_OK;
+  }
+  *out = NULL;
+  return pull(r, out);
+}
+
+int sl_reader_has_next(sl_reader *r) {
+  SL_RETURN_ERROR_IF(!r, SL_EINVAL, "reader: NULL reader");
+  if (r->peeked) return 1;
+  sl_sample *s = NULL;
+  int rc = pull(r, &s);
+  if (rc == SL_OK) {
+    r->peeked = s;
+    return 1;
+  }
+  return rc == SL_EOF ? 0 : rc;
+}
+
+int sl_reader_reset(sl_reader *r) {
+  SL_RETURN_ERROR_IF(!r, SL_EINVAL, "reader: NULL reader");
+  sl_sample_release(r->peeked);
+  r->peeked = NULL;
+  clear_sticky(r);
+  if (!r->vt->reset)
+    return make_sticky(r, sl_set_error(SL_EUNSUPPORTED,
+                                       "%s: this reader cannot be reset",
+                                       sl_reader_name(r)));
+  int rc = r->vt->reset(r->state);
+  if (rc < 0) {
+    if (sl_last_error_code() != rc || !sl_last_error()[0])
+      sl_set_error(rc, "%s: reset failed: %s", sl_reader_name(r),
+                   sl_strerror(rc));
+    return make_sticky(r, rc);
+  }
+  return SL_OK;
+}
+
+const sl_schema *sl_reader_schema(const sl_reader *r) {
+  return r ? r->schema : NULL;
+}
+
+const char *sl_reader_name(const sl_reader *r) {
+  return (r && r->vt->name) ? r->vt->name : "reader";
+}
+
+void sl_reader_destroy(sl_reader *r) {
+  if (!r) return;
+  sl_sample_release(r->peeked);
+  if (r->vt->destroy) r->vt->destroy(r->state);
+  sl_schema_release(r->schema);
+  sl__free(r->errmsg);
+  sl__free(r);
+}
