@@ -6,9 +6,14 @@
  *     restore the same detail message until reset;
  *   - EOF latching: once the implementation returns SL_EOF it is not called
  *     again until reset, so implementations need not handle "next after end";
- *   - the one-sample peek behind sl_reader_has_next.
+ *   - the one-sample peek behind sl_reader_has_next;
+ *   - for readers made shareable (sl__reader_share, used by sl_threaded), one
+ *     mutex around next, has_next and reset, so that this wrapper's own state
+ *     (status, sticky error, peek) is as safe as the implementation's.
  */
 #include "readers/reader_impl.h"
+
+#include <pthread.h>
 
 enum { ST_OK, ST_EOF, ST_ERR };
 
@@ -20,7 +25,26 @@ struct sl_reader {
   int err;           /* the sticky error code when status == ST_ERR */
   char *errmsg;      /* its detail message (heap), may be NULL */
   sl_sample *peeked; /* a sample taken by has_next, not yet returned */
+  pthread_mutex_t *lock; /* non-NULL for shared readers; guards all above */
 };
+
+int sl__reader_share(sl_reader *r) {
+  if (r->lock) return SL_OK;
+  pthread_mutex_t *m = sl__malloc(sizeof *m);
+  SL_RETURN_ERROR_IF(!m, SL_ENOMEM, "%s: cannot allocate a lock",
+                     sl_reader_name(r));
+  pthread_mutex_init(m, NULL);
+  r->lock = m;
+  return SL_OK;
+}
+
+static inline void lock(sl_reader *r) {
+  if (r->lock) pthread_mutex_lock(r->lock);
+}
+
+static inline void unlock(sl_reader *r) {
+  if (r->lock) pthread_mutex_unlock(r->lock);
+}
 
 sl_reader *sl_reader_new(const sl_reader_vtable *vt, void *state,
                          sl_schema *schema) {
@@ -99,9 +123,7 @@ static int pull(sl_reader *r, sl_sample **out) {
   return make_sticky(r, rc);
 }
 
-int sl_reader_next(sl_reader *r, sl_sample **out) {
-  SL_RETURN_ERROR_IF(!r || !out, SL_EINVAL, "reader: NULL %s",
-                     !r ? "reader" : "out pointer");
+static int next_locked(sl_reader *r, sl_sample **out) {
   if (r->peeked) {
     *out = r->peeked;
     r->peeked = NULL;
@@ -111,8 +133,16 @@ int sl_reader_next(sl_reader *r, sl_sample **out) {
   return pull(r, out);
 }
 
-int sl_reader_has_next(sl_reader *r) {
-  SL_RETURN_ERROR_IF(!r, SL_EINVAL, "reader: NULL reader");
+int sl_reader_next(sl_reader *r, sl_sample **out) {
+  SL_RETURN_ERROR_IF(!r || !out, SL_EINVAL, "reader: NULL %s",
+                     !r ? "reader" : "out pointer");
+  lock(r);
+  int rc = next_locked(r, out);
+  unlock(r);
+  return rc;
+}
+
+static int has_next_locked(sl_reader *r) {
   if (r->peeked) return 1;
   sl_sample *s = NULL;
   int rc = pull(r, &s);
@@ -123,8 +153,15 @@ int sl_reader_has_next(sl_reader *r) {
   return rc == SL_EOF ? 0 : rc;
 }
 
-int sl_reader_reset(sl_reader *r) {
+int sl_reader_has_next(sl_reader *r) {
   SL_RETURN_ERROR_IF(!r, SL_EINVAL, "reader: NULL reader");
+  lock(r);
+  int rc = has_next_locked(r);
+  unlock(r);
+  return rc;
+}
+
+static int reset_locked(sl_reader *r) {
   sl_sample_release(r->peeked);
   r->peeked = NULL;
   clear_sticky(r);
@@ -142,6 +179,14 @@ int sl_reader_reset(sl_reader *r) {
   return SL_OK;
 }
 
+int sl_reader_reset(sl_reader *r) {
+  SL_RETURN_ERROR_IF(!r, SL_EINVAL, "reader: NULL reader");
+  lock(r);
+  int rc = reset_locked(r);
+  unlock(r);
+  return rc;
+}
+
 const sl_schema *sl_reader_schema(const sl_reader *r) {
   return r ? r->schema : NULL;
 }
@@ -156,5 +201,9 @@ void sl_reader_destroy(sl_reader *r) {
   if (r->vt->destroy) r->vt->destroy(r->state);
   sl_schema_release(r->schema);
   sl__free(r->errmsg);
+  if (r->lock) {
+    pthread_mutex_destroy(r->lock);
+    sl__free(r->lock);
+  }
   sl__free(r);
 }

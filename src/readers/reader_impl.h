@@ -34,4 +34,10 @@ static inline int sl__reader_make(const sl_reader_vtable *vt, void *state,
   return *out ? SL_OK : sl_last_error_code();
 }
 
+/* Makes `r` safe to call from several threads at once: sl_reader_next,
+ * has_next and reset then run under one mutex held by the reader itself
+ * (the implementation is never entered concurrently).  Returns SL_OK or
+ * SL_ENOMEM.  Used by sl_threaded. */
+int sl__reader_share(sl_reader *r);
+
 #endif

@@ -1,0 +1,278 @@
+/*
+ * bench_stages.c - per-stage overhead of the C decorators and channel
+ * throughput.
+ *
+ * Each stage is measured on top of a source that costs almost nothing (one
+ * preallocated sample handed out N times, a refcount increment each), so the
+ * difference between "source + stage" and "source alone" is the stage's own
+ * cost per sample.  Every figure is the median of --runs runs (default 5).
+ *
+ * Output: one JSON object per result on stdout (machine-readable), then a
+ * human table on stderr.  `bench_stages --help` for options.
+ */
+#include "sluice.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void die(const char *what, int rc) {
+  fprintf(stderr, "bench_stages: %s failed: %s (%s)\n", what, sl_err_name(rc),
+          sl_last_error());
+  exit(1);
+}
+#define CHECK(expr)                                                            \
+  do {                                                                         \
+    int rc_ = (expr);                                                          \
+    if (rc_ < 0) die(#expr, rc_);                                              \
+  } while (0)
+
+/* --- the near-free source --------------------------------------------------- */
+typedef struct constant {
+  sl_sample *sample;
+  uint64_t n, i;
+} constant;
+
+static int const_next(void *st, sl_sample **out) {
+  constant *c = st;
+  if (c->i == c->n) return SL_EOF;
+  c->i++;
+  *out = sl_sample_retain(c->sample);
+  return SL_OK;
+}
+static int const_reset(void *st) {
+  ((constant *)st)->i = 0;
+  return SL_OK;
+}
+static void const_destroy(void *st) {
+  constant *c = st;
+  sl_sample_release(c->sample);
+  free(c);
+}
+static const sl_reader_vtable const_vt = {"constant", const_next, const_reset,
+                                          const_destroy};
+
+static sl_reader *source(uint64_t n) {
+  sl_reader *r;
+  CHECK(sl_reader_range(1, &r));
+  constant *c = calloc(1, sizeof *c);
+  CHECK(sl_reader_next(r, &c->sample));
+  c->n = n;
+  sl_reader *out = sl_reader_new(&const_vt, c, (sl_schema *)sl_reader_schema(r));
+  if (!out) die("sl_reader_new", sl_last_error_code());
+  sl_reader_destroy(r);
+  return out;
+}
+
+/* --- stages ------------------------------------------------------------------- */
+static int identity_map(void *ud, sl_sample *in, sl_sample **out) {
+  (void)ud;
+  *out = in;
+  return SL_OK;
+}
+static int keep_all(void *ud, const sl_sample *s) {
+  (void)ud, (void)s;
+  return 1;
+}
+
+typedef sl_reader *(*build_fn)(uint64_t n);
+
+static sl_reader *b_source(uint64_t n) { return source(n); }
+static sl_reader *b_shuffle(uint64_t n) {
+  sl_reader *r;
+  CHECK(sl_shuffle(source(n), 1024, 42, &r));
+  return r;
+}
+static sl_reader *b_take(uint64_t n) {
+  sl_reader *r;
+  CHECK(sl_take(source(n), n, &r));
+  return r;
+}
+static sl_reader *b_skip(uint64_t n) {
+  sl_reader *r;
+  CHECK(sl_skip(source(n), 0, &r));
+  return r;
+}
+static sl_reader *b_map(uint64_t n) {
+  sl_reader *r;
+  CHECK(sl_map(source(n), identity_map, NULL, NULL, NULL, &r));
+  return r;
+}
+static sl_reader *b_filter(uint64_t n) {
+  sl_reader *r;
+  CHECK(sl_filter(source(n), keep_all, NULL, NULL, &r));
+  return r;
+}
+static sl_reader *b_multi_pass(uint64_t n) {
+  sl_reader *r;
+  CHECK(sl_multi_pass(source(n), 1, &r));
+  return r;
+}
+static sl_reader *b_batch(uint64_t n) {
+  sl_reader *r;
+  CHECK(sl_batch(source(n), 128, NULL, &r));
+  return r;
+}
+static sl_reader *b_prefetch(uint64_t n) {
+  sl_reader *r;
+  CHECK(sl_prefetch(source(n), 1024, &r));
+  return r;
+}
+static sl_reader *b_threaded(uint64_t n) {
+  sl_reader *r;
+  CHECK(sl_threaded(source(n), &r));
+  return r;
+}
+
+/* Seconds to drain a freshly built pipeline (construction not timed). */
+static double drain(build_fn build, uint64_t n, uint64_t *count) {
+  sl_reader *r = build(n);
+  sl_sample *s;
+  uint64_t k = 0;
+  double t0 = now_s();
+  int rc;
+  while ((rc = sl_reader_next(r, &s)) == SL_OK) {
+    sl_sample_release(s);
+    k++;
+  }
+  double t = now_s() - t0;
+  if (rc != SL_EOF) die("sl_reader_next", rc);
+  sl_reader_destroy(r);
+  *count = k;
+  return t;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* --- channel ---------------------------------------------------------------------- */
+typedef struct chan_job {
+  sl_channel *ch;
+  sl_sample *sample;
+  uint64_t n;
+} chan_job;
+
+static void *producer(void *arg) {
+  chan_job *j = arg;
+  for (uint64_t i = 0; i < j->n; i++)
+    if (sl_channel_send(j->ch, sl_sample_retain(j->sample)) < 0) abort();
+  sl_channel_close(j->ch);
+  return NULL;
+}
+
+/* Samples per second from one producer thread to one consumer. */
+static double channel_rate(uint64_t n, size_t cap, int many) {
+  sl_reader *r;
+  CHECK(sl_reader_range(1, &r));
+  chan_job j = {sl_channel_new(cap, 0), NULL, n};
+  CHECK(sl_reader_next(r, &j.sample));
+  pthread_t t;
+  double t0 = now_s();
+  pthread_create(&t, NULL, producer, &j);
+  uint64_t got = 0;
+  sl_sample *buf[64];
+  for (;;) {
+    int rc = many ? sl_channel_recv_many(j.ch, buf, 64)
+                  : (sl_channel_recv(j.ch, buf) == SL_OK ? 1 : SL_EOF);
+    if (rc <= 0) break;
+    for (int i = 0; i < rc; i++) sl_sample_release(buf[i]);
+    got += (uint64_t)rc;
+  }
+  double t1 = now_s();
+  pthread_join(t, NULL);
+  if (got != n) {
+    fprintf(stderr, "channel lost samples: %llu of %llu\n",
+            (unsigned long long)got, (unsigned long long)n);
+    exit(1);
+  }
+  sl_channel_destroy(j.ch);
+  sl_sample_release(j.sample);
+  sl_reader_destroy(r);
+  return (double)n / (t1 - t0);
+}
+
+static void usage(void) {
+  printf("usage: bench_stages [--n SAMPLES] [--runs R] [--only NAME]\n"
+         "Measures per-sample overhead of each C decorator (ns/sample above a\n"
+         "near-free source) and one-producer/one-consumer channel throughput.\n"
+         "Prints JSON lines on stdout and a table on stderr; medians of R runs.\n");
+}
+
+int main(int argc, char **argv) {
+  uint64_t n = 5000000;
+  int runs = 5;
+  const char *only = NULL;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+      usage();
+      return 0;
+    } else if (!strcmp(argv[i], "--n") && i + 1 < argc) {
+      n = strtoull(argv[++i], NULL, 10);
+    } else if (!strcmp(argv[i], "--runs") && i + 1 < argc) {
+      runs = atoi(argv[++i]);
+    } else if (!strcmp(argv[i], "--only") && i + 1 < argc) {
+      only = argv[++i];
+    } else {
+      fprintf(stderr, "bench_stages: unknown argument '%s'\n", argv[i]);
+      usage();
+      return 2;
+    }
+  }
+  if (runs < 1 || runs > 101 || n == 0) {
+    fprintf(stderr, "bench_stages: --runs must be 1..101 and --n >= 1\n");
+    return 2;
+  }
+  static const struct {
+    const char *name;
+    build_fn build;
+  } stages[] = {
+      {"source", b_source},   {"shuffle", b_shuffle},
+      {"take", b_take},       {"skip", b_skip},
+      {"map", b_map},         {"filter", b_filter},
+      {"multi_pass", b_multi_pass}, {"threaded", b_threaded},
+      {"batch128", b_batch},  {"prefetch", b_prefetch},
+  };
+  double times[101];
+  double base_ns = 0;
+  fprintf(stderr, "%-12s %14s %14s\n", "stage", "ns/sample", "stage ns");
+  for (size_t s = 0; s < sizeof stages / sizeof stages[0]; s++) {
+    if (only && strcmp(only, stages[s].name) && s) continue;
+    uint64_t count = 0;
+    for (int r = 0; r < runs; r++) times[r] = drain(stages[s].build, n, &count);
+    double ns = median(times, runs) * 1e9 / (double)n;
+    if (s == 0) base_ns = ns;
+    double stage_ns = s ? ns - base_ns : ns;
+    printf("{\"bench\":\"stage\",\"stage\":\"%s\",\"samples\":%llu,\"runs\":%d,"
+           "\"ns_per_sample\":%.2f,\"stage_ns_per_sample\":%.2f}\n",
+           stages[s].name, (unsigned long long)n, runs, ns, stage_ns);
+    fprintf(stderr, "%-12s %14.2f %14.2f\n", stages[s].name, ns, stage_ns);
+  }
+  if (!only || !strcmp(only, "channel")) {
+    for (int many = 0; many <= 1; many++) {
+      for (int r = 0; r < runs; r++) times[r] = channel_rate(n, 1024, many);
+      double rate = median(times, runs);
+      const char *name = many ? "channel_recv_many" : "channel_recv";
+      printf("{\"bench\":\"channel\",\"mode\":\"%s\",\"samples\":%llu,"
+             "\"runs\":%d,\"samples_per_s\":%.0f}\n",
+             name, (unsigned long long)n, runs, rate);
+      fprintf(stderr, "%-18s %10.2f M samples/s (1 producer, 1 consumer)\n",
+              name, rate / 1e6);
+    }
+  }
+  return 0;
+}
