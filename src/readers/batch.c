@@ -1,0 +1,462 @@
+/*
+ * batch.c - sl_batch: groups n consecutive samples of upstream into one
+ * sample whose fields have a leading batch dimension (Paddle's batch reader).
+ *
+ * The output schema is fixed at construction from the upstream schema, field
+ * by field (B below is n with drop_last, else SL_DIM_VAR because the last
+ * batch of a pass may be short):
+ *
+ *   - Stacking.  A fixed field [d...] (no SL_DIM_VAR in its schema shape)
+ *     becomes [B, d...]: the samples' values copied row after row into one
+ *     new buffer.  A scalar field becomes [B].
+ *   - LoD merge.  A variable field [v, t...] becomes [SL_DIM_VAR, t...]: the
+ *     samples concatenated along dim 0, with LoD offsets lod[0] = 0,
+ *     lod[i+1] = lod[i] + len(sample i), B+1 entries (Paddle's LoDTensor
+ *     merge).  The offsets live in the same buffer as the values, after them
+ *     at an 8-byte-aligned offset, so a ragged field costs one allocation.
+ *   - Pad (opts->pad).  A variable field [v, t...] becomes [B, SL_DIM_VAR,
+ *     t...]: every sample zero-padded along dim 0 to the longest one in the
+ *     batch, followed directly by an extra field "<name>_len" i64[B] holding
+ *     each sample's length.  An upstream field already named "<name>_len" is
+ *     SL_EINVAL at construction rather than a silent shadowing.
+ *
+ * Bytes fields (dtype bytes, schema shape [SL_DIM_VAR]) are simply variable
+ * rank-1 fields of 1-byte elements and follow the same rules; the choice
+ * between stacking and LoD/pad is made by sl_schema_field_is_var alone, so a
+ * bytes field declared with a fixed length stacks like any fixed field.
+ * Adding a dimension (stacking, pad) to a rank-SL_MAX_RANK field is
+ * impossible: SL_EINVAL at construction.
+ *
+ * Checks.  Every sample is checked as soon as it arrives (so a bad sample is
+ * reported before more of upstream is consumed): field count; dtype, rank
+ * and fixed dims against the upstream schema (sl_schema_check, wrapped as
+ * "batch: sample J of batch K: ..."); no LoD on input tensors (nested LoD is
+ * SL_EUNSUPPORTED); for variable fields, dims 1.. equal to those of sample 0
+ * of the batch, since only dim 0 can be concatenated or padded.
+ *
+ * Errors.  Upstream errors pass through unchanged (code and message).  When
+ * an error (upstream's, or a failed check) arrives after k < n samples were
+ * collected, those k samples are released and the error is returned: they
+ * were consumed into the failed batch and are not replayed, exactly as a
+ * failed upstream record is not.  reader.c makes the error sticky until
+ * reset.  Batch numbers in messages count from 0 within the pass.
+ *
+ * Memory.  The collected samples sit in an array of n pointers allocated at
+ * construction; building a batch allocates the output sample and one buffer
+ * per output field (sizes computed before anything is copied), never
+ * anything per input sample.  Between calls no sample is held.
+ *
+ * Threading: single consumer, like every reader.
+ */
+#include "readers/reader_impl.h"
+
+#include <stdint.h>
+
+enum { K_STACK, K_CONCAT, K_PAD };
+
+typedef struct field_plan {
+  int kind; /* K_* */
+  int out;  /* index of the field in the output schema */
+} field_plan;
+
+typedef struct batch_state {
+  sl_reader *up;
+  const sl_schema *in; /* upstream's schema, borrowed from `up` */
+  sl_schema *out;      /* retained (the reader holds another reference) */
+  size_t n;
+  int drop_last, pad;
+  int nfields;      /* upstream field count */
+  field_plan *plan; /* nfields entries */
+  sl_sample **held; /* n slots: the samples of the batch being built */
+  size_t nheld;
+  unsigned long long batch_no; /* batches emitted in this pass */
+} batch_state;
+
+/* --- helpers -------------------------------------------------------------- */
+
+static void release_held(batch_state *b) {
+  for (size_t j = 0; j < b->nheld; j++)
+    sl_sample_release(b->held[j]);
+  b->nheld = 0;
+}
+
+static bool mul_size(size_t a, size_t c, size_t *r) {
+  if (a && c > SIZE_MAX / a) return false;
+  *r = a * c;
+  return true;
+}
+
+/* Bytes that `t`'s shape and dtype call for, or false on overflow. */
+static bool shape_bytes(const sl_tensor *t, size_t *r) {
+  size_t bytes = sl_dtype_size(t->dtype);
+  for (int d = 0; d < t->rank; d++)
+    if (t->shape[d] < 0 || (uint64_t)t->shape[d] > SIZE_MAX ||
+        !mul_size(bytes, (size_t)t->shape[d], &bytes))
+      return false;
+  *r = bytes;
+  return true;
+}
+
+static const sl_tensor *field_of(const batch_state *b, size_t j, int i) {
+  return sl_sample_at_const(b->held[j], i);
+}
+
+/* --- per-sample checks ---------------------------------------------------- */
+
+static int check_sample(const batch_state *b, size_t j) {
+  const sl_sample *s = b->held[j];
+  if (sl_sample_nfields(s) != b->nfields)
+    return sl_set_error(SL_ESHAPE,
+                        "batch: sample %zu of batch %llu has %d fields where "
+                        "the upstream schema has %d",
+                        j, b->batch_no, sl_sample_nfields(s), b->nfields);
+  for (int i = 0; i < b->nfields; i++) {
+    const sl_tensor *t = sl_sample_at_const(s, i);
+    const char *name = sl_schema_field_name(b->in, i);
+    int rc = sl_schema_check(b->in, i, t);
+    if (rc < 0)
+      return sl_wrap_error(rc, "batch: sample %zu of batch %llu", j,
+                           b->batch_no);
+    if (t->lod)
+      return sl_set_error(SL_EUNSUPPORTED,
+                          "batch: field '%s' already has LoD; nested LoD is "
+                          "not supported (sample %zu of batch %llu)",
+                          name, j, b->batch_no);
+    /* The copies below trust nbytes and data; a hand-built tensor that
+     * disagrees with its own shape would make them read out of bounds. */
+    size_t want;
+    if (!shape_bytes(t, &want) || want != t->nbytes || (want && !t->data)) {
+      char got[128];
+      return sl_set_error(SL_EINVAL,
+                          "batch: sample %zu of batch %llu: field '%s' is an "
+                          "inconsistent tensor (%s with %zu bytes%s)",
+                          j, b->batch_no, name,
+                          sl_tensor_describe(t, got, sizeof got), t->nbytes,
+                          t->data ? "" : ", no data");
+    }
+    if (b->plan[i].kind != K_STACK && j > 0) {
+      const sl_tensor *t0 = field_of(b, 0, i);
+      for (int d = 1; d < t->rank; d++) {
+        if (t->shape[d] != t0->shape[d]) {
+          char got[128], first[128];
+          return sl_set_error(
+              SL_ESHAPE,
+              "batch: sample %zu of batch %llu: field '%s' has shape %s but "
+              "sample 0 has %s; only dim 0 may differ within a batch",
+              j, b->batch_no, name, sl_tensor_describe(t, got, sizeof got),
+              sl_tensor_describe(t0, first, sizeof first));
+        }
+      }
+    }
+  }
+  return SL_OK;
+}
+
+/* --- building the output fields ------------------------------------------- */
+
+/* Moves `t` into field `oi` of `o`; clears `t` on failure. */
+static int put(sl_sample *o, int oi, sl_tensor *t) {
+  int rc = sl_sample_set_move(o, oi, t);
+  if (rc < 0) sl_tensor_clear(t);
+  return rc;
+}
+
+/* [B, d...]: the samples' values row after row. */
+static int stack_field(const batch_state *b, int i, sl_sample *o) {
+  const sl_tensor *t0 = field_of(b, 0, i);
+  int64_t shape[SL_MAX_RANK];
+  shape[0] = (int64_t)b->nheld;
+  for (int d = 0; d < t0->rank; d++)
+    shape[d + 1] = t0->shape[d];
+  sl_tensor t;
+  int rc = sl_tensor_alloc(&t, t0->dtype, t0->rank + 1, shape);
+  if (rc < 0)
+    return sl_wrap_error(rc, "batch: field '%s'",
+                         sl_schema_field_name(b->in, i));
+  size_t row = t0->nbytes; /* every sample has exactly the schema shape */
+  if (row) {
+    char *dst = t.data;
+    for (size_t j = 0; j < b->nheld; j++, dst += row)
+      memcpy(dst, field_of(b, j, i)->data, row);
+  }
+  return put(o, b->plan[i].out, &t);
+}
+
+/* [sum of lengths, t...] + LoD, values and offsets in one buffer. */
+static int concat_field(const batch_state *b, int i, sl_sample *o) {
+  const char *name = sl_schema_field_name(b->in, i);
+  const sl_tensor *t0 = field_of(b, 0, i);
+  int64_t rows = 0;
+  size_t data_bytes = 0;
+  for (size_t j = 0; j < b->nheld; j++) {
+    const sl_tensor *tj = field_of(b, j, i);
+    if (tj->shape[0] > INT64_MAX - rows || tj->nbytes > SIZE_MAX - data_bytes)
+      return sl_set_error(SL_EINVAL,
+                          "batch: field '%s': batch %llu is too "
+                          "large to concatenate",
+                          name, b->batch_no);
+    rows += tj->shape[0];
+    data_bytes += tj->nbytes;
+  }
+  /* The offsets follow the values, 8-byte aligned (buffers start 64-byte
+   * aligned). */
+  size_t lod_off = (data_bytes + 7) & ~(size_t)7;
+  size_t lod_bytes = (b->nheld + 1) * sizeof(int64_t);
+  if (lod_off < data_bytes || lod_off > SIZE_MAX - lod_bytes)
+    return sl_set_error(SL_EINVAL,
+                        "batch: field '%s': batch %llu is too "
+                        "large to concatenate",
+                        name, b->batch_no);
+  sl_buffer *buf = sl_buffer_new(lod_off + lod_bytes);
+  if (!buf) return sl_wrap_error(SL_ENOMEM, "batch: field '%s'", name);
+
+  int64_t shape[SL_MAX_RANK];
+  for (int d = 0; d < t0->rank; d++)
+    shape[d] = t0->shape[d];
+  shape[0] = rows;
+  sl_tensor t;
+  int rc = sl_tensor_view(&t, t0->dtype, t0->rank, shape, buf, 0);
+  if (rc < 0) {
+    sl_buffer_release(buf);
+    return sl_wrap_error(rc, "batch: field '%s'", name);
+  }
+  char *base = sl_buffer_data(buf);
+  int64_t *lod = (int64_t *)(void *)(base + lod_off);
+  char *dst = base;
+  lod[0] = 0;
+  for (size_t j = 0; j < b->nheld; j++) {
+    const sl_tensor *tj = field_of(b, j, i);
+    if (tj->nbytes) memcpy(dst, tj->data, tj->nbytes);
+    dst += tj->nbytes;
+    lod[j + 1] = lod[j] + tj->shape[0];
+  }
+  rc = sl_tensor_set_lod(&t, buf, lod, (int64_t)b->nheld + 1);
+  sl_buffer_release(buf); /* the tensor holds its own references now */
+  if (rc < 0) {
+    sl_tensor_clear(&t);
+    return sl_wrap_error(rc, "batch: field '%s'", name);
+  }
+  return put(o, b->plan[i].out, &t);
+}
+
+/* [B, longest, t...] zero-padded, then "<name>_len" i64[B]. */
+static int pad_field(const batch_state *b, int i, sl_sample *o) {
+  const char *name = sl_schema_field_name(b->in, i);
+  const sl_tensor *t0 = field_of(b, 0, i);
+  int64_t longest = 0;
+  for (size_t j = 0; j < b->nheld; j++)
+    longest = SL_MAX(longest, field_of(b, j, i)->shape[0]);
+  int64_t shape[SL_MAX_RANK];
+  shape[0] = (int64_t)b->nheld;
+  shape[1] = longest;
+  for (int d = 1; d < t0->rank; d++)
+    shape[d + 1] = t0->shape[d];
+  /* sl_tensor_alloc checks the whole size for overflow. */
+  sl_tensor t;
+  int rc = sl_tensor_alloc(&t, t0->dtype, t0->rank + 1, shape);
+  if (rc < 0) return sl_wrap_error(rc, "batch: field '%s'", name);
+  int64_t len_shape = (int64_t)b->nheld;
+  sl_tensor lens;
+  rc = sl_tensor_alloc(&lens, SL_I64, 1, &len_shape);
+  if (rc < 0) {
+    sl_tensor_clear(&t);
+    return sl_wrap_error(rc, "batch: field '%s_len'", name);
+  }
+  /* Each sample gets a slot of `slot` bytes: its values, then zeros.  Only
+   * the tail is cleared, so every byte is written once. */
+  size_t slot = t.nbytes / b->nheld;
+  char *dst = t.data;
+  int64_t *len = lens.data;
+  for (size_t j = 0; j < b->nheld; j++) {
+    const sl_tensor *tj = field_of(b, j, i);
+    if (slot) {
+      if (tj->nbytes) memcpy(dst, tj->data, tj->nbytes);
+      memset(dst + tj->nbytes, 0, slot - tj->nbytes);
+      dst += slot;
+    }
+    len[j] = tj->shape[0];
+  }
+  rc = put(o, b->plan[i].out, &t);
+  if (rc < 0) {
+    sl_tensor_clear(&lens);
+    return rc;
+  }
+  return put(o, b->plan[i].out + 1, &lens);
+}
+
+static int assemble(const batch_state *b, sl_sample **out) {
+  sl_sample *o = sl_sample_new(b->out);
+  if (!o) return sl_wrap_error(SL_ENOMEM, "batch");
+  for (int i = 0; i < b->nfields; i++) {
+    int rc;
+    switch (b->plan[i].kind) {
+    case K_STACK:
+      rc = stack_field(b, i, o);
+      break;
+    case K_CONCAT:
+      rc = concat_field(b, i, o);
+      break;
+    default:
+      rc = pad_field(b, i, o);
+      break;
+    }
+    if (rc < 0) {
+      sl_sample_release(o);
+      return rc;
+    }
+  }
+  *out = o;
+  return SL_OK;
+}
+
+/* --- the reader ----------------------------------------------------------- */
+
+static int batch_next(void *st, sl_sample **out) {
+  batch_state *b = st;
+  int rc = SL_OK;
+  while (b->nheld < b->n) {
+    sl_sample *s = NULL;
+    rc = sl_reader_next(b->up, &s);
+    if (rc == SL_EOF) break;
+    if (rc < 0) goto done; /* upstream's code and message, untouched */
+    b->held[b->nheld++] = s;
+    rc = check_sample(b, b->nheld - 1);
+    if (rc < 0) goto done;
+  }
+  /* upstream is at EOF (latched by reader.c) or the batch is full */
+  if (b->nheld == 0 || (b->nheld < b->n && b->drop_last)) {
+    rc = SL_EOF;
+    goto done;
+  }
+  rc = assemble(b, out);
+  if (rc == SL_OK) b->batch_no++;
+done:
+  release_held(b);
+  return rc;
+}
+
+static int batch_reset(void *st) {
+  batch_state *b = st;
+  release_held(b);
+  b->batch_no = 0;
+  return sl_reader_reset(b->up); /* its error, if any, as it is */
+}
+
+static void batch_destroy(void *st) {
+  batch_state *b = st;
+  if (!b) return;
+  if (b->held) release_held(b);
+  sl__free(b->held);
+  sl__free(b->plan);
+  sl_schema_release(b->out);
+  sl_reader_destroy(b->up);
+  sl__free(b);
+}
+
+static const sl_reader_vtable batch_vt = {"batch", batch_next, batch_reset,
+                                          batch_destroy};
+
+/* --- construction --------------------------------------------------------- */
+
+static int add_field(sl_schema *s, const char *name, sl_dtype dt, int rank,
+                     const int64_t *shape) {
+  int rc = sl_schema_add(s, name, dt, rank, shape);
+  return rc < 0 ? sl_wrap_error(rc, "batch: cannot add output field '%s'", name)
+                : rc;
+}
+
+/* Fills b->plan and b->out from the upstream schema b->in. */
+static int build_schema(batch_state *b) {
+  const sl_schema *in = b->in;
+  sl_schema *s = sl_schema_new();
+  if (!s) return sl_wrap_error(SL_ENOMEM, "batch: output schema");
+  b->out = s;
+  int64_t B = b->drop_last ? (int64_t)b->n : SL_DIM_VAR;
+  for (int i = 0; i < b->nfields; i++) {
+    const char *name = sl_schema_field_name(in, i);
+    sl_dtype dt = sl_schema_field_dtype(in, i);
+    int rank = sl_schema_field_rank(in, i);
+    const int64_t *dims = sl_schema_field_shape(in, i);
+    int kind = !sl_schema_field_is_var(in, i) ? K_STACK
+               : b->pad                       ? K_PAD
+                                              : K_CONCAT;
+    int64_t shape[SL_MAX_RANK];
+    int out_rank, rc;
+    SL_RETURN_ERROR_IF(kind != K_CONCAT && rank >= SL_MAX_RANK, SL_EINVAL,
+                       "batch: field '%s' has rank %d; batching it adds a "
+                       "dimension and the maximum rank is %d",
+                       name, rank, SL_MAX_RANK);
+    if (kind == K_STACK) {
+      shape[0] = B;
+      for (int d = 0; d < rank; d++)
+        shape[d + 1] = dims[d];
+      out_rank = rank + 1;
+    } else if (kind == K_CONCAT) {
+      for (int d = 0; d < rank; d++)
+        shape[d] = dims[d];
+      shape[0] = SL_DIM_VAR; /* total rows vary even if each sample's don't */
+      out_rank = rank;
+    } else {
+      shape[0] = B;
+      shape[1] = SL_DIM_VAR;
+      for (int d = 1; d < rank; d++)
+        shape[d + 1] = dims[d];
+      out_rank = rank + 1;
+    }
+    rc = add_field(s, name, dt, out_rank, shape);
+    if (rc < 0) return rc;
+    b->plan[i].kind = kind;
+    b->plan[i].out = rc;
+    if (kind == K_PAD) {
+      char len_name[128];
+      snprintf(len_name, sizeof len_name, "%s_len", name);
+      SL_RETURN_ERROR_IF(sl_schema_find(in, len_name) >= 0, SL_EINVAL,
+                         "batch: pad mode adds field '%s' for the lengths of "
+                         "'%s', but upstream already has a field '%s'",
+                         len_name, name, len_name);
+      rc = add_field(s, len_name, SL_I64, 1, &B);
+      if (rc < 0) return rc;
+    }
+  }
+  /* Metadata describes the data set, which batching does not change. */
+  for (int m = 0; m < sl_schema_meta_count(in); m++) {
+    const char *key, *value;
+    if (sl_schema_meta_at(in, m, &key, &value) == SL_OK &&
+        sl_schema_set_meta(s, key, value) < 0)
+      return sl_wrap_error(SL_ENOMEM, "batch: output schema");
+  }
+  return SL_OK;
+}
+
+int sl_batch(sl_reader *up, size_t n, const sl_batch_opts *opts,
+             sl_reader **out) {
+  SL_DECORATOR_ARGS("batch", up, out);
+  if (n == 0)
+    return sl__fail_with_upstream(
+        up, sl_set_error(SL_EINVAL, "batch: batch size must be >= 1"));
+  /* B must fit a shape dimension and the held array must be allocatable. */
+  if (n > SIZE_MAX / sizeof(sl_sample *) || (uint64_t)n > (uint64_t)INT64_MAX)
+    return sl__fail_with_upstream(
+        up, sl_set_error(SL_EINVAL, "batch: batch size %zu is too large", n));
+  batch_state *b = sl__calloc(1, sizeof *b);
+  if (!b)
+    return sl__fail_with_upstream(
+        up, sl_set_error(SL_ENOMEM, "batch: cannot allocate"));
+  b->up = up; /* from here on batch_destroy owns it */
+  b->in = sl_reader_schema(up);
+  b->n = n;
+  b->drop_last = opts ? opts->drop_last != 0 : 0;
+  b->pad = opts ? opts->pad != 0 : 0;
+  b->nfields = sl_schema_nfields(b->in);
+  b->plan = sl__calloc(b->nfields ? (size_t)b->nfields : 1, sizeof *b->plan);
+  b->held = sl__malloc(n * sizeof *b->held);
+  int rc = (!b->plan || !b->held)
+               ? sl_set_error(SL_ENOMEM,
+                              "batch: cannot allocate state for %zu samples", n)
+               : build_schema(b);
+  if (rc < 0) {
+    batch_destroy(b);
+    return rc;
+  }
+  return sl__reader_make(&batch_vt, b, b->out, out);
+}
