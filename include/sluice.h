@@ -544,6 +544,114 @@ SL_API size_t sl_channel_len(sl_channel *ch);      /* samples held now */
 SL_API size_t sl_channel_bytes(sl_channel *ch);    /* payload bytes held */
 SL_API size_t sl_channel_capacity(const sl_channel *ch);
 
+
+/* ------------------------------------------------------------------------ */
+/* SLR record files (format: docs/FORMAT.md)                                 */
+/* ------------------------------------------------------------------------ */
+
+typedef struct sl_slr_writer sl_slr_writer;
+
+typedef struct sl_slr_writer_opts {
+  int level;                  /* zstd level, 1..19 (0 = default 3) */
+  size_t chunk_bytes;         /* target raw bytes per chunk (0 = 1 MiB) */
+  uint32_t records_per_chunk; /* if > 0, exactly this many per chunk
+                                 (the last may have fewer); overrides
+                                 chunk_bytes */
+} sl_slr_writer_opts;
+
+/* Starts writing `path` with `schema` (retained and frozen).  Data goes to a
+ * temporary file "PATH.tmp-PID" that sl_slr_writer_close renames to `path`
+ * once the footer is written, so a crash never leaves a complete-looking
+ * file.  `opts` may be NULL.  Returns SL_OK and *out, SL_EINVAL (bad options,
+ * or a schema with no fields) or SL_EIO (with the OS error).  One writer is
+ * used by one thread at a time. */
+SL_API int sl_slr_writer_open(const char *path, sl_schema *schema,
+                              const sl_slr_writer_opts *opts,
+                              sl_slr_writer **out);
+/* Appends one record.  Borrows `s`.  A sample whose fields do not match the
+ * schema is refused with SL_ESHAPE naming the field (nothing is written);
+ * SL_EIO / SL_ENOMEM on failure (the writer is then unusable: abort it). */
+SL_API int sl_slr_writer_append(sl_slr_writer *w, const sl_sample *s);
+/* Records appended so far. */
+SL_API uint64_t sl_slr_writer_records(const sl_slr_writer *w);
+/* Flushes the last chunk, writes schema, index and footer, syncs, renames
+ * the temporary file to its final name, and frees the writer (also on
+ * failure, in which case the temporary file is removed).  NULL-safe. */
+SL_API int sl_slr_writer_close(sl_slr_writer *w);
+/* Discards everything: removes the temporary file and frees the writer.
+ * NULL-safe. */
+SL_API void sl_slr_writer_abort(sl_slr_writer *w);
+
+typedef struct sl_slr_file sl_slr_file;
+
+/* What happens when a chunk fails a check while reading sequentially. */
+typedef enum sl_corrupt_policy {
+  SL_CORRUPT_FAIL = 0, /* SL_ECORRUPT naming file, chunk and offset */
+  SL_CORRUPT_SKIP_CHUNK = 1 /* skip the chunk, count it; fail past the cap */
+} sl_corrupt_policy;
+
+typedef struct sl_slr_open_opts {
+  sl_corrupt_policy policy;
+  uint32_t max_bad_chunks;  /* skip_chunk: fail when more are bad (0 = 16) */
+  uint64_t max_chunk_bytes; /* limit on stored and raw chunk sizes
+                               (0 = 1 GiB) */
+} sl_slr_open_opts;
+
+/* Opens an SLR file and validates header, footer, schema and index (not the
+ * chunks: they are checked when read).  `opts` may be NULL.  Returns SL_OK,
+ * SL_EIO (cannot open/read), SL_ECORRUPT (a check failed; the message names
+ * the file, structure and offset) or SL_EUNSUPPORTED (newer major version or
+ * unknown required feature).  A file is used by one thread at a time; open it
+ * once per thread to read in parallel. */
+SL_API int sl_slr_open(const char *path, const sl_slr_open_opts *opts,
+                       sl_slr_file **out);
+SL_API void sl_slr_close(sl_slr_file *f);
+SL_API const char *sl_slr_path(const sl_slr_file *f);
+/* The schema (borrowed, frozen), including the file's metadata. */
+SL_API const sl_schema *sl_slr_schema(const sl_slr_file *f);
+SL_API uint64_t sl_slr_records(const sl_slr_file *f);
+SL_API uint64_t sl_slr_chunks(const sl_slr_file *f);
+/* Chunks skipped under SL_CORRUPT_SKIP_CHUNK so far. */
+SL_API uint64_t sl_slr_bad_chunks(const sl_slr_file *f);
+
+typedef struct sl_slr_chunk_info {
+  uint64_t offset;       /* of the chunk header */
+  uint64_t first_record; /* number of the chunk's first record in the file */
+  uint32_t records;
+  uint64_t stored_size;  /* compressed payload bytes (0 if not read yet) */
+  uint64_t raw_size;     /* decompressed payload bytes (0 if not read yet) */
+} sl_slr_chunk_info;
+/* Index entry of chunk `c` (from the index; stored/raw sizes come from the
+ * chunk header, which this call reads and checks).  SL_EINVAL out of range,
+ * SL_ECORRUPT/SL_EIO when the header fails. */
+SL_API int sl_slr_chunk_info_get(sl_slr_file *f, uint64_t c,
+                                 sl_slr_chunk_info *out);
+/* The chunk holding record k (binary search of the index); k must be <
+ * sl_slr_records. */
+SL_API uint64_t sl_slr_chunk_of(const sl_slr_file *f, uint64_t k);
+
+/* Random access: record k as a new sample (tensors are zero-copy views into
+ * the decoded chunk, which stays alive while any of its samples does).
+ * Decodes the chunk unless it is the one decoded last.  SL_EINVAL when k is
+ * out of range; SL_ECORRUPT/SL_EIO when its chunk fails a check (whatever
+ * the policy). */
+SL_API int sl_slr_read(sl_slr_file *f, uint64_t k, sl_sample **out);
+/* Reads and checks every byte of the file: all chunks (CRCs, sizes, record
+ * tables against the schema), contiguity, index agreement.  Returns SL_OK or
+ * the first problem (SL_ECORRUPT with file, chunk and offset). */
+SL_API int sl_slr_verify(sl_slr_file *f);
+
+/* A reader over records [first, first + count) of `path` (count
+ * UINT64_MAX = to the end), read sequentially chunk by chunk with the policy
+ * of `opts`; its schema is the file's.  Each reset starts the range again. */
+SL_API int sl_slr_reader(const char *path, const sl_slr_open_opts *opts,
+                         uint64_t first, uint64_t count, sl_reader **out);
+/* A reader over chunks [first_chunk, first_chunk + nchunks) of `path`: the
+ * unit used to split a file among threads and ranks. */
+SL_API int sl_slr_reader_chunks(const char *path, const sl_slr_open_opts *opts,
+                                uint64_t first_chunk, uint64_t nchunks,
+                                sl_reader **out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,36 @@
+/* slr_file.h - internals of the SLR reader shared with the slr reader stage
+ * and the tests. */
+#ifndef SLUICE_SLR_FILE_H
+#define SLUICE_SLR_FILE_H
+
+#include "io/slr_format.h"
+#include "io/source.h"
+
+/* Opens an SLR file over any byte source (taken, also on failure). */
+int sl__slr_open_source(sl__source *src, const sl_slr_open_opts *opts,
+                        sl_slr_file **out);
+
+/* A decoded chunk: the raw payload in a refcounted buffer and where its
+ * records are.  Valid until the next load on the same file. */
+typedef struct slr_chunk {
+  uint64_t index;      /* chunk number */
+  uint32_t records;
+  sl_buffer *raw;      /* retained by the file's cache */
+  const unsigned char *ends; /* u32 end offsets (little-endian) */
+  size_t body;         /* byte offset of the body in raw */
+} slr_chunk;
+
+/* Loads and fully checks chunk c (reusing the cached decode when it is the
+ * last one loaded).  On success *out points into the file's cache. */
+int sl__slr_load_chunk(sl_slr_file *f, uint64_t c, const slr_chunk **out);
+/* Record r of a loaded chunk as a new sample. */
+int sl__slr_chunk_record(sl_slr_file *f, const slr_chunk *ch, uint32_t r,
+                         sl_sample **out);
+/* Counts a skipped chunk; fails with SL_ECORRUPT once past the cap. */
+int sl__slr_count_bad(sl_slr_file *f);
+sl_corrupt_policy sl__slr_policy(const sl_slr_file *f);
+/* First record number and record count of chunk c (from the index). */
+void sl__slr_chunk_span(const sl_slr_file *f, uint64_t c, uint64_t *first,
+                        uint32_t *count);
+
+#endif

@@ -1,0 +1,400 @@
+/*
+ * slr_writer.c - writes SLR files (docs/FORMAT.md).
+ *
+ * Records are encoded into a growing body buffer with their end offsets;
+ * when the chunk is full (target raw bytes, or a fixed record count) the
+ * offset table and the body are fed to one zstd frame through the streaming
+ * API with the raw size pledged up front (so the frame declares its content
+ * size and no copy joins table and body), and the chunk header + payload are
+ * written.  Close writes the schema block, the index and the footer, syncs,
+ * and renames the temporary file to the final name: until then the final
+ * name does not exist, so a crash never leaves a complete-looking file.
+ */
+#include "io/crc32c.h"
+#include "io/slr_format.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <unistd.h>
+#include <zstd.h>
+
+typedef struct index_entry {
+  uint64_t offset, first_record;
+  uint32_t records, header_crc;
+} index_entry;
+
+struct sl_slr_writer {
+  char *path, *tmp_path;
+  int fd;
+  sl_schema *schema;
+  slr_layout layout;
+  int level;
+  size_t chunk_bytes;
+  uint32_t records_per_chunk;
+  ZSTD_CCtx *cctx;
+  /* the chunk being built */
+  unsigned char *body;
+  size_t body_len, body_cap;
+  uint32_t *ends;
+  uint32_t nrec, ends_cap;
+  unsigned char *out;
+  size_t out_cap;
+  /* the file so far */
+  uint64_t offset, records;
+  index_entry *index;
+  uint64_t nchunks, index_cap;
+  bool failed;
+};
+
+static int write_all(sl_slr_writer *w, const void *data, size_t n) {
+  const char *p = data;
+  while (n) {
+    ssize_t k = write(w->fd, p, n);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) {
+      w->failed = true;
+      return sl_set_error(SL_EIO, "%s: write failed at offset %llu: %s",
+                          w->tmp_path, (unsigned long long)w->offset,
+                          k < 0 ? strerror(errno) : "no progress");
+    }
+    p += k;
+    n -= (size_t)k;
+    w->offset += (uint64_t)k;
+  }
+  return SL_OK;
+}
+
+static void writer_free(sl_slr_writer *w) {
+  if (w->fd >= 0) close(w->fd);
+  ZSTD_freeCCtx(w->cctx);
+  sl__slr_layout_free(&w->layout);
+  sl_schema_release(w->schema);
+  sl__free(w->body);
+  sl__free(w->ends);
+  sl__free(w->out);
+  sl__free(w->index);
+  sl__free(w->path);
+  sl__free(w->tmp_path);
+  sl__free(w);
+}
+
+void sl_slr_writer_abort(sl_slr_writer *w) {
+  if (!w) return;
+  if (w->fd >= 0) {
+    close(w->fd);
+    w->fd = -1;
+    unlink(w->tmp_path);
+  }
+  writer_free(w);
+}
+
+int sl_slr_writer_open(const char *path, sl_schema *schema,
+                       const sl_slr_writer_opts *opts, sl_slr_writer **out) {
+  SL_RETURN_ERROR_IF(!out, SL_EINVAL, "slr writer: NULL out pointer");
+  *out = NULL;
+  SL_RETURN_ERROR_IF(!path || !*path || !schema, SL_EINVAL,
+                     "slr writer: NULL path or schema");
+  SL_RETURN_ERROR_IF(sl_schema_nfields(schema) == 0, SL_EINVAL,
+                     "slr writer: %s: the schema has no fields", path);
+  sl_slr_writer_opts o = opts ? *opts : (sl_slr_writer_opts){0};
+  if (o.level == 0) o.level = 3;
+  if (o.chunk_bytes == 0) o.chunk_bytes = (size_t)1 << 20;
+  SL_RETURN_ERROR_IF(o.level < 1 || o.level > ZSTD_maxCLevel(), SL_EINVAL,
+                     "slr writer: %s: zstd level %d is outside 1..%d", path,
+                     o.level, ZSTD_maxCLevel());
+  SL_RETURN_ERROR_IF(o.chunk_bytes > ((size_t)1 << 30), SL_EINVAL,
+                     "slr writer: %s: chunk size %zu exceeds 1 GiB", path,
+                     o.chunk_bytes);
+  sl_slr_writer *w = sl__calloc(1, sizeof *w);
+  SL_RETURN_ERROR_IF(!w, SL_ENOMEM, "slr writer: cannot allocate");
+  w->fd = -1;
+  w->level = o.level;
+  w->chunk_bytes = o.chunk_bytes;
+  w->records_per_chunk = o.records_per_chunk;
+  sl_schema_freeze(schema);
+  w->schema = sl_schema_retain(schema);
+  w->path = sl__strdup(path);
+  size_t tl = strlen(path) + 32;
+  w->tmp_path = sl__malloc(tl);
+  w->cctx = ZSTD_createCCtx();
+  if (!w->path || !w->tmp_path || !w->cctx) {
+    writer_free(w);
+    return sl_set_error(SL_ENOMEM, "slr writer: %s: cannot allocate", path);
+  }
+  snprintf(w->tmp_path, tl, "%s.tmp-%ld", path, (long)getpid());
+  int rc = sl__slr_layout_init(&w->layout, schema);
+  if (rc < 0) {
+    writer_free(w);
+    return sl_wrap_error(rc, "slr writer: %s", path);
+  }
+  w->fd = open(w->tmp_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (w->fd < 0) {
+    rc = sl_set_error(SL_EIO, "slr writer: cannot create %s: %s", w->tmp_path,
+                      strerror(errno));
+    writer_free(w);
+    return rc;
+  }
+  unsigned char h[SLR_HEADER_SIZE] = {0};
+  memcpy(h, sl__slr_magic, 8);
+  sl__put16(h + 8, SLR_MAJOR);
+  sl__put16(h + 10, SLR_MINOR);
+  sl__put32(h + 28, sl__crc32c(0, h, 28));
+  rc = write_all(w, h, sizeof h);
+  if (rc < 0) {
+    sl_slr_writer_abort(w);
+    return rc;
+  }
+  *out = w;
+  return SL_OK;
+}
+
+static int grow(void **p, size_t *cap, size_t need, size_t elem) {
+  if (need <= *cap) return SL_OK;
+  size_t c = *cap ? *cap : 64;
+  while (c < need) c *= 2;
+  void *q = sl__realloc(*p, c * elem);
+  SL_RETURN_ERROR_IF(!q, SL_ENOMEM, "slr writer: cannot grow a buffer to %zu",
+                     c * elem);
+  *p = q;
+  *cap = c;
+  return SL_OK;
+}
+
+static int flush_chunk(sl_slr_writer *w) {
+  if (w->nrec == 0) return SL_OK;
+  size_t table = sl__align_up((uint64_t)w->nrec * 4, 8);
+  size_t raw = table + w->body_len;
+  unsigned char *tab = sl__calloc(1, table);
+  SL_RETURN_ERROR_IF(!tab, SL_ENOMEM, "slr writer: cannot allocate a table");
+  for (uint32_t i = 0; i < w->nrec; i++) sl__put32(tab + 4 * i, w->ends[i]);
+  size_t bound = ZSTD_compressBound(raw);
+  size_t cap = w->out_cap;
+  int rc = grow((void **)&w->out, &cap, bound, 1);
+  w->out_cap = cap;
+  if (rc < 0) {
+    sl__free(tab);
+    return rc;
+  }
+  /* One frame, raw size pledged so the header declares it. */
+  ZSTD_CCtx_reset(w->cctx, ZSTD_reset_session_only);
+  ZSTD_CCtx_setParameter(w->cctx, ZSTD_c_compressionLevel, w->level);
+  ZSTD_CCtx_setParameter(w->cctx, ZSTD_c_contentSizeFlag, 1);
+  ZSTD_CCtx_setPledgedSrcSize(w->cctx, raw);
+  ZSTD_outBuffer ob = {w->out, w->out_cap, 0};
+  ZSTD_inBuffer in1 = {tab, table, 0};
+  ZSTD_inBuffer in2 = {w->body, w->body_len, 0};
+  size_t zr = 0;
+  while (in1.pos < in1.size && !ZSTD_isError(zr))
+    zr = ZSTD_compressStream2(w->cctx, &ob, &in1, ZSTD_e_continue);
+  do {
+    if (ZSTD_isError(zr)) break;
+    zr = ZSTD_compressStream2(w->cctx, &ob, &in2, ZSTD_e_end);
+  } while (zr != 0);
+  sl__free(tab);
+  if (ZSTD_isError(zr)) {
+    w->failed = true;
+    return sl_set_error(SL_EIO, "slr writer: %s: zstd: %s", w->tmp_path,
+                        ZSTD_getErrorName(zr));
+  }
+  unsigned char h[SLR_CHUNK_HEADER_SIZE];
+  sl__put32(h, SLR_CHUNK_MAGIC);
+  sl__put32(h + 4, w->nrec);
+  sl__put64(h + 8, ob.pos);
+  sl__put64(h + 16, raw);
+  sl__put32(h + 24, (uint32_t)w->nchunks);
+  sl__put32(h + 28, SLR_CODEC_ZSTD);
+  sl__put32(h + 32, sl__crc32c(0, w->out, ob.pos));
+  uint32_t hcrc = sl__crc32c(0, h, 36);
+  sl__put32(h + 36, hcrc);
+  size_t icap = (size_t)w->index_cap;
+  SL_FORWARD_IF_ERROR(
+      grow((void **)&w->index, &icap, (size_t)w->nchunks + 1, sizeof *w->index));
+  w->index_cap = icap;
+  w->index[w->nchunks] = (index_entry){w->offset, w->records - w->nrec,
+                                       w->nrec, hcrc};
+  SL_FORWARD_IF_ERROR(write_all(w, h, sizeof h));
+  SL_FORWARD_IF_ERROR(write_all(w, w->out, ob.pos));
+  w->nchunks++;
+  w->nrec = 0;
+  w->body_len = 0;
+  return SL_OK;
+}
+
+int sl_slr_writer_append(sl_slr_writer *w, const sl_sample *s) {
+  SL_RETURN_ERROR_IF(!w || !s, SL_EINVAL, "slr writer: NULL writer or sample");
+  SL_RETURN_ERROR_IF(w->failed, SL_ESTATE,
+                     "slr writer: %s: an earlier write failed", w->path);
+  const sl_schema *schema = w->schema;
+  int n = sl_schema_nfields(schema);
+  SL_RETURN_ERROR_IF(sl_sample_nfields(s) != n, SL_ESHAPE,
+                     "slr writer: %s: record %llu has %d fields, the schema %d",
+                     w->path, (unsigned long long)w->records,
+                     sl_sample_nfields(s), n);
+  for (int i = 0; i < n; i++) {
+    const sl_tensor *t = sl_sample_at_const(s, i);
+    const char *sn = sl_schema_field_name(sl_sample_schema(s), i);
+    if (strcmp(sn, sl_schema_field_name(schema, i)) != 0)
+      return sl_set_error(SL_ESHAPE,
+                          "slr writer: %s: record %llu field %d is '%s', the "
+                          "schema's is '%s'",
+                          w->path, (unsigned long long)w->records, i, sn,
+                          sl_schema_field_name(schema, i));
+    int rc = sl_schema_check(schema, i, t);
+    if (rc < 0)
+      return sl_wrap_error(rc, "slr writer: %s: record %llu", w->path,
+                           (unsigned long long)w->records);
+    if (t->nbytes && !t->data)
+      return sl_set_error(SL_EINVAL, "slr writer: field '%s' has no data",
+                          sn);
+    if (w->layout.f[i].var)
+      for (int d = 0; d < t->rank; d++)
+        if ((uint64_t)t->shape[d] > SLR_MAX_DIM)
+          return sl_set_error(SL_ESHAPE, "slr writer: field '%s' dim %d is "
+                              "too large", sn, d);
+  }
+  size_t size = sl__slr_record_size(&w->layout, s);
+  SL_RETURN_ERROR_IF(size > ((size_t)1 << 30), SL_EINVAL,
+                     "slr writer: %s: record %llu is %zu bytes (max 1 GiB)",
+                     w->path, (unsigned long long)w->records, size);
+  /* Start a new chunk first if this record would overflow the target. */
+  if (w->nrec && !w->records_per_chunk &&
+      w->body_len + size > w->chunk_bytes)
+    SL_FORWARD_IF_ERROR(flush_chunk(w));
+  if ((uint64_t)w->body_len + size > UINT32_MAX)
+    SL_FORWARD_IF_ERROR(flush_chunk(w));
+  SL_FORWARD_IF_ERROR(grow((void **)&w->body, &w->body_cap, w->body_len + size, 1));
+  size_t ecap = w->ends_cap;
+  SL_FORWARD_IF_ERROR(grow((void **)&w->ends, &ecap, (size_t)w->nrec + 1, 4));
+  w->ends_cap = (uint32_t)SL_MIN(ecap, UINT32_MAX);
+  sl__slr_record_encode(&w->layout, s, w->body + w->body_len);
+  w->body_len += size;
+  w->ends[w->nrec++] = (uint32_t)w->body_len;
+  w->records++;
+  if ((w->records_per_chunk && w->nrec == w->records_per_chunk) ||
+      (!w->records_per_chunk && w->body_len >= w->chunk_bytes))
+    SL_FORWARD_IF_ERROR(flush_chunk(w));
+  return SL_OK;
+}
+
+uint64_t sl_slr_writer_records(const sl_slr_writer *w) {
+  return w ? w->records : 0;
+}
+
+/* Serialises the schema block into a new buffer. */
+static int schema_block(const sl_schema *s, unsigned char **out, size_t *len) {
+  size_t n = 16;
+  int nf = sl_schema_nfields(s), nm = sl_schema_meta_count(s);
+  for (int i = 0; i < nf; i++)
+    n += 4 + strlen(sl_schema_field_name(s, i)) +
+         8 * (size_t)sl_schema_field_rank(s, i);
+  for (int i = 0; i < nm; i++) {
+    const char *k, *v;
+    sl_schema_meta_at(s, i, &k, &v);
+    SL_RETURN_ERROR_IF(strlen(k) > (1u << 20) || strlen(v) > (1u << 20),
+                       SL_EINVAL, "slr writer: metadata '%.40s' exceeds 1 MiB",
+                       k);
+    n += 8 + strlen(k) + strlen(v);
+  }
+  unsigned char *b = sl__malloc(n), *p = b;
+  SL_RETURN_ERROR_IF(!b, SL_ENOMEM, "slr writer: cannot allocate the schema");
+  sl__put32(p, SLR_SCHEMA_MAGIC);
+  sl__put32(p + 4, (uint32_t)n);
+  sl__put32(p + 8, (uint32_t)nf);
+  p += 12;
+  for (int i = 0; i < nf; i++) {
+    const char *name = sl_schema_field_name(s, i);
+    size_t nl = strlen(name);
+    int rank = sl_schema_field_rank(s, i);
+    sl__put16(p, (uint16_t)nl);
+    memcpy(p + 2, name, nl);
+    p += 2 + nl;
+    *p++ = (unsigned char)sl_schema_field_dtype(s, i);
+    *p++ = (unsigned char)rank;
+    for (int d = 0; d < rank; d++, p += 8)
+      sl__put64(p, (uint64_t)sl_schema_field_shape(s, i)[d]);
+  }
+  sl__put32(p, (uint32_t)nm);
+  p += 4;
+  for (int i = 0; i < nm; i++) {
+    const char *k, *v;
+    sl_schema_meta_at(s, i, &k, &v);
+    size_t kl = strlen(k), vl = strlen(v);
+    sl__put32(p, (uint32_t)kl);
+    memcpy(p + 4, k, kl);
+    p += 4 + kl;
+    sl__put32(p, (uint32_t)vl);
+    memcpy(p + 4, v, vl);
+    p += 4 + vl;
+  }
+  sl__put32(p, sl__crc32c(0, b, (size_t)(p - b)));
+  *out = b;
+  *len = n;
+  return SL_OK;
+}
+
+static int finish(sl_slr_writer *w) {
+  SL_RETURN_ERROR_IF(w->failed, SL_EIO,
+                     "slr writer: %s: an earlier write failed", w->path);
+  SL_FORWARD_IF_ERROR(flush_chunk(w));
+  uint64_t schema_off = w->offset;
+  unsigned char *sb = NULL;
+  size_t sl = 0;
+  SL_FORWARD_IF_ERROR(schema_block(w->schema, &sb, &sl));
+  int rc = write_all(w, sb, sl);
+  sl__free(sb);
+  SL_FORWARD_IF_ERROR(rc);
+  uint64_t index_off = w->offset;
+  size_t il = 16 + SLR_INDEX_ENTRY_SIZE * (size_t)w->nchunks + 4;
+  unsigned char *ib = sl__calloc(1, il);
+  SL_RETURN_ERROR_IF(!ib, SL_ENOMEM, "slr writer: cannot allocate the index");
+  sl__put32(ib, SLR_INDEX_MAGIC);
+  sl__put64(ib + 8, w->nchunks);
+  for (uint64_t c = 0; c < w->nchunks; c++) {
+    unsigned char *e = ib + 16 + SLR_INDEX_ENTRY_SIZE * c;
+    sl__put64(e, w->index[c].offset);
+    sl__put64(e + 8, w->index[c].first_record);
+    sl__put32(e + 16, w->index[c].records);
+    sl__put32(e + 20, w->index[c].header_crc);
+  }
+  sl__put32(ib + il - 4, sl__crc32c(0, ib, il - 4));
+  rc = write_all(w, ib, il);
+  sl__free(ib);
+  SL_FORWARD_IF_ERROR(rc);
+  unsigned char f[SLR_FOOTER_SIZE] = {0};
+  sl__put64(f, schema_off);
+  sl__put64(f + 8, sl);
+  sl__put64(f + 16, index_off);
+  sl__put64(f + 24, il);
+  sl__put64(f + 32, w->records);
+  sl__put64(f + 40, w->nchunks);
+  sl__put32(f + 52, sl__crc32c(0, f, 52));
+  memcpy(f + 56, sl__slr_end_magic, 8);
+  SL_FORWARD_IF_ERROR(write_all(w, f, sizeof f));
+  SL_RETURN_ERROR_IF(fsync(w->fd) != 0, SL_EIO, "slr writer: %s: fsync: %s",
+                     w->tmp_path, strerror(errno));
+  int fd = w->fd;
+  w->fd = -1;
+  if (close(fd) != 0) {
+    unlink(w->tmp_path);
+    return sl_set_error(SL_EIO, "slr writer: %s: close: %s", w->tmp_path,
+                        strerror(errno));
+  }
+  if (rename(w->tmp_path, w->path) != 0) {
+    rc = sl_set_error(SL_EIO, "slr writer: cannot rename %s to %s: %s",
+                      w->tmp_path, w->path, strerror(errno));
+    unlink(w->tmp_path);
+    return rc;
+  }
+  return SL_OK;
+}
+
+int sl_slr_writer_close(sl_slr_writer *w) {
+  if (!w) return SL_OK;
+  int rc = finish(w);
+  if (rc < 0) {
+    sl_slr_writer_abort(w);
+    return rc;
+  }
+  writer_free(w);
+  return SL_OK;
+}

@@ -1,0 +1,37 @@
+/*
+ * source.h - byte sources: what the file readers read from.  A file source
+ * uses pread; tests substitute sources that fail the N-th read, return short
+ * reads or shrink, to check that every reader reports faults cleanly.
+ */
+#ifndef SLUICE_SOURCE_H
+#define SLUICE_SOURCE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct sl__source sl__source;
+struct sl__source {
+  /* Reads exactly n bytes at off into buf: SL_OK, or SL_EIO with a message
+   * naming the source and offset (a short read past the end is SL_EIO "file
+   * shrank"). */
+  int (*read_at)(sl__source *s, uint64_t off, void *buf, size_t n);
+  void (*close)(sl__source *s);
+  uint64_t size; /* bytes, fixed at open */
+  char *name;    /* for messages; owned by the source */
+};
+
+/* Opens `path` for reading.  SL_OK, SL_EIO (with strerror) or SL_ENOMEM. */
+int sl__source_open_file(const char *path, sl__source **out);
+
+static inline void sl__source_close(sl__source *s) {
+  if (s) s->close(s);
+}
+
+/* Test hook: wraps `inner` (taken) so that read number `fail_at` (0-based)
+ * fails with SL_EIO, reads shorter than asked are split into `short_step`-
+ * byte pieces when short_step > 0, and every read at or beyond `shrink_to`
+ * fails as if the file had shrunk.  Used by the fault tests. */
+int sl__source_faulty(sl__source *inner, long fail_at, size_t short_step,
+                      uint64_t shrink_to, sl__source **out);
+
+#endif
