@@ -123,10 +123,11 @@ static int read_block(sl_slr_file *f, const char *what, uint32_t magic,
   }
   uint32_t crc = sl__crc32c(0, b, (size_t)len - 4);
   if (sl__get32(b) != magic || crc != sl__get32(b + len - 4)) {
+    bool bad_magic = sl__get32(b) != magic;
     sl__free(b);
     return sl_set_error(SL_ECORRUPT, "%s: %s block at offset %llu: %s",
                         WHERE(f), what, (unsigned long long)off,
-                        sl__get32(b) != magic ? "bad magic" : "CRC mismatch");
+                        bad_magic ? "bad magic" : "CRC mismatch");
   }
   *out = b;
   return SL_OK;
@@ -343,12 +344,15 @@ void sl__slr_chunk_span(const sl_slr_file *f, uint64_t c, uint64_t *first,
 
 int sl__slr_count_bad(sl_slr_file *f) {
   f->bad_chunks++;
-  SL_RETURN_ERROR_IF(f->bad_chunks > f->opts.max_bad_chunks, SL_ECORRUPT,
-                     "%s: %llu corrupt chunks skipped, more than the cap of "
-                     "%u; last: %s",
-                     WHERE(f), (unsigned long long)f->bad_chunks,
-                     f->opts.max_bad_chunks, sl_last_error());
-  return SL_OK;
+  if (f->bad_chunks <= f->opts.max_bad_chunks) return SL_OK;
+  /* The cause is the current message; copy it before overwriting. */
+  char last[1024];
+  snprintf(last, sizeof last, "%s", sl_last_error());
+  return sl_set_error(SL_ECORRUPT,
+                      "%llu corrupt chunks skipped, more than the cap of %u; "
+                      "last: %s",
+                      (unsigned long long)f->bad_chunks,
+                      f->opts.max_bad_chunks, last);
 }
 
 uint64_t sl_slr_chunk_of(const sl_slr_file *f, uint64_t k) {

@@ -282,7 +282,8 @@ uint64_t sl_slr_writer_records(const sl_slr_writer *w) {
 
 /* Serialises the schema block into a new buffer. */
 static int schema_block(const sl_schema *s, unsigned char **out, size_t *len) {
-  size_t n = 16;
+  /* magic, size, field count, meta count, CRC */
+  size_t n = 20;
   int nf = sl_schema_nfields(s), nm = sl_schema_meta_count(s);
   for (int i = 0; i < nf; i++)
     n += 4 + strlen(sl_schema_field_name(s, i)) +

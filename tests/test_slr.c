@@ -1,0 +1,568 @@
+/* test_slr.c - the SLR format: CRC32C, writer, reader, random access, chunk
+ * ranges, corruption sweeps, truncation, and the version-1 golden file. */
+#include "test.h"
+
+#include "core/internal.h"
+#include "io/crc32c.h"
+#include "io/slr_file.h"
+
+#include <ftw.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* --- fixtures ---------------------------------------------------------------- */
+
+static char g_dir[256];
+
+static int remove_entry(const char *p, const struct stat *st, int flag,
+                        struct FTW *ftw) {
+  (void)st, (void)flag, (void)ftw;
+  return remove(p);
+}
+
+static void remove_tmpdir(void) {
+  if (g_dir[0]) nftw(g_dir, remove_entry, 8, FTW_DEPTH | FTW_PHYS);
+}
+
+static const char *tmpdir(void) {
+  if (!g_dir[0]) {
+    snprintf(g_dir, sizeof g_dir, "/tmp/sluice-test-slr-XXXXXX");
+    ASSERT_NOT_NULL(mkdtemp(g_dir));
+    atexit(remove_tmpdir);
+  }
+  return g_dir;
+}
+
+static char *tmppath(const char *name) {
+  static char buf[512];
+  snprintf(buf, sizeof buf, "%s/%s", tmpdir(), name);
+  return buf;
+}
+
+/* {x: f32[3], tokens: i32[-1], text: bytes[-1], label: i64[]} */
+static sl_schema *mixed_schema(void) {
+  sl_schema *s = sl_schema_new();
+  ASSERT_OK(sl_schema_add(s, "x", SL_F32, 1, (int64_t[]){3}));
+  ASSERT_OK(sl_schema_add(s, "tokens", SL_I32, 1, (int64_t[]){SL_DIM_VAR}));
+  ASSERT_OK(sl_schema_add(s, "text", SL_BYTES, 1, (int64_t[]){SL_DIM_VAR}));
+  ASSERT_OK(sl_schema_add(s, "label", SL_I64, 0, NULL));
+  ASSERT_OK(sl_schema_set_meta(s, "origin", "test_slr"));
+  return s;
+}
+
+/* Record i of the synthetic data set: everything derived from i. */
+static sl_sample *make_record(sl_schema *s, int64_t i) {
+  sl_sample *r = sl_sample_new(s);
+  float *x;
+  ASSERT_OK(sl_sample_alloc(r, 0, 1, (int64_t[]){3}, (void **)&x));
+  for (int k = 0; k < 3; k++) x[k] = (float)i * 0.5f + (float)k;
+  int64_t nt = i % 7;
+  int32_t *t;
+  ASSERT_OK(sl_sample_alloc(r, 1, 1, &nt, (void **)&t));
+  for (int64_t k = 0; k < nt; k++) t[k] = (int32_t)(i * 100 + k);
+  char text[32];
+  int64_t nb = snprintf(text, sizeof text, "rec-%lld", (long long)i) - (i % 2);
+  char *b;
+  ASSERT_OK(sl_sample_alloc(r, 2, 1, &nb, (void **)&b));
+  memcpy(b, text, (size_t)nb);
+  int64_t *lab;
+  ASSERT_OK(sl_sample_alloc(r, 3, 0, NULL, (void **)&lab));
+  *lab = i * 3 - 1;
+  return r;
+}
+
+static void check_record(const sl_sample *r, int64_t i) {
+  sl_schema *s = mixed_schema();
+  sl_sample *want = make_record(s, i);
+  for (int f = 0; f < 4; f++) {
+    const sl_tensor *a = sl_sample_at_const(r, f), *b = sl_sample_at_const(want, f);
+    ASSERT_EQ(a->dtype, b->dtype);
+    ASSERT_EQ(a->rank, b->rank);
+    for (int d = 0; d < a->rank; d++) ASSERT_EQ(a->shape[d], b->shape[d]);
+    ASSERT_EQ(a->nbytes, b->nbytes);
+    if (a->nbytes) ASSERT_EQ(memcmp(a->data, b->data, a->nbytes), 0);
+    /* Zero-copy views are aligned for their dtype. */
+    ASSERT_EQ((uintptr_t)a->data % (sl_dtype_size(a->dtype) < 8
+                                        ? sl_dtype_size(a->dtype) : 8), 0);
+  }
+  sl_sample_release(want);
+  sl_schema_release(s);
+}
+
+static void write_file(const char *path, int64_t n, uint32_t per_chunk,
+                       int level) {
+  sl_schema *s = mixed_schema();
+  sl_slr_writer *w;
+  sl_slr_writer_opts o = {level, 0, per_chunk};
+  ASSERT_OK(sl_slr_writer_open(path, s, &o, &w));
+  for (int64_t i = 0; i < n; i++) {
+    sl_sample *r = make_record(s, i);
+    ASSERT_OK(sl_slr_writer_append(w, r));
+    sl_sample_release(r);
+  }
+  ASSERT_EQ(sl_slr_writer_records(w), n);
+  ASSERT_OK(sl_slr_writer_close(w));
+  sl_schema_release(s);
+}
+
+static unsigned char *slurp(const char *path, size_t *n) {
+  FILE *f = fopen(path, "rb");
+  ASSERT_NOT_NULL(f);
+  fseek(f, 0, SEEK_END);
+  *n = (size_t)ftell(f);
+  fseek(f, 0, SEEK_SET);
+  unsigned char *b = malloc(*n ? *n : 1);
+  ASSERT_EQ(fread(b, 1, *n, f), *n);
+  fclose(f);
+  return b;
+}
+
+static void spill(const char *path, const unsigned char *b, size_t n) {
+  FILE *f = fopen(path, "wb");
+  ASSERT_NOT_NULL(f);
+  ASSERT_EQ(fwrite(b, 1, n, f), n);
+  fclose(f);
+}
+
+/* --- CRC32C -------------------------------------------------------------------- */
+
+TEST(crc32c_known_vectors_hw_and_sw) {
+  unsigned char zeros[32] = {0}, ones[32], inc[32];
+  memset(ones, 0xff, sizeof ones);
+  for (int i = 0; i < 32; i++) inc[i] = (unsigned char)i;
+  ASSERT_EQ(sl__crc32c(0, "123456789", 9), 0xE3069283u);
+  ASSERT_EQ(sl__crc32c_sw(0, "123456789", 9), 0xE3069283u);
+  ASSERT_EQ(sl__crc32c(0, zeros, 32), 0x8A9136AAu);
+  ASSERT_EQ(sl__crc32c_sw(0, zeros, 32), 0x8A9136AAu);
+  ASSERT_EQ(sl__crc32c(0, ones, 32), 0x62A8AB43u);
+  ASSERT_EQ(sl__crc32c_sw(0, ones, 32), 0x62A8AB43u);
+  ASSERT_EQ(sl__crc32c(0, inc, 32), 0x46DD794Eu);
+  ASSERT_EQ(sl__crc32c_sw(0, inc, 32), 0x46DD794Eu);
+  ASSERT_EQ(sl__crc32c(0, "", 0), 0);
+  /* Incremental equals one-shot, at every split and misalignment. */
+  unsigned char buf[301];
+  for (int i = 0; i < 301; i++) buf[i] = (unsigned char)(i * 37 + 11);
+  uint32_t whole = sl__crc32c_sw(0, buf, 301);
+  for (size_t cut = 0; cut <= 301; cut += 7) {
+    ASSERT_EQ(sl__crc32c(sl__crc32c(0, buf, cut), buf + cut, 301 - cut), whole);
+    ASSERT_EQ(sl__crc32c_sw(sl__crc32c_sw(0, buf, cut), buf + cut, 301 - cut),
+              whole);
+  }
+  printf("crc32c hardware path: %s\n", sl__crc32c_hw() ? "yes" : "no");
+}
+
+/* --- round trips ---------------------------------------------------------------- */
+
+TEST(roundtrip_sequential_random_and_ranges) {
+  const char *path = tmppath("rt.slr");
+  write_file(path, 1000, 64, 3);
+  sl_slr_file *f;
+  ASSERT_OK(sl_slr_open(path, NULL, &f));
+  ASSERT_EQ(sl_slr_records(f), 1000);
+  ASSERT_EQ(sl_slr_chunks(f), 16); /* 15 x 64 + 40 */
+  ASSERT_STREQ(sl_schema_meta(sl_slr_schema(f), "origin"), "test_slr");
+  char d[256];
+  ASSERT_STREQ(sl_schema_describe(sl_slr_schema(f), d, sizeof d),
+               "{x: f32[3], tokens: i32[-1], text: bytes[-1], label: i64[]}");
+  ASSERT_OK(sl_slr_verify(f));
+  /* Random access in a scattered order. */
+  for (int64_t j = 0; j < 1000; j++) {
+    int64_t k = (j * 7919) % 1000;
+    sl_sample *r;
+    ASSERT_OK(sl_slr_read(f, (uint64_t)k, &r));
+    check_record(r, k);
+    sl_sample_release(r);
+  }
+  sl_sample *r;
+  ASSERT_RC(sl_slr_read(f, 1000, &r), SL_EINVAL);
+  ASSERT_CONTAINS(sl_last_error(), "record 1000 is out of range");
+  sl_slr_chunk_info ci;
+  ASSERT_OK(sl_slr_chunk_info_get(f, 15, &ci));
+  ASSERT_EQ(ci.first_record, 960);
+  ASSERT_EQ(ci.records, 40);
+  ASSERT_TRUE(ci.raw_size > 0 && ci.stored_size > 0);
+  ASSERT_EQ(sl_slr_chunk_of(f, 959), 14);
+  ASSERT_EQ(sl_slr_chunk_of(f, 960), 15);
+  sl_slr_close(f);
+
+  /* Sequential through the reader contract, two passes. */
+  sl_reader *rd;
+  ASSERT_OK(sl_slr_reader(path, NULL, 0, UINT64_MAX, &rd));
+  for (int pass = 0; pass < 2; pass++) {
+    for (int64_t i = 0; i < 1000; i++) {
+      ASSERT_OK(sl_reader_next(rd, &r));
+      check_record(r, i);
+      sl_sample_release(r);
+    }
+    ASSERT_RC(sl_reader_next(rd, &r), SL_EOF);
+    ASSERT_OK(sl_reader_reset(rd));
+  }
+  sl_reader_destroy(rd);
+  /* A record range crossing chunk boundaries. */
+  ASSERT_OK(sl_slr_reader(path, NULL, 60, 70, &rd));
+  for (int64_t i = 60; i < 130; i++) {
+    ASSERT_OK(sl_reader_next(rd, &r));
+    check_record(r, i);
+    sl_sample_release(r);
+  }
+  ASSERT_RC(sl_reader_next(rd, &r), SL_EOF);
+  sl_reader_destroy(rd);
+  /* Chunk ranges partition the file. */
+  int64_t next = 0;
+  for (uint64_t c = 0; c < 16; c += 5) {
+    ASSERT_OK(sl_slr_reader_chunks(path, NULL, c, c + 5 <= 16 ? 5 : 16 - c, &rd));
+    while (sl_reader_next(rd, &r) == SL_OK) {
+      check_record(r, next++);
+      sl_sample_release(r);
+    }
+    sl_reader_destroy(rd);
+  }
+  ASSERT_EQ(next, 1000);
+  ASSERT_RC(sl_slr_reader_chunks(path, NULL, 10, 7, &rd), SL_EINVAL);
+  ASSERT_RC(sl_slr_reader(path, NULL, 1001, 1, &rd), SL_EINVAL);
+}
+
+TEST(samples_outlive_their_file) {
+  const char *path = tmppath("outlive.slr");
+  write_file(path, 10, 4, 1);
+  sl_slr_file *f;
+  ASSERT_OK(sl_slr_open(path, NULL, &f));
+  sl_sample *r;
+  ASSERT_OK(sl_slr_read(f, 5, &r));
+  sl_slr_close(f);
+  check_record(r, 5); /* the decoded chunk is kept alive by the sample */
+  sl_sample_release(r);
+}
+
+TEST(chunk_bytes_target_and_empty_file) {
+  const char *path = tmppath("bytes.slr");
+  sl_schema *s = mixed_schema();
+  sl_slr_writer *w;
+  sl_slr_writer_opts o = {1, 4096, 0};
+  ASSERT_OK(sl_slr_writer_open(path, s, &o, &w));
+  for (int64_t i = 0; i < 2000; i++) {
+    sl_sample *r = make_record(s, i);
+    ASSERT_OK(sl_slr_writer_append(w, r));
+    sl_sample_release(r);
+  }
+  ASSERT_OK(sl_slr_writer_close(w));
+  sl_slr_file *f;
+  ASSERT_OK(sl_slr_open(path, NULL, &f));
+  ASSERT_TRUE(sl_slr_chunks(f) > 10);
+  for (uint64_t c = 0; c < sl_slr_chunks(f); c++) {
+    sl_slr_chunk_info ci;
+    ASSERT_OK(sl_slr_chunk_info_get(f, c, &ci));
+    ASSERT_LE(ci.raw_size, 4096 + 8 * ci.records + 64);
+  }
+  ASSERT_OK(sl_slr_verify(f));
+  sl_slr_close(f);
+  /* A file with no records is valid and reads as empty. */
+  path = tmppath("empty.slr");
+  ASSERT_OK(sl_slr_writer_open(path, s, NULL, &w));
+  ASSERT_OK(sl_slr_writer_close(w));
+  ASSERT_OK(sl_slr_open(path, NULL, &f));
+  ASSERT_EQ(sl_slr_records(f), 0);
+  ASSERT_EQ(sl_slr_chunks(f), 0);
+  ASSERT_OK(sl_slr_verify(f));
+  sl_slr_close(f);
+  sl_reader *rd;
+  sl_sample *r;
+  ASSERT_OK(sl_slr_reader(path, NULL, 0, UINT64_MAX, &rd));
+  ASSERT_RC(sl_reader_next(rd, &r), SL_EOF);
+  sl_reader_destroy(rd);
+  sl_schema_release(s);
+}
+
+TEST(writer_refuses_mismatched_samples_and_bad_options) {
+  sl_schema *s = mixed_schema();
+  sl_slr_writer *w;
+  const char *path = tmppath("refuse.slr");
+  sl_slr_writer_opts bad = {99, 0, 0};
+  ASSERT_RC(sl_slr_writer_open(path, s, &bad, &w), SL_EINVAL);
+  ASSERT_CONTAINS(sl_last_error(), "zstd level 99");
+  ASSERT_RC(sl_slr_writer_open("/nonexistent-dir/x.slr", s, NULL, &w), SL_EIO);
+  ASSERT_CONTAINS(sl_last_error(), "/nonexistent-dir/x.slr.tmp-");
+  ASSERT_OK(sl_slr_writer_open(path, s, NULL, &w));
+  /* A sample whose x is f32[4] instead of f32[3]. */
+  sl_schema *s2 = sl_schema_new();
+  ASSERT_OK(sl_schema_add(s2, "x", SL_F32, 1, (int64_t[]){4}));
+  ASSERT_OK(sl_schema_add(s2, "tokens", SL_I32, 1, (int64_t[]){SL_DIM_VAR}));
+  ASSERT_OK(sl_schema_add(s2, "text", SL_BYTES, 1, (int64_t[]){SL_DIM_VAR}));
+  ASSERT_OK(sl_schema_add(s2, "label", SL_I64, 0, NULL));
+  sl_sample *r = sl_sample_new(s2);
+  ASSERT_OK(sl_sample_alloc(r, 0, 1, (int64_t[]){4}, NULL));
+  ASSERT_RC(sl_slr_writer_append(w, r), SL_ESHAPE);
+  ASSERT_CONTAINS(sl_last_error(), "field 'x': expected f32[3], got f32[4]");
+  ASSERT_CONTAINS(sl_last_error(), "record 0");
+  sl_sample_release(r);
+  /* The writer is still usable after a refused sample. */
+  r = make_record(s, 0);
+  ASSERT_OK(sl_slr_writer_append(w, r));
+  sl_sample_release(r);
+  ASSERT_OK(sl_slr_writer_close(w));
+  sl_schema_release(s2);
+  sl_schema_release(s);
+}
+
+TEST(unfinished_write_leaves_no_file_under_the_final_name) {
+  sl_schema *s = mixed_schema();
+  const char *path = tmppath("unfinished.slr");
+  char final_path[512];
+  snprintf(final_path, sizeof final_path, "%s", path);
+  sl_slr_writer *w;
+  ASSERT_OK(sl_slr_writer_open(final_path, s, NULL, &w));
+  for (int i = 0; i < 50; i++) {
+    sl_sample *r = make_record(s, i);
+    ASSERT_OK(sl_slr_writer_append(w, r));
+    sl_sample_release(r);
+  }
+  struct stat st;
+  ASSERT_TRUE(stat(final_path, &st) != 0); /* not there until close */
+  sl_slr_writer_abort(w);
+  ASSERT_TRUE(stat(final_path, &st) != 0);
+  char tmp[600];
+  snprintf(tmp, sizeof tmp, "%s.tmp-%ld", final_path, (long)getpid());
+  ASSERT_TRUE(stat(tmp, &st) != 0); /* abort removed the temporary */
+  sl_schema_release(s);
+}
+
+/* --- bad files -------------------------------------------------------------------- */
+
+TEST(open_reports_missing_short_and_foreign_files) {
+  sl_slr_file *f;
+  ASSERT_RC(sl_slr_open(tmppath("missing.slr"), NULL, &f), SL_EIO);
+  ASSERT_CONTAINS(sl_last_error(), "missing.slr: cannot open");
+  const char *p = tmppath("short.slr");
+  spill(p, (const unsigned char *)"hello", 5);
+  ASSERT_RC(sl_slr_open(p, NULL, &f), SL_ECORRUPT);
+  ASSERT_CONTAINS(sl_last_error(), "too short for an SLR file");
+  unsigned char junk[200];
+  memset(junk, 'j', sizeof junk);
+  spill(p, junk, sizeof junk);
+  ASSERT_RC(sl_slr_open(p, NULL, &f), SL_ECORRUPT);
+  ASSERT_CONTAINS(sl_last_error(), "not an SLR file");
+  ASSERT_RC(sl_slr_open(tmpdir(), NULL, &f), SL_EIO);
+  ASSERT_CONTAINS(sl_last_error(), "not a regular file");
+  sl_slr_open_opts bad = {(sl_corrupt_policy)7, 0, 0};
+  ASSERT_RC(sl_slr_open(p, &bad, &f), SL_EINVAL);
+}
+
+TEST(newer_major_version_and_unknown_features_are_unsupported) {
+  const char *path = tmppath("version.slr");
+  write_file(path, 5, 5, 1);
+  size_t n;
+  unsigned char *b = slurp(path, &n);
+  b[8] = 2; /* major 2 */
+  sl__put32(b + 28, sl__crc32c(0, b, 28));
+  spill(path, b, n);
+  sl_slr_file *f;
+  ASSERT_RC(sl_slr_open(path, NULL, &f), SL_EUNSUPPORTED);
+  ASSERT_CONTAINS(sl_last_error(), "SLR version 2.0 is not supported");
+  b[8] = 1;
+  sl__put32(b + 12, 0x4); /* an unknown required feature */
+  sl__put32(b + 28, sl__crc32c(0, b, 28));
+  spill(path, b, n);
+  ASSERT_RC(sl_slr_open(path, NULL, &f), SL_EUNSUPPORTED);
+  ASSERT_CONTAINS(sl_last_error(), "unknown required feature bits 0x00000004");
+  sl__put32(b + 12, 0);
+  sl__put32(b + 16, 0x80); /* unknown optional features are fine */
+  b[10] = 7;               /* and so is a newer minor version */
+  sl__put32(b + 28, sl__crc32c(0, b, 28));
+  spill(path, b, n);
+  ASSERT_OK(sl_slr_open(path, NULL, &f));
+  ASSERT_OK(sl_slr_verify(f));
+  sl_slr_close(f);
+  free(b);
+}
+
+/* Reads every record with `policy`; returns the reader's final code and
+ * marks which records came back (each must equal the original). */
+static int read_all(const char *path, sl_corrupt_policy policy, bool *seen,
+                    int64_t n) {
+  sl_slr_open_opts o = {policy, 1000, 0};
+  sl_reader *rd;
+  int rc = sl_slr_reader(path, &o, 0, UINT64_MAX, &rd);
+  if (rc < 0) return rc;
+  sl_sample *r;
+  while ((rc = sl_reader_next(rd, &r)) == SL_OK) {
+    int64_t label = *(int64_t *)sl_sample_field(r, "label")->data;
+    int64_t i = (label + 1) / 3;
+    ASSERT_TRUE(i >= 0 && i < n && !seen[i]);
+    check_record(r, i); /* never wrong data */
+    seen[i] = true;
+    sl_sample_release(r);
+  }
+  sl_reader_destroy(rd);
+  return rc;
+}
+
+TEST(corruption_sweep_every_byte) {
+  const char *path = tmppath("sweep.slr"), *bad = tmppath("sweep-bad.slr");
+  const int64_t n = 24;
+  write_file(path, n, 6, 1); /* 4 chunks of 6 records */
+  size_t size;
+  unsigned char *orig = slurp(path, &size);
+  sl_slr_file *f;
+  ASSERT_OK(sl_slr_open(path, NULL, &f));
+  uint64_t chunk_off[5];
+  for (uint64_t c = 0; c < 4; c++) {
+    sl_slr_chunk_info ci;
+    ASSERT_OK(sl_slr_chunk_info_get(f, c, &ci));
+    chunk_off[c] = ci.offset;
+  }
+  sl_slr_close(f);
+  chunk_off[4] = UINT64_MAX;
+  for (size_t pos = 0; pos < size; pos++) {
+    unsigned char *b = malloc(size);
+    memcpy(b, orig, size);
+    b[pos] ^= 0x5a;
+    spill(bad, b, size);
+    free(b);
+    int rc = sl_slr_open(bad, NULL, &f);
+    if (rc < 0) {
+      if (rc != SL_ECORRUPT && rc != SL_EUNSUPPORTED)
+        test_fail(__FILE__, __LINE__, "byte %zu: open gave %s: %s", pos,
+                  sl_err_name(rc), sl_last_error());
+      continue;
+    }
+    rc = sl_slr_verify(f);
+    sl_slr_close(f);
+    if (rc != SL_ECORRUPT)
+      test_fail(__FILE__, __LINE__, "byte %zu: verify gave %s", pos,
+                sl_err_name(rc));
+    ASSERT_CONTAINS(sl_last_error(), "chunk ");
+    bool seen[24] = {0};
+    rc = read_all(bad, SL_CORRUPT_FAIL, seen, n);
+    if (rc != SL_ECORRUPT)
+      test_fail(__FILE__, __LINE__, "byte %zu: policy fail gave %s", pos,
+                sl_err_name(rc));
+    /* skip_chunk: exactly the chunk holding the byte is missing. */
+    memset(seen, 0, sizeof seen);
+    rc = read_all(bad, SL_CORRUPT_SKIP_CHUNK, seen, n);
+    ASSERT_RC(rc, SL_EOF);
+    int64_t hit = -1;
+    for (int c = 0; c < 4; c++)
+      if (pos >= chunk_off[c] && pos < chunk_off[c + 1]) hit = c;
+    ASSERT_TRUE(hit >= 0);
+    for (int64_t i = 0; i < n; i++)
+      if (seen[i] != (i / 6 != hit))
+        test_fail(__FILE__, __LINE__,
+                  "byte %zu (chunk %lld): record %lld seen=%d", pos,
+                  (long long)hit, (long long)i, seen[i]);
+  }
+  free(orig);
+}
+
+TEST(truncation_at_every_length_is_detected) {
+  const char *path = tmppath("trunc.slr"), *bad = tmppath("trunc-bad.slr");
+  write_file(path, 12, 4, 1);
+  size_t size;
+  unsigned char *orig = slurp(path, &size);
+  for (size_t len = 0; len < size; len++) {
+    spill(bad, orig, len);
+    sl_slr_file *f;
+    int rc = sl_slr_open(bad, NULL, &f);
+    if (rc != SL_ECORRUPT)
+      test_fail(__FILE__, __LINE__, "length %zu of %zu: open gave %s", len,
+                size, sl_err_name(rc));
+    if (len >= 96 && len < size)
+      ASSERT_TRUE(strstr(sl_last_error(), "truncated") ||
+                  strstr(sl_last_error(), "footer"));
+  }
+  free(orig);
+}
+
+TEST(skip_chunk_cap_fails_after_too_many_bad_chunks) {
+  const char *path = tmppath("cap.slr");
+  write_file(path, 20, 2, 1); /* 10 chunks */
+  size_t size;
+  unsigned char *b = slurp(path, &size);
+  sl_slr_file *f;
+  ASSERT_OK(sl_slr_open(path, NULL, &f));
+  for (uint64_t c = 0; c < 10; c += 3) { /* damage chunks 0, 3, 6, 9 */
+    sl_slr_chunk_info ci;
+    ASSERT_OK(sl_slr_chunk_info_get(f, c, &ci));
+    b[ci.offset + 40 + ci.stored_size / 2] ^= 1;
+  }
+  sl_slr_close(f);
+  spill(path, b, size);
+  free(b);
+  sl_slr_open_opts o = {SL_CORRUPT_SKIP_CHUNK, 3, 0};
+  sl_reader *rd;
+  ASSERT_OK(sl_slr_reader(path, &o, 0, UINT64_MAX, &rd));
+  sl_sample *r;
+  int got = 0, rc;
+  while ((rc = sl_reader_next(rd, &r)) == SL_OK) {
+    got++;
+    sl_sample_release(r);
+  }
+  ASSERT_RC(rc, SL_ECORRUPT);
+  ASSERT_CONTAINS(sl_last_error(), "4 corrupt chunks skipped, more than the "
+                                   "cap of 3");
+  ASSERT_CONTAINS(sl_last_error(), "chunk 9");
+  /* Chunks 1, 2, 4, 5, 7 and 8 came through before the fourth bad one. */
+  ASSERT_EQ(got, 12);
+  sl_reader_destroy(rd);
+}
+
+TEST(limits_are_checked_before_allocating) {
+  const char *path = tmppath("limit.slr");
+  write_file(path, 64, 64, 1);
+  sl_slr_open_opts o = {SL_CORRUPT_FAIL, 0, 256}; /* tiny chunk limit */
+  sl_slr_file *f;
+  ASSERT_OK(sl_slr_open(path, &o, &f));
+  sl_sample *r;
+  ASSERT_RC(sl_slr_read(f, 0, &r), SL_ECORRUPT);
+  ASSERT_CONTAINS(sl_last_error(), "exceeds the limit of 256");
+  sl_slr_close(f);
+}
+
+/* A byte source failing the N-th read: every N gives a clean error. */
+TEST(io_errors_at_every_read_are_reported) {
+  const char *path = tmppath("eio.slr");
+  write_file(path, 30, 7, 1);
+  int successes = 0;
+  for (long n = 0; n < 40; n++) {
+    sl__source *src, *faulty;
+    ASSERT_OK(sl__source_open_file(path, &src));
+    ASSERT_OK(sl__source_faulty(src, n, 0, UINT64_MAX, &faulty));
+    sl_slr_file *f;
+    int rc = sl__slr_open_source(faulty, NULL, &f);
+    if (rc == SL_OK) {
+      rc = sl_slr_verify(f);
+      sl_slr_close(f);
+    }
+    if (rc == SL_OK) {
+      successes++;
+      continue;
+    }
+    ASSERT_RC(rc, SL_EIO);
+    ASSERT_CONTAINS(sl_last_error(), "injected I/O error");
+  }
+  ASSERT_GE(successes, 1); /* past the last read, the whole file verifies */
+}
+
+/* --- golden file -------------------------------------------------------------------- */
+
+#define GOLDEN SLUICE_SOURCE_DIR "/tests/data/golden-v1.slr"
+
+/* Regenerate (only when the format's writer changes on purpose):
+ *   SLUICE_WRITE_GOLDEN=1 build/test_slr golden_v1_file_still_reads */
+TEST(golden_v1_file_still_reads) {
+  if (getenv("SLUICE_WRITE_GOLDEN")) {
+    write_file(GOLDEN, 40, 16, 3);
+    printf("wrote %s\n", GOLDEN);
+  }
+  sl_slr_file *f;
+  ASSERT_OK(sl_slr_open(GOLDEN, NULL, &f));
+  ASSERT_EQ(sl_slr_records(f), 40);
+  ASSERT_EQ(sl_slr_chunks(f), 3);
+  ASSERT_OK(sl_slr_verify(f));
+  for (uint64_t k = 0; k < 40; k++) {
+    sl_sample *r;
+    ASSERT_OK(sl_slr_read(f, k, &r));
+    check_record(r, (int64_t)k);
+    sl_sample_release(r);
+  }
+  sl_slr_close(f);
+}
