@@ -121,7 +121,8 @@ static frames load_frames(const char *path) {
 static double zstd_lib(const frames *fr) {
   ZSTD_DCtx *d = ZSTD_createDCtx();
   size_t cap = 0;
-  for (uint64_t c = 0; c < fr->n; c++) cap = fr->raw[c] > cap ? fr->raw[c] : cap;
+  for (uint64_t c = 0; c < fr->n; c++)
+    cap = fr->raw[c] > cap ? fr->raw[c] : cap;
   void *out = malloc(cap);
   double t0 = now_s();
   for (uint64_t c = 0; c < fr->n; c++) {
@@ -231,11 +232,13 @@ int main(int argc, char **argv) {
   tw = now_s() - tw;
   frames fr = load_frames(path);
   FILE *z = fopen(zst, "wb");
-  for (uint64_t c = 0; c < fr.n; c++) fwrite(fr.data[c], 1, fr.size[c], z);
+  for (uint64_t c = 0; c < fr.n; c++)
+    fwrite(fr.data[c], 1, fr.size[c], z);
   fclose(z);
   double t[51], med[4];
   const char *names[4] = {"zstd_lib", "zstd_cli", "sluice_1t", "sluice_2t"};
-  for (int r = 0; r < runs; r++) t[r] = zstd_lib(&fr);
+  for (int r = 0; r < runs; r++)
+    t[r] = zstd_lib(&fr);
   med[0] = median(t, runs);
   int have_cli = 1;
   for (int r = 0; r < runs; r++)
@@ -262,15 +265,16 @@ int main(int argc, char **argv) {
     printf("{\"bench\":\"slr_read\",\"reader\":\"%s\",\"records\":%lld,"
            "\"raw_bytes\":%llu,\"runs\":%d,\"seconds\":%.4f,\"mb_per_s\":%.1f,"
            "\"ratio_vs_zstd_lib\":%.3f}\n",
-           names[i], (long long)records, (unsigned long long)fr.raw_total,
-           runs, med[i], mbs, med[0] / med[i]);
+           names[i], (long long)records, (unsigned long long)fr.raw_total, runs,
+           med[i], mbs, med[0] / med[i]);
     fprintf(stderr, "%-10s %10.1f %12.0f %14.3f\n", names[i], mbs,
             (double)records / med[i], med[0] / med[i]);
   }
   if (have_cli)
     fprintf(stderr, "sluice_1t / zstd -d: %.3f   sluice_2t / sluice_1t: %.2f\n",
             med[1] / med[2], med[2] / med[3]);
-  for (uint64_t c = 0; c < fr.n; c++) free(fr.data[c]);
+  for (uint64_t c = 0; c < fr.n; c++)
+    free(fr.data[c]);
   free(fr.data);
   free(fr.size);
   free(fr.raw);

@@ -35,7 +35,8 @@ static void die(const char *what, int rc) {
     if (rc_ < 0) die(#expr, rc_);                                              \
   } while (0)
 
-/* --- the near-free source --------------------------------------------------- */
+/* --- the near-free source ---------------------------------------------------
+ */
 typedef struct constant {
   sl_sample *sample;
   uint64_t n, i;
@@ -66,13 +67,15 @@ static sl_reader *source(uint64_t n) {
   constant *c = calloc(1, sizeof *c);
   CHECK(sl_reader_next(r, &c->sample));
   c->n = n;
-  sl_reader *out = sl_reader_new(&const_vt, c, (sl_schema *)sl_reader_schema(r));
+  sl_reader *out =
+      sl_reader_new(&const_vt, c, (sl_schema *)sl_reader_schema(r));
   if (!out) die("sl_reader_new", sl_last_error_code());
   sl_reader_destroy(r);
   return out;
 }
 
-/* --- stages ------------------------------------------------------------------- */
+/* --- stages
+ * ------------------------------------------------------------------- */
 static int identity_map(void *ud, sl_sample *in, sl_sample **out) {
   (void)ud;
   *out = in;
@@ -85,7 +88,9 @@ static int keep_all(void *ud, const sl_sample *s) {
 
 typedef sl_reader *(*build_fn)(uint64_t n);
 
-static sl_reader *b_source(uint64_t n) { return source(n); }
+static sl_reader *b_source(uint64_t n) {
+  return source(n);
+}
 static sl_reader *b_shuffle(uint64_t n) {
   sl_reader *r;
   CHECK(sl_shuffle(source(n), 1024, 42, &r));
@@ -160,7 +165,8 @@ static double median(double *v, int n) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-/* --- channel ---------------------------------------------------------------------- */
+/* --- channel
+ * ---------------------------------------------------------------------- */
 typedef struct chan_job {
   sl_channel *ch;
   sl_sample *sample;
@@ -190,7 +196,8 @@ static double channel_rate(uint64_t n, size_t cap, int many) {
     int rc = many ? sl_channel_recv_many(j.ch, buf, 64)
                   : (sl_channel_recv(j.ch, buf) == SL_OK ? 1 : SL_EOF);
     if (rc <= 0) break;
-    for (int i = 0; i < rc; i++) sl_sample_release(buf[i]);
+    for (int i = 0; i < rc; i++)
+      sl_sample_release(buf[i]);
     got += (uint64_t)rc;
   }
   double t1 = now_s();
@@ -210,7 +217,8 @@ static void usage(void) {
   printf("usage: bench_stages [--n SAMPLES] [--runs R] [--only NAME]\n"
          "Measures per-sample overhead of each C decorator (ns/sample above a\n"
          "near-free source) and one-producer/one-consumer channel throughput.\n"
-         "Prints JSON lines on stdout and a table on stderr; medians of R runs.\n");
+         "Prints JSON lines on stdout and a table on stderr; medians of R "
+         "runs.\n");
 }
 
 int main(int argc, char **argv) {
@@ -241,11 +249,16 @@ int main(int argc, char **argv) {
     const char *name;
     build_fn build;
   } stages[] = {
-      {"source", b_source},   {"shuffle", b_shuffle},
-      {"take", b_take},       {"skip", b_skip},
-      {"map", b_map},         {"filter", b_filter},
-      {"multi_pass", b_multi_pass}, {"threaded", b_threaded},
-      {"batch128", b_batch},  {"prefetch", b_prefetch},
+      {"source", b_source},
+      {"shuffle", b_shuffle},
+      {"take", b_take},
+      {"skip", b_skip},
+      {"map", b_map},
+      {"filter", b_filter},
+      {"multi_pass", b_multi_pass},
+      {"threaded", b_threaded},
+      {"batch128", b_batch},
+      {"prefetch", b_prefetch},
   };
   double times[101];
   double base_ns = 0;
@@ -253,7 +266,8 @@ int main(int argc, char **argv) {
   for (size_t s = 0; s < sizeof stages / sizeof stages[0]; s++) {
     if (only && strcmp(only, stages[s].name) && s) continue;
     uint64_t count = 0;
-    for (int r = 0; r < runs; r++) times[r] = drain(stages[s].build, n, &count);
+    for (int r = 0; r < runs; r++)
+      times[r] = drain(stages[s].build, n, &count);
     double ns = median(times, runs) * 1e9 / (double)n;
     if (s == 0) base_ns = ns;
     double stage_ns = s ? ns - base_ns : ns;
@@ -264,7 +278,8 @@ int main(int argc, char **argv) {
   }
   if (!only || !strcmp(only, "channel")) {
     for (int many = 0; many <= 1; many++) {
-      for (int r = 0; r < runs; r++) times[r] = channel_rate(n, 1024, many);
+      for (int r = 0; r < runs; r++)
+        times[r] = channel_rate(n, 1024, many);
       double rate = median(times, runs);
       const char *name = many ? "channel_recv_many" : "channel_recv";
       printf("{\"bench\":\"channel\",\"mode\":\"%s\",\"samples\":%llu,"

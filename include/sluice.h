@@ -201,10 +201,10 @@ typedef struct sl_tensor {
   sl_dtype dtype;
   int32_t rank;
   int64_t shape[SL_MAX_RANK];
-  void *data;          /* points into buf; NULL only when nbytes == 0 */
-  size_t nbytes;       /* product(shape) * sl_dtype_size(dtype) */
-  sl_buffer *buf;      /* owns data (may be NULL when nbytes == 0) */
-  const int64_t *lod;  /* NULL, or lod_len offsets in lod_buf */
+  void *data;         /* points into buf; NULL only when nbytes == 0 */
+  size_t nbytes;      /* product(shape) * sl_dtype_size(dtype) */
+  sl_buffer *buf;     /* owns data (may be NULL when nbytes == 0) */
+  const int64_t *lod; /* NULL, or lod_len offsets in lod_buf */
   int64_t lod_len;
   sl_buffer *lod_buf;
 } sl_tensor;
@@ -263,8 +263,7 @@ SL_API int sl_schema_add(sl_schema *s, const char *name, sl_dtype dtype,
                          int rank, const int64_t *shape);
 /* Sets a user metadata entry (both strings copied; an existing key is
  * replaced).  Returns SL_OK, SL_ESTATE (frozen) or SL_ENOMEM. */
-SL_API int sl_schema_set_meta(sl_schema *s, const char *key,
-                              const char *value);
+SL_API int sl_schema_set_meta(sl_schema *s, const char *key, const char *value);
 /* The metadata value for `key` (borrowed, lives as long as the schema), or
  * NULL. */
 SL_API const char *sl_schema_meta(const sl_schema *s, const char *key);
@@ -475,8 +474,7 @@ SL_API int sl_chain(sl_reader **readers, size_t n, sl_reader **out);
  * Field names must be distinct (SL_EINVAL).  Readers ending at different
  * times is SL_ELENGTH, unless `truncate`: the pass then ends with the
  * shortest. */
-SL_API int sl_zip(sl_reader **readers, size_t n, int truncate,
-                  sl_reader **out);
+SL_API int sl_zip(sl_reader **readers, size_t n, int truncate, sl_reader **out);
 /* The first complete pass is kept in memory and replayed on later passes
  * (upstream is not read again).  A reset before the first pass completes
  * discards the partial cache and restarts upstream. */
@@ -540,10 +538,9 @@ SL_API void sl_channel_abort(sl_channel *ch, int code, const char *msg);
  * it still holds.  No thread may be blocked on it. */
 SL_API void sl_channel_reopen(sl_channel *ch);
 
-SL_API size_t sl_channel_len(sl_channel *ch);      /* samples held now */
-SL_API size_t sl_channel_bytes(sl_channel *ch);    /* payload bytes held */
+SL_API size_t sl_channel_len(sl_channel *ch);   /* samples held now */
+SL_API size_t sl_channel_bytes(sl_channel *ch); /* payload bytes held */
 SL_API size_t sl_channel_capacity(const sl_channel *ch);
-
 
 /* ------------------------------------------------------------------------ */
 /* SLR record files (format: docs/FORMAT.md)                                 */
@@ -586,7 +583,7 @@ typedef struct sl_slr_file sl_slr_file;
 
 /* What happens when a chunk fails a check while reading sequentially. */
 typedef enum sl_corrupt_policy {
-  SL_CORRUPT_FAIL = 0, /* SL_ECORRUPT naming file, chunk and offset */
+  SL_CORRUPT_FAIL = 0,      /* SL_ECORRUPT naming file, chunk and offset */
   SL_CORRUPT_SKIP_CHUNK = 1 /* skip the chunk, count it; fail past the cap */
 } sl_corrupt_policy;
 
@@ -618,8 +615,8 @@ typedef struct sl_slr_chunk_info {
   uint64_t offset;       /* of the chunk header */
   uint64_t first_record; /* number of the chunk's first record in the file */
   uint32_t records;
-  uint64_t stored_size;  /* compressed payload bytes (0 if not read yet) */
-  uint64_t raw_size;     /* decompressed payload bytes (0 if not read yet) */
+  uint64_t stored_size; /* compressed payload bytes (0 if not read yet) */
+  uint64_t raw_size;    /* decompressed payload bytes (0 if not read yet) */
 } sl_slr_chunk_info;
 /* Index entry of chunk `c` (from the index; stored/raw sizes come from the
  * chunk header, which this call reads and checks).  SL_EINVAL out of range,

@@ -34,38 +34,41 @@ void test_fail(const char *file, int line, const char *fmt, ...)
 
 #define ASSERT_EQ(a, b)                                                        \
   do {                                                                         \
-    long long a_ = (long long)(a), b_ = (long long)(b);                        \
-    if (a_ != b_)                                                              \
-      test_fail(__FILE__, __LINE__, "%s == %s: %lld != %lld", #a, #b, a_,      \
-                b_);                                                           \
+    long long sl_t_a_ = (long long)(a), sl_t_b_ = (long long)(b);              \
+    if (sl_t_a_ != sl_t_b_)                                                    \
+      test_fail(__FILE__, __LINE__, "%s == %s: %lld != %lld", #a, #b, sl_t_a_, \
+                sl_t_b_);                                                      \
   } while (0)
 
 #define ASSERT_NE(a, b)                                                        \
   do {                                                                         \
-    long long a_ = (long long)(a), b_ = (long long)(b);                        \
-    if (a_ == b_)                                                              \
-      test_fail(__FILE__, __LINE__, "%s != %s: both %lld", #a, #b, a_);        \
+    long long sl_t_a_ = (long long)(a), sl_t_b_ = (long long)(b);              \
+    if (sl_t_a_ == sl_t_b_)                                                    \
+      test_fail(__FILE__, __LINE__, "%s != %s: both %lld", #a, #b, sl_t_a_);   \
   } while (0)
 
 #define ASSERT_GE(a, b)                                                        \
   do {                                                                         \
-    long long a_ = (long long)(a), b_ = (long long)(b);                        \
-    if (!(a_ >= b_))                                                           \
-      test_fail(__FILE__, __LINE__, "%s >= %s: %lld < %lld", #a, #b, a_, b_);  \
+    long long sl_t_a_ = (long long)(a), sl_t_b_ = (long long)(b);              \
+    if (!(sl_t_a_ >= sl_t_b_))                                                 \
+      test_fail(__FILE__, __LINE__, "%s >= %s: %lld < %lld", #a, #b, sl_t_a_,  \
+                sl_t_b_);                                                      \
   } while (0)
 
 #define ASSERT_LE(a, b)                                                        \
   do {                                                                         \
-    long long a_ = (long long)(a), b_ = (long long)(b);                        \
-    if (!(a_ <= b_))                                                           \
-      test_fail(__FILE__, __LINE__, "%s <= %s: %lld > %lld", #a, #b, a_, b_);  \
+    long long sl_t_a_ = (long long)(a), sl_t_b_ = (long long)(b);              \
+    if (!(sl_t_a_ <= sl_t_b_))                                                 \
+      test_fail(__FILE__, __LINE__, "%s <= %s: %lld > %lld", #a, #b, sl_t_a_,  \
+                sl_t_b_);                                                      \
   } while (0)
 
 #define ASSERT_PTR_EQ(a, b)                                                    \
   do {                                                                         \
-    const void *a_ = (a), *b_ = (b);                                           \
-    if (a_ != b_)                                                              \
-      test_fail(__FILE__, __LINE__, "%s == %s: %p != %p", #a, #b, a_, b_);     \
+    const void *sl_t_a_ = (a), *sl_t_b_ = (b);                                 \
+    if (sl_t_a_ != sl_t_b_)                                                    \
+      test_fail(__FILE__, __LINE__, "%s == %s: %p != %p", #a, #b, sl_t_a_,     \
+                sl_t_b_);                                                      \
   } while (0)
 
 #define ASSERT_NULL(a) ASSERT_PTR_EQ(a, NULL)
@@ -78,37 +81,38 @@ void test_fail(const char *file, int line, const char *fmt, ...)
 
 #define ASSERT_STREQ(a, b)                                                     \
   do {                                                                         \
-    const char *a_ = (a), *b_ = (b);                                           \
-    if (!a_ || !b_ || strcmp(a_, b_) != 0)                                     \
+    const char *sl_t_a_ = (a), *sl_t_b_ = (b);                                 \
+    if (!sl_t_a_ || !sl_t_b_ || strcmp(sl_t_a_, sl_t_b_) != 0)                 \
       test_fail(__FILE__, __LINE__, "%s == %s: \"%s\" != \"%s\"", #a, #b,      \
-                a_ ? a_ : "(null)", b_ ? b_ : "(null)");                       \
+                sl_t_a_ ? sl_t_a_ : "(null)", sl_t_b_ ? sl_t_b_ : "(null)");   \
   } while (0)
 
 /* `hay` contains `needle`. */
 #define ASSERT_CONTAINS(hay, needle)                                           \
   do {                                                                         \
-    const char *h_ = (hay), *n_ = (needle);                                    \
-    if (!h_ || !strstr(h_, n_))                                                \
-      test_fail(__FILE__, __LINE__, "%s does not contain \"%s\": \"%s\"", #hay, \
-                n_, h_ ? h_ : "(null)");                                       \
+    const char *sl_t_h_ = (hay), *sl_t_n_ = (needle);                          \
+    if (!sl_t_h_ || !strstr(sl_t_h_, sl_t_n_))                                 \
+      test_fail(__FILE__, __LINE__, "%s does not contain \"%s\": \"%s\"",      \
+                #hay, sl_t_n_, sl_t_h_ ? sl_t_h_ : "(null)");                  \
   } while (0)
 
 /* A sluice call returns SL_OK (or any non-negative value). */
 #define ASSERT_OK(expr)                                                        \
   do {                                                                         \
-    int rc_ = (expr);                                                          \
-    if (rc_ < 0)                                                               \
+    int sl_t_rc_ = (expr);                                                     \
+    if (sl_t_rc_ < 0)                                                          \
       test_fail(__FILE__, __LINE__, "%s failed: %s (%s)", #expr,               \
-                sl_err_name(rc_), sl_last_error());                            \
+                sl_err_name(sl_t_rc_), sl_last_error());                       \
   } while (0)
 
 /* A sluice call returns exactly `code`. */
 #define ASSERT_RC(expr, code)                                                  \
   do {                                                                         \
-    int rc_ = (expr), want_ = (code);                                          \
-    if (rc_ != want_)                                                          \
+    int sl_t_rc_ = (expr), sl_t_want_ = (code);                                \
+    if (sl_t_rc_ != sl_t_want_)                                                \
       test_fail(__FILE__, __LINE__, "%s: got %s, want %s (last error: %s)",    \
-                #expr, sl_err_name(rc_), sl_err_name(want_), sl_last_error());  \
+                #expr, sl_err_name(sl_t_rc_), sl_err_name(sl_t_want_),         \
+                sl_last_error());                                              \
   } while (0)
 
 #endif

@@ -14,9 +14,9 @@ TEST(error_names_and_descriptions) {
   ASSERT_STREQ(sl_strerror(SL_ECORRUPT), "corrupt data");
   ASSERT_STREQ(sl_strerror(12345), "unknown error");
   /* Every code the issue names exists and is negative except OK. */
-  int codes[] = {SL_EOF,    SL_ENOMEM,  SL_EINVAL,       SL_EIO,
-                 SL_ECORRUPT, SL_ESHAPE, SL_ECLOSED,     SL_EKILLED,
-                 SL_EUNSUPPORTED, SL_ELUA, SL_ECUDA};
+  int codes[] = {SL_EOF,          SL_ENOMEM, SL_EINVAL,  SL_EIO,
+                 SL_ECORRUPT,     SL_ESHAPE, SL_ECLOSED, SL_EKILLED,
+                 SL_EUNSUPPORTED, SL_ELUA,   SL_ECUDA};
   for (size_t i = 0; i < sizeof codes / sizeof codes[0]; i++) {
     ASSERT_TRUE(codes[i] < 0);
     ASSERT_TRUE(strcmp(sl_err_name(codes[i]), "SL_UNKNOWN") != 0);
@@ -98,7 +98,8 @@ TEST(buffers_are_aligned_refcounted_and_wrappable) {
   sl_buffer_release(sl_buffer_retain(b));
   sl_buffer_release(b);
   sl_buffer *z = sl_buffer_new_zero(33);
-  for (int i = 0; i < 33; i++) ASSERT_EQ(((unsigned char *)sl_buffer_data(z))[i], 0);
+  for (int i = 0; i < 33; i++)
+    ASSERT_EQ(((unsigned char *)sl_buffer_data(z))[i], 0);
   sl_buffer_release(z);
   sl_buffer_release(NULL);
 

@@ -60,7 +60,8 @@ TEST(array_source_replays_and_checks_schemas) {
   sl_reader *src;
   ASSERT_OK(sl_reader_range(4, &src));
   sl_sample *items[4];
-  for (int i = 0; i < 4; i++) ASSERT_OK(sl_reader_next(src, &items[i]));
+  for (int i = 0; i < 4; i++)
+    ASSERT_OK(sl_reader_next(src, &items[i]));
   sl_reader *r;
   ASSERT_OK(sl_reader_from_array(items, 4, NULL, &r));
   for (int pass = 0; pass < 2; pass++) {
@@ -92,7 +93,8 @@ TEST(array_source_replays_and_checks_schemas) {
   sl_reader_destroy(r);
   sl_sample_release(odd);
   sl_schema_release(other);
-  for (int i = 0; i < 4; i++) sl_sample_release(items[i]);
+  for (int i = 0; i < 4; i++)
+    sl_sample_release(items[i]);
   sl_reader_destroy(src);
 }
 
@@ -167,8 +169,8 @@ TEST(errors_are_sticky_with_their_message_until_reset) {
 TEST(generator_without_reset_is_unsupported_on_reset) {
   gen g = {i64_schema(), 0, 1, 0, 0, 0};
   sl_reader *r;
-  ASSERT_OK(sl_reader_from_generator(g.schema, gen_next, NULL, gen_free, &g,
-                                     &r));
+  ASSERT_OK(
+      sl_reader_from_generator(g.schema, gen_next, NULL, gen_free, &g, &r));
   ASSERT_RC(sl_reader_reset(r), SL_EUNSUPPORTED);
   ASSERT_STREQ(sl_last_error(), "generator: no reset callback was given");
   sl_sample *s;
@@ -195,8 +197,8 @@ static int bad_shape_next(void *ud, sl_sample **out) {
 TEST(generator_output_is_checked_against_its_schema) {
   sl_schema *schema = i64_schema();
   sl_reader *r;
-  ASSERT_OK(sl_reader_from_generator(schema, bad_shape_next, NULL, NULL, NULL,
-                                     &r));
+  ASSERT_OK(
+      sl_reader_from_generator(schema, bad_shape_next, NULL, NULL, NULL, &r));
   sl_sample *s;
   ASSERT_RC(sl_reader_next(r, &s), SL_ESHAPE);
   ASSERT_STREQ(sl_last_error(), "generator: sample schema {i: i64[2]} does "

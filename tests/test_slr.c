@@ -10,7 +10,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* --- fixtures ---------------------------------------------------------------- */
+/* --- fixtures ----------------------------------------------------------------
+ */
 
 static char g_dir[256];
 
@@ -55,11 +56,13 @@ static sl_sample *make_record(sl_schema *s, int64_t i) {
   sl_sample *r = sl_sample_new(s);
   float *x;
   ASSERT_OK(sl_sample_alloc(r, 0, 1, (int64_t[]){3}, (void **)&x));
-  for (int k = 0; k < 3; k++) x[k] = (float)i * 0.5f + (float)k;
+  for (int k = 0; k < 3; k++)
+    x[k] = (float)i * 0.5f + (float)k;
   int64_t nt = i % 7;
   int32_t *t;
   ASSERT_OK(sl_sample_alloc(r, 1, 1, &nt, (void **)&t));
-  for (int64_t k = 0; k < nt; k++) t[k] = (int32_t)(i * 100 + k);
+  for (int64_t k = 0; k < nt; k++)
+    t[k] = (int32_t)(i * 100 + k);
   char text[32];
   int64_t nb = snprintf(text, sizeof text, "rec-%lld", (long long)i) - (i % 2);
   char *b;
@@ -75,15 +78,18 @@ static void check_record(const sl_sample *r, int64_t i) {
   sl_schema *s = mixed_schema();
   sl_sample *want = make_record(s, i);
   for (int f = 0; f < 4; f++) {
-    const sl_tensor *a = sl_sample_at_const(r, f), *b = sl_sample_at_const(want, f);
+    const sl_tensor *a = sl_sample_at_const(r, f),
+                    *b = sl_sample_at_const(want, f);
     ASSERT_EQ(a->dtype, b->dtype);
     ASSERT_EQ(a->rank, b->rank);
-    for (int d = 0; d < a->rank; d++) ASSERT_EQ(a->shape[d], b->shape[d]);
+    for (int d = 0; d < a->rank; d++)
+      ASSERT_EQ(a->shape[d], b->shape[d]);
     ASSERT_EQ(a->nbytes, b->nbytes);
     if (a->nbytes) ASSERT_EQ(memcmp(a->data, b->data, a->nbytes), 0);
     /* Zero-copy views are aligned for their dtype. */
-    ASSERT_EQ((uintptr_t)a->data % (sl_dtype_size(a->dtype) < 8
-                                        ? sl_dtype_size(a->dtype) : 8), 0);
+    ASSERT_EQ((uintptr_t)a->data %
+                  (sl_dtype_size(a->dtype) < 8 ? sl_dtype_size(a->dtype) : 8),
+              0);
   }
   sl_sample_release(want);
   sl_schema_release(s);
@@ -124,12 +130,14 @@ static void spill(const char *path, const unsigned char *b, size_t n) {
   fclose(f);
 }
 
-/* --- CRC32C -------------------------------------------------------------------- */
+/* --- CRC32C
+ * -------------------------------------------------------------------- */
 
 TEST(crc32c_known_vectors_hw_and_sw) {
   unsigned char zeros[32] = {0}, ones[32], inc[32];
   memset(ones, 0xff, sizeof ones);
-  for (int i = 0; i < 32; i++) inc[i] = (unsigned char)i;
+  for (int i = 0; i < 32; i++)
+    inc[i] = (unsigned char)i;
   ASSERT_EQ(sl__crc32c(0, "123456789", 9), 0xE3069283u);
   ASSERT_EQ(sl__crc32c_sw(0, "123456789", 9), 0xE3069283u);
   ASSERT_EQ(sl__crc32c(0, zeros, 32), 0x8A9136AAu);
@@ -141,7 +149,8 @@ TEST(crc32c_known_vectors_hw_and_sw) {
   ASSERT_EQ(sl__crc32c(0, "", 0), 0);
   /* Incremental equals one-shot, at every split and misalignment. */
   unsigned char buf[301];
-  for (int i = 0; i < 301; i++) buf[i] = (unsigned char)(i * 37 + 11);
+  for (int i = 0; i < 301; i++)
+    buf[i] = (unsigned char)(i * 37 + 11);
   uint32_t whole = sl__crc32c_sw(0, buf, 301);
   for (size_t cut = 0; cut <= 301; cut += 7) {
     ASSERT_EQ(sl__crc32c(sl__crc32c(0, buf, cut), buf + cut, 301 - cut), whole);
@@ -151,7 +160,8 @@ TEST(crc32c_known_vectors_hw_and_sw) {
   printf("crc32c hardware path: %s\n", sl__crc32c_hw() ? "yes" : "no");
 }
 
-/* --- round trips ---------------------------------------------------------------- */
+/* --- round trips
+ * ---------------------------------------------------------------- */
 
 TEST(roundtrip_sequential_random_and_ranges) {
   const char *path = tmppath("rt.slr");
@@ -210,7 +220,8 @@ TEST(roundtrip_sequential_random_and_ranges) {
   /* Chunk ranges partition the file. */
   int64_t next = 0;
   for (uint64_t c = 0; c < 16; c += 5) {
-    ASSERT_OK(sl_slr_reader_chunks(path, NULL, c, c + 5 <= 16 ? 5 : 16 - c, &rd));
+    ASSERT_OK(
+        sl_slr_reader_chunks(path, NULL, c, c + 5 <= 16 ? 5 : 16 - c, &rd));
     while (sl_reader_next(rd, &r) == SL_OK) {
       check_record(r, next++);
       sl_sample_release(r);
@@ -326,7 +337,8 @@ TEST(unfinished_write_leaves_no_file_under_the_final_name) {
   sl_schema_release(s);
 }
 
-/* --- bad files -------------------------------------------------------------------- */
+/* --- bad files
+ * -------------------------------------------------------------------- */
 
 TEST(open_reports_missing_short_and_foreign_files) {
   sl_slr_file *f;
@@ -542,7 +554,8 @@ TEST(io_errors_at_every_read_are_reported) {
   ASSERT_GE(successes, 1); /* past the last read, the whole file verifies */
 }
 
-/* --- golden file -------------------------------------------------------------------- */
+/* --- golden file
+ * -------------------------------------------------------------------- */
 
 #define GOLDEN SLUICE_SOURCE_DIR "/tests/data/golden-v1.slr"
 

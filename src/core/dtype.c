@@ -1,17 +1,16 @@
 /* dtype.c - element sizes and names of the dtypes. */
 #include "internal.h"
 
-static const size_t k_size[SL_DTYPE_COUNT] = {
-    [SL_DTYPE_INVALID] = 0,
+static const size_t k_size[SL_DTYPE_COUNT] = {[SL_DTYPE_INVALID] = 0,
 #define SL__DT_SIZE(name, lname, size) [SL_##name] = size,
-    SL_DTYPE_MAP(SL__DT_SIZE)
+                                              SL_DTYPE_MAP(SL__DT_SIZE)
 #undef SL__DT_SIZE
 };
 
-static const char *const k_name[SL_DTYPE_COUNT] = {
-    [SL_DTYPE_INVALID] = "invalid",
+static const char *const k_name[SL_DTYPE_COUNT] = {[SL_DTYPE_INVALID] =
+                                                       "invalid",
 #define SL__DT_NAME(name, lname, size) [SL_##name] = #lname,
-    SL_DTYPE_MAP(SL__DT_NAME)
+                                                   SL_DTYPE_MAP(SL__DT_NAME)
 #undef SL__DT_NAME
 };
 

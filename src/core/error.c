@@ -71,6 +71,10 @@ int sl_wrap_error(int code, const char *fmt, ...) {
   return code;
 }
 
+void sl__error_forget_code(void) {
+  t_code = SL_OK;
+}
+
 char *sl__error_dup(void) {
   return sl__strdup(t_msg);
 }

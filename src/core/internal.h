@@ -50,6 +50,10 @@ long sl__alloc_fail_after(long n);
  * (NULL on allocation failure).  Used to carry errors across threads. */
 char *sl__error_dup(void);
 
+/* Forgets the code of the last error (not its text), so that a caller can
+ * tell whether a callee that failed set a message of its own. */
+void sl__error_forget_code(void);
+
 /* --- refcounts ------------------------------------------------------------ */
 typedef atomic_int sl__refcnt;
 static inline void sl__ref_init(sl__refcnt *r) {

@@ -27,7 +27,8 @@ sl_sample *sl_sample_new(sl_schema *schema) {
   sl_schema_freeze(schema);
   s->schema = sl_schema_retain(schema);
   memset(s->fields, 0, (size_t)n * sizeof(sl_tensor));
-  for (int i = 0; i < n; i++) s->fields[i].dtype = sl_schema_field_dtype(schema, i);
+  for (int i = 0; i < n; i++)
+    s->fields[i].dtype = sl_schema_field_dtype(schema, i);
   return s;
 }
 
@@ -47,8 +48,7 @@ void sl_sample_release(sl_sample *s) {
 }
 
 int sl_sample_refcount(const sl_sample *s) {
-  return s ? atomic_load_explicit(&((sl_sample *)s)->refs,
-                                  memory_order_relaxed)
+  return s ? atomic_load_explicit(&((sl_sample *)s)->refs, memory_order_relaxed)
            : 0;
 }
 
@@ -126,7 +126,8 @@ size_t sl_sample_nbytes(const sl_sample *s) {
   if (!s) return 0;
   size_t n = 0;
   for (int i = 0; i < s->nfields; i++)
-    n += s->fields[i].nbytes +
-         (s->fields[i].lod ? (size_t)s->fields[i].lod_len * sizeof(int64_t) : 0);
+    n +=
+        s->fields[i].nbytes +
+        (s->fields[i].lod ? (size_t)s->fields[i].lod_len * sizeof(int64_t) : 0);
   return n;
 }

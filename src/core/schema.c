@@ -80,7 +80,8 @@ int sl_schema_add(sl_schema *s, const char *name, sl_dtype dtype, int rank,
   memcpy(f->name, name, strlen(name) + 1);
   f->dtype = dtype;
   f->rank = rank;
-  for (int i = 0; i < rank; i++) f->shape[i] = shape[i];
+  for (int i = 0; i < rank; i++)
+    f->shape[i] = shape[i];
   f->var = var;
   return s->nfields++;
 }

@@ -37,7 +37,8 @@ static void set_shape(sl_tensor *t, sl_dtype dtype, int rank,
   memset(t, 0, sizeof *t);
   t->dtype = dtype;
   t->rank = rank;
-  for (int i = 0; i < rank; i++) t->shape[i] = shape[i];
+  for (int i = 0; i < rank; i++)
+    t->shape[i] = shape[i];
   t->nbytes = nbytes;
 }
 
@@ -60,8 +61,8 @@ int sl_tensor_alloc(sl_tensor *t, sl_dtype dtype, int rank,
   return SL_OK;
 }
 
-int sl_tensor_view(sl_tensor *t, sl_dtype dtype, int rank,
-                   const int64_t *shape, sl_buffer *buf, size_t offset) {
+int sl_tensor_view(sl_tensor *t, sl_dtype dtype, int rank, const int64_t *shape,
+                   sl_buffer *buf, size_t offset) {
   size_t nbytes = 0;
   SL_FORWARD_IF_ERROR(check_layout("tensor view", dtype, rank, shape, &nbytes));
   size_t have = sl_buffer_size(buf);

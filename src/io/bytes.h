@@ -22,10 +22,12 @@ static inline void sl__put16(unsigned char *p, uint16_t v) {
   p[1] = (unsigned char)(v >> 8);
 }
 static inline void sl__put32(unsigned char *p, uint32_t v) {
-  for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
+  for (int i = 0; i < 4; i++)
+    p[i] = (unsigned char)(v >> (8 * i));
 }
 static inline void sl__put64(unsigned char *p, uint64_t v) {
-  for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
+  for (int i = 0; i < 8; i++)
+    p[i] = (unsigned char)(v >> (8 * i));
 }
 
 /* *r = a + b; false on overflow. */

@@ -19,12 +19,14 @@ static int g_hw;
 static void init(void) {
   for (uint32_t i = 0; i < 256; i++) {
     uint32_t c = i;
-    for (int k = 0; k < 8; k++) c = (c >> 1) ^ (POLY & (0u - (c & 1)));
+    for (int k = 0; k < 8; k++)
+      c = (c >> 1) ^ (POLY & (0u - (c & 1)));
     g_table[0][i] = c;
   }
   for (uint32_t i = 0; i < 256; i++)
     for (int t = 1; t < 8; t++)
-      g_table[t][i] = (g_table[t - 1][i] >> 8) ^ g_table[0][g_table[t - 1][i] & 0xff];
+      g_table[t][i] =
+          (g_table[t - 1][i] >> 8) ^ g_table[0][g_table[t - 1][i] & 0xff];
 #if defined(__x86_64__) && defined(__GNUC__)
   __builtin_cpu_init();
   g_hw = __builtin_cpu_supports("sse4.2");
@@ -46,14 +48,14 @@ uint32_t sl__crc32c_sw(uint32_t crc, const void *data, size_t n) {
     p += 8;
     n -= 8;
   }
-  while (n--) crc = (crc >> 8) ^ g_table[0][(crc ^ *p++) & 0xff];
+  while (n--)
+    crc = (crc >> 8) ^ g_table[0][(crc ^ *p++) & 0xff];
   return ~crc;
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
-__attribute__((target("sse4.2"))) static uint32_t crc_hw(uint32_t crc,
-                                                          const void *data,
-                                                          size_t n) {
+__attribute__((target("sse4.2"))) static uint32_t
+crc_hw(uint32_t crc, const void *data, size_t n) {
   const unsigned char *p = data;
   uint64_t c = ~crc;
   while (n && ((uintptr_t)p & 7)) {
@@ -67,7 +69,8 @@ __attribute__((target("sse4.2"))) static uint32_t crc_hw(uint32_t crc,
     p += 8;
     n -= 8;
   }
-  while (n--) c = __builtin_ia32_crc32qi((uint32_t)c, *p++);
+  while (n--)
+    c = __builtin_ia32_crc32qi((uint32_t)c, *p++);
   return ~(uint32_t)c;
 }
 #endif

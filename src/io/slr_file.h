@@ -13,11 +13,11 @@ int sl__slr_open_source(sl__source *src, const sl_slr_open_opts *opts,
 /* A decoded chunk: the raw payload in a refcounted buffer and where its
  * records are.  Valid until the next load on the same file. */
 typedef struct slr_chunk {
-  uint64_t index;      /* chunk number */
+  uint64_t index; /* chunk number */
   uint32_t records;
-  sl_buffer *raw;      /* retained by the file's cache */
+  sl_buffer *raw;            /* retained by the file's cache */
   const unsigned char *ends; /* u32 end offsets (little-endian) */
-  size_t body;         /* byte offset of the body in raw */
+  size_t body;               /* byte offset of the body in raw */
 } slr_chunk;
 
 /* Loads and fully checks chunk c (reusing the cached decode when it is the

@@ -18,30 +18,30 @@
 /* Feature bits known to this version (none yet). */
 #define SLR_KNOWN_REQUIRED 0u
 
-extern const unsigned char sl__slr_magic[8];      /* file header */
-extern const unsigned char sl__slr_end_magic[8];  /* footer */
-#define SLR_CHUNK_MAGIC 0x4B434C53u  /* "SLCK" */
-#define SLR_SCHEMA_MAGIC 0x43534C53u /* "SLSC" */
-#define SLR_INDEX_MAGIC 0x58494C53u  /* "SLIX" */
+extern const unsigned char sl__slr_magic[8];     /* file header */
+extern const unsigned char sl__slr_end_magic[8]; /* footer */
+#define SLR_CHUNK_MAGIC 0x4B434C53u              /* "SLCK" */
+#define SLR_SCHEMA_MAGIC 0x43534C53u             /* "SLSC" */
+#define SLR_INDEX_MAGIC 0x58494C53u              /* "SLIX" */
 
 /* Largest dimension a record may declare (guards size arithmetic). */
 #define SLR_MAX_DIM ((uint64_t)1 << 40)
 
 /* Where each field of a record lives, computed once from the schema. */
 typedef struct slr_field_layout {
-  bool var;           /* has a -1 dimension */
+  bool var; /* has a -1 dimension */
   int rank;
   int64_t shape[SL_MAX_RANK];
   int first_dim_slot; /* index of its first -1 dim in the dims block */
   size_t esize, align;
-  size_t offset;      /* fixed fields: byte offset in every record */
-  size_t nbytes;      /* fixed fields: data size */
+  size_t offset; /* fixed fields: byte offset in every record */
+  size_t nbytes; /* fixed fields: data size */
 } slr_field_layout;
 
 typedef struct slr_layout {
   int nfields;
-  int ndims;         /* V: -1 dimensions in the whole schema */
-  size_t fixed_end;  /* dims block + fixed fields: variable data starts here */
+  int ndims;        /* V: -1 dimensions in the whole schema */
+  size_t fixed_end; /* dims block + fixed fields: variable data starts here */
   slr_field_layout *f;
 } slr_layout;
 

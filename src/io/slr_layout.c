@@ -8,7 +8,7 @@
  */
 #include "io/slr_format.h"
 
-const unsigned char sl__slr_magic[8] = {0x89, 'S', 'L', 'R',
+const unsigned char sl__slr_magic[8] = {0x89, 'S',  'L',  'R',
                                         '\r', '\n', 0x1a, '\n'};
 const unsigned char sl__slr_end_magic[8] = {'S', 'L', 'R', 'E',
                                             'N', 'D', '0', '1'};

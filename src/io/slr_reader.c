@@ -28,7 +28,7 @@ struct sl_slr_file {
   ZSTD_DCtx *dctx;
   unsigned char *stored; /* reused buffer for compressed payloads */
   size_t stored_cap;
-  slr_chunk cache;       /* the last chunk decoded (cache.raw != NULL) */
+  slr_chunk cache; /* the last chunk decoded (cache.raw != NULL) */
   uint64_t bad_chunks;
 };
 
@@ -166,7 +166,8 @@ static int parse_schema(sl_slr_file *f, const unsigned char *b, uint64_t len) {
                        rank);
     NEED(8 * (size_t)rank);
     int64_t shape[SL_MAX_RANK];
-    for (int d = 0; d < rank; d++, p += 8) shape[d] = (int64_t)sl__get64(p);
+    for (int d = 0; d < rank; d++, p += 8)
+      shape[d] = (int64_t)sl__get64(p);
     int rc = sl_schema_add(f->schema, name, (sl_dtype)dt, rank, shape);
     if (rc < 0)
       return sl_set_error(SL_ECORRUPT, "%s: schema block: %s", WHERE(f),
@@ -216,15 +217,14 @@ static int parse_schema(sl_slr_file *f, const unsigned char *b, uint64_t len) {
 
 static int parse_index(sl_slr_file *f, const unsigned char *b, uint64_t len) {
   uint64_t n = sl__get64(b + 8), want;
-  SL_RETURN_ERROR_IF(n != f->nchunks || !sl__mul_ok(n, SLR_INDEX_ENTRY_SIZE,
-                                                    &want) ||
-                         want + 20 != len || sl__get32(b + 4) != 0,
-                     SL_ECORRUPT,
-                     "%s: index block at offset %llu: %llu chunks do not "
-                     "match its size %llu or the footer's %llu chunks",
-                     WHERE(f), (unsigned long long)f->index_off,
-                     (unsigned long long)n, (unsigned long long)len,
-                     (unsigned long long)f->nchunks);
+  SL_RETURN_ERROR_IF(
+      n != f->nchunks || !sl__mul_ok(n, SLR_INDEX_ENTRY_SIZE, &want) ||
+          want + 20 != len || sl__get32(b + 4) != 0,
+      SL_ECORRUPT,
+      "%s: index block at offset %llu: %llu chunks do not "
+      "match its size %llu or the footer's %llu chunks",
+      WHERE(f), (unsigned long long)f->index_off, (unsigned long long)n,
+      (unsigned long long)len, (unsigned long long)f->nchunks);
   f->index = sl__malloc((size_t)(n ? n : 1) * sizeof *f->index);
   SL_RETURN_ERROR_IF(!f->index, SL_ENOMEM, "%s: cannot allocate the index",
                      WHERE(f));
@@ -248,12 +248,11 @@ static int parse_index(sl_slr_file *f, const unsigned char *b, uint64_t len) {
     min_off = x->offset + SLR_CHUNK_HEADER_SIZE;
     next_record += x->records;
   }
-  SL_RETURN_ERROR_IF(next_record != f->records ||
-                         (n == 0 && f->schema_off != SLR_HEADER_SIZE),
-                     SL_ECORRUPT,
-                     "%s: the index counts %llu records, the footer %llu",
-                     WHERE(f), (unsigned long long)next_record,
-                     (unsigned long long)f->records);
+  SL_RETURN_ERROR_IF(
+      next_record != f->records || (n == 0 && f->schema_off != SLR_HEADER_SIZE),
+      SL_ECORRUPT, "%s: the index counts %llu records, the footer %llu",
+      WHERE(f), (unsigned long long)next_record,
+      (unsigned long long)f->records);
   return SL_OK;
 }
 
@@ -272,7 +271,8 @@ int sl__slr_open_source(sl__source *src, const sl_slr_open_opts *opts,
   int rc = SL_OK;
   unsigned char *blk = NULL;
   if (f->src->size < SLR_HEADER_SIZE + SLR_FOOTER_SIZE) {
-    rc = sl_set_error(SL_ECORRUPT, "%s: %llu bytes is too short for an SLR "
+    rc = sl_set_error(SL_ECORRUPT,
+                      "%s: %llu bytes is too short for an SLR "
                       "file (truncated?)",
                       WHERE(f), (unsigned long long)f->src->size);
     goto fail;
@@ -351,8 +351,8 @@ int sl__slr_count_bad(sl_slr_file *f) {
   return sl_set_error(SL_ECORRUPT,
                       "%llu corrupt chunks skipped, more than the cap of %u; "
                       "last: %s",
-                      (unsigned long long)f->bad_chunks,
-                      f->opts.max_bad_chunks, last);
+                      (unsigned long long)f->bad_chunks, f->opts.max_bad_chunks,
+                      last);
 }
 
 uint64_t sl_slr_chunk_of(const sl_slr_file *f, uint64_t k) {
@@ -386,8 +386,7 @@ static int chunk_header(sl_slr_file *f, uint64_t c, uint64_t *stored,
   if (crc != sl__get32(h + 36))
     CHUNK_FAIL("header CRC mismatch (stored 0x%08x, computed 0x%08x)",
                sl__get32(h + 36), crc);
-  if (crc != x->header_crc)
-    CHUNK_FAIL("header does not match its index entry");
+  if (crc != x->header_crc) CHUNK_FAIL("header does not match its index entry");
   if (sl__get32(h) != SLR_CHUNK_MAGIC) CHUNK_FAIL("bad chunk magic");
   if (sl__get32(h + 24) != (uint32_t)c)
     CHUNK_FAIL("sequence number %u, expected %llu", sl__get32(h + 24),
@@ -399,8 +398,8 @@ static int chunk_header(sl_slr_file *f, uint64_t c, uint64_t *stored,
   *stored = sl__get64(h + 8);
   *raw = sl__get64(h + 16);
   *payload_crc = sl__get32(h + 32);
-  uint64_t end, want_end = c + 1 < f->nchunks ? f->index[c + 1].offset
-                                              : f->schema_off;
+  uint64_t end,
+      want_end = c + 1 < f->nchunks ? f->index[c + 1].offset : f->schema_off;
   if (*stored > f->opts.max_chunk_bytes || *raw > f->opts.max_chunk_bytes)
     CHUNK_FAIL("stored size %llu or raw size %llu exceeds the limit of %llu",
                (unsigned long long)*stored, (unsigned long long)*raw,
@@ -464,7 +463,8 @@ int sl__slr_load_chunk(sl_slr_file *f, uint64_t c, const slr_chunk **out) {
   SL_FORWARD_IF_ERROR(chunk_header(f, c, &stored, &raw, &pcrc));
   if (stored > f->stored_cap) {
     unsigned char *p = sl__realloc(f->stored, (size_t)stored);
-    SL_RETURN_ERROR_IF(!p, SL_ENOMEM, "%s: cannot allocate %llu bytes for "
+    SL_RETURN_ERROR_IF(!p, SL_ENOMEM,
+                       "%s: cannot allocate %llu bytes for "
                        "chunk %llu",
                        WHERE(f), (unsigned long long)stored,
                        (unsigned long long)c);
@@ -478,8 +478,7 @@ int sl__slr_load_chunk(sl_slr_file *f, uint64_t c, const slr_chunk **out) {
     CHUNK_FAIL("payload CRC mismatch (stored 0x%08x, computed 0x%08x)", pcrc,
                crc);
   unsigned long long declared = ZSTD_getFrameContentSize(f->stored, stored);
-  if (declared != raw)
-  {
+  if (declared != raw) {
     if (declared == ZSTD_CONTENTSIZE_UNKNOWN ||
         declared == ZSTD_CONTENTSIZE_ERROR)
       CHUNK_FAIL("payload is not a zstd frame with a declared size");
@@ -522,9 +521,8 @@ int sl_slr_read(sl_slr_file *f, uint64_t k, sl_sample **out) {
   SL_RETURN_ERROR_IF(!f || !out, SL_EINVAL, "slr: NULL file or out pointer");
   *out = NULL;
   SL_RETURN_ERROR_IF(k >= f->records, SL_EINVAL,
-                     "%s: record %llu is out of range (%llu records)",
-                     WHERE(f), (unsigned long long)k,
-                     (unsigned long long)f->records);
+                     "%s: record %llu is out of range (%llu records)", WHERE(f),
+                     (unsigned long long)k, (unsigned long long)f->records);
   uint64_t c = sl_slr_chunk_of(f, k);
   const slr_chunk *ch;
   SL_FORWARD_IF_ERROR(sl__slr_load_chunk(f, c, &ch));

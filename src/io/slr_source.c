@@ -64,8 +64,7 @@ static void slr_destroy(void *st) {
 static const sl_reader_vtable slr_vt = {"slr", slr_next, slr_reset,
                                         slr_destroy};
 
-static int make(sl_slr_file *f, uint64_t first, uint64_t end,
-                sl_reader **out) {
+static int make(sl_slr_file *f, uint64_t first, uint64_t end, sl_reader **out) {
   slr_state *s = sl__calloc(1, sizeof *s);
   if (!s) {
     sl_slr_close(f);
@@ -85,10 +84,11 @@ int sl_slr_reader(const char *path, const sl_slr_open_opts *opts,
   SL_FORWARD_IF_ERROR(sl_slr_open(path, opts, &f));
   uint64_t n = sl_slr_records(f);
   if (first > n) {
-    int rc = sl_set_error(SL_EINVAL, "slr: %s: first record %llu is beyond "
-                          "the %llu records",
-                          path, (unsigned long long)first,
-                          (unsigned long long)n);
+    int rc =
+        sl_set_error(SL_EINVAL,
+                     "slr: %s: first record %llu is beyond "
+                     "the %llu records",
+                     path, (unsigned long long)first, (unsigned long long)n);
     sl_slr_close(f);
     return rc;
   }
@@ -105,7 +105,8 @@ int sl_slr_reader_chunks(const char *path, const sl_slr_open_opts *opts,
   SL_FORWARD_IF_ERROR(sl_slr_open(path, opts, &f));
   uint64_t nc = sl_slr_chunks(f);
   if (first_chunk > nc || nchunks > nc - first_chunk) {
-    int rc = sl_set_error(SL_EINVAL, "slr: %s: chunks [%llu, +%llu) are "
+    int rc = sl_set_error(SL_EINVAL,
+                          "slr: %s: chunks [%llu, +%llu) are "
                           "outside the %llu chunks",
                           path, (unsigned long long)first_chunk,
                           (unsigned long long)nchunks, (unsigned long long)nc);
@@ -114,8 +115,10 @@ int sl_slr_reader_chunks(const char *path, const sl_slr_open_opts *opts,
   }
   uint64_t first = 0, end = 0;
   uint32_t cnt;
-  if (first_chunk < nc) sl__slr_chunk_span(f, first_chunk, &first, &cnt);
-  else first = sl_slr_records(f);
+  if (first_chunk < nc)
+    sl__slr_chunk_span(f, first_chunk, &first, &cnt);
+  else
+    first = sl_slr_records(f);
   if (first_chunk + nchunks < nc)
     sl__slr_chunk_span(f, first_chunk + nchunks, &end, &cnt);
   else

@@ -151,7 +151,8 @@ int sl_slr_writer_open(const char *path, sl_schema *schema,
 static int grow(void **p, size_t *cap, size_t need, size_t elem) {
   if (need <= *cap) return SL_OK;
   size_t c = *cap ? *cap : 64;
-  while (c < need) c *= 2;
+  while (c < need)
+    c *= 2;
   void *q = sl__realloc(*p, c * elem);
   SL_RETURN_ERROR_IF(!q, SL_ENOMEM, "slr writer: cannot grow a buffer to %zu",
                      c * elem);
@@ -166,7 +167,8 @@ static int flush_chunk(sl_slr_writer *w) {
   size_t raw = table + w->body_len;
   unsigned char *tab = sl__calloc(1, table);
   SL_RETURN_ERROR_IF(!tab, SL_ENOMEM, "slr writer: cannot allocate a table");
-  for (uint32_t i = 0; i < w->nrec; i++) sl__put32(tab + 4 * i, w->ends[i]);
+  for (uint32_t i = 0; i < w->nrec; i++)
+    sl__put32(tab + 4 * i, w->ends[i]);
   size_t bound = ZSTD_compressBound(raw);
   size_t cap = w->out_cap;
   int rc = grow((void **)&w->out, &cap, bound, 1);
@@ -207,11 +209,11 @@ static int flush_chunk(sl_slr_writer *w) {
   uint32_t hcrc = sl__crc32c(0, h, 36);
   sl__put32(h + 36, hcrc);
   size_t icap = (size_t)w->index_cap;
-  SL_FORWARD_IF_ERROR(
-      grow((void **)&w->index, &icap, (size_t)w->nchunks + 1, sizeof *w->index));
+  SL_FORWARD_IF_ERROR(grow((void **)&w->index, &icap, (size_t)w->nchunks + 1,
+                           sizeof *w->index));
   w->index_cap = icap;
-  w->index[w->nchunks] = (index_entry){w->offset, w->records - w->nrec,
-                                       w->nrec, hcrc};
+  w->index[w->nchunks] =
+      (index_entry){w->offset, w->records - w->nrec, w->nrec, hcrc};
   SL_FORWARD_IF_ERROR(write_all(w, h, sizeof h));
   SL_FORWARD_IF_ERROR(write_all(w, w->out, ob.pos));
   w->nchunks++;
@@ -244,25 +246,26 @@ int sl_slr_writer_append(sl_slr_writer *w, const sl_sample *s) {
       return sl_wrap_error(rc, "slr writer: %s: record %llu", w->path,
                            (unsigned long long)w->records);
     if (t->nbytes && !t->data)
-      return sl_set_error(SL_EINVAL, "slr writer: field '%s' has no data",
-                          sn);
+      return sl_set_error(SL_EINVAL, "slr writer: field '%s' has no data", sn);
     if (w->layout.f[i].var)
       for (int d = 0; d < t->rank; d++)
         if ((uint64_t)t->shape[d] > SLR_MAX_DIM)
-          return sl_set_error(SL_ESHAPE, "slr writer: field '%s' dim %d is "
-                              "too large", sn, d);
+          return sl_set_error(SL_ESHAPE,
+                              "slr writer: field '%s' dim %d is "
+                              "too large",
+                              sn, d);
   }
   size_t size = sl__slr_record_size(&w->layout, s);
   SL_RETURN_ERROR_IF(size > ((size_t)1 << 30), SL_EINVAL,
                      "slr writer: %s: record %llu is %zu bytes (max 1 GiB)",
                      w->path, (unsigned long long)w->records, size);
   /* Start a new chunk first if this record would overflow the target. */
-  if (w->nrec && !w->records_per_chunk &&
-      w->body_len + size > w->chunk_bytes)
+  if (w->nrec && !w->records_per_chunk && w->body_len + size > w->chunk_bytes)
     SL_FORWARD_IF_ERROR(flush_chunk(w));
   if ((uint64_t)w->body_len + size > UINT32_MAX)
     SL_FORWARD_IF_ERROR(flush_chunk(w));
-  SL_FORWARD_IF_ERROR(grow((void **)&w->body, &w->body_cap, w->body_len + size, 1));
+  SL_FORWARD_IF_ERROR(
+      grow((void **)&w->body, &w->body_cap, w->body_len + size, 1));
   size_t ecap = w->ends_cap;
   SL_FORWARD_IF_ERROR(grow((void **)&w->ends, &ecap, (size_t)w->nrec + 1, 4));
   w->ends_cap = (uint32_t)SL_MIN(ecap, UINT32_MAX);

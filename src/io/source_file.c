@@ -22,11 +22,13 @@ static int file_read_at(sl__source *s, uint64_t off, void *buf, size_t n) {
     ssize_t k = pread(f->fd, p, n, (off_t)off);
     if (k < 0 && errno == EINTR) continue;
     if (k < 0)
-      return sl_set_error(SL_EIO, "%s: read of %zu bytes at offset %llu "
+      return sl_set_error(SL_EIO,
+                          "%s: read of %zu bytes at offset %llu "
                           "failed: %s",
                           s->name, n, (unsigned long long)off, strerror(errno));
     if (k == 0)
-      return sl_set_error(SL_EIO, "%s: file shrank: no data at offset %llu "
+      return sl_set_error(SL_EIO,
+                          "%s: file shrank: no data at offset %llu "
                           "(it was %llu bytes when opened)",
                           s->name, (unsigned long long)off,
                           (unsigned long long)s->size);
@@ -85,7 +87,8 @@ typedef struct faulty_source {
 static int faulty_read_at(sl__source *s, uint64_t off, void *buf, size_t n) {
   faulty_source *f = (faulty_source *)s;
   if (f->reads++ == f->fail_at)
-    return sl_set_error(SL_EIO, "%s: injected I/O error on read %ld at "
+    return sl_set_error(SL_EIO,
+                        "%s: injected I/O error on read %ld at "
                         "offset %llu",
                         s->name, f->fail_at, (unsigned long long)off);
   if (off + n > f->shrink_to)

@@ -20,11 +20,11 @@ enum { ST_OK, ST_EOF, ST_ERR };
 struct sl_reader {
   const sl_reader_vtable *vt;
   void *state;
-  sl_schema *schema; /* retained, frozen */
-  int status;        /* ST_* */
-  int err;           /* the sticky error code when status == ST_ERR */
-  char *errmsg;      /* its detail message (heap), may be NULL */
-  sl_sample *peeked; /* a sample taken by has_next, not yet returned */
+  sl_schema *schema;     /* retained, frozen */
+  int status;            /* ST_* */
+  int err;               /* the sticky error code when status == ST_ERR */
+  char *errmsg;          /* its detail message (heap), may be NULL */
+  sl_sample *peeked;     /* a sample taken by has_next, not yet returned */
   pthread_mutex_t *lock; /* non-NULL for shared readers; guards all above */
 };
 
@@ -51,9 +51,9 @@ sl_reader *sl_reader_new(const sl_reader_vtable *vt, void *state,
   if (!vt || !vt->next || !schema) {
     if (vt && vt->destroy) vt->destroy(state);
     sl_set_error(SL_EINVAL, "reader: %s",
-                 !vt ? "NULL vtable"
-                     : !vt->next ? "vtable has no next function"
-                                 : "NULL schema");
+                 !vt         ? "NULL vtable"
+                 : !vt->next ? "vtable has no next function"
+                             : "NULL schema");
     return NULL;
   }
   sl_reader *r = sl__calloc(1, sizeof *r);
@@ -98,6 +98,7 @@ static int pull(sl_reader *r, sl_sample **out) {
   if (r->status == ST_EOF) return SL_EOF;
   if (r->status == ST_ERR) return restore_sticky(r);
   *out = NULL;
+  sl__error_forget_code(); /* so a failure without a message is named */
   int rc = r->vt->next(r->state, out);
   if (rc == SL_OK) {
     if (!*out)
@@ -116,8 +117,7 @@ static int pull(sl_reader *r, sl_sample **out) {
     return SL_EOF;
   }
   if (rc > 0)
-    rc = sl_set_error(SL_EINVAL, "%s: next returned %d", sl_reader_name(r),
-                      rc);
+    rc = sl_set_error(SL_EINVAL, "%s: next returned %d", sl_reader_name(r), rc);
   if (sl_last_error_code() != rc || !sl_last_error()[0])
     sl_set_error(rc, "%s: %s", sl_reader_name(r), sl_strerror(rc));
   return make_sticky(r, rc);
@@ -169,6 +169,7 @@ static int reset_locked(sl_reader *r) {
     return make_sticky(r, sl_set_error(SL_EUNSUPPORTED,
                                        "%s: this reader cannot be reset",
                                        sl_reader_name(r)));
+  sl__error_forget_code();
   int rc = r->vt->reset(r->state);
   if (rc < 0) {
     if (sl_last_error_code() != rc || !sl_last_error()[0])

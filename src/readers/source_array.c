@@ -21,7 +21,8 @@ static int array_reset(void *st) {
 static void array_destroy(void *st) {
   array_state *a = st;
   if (!a) return;
-  for (size_t i = 0; i < a->n; i++) sl_sample_release(a->samples[i]);
+  for (size_t i = 0; i < a->n; i++)
+    sl_sample_release(a->samples[i]);
   sl__free(a->samples);
   sl__free(a);
 }
@@ -29,8 +30,8 @@ static void array_destroy(void *st) {
 static const sl_reader_vtable array_vt = {"array", array_next, array_reset,
                                           array_destroy};
 
-int sl_reader_from_array(sl_sample *const *samples, size_t n,
-                         sl_schema *schema, sl_reader **out) {
+int sl_reader_from_array(sl_sample *const *samples, size_t n, sl_schema *schema,
+                         sl_reader **out) {
   SL_RETURN_ERROR_IF(!out, SL_EINVAL, "array: NULL out pointer");
   *out = NULL;
   SL_RETURN_ERROR_IF(n && !samples, SL_EINVAL, "array: NULL sample array");
@@ -42,11 +43,10 @@ int sl_reader_from_array(sl_sample *const *samples, size_t n,
   for (size_t i = 0; i < n; i++) {
     if (!sl_schema_equal(want, sl_sample_schema(samples[i]))) {
       char a[256], b[256];
-      return sl_set_error(SL_ESHAPE,
-                          "array: sample %zu has schema %s, expected %s", i,
-                          sl_schema_describe(sl_sample_schema(samples[i]), a,
-                                             sizeof a),
-                          sl_schema_describe(want, b, sizeof b));
+      return sl_set_error(
+          SL_ESHAPE, "array: sample %zu has schema %s, expected %s", i,
+          sl_schema_describe(sl_sample_schema(samples[i]), a, sizeof a),
+          sl_schema_describe(want, b, sizeof b));
     }
   }
   array_state *a = sl__calloc(1, sizeof *a);
@@ -56,7 +56,8 @@ int sl_reader_from_array(sl_sample *const *samples, size_t n,
     sl__free(copy);
     return sl_set_error(SL_ENOMEM, "array: cannot allocate %zu samples", n);
   }
-  for (size_t i = 0; i < n; i++) copy[i] = sl_sample_retain(samples[i]);
+  for (size_t i = 0; i < n; i++)
+    copy[i] = sl_sample_retain(samples[i]);
   a->samples = copy;
   a->n = n;
   return sl__reader_make(&array_vt, a, (sl_schema *)want, out);

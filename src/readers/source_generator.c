@@ -53,7 +53,9 @@ int sl_reader_from_generator(sl_schema *schema, sl_gen_next_fn next,
     if (free_ud) free_ud(ud);
     if (out) *out = NULL;
     return sl_set_error(SL_EINVAL, "generator: NULL %s",
-                        !out ? "out pointer" : !schema ? "schema" : "next");
+                        !out      ? "out pointer"
+                        : !schema ? "schema"
+                                  : "next");
   }
   gen_state *g = sl__calloc(1, sizeof *g);
   if (!g) {

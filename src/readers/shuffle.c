@@ -1,0 +1,182 @@
+/*
+ * shuffle.c - a sliding-window shuffle.
+ *
+ * Protocol: the stage keeps a window of up to buffer_size samples.  Each next
+ * first tops the window up from upstream (on the first call of a pass this
+ * reads buffer_size samples; afterwards one), then removes a uniformly random
+ * slot, returns its sample and moves the last sample into the hole.  Once
+ * upstream has ended, the window drains the same way.  Every pass therefore
+ * yields a permutation of its input, and a sample can leave at most
+ * buffer_size - 1 positions early.
+ *
+ * Determinism: pass p (the number of resets since creation) draws from a
+ * xoshiro256** generator seeded by splitmix64 from a hash of (seed, p), with
+ * Lemire's unbiased bounded draws, so the order is a pure function of the
+ * seed, the pass and the input.  Resets count even in the middle of a pass,
+ * so "reset, then read" always gives the same pass whatever came before.
+ *
+ * Cost: the window grows geometrically up to buffer_size (a huge bound costs
+ * nothing for small data); after that a sample costs one upstream pull, one
+ * draw and two pointer moves.  Errors from upstream are returned as soon as
+ * they are read; the window keeps its samples until reset or destroy.
+ */
+#include "readers/reader_impl.h"
+
+typedef struct shuffle_state {
+  sl_reader *up;
+  size_t size;       /* buffer_size: the most samples the window holds */
+  sl_sample **win;   /* the window, `count` samples owned by us */
+  size_t count, cap; /* samples held, slots allocated */
+  bool up_ended;     /* upstream returned SL_EOF this pass */
+  uint64_t seed, pass;
+  uint64_t rng[4]; /* xoshiro256** state */
+} shuffle_state;
+
+/* --- random numbers ----------------------------------------------------------
+ */
+
+static uint64_t splitmix64(uint64_t *x) {
+  uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+static uint64_t rotl(uint64_t x, int k) {
+  return (x << k) | (x >> (64 - k));
+}
+
+static uint64_t xoshiro_next(uint64_t s[4]) {
+  const uint64_t result = rotl(s[1] * 5, 7) * 9;
+  const uint64_t t = s[1] << 17;
+  s[2] ^= s[0];
+  s[3] ^= s[1];
+  s[1] ^= s[2];
+  s[0] ^= s[3];
+  s[2] ^= t;
+  s[3] = rotl(s[3], 45);
+  return result;
+}
+
+/* Seeds the generator for pass `pass`.  The pass number is mixed through
+ * splitmix64 before it meets the seed, so (seed, p) and (seed + 1, p - 1)
+ * give unrelated streams. */
+static void seed_pass(shuffle_state *s) {
+  uint64_t p = s->pass;
+  uint64_t x = s->seed ^ splitmix64(&p);
+  for (int i = 0; i < 4; i++)
+    s->rng[i] = splitmix64(&x);
+}
+
+/* The high and low 64 bits of a * b. */
+static uint64_t mul128(uint64_t a, uint64_t b, uint64_t *lo) {
+#if defined(__SIZEOF_INT128__)
+  unsigned __int128 m = (unsigned __int128)a * b;
+  *lo = (uint64_t)m;
+  return (uint64_t)(m >> 64);
+#else
+  uint64_t a0 = (uint32_t)a, a1 = a >> 32, b0 = (uint32_t)b, b1 = b >> 32;
+  uint64_t p00 = a0 * b0, p01 = a0 * b1, p10 = a1 * b0, p11 = a1 * b1;
+  uint64_t mid = (p00 >> 32) + (uint32_t)p01 + (uint32_t)p10;
+  *lo = (mid << 32) | (uint32_t)p00;
+  return p11 + (p01 >> 32) + (p10 >> 32) + (mid >> 32);
+#endif
+}
+
+/* A uniform integer in [0, n), n >= 1 (Lemire, "Fast random integer
+ * generation in an interval", 2019): the multiply maps 64 random bits onto
+ * [0, n) and the rare draws that would bias it are rejected. */
+static uint64_t bounded(uint64_t rng[4], uint64_t n) {
+  uint64_t lo, hi = mul128(xoshiro_next(rng), n, &lo);
+  if (lo < n) {
+    const uint64_t threshold = (0 - n) % n;
+    while (lo < threshold)
+      hi = mul128(xoshiro_next(rng), n, &lo);
+  }
+  return hi;
+}
+
+/* --- the window --------------------------------------------------------------
+ */
+
+static void release_window(shuffle_state *s) {
+  for (size_t i = 0; i < s->count; i++)
+    sl_sample_release(s->win[i]);
+  s->count = 0;
+}
+
+/* Makes room for one more sample: doubles the allocation, capped at the
+ * window size, so a buffer larger than the data costs only what is used. */
+static int grow(shuffle_state *s) {
+  size_t cap = s->cap ? s->cap * 2 : 64;
+  if (cap > s->size || cap < s->cap) cap = s->size;
+  SL_RETURN_ERROR_IF(cap > SIZE_MAX / sizeof *s->win, SL_ENOMEM,
+                     "shuffle: cannot grow the buffer to %zu samples", cap);
+  sl_sample **win = sl__realloc(s->win, cap * sizeof *win);
+  SL_RETURN_ERROR_IF(!win, SL_ENOMEM,
+                     "shuffle: cannot grow the buffer to %zu samples", cap);
+  s->win = win;
+  s->cap = cap;
+  return SL_OK;
+}
+
+static int shuffle_next(void *st, sl_sample **out) {
+  shuffle_state *s = st;
+  while (!s->up_ended && s->count < s->size) {
+    if (s->count == s->cap) SL_FORWARD_IF_ERROR(grow(s));
+    int rc = sl_reader_next(s->up, &s->win[s->count]);
+    if (rc == SL_EOF) {
+      s->up_ended = true;
+      break;
+    }
+    if (rc < 0) return rc; /* upstream's message is already set */
+    s->count++;
+  }
+  if (s->count == 0) return SL_EOF;
+  size_t j = (size_t)bounded(s->rng, s->count);
+  *out = s->win[j];
+  s->win[j] = s->win[--s->count];
+  return SL_OK;
+}
+
+static int shuffle_reset(void *st) {
+  shuffle_state *s = st;
+  release_window(s);
+  s->up_ended = false;
+  s->pass++;
+  seed_pass(s);
+  return sl_reader_reset(s->up);
+}
+
+static void shuffle_destroy(void *st) {
+  shuffle_state *s = st;
+  if (!s) return;
+  release_window(s);
+  sl__free(s->win);
+  sl_reader_destroy(s->up);
+  sl__free(s);
+}
+
+static const sl_reader_vtable shuffle_vt = {"shuffle", shuffle_next,
+                                            shuffle_reset, shuffle_destroy};
+
+int sl_shuffle(sl_reader *up, size_t buffer_size, uint64_t seed,
+               sl_reader **out) {
+  SL_DECORATOR_ARGS("shuffle", up, out);
+  if (buffer_size == 0)
+    return sl__fail_with_upstream(
+        up, sl_set_error(SL_EINVAL, "shuffle: buffer_size must be >= 1"));
+  shuffle_state *s = sl__calloc(1, sizeof *s);
+  if (!s)
+    return sl__fail_with_upstream(
+        up, sl_set_error(SL_ENOMEM, "shuffle: cannot allocate"));
+  s->up = up;
+  s->size = buffer_size;
+  s->seed = seed;
+  seed_pass(s);
+  /* Hold the schema ourselves: a failing sl_reader_new destroys `up`. */
+  sl_schema *schema = sl_schema_retain((sl_schema *)sl_reader_schema(up));
+  int rc = sl__reader_make(&shuffle_vt, s, schema, out);
+  sl_schema_release(schema);
+  return rc;
+}

@@ -1,0 +1,58 @@
+/*
+ * skip.c - each pass without its first n samples.
+ *
+ * Protocol: the first next of a pass reads and releases n samples (fewer if
+ * upstream ends or fails first, which then ends the pass the same way), then
+ * samples pass through unchanged.  Reset starts the count over and resets
+ * upstream.
+ */
+#include "readers/reader_impl.h"
+
+typedef struct skip_state {
+  sl_reader *up;
+  uint64_t n;       /* samples to drop per pass */
+  uint64_t skipped; /* samples dropped in this pass */
+} skip_state;
+
+static int skip_next(void *st, sl_sample **out) {
+  skip_state *k = st;
+  while (k->skipped < k->n) {
+    sl_sample *s;
+    int rc = sl_reader_next(k->up, &s);
+    if (rc != SL_OK) return rc; /* upstream ended or failed while skipping */
+    sl_sample_release(s);
+    k->skipped++;
+  }
+  return sl_reader_next(k->up, out);
+}
+
+static int skip_reset(void *st) {
+  skip_state *k = st;
+  k->skipped = 0;
+  return sl_reader_reset(k->up);
+}
+
+static void skip_destroy(void *st) {
+  skip_state *k = st;
+  if (!k) return;
+  sl_reader_destroy(k->up);
+  sl__free(k);
+}
+
+static const sl_reader_vtable skip_vt = {"skip", skip_next, skip_reset,
+                                         skip_destroy};
+
+int sl_skip(sl_reader *up, uint64_t n, sl_reader **out) {
+  SL_DECORATOR_ARGS("skip", up, out);
+  skip_state *k = sl__calloc(1, sizeof *k);
+  if (!k)
+    return sl__fail_with_upstream(
+        up, sl_set_error(SL_ENOMEM, "skip: cannot allocate"));
+  k->up = up;
+  k->n = n;
+  /* Hold the schema ourselves: a failing sl_reader_new destroys `up`. */
+  sl_schema *schema = sl_schema_retain((sl_schema *)sl_reader_schema(up));
+  int rc = sl__reader_make(&skip_vt, k, schema, out);
+  sl_schema_release(schema);
+  return rc;
+}

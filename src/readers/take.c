@@ -1,0 +1,54 @@
+/*
+ * take.c - the first n samples of each pass (Paddle's firstn).
+ *
+ * Protocol: samples pass through until n have been yielded in this pass; then
+ * SL_EOF without reading upstream again, so take(n) over an endless or
+ * expensive source pulls exactly n samples.  n = 0 gives empty passes.
+ * Reset starts the count over and resets upstream.
+ */
+#include "readers/reader_impl.h"
+
+typedef struct take_state {
+  sl_reader *up;
+  uint64_t n;     /* samples per pass */
+  uint64_t taken; /* samples yielded in this pass */
+} take_state;
+
+static int take_next(void *st, sl_sample **out) {
+  take_state *t = st;
+  if (t->taken >= t->n) return SL_EOF;
+  int rc = sl_reader_next(t->up, out);
+  if (rc == SL_OK) t->taken++;
+  return rc;
+}
+
+static int take_reset(void *st) {
+  take_state *t = st;
+  t->taken = 0;
+  return sl_reader_reset(t->up);
+}
+
+static void take_destroy(void *st) {
+  take_state *t = st;
+  if (!t) return;
+  sl_reader_destroy(t->up);
+  sl__free(t);
+}
+
+static const sl_reader_vtable take_vt = {"take", take_next, take_reset,
+                                         take_destroy};
+
+int sl_take(sl_reader *up, uint64_t n, sl_reader **out) {
+  SL_DECORATOR_ARGS("take", up, out);
+  take_state *t = sl__calloc(1, sizeof *t);
+  if (!t)
+    return sl__fail_with_upstream(
+        up, sl_set_error(SL_ENOMEM, "take: cannot allocate"));
+  t->up = up;
+  t->n = n;
+  /* Hold the schema ourselves: a failing sl_reader_new destroys `up`. */
+  sl_schema *schema = sl_schema_retain((sl_schema *)sl_reader_schema(up));
+  int rc = sl__reader_make(&take_vt, t, schema, out);
+  sl_schema_release(schema);
+  return rc;
+}

@@ -1,0 +1,410 @@
+/* test_errors.c - errors travelling through chains of decorators: an upstream
+ * error reaches the consumer after the samples before it, with its code and
+ * exact message, stays sticky, and is cleared by reset; errors raised by map
+ * and filter callbacks in the middle of a chain arrive the same way. */
+#include "test.h"
+
+#define MAXN 256
+#define BAD_MSG "gen: bad record 7 in file x.slr"
+
+static int64_t value(sl_sample *s) {
+  return *(int64_t *)sl_sample_at(s, 0)->data;
+}
+
+/* Reads `r` until it stops yielding; returns the code that ended the pass. */
+static int drain(sl_reader *r, int64_t *v, size_t cap, size_t *n) {
+  *n = 0;
+  for (;;) {
+    sl_sample *s;
+    int rc = sl_reader_next(r, &s);
+    if (rc != SL_OK) return rc;
+    if (*n == cap) test_fail(__FILE__, __LINE__, "more than %zu samples", cap);
+    v[(*n)++] = value(s);
+    sl_sample_release(s);
+  }
+}
+
+/* Fails unless the pass yields first..first+count-1 in order and then ends
+ * with SL_ECORRUPT carrying BAD_MSG. */
+static void expect_values_then_corrupt(sl_reader *r, int64_t first,
+                                       size_t count) {
+  int64_t v[MAXN];
+  size_t n;
+  ASSERT_RC(drain(r, v, MAXN, &n), SL_ECORRUPT);
+  ASSERT_STREQ(sl_last_error(), BAD_MSG);
+  ASSERT_EQ(n, count);
+  for (size_t i = 0; i < n; i++)
+    ASSERT_EQ(v[i], first + (int64_t)i);
+}
+
+/* --- a generator that fails -------------------------------------------------
+ * Yields 0, 1, ... and fails with SL_ECORRUPT at index `fail_at`; a reset
+ * starts it over (it fails again at the same place). */
+typedef struct failing {
+  sl_schema *schema;
+  int64_t i, fail_at;
+} failing;
+
+static int failing_next(void *ud, sl_sample **out) {
+  failing *f = ud;
+  if (f->i == f->fail_at)
+    return sl_set_error(SL_ECORRUPT,
+                        "gen: bad record %" PRId64 " in file x.slr", f->i);
+  sl_sample *s = sl_sample_new(f->schema);
+  if (!s) return SL_ENOMEM;
+  void *data;
+  int rc = sl_sample_alloc(s, 0, 0, NULL, &data);
+  if (rc < 0) {
+    sl_sample_release(s);
+    return rc;
+  }
+  *(int64_t *)data = f->i++;
+  *out = s;
+  return SL_OK;
+}
+
+static int failing_reset(void *ud) {
+  ((failing *)ud)->i = 0;
+  return SL_OK;
+}
+
+static void failing_free(void *ud) {
+  failing *f = ud;
+  sl_schema_release(f->schema);
+  free(f);
+}
+
+/* A reader over a failing generator; resettable when asked. */
+static sl_reader *failing_gen(int64_t fail_at, int resettable) {
+  failing *f = calloc(1, sizeof *f);
+  ASSERT_NOT_NULL(f);
+  f->fail_at = fail_at;
+  f->schema = sl_schema_new();
+  ASSERT_OK(sl_schema_add(f->schema, "i", SL_I64, 0, NULL));
+  sl_reader *r;
+  ASSERT_OK(sl_reader_from_generator(f->schema, failing_next,
+                                     resettable ? failing_reset : NULL,
+                                     failing_free, f, &r));
+  return r;
+}
+
+static sl_reader *range(int64_t n) {
+  sl_reader *r;
+  ASSERT_OK(sl_reader_range(n, &r));
+  return r;
+}
+
+static int identity(void *ud, sl_sample *in, sl_sample **out) {
+  (void)ud;
+  *out = in;
+  return SL_OK;
+}
+
+static int keep_all(void *ud, const sl_sample *s) {
+  (void)ud;
+  (void)s;
+  return 1;
+}
+
+/* --- upstream errors
+ * ----------------------------------------------------------- */
+
+TEST(upstream_error_crosses_five_decorators) {
+  sl_reader *r = failing_gen(7, 1);
+  ASSERT_OK(sl_map(r, identity, NULL, NULL, NULL, &r));
+  ASSERT_OK(sl_filter(r, keep_all, NULL, NULL, &r));
+  ASSERT_OK(sl_take(r, 1000, &r));
+  ASSERT_OK(sl_skip(r, 0, &r));
+  ASSERT_OK(sl_multi_pass(r, 1, &r));
+  expect_values_then_corrupt(r, 0, 7);
+  /* Sticky: the same code, and the same message restored even after the
+   * thread's message was overwritten. */
+  sl_clear_error();
+  sl_sample *s = (sl_sample *)1;
+  ASSERT_RC(sl_reader_next(r, &s), SL_ECORRUPT);
+  ASSERT_STREQ(sl_last_error(), BAD_MSG);
+  ASSERT_NULL(s);
+  sl_set_error(SL_EIO, "something else");
+  ASSERT_RC(sl_reader_has_next(r), SL_ECORRUPT);
+  ASSERT_STREQ(sl_last_error(), BAD_MSG);
+  /* Reset clears the error everywhere in the chain. */
+  ASSERT_OK(sl_reader_reset(r));
+  expect_values_then_corrupt(r, 0, 7);
+  sl_reader_destroy(r);
+}
+
+TEST(every_decorator_passes_upstream_errors_unchanged) {
+  sl_reader *r;
+  ASSERT_OK(sl_take(failing_gen(7, 1), 100, &r));
+  expect_values_then_corrupt(r, 0, 7);
+  sl_reader_destroy(r);
+
+  ASSERT_OK(sl_skip(failing_gen(7, 1), 2, &r));
+  expect_values_then_corrupt(r, 2, 5);
+  sl_reader_destroy(r);
+
+  ASSERT_OK(sl_skip(failing_gen(7, 1), 20, &r)); /* while skipping */
+  expect_values_then_corrupt(r, 0, 0);
+  sl_reader_destroy(r);
+
+  ASSERT_OK(sl_multi_pass(failing_gen(7, 1), 3, &r));
+  expect_values_then_corrupt(r, 0, 7);
+  sl_reader_destroy(r);
+
+  ASSERT_OK(sl_cache(failing_gen(7, 1), &r));
+  expect_values_then_corrupt(r, 0, 7);
+  ASSERT_OK(sl_reader_reset(r));
+  expect_values_then_corrupt(r, 0, 7);
+  sl_reader_destroy(r);
+
+  ASSERT_OK(sl_repeat_first(failing_gen(0, 1), 5, &r));
+  sl_sample *s;
+  ASSERT_RC(sl_reader_next(r, &s), SL_ECORRUPT);
+  ASSERT_STREQ(sl_last_error(), "gen: bad record 0 in file x.slr");
+  sl_reader_destroy(r);
+
+  sl_reader *two[2] = {range(2), failing_gen(7, 1)};
+  ASSERT_OK(sl_chain(two, 2, &r));
+  int64_t v[MAXN];
+  size_t n;
+  ASSERT_RC(drain(r, v, MAXN, &n), SL_ECORRUPT);
+  ASSERT_EQ(n, 9);
+  ASSERT_STREQ(sl_last_error(), BAD_MSG);
+  sl_reader_destroy(r);
+}
+
+TEST(shuffle_passes_upstream_errors_unchanged) {
+  sl_reader *r;
+  ASSERT_OK(sl_shuffle(failing_gen(7, 1), 4, 1, &r));
+  int64_t v[MAXN];
+  size_t n;
+  ASSERT_RC(drain(r, v, MAXN, &n), SL_ECORRUPT);
+  ASSERT_STREQ(sl_last_error(), BAD_MSG);
+  ASSERT_LE(n, 7);
+  sl_sample *s;
+  ASSERT_RC(sl_reader_next(r, &s), SL_ECORRUPT);
+  ASSERT_OK(sl_reader_reset(r));
+  ASSERT_RC(drain(r, v, MAXN, &n), SL_ECORRUPT);
+  sl_reader_destroy(r);
+}
+
+static sl_reader *column_a(int n) {
+  sl_schema *schema = sl_schema_new();
+  ASSERT_OK(sl_schema_add(schema, "a", SL_I64, 0, NULL));
+  sl_sample *items[MAXN];
+  for (int i = 0; i < n; i++) {
+    items[i] = sl_sample_new(schema);
+    void *data;
+    ASSERT_OK(sl_sample_alloc(items[i], 0, 0, NULL, &data));
+    *(int64_t *)data = 100 + i;
+  }
+  sl_reader *r;
+  ASSERT_OK(sl_reader_from_array(items, (size_t)n, schema, &r));
+  for (int i = 0; i < n; i++)
+    sl_sample_release(items[i]);
+  sl_schema_release(schema);
+  return r;
+}
+
+TEST(zip_passes_errors_from_any_reader) {
+  sl_reader *first[2] = {failing_gen(7, 1), column_a(20)};
+  sl_reader *r;
+  ASSERT_OK(sl_zip(first, 2, 0, &r));
+  expect_values_then_corrupt(r, 0, 7);
+  sl_reader_destroy(r);
+  /* The sample already pulled from reader 0 is released (ASan checks). */
+  sl_reader *second[2] = {column_a(20), failing_gen(7, 1)};
+  ASSERT_OK(sl_zip(second, 2, 1, &r));
+  int64_t v[MAXN];
+  size_t n;
+  ASSERT_RC(drain(r, v, MAXN, &n), SL_ECORRUPT);
+  ASSERT_STREQ(sl_last_error(), BAD_MSG);
+  ASSERT_EQ(n, 7);
+  ASSERT_EQ(v[0], 100);
+  sl_reader_destroy(r);
+}
+
+TEST(upstream_reset_errors_pass_through) {
+  sl_reader *r;
+  ASSERT_OK(sl_map(failing_gen(7, 0), identity, NULL, NULL, NULL, &r));
+  ASSERT_OK(sl_take(r, 3, &r));
+  ASSERT_OK(sl_shuffle(r, 2, 1, &r));
+  ASSERT_RC(sl_reader_reset(r), SL_EUNSUPPORTED);
+  ASSERT_STREQ(sl_last_error(), "generator: no reset callback was given");
+  sl_sample *s;
+  ASSERT_RC(sl_reader_next(r, &s), SL_EUNSUPPORTED); /* sticky too */
+  sl_reader_destroy(r);
+  /* A complete cache replays without resetting its upstream. */
+  ASSERT_OK(sl_cache(failing_gen(3, 0), &r));
+  ASSERT_OK(sl_skip(r, 0, &r));
+  int64_t v[MAXN];
+  size_t n;
+  ASSERT_RC(drain(r, v, MAXN, &n), SL_ECORRUPT);
+  ASSERT_RC(sl_reader_reset(r), SL_EUNSUPPORTED); /* not complete */
+  sl_reader_destroy(r);
+}
+
+/* --- callback errors ---------------------------------------------------------
+ */
+
+static int map_fails_at_five(void *ud, sl_sample *in, sl_sample **out) {
+  (void)ud;
+  if (value(in) != 5) {
+    *out = in;
+    return SL_OK;
+  }
+  sl_sample_release(in);
+  return sl_set_error(SL_EINVAL, "normalize: sample 5 has no label");
+}
+
+TEST(map_callback_error_reaches_the_consumer) {
+  sl_reader *r;
+  ASSERT_OK(sl_take(range(20), 15, &r));
+  ASSERT_OK(sl_map(r, map_fails_at_five, NULL, NULL, NULL, &r));
+  ASSERT_OK(sl_filter(r, keep_all, NULL, NULL, &r));
+  ASSERT_OK(sl_multi_pass(r, 2, &r));
+  ASSERT_OK(sl_skip(r, 1, &r));
+  int64_t v[MAXN];
+  size_t n;
+  ASSERT_RC(drain(r, v, MAXN, &n), SL_EINVAL);
+  ASSERT_STREQ(sl_last_error(), "normalize: sample 5 has no label");
+  ASSERT_EQ(n, 4);
+  for (size_t i = 0; i < n; i++)
+    ASSERT_EQ(v[i], (int64_t)i + 1);
+  sl_sample *s;
+  ASSERT_RC(sl_reader_next(r, &s), SL_EINVAL);
+  ASSERT_STREQ(sl_last_error(), "normalize: sample 5 has no label");
+  sl_reader_destroy(r);
+}
+
+static int filter_fails_at_six(void *ud, const sl_sample *s) {
+  (void)ud;
+  if (*(const int64_t *)sl_sample_at_const(s, 0)->data != 6) return 1;
+  return sl_set_error(SL_ECORRUPT, "dedup: sample 6 is unreadable");
+}
+
+TEST(filter_callback_error_reaches_the_consumer) {
+  sl_reader *r;
+  ASSERT_OK(sl_map(range(20), identity, NULL, NULL, NULL, &r));
+  ASSERT_OK(sl_filter(r, filter_fails_at_six, NULL, NULL, &r));
+  ASSERT_OK(sl_take(r, 100, &r));
+  ASSERT_OK(sl_cache(r, &r));
+  sl_reader *zs[1] = {r};
+  ASSERT_OK(sl_chain(zs, 1, &r));
+  int64_t v[MAXN];
+  size_t n;
+  ASSERT_RC(drain(r, v, MAXN, &n), SL_ECORRUPT);
+  ASSERT_STREQ(sl_last_error(), "dedup: sample 6 is unreadable");
+  ASSERT_EQ(n, 6);
+  for (size_t i = 0; i < n; i++)
+    ASSERT_EQ(v[i], (int64_t)i);
+  ASSERT_OK(sl_reader_reset(r));
+  ASSERT_RC(drain(r, v, MAXN, &n), SL_ECORRUPT);
+  ASSERT_EQ(n, 6);
+  sl_reader_destroy(r);
+}
+
+/* --- allocation failures ---------------------------------------------------
+ * Every allocation made while building a pipeline and running two passes is
+ * made to fail in turn.  Each outcome must be a clean error with a message;
+ * ASan checks that nothing leaks (decorators take their upstreams and user
+ * data also on failure) and nothing is freed twice. */
+
+long sl__alloc_fail_after(long n); /* the test hook in src/core/alloc.c */
+
+static sl_schema *g_j_schema; /* {j: i64[]}, made before faults start */
+
+/* Copies field "i" into a new sample with field "j". */
+static int rename_to_j(void *ud, sl_sample *in, sl_sample **out) {
+  (void)ud;
+  int64_t v = value(in);
+  sl_sample_release(in);
+  sl_sample *s = sl_sample_new(g_j_schema);
+  if (!s) return SL_ENOMEM;
+  void *data;
+  int rc = sl_sample_alloc(s, 0, 0, NULL, &data);
+  if (rc < 0) {
+    sl_sample_release(s);
+    return rc;
+  }
+  *(int64_t *)data = v;
+  *out = s;
+  return SL_OK;
+}
+
+/* Every linear decorator, then chain.  Each call may fail; a failed stage
+ * leaves r NULL, which the next stage reports as SL_EINVAL. */
+static int build_linear(sl_reader **out) {
+  sl_reader *r = NULL;
+  sl_reader_range(40, &r);
+  sl_shuffle(r, 8, 3, &r);
+  sl_map(r, identity, malloc(8), free, NULL, &r);
+  sl_filter(r, keep_all, malloc(8), free, &r);
+  sl_take(r, 30, &r);
+  sl_skip(r, 2, &r);
+  sl_multi_pass(r, 2, &r);
+  sl_cache(r, &r);
+  sl_reader *tail = NULL;
+  sl_reader_range(5, &tail);
+  sl_repeat_first(tail, 3, &tail);
+  sl_reader *parts[2] = {r, tail};
+  return sl_chain(parts, 2, out);
+}
+
+static int build_zip(sl_reader **out) {
+  sl_reader *a = NULL, *b = NULL;
+  sl_reader_range(12, &a);
+  sl_reader_range(12, &b);
+  sl_map(b, rename_to_j, NULL, NULL, g_j_schema, &b);
+  sl_reader *parts[2] = {a, b};
+  return sl_zip(parts, 2, 0, out);
+}
+
+/* Builds, runs two passes and destroys; returns SL_OK or the first error,
+ * and the sum of field 0 over both passes. */
+static int run_twice(int (*build)(sl_reader **), int64_t *sum) {
+  sl_reader *r;
+  *sum = 0;
+  int rc = build(&r);
+  if (rc < 0) return rc;
+  for (int pass = 0; pass < 2 && rc >= 0; pass++) {
+    if (pass) rc = sl_reader_reset(r);
+    sl_sample *s;
+    while (rc >= 0 && (rc = sl_reader_next(r, &s)) == SL_OK) {
+      *sum += value(s);
+      sl_sample_release(s);
+    }
+    if (rc == SL_EOF) rc = SL_OK;
+  }
+  sl_reader_destroy(r);
+  return rc;
+}
+
+static void sweep_allocation_failures(int (*build)(sl_reader **)) {
+  int64_t want, got;
+  ASSERT_OK(run_twice(build, &want));
+  for (long k = 0;; k++) {
+    ASSERT_LE(k, 100000);
+    sl__alloc_fail_after(k);
+    int rc = run_twice(build, &got);
+    long made = sl__alloc_fail_after(-1);
+    if (rc < 0) {
+      ASSERT_TRUE(rc != SL_EOF);
+      ASSERT_TRUE(sl_last_error()[0] != '\0');
+      continue;
+    }
+    ASSERT_EQ(got, want); /* a run that succeeded is complete */
+    if (made <= k) break; /* no allocation failed: all points covered */
+  }
+}
+
+TEST(allocation_failures_leave_no_leaks_linear) {
+  sweep_allocation_failures(build_linear);
+}
+
+TEST(allocation_failures_leave_no_leaks_zip) {
+  g_j_schema = sl_schema_new();
+  ASSERT_OK(sl_schema_add(g_j_schema, "j", SL_I64, 0, NULL));
+  sweep_allocation_failures(build_zip);
+  sl_schema_release(g_j_schema);
+}

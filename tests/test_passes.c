@@ -1,0 +1,464 @@
+/* test_passes.c - the stages that shape passes: multi_pass (k passes as one),
+ * take and skip (a prefix / everything after it), repeat_first (one sample n
+ * times) and cache (the first pass replayed).  A counting generator shows how
+ * often each stage pulls and resets its upstream. */
+#include "test.h"
+
+#define MAXN 256
+
+static int64_t value(sl_sample *s) {
+  return *(int64_t *)sl_sample_at(s, 0)->data;
+}
+
+/* Reads `r` until it stops yielding; returns the code that ended the pass. */
+static int drain(sl_reader *r, int64_t *v, size_t cap, size_t *n) {
+  *n = 0;
+  for (;;) {
+    sl_sample *s;
+    int rc = sl_reader_next(r, &s);
+    if (rc != SL_OK) return rc;
+    if (*n == cap) test_fail(__FILE__, __LINE__, "more than %zu samples", cap);
+    v[(*n)++] = value(s);
+    sl_sample_release(s);
+  }
+}
+
+/* Fails unless v[0..n) equals the `m` expected values. */
+static void assert_values(const int64_t *v, size_t n, const int64_t *want,
+                          size_t m) {
+  ASSERT_EQ(n, m);
+  for (size_t i = 0; i < n; i++)
+    if (v[i] != want[i])
+      test_fail(__FILE__, __LINE__, "value %zu: %" PRId64 " != %" PRId64, i,
+                v[i], want[i]);
+}
+
+#define EXPECT(r, rc, ...)                                                     \
+  do {                                                                         \
+    static const int64_t expect_vals_[] = {__VA_ARGS__};                       \
+    int64_t expect_got_[MAXN];                                                 \
+    size_t expect_n_;                                                          \
+    ASSERT_RC(drain((r), expect_got_, MAXN, &expect_n_), (rc));                \
+    assert_values(expect_got_, expect_n_, expect_vals_,                        \
+                  sizeof expect_vals_ / sizeof expect_vals_[0]);               \
+  } while (0)
+
+#define EXPECT_EMPTY(r)                                                        \
+  do {                                                                         \
+    sl_sample *s_;                                                             \
+    ASSERT_RC(sl_reader_next((r), &s_), SL_EOF);                               \
+  } while (0)
+
+/* --- a counting generator ------------------------------------------------
+ * Yields base, base+1, ..., base+n-1 in field "i"; each reset adds 100 to
+ * base, so a test sees whether a stage re-read its upstream.  With fail_at
+ * >= 0, the first pass fails with SL_EIO at that index. */
+typedef struct counter {
+  sl_schema *schema;
+  int64_t n, i, base, fail_at;
+  int pulls, resets, freed;
+} counter;
+
+static int counter_next(void *ud, sl_sample **out) {
+  counter *c = ud;
+  c->pulls++;
+  if (c->fail_at >= 0 && c->base == 0 && c->i == c->fail_at)
+    return sl_set_error(SL_EIO, "counter: bad sample %" PRId64, c->i);
+  if (c->i == c->n) return SL_EOF;
+  sl_sample *s = sl_sample_new(c->schema);
+  void *data;
+  ASSERT_OK(sl_sample_alloc(s, 0, 0, NULL, &data));
+  *(int64_t *)data = c->base + c->i++;
+  *out = s;
+  return SL_OK;
+}
+
+static int counter_reset(void *ud) {
+  counter *c = ud;
+  c->resets++;
+  c->base += 100;
+  c->i = 0;
+  return SL_OK;
+}
+
+static void counter_free(void *ud) {
+  ((counter *)ud)->freed++;
+}
+
+/* A generator over `c` (which the test keeps on its stack). */
+static sl_reader *counting(counter *c, int64_t n, int resettable) {
+  memset(c, 0, sizeof *c);
+  c->n = n;
+  c->fail_at = -1;
+  c->schema = sl_schema_new();
+  ASSERT_OK(sl_schema_add(c->schema, "i", SL_I64, 0, NULL));
+  sl_reader *r;
+  ASSERT_OK(sl_reader_from_generator(c->schema, counter_next,
+                                     resettable ? counter_reset : NULL,
+                                     counter_free, c, &r));
+  sl_schema_release(c->schema); /* the reader holds it */
+  return r;
+}
+
+static sl_reader *range(int64_t n) {
+  sl_reader *r;
+  ASSERT_OK(sl_reader_range(n, &r));
+  return r;
+}
+
+/* --- multi_pass ----------------------------------------------------------- */
+
+TEST(multi_pass_joins_k_passes) {
+  sl_reader *r;
+  ASSERT_OK(sl_multi_pass(range(3), 3, &r));
+  ASSERT_STREQ(sl_reader_name(r), "multi_pass");
+  EXPECT(r, SL_EOF, 0, 1, 2, 0, 1, 2, 0, 1, 2);
+  EXPECT_EMPTY(r);
+  ASSERT_OK(sl_reader_reset(r));
+  EXPECT(r, SL_EOF, 0, 1, 2, 0, 1, 2, 0, 1, 2);
+  sl_reader_destroy(r);
+}
+
+TEST(multi_pass_resets_upstream_between_passes_only) {
+  counter c;
+  sl_reader *r;
+  ASSERT_OK(sl_multi_pass(counting(&c, 2, 1), 3, &r));
+  EXPECT(r, SL_EOF, 0, 1, 100, 101, 200, 201);
+  ASSERT_EQ(c.resets, 2); /* not after the last pass */
+  sl_reader_destroy(r);
+  ASSERT_EQ(c.freed, 1);
+  /* k = 1 never resets, so a one-shot upstream works. */
+  ASSERT_OK(sl_multi_pass(counting(&c, 2, 0), 1, &r));
+  EXPECT(r, SL_EOF, 0, 1);
+  sl_reader_destroy(r);
+}
+
+TEST(multi_pass_of_empty_upstream_terminates) {
+  counter c;
+  sl_reader *r;
+  ASSERT_OK(sl_multi_pass(counting(&c, 0, 1), 5, &r));
+  EXPECT_EMPTY(r);
+  ASSERT_EQ(c.resets, 4);
+  ASSERT_EQ(c.pulls, 5);
+  sl_reader_destroy(r);
+}
+
+TEST(multi_pass_reset_mid_pass_restarts_the_count) {
+  sl_reader *r;
+  ASSERT_OK(sl_multi_pass(range(3), 2, &r));
+  for (int i = 0; i < 4; i++) { /* into the second pass */
+    sl_sample *s;
+    ASSERT_OK(sl_reader_next(r, &s));
+    sl_sample_release(s);
+  }
+  ASSERT_OK(sl_reader_reset(r));
+  EXPECT(r, SL_EOF, 0, 1, 2, 0, 1, 2);
+  sl_reader_destroy(r);
+}
+
+TEST(multi_pass_upstream_reset_failure_passes_through) {
+  counter c;
+  sl_reader *r;
+  ASSERT_OK(sl_multi_pass(counting(&c, 2, 0), 2, &r));
+  EXPECT(r, SL_EUNSUPPORTED, 0, 1);
+  ASSERT_STREQ(sl_last_error(), "generator: no reset callback was given");
+  sl_reader_destroy(r);
+}
+
+TEST(multi_pass_invalid_arguments) {
+  sl_reader *r = (sl_reader *)1;
+  ASSERT_RC(sl_multi_pass(range(3), 0, &r), SL_EINVAL);
+  ASSERT_STREQ(sl_last_error(), "multi_pass: k must be >= 1");
+  ASSERT_NULL(r);
+  ASSERT_RC(sl_multi_pass(NULL, 2, &r), SL_EINVAL);
+  ASSERT_CONTAINS(sl_last_error(), "multi_pass: NULL upstream");
+  ASSERT_RC(sl_multi_pass(range(3), 2, NULL), SL_EINVAL);
+}
+
+/* --- take --------------------------------------------------------------------
+ */
+
+TEST(take_yields_a_prefix_without_reading_further) {
+  counter c;
+  sl_reader *r;
+  ASSERT_OK(sl_take(counting(&c, 10, 1), 3, &r));
+  ASSERT_STREQ(sl_reader_name(r), "take");
+  EXPECT(r, SL_EOF, 0, 1, 2);
+  ASSERT_EQ(c.pulls, 3);
+  EXPECT_EMPTY(r);
+  ASSERT_OK(sl_reader_reset(r));
+  EXPECT(r, SL_EOF, 100, 101, 102);
+  ASSERT_EQ(c.resets, 1);
+  sl_reader_destroy(r);
+}
+
+TEST(take_more_than_available_and_zero) {
+  sl_reader *r;
+  ASSERT_OK(sl_take(range(4), 100, &r));
+  EXPECT(r, SL_EOF, 0, 1, 2, 3);
+  sl_reader_destroy(r);
+  counter c;
+  ASSERT_OK(sl_take(counting(&c, 4, 1), 0, &r));
+  EXPECT_EMPTY(r);
+  ASSERT_EQ(c.pulls, 0);
+  sl_reader_destroy(r);
+  ASSERT_OK(sl_take(range(0), 5, &r));
+  EXPECT_EMPTY(r);
+  sl_reader_destroy(r);
+}
+
+TEST(take_reset_mid_pass_and_has_next) {
+  sl_reader *r;
+  ASSERT_OK(sl_take(range(10), 3, &r));
+  sl_sample *s;
+  ASSERT_OK(sl_reader_next(r, &s));
+  sl_sample_release(s);
+  ASSERT_OK(sl_reader_reset(r));
+  ASSERT_EQ(sl_reader_has_next(r), 1);
+  EXPECT(r, SL_EOF, 0, 1, 2);
+  ASSERT_EQ(sl_reader_has_next(r), 0);
+  sl_reader_destroy(r);
+}
+
+TEST(take_invalid_arguments) {
+  sl_reader *r = (sl_reader *)1;
+  ASSERT_RC(sl_take(NULL, 2, &r), SL_EINVAL);
+  ASSERT_CONTAINS(sl_last_error(), "take: NULL upstream");
+  ASSERT_NULL(r);
+  ASSERT_RC(sl_take(range(3), 2, NULL), SL_EINVAL);
+}
+
+/* --- skip --------------------------------------------------------------------
+ */
+
+TEST(skip_drops_a_prefix_of_each_pass) {
+  sl_reader *r;
+  ASSERT_OK(sl_skip(range(6), 2, &r));
+  ASSERT_STREQ(sl_reader_name(r), "skip");
+  EXPECT(r, SL_EOF, 2, 3, 4, 5);
+  ASSERT_OK(sl_reader_reset(r));
+  EXPECT(r, SL_EOF, 2, 3, 4, 5);
+  sl_reader_destroy(r);
+  ASSERT_OK(sl_skip(range(3), 0, &r));
+  EXPECT(r, SL_EOF, 0, 1, 2);
+  sl_reader_destroy(r);
+}
+
+TEST(skip_more_than_available_and_empty) {
+  sl_reader *r;
+  ASSERT_OK(sl_skip(range(3), 5, &r));
+  EXPECT_EMPTY(r);
+  EXPECT_EMPTY(r);
+  sl_reader_destroy(r);
+  ASSERT_OK(sl_skip(range(0), 1, &r));
+  EXPECT_EMPTY(r);
+  sl_reader_destroy(r);
+}
+
+TEST(skip_reset_mid_pass_and_has_next) {
+  counter c;
+  sl_reader *r;
+  ASSERT_OK(sl_skip(counting(&c, 5, 1), 2, &r));
+  ASSERT_EQ(sl_reader_has_next(r), 1);
+  sl_sample *s;
+  ASSERT_OK(sl_reader_next(r, &s));
+  ASSERT_EQ(value(s), 2);
+  sl_sample_release(s);
+  ASSERT_OK(sl_reader_reset(r));
+  EXPECT(r, SL_EOF, 102, 103, 104);
+  sl_reader_destroy(r);
+}
+
+TEST(skip_releases_what_it_drops) {
+  sl_reader *src = range(4);
+  sl_sample *items[4];
+  for (int i = 0; i < 4; i++)
+    ASSERT_OK(sl_reader_next(src, &items[i]));
+  sl_reader_destroy(src);
+  sl_reader *arr, *r;
+  ASSERT_OK(sl_reader_from_array(items, 4, NULL, &arr));
+  ASSERT_OK(sl_skip(arr, 3, &r));
+  sl_sample *s;
+  ASSERT_OK(sl_reader_next(r, &s));
+  ASSERT_PTR_EQ(s, items[3]);
+  for (int i = 0; i < 3; i++)
+    ASSERT_EQ(sl_sample_refcount(items[i]), 2);
+  sl_sample_release(s);
+  sl_reader_destroy(r);
+  for (int i = 0; i < 4; i++)
+    sl_sample_release(items[i]);
+}
+
+TEST(skip_invalid_arguments) {
+  sl_reader *r = (sl_reader *)1;
+  ASSERT_RC(sl_skip(NULL, 2, &r), SL_EINVAL);
+  ASSERT_CONTAINS(sl_last_error(), "skip: NULL upstream");
+  ASSERT_NULL(r);
+  ASSERT_RC(sl_skip(range(3), 2, NULL), SL_EINVAL);
+}
+
+/* --- repeat_first --------------------------------------------------------- */
+
+TEST(repeat_first_yields_one_sample_n_times) {
+  counter c;
+  sl_reader *r;
+  ASSERT_OK(sl_repeat_first(counting(&c, 5, 1), 3, &r));
+  ASSERT_STREQ(sl_reader_name(r), "repeat_first");
+  sl_sample *first = NULL;
+  for (int i = 0; i < 3; i++) {
+    sl_sample *s;
+    ASSERT_OK(sl_reader_next(r, &s));
+    ASSERT_EQ(value(s), 0);
+    if (first) ASSERT_PTR_EQ(s, first); /* the same sample, retained */
+    first = s;
+    sl_sample_release(s);
+  }
+  EXPECT_EMPTY(r);
+  ASSERT_EQ(c.pulls, 1);
+  ASSERT_OK(sl_reader_reset(r));
+  EXPECT(r, SL_EOF, 100, 100, 100);
+  ASSERT_EQ(c.pulls, 2);
+  sl_reader_destroy(r);
+}
+
+TEST(repeat_first_of_empty_upstream_and_zero) {
+  sl_reader *r;
+  ASSERT_OK(sl_repeat_first(range(0), 4, &r));
+  EXPECT_EMPTY(r);
+  sl_reader_destroy(r);
+  counter c;
+  ASSERT_OK(sl_repeat_first(counting(&c, 3, 1), 0, &r));
+  EXPECT_EMPTY(r);
+  ASSERT_EQ(c.pulls, 0);
+  sl_reader_destroy(r);
+}
+
+TEST(repeat_first_reset_mid_pass_reads_again) {
+  counter c;
+  sl_reader *r;
+  ASSERT_OK(sl_repeat_first(counting(&c, 5, 1), 4, &r));
+  sl_sample *s;
+  ASSERT_OK(sl_reader_next(r, &s));
+  sl_sample_release(s);
+  ASSERT_OK(sl_reader_reset(r));
+  ASSERT_EQ(sl_reader_has_next(r), 1);
+  EXPECT(r, SL_EOF, 100, 100, 100, 100);
+  ASSERT_EQ(c.resets, 1);
+  sl_reader_destroy(r);
+}
+
+TEST(repeat_first_invalid_arguments) {
+  sl_reader *r = (sl_reader *)1;
+  ASSERT_RC(sl_repeat_first(NULL, 2, &r), SL_EINVAL);
+  ASSERT_CONTAINS(sl_last_error(), "repeat_first: NULL upstream");
+  ASSERT_NULL(r);
+  ASSERT_RC(sl_repeat_first(range(3), 2, NULL), SL_EINVAL);
+}
+
+/* --- cache
+ * -------------------------------------------------------------------- */
+
+TEST(cache_replays_the_first_pass_without_upstream) {
+  counter c;
+  sl_reader *r;
+  ASSERT_OK(sl_cache(counting(&c, 4, 1), &r));
+  ASSERT_STREQ(sl_reader_name(r), "cache");
+  sl_sample *firsts[4];
+  for (int i = 0; i < 4; i++) {
+    ASSERT_OK(sl_reader_next(r, &firsts[i]));
+    ASSERT_EQ(value(firsts[i]), i);
+  }
+  EXPECT_EMPTY(r);
+  int pulls = c.pulls;
+  for (int pass = 0; pass < 3; pass++) {
+    ASSERT_OK(sl_reader_reset(r));
+    for (int i = 0; i < 4; i++) {
+      sl_sample *s;
+      ASSERT_OK(sl_reader_next(r, &s));
+      ASSERT_PTR_EQ(s, firsts[i]); /* kept, not re-read */
+      sl_sample_release(s);
+    }
+    EXPECT_EMPTY(r);
+  }
+  ASSERT_EQ(c.pulls, pulls);
+  ASSERT_EQ(c.resets, 0);
+  /* A reset in the middle of a replay starts the replay over. */
+  ASSERT_OK(sl_reader_reset(r));
+  sl_sample *s;
+  ASSERT_OK(sl_reader_next(r, &s));
+  sl_sample_release(s);
+  ASSERT_OK(sl_reader_reset(r));
+  EXPECT(r, SL_EOF, 0, 1, 2, 3);
+  sl_reader_destroy(r);
+  for (int i = 0; i < 4; i++)
+    sl_sample_release(firsts[i]);
+}
+
+TEST(cache_reset_before_complete_discards_the_partial_pass) {
+  counter c;
+  sl_reader *r;
+  ASSERT_OK(sl_cache(counting(&c, 4, 1), &r));
+  sl_sample *s;
+  ASSERT_OK(sl_reader_next(r, &s));
+  sl_sample_release(s);
+  ASSERT_OK(sl_reader_reset(r));
+  ASSERT_EQ(c.resets, 1);
+  EXPECT(r, SL_EOF, 100, 101, 102, 103);
+  ASSERT_OK(sl_reader_reset(r));
+  EXPECT(r, SL_EOF, 100, 101, 102, 103);
+  ASSERT_EQ(c.resets, 1);
+  sl_reader_destroy(r);
+}
+
+TEST(cache_error_in_first_pass_starts_caching_over) {
+  counter c;
+  sl_reader *r;
+  sl_reader *up = counting(&c, 4, 1);
+  c.fail_at = 2;
+  ASSERT_OK(sl_cache(up, &r));
+  EXPECT(r, SL_EIO, 0, 1);
+  ASSERT_STREQ(sl_last_error(), "counter: bad sample 2");
+  sl_sample *s;
+  ASSERT_RC(sl_reader_next(r, &s), SL_EIO); /* sticky */
+  ASSERT_OK(sl_reader_reset(r));
+  EXPECT(r, SL_EOF, 100, 101, 102, 103);
+  ASSERT_OK(sl_reader_reset(r));
+  EXPECT(r, SL_EOF, 100, 101, 102, 103);
+  ASSERT_EQ(c.resets, 1);
+  sl_reader_destroy(r);
+}
+
+TEST(cache_of_empty_upstream) {
+  counter c;
+  sl_reader *r;
+  ASSERT_OK(sl_cache(counting(&c, 0, 1), &r));
+  EXPECT_EMPTY(r);
+  ASSERT_OK(sl_reader_reset(r));
+  EXPECT_EMPTY(r);
+  ASSERT_EQ(c.resets, 0);
+  ASSERT_EQ(sl_reader_has_next(r), 0);
+  sl_reader_destroy(r);
+}
+
+TEST(cache_holds_many_samples) {
+  sl_reader *r;
+  ASSERT_OK(sl_cache(range(200), &r));
+  int64_t v[MAXN];
+  size_t n;
+  for (int pass = 0; pass < 2; pass++) {
+    ASSERT_RC(drain(r, v, MAXN, &n), SL_EOF);
+    ASSERT_EQ(n, 200);
+    for (size_t i = 0; i < n; i++)
+      ASSERT_EQ(v[i], (int64_t)i);
+    ASSERT_OK(sl_reader_reset(r));
+  }
+  sl_reader_destroy(r);
+}
+
+TEST(cache_invalid_arguments) {
+  sl_reader *r = (sl_reader *)1;
+  ASSERT_RC(sl_cache(NULL, &r), SL_EINVAL);
+  ASSERT_CONTAINS(sl_last_error(), "cache: NULL upstream");
+  ASSERT_NULL(r);
+  ASSERT_RC(sl_cache(range(3), NULL), SL_EINVAL);
+}
