@@ -1,0 +1,109 @@
+# sluice - the two README commands and the developer targets.
+#
+#   make demo    the main job: real Fashion-MNIST through a sluice pipeline
+#   make test    every test (CTest)
+#
+# Both install the dependencies with apt-get first (skipped when every package
+# is already installed), configure with CMake and build.  `make help` lists
+# the other targets.
+
+# Every Debian package the project needs, for the current and the upcoming
+# layers (Lua binding, SLR format, the demo's data), so the README commands
+# never change.
+PACKAGES := build-essential cmake pkg-config libzstd-dev zlib1g-dev \
+            luajit libluajit-5.1-dev lua-busted libdlpack-dev \
+            dataset-fashion-mnist
+
+BUILD_TYPE ?= RelWithDebInfo
+BUILD      ?= build
+BUILD_ASAN ?= build-asan
+BUILD_TSAN ?= build-tsan
+JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
+DATA       ?= /usr/share/datasets/fashion-mnist
+EPOCHS     ?= 3
+
+# sudo only when not root and sudo exists.
+SUDO := $(shell [ "$$(id -u)" -eq 0 ] || ! command -v sudo >/dev/null 2>&1 \
+                || echo sudo)
+APT  := $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get
+
+FORMAT_DIRS := src include tests bench examples tools
+
+# Keep the nested make run by `cmake --build` from printing directory noise.
+MAKEFLAGS += --no-print-directory
+
+.PHONY: help deps configure build test demo asan tsan bench format clean
+
+help:
+	@echo "sluice make targets:"
+	@echo "  make demo    install deps, build, run the Fashion-MNIST demo (the main job)"
+	@echo "  make test    install deps, build, run every test with CTest"
+	@echo "  make build   configure and build into $(BUILD)/ ($(BUILD_TYPE))"
+	@echo "  make asan    AddressSanitizer + UBSan build in $(BUILD_ASAN)/, run CTest"
+	@echo "  make tsan    ThreadSanitizer build in $(BUILD_TSAN)/, run the threaded suites"
+	@echo "  make bench   build and run the stage micro-benchmark"
+	@echo "  make format  clang-format -i over $(FORMAT_DIRS)"
+	@echo "  make clean   remove $(BUILD)/ $(BUILD_ASAN)/ $(BUILD_TSAN)/"
+	@echo "  make deps    only install the apt packages"
+	@echo "variables: EPOCHS=$(EPOCHS) DATA=$(DATA) JOBS=$(JOBS)"
+
+# Installs the packages unless dpkg already reports all of them installed,
+# so a developer's rerun costs one dpkg-query.
+deps:
+	@missing=""; \
+	for p in $(PACKAGES); do \
+	  st=$$(dpkg-query -W -f='$${Status}' "$$p" 2>/dev/null || true); \
+	  case "$$st" in *"ok installed"*) ;; *) missing="$$missing $$p";; esac; \
+	done; \
+	if [ -z "$$missing" ]; then \
+	  echo "deps: all packages already installed"; \
+	else \
+	  echo "deps: installing$$missing"; \
+	  $(APT) update && \
+	  $(APT) install -y --no-install-recommends $(PACKAGES); \
+	fi
+
+configure: deps
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE)
+
+build: configure
+	cmake --build $(BUILD) -j$(JOBS)
+
+test: build
+	ctest --test-dir $(BUILD) --output-on-failure -j$(JOBS)
+
+demo: build
+	$(BUILD)/examples/fmnist_softmax --data $(DATA) --epochs $(EPOCHS)
+
+asan: deps
+	cmake -S . -B $(BUILD_ASAN) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) \
+	  -DSLUICE_ASAN=ON -DSLUICE_UBSAN=ON
+	cmake --build $(BUILD_ASAN) -j$(JOBS)
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  ctest --test-dir $(BUILD_ASAN) --output-on-failure -j$(JOBS)
+
+# TSan runs the suites that start threads; the rest gain nothing from it.
+tsan: deps
+	cmake -S . -B $(BUILD_TSAN) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) \
+	  -DSLUICE_TSAN=ON
+	cmake --build $(BUILD_TSAN) -j$(JOBS)
+	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+	  ctest --test-dir $(BUILD_TSAN) --output-on-failure -j$(JOBS) \
+	  --no-tests=error -R '^(channel|prefetch|threaded|errors)\.'
+
+bench: build
+	@if [ -x $(BUILD)/bench_stages ]; then \
+	  $(BUILD)/bench_stages; \
+	else \
+	  echo "bench: $(BUILD)/bench_stages was not built (no bench/bench_stages.c yet)"; \
+	fi
+
+format:
+	@command -v clang-format >/dev/null 2>&1 || \
+	  { echo "format: clang-format not found (apt-get install clang-format)"; exit 1; }
+	find $(FORMAT_DIRS) -name '*.[ch]' -print0 2>/dev/null | \
+	  xargs -0 -r clang-format -i
+
+clean:
+	rm -rf $(BUILD) $(BUILD_ASAN) $(BUILD_TSAN)
