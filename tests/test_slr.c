@@ -387,6 +387,23 @@ TEST(newer_major_version_and_unknown_features_are_unsupported) {
   free(b);
 }
 
+/* An index entry whose offset would overflow offset + header size, with
+ * a valid CRC (as a crafted file would have): refused at open. */
+TEST(index_offsets_near_the_top_of_the_range_are_corrupt) {
+  const char *path = tmppath("overflow.slr");
+  write_file(path, 10, 5, 1);
+  size_t size;
+  unsigned char *b = slurp(path, &size);
+  uint64_t io = sl__get64(b + size - 64 + 16), is = sl__get64(b + size - 64 + 24);
+  sl__put64(b + io + 16 + 24, UINT64_MAX - 15); /* entry 1's offset */
+  sl__put32(b + io + is - 4, sl__crc32c(0, b + io, (size_t)is - 4));
+  spill(path, b, size);
+  free(b);
+  sl_slr_file *f;
+  ASSERT_RC(sl_slr_open(path, NULL, &f), SL_ECORRUPT);
+  ASSERT_CONTAINS(sl_last_error(), "index entry 1");
+}
+
 /* Reads every record with `policy`; returns the reader's final code and
  * marks which records came back (each must equal the original). */
 static int read_all(const char *path, sl_corrupt_policy policy, bool *seen,

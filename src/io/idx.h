@@ -18,17 +18,17 @@
 #define SL__IDX_MAX_BYTES ((uint64_t)8 << 30)
 
 typedef struct sl__idx {
-  char *path;          /* as given, for messages (owned) */
-  bool gzip;           /* the file was gzip-compressed */
-  unsigned type_code;  /* idx type byte: 0x08 u8, 0x09 i8, 0x0B i16,
-                          0x0C i32, 0x0D f32, 0x0E f64 */
-  sl_dtype dtype;      /* the matching sluice dtype */
-  int rank;            /* 1..SL_MAX_RANK */
+  char *path;         /* as given, for messages (owned) */
+  bool gzip;          /* the file was gzip-compressed */
+  unsigned type_code; /* idx type byte: 0x08 u8, 0x09 i8, 0x0B i16,
+                         0x0C i32, 0x0D f32, 0x0E f64 */
+  sl_dtype dtype;     /* the matching sluice dtype */
+  int rank;           /* 1..SL_MAX_RANK */
   uint32_t dims[SL_MAX_RANK];
-  uint64_t count;      /* dims[0]: the number of items */
-  size_t item_bytes;   /* bytes of one item (product of dims[1..], times the
-                          element size) */
-  sl_buffer *data;     /* count * item_bytes bytes, host byte order */
+  uint64_t count;    /* dims[0]: the number of items */
+  size_t item_bytes; /* bytes of one item (product of dims[1..], times the
+                        element size) */
+  sl_buffer *data;   /* count * item_bytes bytes, host byte order */
 } sl__idx;
 
 /* Reads the idx file at `path` (gzip detected by its 1f 8b magic) into
@@ -36,9 +36,10 @@ typedef struct sl__idx {
  * SL_ECORRUPT (bad magic, unknown type code, rank 0 or above SL_MAX_RANK,
  * truncated header or data, bytes past the declared data, a gzip stream
  * error) or SL_EINVAL (declared size above max_bytes; 0 means
- * SL__IDX_MAX_BYTES).  Nothing larger than the data actually present is
- * allocated, so a lying header in a small file costs nothing.  On failure
- * `out` is zeroed (sl__idx_free on it is harmless). */
+ * SL__IDX_MAX_BYTES).  The buffer grows as data arrives (from 4 MiB, at
+ * most doubling), so a header lying about its size in a small file cannot
+ * make this allocate gigabytes.  On failure `out` is zeroed (sl__idx_free on
+ * it is harmless). */
 int sl__idx_load_limit(const char *path, uint64_t max_bytes, sl__idx *out);
 static inline int sl__idx_load(const char *path, sl__idx *out) {
   return sl__idx_load_limit(path, 0, out);

@@ -236,9 +236,11 @@ static int parse_index(sl_slr_file *f, const unsigned char *b, uint64_t len) {
     x->first_record = sl__get64(e + 8);
     x->records = sl__get32(e + 16);
     x->header_crc = sl__get32(e + 20);
+    uint64_t hdr_end;
     bool ok = x->first_record == next_record && x->records > 0 &&
               (c ? x->offset > min_off : x->offset == SLR_HEADER_SIZE) &&
-              x->offset + SLR_CHUNK_HEADER_SIZE <= f->schema_off;
+              sl__add_ok(x->offset, SLR_CHUNK_HEADER_SIZE, &hdr_end) &&
+              hdr_end <= f->schema_off;
     SL_RETURN_ERROR_IF(!ok, SL_ECORRUPT,
                        "%s: index entry %llu (chunk at offset %llu, first "
                        "record %llu, %u records) is inconsistent",

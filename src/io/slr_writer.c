@@ -336,6 +336,23 @@ static int schema_block(const sl_schema *s, unsigned char **out, size_t *len) {
   return SL_OK;
 }
 
+/* Makes the rename durable.  Best effort: some file systems refuse to sync
+ * a directory, and the file itself is already complete and synced. */
+static void sync_dir(const char *path) {
+  const char *slash = strrchr(path, '/');
+  char dir[4096];
+  if (!slash)
+    snprintf(dir, sizeof dir, ".");
+  else if (slash == path)
+    snprintf(dir, sizeof dir, "/");
+  else
+    snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return;
+  (void)fsync(fd);
+  close(fd);
+}
+
 static int finish(sl_slr_writer *w) {
   SL_RETURN_ERROR_IF(w->failed, SL_EIO,
                      "slr writer: %s: an earlier write failed", w->path);
@@ -389,6 +406,7 @@ static int finish(sl_slr_writer *w) {
     unlink(w->tmp_path);
     return rc;
   }
+  sync_dir(w->path);
   return SL_OK;
 }
 

@@ -1,0 +1,85 @@
+/*
+ * cli.h - what the subcommands of the `sluice` tool share: exit codes, the
+ * option parser, number parsing, error reporting and JSON/text output
+ * helpers.  Each subcommand lives in its own cmd_*.c.
+ */
+#ifndef SLUICE_CLI_H
+#define SLUICE_CLI_H
+
+#include "sluice.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* Exit statuses: documented in docs/CLI.md, relied on by scripts. */
+enum { CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2 };
+
+/* The subcommands: argv[0] is the subcommand's name. */
+int cmd_pack(int argc, char **argv);
+int cmd_inspect(int argc, char **argv);
+int cmd_verify(int argc, char **argv);
+int cmd_cat(int argc, char **argv);
+
+/* --- option parsing ---------------------------------------------------------
+ * GNU style: options and operands in any order, "--name value",
+ * "--name=value", "-x value", "-xvalue", and "--" ending the options. */
+typedef struct cli_opt {
+  const char *name; /* long name without "--" */
+  char short_name;  /* 0 for none */
+  bool has_arg;
+  int id; /* > 0, returned by cli_next */
+} cli_opt;
+
+typedef struct cli_parser {
+  int argc;
+  char **argv;
+  int i;                /* next argument */
+  bool operands_only;   /* after "--" */
+  const char *cmd;      /* for messages: "pack" */
+  const char *synopsis; /* printed after a usage error */
+  const cli_opt *opts;  /* terminated by an entry with id 0 */
+} cli_parser;
+
+enum { CLI_ARG_END = -1, CLI_ARG_BAD = -2, CLI_ARG_OPERAND = 0 };
+
+/* Starts parsing argv[1..] (argv[0] is the subcommand). */
+void cli_parser_init(cli_parser *p, int argc, char **argv, const char *cmd,
+                     const char *synopsis, const cli_opt *opts);
+/* The next option's id (its value, if any, in *val), CLI_ARG_OPERAND with
+ * the operand in *val, CLI_ARG_END, or CLI_ARG_BAD after printing the
+ * problem and the synopsis to stderr. */
+int cli_next(cli_parser *p, const char **val);
+
+/* Prints "sluice: CMD: <message>" and the synopsis to stderr; returns
+ * CLI_USAGE. */
+int cli_usage_error(const char *cmd, const char *synopsis, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Prints "sluice: CMD: <sl_last_error()>" (or the code's description when
+ * there is no detail) to stderr; returns CLI_FAIL. */
+int cli_fail(const char *cmd, int rc);
+
+/* Parses a decimal unsigned integer; with `suffixes`, an optional K, M or G
+ * (powers of 1024, either case, optional trailing "B" or "iB").  false on
+ * junk, a sign, overflow or an empty string. */
+bool cli_parse_u64(const char *s, bool suffixes, uint64_t *out);
+
+/* --- output -----------------------------------------------------------------
+ */
+
+/* Length of the valid UTF-8 sequence at p (1..4), or 0 when the bytes there
+ * are not one (overlong, surrogate, beyond U+10FFFF, cut short). */
+int cli_utf8_len(const unsigned char *p, size_t n);
+/* `n` bytes as a JSON string with quotes: valid UTF-8 passes through,
+ * control characters and invalid bytes become \u00XX escapes. */
+void cli_json_string(FILE *o, const void *data, size_t n);
+/* `n` bytes as a C-like quoted string for humans: \n, \t, \", \\, \xNN for
+ * other non-printable bytes and invalid UTF-8; at most `max` bytes, then
+ * "..." after the closing quote. */
+void cli_text_string(FILE *o, const void *data, size_t n, size_t max);
+/* "1.5 MB" style (powers of 1000) into buf. */
+const char *cli_human_bytes(uint64_t n, char *buf, size_t size);
+/* Monotonic seconds. */
+double cli_now(void);
+
+#endif
