@@ -1,0 +1,129 @@
+/*
+ * lua_host.h - the Lua host inside libsluice: worker Lua states, shipping
+ * Lua functions to them, and the stages that run Lua code on sluice's
+ * threads (map, filter, reader).  Internal: the Lua binding (bindings/) and
+ * the embedding API call these; users see them through `require "sluice"`.
+ *
+ * Threading rule: a lua_State is only ever touched by one thread at a time.
+ * The declaring (consumer) state is touched only during sl__lua_ship; after
+ * that, the stages use worker states they own, never the consumer's.
+ *
+ * The per-sample protocol between a stage and its worker state goes through
+ * the pure-Lua module `sluice.worker` (lua/sluice/worker.lua), loaded in
+ * every worker state:
+ *
+ *   worker.map(fn, sample, slot)    sample: lightuserdata sl_sample*, a
+ *                                   reference handed to Lua (Lua releases
+ *                                   it); slot: lightuserdata sl_sample**
+ *                                   into which Lua stores the result with a
+ *                                   reference for C.  Raises on error
+ *                                   (including "returned nothing").
+ *   worker.filter(fn, sample)       returns true to keep; releases `sample`.
+ *   worker.export(value, slot, schema)
+ *                                   converts a value yielded by a Lua reader
+ *                                   (a sample object, or a table of field ->
+ *                                   number/string/array) to an sl_sample*
+ *                                   stored in slot (with a reference for C);
+ *                                   schema: lightuserdata sl_schema* the
+ *                                   value must match, or nil (then the
+ *                                   value's own inferred schema is used).
+ *
+ * Stages call these under lua_pcall with debug.traceback as the message
+ * handler, so an error carries the original message and a traceback that
+ * points at the decorator's source line.
+ */
+#ifndef SLUICE_LUA_HOST_H
+#define SLUICE_LUA_HOST_H
+
+#include "sluice.h"
+
+#include <lua.h>
+
+/* --- the environment a worker state starts from --------------------------- */
+
+/* What a worker state copies from the declaring state: package.path and
+ * package.cpath.  Immutable once made; shared by the stages of a pipeline
+ * (refcounted). */
+typedef struct sl__lua_env sl__lua_env;
+
+/* Captures package.path / package.cpath of L.  NULL on SL_ENOMEM. */
+sl__lua_env *sl__lua_env_capture(lua_State *L);
+/* An environment from explicit strings (either may be NULL = LuaJIT's
+ * default).  Used by the embedding API. */
+sl__lua_env *sl__lua_env_new(const char *path, const char *cpath);
+sl__lua_env *sl__lua_env_retain(sl__lua_env *e);
+void sl__lua_env_release(sl__lua_env *e);
+
+/* A new worker state: standard libraries, package.path/cpath from `env`,
+ * globals `ffi` and `sluice` (require "sluice"), and `sluice.worker`
+ * loaded.  SL_OK, SL_ENOMEM or SL_ELUA (require failed: message says why). */
+int sl__lua_worker_new(const sl__lua_env *env, lua_State **out);
+
+/* --- shipped functions -------------------------------------------------------
+ * A Lua function turned into bytes: its bytecode (string.dump, with debug
+ * info so tracebacks name the source line) plus its upvalues, recursively:
+ * nil, booleans, numbers, strings, tables of those (copied; shared and
+ * cyclic references preserved), other shippable Lua functions, and modules
+ * (a table that is package.loaded[name] in the declaring state is shipped as
+ * "require(name)").  A string "module.function" (or "module:function")
+ * ships as a name to require in the worker. */
+typedef struct sl__shipped sl__shipped;
+
+/* Ships the value at stack index `idx` of L (a Lua function or a
+ * "module.function" string).  `what` names the decorator for messages
+ * ("map", "filter", "reader").  On an unshippable upvalue: SL_ELUA with
+ * "<what>: cannot ship upvalue '<name>' (a <type>) of the function defined
+ * at <source>:<line>" (nested paths name the chain, e.g. 'cfg.f' or the
+ * inner function's line).  Does not raise; leaves L's stack as it was. */
+int sl__lua_ship(lua_State *L, int idx, const char *what, sl__shipped **out);
+sl__shipped *sl__shipped_retain(sl__shipped *f);
+void sl__shipped_release(sl__shipped *f);
+/* "<source>:<line>" of the shipped function (or the module.function name),
+ * for messages.  Borrowed. */
+const char *sl__shipped_where(const sl__shipped *f);
+
+/* Pushes the function onto worker state W (rebuilding upvalues, or
+ * requiring the named module).  SL_OK, or SL_ELUA with the message (then
+ * nothing is pushed). */
+int sl__lua_unship(lua_State *W, const sl__shipped *f);
+
+/* Calls the function at the top of W's stack area set up by the caller with
+ * `nargs` arguments and `nres` results under debug.traceback; on error
+ * returns SL_ELUA with "<what> (<where>): <message + traceback>" as this
+ * thread's detail message and pops the error.  Like lua_pcall otherwise. */
+int sl__lua_pcall(lua_State *W, int nargs, int nres, const char *what,
+                  const char *where);
+
+/* --- stages --------------------------------------------------------------------- */
+
+typedef enum sl__lua_kind { SL__LUA_MAP, SL__LUA_FILTER } sl__lua_kind;
+
+typedef struct sl__lua_stage_opts {
+  int threads;  /* worker threads (>= 1) */
+  int ordered;  /* 1: keep upstream order (default); 0: as soon as ready */
+  size_t queue; /* samples in flight, 0 = 4 * threads + 4 */
+} sl__lua_stage_opts;
+
+/* A map or filter stage running `fn` (retained) in `opts->threads` worker
+ * states created from `env` (retained), over `up` (taken, also on failure).
+ * Output schema: `schema` when given (retained); else, for filter, the
+ * upstream's; for map, the schema of the first output (construction pulls
+ * and maps the first sample, which is then yielded first - so map's schema
+ * is known before any consumer asks).  Errors raised by fn reach the
+ * consumer at that sample's position as SL_ELUA with message and
+ * traceback. */
+int sl__lua_stage(sl_reader *up, sl__lua_kind kind, sl__shipped *fn,
+                  sl__lua_env *env, const sl__lua_stage_opts *opts,
+                  sl_schema *schema, sl_reader **out);
+
+/* A source running the Lua reader creator `fn` (Paddle's reader creator:
+ * fn() returns an iterator; each call of the iterator returns a sample or
+ * a table row, nil at the end) in one worker thread with its own state,
+ * prefetching into a channel of `buffer` samples.  `schema` (may be NULL;
+ * retained) is what every row must match; without it the first row's schema
+ * is used (known at construction: the first row is produced then).  Each
+ * reset calls fn() again for a fresh iterator. */
+int sl__lua_reader(sl__shipped *fn, sl__lua_env *env, size_t buffer,
+                   sl_schema *schema, sl_reader **out);
+
+#endif
