@@ -39,6 +39,10 @@
 
 #include <lua.h>
 
+/* The functions below are internal, but the Lua binding (bindings/, the
+ * separate shared object sluice/core.so) calls them, so libsluice.so exports
+ * them: marked SL_API. */
+
 /* --- the environment a worker state starts from --------------------------- */
 
 /* What a worker state copies from the declaring state: package.path and
@@ -47,17 +51,23 @@
 typedef struct sl__lua_env sl__lua_env;
 
 /* Captures package.path / package.cpath of L.  NULL on SL_ENOMEM. */
-sl__lua_env *sl__lua_env_capture(lua_State *L);
+SL_API sl__lua_env *sl__lua_env_capture(lua_State *L);
 /* An environment from explicit strings (either may be NULL = LuaJIT's
  * default).  Used by the embedding API. */
-sl__lua_env *sl__lua_env_new(const char *path, const char *cpath);
-sl__lua_env *sl__lua_env_retain(sl__lua_env *e);
-void sl__lua_env_release(sl__lua_env *e);
+SL_API sl__lua_env *sl__lua_env_new(const char *path, const char *cpath);
+SL_API sl__lua_env *sl__lua_env_retain(sl__lua_env *e);
+SL_API void sl__lua_env_release(sl__lua_env *e);
+/* What sl__lua_worker_new preloads: 1 (the default) = `ffi`, `sluice` and
+ * `sluice.worker`; 0 = a bare state with the standard libraries and `ffi`
+ * only (the C tests of the host itself, which must not depend on the Lua
+ * package).  Call it before the env is shared: it is the one mutation an
+ * env allows.  SL_OK, or SL_EINVAL for a NULL env. */
+SL_API int sl__lua_env_set_preload(sl__lua_env *e, int load_sluice);
 
 /* A new worker state: standard libraries, package.path/cpath from `env`,
  * globals `ffi` and `sluice` (require "sluice"), and `sluice.worker`
  * loaded.  SL_OK, SL_ENOMEM or SL_ELUA (require failed: message says why). */
-int sl__lua_worker_new(const sl__lua_env *env, lua_State **out);
+SL_API int sl__lua_worker_new(const sl__lua_env *env, lua_State **out);
 
 /* --- shipped functions -------------------------------------------------------
  * A Lua function turned into bytes: its bytecode (string.dump, with debug
@@ -75,23 +85,23 @@ typedef struct sl__shipped sl__shipped;
  * "<what>: cannot ship upvalue '<name>' (a <type>) of the function defined
  * at <source>:<line>" (nested paths name the chain, e.g. 'cfg.f' or the
  * inner function's line).  Does not raise; leaves L's stack as it was. */
-int sl__lua_ship(lua_State *L, int idx, const char *what, sl__shipped **out);
-sl__shipped *sl__shipped_retain(sl__shipped *f);
-void sl__shipped_release(sl__shipped *f);
+SL_API int sl__lua_ship(lua_State *L, int idx, const char *what, sl__shipped **out);
+SL_API sl__shipped *sl__shipped_retain(sl__shipped *f);
+SL_API void sl__shipped_release(sl__shipped *f);
 /* "<source>:<line>" of the shipped function (or the module.function name),
  * for messages.  Borrowed. */
-const char *sl__shipped_where(const sl__shipped *f);
+SL_API const char *sl__shipped_where(const sl__shipped *f);
 
 /* Pushes the function onto worker state W (rebuilding upvalues, or
  * requiring the named module).  SL_OK, or SL_ELUA with the message (then
  * nothing is pushed). */
-int sl__lua_unship(lua_State *W, const sl__shipped *f);
+SL_API int sl__lua_unship(lua_State *W, const sl__shipped *f);
 
 /* Calls the function at the top of W's stack area set up by the caller with
  * `nargs` arguments and `nres` results under debug.traceback; on error
  * returns SL_ELUA with "<what> (<where>): <message + traceback>" as this
  * thread's detail message and pops the error.  Like lua_pcall otherwise. */
-int sl__lua_pcall(lua_State *W, int nargs, int nres, const char *what,
+SL_API int sl__lua_pcall(lua_State *W, int nargs, int nres, const char *what,
                   const char *where);
 
 /* --- stages --------------------------------------------------------------------- */
@@ -112,7 +122,7 @@ typedef struct sl__lua_stage_opts {
  * is known before any consumer asks).  Errors raised by fn reach the
  * consumer at that sample's position as SL_ELUA with message and
  * traceback. */
-int sl__lua_stage(sl_reader *up, sl__lua_kind kind, sl__shipped *fn,
+SL_API int sl__lua_stage(sl_reader *up, sl__lua_kind kind, sl__shipped *fn,
                   sl__lua_env *env, const sl__lua_stage_opts *opts,
                   sl_schema *schema, sl_reader **out);
 
@@ -123,7 +133,7 @@ int sl__lua_stage(sl_reader *up, sl__lua_kind kind, sl__shipped *fn,
  * retained) is what every row must match; without it the first row's schema
  * is used (known at construction: the first row is produced then).  Each
  * reset calls fn() again for a fresh iterator. */
-int sl__lua_reader(sl__shipped *fn, sl__lua_env *env, size_t buffer,
+SL_API int sl__lua_reader(sl__shipped *fn, sl__lua_env *env, size_t buffer,
                    sl_schema *schema, sl_reader **out);
 
 #endif
