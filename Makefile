@@ -11,7 +11,7 @@
 # layers (Lua binding, SLR format, the demo's data), so the README commands
 # never change.
 PACKAGES := build-essential cmake pkg-config libzstd-dev zlib1g-dev \
-            luajit libluajit-5.1-dev lua-busted libdlpack-dev \
+            luajit libluajit-5.1-dev lua-busted lua-check libdlpack-dev \
             dataset-fashion-mnist
 
 BUILD_TYPE ?= RelWithDebInfo

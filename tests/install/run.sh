@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# run.sh - CTest test install.consumer: does an installed sluice work for a
+# user who never saw the source tree?
+#
+#   run.sh BUILD_DIR LIBDIR LUA_CDIR LUA_DIR
+#
+# Installs BUILD_DIR into a scratch prefix with `cmake --install --prefix`
+# (a prefix other than the configured one, so relocatability is tested too),
+# then:
+#   1. builds tests/install/consumer.c with `pkg-config --cflags --libs
+#      sluice` and runs it;
+#   2. builds the same program from a separate CMake project with
+#      find_package(sluice) and sluice::sluice, and runs it;
+#   3. loads the installed `sluice.core` under luajit with LUA_PATH/LUA_CPATH
+#      pointing only into the prefix, and checks that it resolved the
+#      installed libsluice (through its $ORIGIN RPATH), not the build tree's.
+# LIBDIR, LUA_CDIR, LUA_DIR are the install dirs relative to the prefix.
+# Environment (set by CTest): CC, LUAJIT, and for sanitizer builds
+# SLUICE_SAN_CFLAGS (the consumers must be instrumented like libsluice) and
+# SLUICE_SAN_PRELOAD (the runtime luajit needs preloaded).
+set -euo pipefail
+
+build=$(cd "$1" && pwd)
+libdir=$2
+lua_cdir=$3
+lua_dir=$4
+here=$(cd "$(dirname "$0")" && pwd)
+cc=${CC:-cc}
+luajit=${LUAJIT:-luajit}
+san_cflags=${SLUICE_SAN_CFLAGS:-}
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/sluice-install.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+prefix=$tmp/prefix
+
+step() { printf '\n--- %s\n' "$*"; }
+
+step "cmake --install $build --prefix $prefix"
+cmake --install "$build" --prefix "$prefix" >"$tmp/install.log" ||
+  { cat "$tmp/install.log"; exit 1; }
+for f in "$libdir/libsluice.so" "$libdir/libsluice.a" include/sluice.h \
+         bin/sluice "$libdir/pkgconfig/sluice.pc" \
+         "$libdir/cmake/sluice/sluiceConfig.cmake" \
+         "$libdir/cmake/sluice/sluiceConfigVersion.cmake" \
+         "$lua_cdir/sluice/core.so"; do
+  [ -e "$prefix/$f" ] || { echo "missing from the install: $f"; exit 1; }
+  echo "installed: $f"
+done
+
+step "pkg-config consumer"
+export PKG_CONFIG_PATH=$prefix/$libdir/pkgconfig
+pc_libdir=$(pkg-config --variable=libdir sluice)
+# The .pc must point into the scratch prefix, wherever it was configured.
+[ "$(cd "$pc_libdir" && pwd -P)" = "$(cd "$prefix/$libdir" && pwd -P)" ] ||
+  { echo "sluice.pc libdir $pc_libdir is not $prefix/$libdir"; exit 1; }
+# shellcheck disable=SC2046,SC2086 # pkg-config output is meant to split
+"$cc" -std=c11 -Wall -Wextra -Werror $san_cflags "$here/consumer.c" \
+  $(pkg-config --cflags --libs sluice) -Wl,-rpath,"$pc_libdir" \
+  -o "$tmp/consumer_pc"
+"$tmp/consumer_pc"
+
+step "find_package consumer"
+cmake -S "$here/cmake" -B "$tmp/cmake-build" -DCMAKE_PREFIX_PATH="$prefix" \
+  -DCMAKE_C_COMPILER="$cc" -DCMAKE_C_FLAGS="$san_cflags" \
+  -DCMAKE_EXE_LINKER_FLAGS="$san_cflags" >"$tmp/cmake.log" ||
+  { cat "$tmp/cmake.log"; exit 1; }
+cmake --build "$tmp/cmake-build" >"$tmp/build.log" ||
+  { cat "$tmp/build.log"; exit 1; }
+"$tmp/cmake-build/consumer"
+
+step "require \"sluice.core\" from the prefix"
+lua_env=(LUA_PATH="$prefix/$lua_dir/?.lua;$prefix/$lua_dir/?/init.lua"
+         LUA_CPATH="$prefix/$lua_cdir/?.so")
+if [ -n "${SLUICE_SAN_PRELOAD:-}" ]; then
+  lua_env+=(LD_PRELOAD="$SLUICE_SAN_PRELOAD" ASAN_OPTIONS=detect_leaks=0)
+fi
+env "${lua_env[@]}" "$luajit" - "$(cd "$prefix" && pwd -P)" <<'LUA'
+local prefix = assert(arg[1])
+local core = require "sluice.core"
+assert(core.version() == "0.1.0", "version " .. tostring(core.version()))
+local lib = core.libpath()
+assert(lib:sub(1, #prefix + 1) == prefix .. "/",
+       "sluice.core loaded " .. lib .. ", not the libsluice under " .. prefix)
+local ffi = require "ffi"
+ffi.cdef "const char *sl_version(void);"
+assert(ffi.string(ffi.load(lib).sl_version()) == "0.1.0")
+print("sluice.core " .. core.version() .. " from " .. lib)
+LUA
+
+step "require \"sluice\" (the facade) from the prefix"
+if [ -e "$prefix/$lua_dir/sluice/init.lua" ]; then
+  # The worker states of `map` capture this state's package.path, so this
+  # also checks that they find the installed facade.
+  env "${lua_env[@]}" "$luajit" - <<'LUA'
+local sluice = require "sluice"
+assert(type(sluice) == "table", "require 'sluice' returned " .. type(sluice))
+if sluice.range then
+  local p = sluice.range(5)
+  if p.map then p = p:map(function(s) return s end, { threads = 2 }) end
+  local n = 0
+  for _ in p:iter() do n = n + 1 end
+  assert(n == 5, "range(5) gave " .. n .. " samples")
+  print("sluice.range(5)" .. (p.map and ":map(identity)" or "") .. ": 5 samples")
+end
+LUA
+else
+  echo "no lua/sluice/init.lua installed (the facade has not landed)"
+fi
+
+step "installed Lua files"
+src_lua=$here/../../lua
+if [ -d "$src_lua/sluice" ]; then
+  while IFS= read -r f; do
+    rel=${f#"$src_lua"/}
+    [ -e "$prefix/$lua_dir/$rel" ] ||
+      { echo "missing from the install: $lua_dir/$rel"; exit 1; }
+    echo "installed: $lua_dir/$rel"
+  done < <(find "$src_lua/sluice" -name '*.lua' | sort)
+fi
+
+echo
+echo "install.consumer: ok"
