@@ -235,21 +235,19 @@ int main(int argc, char **argv) {
   for (uint64_t c = 0; c < fr.n; c++)
     fwrite(fr.data[c], 1, fr.size[c], z);
   fclose(z);
-  double t[51], med[4];
+  /* The four measurements are interleaved run by run, so that load from
+   * other processes on a shared machine hits them alike. */
+  double t[4][51], med[4];
   const char *names[4] = {"zstd_lib", "zstd_cli", "sluice_1t", "sluice_2t"};
-  for (int r = 0; r < runs; r++)
-    t[r] = zstd_lib(&fr);
-  med[0] = median(t, runs);
   int have_cli = 1;
-  for (int r = 0; r < runs; r++)
-    if ((t[r] = zstd_cli(zst)) < 0) have_cli = 0;
-  med[1] = have_cli ? median(t, runs) : -1;
-  for (int r = 0; r < runs; r++)
-    t[r] = sluice_read(path, fr.n, 1, (uint64_t)records);
-  med[2] = median(t, runs);
-  for (int r = 0; r < runs; r++)
-    t[r] = sluice_read(path, fr.n, 2, (uint64_t)records);
-  med[3] = median(t, runs);
+  for (int r = 0; r < runs; r++) {
+    t[0][r] = zstd_lib(&fr);
+    if ((t[1][r] = zstd_cli(zst)) < 0) have_cli = 0;
+    t[2][r] = sluice_read(path, fr.n, 1, (uint64_t)records);
+    t[3][r] = sluice_read(path, fr.n, 2, (uint64_t)records);
+  }
+  for (int i = 0; i < 4; i++) med[i] = median(t[i], runs);
+  if (!have_cli) med[1] = -1;
   double mb = (double)fr.raw_total / 1e6;
   fprintf(stderr,
           "data: %lld records of f32[%d] + i64, %llu chunks, raw %.1f MB, "
