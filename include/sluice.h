@@ -649,6 +649,184 @@ SL_API int sl_slr_reader_chunks(const char *path, const sl_slr_open_opts *opts,
                                 uint64_t first_chunk, uint64_t nchunks,
                                 sl_reader **out);
 
+/* ------------------------------------------------------------------------ */
+/* Opening files by name: the format registry (docs/DATA.md)                */
+/* ------------------------------------------------------------------------ */
+
+/* Names.  A file is named "TAG:PATH" or by a bare PATH.
+ *  - TAG is a letter followed by up to 30 letters, digits, '_', '-' or '+';
+ *    the text before the first ':' is a tag only if it has that form, so
+ *    "/data/a:b.slr" is a bare path, while a relative path whose first
+ *    component holds a ':' must be written "./a:b.slr" or "slr:a:b.slr".
+ *  - A bare PATH takes the tag mapped to its extension: the longest
+ *    registered suffix that ends it (".slr" -> "slr" is built in).
+ *  - A PATH holding '*', '?' or '[' is a glob(3) pattern.  It expands to the
+ *    matching files sorted in byte order (strcmp, not the locale's order, so
+ *    every rank of a job sees the same list whatever its environment); each
+ *    match is then tagged as above.  A pattern that matches nothing is
+ *    SL_EINVAL naming the pattern.
+ * Built-in tag: "slr" (sl_slr_reader over the whole file). */
+
+/* Options for opening one file.  Extensible: `size` must be
+ * sizeof(sl_open_opts) as the caller compiled it (SL_OPEN_OPTS_INIT sets it),
+ * and the zero of every other field is its default.  A later library that
+ * appends fields reads only `size` bytes and defaults the rest; a library
+ * older than the caller's header refuses a larger struct whose extra bytes
+ * are not all zero (SL_EUNSUPPORTED).  size 0 is SL_EINVAL. */
+typedef struct sl_open_opts {
+  size_t size;          /* sizeof(sl_open_opts) */
+  sl_slr_open_opts slr; /* tag slr: corruption policy and limits */
+} sl_open_opts;
+/* clang-format off */
+#define SL_OPEN_OPTS_INIT {sizeof(sl_open_opts), {SL_CORRUPT_FAIL, 0, 0}}
+/* clang-format on */
+
+/* A format's constructor: opens `path` (the "TAG:" removed, globs already
+ * expanded) as a reader.  `opts` is never NULL: the library passes a complete
+ * sl_open_opts of its own version with the caller's options and the defaults
+ * filled in.  Returns SL_OK and *out, or an error with its detail set (name
+ * the path).  Called without any registry lock held, possibly from several
+ * threads at once. */
+typedef int (*sl_format_open_fn)(void *ud, const char *path,
+                                 const sl_open_opts *opts, sl_reader **out);
+
+/* Registers format `tag`: names "tag:..." are then opened by fn(ud, ...).
+ * Registering a tag that exists (the built-in "slr" included) replaces its fn
+ * and ud for the calls that start afterwards; calls already running finish
+ * with the old ones.  fn NULL removes the tag.  The registry never frees or
+ * copies what `ud` points to: it must stay valid while any sl_open may still
+ * use it (for most programs, forever).  Borrows `tag` (copied).  Returns
+ * SL_OK, SL_EINVAL (malformed tag, or removing a tag that is not registered)
+ * or SL_ENOMEM (all 64 slots taken).  Thread-safe (one mutex). */
+SL_API int sl_format_register(const char *tag, sl_format_open_fn fn, void *ud);
+
+/* Maps the extension `ext` (a suffix such as ".slr" or "-ubyte": 1..31
+ * bytes, no '/', compared case-sensitively with the end of a bare path) to
+ * `tag`, replacing an earlier mapping of the same suffix; `tag` NULL removes
+ * the mapping.  The tag need not be registered yet: it is looked up when a
+ * name is opened.  Borrows both strings (copied).  Returns SL_OK, SL_EINVAL
+ * (malformed ext or tag, or removing an unmapped ext) or SL_ENOMEM (all 64
+ * slots taken).  Thread-safe. */
+SL_API int sl_format_extension(const char *ext, const char *tag);
+
+/* Opens the file or files named `name` (see "Names") as one reader, with
+ * `opts` (NULL: defaults).  A pattern matching several files gives their
+ * readers one after another (sl_chain: their schemas must be equal).  Borrows
+ * `name` and `opts`.  Returns SL_OK and *out; SL_EINVAL for an unknown tag
+ * (the message lists the registered tags), a bare path with no known
+ * extension, an empty path, a pattern that matches nothing or bad options;
+ * SL_EIO when a pattern cannot be read; SL_EUNSUPPORTED for options from a
+ * newer header; otherwise the format's own error (for slr: SL_EIO naming a
+ * missing file, SL_ECORRUPT, ...).  Thread-safe. */
+SL_API int sl_open(const char *name, const sl_open_opts *opts, sl_reader **out);
+
+/* ------------------------------------------------------------------------ */
+/* Sharding and open_files: the epoch plan (docs/DATA.md)                    */
+/* ------------------------------------------------------------------------ */
+
+/* How the N records of an epoch's sequence are split among `world` ranks. */
+typedef enum sl_shard_policy {
+  SL_SHARD_PAD = 0,   /* every rank gets ceil(N/world): the sequence is
+                         extended by repeating its first records, and rank r
+                         takes positions [r*Q, (r+1)*Q) of the extension */
+  SL_SHARD_DROP = 1,  /* every rank gets q = floor(N/world): rank r takes
+                         [r*q, (r+1)*q); the last N mod world records of the
+                         sequence are not read this epoch */
+  SL_SHARD_UNEVEN = 2 /* rank r takes [floor(r*N/world),
+                         floor((r+1)*N/world)): an exact cover, sizes
+                         differing by at most one */
+} sl_shard_policy;
+
+/* In sl_open_files_opts.rank/world: take both from the environment. */
+#define SL_RANK_FROM_ENV (-1)
+
+/* This process's rank and world size from the environment of the common
+ * launchers, the first pair of which either variable is set: RANK /
+ * WORLD_SIZE (torchrun), OMPI_COMM_WORLD_RANK / OMPI_COMM_WORLD_SIZE (Open
+ * MPI's mpirun), PMI_RANK / PMI_SIZE (MPICH, Intel MPI), PADDLE_TRAINER_ID /
+ * PADDLE_TRAINERS_NUM (Paddle); rank 0 of world 1 when none is set.  Returns
+ * SL_OK, or SL_EINVAL naming the variable when one of a pair is missing, a
+ * value is not a decimal integer (rank >= 0, 1 <= world <= INT32_MAX) or the
+ * rank is not below the world size.  Thread-safe (reads the environment). */
+SL_API int sl_shard_env(int *rank, int *world);
+
+/* The number of records rank `rank` of `world` reads from an epoch of `n`
+ * records under `policy`; 0 when world < 1 or rank is not in [0, world).
+ * Thread-safe. */
+SL_API uint64_t sl_shard_count(uint64_t n, int rank, int world,
+                               sl_shard_policy policy);
+
+/* Options of sl_open_files.  Extensible like sl_open_opts: `size` must be
+ * sizeof(sl_open_files_opts) (SL_OPEN_FILES_OPTS_INIT sets it and the
+ * defaults). */
+typedef struct sl_open_files_opts {
+  size_t size;          /* sizeof(sl_open_files_opts) */
+  sl_slr_open_opts slr; /* how the files are opened; under
+                           SL_CORRUPT_SKIP_CHUNK the cap counts bad chunks
+                           over all files, per pass */
+  uint32_t threads;     /* worker threads, 1..1024 (0 = 1) */
+  uint32_t buffer;      /* decoded samples each worker may hold ready ahead
+                           of the consumer (0 = 1024); a chunk's records
+                           travel together, so a larger chunk is still
+                           admitted alone */
+  int unordered;        /* 0: the plan's order, identical for any number of
+                           threads; 1: samples as soon as they are ready */
+  int shuffle;          /* 0: files, chunks and records in order; 1: the
+                           epoch plan's permutations */
+  uint64_t seed;        /* of the permutations */
+  uint64_t epoch;       /* the epoch of the first pass; each reset adds 1 */
+  uint32_t window;      /* with shuffle: records are permuted within windows
+                           of this many consecutive (permuted) chunks
+                           (0 = 1) */
+  int rank, world;      /* world <= 0 (SL_RANK_FROM_ENV): both from
+                           sl_shard_env; else 0 <= rank < world */
+  sl_shard_policy remainder;
+} sl_open_files_opts;
+/* clang-format off */
+#define SL_OPEN_FILES_OPTS_INIT                                                \
+  {sizeof(sl_open_files_opts), {SL_CORRUPT_FAIL, 0, 0},                        \
+   0 /* threads */, 0 /* buffer */, 0 /* unordered */, 0 /* shuffle */,       \
+   0 /* seed */, 0 /* epoch */, 0 /* window */,                                \
+   SL_RANK_FROM_ENV, SL_RANK_FROM_ENV, SL_SHARD_PAD}
+/* clang-format on */
+
+/* One reader over the records of several files, read by `threads` worker
+ * threads (each with its own file handles and decompression contexts) in the
+ * order of the epoch plan (docs/DATA.md): with shuffle off and world 1, every
+ * record of file 0, then of file 1, and so on.
+ *
+ * `names` (n >= 1, borrowed) are expanded as by sl_open (tags, extensions,
+ * globs) into one list of files, in order.  Every file must be tagged "slr":
+ * the plan needs each file's chunk and record counts, which only an index
+ * gives without reading the file; another tag is SL_EUNSUPPORTED naming the
+ * file.  Every file is opened once here to read its index: one that cannot
+ * be opened fails the call with its own error (SL_EIO naming a missing file,
+ * SL_ECORRUPT, ...), and their schemas must be equal (sl_schema_equal):
+ * SL_ESHAPE naming the first file that differs.  The reader's schema is the
+ * first file's.  `opts` NULL means SL_OPEN_FILES_OPTS_INIT.
+ *
+ * Pass p (the resets since creation, resets in mid-pass included) reads
+ * epoch opts->epoch + p, its plan recomputed; to resume at another epoch,
+ * open again with that epoch.  The workers start at once; reset and destroy
+ * stop and join them first, and are safe at any moment.
+ *
+ * An error in a worker (a file that became unreadable, a corrupt chunk under
+ * SL_CORRUPT_FAIL, SL_ENOMEM) reaches the consumer with its code and the
+ * message "open_files: epoch E, sample S: " followed by the file's own
+ * message (path, chunk and offset).  In ordered mode it arrives in order,
+ * after the S samples before it (for a shuffle window of several chunks: at
+ * the start of that window's samples).  Every worker is stopped and joined
+ * before the error is returned.  Under SL_CORRUPT_SKIP_CHUNK a corrupt
+ * chunk's records are left out and counted; past max_bad_chunks (0 = 16) in
+ * one pass the pass fails with SL_ECORRUPT.
+ *
+ * Returns SL_OK and *out, or SL_EINVAL (no names, a NULL name, bad options,
+ * a bad rank/world or environment variable, or any sl_open name error),
+ * SL_EUNSUPPORTED, SL_EIO, SL_ECORRUPT, SL_ESHAPE or SL_ENOMEM.  The reader,
+ * like any, is used by one thread at a time. */
+SL_API int sl_open_files(const char *const *names, size_t n,
+                         const sl_open_files_opts *opts, sl_reader **out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,435 @@
+/*
+ * registry.c - the format registry: file names "TAG:PATH" (or a bare PATH
+ * tagged by its extension, or a glob pattern) opened by the constructor
+ * registered for the tag (sl_open), and the same expansion for open_files.
+ *
+ * Tables.  Two fixed arrays of 64 slots: formats (tag -> constructor + user
+ * data) and extensions (suffix -> tag).  Fixed storage means a registration
+ * never allocates and nothing is left for a leak checker at exit; 64 is far
+ * more than the built-in tags (slr now; idx and text later) plus a program's
+ * own.  The built-in rows are static initialisers, so there is no "init"
+ * call to forget and no registration order to get wrong.
+ *
+ * Locking: g_mu protects both tables (every field of every slot and the
+ * counts).  Lookups copy what they need (fn, ud, the tag text) under the lock
+ * and call the constructor after releasing it, so a constructor may itself
+ * call sl_open or register formats, and a slow open never blocks another
+ * thread's registration.  The price is that a replaced or removed format may
+ * still be running in another thread; that is why the registry never frees
+ * `ud` (see sl_format_register in sluice.h).
+ *
+ * Expansion order is the caller's order of names, and within a pattern byte
+ * order (strcmp).  glob(3) sorts with strcoll, which depends on LC_COLLATE;
+ * the epoch plan numbers files by this order, so two ranks started with
+ * different locales would otherwise split different file lists.
+ */
+#include "io/registry.h"
+
+#include <errno.h>
+#include <glob.h>
+#include <pthread.h>
+#include <stdlib.h>
+
+#define SLOTS 64
+
+typedef struct format_slot {
+  char tag[SL__TAG_MAX];
+  sl_format_open_fn fn;
+  void *ud;
+} format_slot;
+
+typedef struct ext_slot {
+  char ext[SL__TAG_MAX];
+  char tag[SL__TAG_MAX];
+} ext_slot;
+
+static int open_slr(void *ud, const char *path, const sl_open_opts *opts,
+                    sl_reader **out) {
+  SL_UNUSED(ud);
+  return sl_slr_reader(path, &opts->slr, 0, UINT64_MAX, out);
+}
+
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+static format_slot g_formats[SLOTS] = {{"slr", open_slr, NULL}}; /* g_mu */
+static int g_nformats = 1;                                       /* g_mu */
+static ext_slot g_exts[SLOTS] = {{".slr", "slr"}};               /* g_mu */
+static int g_nexts = 1;                                          /* g_mu */
+
+/* --- syntax -------------------------------------------------------------- */
+
+static bool is_alpha(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+}
+
+/* A tag: a letter, then letters, digits, '_', '-' or '+'; 1..31 bytes. */
+static bool valid_tag(const char *s, size_t len) {
+  if (len == 0 || len >= SL__TAG_MAX || !is_alpha(s[0])) return false;
+  for (size_t i = 1; i < len; i++) {
+    char c = s[i];
+    if (!is_alpha(c) && !(c >= '0' && c <= '9') && c != '_' && c != '-' &&
+        c != '+')
+      return false;
+  }
+  return true;
+}
+
+static bool is_pattern(const char *path) {
+  return strpbrk(path, "*?[") != NULL;
+}
+
+/* --- tables (callers hold g_mu) ------------------------------------------ */
+
+static int find_format(const char *tag) {
+  for (int i = 0; i < g_nformats; i++)
+    if (strcmp(g_formats[i].tag, tag) == 0) return i;
+  return -1;
+}
+
+static int find_ext(const char *ext) {
+  for (int i = 0; i < g_nexts; i++)
+    if (strcmp(g_exts[i].ext, ext) == 0) return i;
+  return -1;
+}
+
+static int cmp_tag(const void *a, const void *b) {
+  return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* "idx, slr, text": the registered tags sorted, for messages. */
+static void known_tags(char *buf, size_t size) {
+  const char *tags[SLOTS];
+  int n = g_nformats;
+  for (int i = 0; i < n; i++)
+    tags[i] = g_formats[i].tag;
+  qsort(tags, (size_t)n, sizeof *tags, cmp_tag);
+  size_t used = 0;
+  buf[0] = 0;
+  for (int i = 0; i < n && used < size; i++)
+    used += (size_t)snprintf(buf + used, size - used, "%s%s", i ? ", " : "",
+                             tags[i]);
+  if (n == 0) snprintf(buf, size, "none");
+}
+
+/* --- registration ----------------------------------------------------------
+ */
+
+int sl_format_register(const char *tag, sl_format_open_fn fn, void *ud) {
+  SL_RETURN_ERROR_IF(!tag || !valid_tag(tag, strlen(tag)), SL_EINVAL,
+                     "format_register: bad tag '%s' (a letter, then up to 30 "
+                     "letters, digits, '_', '-' or '+')",
+                     tag ? tag : "(null)");
+  pthread_mutex_lock(&g_mu);
+  int i = find_format(tag), rc = SL_OK;
+  if (!fn) {
+    if (i < 0)
+      rc = sl_set_error(SL_EINVAL,
+                        "format_register: cannot remove '%s': no "
+                        "such format",
+                        tag);
+    else
+      g_formats[i] = g_formats[--g_nformats]; /* order does not matter */
+  } else if (i >= 0) {
+    g_formats[i].fn = fn;
+    g_formats[i].ud = ud;
+  } else if (g_nformats == SLOTS) {
+    rc = sl_set_error(SL_ENOMEM,
+                      "format_register: cannot add '%s': all %d format "
+                      "slots are taken",
+                      tag, SLOTS);
+  } else {
+    format_slot *s = &g_formats[g_nformats++];
+    snprintf(s->tag, sizeof s->tag, "%s", tag);
+    s->fn = fn;
+    s->ud = ud;
+  }
+  pthread_mutex_unlock(&g_mu);
+  return rc;
+}
+
+int sl_format_extension(const char *ext, const char *tag) {
+  size_t el = ext ? strlen(ext) : 0;
+  SL_RETURN_ERROR_IF(el == 0 || el >= SL__TAG_MAX || strchr(ext, '/'),
+                     SL_EINVAL,
+                     "format_extension: bad extension '%s' (1..31 bytes, "
+                     "no '/')",
+                     ext ? ext : "(null)");
+  SL_RETURN_ERROR_IF(tag && !valid_tag(tag, strlen(tag)), SL_EINVAL,
+                     "format_extension: bad tag '%s'", tag);
+  pthread_mutex_lock(&g_mu);
+  int i = find_ext(ext), rc = SL_OK;
+  if (!tag) {
+    if (i < 0)
+      rc = sl_set_error(
+          SL_EINVAL, "format_extension: cannot remove '%s': not mapped", ext);
+    else
+      g_exts[i] = g_exts[--g_nexts];
+  } else if (i < 0 && g_nexts == SLOTS) {
+    rc = sl_set_error(SL_ENOMEM,
+                      "format_extension: cannot add '%s': all %d extension "
+                      "slots are taken",
+                      ext, SLOTS);
+  } else {
+    if (i < 0) {
+      i = g_nexts++;
+      snprintf(g_exts[i].ext, sizeof g_exts[i].ext, "%s", ext);
+    }
+    snprintf(g_exts[i].tag, sizeof g_exts[i].tag, "%s", tag);
+  }
+  pthread_mutex_unlock(&g_mu);
+  return rc;
+}
+
+/* --- expansion -------------------------------------------------------------
+ */
+
+/* Checks that `tag` is registered; the error lists the registered tags. */
+static int check_tag(const char *stage, const char *tag, const char *name) {
+  pthread_mutex_lock(&g_mu);
+  int rc = SL_OK;
+  if (find_format(tag) < 0) {
+    char known[SLOTS * SL__TAG_MAX];
+    known_tags(known, sizeof known);
+    rc = sl_set_error(SL_EINVAL,
+                      "%s: unknown format tag '%s' in '%s' (known "
+                      "tags: %s)",
+                      stage, tag, name, known);
+  }
+  pthread_mutex_unlock(&g_mu);
+  return rc;
+}
+
+/* The tag of a bare path: the longest registered suffix ending it. */
+static int infer_tag(const char *stage, const char *path,
+                     char tag[SL__TAG_MAX]) {
+  size_t pl = strlen(path), best = 0;
+  pthread_mutex_lock(&g_mu);
+  for (int i = 0; i < g_nexts; i++) {
+    size_t el = strlen(g_exts[i].ext);
+    if (el <= pl && el > best &&
+        memcmp(path + pl - el, g_exts[i].ext, el) == 0) {
+      best = el;
+      memcpy(tag, g_exts[i].tag, SL__TAG_MAX);
+    }
+  }
+  char known[SLOTS * SL__TAG_MAX];
+  known_tags(known, sizeof known);
+  pthread_mutex_unlock(&g_mu);
+  SL_RETURN_ERROR_IF(best == 0, SL_EINVAL,
+                     "%s: '%s' has no format tag and no known extension "
+                     "(write TAG:PATH; known tags: %s)",
+                     stage, path, known);
+  return check_tag(stage, tag, path);
+}
+
+/* A growing array of named files. */
+typedef struct file_list {
+  sl__named_file *v;
+  size_t n, cap;
+} file_list;
+
+static int list_add(const char *stage, file_list *l, const char *tag,
+                    const char *path) {
+  if (l->n == l->cap) {
+    size_t cap = l->cap ? 2 * l->cap : 8;
+    sl__named_file *v = sl__realloc(l->v, cap * sizeof *v);
+    SL_RETURN_ERROR_IF(!v, SL_ENOMEM, "%s: cannot allocate the file list",
+                       stage);
+    l->v = v;
+    l->cap = cap;
+  }
+  char *p = sl__strdup(path);
+  SL_RETURN_ERROR_IF(!p, SL_ENOMEM, "%s: cannot allocate a path", stage);
+  sl__named_file *f = &l->v[l->n++];
+  memcpy(f->tag, tag, SL__TAG_MAX);
+  f->path = p;
+  return SL_OK;
+}
+
+/* Adds `path` with the explicit tag, or the one its extension maps to. */
+static int add_file(const char *stage, file_list *l, const char *tag,
+                    const char *path) {
+  char t[SL__TAG_MAX];
+  if (tag)
+    memcpy(t, tag, SL__TAG_MAX);
+  else
+    SL_FORWARD_IF_ERROR(infer_tag(stage, path, t));
+  return list_add(stage, l, t, path);
+}
+
+/* glob(3) reports the first directory it could not read through this
+ * callback, which has no user pointer: the slot is per thread. */
+static _Thread_local int g_glob_errno;
+static _Thread_local char g_glob_path[256];
+
+static int on_glob_error(const char *epath, int eerrno) {
+  /* A directory of the pattern that does not exist just matches nothing. */
+  if (eerrno == ENOENT || eerrno == ENOTDIR) return 0;
+  if (!g_glob_errno) {
+    g_glob_errno = eerrno;
+    snprintf(g_glob_path, sizeof g_glob_path, "%s", epath);
+  }
+  return 1; /* stop: a partial expansion would silently drop files */
+}
+
+static int cmp_path(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static int expand_pattern(const char *stage, file_list *l, const char *tag,
+                          const char *pattern) {
+  glob_t g;
+  memset(&g, 0, sizeof g);
+  g_glob_errno = 0;
+  int grc = glob(pattern, GLOB_NOSORT, on_glob_error, &g);
+  int rc = SL_OK;
+  if (grc == GLOB_NOMATCH || (grc == 0 && g.gl_pathc == 0)) {
+    rc = sl_set_error(SL_EINVAL, "%s: pattern '%s' matches no file", stage,
+                      pattern);
+  } else if (grc == GLOB_NOSPACE) {
+    rc = sl_set_error(SL_ENOMEM, "%s: out of memory expanding '%s'", stage,
+                      pattern);
+  } else if (grc != 0) {
+    rc = sl_set_error(SL_EIO, "%s: cannot expand pattern '%s': %s: %s", stage,
+                      pattern, g_glob_errno ? g_glob_path : "?",
+                      g_glob_errno ? strerror(g_glob_errno) : "read error");
+  } else {
+    qsort(g.gl_pathv, g.gl_pathc, sizeof *g.gl_pathv, cmp_path);
+    for (size_t i = 0; i < g.gl_pathc && rc == SL_OK; i++)
+      rc = add_file(stage, l, tag, g.gl_pathv[i]);
+  }
+  globfree(&g);
+  return rc;
+}
+
+static int expand_one(const char *stage, file_list *l, const char *name) {
+  const char *colon = strchr(name, ':'), *path = name;
+  char tag[SL__TAG_MAX];
+  bool tagged = false;
+  if (colon && valid_tag(name, (size_t)(colon - name))) {
+    memcpy(tag, name, (size_t)(colon - name));
+    tag[colon - name] = 0;
+    SL_FORWARD_IF_ERROR(check_tag(stage, tag, name));
+    path = colon + 1;
+    tagged = true;
+  }
+  SL_RETURN_ERROR_IF(!path[0], SL_EINVAL, "%s: '%s' has an empty path", stage,
+                     name);
+  if (is_pattern(path))
+    return expand_pattern(stage, l, tagged ? tag : NULL, path);
+  return add_file(stage, l, tagged ? tag : NULL, path);
+}
+
+void sl__named_files_free(sl__named_file *files, size_t count) {
+  if (!files) return;
+  for (size_t i = 0; i < count; i++)
+    sl__free(files[i].path);
+  sl__free(files);
+}
+
+int sl__names_expand(const char *stage, const char *const *names, size_t n,
+                     sl__named_file **out, size_t *count) {
+  *out = NULL;
+  *count = 0;
+  SL_RETURN_ERROR_IF(!names || n == 0, SL_EINVAL, "%s: no file names", stage);
+  file_list l = {0};
+  for (size_t i = 0; i < n; i++) {
+    int rc = names[i]
+                 ? expand_one(stage, &l, names[i])
+                 : sl_set_error(SL_EINVAL, "%s: name %zu is NULL", stage, i);
+    if (rc < 0) {
+      sl__named_files_free(l.v, l.n);
+      return rc;
+    }
+  }
+  *out = l.v;
+  *count = l.n;
+  return SL_OK;
+}
+
+/* --- options ---------------------------------------------------------------
+ */
+
+int sl__opts_copy(const char *what, void *dst, size_t dst_size,
+                  const void *src) {
+  size_t size;
+  memcpy(&size, src, sizeof size);
+  SL_RETURN_ERROR_IF(
+      size < sizeof(size_t), SL_EINVAL,
+      "%s: size is %zu: set it to sizeof(%s) (%s does)", what, size, what,
+      strcmp(what, "sl_open_opts") == 0 ? "SL_OPEN_OPTS_INIT"
+                                        : "SL_OPEN_FILES_OPTS_INIT");
+  if (size > dst_size) {
+    const unsigned char *extra = (const unsigned char *)src + dst_size;
+    for (size_t i = 0; i < size - dst_size; i++)
+      SL_RETURN_ERROR_IF(extra[i], SL_EUNSUPPORTED,
+                         "%s: the caller's struct is %zu bytes and sets "
+                         "options beyond the %zu bytes this libsluice (%s) "
+                         "knows",
+                         what, size, dst_size, SL_VERSION_STRING);
+  }
+  memcpy(dst, src, SL_MIN(size, dst_size));
+  memcpy(dst, &dst_size, sizeof dst_size);
+  return SL_OK;
+}
+
+/* --- opening ---------------------------------------------------------------
+ */
+
+/* Opens one expanded file with its format's constructor. */
+static int open_file(const sl__named_file *f, const sl_open_opts *o,
+                     sl_reader **out) {
+  pthread_mutex_lock(&g_mu);
+  int i = find_format(f->tag);
+  format_slot s = i >= 0 ? g_formats[i] : (format_slot){{0}, NULL, NULL};
+  pthread_mutex_unlock(&g_mu);
+  /* Removed by another thread since the name was expanded. */
+  if (!s.fn) return check_tag("open", f->tag, f->path);
+  *out = NULL;
+  sl__error_forget_code();
+  int rc = s.fn(s.ud, f->path, o, out);
+  if (rc == SL_OK && !*out)
+    rc = sl_set_error(SL_EINVAL,
+                      "open: format '%s' returned no reader for "
+                      "'%s'",
+                      f->tag, f->path);
+  if (rc < 0) {
+    if (*out) sl_reader_destroy(*out); /* a misbehaving constructor */
+    *out = NULL;
+    if (sl_last_error_code() != rc || !sl_last_error()[0])
+      sl_set_error(rc, "open: format '%s' failed on '%s': %s", f->tag, f->path,
+                   sl_strerror(rc));
+  }
+  return rc;
+}
+
+int sl_open(const char *name, const sl_open_opts *opts, sl_reader **out) {
+  SL_RETURN_ERROR_IF(!out, SL_EINVAL, "open: NULL out pointer");
+  *out = NULL;
+  SL_RETURN_ERROR_IF(!name, SL_EINVAL, "open: NULL name");
+  sl_open_opts o = SL_OPEN_OPTS_INIT;
+  if (opts)
+    SL_FORWARD_IF_ERROR(sl__opts_copy("sl_open_opts", &o, sizeof o, opts));
+  sl__named_file *files;
+  size_t n;
+  SL_FORWARD_IF_ERROR(sl__names_expand("open", &name, 1, &files, &n));
+  sl_reader **readers = sl__calloc(n, sizeof *readers);
+  if (!readers) {
+    sl__named_files_free(files, n);
+    return sl_set_error(SL_ENOMEM, "open: cannot allocate %zu readers", n);
+  }
+  int rc = SL_OK;
+  size_t made = 0;
+  for (; made < n && rc == SL_OK; made++)
+    rc = open_file(&files[made], &o, &readers[made]);
+  sl__named_files_free(files, n);
+  if (rc < 0) {
+    for (size_t i = 0; i < made; i++)
+      sl_reader_destroy(readers[i]);
+  } else if (n == 1) {
+    *out = readers[0];
+  } else {
+    rc = sl_chain(readers, n, out); /* takes the readers, also on failure */
+  }
+  sl__free(readers);
+  return rc;
+}

@@ -1,0 +1,78 @@
+/* epoch_plan.h - the epoch plan: which records of which chunks one rank reads
+ * in one epoch, and in what order.  Pure functions of their arguments; the
+ * definition is in epoch_plan.c's banner and docs/DATA.md. */
+#ifndef SLUICE_EPOCH_PLAN_H
+#define SLUICE_EPOCH_PLAN_H
+
+#include "core/internal.h"
+
+/* One input file: its chunks' record counts (borrowed). */
+typedef struct sl__plan_file {
+  uint64_t nchunks;
+  const uint32_t *records; /* [nchunks] */
+} sl__plan_file;
+
+typedef struct sl__plan_params {
+  uint64_t seed, epoch;
+  bool shuffle;
+  uint32_t window; /* chunks per shuffle window, >= 1 */
+  int rank, world; /* 0 <= rank < world */
+  sl_shard_policy policy;
+} sl__plan_params;
+
+/* A unit of work: some records of one chunk.  The records are `count`
+ * record numbers within the chunk, in the order the rank outputs them:
+ * first, first + 1, ... when recs is NULL, else recs[0..count).  A unit
+ * alone in its group is output as it stands; in a group of several units,
+ * record j of the unit goes to position slots[j] of the group's output. */
+typedef struct sl__plan_unit {
+  uint32_t file;
+  uint64_t chunk;
+  uint32_t first, count;
+  const uint32_t *recs;  /* NULL: the range [first, first + count) */
+  const uint32_t *slots; /* NULL iff the unit is alone in its group */
+} sl__plan_unit;
+
+/* Consecutive units whose records interleave in the output: the part of
+ * one shuffle window that falls in one contiguous segment of the rank's
+ * share. */
+typedef struct sl__plan_group {
+  size_t first_unit, nunits;
+  uint64_t records; /* the sum of the units' counts */
+} sl__plan_group;
+
+typedef struct sl__plan {
+  sl__plan_unit *units;
+  size_t nunits;
+  sl__plan_group *groups;
+  size_t ngroups;
+  uint64_t records; /* this rank's records in the epoch */
+  uint64_t total;   /* records in the epoch's sequence, all ranks */
+  uint32_t *pool;   /* storage of every recs and slots array */
+  size_t pool_len, pool_cap;
+} sl__plan;
+
+/* Builds the plan of rank p->rank for epoch p->epoch over `nfiles` files.
+ * Returns SL_OK, SL_EINVAL (bad parameters, or a window holding 2^32 records
+ * or more) or SL_ENOMEM; *out is empty (zeroed) on failure.  Free it with
+ * sl__plan_free.  Thread-safe (no shared state). */
+int sl__plan_build(const sl__plan_file *files, size_t nfiles,
+                   const sl__plan_params *p, sl__plan *out);
+void sl__plan_free(sl__plan *plan);
+
+/* The positions of the epoch sequence (n records) that rank `rank` of
+ * `world` reads, in output order, as segments [seg[2i], seg[2i+1]): returns
+ * their number, 0 to 2 (two only under SL_SHARD_PAD, when the share wraps
+ * to the start of the sequence).  Arguments must be valid. */
+size_t sl__shard_segments(uint64_t n, int rank, int world,
+                          sl_shard_policy policy, uint64_t seg[4]);
+
+/* The permutation keys of the plan (documented in docs/DATA.md): the
+ * key of the chunk permutation (window == UINT64_MAX) or of window w's
+ * record permutation. */
+uint64_t sl__plan_key(uint64_t seed, uint64_t epoch, uint64_t window);
+/* Fisher-Yates permutation of [0, n) into a, drawn from xoshiro256**
+ * seeded from `key`. */
+void sl__plan_permute(uint64_t key, uint32_t *a, size_t n);
+
+#endif

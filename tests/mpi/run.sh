@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# tests/mpi/run.sh BUILD_DIR - 4 ranks started by Open MPI's mpirun read the
+# same SLR files through sl_open_files, rank and world taken from the
+# variables mpirun sets; checks that every epoch's shares are disjoint and
+# cover every record once, and that each rank's share changes between
+# epochs.  Builds tests/mpi/shard_ids.c against BUILD_DIR/libsluice.so
+# (CC and SLUICE_SAN_CFLAGS from the environment, as CTest passes them).
+#
+# A missing mpirun is a failure, not a skip: `make deps` installs
+# openmpi-bin.
+set -euo pipefail
+
+if ! command -v mpirun >/dev/null 2>&1; then
+  echo "FAIL: mpirun not found: install openmpi-bin (make deps installs it)"
+  exit 1
+fi
+
+build=${1:?usage: run.sh BUILD_DIR}
+src=$(cd "$(dirname "$0")/../.." && pwd)
+ranks=4
+epochs=3
+total=319 # the records shard_ids writes
+
+work=$(mktemp -d /tmp/sluice-test-mpi-XXXXXX)
+trap 'rm -rf "$work"' EXIT
+
+# shellcheck disable=SC2086 # SLUICE_SAN_CFLAGS is a list of flags
+"${CC:-cc}" -std=c11 -Wall -Wextra -Werror ${SLUICE_SAN_CFLAGS:-} \
+  -I"$src/include" "$src/tests/mpi/shard_ids.c" \
+  -L"$build" -lsluice -Wl,-rpath,"$build" -o "$work/shard_ids"
+
+"$work/shard_ids" write "$work/data"
+
+# Only mpirun's variables may decide the ranks.
+unset RANK WORLD_SIZE PMI_RANK PMI_SIZE PADDLE_TRAINER_ID PADDLE_TRAINERS_NUM \
+  OMPI_COMM_WORLD_RANK OMPI_COMM_WORLD_SIZE
+mpirun --allow-run-as-root --oversubscribe -np "$ranks" \
+  "$work/shard_ids" read "$work/data" "$epochs"
+
+fail() {
+  echo "FAIL: $*"
+  exit 1
+}
+
+for r in $(seq 0 $((ranks - 1))); do
+  [ -f "$work/data/rank$r.info" ] || fail "rank $r wrote no info"
+  grep -qx "rank $r world $ranks" "$work/data/rank$r.info" ||
+    fail "rank $r: $(cat "$work/data/rank$r.info")"
+done
+
+seq 0 $((total - 1)) >"$work/want"
+for e in $(seq 0 $((epochs - 1))); do
+  min=$total max=0
+  for r in $(seq 0 $((ranks - 1))); do
+    n=$(wc -l <"$work/data/rank$r.epoch$e.txt")
+    [ "$n" -lt "$min" ] && min=$n
+    [ "$n" -gt "$max" ] && max=$n
+  done
+  [ $((max - min)) -le 1 ] || fail "epoch $e: share sizes $min..$max"
+  cat "$work/data"/rank*.epoch"$e".txt | sort -n >"$work/got"
+  dups=$(uniq -d "$work/got" | wc -l)
+  [ "$dups" -eq 0 ] || fail "epoch $e: $dups records read by two ranks"
+  cmp -s "$work/want" "$work/got" ||
+    fail "epoch $e: the shares do not cover the $total records once"
+done
+
+for r in $(seq 0 $((ranks - 1))); do
+  for e in $(seq 1 $((epochs - 1))); do
+    if cmp -s <(sort -n "$work/data/rank$r.epoch$((e - 1)).txt") \
+      <(sort -n "$work/data/rank$r.epoch$e.txt"); then
+      fail "rank $r read the same share in epochs $((e - 1)) and $e"
+    fi
+  done
+done
+
+echo "mpi: $ranks ranks x $epochs epochs: disjoint, covering, changing"
