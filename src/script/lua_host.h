@@ -111,7 +111,7 @@ typedef enum sl__lua_kind { SL__LUA_MAP, SL__LUA_FILTER } sl__lua_kind;
 typedef struct sl__lua_stage_opts {
   int threads;  /* worker threads (>= 1) */
   int ordered;  /* 1: keep upstream order (default); 0: as soon as ready */
-  size_t queue; /* samples in flight, 0 = max(64, 16 * threads) */
+  size_t queue; /* samples in flight, 0 = max(128, 32 * threads) */
 } sl__lua_stage_opts;
 
 /* A map or filter stage running `fn` (retained) in `opts->threads` worker

@@ -1,0 +1,203 @@
+-- sluice.cdef: the part of include/sluice.h the Lua layer calls through the
+-- LuaJIT FFI, and the library namespace to call it through.
+--
+-- The declarations are copied from sluice.h (same names, same types, same
+-- struct layouts); keep them in step with the header.  Types with a body
+-- (enums, structs) are declared only when not already known, because LuaJIT
+-- refuses to redefine them and another module of the same Lua state (a C
+-- trainer's own cdef, a spec) may have declared them first.  Function
+-- declarations may be repeated freely.
+--
+-- Returns the namespace holding the sl_* symbols:
+--   * ffi.C when the process already exports them (a C trainer linking
+--     libsluice, a test executable, a worker state inside either);
+--   * otherwise ffi.load(core.libpath()): the very copy of libsluice that the
+--     C module sluice.core uses, so readers made by either side can be passed
+--     to the other;
+--   * otherwise (sluice.core not built or not on package.cpath)
+--     ffi.load("sluice"), found by the dynamic linker's usual search.
+local ffi = require "ffi"
+
+local function declare(probe, decl)
+  if not pcall(ffi.typeof, probe) then
+    ffi.cdef(decl)
+  end
+end
+
+declare("sl_dtype", [[
+typedef enum sl_dtype {
+  SL_DTYPE_INVALID = 0,
+  SL_BOOL, SL_U8, SL_I8, SL_U16, SL_I16, SL_U32, SL_I32, SL_U64, SL_I64,
+  SL_F16, SL_BF16, SL_F32, SL_F64, SL_BYTES,
+  SL_DTYPE_COUNT
+} sl_dtype;
+]])
+
+ffi.cdef [[
+typedef struct sl_buffer sl_buffer;
+typedef struct sl_schema sl_schema;
+typedef struct sl_sample sl_sample;
+typedef struct sl_reader sl_reader;
+typedef struct sl_slr_writer sl_slr_writer;
+]]
+
+declare("sl_tensor", [[
+typedef struct sl_tensor {
+  sl_dtype dtype;
+  int32_t rank;
+  int64_t shape[8];
+  void *data;
+  size_t nbytes;
+  sl_buffer *buf;
+  const int64_t *lod;
+  int64_t lod_len;
+  sl_buffer *lod_buf;
+} sl_tensor;
+]])
+
+declare("sl_batch_opts", [[
+typedef struct sl_batch_opts {
+  int drop_last;
+  int pad;
+} sl_batch_opts;
+]])
+
+declare("sl_corrupt_policy", [[
+typedef enum sl_corrupt_policy {
+  SL_CORRUPT_FAIL = 0,
+  SL_CORRUPT_SKIP_CHUNK = 1
+} sl_corrupt_policy;
+]])
+
+declare("sl_slr_open_opts", [[
+typedef struct sl_slr_open_opts {
+  sl_corrupt_policy policy;
+  uint32_t max_bad_chunks;
+  uint64_t max_chunk_bytes;
+} sl_slr_open_opts;
+]])
+
+declare("sl_slr_writer_opts", [[
+typedef struct sl_slr_writer_opts {
+  int level;
+  size_t chunk_bytes;
+  uint32_t records_per_chunk;
+} sl_slr_writer_opts;
+]])
+
+ffi.cdef [[
+const char *sl_version(void);
+int sl_version_number(void);
+
+const char *sl_strerror(int code);
+const char *sl_err_name(int code);
+const char *sl_last_error(void);
+int sl_last_error_code(void);
+void sl_clear_error(void);
+
+size_t sl_dtype_size(sl_dtype dt);
+const char *sl_dtype_name(sl_dtype dt);
+sl_dtype sl_dtype_from_name(const char *name);
+
+sl_buffer *sl_buffer_new(size_t size);
+sl_buffer *sl_buffer_new_zero(size_t size);
+void *sl_buffer_data(const sl_buffer *b);
+size_t sl_buffer_size(const sl_buffer *b);
+sl_buffer *sl_buffer_retain(sl_buffer *b);
+void sl_buffer_release(sl_buffer *b);
+
+int sl_tensor_alloc(sl_tensor *t, sl_dtype dtype, int rank,
+                    const int64_t *shape);
+int sl_tensor_view(sl_tensor *t, sl_dtype dtype, int rank,
+                   const int64_t *shape, sl_buffer *buf, size_t offset);
+int sl_tensor_set_lod(sl_tensor *t, sl_buffer *lod_buf, const int64_t *lod,
+                      int64_t lod_len);
+void sl_tensor_copy_ref(sl_tensor *dst, const sl_tensor *src);
+void sl_tensor_clear(sl_tensor *t);
+char *sl_tensor_describe(const sl_tensor *t, char *buf, size_t size);
+
+sl_schema *sl_schema_new(void);
+int sl_schema_add(sl_schema *s, const char *name, sl_dtype dtype, int rank,
+                  const int64_t *shape);
+int sl_schema_set_meta(sl_schema *s, const char *key, const char *value);
+const char *sl_schema_meta(const sl_schema *s, const char *key);
+int sl_schema_meta_count(const sl_schema *s);
+int sl_schema_meta_at(const sl_schema *s, int i, const char **key,
+                      const char **value);
+void sl_schema_freeze(sl_schema *s);
+int sl_schema_nfields(const sl_schema *s);
+int sl_schema_find(const sl_schema *s, const char *name);
+const char *sl_schema_field_name(const sl_schema *s, int i);
+sl_dtype sl_schema_field_dtype(const sl_schema *s, int i);
+int sl_schema_field_rank(const sl_schema *s, int i);
+const int64_t *sl_schema_field_shape(const sl_schema *s, int i);
+int sl_schema_equal(const sl_schema *a, const sl_schema *b);
+char *sl_schema_describe(const sl_schema *s, char *buf, size_t size);
+sl_schema *sl_schema_retain(sl_schema *s);
+void sl_schema_release(sl_schema *s);
+
+sl_sample *sl_sample_new(sl_schema *schema);
+sl_sample *sl_sample_retain(sl_sample *s);
+void sl_sample_release(sl_sample *s);
+int sl_sample_refcount(const sl_sample *s);
+const sl_schema *sl_sample_schema(const sl_sample *s);
+int sl_sample_nfields(const sl_sample *s);
+sl_tensor *sl_sample_at(sl_sample *s, int i);
+int sl_sample_set(sl_sample *s, int i, const sl_tensor *t);
+int sl_sample_set_move(sl_sample *s, int i, sl_tensor *t);
+size_t sl_sample_nbytes(const sl_sample *s);
+
+int sl_reader_next(sl_reader *r, sl_sample **out);
+int sl_reader_has_next(sl_reader *r);
+int sl_reader_reset(sl_reader *r);
+const sl_schema *sl_reader_schema(const sl_reader *r);
+const char *sl_reader_name(const sl_reader *r);
+void sl_reader_destroy(sl_reader *r);
+
+int sl_reader_from_array(sl_sample *const *samples, size_t n,
+                         sl_schema *schema, sl_reader **out);
+int sl_reader_range(int64_t n, sl_reader **out);
+
+int sl_shuffle(sl_reader *up, size_t buffer_size, uint64_t seed,
+               sl_reader **out);
+int sl_batch(sl_reader *up, size_t n, const sl_batch_opts *opts,
+             sl_reader **out);
+int sl_multi_pass(sl_reader *up, uint64_t k, sl_reader **out);
+int sl_take(sl_reader *up, uint64_t n, sl_reader **out);
+int sl_skip(sl_reader *up, uint64_t n, sl_reader **out);
+int sl_chain(sl_reader **readers, size_t n, sl_reader **out);
+int sl_zip(sl_reader **readers, size_t n, int truncate, sl_reader **out);
+int sl_cache(sl_reader *up, sl_reader **out);
+int sl_repeat_first(sl_reader *up, uint64_t n, sl_reader **out);
+int sl_prefetch(sl_reader *up, size_t n, sl_reader **out);
+
+int sl_slr_writer_open(const char *path, sl_schema *schema,
+                       const sl_slr_writer_opts *opts, sl_slr_writer **out);
+int sl_slr_writer_append(sl_slr_writer *w, const sl_sample *s);
+uint64_t sl_slr_writer_records(const sl_slr_writer *w);
+int sl_slr_writer_close(sl_slr_writer *w);
+void sl_slr_writer_abort(sl_slr_writer *w);
+
+int sl_slr_reader(const char *path, const sl_slr_open_opts *opts,
+                  uint64_t first, uint64_t count, sl_reader **out);
+int sl_slr_reader_chunks(const char *path, const sl_slr_open_opts *opts,
+                         uint64_t first_chunk, uint64_t nchunks,
+                         sl_reader **out);
+]]
+
+if pcall(function() return ffi.C.sl_version end) then
+  return ffi.C
+end
+
+local ok, core = pcall(require, "sluice.core")
+if ok then
+  return ffi.load(core.libpath())
+end
+
+local ok2, lib = pcall(ffi.load, "sluice")
+if ok2 then
+  return lib
+end
+error("sluice: cannot find libsluice: the process does not export it, "
+      .. "sluice.core did not load (" .. tostring(core) .. "), and "
+      .. tostring(lib), 0)

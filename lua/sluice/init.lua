@@ -1,0 +1,546 @@
+-- sluice: declare input pipelines in Lua (docs/LUA.md is the reference).
+--
+--   local sluice = require "sluice"
+--   local p = sluice.open("slr:train.slr")
+--     :shuffle(8192, {seed = 42})
+--     :map(function(s) s.label = s.label - 1 return s end, {threads = 2})
+--     :batch(128)
+--     :prefetch(4)
+--   for b in p:iter() do ... end
+--
+-- A pipeline is a Lua object owning one sl_reader* (ffi.gc'd with
+-- sl_reader_destroy).  Sources, decorators and consumption go straight to
+-- libsluice through the FFI; only what needs the Lua C API (shipping Lua
+-- functions to worker states: map, filter, reader) goes through the C
+-- module sluice.core, loaded on first use.
+--
+-- Decorators take their upstream, as in C: the upstream object is marked
+-- consumed and any later use of it raises.  Misuse (bad arguments) is checked
+-- before anything is taken, so it leaves the upstream usable.
+local ffi = require "ffi"
+local C = require "sluice.cdef"
+local tensor = require "sluice.tensor"
+local sample = require "sluice.sample"
+
+local sluice = {}
+
+local ffi_gc, ffi_cast, ffi_string = ffi.gc, ffi.cast, ffi.string
+local type, error, select, tostring, tonumber = type, error, select, tostring, tonumber
+local setmetatable, getmetatable, pairs = setmetatable, getmetatable, pairs
+local floor = math.floor
+
+local c_message = sample.c_message
+local Sample, info_for = sample.Sample, sample.info_for
+local reader_next, sample_schema = C.sl_reader_next, C.sl_sample_schema
+local sample_release, reader_destroy = C.sl_sample_release, C.sl_reader_destroy
+local sample_nbytes = C.sl_sample_nbytes
+local new_block, BLOCK, SMALL = sample.new_block, sample.BLOCK, sample.SMALL_BYTES
+
+local core_module
+local function core()
+  if not core_module then core_module = require "sluice.core" end
+  return core_module
+end
+
+local function addr(ptr)
+  return tonumber(ffi_cast("uintptr_t", ptr))
+end
+
+-- --- argument checks ------------------------------------------------------------------
+
+local function check_int(v, min, where, what, level)
+  if type(v) ~= "number" or v ~= floor(v) or v < min or v >= 2^63 then
+    error(("sluice: %s: %s must be an integer >= %d (got %s)")
+          :format(where, what, min, tostring(v)), level + 1)
+  end
+  return v
+end
+
+local function check_bool(v, where, what, default, level)
+  if v == nil then return default end
+  if type(v) ~= "boolean" then
+    error(("sluice: %s: option '%s' must be a boolean (got a %s)")
+          :format(where, what, type(v)), level + 1)
+  end
+  return v
+end
+
+-- Returns opts (or {}), raising on a non-table or an unknown key.
+local function check_opts(opts, where, known, level)
+  if opts == nil then return {} end
+  if type(opts) ~= "table" then
+    error(("sluice: %s: options must be a table (got a %s)")
+          :format(where, type(opts)), level + 1)
+  end
+  for k in pairs(opts) do
+    if not known[k] then
+      local names = {}
+      for n in pairs(known) do names[#names + 1] = n end
+      table.sort(names)
+      error(("sluice: %s: unknown option '%s' (known: %s)")
+            :format(where, tostring(k), table.concat(names, ", ")), level + 1)
+    end
+  end
+  return opts
+end
+
+local function set(...)
+  local t = {}
+  for i = 1, select("#", ...) do t[select(i, ...)] = true end
+  return t
+end
+
+-- --- pipelines ----------------------------------------------------------------------------
+
+local Pipeline = {}
+Pipeline.__index = Pipeline
+sluice.Pipeline = Pipeline
+
+local SAMPLE_OUT = ffi.typeof("sl_sample *[1]")
+-- Out-parameter of the reader constructors (filled and read back at once).
+local OUT = ffi.new("sl_reader *[1]")
+
+local function new_pipeline(r)
+  r = ffi_gc(r, reader_destroy)
+  return setmetatable({_r = r, _out = SAMPLE_OUT(), _dead = false,
+                       _blk = false, _bk = BLOCK}, Pipeline)
+end
+
+-- The result of a C constructor: a new pipeline, or a raise with the C
+-- message pointing at the declaring line.  Callers never tail-call it (nor
+-- anything else that raises with a level): a tail call drops the frame the
+-- level counts.
+local function made(rc, level)
+  if rc < 0 then error(c_message(rc), level + 1) end
+  local r = OUT[0]
+  OUT[0] = nil
+  return new_pipeline(r)
+end
+
+local function is_pipeline(x)
+  return getmetatable(x) == Pipeline
+end
+
+local function dead_error(p, level)
+  if p._dead == "closed" then
+    error("sluice: this pipeline is closed", level + 1)
+  end
+  error(("sluice: this pipeline was consumed by %s (decorators take their "
+         .. "upstream; use the returned pipeline)"):format(p._dead), level + 1)
+end
+
+-- The reader of pipeline p, raising when p is not a live pipeline.
+local function live(p, where, level)
+  if not is_pipeline(p) then
+    error(("sluice: %s needs a pipeline (got a %s; call it with ':')")
+          :format(where, type(p)), level + 1)
+  end
+  local r = p._r
+  if not r then dead_error(p, level + 1) end
+  return r
+end
+
+-- Takes p's reader for a decorator named `by`: p is consumed from now on.
+local function take(p, by)
+  local r = p._r
+  ffi_gc(r, nil)
+  p._r, p._dead, p._blk, p._bk = nil, by, false, BLOCK
+  return r
+end
+
+-- --- consuming -------------------------------------------------------------------------
+
+-- The hot path: one FFI call for the sample, one cdata, one small table,
+-- and for a small sample a slot in a release block instead of a finalizer
+-- of its own (sluice.sample explains why).
+function Pipeline:next()
+  local r = self._r
+  if not r then live(self, ":next()", 2) end
+  local out = self._out
+  local rc = reader_next(r, out)
+  if rc == 0 then
+    local p = out[0]
+    local sp = sample_schema(p)
+    local info = self._info
+    if sp ~= self._sp then
+      info = info_for(sp)
+      self._sp, self._info = sp, info
+    end
+    if sample_nbytes(p) <= SMALL then
+      local b, k = self._blk, self._bk
+      if k >= BLOCK then
+        b, k = new_block(), 0
+        self._blk = b
+      end
+      b[k] = p
+      self._bk = k + 1
+      return setmetatable({p, info, false, b}, Sample)
+    end
+    return setmetatable({ffi_gc(p, sample_release), info, false, false},
+                        Sample)
+  elseif rc == -1 then
+    return nil
+  end
+  error(c_message(rc), 0)
+end
+
+function Pipeline:iter()
+  live(self, ":iter()", 2)
+  return Pipeline.next, self
+end
+
+function Pipeline:has_next()
+  local rc = C.sl_reader_has_next(live(self, ":has_next()", 2))
+  if rc < 0 then error(c_message(rc), 0) end
+  return rc == 1
+end
+
+function Pipeline:reset()
+  local rc = C.sl_reader_reset(live(self, ":reset()", 2))
+  if rc < 0 then error(c_message(rc), 0) end
+end
+
+function Pipeline:close()
+  if not is_pipeline(self) then live(self, ":close()", 2) end
+  local r = self._r
+  if r then
+    -- Dropping the current release block lets its samples go as soon as
+    -- nothing else refers to them.
+    self._r, self._dead, self._blk, self._bk = nil, "closed", false, BLOCK
+    ffi_gc(r, nil)
+    reader_destroy(r)
+    sample.flush()
+  end
+end
+Pipeline.__close = Pipeline.close -- Lua 5.4's to-be-closed; LuaJIT ignores it
+
+function Pipeline:schema()
+  return sample.schema_table(C.sl_reader_schema(live(self, ":schema()", 2)))
+end
+
+Pipeline.__tostring = function(p)
+  if not p._r then
+    return "sluice.pipeline (" .. (p._dead == "closed" and "closed" or
+                                   "consumed by " .. p._dead) .. ")"
+  end
+  return "sluice.pipeline (" .. ffi_string(C.sl_reader_name(p._r)) .. ")"
+end
+
+-- --- C decorators -------------------------------------------------------------------------
+
+local SHUFFLE_OPTS = set("seed")
+function Pipeline:shuffle(n, opts)
+  live(self, ":shuffle()", 2)
+  check_int(n, 1, ":shuffle()", "buffer size", 2)
+  opts = check_opts(opts, ":shuffle()", SHUFFLE_OPTS, 2)
+  local seed = opts.seed or 0
+  if not (type(seed) == "cdata" and ffi.istype("uint64_t", seed)) then
+    if type(seed) ~= "number" or seed ~= floor(seed) or seed < 0
+       or seed >= 2^64 then
+      error(("sluice: :shuffle(): option 'seed' must be an integer in "
+             .. "[0, 2^64) (got %s)"):format(tostring(seed)), 2)
+    end
+  end
+  local result = made(C.sl_shuffle(take(self, ":shuffle()"), n, seed, OUT), 2)
+  return result
+end
+
+local BATCH_OPTS = set("drop_last", "pad")
+function Pipeline:batch(n, opts)
+  live(self, ":batch()", 2)
+  check_int(n, 1, ":batch()", "batch size", 2)
+  opts = check_opts(opts, ":batch()", BATCH_OPTS, 2)
+  local o = ffi.new("sl_batch_opts")
+  o.drop_last = check_bool(opts.drop_last, ":batch()", "drop_last", false, 2)
+    and 1 or 0
+  o.pad = check_bool(opts.pad, ":batch()", "pad", false, 2) and 1 or 0
+  local result = made(C.sl_batch(take(self, ":batch()"), n, o, OUT), 2)
+  return result
+end
+
+local function count_decorator(name, cfn, min, what)
+  local where = ":" .. name .. "()"
+  return function(self, n)
+    live(self, where, 2)
+    check_int(n, min, where, what, 2)
+    local result = made(cfn(take(self, where), n, OUT), 2)
+    return result
+  end
+end
+
+Pipeline.multi_pass = count_decorator("multi_pass", C.sl_multi_pass, 1,
+                                      "pass count")
+Pipeline.take = count_decorator("take", C.sl_take, 0, "count")
+Pipeline.skip = count_decorator("skip", C.sl_skip, 0, "count")
+Pipeline.repeat_first = count_decorator("repeat_first", C.sl_repeat_first, 0,
+                                        "count")
+Pipeline.prefetch = count_decorator("prefetch", C.sl_prefetch, 1,
+                                    "buffer size")
+
+function Pipeline:cache()
+  live(self, ":cache()", 2)
+  local result = made(C.sl_cache(take(self, ":cache()"), OUT), 2)
+  return result
+end
+
+-- sluice.chain(a, b, ...) and sluice.zip(a, b, ..., {truncate=}): the
+-- pipelines (all taken) as one array of readers.
+local function pipelines_arg(where, list, level)
+  local n = #list
+  if n == 0 then
+    error(("sluice: %s: needs at least one pipeline"):format(where), level + 1)
+  end
+  for i = 1, n do
+    local p = list[i]
+    if not is_pipeline(p) then
+      error(("sluice: %s: argument %d is a %s, not a pipeline")
+            :format(where, i, type(p)), level + 1)
+    end
+    if not p._r then dead_error(p, level + 1) end
+    for j = 1, i - 1 do
+      if list[j] == p then
+        error(("sluice: %s: argument %d is the same pipeline as argument %d")
+              :format(where, i, j), level + 1)
+      end
+    end
+  end
+  local arr = ffi.new("sl_reader *[?]", n)
+  for i = 1, n do arr[i - 1] = take(list[i], where) end
+  return arr, n
+end
+
+function sluice.chain(...)
+  local arr, n = pipelines_arg("sluice.chain()", {...}, 2)
+  local result = made(C.sl_chain(arr, n, OUT), 2)
+  return result
+end
+
+local ZIP_OPTS = set("truncate")
+function sluice.zip(...)
+  local list = {...}
+  local opts = {}
+  local last = list[#list]
+  if type(last) == "table" and not is_pipeline(last) then
+    opts = check_opts(last, "sluice.zip()", ZIP_OPTS, 2)
+    list[#list] = nil
+  end
+  local truncate = check_bool(opts.truncate, "sluice.zip()", "truncate",
+                              false, 2)
+  local arr, n = pipelines_arg("sluice.zip()", list, 2)
+  local result = made(C.sl_zip(arr, n, truncate and 1 or 0, OUT), 2)
+  return result
+end
+
+-- --- Lua decorators (worker states, through sluice.core) -----------------------------------
+
+local function schema_option(spec, where, level)
+  if spec == nil then return nil end
+  local sp, why = sample.schema_from_spec(spec)
+  if not sp then
+    error(("sluice: %s: option 'schema': %s"):format(where, why), level + 1)
+  end
+  return sp
+end
+
+local function ship(fn, what, where, level)
+  if type(fn) ~= "function" and type(fn) ~= "string" then
+    error(("sluice: %s: expected a function or a \"module.function\" name "
+           .. "(got a %s)"):format(where, type(fn)), level + 1)
+  end
+  local c = core()
+  local ok, shipped = pcall(c.ship, fn, what)
+  if not ok then error(shipped, level + 1) end
+  return shipped, c.env()
+end
+
+local MAP_OPTS = set("threads", "ordered", "queue", "schema")
+local FILTER_OPTS = set("threads", "ordered", "queue")
+
+local function lua_stage(self, kind, fn, opts)
+  local where = ":" .. kind .. "()"
+  live(self, where, 3)
+  opts = check_opts(opts, where, kind == "map" and MAP_OPTS or FILTER_OPTS, 3)
+  local threads = opts.threads == nil and 1 or
+    check_int(opts.threads, 1, where, "option 'threads'", 3)
+  local ordered = check_bool(opts.ordered, where, "ordered", true, 3)
+  local queue = opts.queue ~= nil and
+    check_int(opts.queue, 1, where, "option 'queue'", 3) or nil
+  local sp = schema_option(opts.schema, where, 3)
+  local shipped, env = ship(fn, kind, where, 3)
+  local c = core()
+  local up = addr(take(self, where))
+  -- sp rides along as an extra (ignored) argument so that it stays on the
+  -- stack, hence alive, until core.map has retained the schema.
+  local ok, lud = pcall(c.map, up, shipped, env,
+                        {kind = kind, threads = threads, ordered = ordered,
+                         queue = queue},
+                        sp and addr(sp) or nil, sp)
+  if not ok then error(lud, 3) end
+  return new_pipeline(ffi_cast("sl_reader *", lud))
+end
+
+-- (Not tail calls: error levels count the method's frame.)
+function Pipeline:map(fn, opts)
+  local p = lua_stage(self, "map", fn, opts)
+  return p
+end
+
+function Pipeline:filter(fn, opts)
+  local p = lua_stage(self, "filter", fn, opts)
+  return p
+end
+
+-- --- sources ----------------------------------------------------------------------------------
+
+function sluice.range(n)
+  check_int(n, 0, "sluice.range()", "n", 2)
+  local result = made(C.sl_reader_range(n, OUT), 2)
+  return result
+end
+
+function sluice.from_table(rows, schema)
+  if type(rows) ~= "table" or is_pipeline(rows) then
+    error(("sluice: sluice.from_table(): rows must be an array of tables "
+           .. "(got a %s)"):format(type(rows)), 2)
+  end
+  local n = #rows
+  local sp, why
+  if schema ~= nil then
+    sp, why = sample.schema_from_spec(schema)
+    if not sp then
+      error("sluice: sluice.from_table(): " .. why, 2)
+    end
+  elseif n == 0 then
+    error("sluice: sluice.from_table(): an empty table needs a schema", 2)
+  elseif sample.is(rows[1]) then
+    local first = rows[1][1]
+    if not first then
+      error("sluice: sluice.from_table(): row 1 is a released sample", 2)
+    end
+    sp = sample_schema(first)
+  else
+    sp, why = sample.inferred_schema(rows)
+    if not sp then error("sluice: sluice.from_table(): " .. why, 2) end
+  end
+  local info = info_for(sp)
+  local arr = ffi.new("sl_sample *[?]", n)
+  local keep = {}
+  for i = 1, n do
+    local q
+    q, why = sample.build_row(rows[i], info, "row " .. i)
+    if not q then error("sluice: sluice.from_table(): " .. why, 2) end
+    keep[i], arr[i - 1] = q, q
+  end
+  local rc = C.sl_reader_from_array(arr, n, ffi_cast("sl_schema *", sp), OUT)
+  for i = 1, n do -- the reader holds its own references now
+    ffi_gc(keep[i], nil)
+    sample_release(keep[i])
+  end
+  local result = made(rc, 2)
+  return result
+end
+
+-- sluice.open: "tag:path", or a path whose extension names the format.
+local OPENERS = {}
+
+local SLR_OPTS = set("policy", "max_bad_chunks", "max_chunk_bytes", "first",
+                     "count", "chunks")
+local POLICIES = {fail = 0, skip_chunk = 1}
+local UINT64_MAX = ffi_cast("uint64_t", ffi_cast("int64_t", -1))
+
+function OPENERS.slr(path, opts, level)
+  opts = check_opts(opts, "sluice.open()", SLR_OPTS, level + 1)
+  local o = ffi.new("sl_slr_open_opts")
+  if opts.policy ~= nil then
+    local policy = POLICIES[opts.policy]
+    if not policy then
+      error(("sluice: sluice.open(): option 'policy' must be \"fail\" or "
+             .. "\"skip_chunk\" (got %s)"):format(tostring(opts.policy)),
+            level + 1)
+    end
+    o.policy = policy
+  end
+  if opts.max_bad_chunks ~= nil then
+    o.max_bad_chunks = check_int(opts.max_bad_chunks, 0, "sluice.open()",
+                                 "option 'max_bad_chunks'", level + 1)
+  end
+  if opts.max_chunk_bytes ~= nil then
+    o.max_chunk_bytes = check_int(opts.max_chunk_bytes, 0, "sluice.open()",
+                                  "option 'max_chunk_bytes'", level + 1)
+  end
+  if opts.chunks ~= nil then
+    local ch = opts.chunks
+    if opts.first ~= nil or opts.count ~= nil then
+      error("sluice: sluice.open(): use either 'chunks' or 'first'/'count'",
+            level + 1)
+    end
+    if type(ch) ~= "table" then
+      error("sluice: sluice.open(): option 'chunks' must be {first, n}",
+            level + 1)
+    end
+    local first = check_int(ch[1], 0, "sluice.open()", "chunks[1]", level + 1)
+    local nchunks = check_int(ch[2], 0, "sluice.open()", "chunks[2]", level + 1)
+    local result = made(C.sl_slr_reader_chunks(path, o, first, nchunks, OUT),
+                        level + 1)
+    return result
+  end
+  local first = opts.first == nil and 0 or
+    check_int(opts.first, 0, "sluice.open()", "option 'first'", level + 1)
+  local count = opts.count == nil and UINT64_MAX or
+    check_int(opts.count, 0, "sluice.open()", "option 'count'", level + 1)
+  local result = made(C.sl_slr_reader(path, o, first, count, OUT), level + 1)
+  return result
+end
+
+local EXTENSIONS = {slr = "slr"}
+
+function sluice.open(name, opts)
+  if type(name) ~= "string" then
+    error(("sluice: sluice.open(): name must be a string (got a %s)")
+          :format(type(name)), 2)
+  end
+  local tag, path = name:match("^([%a][%w_]*):(.+)$")
+  if not tag then
+    tag, path = EXTENSIONS[name:match("%.([%w_]+)$") or ""], name
+    if not tag then
+      error(("sluice: sluice.open(): cannot tell the format of '%s' (write "
+             .. "\"slr:%s\", or use a .slr file)"):format(name, name), 2)
+    end
+  end
+  local opener = OPENERS[tag]
+  if not opener then
+    local tags = {}
+    for t in pairs(OPENERS) do tags[#tags + 1] = t end
+    table.sort(tags)
+    error(("sluice: sluice.open(): unknown format tag '%s' (known: %s)")
+          :format(tag, table.concat(tags, ", ")), 2)
+  end
+  local p = opener(path, opts, 2) -- not a tail call: levels count frames
+  return p
+end
+
+local READER_OPTS = set("schema", "buffer")
+function sluice.reader(fn, opts)
+  opts = check_opts(opts, "sluice.reader()", READER_OPTS, 2)
+  local buffer = opts.buffer == nil and 64 or
+    check_int(opts.buffer, 1, "sluice.reader()", "option 'buffer'", 2)
+  local sp = schema_option(opts.schema, "sluice.reader()", 2)
+  local shipped, env = ship(fn, "reader", "sluice.reader()", 2)
+  local ok, lud = pcall(core().reader, shipped, env, buffer,
+                        sp and addr(sp) or nil, sp) -- sp: see lua_stage
+  if not ok then error(lud, 2) end
+  return new_pipeline(ffi_cast("sl_reader *", lud))
+end
+
+-- --- samples and tensors ----------------------------------------------------------------------
+
+sluice.tensor = tensor.new
+sluice.fields = sample.fields
+sluice.release = sample.release
+sluice.totable = sample.totable
+
+function sluice.version()
+  return ffi_string(C.sl_version())
+end
+
+return sluice

@@ -1,0 +1,113 @@
+-- sluice.worker: the per-sample protocol between the Lua stages of
+-- libsluice (src/script/lua_host.h) and the Lua code they run.  Loaded in
+-- every worker state; the stages call these functions under lua_pcall with
+-- debug.traceback as the message handler, and prefix any error with
+-- "<what> (<source>:<line>): ", so messages raised here need no position
+-- (level 0) and name no function.
+--
+--   worker.map(fn, sample, slot)
+--   worker.filter(fn, sample)
+--   worker.export(value, slot, schema)
+--
+-- `sample` is a lightuserdata sl_sample* whose reference is handed to Lua;
+-- `slot` a lightuserdata sl_sample** receiving a result with a reference for
+-- C; `schema` a lightuserdata sl_schema* or nil.  (FFI pointers work as well
+-- as lightuserdata: everything goes through ffi.cast.)
+--
+-- map is the hot path, kept to one table, one cdata and one finalizer per
+-- sample: the input is wrapped as a sample object owning its reference;
+-- when fn returns that object (the usual case) the reference is moved to C
+-- (finalizer removed, no refcount traffic).
+local ffi = require "ffi"
+local C = require "sluice.cdef"
+local sample = require "sluice.sample"
+
+local M = {}
+
+local ffi_gc, ffi_cast = ffi.gc, ffi.cast
+local type, error, setmetatable, getmetatable = type, error, setmetatable, getmetatable
+
+local Sample, info_for, drop = sample.Sample, sample.info_for, sample.drop
+local take = sample.take
+local sample_release, sample_retain = C.sl_sample_release, C.sl_sample_retain
+local sample_schema = C.sl_sample_schema
+local SAMPLE_PTR = ffi.typeof("sl_sample *")
+local SLOT = ffi.typeof("sl_sample **")
+
+-- One-entry schema cache: a stage's inputs nearly always share one schema.
+-- (The info retains its schema, so the address cannot be reused while it is
+-- cached here.)
+local last_sp, last_info
+
+local function wrap(ptr)
+  local p = ffi_gc(ffi_cast(SAMPLE_PTR, ptr), sample_release)
+  local sp = sample_schema(p)
+  local info = last_info
+  if sp ~= last_sp then
+    info = info_for(sp)
+    last_sp, last_info = sp, info
+  end
+  return setmetatable({p, info, false, false}, Sample)
+end
+M.wrap = wrap
+
+local function returned_error(r)
+  if r == nil then
+    error("map function returned nothing (it must return a sample)", 0)
+  end
+  error(("map function returned a %s (it must return a sample)")
+        :format(type(r)), 0)
+end
+
+-- Stores sample object r's sl_sample in *slot with a reference for C, and
+-- retires the object (it belongs to the pipeline now).  The object's own
+-- reference moves to C (sample.take), unless views of it are out.
+local function hand_over(r, slot)
+  if not r[1] then
+    error("map function returned a released sample", 0)
+  end
+  ffi_cast(SLOT, slot)[0] = take(r)
+end
+
+function M.map(fn, ptr, slot)
+  local s = wrap(ptr)
+  local r = fn(s)
+  if getmetatable(r) ~= Sample then returned_error(r) end
+  hand_over(r, slot)
+  if r ~= s then drop(s) end
+end
+
+function M.filter(fn, ptr)
+  local s = wrap(ptr)
+  local keep = fn(s)
+  drop(s)
+  return keep and true or false
+end
+
+function M.export(value, slot, schema)
+  local q, why
+  if getmetatable(value) == Sample then
+    -- A reader may yield the same object again: give C a new reference
+    -- and leave the object usable.
+    local p = value[1]
+    if not p then error("reader yielded a released sample", 0) end
+    ffi_cast(SLOT, slot)[0] = sample_retain(p)
+    return
+  end
+  if type(value) ~= "table" then
+    error(("reader yielded a %s (it must yield a sample or a table of "
+           .. "fields)"):format(type(value)), 0)
+  end
+  local sp
+  if schema ~= nil then
+    sp = ffi_cast("sl_schema *", schema)
+  else
+    sp, why = sample.inferred_schema({value})
+    if not sp then error("reader: " .. why, 0) end
+  end
+  q, why = sample.build_row(value, info_for(sp), "the yielded row")
+  if not q then error("reader: " .. why, 0) end
+  ffi_cast(SLOT, slot)[0] = ffi_gc(q, nil)
+end
+
+return M
