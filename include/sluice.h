@@ -665,7 +665,10 @@ SL_API int sl_slr_reader_chunks(const char *path, const sl_slr_open_opts *opts,
  *    every rank of a job sees the same list whatever its environment); each
  *    match is then tagged as above.  A pattern that matches nothing is
  *    SL_EINVAL naming the pattern.
- * Built-in tag: "slr" (sl_slr_reader over the whole file). */
+ * Built-in tags: "slr" (sl_slr_reader over the whole file), "idx"
+ * (sl_idx_reader: MNIST-style images with their labels; the suffixes
+ * "-idx3-ubyte" and "-idx3-ubyte.gz" map to it) and "text" (sl_text_reader:
+ * one sample per line, with an optional parser plugin). */
 
 /* Options for opening one file.  Extensible: `size` must be
  * sizeof(sl_open_opts) as the caller compiled it (SL_OPEN_OPTS_INIT sets it),
@@ -676,9 +679,23 @@ SL_API int sl_slr_reader_chunks(const char *path, const sl_slr_open_opts *opts,
 typedef struct sl_open_opts {
   size_t size;          /* sizeof(sl_open_opts) */
   sl_slr_open_opts slr; /* tag slr: corruption policy and limits */
+  /* Appended with the idx and text readers (sl_idx_reader and
+   * sl_text_reader below).  Strings are borrowed for the call. */
+  /* tag idx: the labels file; NULL derives it from the images file's name */
+  const char *labels;
+  /* tag text: 1 maps the file with mmap(2); 0 reads it with read(2) */
+  int text_mmap;
+  /* tag text: path of a parser plugin (a shared object, docs/PLUGINS.md)
+   * that turns each line into a sample; NULL: the line itself */
+  const char *parser;
+  /* tag text: the plugin's options, given to its init (NULL is "") */
+  const char *parser_options;
 } sl_open_opts;
 /* clang-format off */
-#define SL_OPEN_OPTS_INIT {sizeof(sl_open_opts), {SL_CORRUPT_FAIL, 0, 0}}
+#define SL_OPEN_OPTS_INIT                                                      \
+  {sizeof(sl_open_opts), {SL_CORRUPT_FAIL, 0, 0},                              \
+   NULL /* labels */, 0 /* text_mmap */, NULL /* parser */,                    \
+   NULL /* parser_options */}
 /* clang-format on */
 
 /* A format's constructor: opens `path` (the "TAG:" removed, globs already
@@ -826,6 +843,108 @@ typedef struct sl_open_files_opts {
  * like any, is used by one thread at a time. */
 SL_API int sl_open_files(const char *const *names, size_t n,
                          const sl_open_files_opts *opts, sl_reader **out);
+
+/* ------------------------------------------------------------------------ */
+/* File readers: idx and text, and text parser plugins (docs/PLUGINS.md)     */
+/* ------------------------------------------------------------------------ */
+
+/* A reader over an idx image file (MNIST, Fashion-MNIST; plain or gzip) and
+ * its labels: samples {image: <dtype>[d1, ..., dk], label: i64[]}, for
+ * Fashion-MNIST {image: u8[28, 28], label: i64[]}, in file order; each reset
+ * starts again.  The images file must have rank >= 2; the labels file rank 1
+ * of an integer type (widened to i64 once, at open), with as many items.
+ * `labels` NULL derives the labels file from the images file's name: the
+ * last "images-idx3" or "images.idx3" in its base name becomes
+ * "labels-idx1" / "labels.idx1" (so "t10k-images-idx3-ubyte.gz" pairs with
+ * "t10k-labels-idx1-ubyte.gz"); when that file does not exist but the same
+ * name with ".gz" added or removed does, that one is used.  Both files are
+ * loaded whole at open; samples are zero-copy views into the two loaded
+ * buffers, which live as long as the reader or any sample.  Borrows the
+ * strings.  Returns SL_OK and *out; SL_EINVAL (a name with no labels
+ * convention, a dtype/rank or count mismatch, naming both files); SL_EIO or
+ * SL_ECORRUPT naming the file from the idx parser (missing, truncated,
+ * corrupt gzip).  The reader, like any, is used by one thread at a time. */
+SL_API int sl_idx_reader(const char *images, const char *labels,
+                         sl_reader **out);
+
+/* The version of the parser plugin ABI below; a plugin built against another
+ * version is refused.  Bumped whenever sl_parser_api changes. */
+#define SL_PARSER_ABI_VERSION 1u
+
+/* What a parse callback returns to drop a line (a header, a comment): no
+ * sample comes out of it, and reading goes on with the next line. */
+#define SL_PARSER_SKIP 1
+
+/* A text parser plugin: a shared object exporting
+ *   const sl_parser_api *sl_parser_entry(void);
+ * that returns a pointer to static storage.  libsluice loads it with
+ * dlopen(RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE) - never unloaded, so samples
+ * whose buffers were made by plugin code stay valid - and checks abi_version
+ * before reading any other field.  The plugin calls the host's sl_* functions
+ * (sl_schema_new, sl_sample_alloc, sl_set_error, ...): link it against the
+ * shared libsluice, and load it into a process that uses that same libsluice
+ * (or exports the same sl_* symbols), so both sides share one library. */
+typedef struct sl_parser_api {
+  uint32_t abi_version; /* SL_PARSER_ABI_VERSION, first in every version */
+  const char *name;     /* short name for messages ("csv_floats") */
+  /* Parses `options` (never NULL; "" when none) and builds the schema of
+   * the samples it will make.  Returns SL_OK with *schema (a reference the
+   * caller takes) and *state (opaque, may be NULL), or an error with
+   * sl_set_error and nothing to free.  Called once per reader; several
+   * readers may call it at the same time from different threads. */
+  int (*init)(const char *options, sl_schema **schema, void **state);
+  /* Turns one line (`len` bytes, not NUL-terminated, newline and a trailing
+   * '\r' removed; may be empty) into a new sample of the schema, stored in
+   * *out (the caller takes it).  Returns SL_OK, SL_PARSER_SKIP (no sample
+   * for this line), or an error with sl_set_error saying what is wrong
+   * (the host adds the file, line and plugin); after anything but SL_OK,
+   * *out is ignored (leave it NULL, release what you made).  SL_EOF is not
+   * an error code and is refused.  One state is used by one thread at a
+   * time; `line` is valid only during the call. */
+  int (*parse)(void *state, const char *line, size_t len, sl_sample **out);
+  /* Frees the state (may be NULL: nothing to free). */
+  void (*destroy)(void *state);
+} sl_parser_api;
+
+/* The symbol a plugin exports, and its type.  Define the entry point with
+ * SL_PARSER_EXPORT so it stays visible when the plugin is compiled with
+ * -fvisibility=hidden (as sluice's own build compiles everything):
+ *   SL_PARSER_EXPORT const sl_parser_api *sl_parser_entry(void) { ... } */
+#define SL_PARSER_ENTRY "sl_parser_entry"
+typedef const sl_parser_api *(*sl_parser_entry_fn)(void);
+#if defined(__GNUC__)
+#define SL_PARSER_EXPORT __attribute__((visibility("default")))
+#else
+#define SL_PARSER_EXPORT
+#endif
+/* The plugin's entry point, declared here so that a plugin's definition is
+ * checked against it (libsluice itself does not define it). */
+SL_PARSER_EXPORT const sl_parser_api *sl_parser_entry(void);
+
+/* A reader over the lines of the text file `path`: one sample per line
+ * ("\n" ends a line and is removed, then one trailing "\r"; a last line
+ * without "\n" counts; an empty file has no samples), in order; each reset
+ * starts again.  use_mmap 1 maps the file (lines are zero-copy views into
+ * the mapping, which lives while any sample does; a file truncated meanwhile
+ * faults, as any mapping does); 0 reads it with read(2) in pieces into a
+ * growing buffer and copies each line.  Both give identical samples.
+ *
+ * Without `parser` the schema is {line: bytes[-1]}.  With `parser` (the path
+ * of a plugin, see sl_parser_api) each line goes to the plugin, started with
+ * `parser_options` (NULL = ""), and the reader's schema is the one the
+ * plugin declares; every sample it returns is checked against it.
+ *
+ * Errors name the file and, while reading, the 1-based line: SL_EIO
+ * ("text: PATH: cannot open: ..."); a plugin that cannot be loaded (SL_EINVAL
+ * with dlerror's text), lacks sl_parser_entry (SL_EINVAL) or has another ABI
+ * version (SL_EUNSUPPORTED "... ABI version 2, this libsluice expects 1");
+ * its init failing (its code, "text: PATH: parser NAME (SO): init: ...");
+ * a line it rejects (its code, "text: PATH:17: parser NAME (SO): <its
+ * message>"); a sample that does not fit the declared schema (SL_ESHAPE
+ * "text: PATH:17: parser NAME (SO): field 'x': expected f32[4], got ...").
+ * Borrows the strings (copied).  Returns SL_OK and *out or an error. */
+SL_API int sl_text_reader(const char *path, int use_mmap, const char *parser,
+                          const char *parser_options, sl_reader **out);
 
 #ifdef __cplusplus
 }

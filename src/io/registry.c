@@ -6,7 +6,7 @@
  * Tables.  Two fixed arrays of 64 slots: formats (tag -> constructor + user
  * data) and extensions (suffix -> tag).  Fixed storage means a registration
  * never allocates and nothing is left for a leak checker at exit; 64 is far
- * more than the built-in tags (slr now; idx and text later) plus a program's
+ * more than the built-in tags (slr, idx and text) plus a program's
  * own.  The built-in rows are static initialisers, so there is no "init"
  * call to forget and no registration order to get wrong.
  *
@@ -49,11 +49,31 @@ static int open_slr(void *ud, const char *path, const sl_open_opts *opts,
   return sl_slr_reader(path, &opts->slr, 0, UINT64_MAX, out);
 }
 
+/* idx: the labels file from opts->labels, or derived from the name. */
+static int open_idx(void *ud, const char *path, const sl_open_opts *opts,
+                    sl_reader **out) {
+  SL_UNUSED(ud);
+  return sl_idx_reader(path, opts->labels, out);
+}
+
+static int open_text(void *ud, const char *path, const sl_open_opts *opts,
+                     sl_reader **out) {
+  SL_UNUSED(ud);
+  return sl_text_reader(path, opts->text_mmap, opts->parser,
+                        opts->parser_options, out);
+}
+
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
-static format_slot g_formats[SLOTS] = {{"slr", open_slr, NULL}}; /* g_mu */
-static int g_nformats = 1;                                       /* g_mu */
-static ext_slot g_exts[SLOTS] = {{".slr", "slr"}};               /* g_mu */
-static int g_nexts = 1;                                          /* g_mu */
+static format_slot g_formats[SLOTS] = {{"slr", open_slr, NULL},
+                                       {"idx", open_idx, NULL},
+                                       {"text", open_text, NULL}}; /* g_mu */
+static int g_nformats = 3;                                         /* g_mu */
+/* The data sets' own names ("t10k-images-idx3-ubyte.gz") open as idx; text
+ * has no extension: ".txt" or ".csv" files are too often something else. */
+static ext_slot g_exts[SLOTS] = {{".slr", "slr"},
+                                 {"-idx3-ubyte", "idx"},
+                                 {"-idx3-ubyte.gz", "idx"}}; /* g_mu */
+static int g_nexts = 3;                                      /* g_mu */
 
 /* --- syntax -------------------------------------------------------------- */
 
