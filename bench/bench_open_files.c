@@ -17,6 +17,8 @@
  * equal CPU per pass at 1 and 2 threads means the work scales, whatever the
  * wall-clock figure says.
  */
+#define BENCH_NAME "bench_open_files"
+#include "bench_util.h"
 #include "sluice.h"
 
 #include <ftw.h>
@@ -28,47 +30,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define CHECK(expr)                                                            \
-  do {                                                                         \
-    int rc_ = (expr);                                                          \
-    if (rc_ < 0) {                                                             \
-      fprintf(stderr, "bench_open_files: %s: %s (%s)\n", #expr,                \
-              sl_err_name(rc_), sl_last_error());                              \
-      exit(1);                                                                 \
-    }                                                                          \
-  } while (0)
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-/* CPU seconds (user + system) this process has used. */
-static double cpu_s(void) {
-  struct rusage u;
-  getrusage(RUSAGE_SELF, &u);
-  return (double)u.ru_utime.tv_sec + (double)u.ru_utime.tv_usec * 1e-6 +
-         (double)u.ru_stime.tv_sec + (double)u.ru_stime.tv_usec * 1e-6;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
-static uint64_t rnd(void) {
-  uint64_t z = (g_rng += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
+static uint64_t g_rng = BENCH_RNG_SEED;
 
 typedef struct config {
   int files;
@@ -173,10 +135,7 @@ static void write_shard(const char *path, const config *c, long first) {
     int64_t *y;
     CHECK(sl_sample_alloc(r, 0, 1, (int64_t[]){c->dim}, (void **)&x));
     CHECK(sl_sample_alloc(r, 1, 0, NULL, (void **)&y));
-    /* Quantised smooth signal + a little noise: compresses ~2-3x. */
-    for (int k = 0; k < c->dim; k++)
-      x[k] = (float)((int)(100.0 * (double)((k * 7 + i) % 97) / 97.0) / 100.0) +
-             (float)(rnd() % 8) / 1024.0f;
+    bench_features(x, c->dim, i, &g_rng);
     *y = i;
     CHECK(sl_slr_writer_append(w, r));
     sl_sample_release(r);

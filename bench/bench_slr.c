@@ -17,6 +17,8 @@
  * Throughput is raw (decompressed) payload bytes per second; medians of
  * --runs runs.  JSON lines on stdout, a table on stderr.
  */
+#define BENCH_NAME "bench_slr"
+#include "bench_util.h"
 #include "sluice.h"
 
 #include <pthread.h>
@@ -27,37 +29,9 @@
 #include <unistd.h>
 #include <zstd.h>
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-#define CHECK(expr)                                                            \
-  do {                                                                         \
-    int rc_ = (expr);                                                          \
-    if (rc_ < 0) {                                                             \
-      fprintf(stderr, "bench_slr: %s: %s (%s)\n", #expr, sl_err_name(rc_),     \
-              sl_last_error());                                                \
-      exit(1);                                                                 \
-    }                                                                          \
-  } while (0)
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static uint64_t rng_state = BENCH_RNG_SEED;
 static uint64_t rnd(void) {
-  uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
+  return bench_splitmix64(&rng_state);
 }
 
 static void write_dataset(const char *path, int64_t records, int dim,
@@ -74,10 +48,7 @@ static void write_dataset(const char *path, int64_t records, int dim,
     int64_t *y;
     CHECK(sl_sample_alloc(r, 0, 1, (int64_t[]){dim}, (void **)&x));
     CHECK(sl_sample_alloc(r, 1, 0, NULL, (void **)&y));
-    /* Quantised smooth signal + a little noise: compresses ~2-3x. */
-    for (int k = 0; k < dim; k++)
-      x[k] = (float)((int)(100.0 * (double)((k * 7 + i) % 97) / 97.0) / 100.0) +
-             (float)(rnd() % 8) / 1024.0f;
+    bench_features(x, dim, i, &rng_state);
     *y = (int64_t)(rnd() % 10);
     CHECK(sl_slr_writer_append(w, r));
     sl_sample_release(r);
@@ -246,7 +217,8 @@ int main(int argc, char **argv) {
     t[2][r] = sluice_read(path, fr.n, 1, (uint64_t)records);
     t[3][r] = sluice_read(path, fr.n, 2, (uint64_t)records);
   }
-  for (int i = 0; i < 4; i++) med[i] = median(t[i], runs);
+  for (int i = 0; i < 4; i++)
+    med[i] = median(t[i], runs);
   if (!have_cli) med[1] = -1;
   double mb = (double)fr.raw_total / 1e6;
   fprintf(stderr,

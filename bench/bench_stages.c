@@ -10,6 +10,7 @@
  * Output: one JSON object per result on stdout (machine-readable), then a
  * human table on stderr.  `bench_stages --help` for options.
  */
+#include "bench_util.h"
 #include "sluice.h"
 
 #include <pthread.h>
@@ -17,12 +18,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static void die(const char *what, int rc) {
   fprintf(stderr, "bench_stages: %s failed: %s (%s)\n", what, sl_err_name(rc),
@@ -153,16 +148,6 @@ static double drain(build_fn build, uint64_t n, uint64_t *count) {
   sl_reader_destroy(r);
   *count = k;
   return t;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 /* --- channel

@@ -25,11 +25,8 @@ const char *sl_schema_field_name(const sl_schema *s, int i);
 
 local SL_OK, SL_EOF = 0, -1
 
--- Where a function was defined, as lua_host.h's messages write it.
-local function where(fn)
-  local info = debug.getinfo(fn, "S")
-  return info.short_src .. ":" .. info.linedefined
-end
+local H = dofile "spec/helper.lua"
+local where = H.where
 
 -- The library the module uses, through the FFI.
 local function lib()

@@ -11,23 +11,8 @@ int sl_sample_alloc(sl_sample *s, int i, int rank, const int64_t *shape,
                     void **data);
 ]]
 
-local THIS = debug.getinfo(1, "S").short_src
-
--- The message of an error raised by f, asserting that it points at a line
--- of this file (misuse is reported where the caller made it).
-local function misuse(f)
-  local ok, err = pcall(f)
-  assert.is_false(ok)
-  local file, msg = tostring(err):match("^(.-):%d+: (.*)$")
-  assert.equal(THIS, file)
-  return msg
-end
-
-local function collect(p, field)
-  local out = {}
-  for s in p:iter() do out[#out + 1] = s[field or "i"] end
-  return out
-end
+local H = dofile "spec/helper.lua"
+local misuse, collect = H.misuse, H.collect
 
 local function tmpdir()
   local dir = os.tmpname()
@@ -319,14 +304,17 @@ describe("sluice", function()
     end)
 
     it("rejects unknown tags, names without a format, and bad options", function()
-      assert.equal("sluice: sluice.open(): unknown format tag 'idx' (known: slr)",
-                   misuse(function() sluice.open("idx:foo") end))
-      assert.equal("sluice: sluice.open(): cannot tell the format of 'foo.txt' "
-                   .. "(write \"slr:foo.txt\", or use a .slr file)",
-                   misuse(function() sluice.open("foo.txt") end))
+      local ok, err = pcall(sluice.open, "nope:foo")
+      assert.is_false(ok)
+      assert.matches("open: unknown format tag 'nope' in 'nope:foo' %(known "
+                     .. "tags: idx, slr, text%)", err)
+      ok, err = pcall(sluice.open, "foo.unknownext")
+      assert.is_false(ok)
+      assert.matches("foo%.unknownext", err)
       assert.equal("sluice: sluice.open(): unknown option 'polcy' (known: "
-                   .. "chunks, count, first, max_bad_chunks, max_chunk_bytes, "
-                   .. "policy)",
+                   .. "chunks, count, first, labels, max_bad_chunks, "
+                   .. "max_chunk_bytes, mmap, parser, parser_options, policy, "
+                   .. "threads)",
                    misuse(function() sluice.open(path, {polcy = "fail"}) end))
       assert.equal("sluice: sluice.open(): option 'policy' must be \"fail\" or "
                    .. "\"skip_chunk\" (got skip)",
@@ -336,12 +324,16 @@ describe("sluice", function()
                    misuse(function()
                      sluice.open(path, {chunks = {0, 1}, first = 2})
                    end))
+      assert.equal("sluice: sluice.open(): options 'first', 'count' and "
+                   .. "'chunks' select records of one slr file (got "
+                   .. "'text:x.txt')",
+                   misuse(function() sluice.open("text:x.txt", {first = 1}) end))
     end)
   end)
 
   describe(".open_files", function()
-    it("does not exist until its reader lands", function()
-      assert.is_nil(sluice.open_files)
+    it("is the several-files reader (spec/11-files_spec.lua)", function()
+      assert.is_function(sluice.open_files)
     end)
   end)
 end)

@@ -2,15 +2,8 @@
 -- schema= option (array of {name, dtype, shape} triples).
 local sluice = require "sluice"
 
-local THIS = debug.getinfo(1, "S").short_src
-
-local function misuse(f)
-  local ok, err = pcall(f)
-  assert.is_false(ok)
-  local file, msg = tostring(err):match("^(.-):%d+: (.*)$")
-  assert.equal(THIS, file)
-  return msg
-end
+local H = dofile "spec/helper.lua"
+local misuse = H.misuse
 
 describe("sluice.Pipeline", function()
   describe(":schema()", function()

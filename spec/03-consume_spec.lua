@@ -2,21 +2,8 @@
 -- close, and the "decorators take their upstream" rule.
 local sluice = require "sluice"
 
-local THIS = debug.getinfo(1, "S").short_src
-
-local function misuse(f)
-  local ok, err = pcall(f)
-  assert.is_false(ok)
-  local file, msg = tostring(err):match("^(.-):%d+: (.*)$")
-  assert.equal(THIS, file)
-  return msg
-end
-
-local function collect(p)
-  local out = {}
-  for s in p:iter() do out[#out + 1] = s.i end
-  return out
-end
+local H = dofile "spec/helper.lua"
+local misuse, collect = H.misuse, H.collect
 
 describe("sluice.Pipeline", function()
   describe(":iter()", function()

@@ -3,21 +3,8 @@
 local ffi = require "ffi"
 local sluice = require "sluice"
 
-local THIS = debug.getinfo(1, "S").short_src
-
-local function misuse(f)
-  local ok, err = pcall(f)
-  assert.is_false(ok)
-  local file, msg = tostring(err):match("^(.-):%d+: (.*)$")
-  assert.equal(THIS, file)
-  return msg
-end
-
-local function collect(p, field)
-  local out = {}
-  for s in p:iter() do out[#out + 1] = s[field or "i"] end
-  return out
-end
+local H = dofile "spec/helper.lua"
+local misuse, collect = H.misuse, H.collect
 
 local function iota(n)
   local t = {}

@@ -4,15 +4,8 @@
 local ffi = require "ffi"
 local sluice = require "sluice"
 
-local THIS = debug.getinfo(1, "S").short_src
-
-local function misuse(f)
-  local ok, err = pcall(f)
-  assert.is_false(ok)
-  local file, msg = tostring(err):match("^(.-):%d+: (.*)$")
-  assert.equal(THIS, file)
-  return msg
-end
+local H = dofile "spec/helper.lua"
+local misuse = H.misuse
 
 local function one(rows, schema)
   return sluice.from_table(rows, schema):next()

@@ -30,24 +30,8 @@ local function sleep_ms(ms)
   ffi.C.usleep(ms * 1000)
 end
 
-local function misuse(f)
-  local ok, err = pcall(f)
-  assert.is_false(ok)
-  local file, line, msg = tostring(err):match("^(.-):(%d+): (.*)$")
-  assert.equal(THIS, file)
-  return msg, tonumber(line)
-end
-
-local function collect(p, field)
-  local out = {}
-  for s in p:iter() do out[#out + 1] = s[field or "i"] end
-  return out
-end
-
-local function where(fn)
-  local info = debug.getinfo(fn, "S")
-  return info.short_src .. ":" .. info.linedefined
-end
+local H = dofile "spec/helper.lua"
+local misuse, collect, where = H.misuse_with_line, H.collect, H.where
 
 describe("sluice.Pipeline", function()
   describe(":map()", function()

@@ -4,26 +4,8 @@
 local ffi = require "ffi"
 local sluice = require "sluice"
 
-local THIS = debug.getinfo(1, "S").short_src
-
-local function misuse(f)
-  local ok, err = pcall(f)
-  assert.is_false(ok)
-  local file, msg = tostring(err):match("^(.-):%d+: (.*)$")
-  assert.equal(THIS, file)
-  return msg
-end
-
-local function collect(p, field)
-  local out = {}
-  for s in p:iter() do out[#out + 1] = s[field] end
-  return out
-end
-
-local function where(fn)
-  local info = debug.getinfo(fn, "S")
-  return info.short_src .. ":" .. info.linedefined
-end
+local H = dofile "spec/helper.lua"
+local misuse, collect, where = H.misuse, H.collect, H.where
 
 describe("sluice", function()
   describe(".reader()", function()

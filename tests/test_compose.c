@@ -2,61 +2,9 @@
  * and zip (side by side, fields concatenated, lengths checked or
  * truncated). */
 #include "test.h"
+#include "test_util.h"
 
 #define MAXN 256
-
-/* Field `i` of `s` as an int64. */
-static int64_t field(sl_sample *s, int i) {
-  return *(int64_t *)sl_sample_at(s, i)->data;
-}
-
-/* Reads `r` until it stops yielding, storing field 0; returns the code that
- * ended the pass. */
-static int drain(sl_reader *r, int64_t *v, size_t cap, size_t *n) {
-  *n = 0;
-  for (;;) {
-    sl_sample *s;
-    int rc = sl_reader_next(r, &s);
-    if (rc != SL_OK) return rc;
-    if (*n == cap) test_fail(__FILE__, __LINE__, "more than %zu samples", cap);
-    v[(*n)++] = field(s, 0);
-    sl_sample_release(s);
-  }
-}
-
-static void assert_values(const int64_t *v, size_t n, const int64_t *want,
-                          size_t m) {
-  ASSERT_EQ(n, m);
-  for (size_t i = 0; i < n; i++)
-    if (v[i] != want[i])
-      test_fail(__FILE__, __LINE__, "value %zu: %" PRId64 " != %" PRId64, i,
-                v[i], want[i]);
-}
-
-#define EXPECT(r, rc, ...)                                                     \
-  do {                                                                         \
-    static const int64_t expect_vals_[] = {__VA_ARGS__};                       \
-    int64_t expect_got_[MAXN];                                                 \
-    size_t expect_n_;                                                          \
-    ASSERT_RC(drain((r), expect_got_, MAXN, &expect_n_), (rc));                \
-    assert_values(expect_got_, expect_n_, expect_vals_,                        \
-                  sizeof expect_vals_ / sizeof expect_vals_[0]);               \
-  } while (0)
-
-/* The pass ends with `rc` before yielding anything. */
-#define EXPECT_NONE(r, rc)                                                     \
-  do {                                                                         \
-    int64_t expect_got_[MAXN];                                                 \
-    size_t expect_n_;                                                          \
-    ASSERT_RC(drain((r), expect_got_, MAXN, &expect_n_), (rc));                \
-    ASSERT_EQ(expect_n_, 0);                                                   \
-  } while (0)
-
-static sl_reader *range(int64_t n) {
-  sl_reader *r;
-  ASSERT_OK(sl_reader_range(n, &r));
-  return r;
-}
 
 /* An in-memory reader of n samples with one i64 field `name` holding
  * first, first+1, ...  The samples are also stored in keep[] (retained)
@@ -90,7 +38,8 @@ static sl_reader *column(const char *name, int64_t first, int n,
  */
 
 TEST(chain_concatenates_passes) {
-  sl_reader *rs[3] = {range(3), range(0), range(2)};
+  sl_reader *rs[3] = {test_range_reader(3), test_range_reader(0),
+                      test_range_reader(2)};
   sl_reader *r;
   ASSERT_OK(sl_chain(rs, 3, &r));
   ASSERT_STREQ(sl_reader_name(r), "chain");
@@ -105,19 +54,19 @@ TEST(chain_concatenates_passes) {
 }
 
 TEST(chain_of_one_and_of_empties) {
-  sl_reader *one[1] = {range(2)};
+  sl_reader *one[1] = {test_range_reader(2)};
   sl_reader *r;
   ASSERT_OK(sl_chain(one, 1, &r));
   EXPECT(r, SL_EOF, 0, 1);
   sl_reader_destroy(r);
-  sl_reader *empties[2] = {range(0), range(0)};
+  sl_reader *empties[2] = {test_range_reader(0), test_range_reader(0)};
   ASSERT_OK(sl_chain(empties, 2, &r));
   ASSERT_EQ(sl_reader_has_next(r), 0);
   sl_reader_destroy(r);
 }
 
 TEST(chain_reset_mid_pass_resets_every_reader) {
-  sl_reader *rs[2] = {range(2), range(3)};
+  sl_reader *rs[2] = {test_range_reader(2), test_range_reader(3)};
   sl_reader *r;
   ASSERT_OK(sl_chain(rs, 2, &r));
   for (int i = 0; i < 3; i++) { /* into reader 1 */
@@ -132,7 +81,8 @@ TEST(chain_reset_mid_pass_resets_every_reader) {
 }
 
 TEST(chain_schema_mismatch_is_eshape_naming_both) {
-  sl_reader *rs[3] = {range(2), range(2), column("x", 0, 2, NULL)};
+  sl_reader *rs[3] = {test_range_reader(2), test_range_reader(2),
+                      column("x", 0, 2, NULL)};
   sl_reader *r = (sl_reader *)1;
   ASSERT_RC(sl_chain(rs, 3, &r), SL_ESHAPE);
   ASSERT_NULL(r);
@@ -148,10 +98,10 @@ TEST(chain_invalid_arguments_take_all_readers) {
   sl_reader *none[1] = {NULL};
   ASSERT_RC(sl_chain(none, 0, &r), SL_EINVAL);
   ASSERT_CONTAINS(sl_last_error(), "chain: ");
-  sl_reader *holes[3] = {range(1), NULL, range(2)};
+  sl_reader *holes[3] = {test_range_reader(1), NULL, test_range_reader(2)};
   ASSERT_RC(sl_chain(holes, 3, &r), SL_EINVAL);
   ASSERT_STREQ(sl_last_error(), "chain: reader 1 is NULL");
-  sl_reader *rs[2] = {range(1), range(2)};
+  sl_reader *rs[2] = {test_range_reader(1), test_range_reader(2)};
   ASSERT_RC(sl_chain(rs, 2, NULL), SL_EINVAL);
 }
 
@@ -172,8 +122,8 @@ TEST(zip_puts_fields_side_by_side_sharing_buffers) {
       sl_sample *s;
       ASSERT_OK(sl_reader_next(r, &s));
       ASSERT_EQ(sl_sample_nfields(s), 2);
-      ASSERT_EQ(field(s, 0), i);
-      ASSERT_EQ(field(s, 1), 10 + i);
+      ASSERT_EQ(test_sample_i64(s, 0), i);
+      ASSERT_EQ(test_sample_i64(s, 1), 10 + i);
       ASSERT_PTR_EQ(sl_sample_at(s, 0)->data,
                     sl_sample_at(a_items[i], 0)->data);
       ASSERT_PTR_EQ(sl_sample_at(s, 1)->data,
@@ -194,15 +144,15 @@ TEST(zip_puts_fields_side_by_side_sharing_buffers) {
 
 TEST(zip_of_three_and_of_empties) {
   sl_reader *rs[3] = {column("a", 0, 2, NULL), column("b", 5, 2, NULL),
-                      range(2)};
+                      test_range_reader(2)};
   sl_reader *r;
   ASSERT_OK(sl_zip(rs, 3, 0, &r));
   for (int i = 0; i < 2; i++) {
     sl_sample *s;
     ASSERT_OK(sl_reader_next(r, &s));
-    ASSERT_EQ(field(s, 0), i);
-    ASSERT_EQ(field(s, 1), 5 + i);
-    ASSERT_EQ(field(s, 2), i);
+    ASSERT_EQ(test_sample_i64(s, 0), i);
+    ASSERT_EQ(test_sample_i64(s, 1), 5 + i);
+    ASSERT_EQ(test_sample_i64(s, 2), i);
     sl_sample_release(s);
   }
   EXPECT_NONE(r, SL_EOF);
@@ -267,7 +217,7 @@ TEST(zip_reset_mid_pass_and_has_next) {
 }
 
 TEST(zip_duplicate_field_is_einval_naming_both_readers) {
-  sl_reader *rs[3] = {column("a", 0, 2, NULL), range(2),
+  sl_reader *rs[3] = {column("a", 0, 2, NULL), test_range_reader(2),
                       column("i", 0, 2, NULL)};
   sl_reader *r = (sl_reader *)1;
   ASSERT_RC(sl_zip(rs, 3, 0, &r), SL_EINVAL);
@@ -282,9 +232,9 @@ TEST(zip_invalid_arguments_take_all_readers) {
   ASSERT_NULL(r);
   sl_reader *none[1] = {NULL};
   ASSERT_RC(sl_zip(none, 0, 0, &r), SL_EINVAL);
-  sl_reader *holes[2] = {NULL, range(1)};
+  sl_reader *holes[2] = {NULL, test_range_reader(1)};
   ASSERT_RC(sl_zip(holes, 2, 0, &r), SL_EINVAL);
   ASSERT_STREQ(sl_last_error(), "zip: reader 0 is NULL");
-  sl_reader *rs[2] = {column("a", 0, 1, NULL), range(2)};
+  sl_reader *rs[2] = {column("a", 0, 1, NULL), test_range_reader(2)};
   ASSERT_RC(sl_zip(rs, 2, 0, NULL), SL_EINVAL);
 }

@@ -3,26 +3,10 @@
  * exact message, stays sticky, and is cleared by reset; errors raised by map
  * and filter callbacks in the middle of a chain arrive the same way. */
 #include "test.h"
+#include "test_util.h"
 
 #define MAXN 256
 #define BAD_MSG "gen: bad record 7 in file x.slr"
-
-static int64_t value(sl_sample *s) {
-  return *(int64_t *)sl_sample_at(s, 0)->data;
-}
-
-/* Reads `r` until it stops yielding; returns the code that ended the pass. */
-static int drain(sl_reader *r, int64_t *v, size_t cap, size_t *n) {
-  *n = 0;
-  for (;;) {
-    sl_sample *s;
-    int rc = sl_reader_next(r, &s);
-    if (rc != SL_OK) return rc;
-    if (*n == cap) test_fail(__FILE__, __LINE__, "more than %zu samples", cap);
-    v[(*n)++] = value(s);
-    sl_sample_release(s);
-  }
-}
 
 /* Fails unless the pass yields first..first+count-1 in order and then ends
  * with SL_ECORRUPT carrying BAD_MSG. */
@@ -30,7 +14,7 @@ static void expect_values_then_corrupt(sl_reader *r, int64_t first,
                                        size_t count) {
   int64_t v[MAXN];
   size_t n;
-  ASSERT_RC(drain(r, v, MAXN, &n), SL_ECORRUPT);
+  ASSERT_RC(test_drain_i64(r, v, MAXN, &n), SL_ECORRUPT);
   ASSERT_STREQ(sl_last_error(), BAD_MSG);
   ASSERT_EQ(n, count);
   for (size_t i = 0; i < n; i++)
@@ -85,12 +69,6 @@ static sl_reader *failing_gen(int64_t fail_at, int resettable) {
   ASSERT_OK(sl_reader_from_generator(f->schema, failing_next,
                                      resettable ? failing_reset : NULL,
                                      failing_free, f, &r));
-  return r;
-}
-
-static sl_reader *range(int64_t n) {
-  sl_reader *r;
-  ASSERT_OK(sl_reader_range(n, &r));
   return r;
 }
 
@@ -163,11 +141,11 @@ TEST(every_decorator_passes_upstream_errors_unchanged) {
   ASSERT_STREQ(sl_last_error(), "gen: bad record 0 in file x.slr");
   sl_reader_destroy(r);
 
-  sl_reader *two[2] = {range(2), failing_gen(7, 1)};
+  sl_reader *two[2] = {test_range_reader(2), failing_gen(7, 1)};
   ASSERT_OK(sl_chain(two, 2, &r));
   int64_t v[MAXN];
   size_t n;
-  ASSERT_RC(drain(r, v, MAXN, &n), SL_ECORRUPT);
+  ASSERT_RC(test_drain_i64(r, v, MAXN, &n), SL_ECORRUPT);
   ASSERT_EQ(n, 9);
   ASSERT_STREQ(sl_last_error(), BAD_MSG);
   sl_reader_destroy(r);
@@ -178,13 +156,13 @@ TEST(shuffle_passes_upstream_errors_unchanged) {
   ASSERT_OK(sl_shuffle(failing_gen(7, 1), 4, 1, &r));
   int64_t v[MAXN];
   size_t n;
-  ASSERT_RC(drain(r, v, MAXN, &n), SL_ECORRUPT);
+  ASSERT_RC(test_drain_i64(r, v, MAXN, &n), SL_ECORRUPT);
   ASSERT_STREQ(sl_last_error(), BAD_MSG);
   ASSERT_LE(n, 7);
   sl_sample *s;
   ASSERT_RC(sl_reader_next(r, &s), SL_ECORRUPT);
   ASSERT_OK(sl_reader_reset(r));
-  ASSERT_RC(drain(r, v, MAXN, &n), SL_ECORRUPT);
+  ASSERT_RC(test_drain_i64(r, v, MAXN, &n), SL_ECORRUPT);
   sl_reader_destroy(r);
 }
 
@@ -217,7 +195,7 @@ TEST(zip_passes_errors_from_any_reader) {
   ASSERT_OK(sl_zip(second, 2, 1, &r));
   int64_t v[MAXN];
   size_t n;
-  ASSERT_RC(drain(r, v, MAXN, &n), SL_ECORRUPT);
+  ASSERT_RC(test_drain_i64(r, v, MAXN, &n), SL_ECORRUPT);
   ASSERT_STREQ(sl_last_error(), BAD_MSG);
   ASSERT_EQ(n, 7);
   ASSERT_EQ(v[0], 100);
@@ -239,7 +217,7 @@ TEST(upstream_reset_errors_pass_through) {
   ASSERT_OK(sl_skip(r, 0, &r));
   int64_t v[MAXN];
   size_t n;
-  ASSERT_RC(drain(r, v, MAXN, &n), SL_ECORRUPT);
+  ASSERT_RC(test_drain_i64(r, v, MAXN, &n), SL_ECORRUPT);
   ASSERT_RC(sl_reader_reset(r), SL_EUNSUPPORTED); /* not complete */
   sl_reader_destroy(r);
 }
@@ -249,7 +227,7 @@ TEST(upstream_reset_errors_pass_through) {
 
 static int map_fails_at_five(void *ud, sl_sample *in, sl_sample **out) {
   (void)ud;
-  if (value(in) != 5) {
+  if (test_sample_i64(in, 0) != 5) {
     *out = in;
     return SL_OK;
   }
@@ -259,14 +237,14 @@ static int map_fails_at_five(void *ud, sl_sample *in, sl_sample **out) {
 
 TEST(map_callback_error_reaches_the_consumer) {
   sl_reader *r;
-  ASSERT_OK(sl_take(range(20), 15, &r));
+  ASSERT_OK(sl_take(test_range_reader(20), 15, &r));
   ASSERT_OK(sl_map(r, map_fails_at_five, NULL, NULL, NULL, &r));
   ASSERT_OK(sl_filter(r, keep_all, NULL, NULL, &r));
   ASSERT_OK(sl_multi_pass(r, 2, &r));
   ASSERT_OK(sl_skip(r, 1, &r));
   int64_t v[MAXN];
   size_t n;
-  ASSERT_RC(drain(r, v, MAXN, &n), SL_EINVAL);
+  ASSERT_RC(test_drain_i64(r, v, MAXN, &n), SL_EINVAL);
   ASSERT_STREQ(sl_last_error(), "normalize: sample 5 has no label");
   ASSERT_EQ(n, 4);
   for (size_t i = 0; i < n; i++)
@@ -285,7 +263,7 @@ static int filter_fails_at_six(void *ud, const sl_sample *s) {
 
 TEST(filter_callback_error_reaches_the_consumer) {
   sl_reader *r;
-  ASSERT_OK(sl_map(range(20), identity, NULL, NULL, NULL, &r));
+  ASSERT_OK(sl_map(test_range_reader(20), identity, NULL, NULL, NULL, &r));
   ASSERT_OK(sl_filter(r, filter_fails_at_six, NULL, NULL, &r));
   ASSERT_OK(sl_take(r, 100, &r));
   ASSERT_OK(sl_cache(r, &r));
@@ -293,13 +271,13 @@ TEST(filter_callback_error_reaches_the_consumer) {
   ASSERT_OK(sl_chain(zs, 1, &r));
   int64_t v[MAXN];
   size_t n;
-  ASSERT_RC(drain(r, v, MAXN, &n), SL_ECORRUPT);
+  ASSERT_RC(test_drain_i64(r, v, MAXN, &n), SL_ECORRUPT);
   ASSERT_STREQ(sl_last_error(), "dedup: sample 6 is unreadable");
   ASSERT_EQ(n, 6);
   for (size_t i = 0; i < n; i++)
     ASSERT_EQ(v[i], (int64_t)i);
   ASSERT_OK(sl_reader_reset(r));
-  ASSERT_RC(drain(r, v, MAXN, &n), SL_ECORRUPT);
+  ASSERT_RC(test_drain_i64(r, v, MAXN, &n), SL_ECORRUPT);
   ASSERT_EQ(n, 6);
   sl_reader_destroy(r);
 }
@@ -317,7 +295,7 @@ static sl_schema *g_j_schema; /* {j: i64[]}, made before faults start */
 /* Copies field "i" into a new sample with field "j". */
 static int rename_to_j(void *ud, sl_sample *in, sl_sample **out) {
   (void)ud;
-  int64_t v = value(in);
+  int64_t v = test_sample_i64(in, 0);
   sl_sample_release(in);
   sl_sample *s = sl_sample_new(g_j_schema);
   if (!s) return SL_ENOMEM;
@@ -371,7 +349,7 @@ static int run_twice(int (*build)(sl_reader **), int64_t *sum) {
     if (pass) rc = sl_reader_reset(r);
     sl_sample *s;
     while (rc >= 0 && (rc = sl_reader_next(r, &s)) == SL_OK) {
-      *sum += value(s);
+      *sum += test_sample_i64(s, 0);
       sl_sample_release(s);
     }
     if (rc == SL_EOF) rc = SL_OK;

@@ -2,63 +2,11 @@
  * schema) and filter (keep, drop or fail per sample), including their
  * callback errors and the ownership of their user data. */
 #include "test.h"
-
-#define MAXN 256
-
-static int64_t value(sl_sample *s) {
-  return *(int64_t *)sl_sample_at(s, 0)->data;
-}
-
-/* Reads `r` until it stops yielding; returns the code that ended the pass. */
-static int drain(sl_reader *r, int64_t *v, size_t cap, size_t *n) {
-  *n = 0;
-  for (;;) {
-    sl_sample *s;
-    int rc = sl_reader_next(r, &s);
-    if (rc != SL_OK) return rc;
-    if (*n == cap) test_fail(__FILE__, __LINE__, "more than %zu samples", cap);
-    v[(*n)++] = value(s);
-    sl_sample_release(s);
-  }
-}
-
-static void assert_values(const int64_t *v, size_t n, const int64_t *want,
-                          size_t m) {
-  ASSERT_EQ(n, m);
-  for (size_t i = 0; i < n; i++)
-    if (v[i] != want[i])
-      test_fail(__FILE__, __LINE__, "value %zu: %" PRId64 " != %" PRId64, i,
-                v[i], want[i]);
-}
-
-#define EXPECT(r, rc, ...)                                                     \
-  do {                                                                         \
-    static const int64_t expect_vals_[] = {__VA_ARGS__};                       \
-    int64_t expect_got_[MAXN];                                                 \
-    size_t expect_n_;                                                          \
-    ASSERT_RC(drain((r), expect_got_, MAXN, &expect_n_), (rc));                \
-    assert_values(expect_got_, expect_n_, expect_vals_,                        \
-                  sizeof expect_vals_ / sizeof expect_vals_[0]);               \
-  } while (0)
-
-/* The pass ends with `rc` before yielding anything. */
-#define EXPECT_NONE(r, rc)                                                     \
-  do {                                                                         \
-    int64_t expect_got_[MAXN];                                                 \
-    size_t expect_n_;                                                          \
-    ASSERT_RC(drain((r), expect_got_, MAXN, &expect_n_), (rc));                \
-    ASSERT_EQ(expect_n_, 0);                                                   \
-  } while (0)
-
-static sl_reader *range(int64_t n) {
-  sl_reader *r;
-  ASSERT_OK(sl_reader_range(n, &r));
-  return r;
-}
+#include "test_util.h"
 
 /* Samples 0..n-1 of range(n), owned by the caller, for refcount checks. */
 static void take_items(sl_sample **items, int n) {
-  sl_reader *src = range(n);
+  sl_reader *src = test_range_reader(n);
   for (int i = 0; i < n; i++)
     ASSERT_OK(sl_reader_next(src, &items[i]));
   sl_reader_destroy(src);
@@ -87,7 +35,8 @@ TEST(filter_keeps_what_the_callback_accepts) {
   int64_t k = 3;
   sl_reader *r;
   g_freed = 0;
-  ASSERT_OK(sl_filter(range(10), keep_multiples, &k, count_free, &r));
+  ASSERT_OK(
+      sl_filter(test_range_reader(10), keep_multiples, &k, count_free, &r));
   ASSERT_STREQ(sl_reader_name(r), "filter");
   EXPECT(r, SL_EOF, 0, 3, 6, 9);
   ASSERT_OK(sl_reader_reset(r));
@@ -99,12 +48,12 @@ TEST(filter_keeps_what_the_callback_accepts) {
 
 TEST(filter_drop_all_and_empty_upstream) {
   sl_reader *r;
-  ASSERT_OK(sl_filter(range(10), keep_none, NULL, NULL, &r));
+  ASSERT_OK(sl_filter(test_range_reader(10), keep_none, NULL, NULL, &r));
   EXPECT_NONE(r, SL_EOF);
   ASSERT_EQ(sl_reader_has_next(r), 0);
   sl_reader_destroy(r);
   int64_t k = 1;
-  ASSERT_OK(sl_filter(range(0), keep_multiples, &k, NULL, &r));
+  ASSERT_OK(sl_filter(test_range_reader(0), keep_multiples, &k, NULL, &r));
   EXPECT_NONE(r, SL_EOF);
   sl_reader_destroy(r);
 }
@@ -133,11 +82,11 @@ TEST(filter_releases_dropped_samples) {
 TEST(filter_reset_mid_pass_and_has_next) {
   int64_t k = 2;
   sl_reader *r;
-  ASSERT_OK(sl_filter(range(7), keep_multiples, &k, NULL, &r));
+  ASSERT_OK(sl_filter(test_range_reader(7), keep_multiples, &k, NULL, &r));
   ASSERT_EQ(sl_reader_has_next(r), 1);
   sl_sample *s;
   ASSERT_OK(sl_reader_next(r, &s));
-  ASSERT_EQ(value(s), 0);
+  ASSERT_EQ(test_sample_i64(s, 0), 0);
   sl_sample_release(s);
   ASSERT_OK(sl_reader_next(r, &s));
   sl_sample_release(s);
@@ -156,7 +105,8 @@ static int fail_at_four(void *ud, const sl_sample *s) {
 
 TEST(filter_callback_error_keeps_its_message) {
   sl_reader *r;
-  ASSERT_OK(sl_filter(range(10), fail_at_four, (void *)1, NULL, &r));
+  ASSERT_OK(
+      sl_filter(test_range_reader(10), fail_at_four, (void *)1, NULL, &r));
   EXPECT(r, SL_ECORRUPT, 0, 1, 2, 3);
   ASSERT_STREQ(sl_last_error(), "my filter: cannot judge 4");
   sl_sample *s;
@@ -169,7 +119,7 @@ TEST(filter_callback_error_keeps_its_message) {
 
 TEST(filter_callback_error_without_message_is_named) {
   sl_reader *r;
-  ASSERT_OK(sl_filter(range(10), fail_at_four, NULL, NULL, &r));
+  ASSERT_OK(sl_filter(test_range_reader(10), fail_at_four, NULL, NULL, &r));
   /* A stale message with the same code must not be taken for the
    * callback's. */
   sl_set_error(SL_EIO, "stale");
@@ -183,15 +133,17 @@ TEST(filter_invalid_arguments_free_ud_and_upstream) {
   sl_reader *r = (sl_reader *)1;
   int64_t k = 2;
   g_freed = 0;
-  ASSERT_RC(sl_filter(range(3), NULL, &k, count_free, &r), SL_EINVAL);
+  ASSERT_RC(sl_filter(test_range_reader(3), NULL, &k, count_free, &r),
+            SL_EINVAL);
   ASSERT_STREQ(sl_last_error(), "filter: NULL callback");
   ASSERT_NULL(r);
   ASSERT_EQ(g_freed, 1);
   ASSERT_RC(sl_filter(NULL, keep_multiples, &k, count_free, &r), SL_EINVAL);
   ASSERT_CONTAINS(sl_last_error(), "filter: NULL upstream");
   ASSERT_EQ(g_freed, 2);
-  ASSERT_RC(sl_filter(range(3), keep_multiples, &k, count_free, NULL),
-            SL_EINVAL);
+  ASSERT_RC(
+      sl_filter(test_range_reader(3), keep_multiples, &k, count_free, NULL),
+      SL_EINVAL);
   ASSERT_EQ(g_freed, 3);
 }
 
@@ -234,7 +186,7 @@ TEST(map_identity_passes_samples_through) {
 /* Turns {i: i64[]} into {x: f64[2]} holding (i, i / 2). */
 static int to_pair(void *ud, sl_sample *in, sl_sample **out) {
   sl_schema *schema = ud;
-  int64_t v = value(in);
+  int64_t v = test_sample_i64(in, 0);
   sl_sample_release(in);
   sl_sample *s = sl_sample_new(schema);
   if (!s) return SL_ENOMEM;
@@ -256,7 +208,7 @@ TEST(map_transforms_into_the_declared_schema) {
   const int64_t shape[1] = {2};
   ASSERT_OK(sl_schema_add(schema, "x", SL_F64, 1, shape));
   sl_reader *r;
-  ASSERT_OK(sl_map(range(4), to_pair, schema, NULL, schema, &r));
+  ASSERT_OK(sl_map(test_range_reader(4), to_pair, schema, NULL, schema, &r));
   char d[64];
   ASSERT_STREQ(sl_schema_describe(sl_reader_schema(r), d, sizeof d),
                "{x: f64[2]}");
@@ -277,7 +229,7 @@ TEST(map_output_with_another_schema_is_eshape) {
   sl_schema *schema = sl_schema_new();
   ASSERT_OK(sl_schema_add(schema, "y", SL_I64, 0, NULL));
   sl_reader *r;
-  ASSERT_OK(sl_map(range(4), identity, NULL, NULL, schema, &r));
+  ASSERT_OK(sl_map(test_range_reader(4), identity, NULL, NULL, schema, &r));
   sl_schema_release(schema);
   EXPECT_NONE(r, SL_ESHAPE);
   ASSERT_CONTAINS(sl_last_error(), "map: sample 0: ");
@@ -290,7 +242,7 @@ TEST(map_output_with_another_schema_is_eshape) {
  * schema whose field was never filled (rank 0 instead of [-1, 3]). */
 static int unfilled_on_odd(void *ud, sl_sample *in, sl_sample **out) {
   sl_schema *schema = ud;
-  int64_t v = value(in);
+  int64_t v = test_sample_i64(in, 0);
   sl_sample_release(in);
   sl_sample *s = sl_sample_new(schema);
   if (!s) return SL_ENOMEM;
@@ -311,7 +263,8 @@ TEST(map_output_with_wrong_dims_is_eshape) {
   const int64_t shape[2] = {SL_DIM_VAR, 3};
   ASSERT_OK(sl_schema_add(schema, "v", SL_F32, 2, shape));
   sl_reader *r;
-  ASSERT_OK(sl_map(range(4), unfilled_on_odd, schema, NULL, schema, &r));
+  ASSERT_OK(
+      sl_map(test_range_reader(4), unfilled_on_odd, schema, NULL, schema, &r));
   sl_sample *s;
   ASSERT_OK(sl_reader_next(r, &s));
   ASSERT_EQ(sl_sample_at(s, 0)->shape[1], 3);
@@ -325,7 +278,7 @@ TEST(map_output_with_wrong_dims_is_eshape) {
 
 /* Fails at value 2: with a message when ud is non-NULL, else without. */
 static int fail_at_two(void *ud, sl_sample *in, sl_sample **out) {
-  int64_t v = value(in);
+  int64_t v = test_sample_i64(in, 0);
   if (v != 2) {
     *out = in;
     return SL_OK;
@@ -337,7 +290,8 @@ static int fail_at_two(void *ud, sl_sample *in, sl_sample **out) {
 
 TEST(map_callback_error_keeps_its_message) {
   sl_reader *r;
-  ASSERT_OK(sl_map(range(5), fail_at_two, (void *)1, NULL, NULL, &r));
+  ASSERT_OK(
+      sl_map(test_range_reader(5), fail_at_two, (void *)1, NULL, NULL, &r));
   EXPECT(r, SL_ECORRUPT, 0, 1);
   ASSERT_STREQ(sl_last_error(), "my map: cannot map 2");
   sl_sample *s;
@@ -349,7 +303,7 @@ TEST(map_callback_error_keeps_its_message) {
 
 TEST(map_callback_error_without_message_is_named) {
   sl_reader *r;
-  ASSERT_OK(sl_map(range(5), fail_at_two, NULL, NULL, NULL, &r));
+  ASSERT_OK(sl_map(test_range_reader(5), fail_at_two, NULL, NULL, NULL, &r));
   sl_set_error(SL_EIO, "stale");
   EXPECT(r, SL_EIO, 0, 1);
   ASSERT_STREQ(sl_last_error(), "map: sample 2: callback returned SL_EIO");
@@ -365,7 +319,7 @@ static int forget_output(void *ud, sl_sample *in, sl_sample **out) {
 
 TEST(map_ok_without_a_sample_is_einval) {
   sl_reader *r;
-  ASSERT_OK(sl_map(range(5), forget_output, NULL, NULL, NULL, &r));
+  ASSERT_OK(sl_map(test_range_reader(5), forget_output, NULL, NULL, NULL, &r));
   EXPECT_NONE(r, SL_EINVAL);
   ASSERT_CONTAINS(sl_last_error(), "map: sample 0: ");
   sl_reader_destroy(r);
@@ -373,7 +327,7 @@ TEST(map_ok_without_a_sample_is_einval) {
 
 TEST(map_reset_mid_pass_and_has_next) {
   sl_reader *r;
-  ASSERT_OK(sl_map(range(3), identity, NULL, NULL, NULL, &r));
+  ASSERT_OK(sl_map(test_range_reader(3), identity, NULL, NULL, NULL, &r));
   sl_sample *s;
   ASSERT_OK(sl_reader_next(r, &s));
   sl_sample_release(s);
@@ -386,7 +340,7 @@ TEST(map_reset_mid_pass_and_has_next) {
 
 TEST(map_sample_index_restarts_each_pass) {
   sl_reader *r;
-  ASSERT_OK(sl_map(range(5), fail_at_two, NULL, NULL, NULL, &r));
+  ASSERT_OK(sl_map(test_range_reader(5), fail_at_two, NULL, NULL, NULL, &r));
   EXPECT(r, SL_EIO, 0, 1);
   ASSERT_OK(sl_reader_reset(r));
   EXPECT(r, SL_EIO, 0, 1);
@@ -397,14 +351,16 @@ TEST(map_sample_index_restarts_each_pass) {
 TEST(map_invalid_arguments_free_ud_and_upstream) {
   sl_reader *r = (sl_reader *)1;
   g_freed = 0;
-  ASSERT_RC(sl_map(range(3), NULL, NULL, count_free, NULL, &r), SL_EINVAL);
+  ASSERT_RC(sl_map(test_range_reader(3), NULL, NULL, count_free, NULL, &r),
+            SL_EINVAL);
   ASSERT_STREQ(sl_last_error(), "map: NULL callback");
   ASSERT_NULL(r);
   ASSERT_EQ(g_freed, 1);
   ASSERT_RC(sl_map(NULL, identity, NULL, count_free, NULL, &r), SL_EINVAL);
   ASSERT_CONTAINS(sl_last_error(), "map: NULL upstream");
   ASSERT_EQ(g_freed, 2);
-  ASSERT_RC(sl_map(range(3), identity, NULL, count_free, NULL, NULL),
-            SL_EINVAL);
+  ASSERT_RC(
+      sl_map(test_range_reader(3), identity, NULL, count_free, NULL, NULL),
+      SL_EINVAL);
   ASSERT_EQ(g_freed, 3);
 }

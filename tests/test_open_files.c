@@ -6,12 +6,12 @@
  * worker stopped; destroy at any moment; rank and world from the
  * environment. */
 #include "test.h"
+#include "test_util.h"
 
 #include "core/internal.h"
 #include "readers/epoch_plan.h"
 
 #include <dirent.h>
-#include <ftw.h>
 #include <pthread.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -19,31 +19,15 @@
 /* --- fixtures ---------------------------------------------------------------
  */
 
-static char g_dir[256];
-
-static int remove_entry(const char *p, const struct stat *st, int flag,
-                        struct FTW *ftw) {
-  (void)st, (void)flag, (void)ftw;
-  return remove(p);
-}
-
-static void remove_tmpdir(void) {
-  if (g_dir[0]) nftw(g_dir, remove_entry, 8, FTW_DEPTH | FTW_PHYS);
-}
+#define TMP_TAG "open-files"
 
 static const char *tmpdir(void) {
-  if (!g_dir[0]) {
-    snprintf(g_dir, sizeof g_dir, "/tmp/sluice-test-open-files-XXXXXX");
-    ASSERT_NOT_NULL(mkdtemp(g_dir));
-    atexit(remove_tmpdir);
-  }
-  return g_dir;
+  return test_tmpdir(TMP_TAG);
 }
 
+/* A malloc'd path: the caller frees it (or keeps it, as g_paths does). */
 static char *tmppath(const char *name) {
-  char *b = malloc(512);
-  snprintf(b, 512, "%s/%s", tmpdir(), name);
-  return b;
+  return test_tmppath_dup(TMP_TAG, name);
 }
 
 #define NF 5
@@ -747,7 +731,7 @@ TEST(bad_arguments_and_options) {
   const char *unknown[] = {"zip:a.zip"};
   ASSERT_RC(sl_open_files(unknown, 1, NULL, &r), SL_EINVAL);
   ASSERT_STREQ(sl_last_error(), "open_files: unknown format tag 'zip' in "
-                                "'zip:a.zip' (known tags: slr)");
+                                "'zip:a.zip' (known tags: idx, slr, text)");
 }
 
 TEST(globs_and_empty_files) {

@@ -3,45 +3,9 @@
  * times) and cache (the first pass replayed).  A counting generator shows how
  * often each stage pulls and resets its upstream. */
 #include "test.h"
+#include "test_util.h"
 
 #define MAXN 256
-
-static int64_t value(sl_sample *s) {
-  return *(int64_t *)sl_sample_at(s, 0)->data;
-}
-
-/* Reads `r` until it stops yielding; returns the code that ended the pass. */
-static int drain(sl_reader *r, int64_t *v, size_t cap, size_t *n) {
-  *n = 0;
-  for (;;) {
-    sl_sample *s;
-    int rc = sl_reader_next(r, &s);
-    if (rc != SL_OK) return rc;
-    if (*n == cap) test_fail(__FILE__, __LINE__, "more than %zu samples", cap);
-    v[(*n)++] = value(s);
-    sl_sample_release(s);
-  }
-}
-
-/* Fails unless v[0..n) equals the `m` expected values. */
-static void assert_values(const int64_t *v, size_t n, const int64_t *want,
-                          size_t m) {
-  ASSERT_EQ(n, m);
-  for (size_t i = 0; i < n; i++)
-    if (v[i] != want[i])
-      test_fail(__FILE__, __LINE__, "value %zu: %" PRId64 " != %" PRId64, i,
-                v[i], want[i]);
-}
-
-#define EXPECT(r, rc, ...)                                                     \
-  do {                                                                         \
-    static const int64_t expect_vals_[] = {__VA_ARGS__};                       \
-    int64_t expect_got_[MAXN];                                                 \
-    size_t expect_n_;                                                          \
-    ASSERT_RC(drain((r), expect_got_, MAXN, &expect_n_), (rc));                \
-    assert_values(expect_got_, expect_n_, expect_vals_,                        \
-                  sizeof expect_vals_ / sizeof expect_vals_[0]);               \
-  } while (0)
 
 #define EXPECT_EMPTY(r)                                                        \
   do {                                                                         \
@@ -100,17 +64,11 @@ static sl_reader *counting(counter *c, int64_t n, int resettable) {
   return r;
 }
 
-static sl_reader *range(int64_t n) {
-  sl_reader *r;
-  ASSERT_OK(sl_reader_range(n, &r));
-  return r;
-}
-
 /* --- multi_pass ----------------------------------------------------------- */
 
 TEST(multi_pass_joins_k_passes) {
   sl_reader *r;
-  ASSERT_OK(sl_multi_pass(range(3), 3, &r));
+  ASSERT_OK(sl_multi_pass(test_range_reader(3), 3, &r));
   ASSERT_STREQ(sl_reader_name(r), "multi_pass");
   EXPECT(r, SL_EOF, 0, 1, 2, 0, 1, 2, 0, 1, 2);
   EXPECT_EMPTY(r);
@@ -145,7 +103,7 @@ TEST(multi_pass_of_empty_upstream_terminates) {
 
 TEST(multi_pass_reset_mid_pass_restarts_the_count) {
   sl_reader *r;
-  ASSERT_OK(sl_multi_pass(range(3), 2, &r));
+  ASSERT_OK(sl_multi_pass(test_range_reader(3), 2, &r));
   for (int i = 0; i < 4; i++) { /* into the second pass */
     sl_sample *s;
     ASSERT_OK(sl_reader_next(r, &s));
@@ -167,12 +125,12 @@ TEST(multi_pass_upstream_reset_failure_passes_through) {
 
 TEST(multi_pass_invalid_arguments) {
   sl_reader *r = (sl_reader *)1;
-  ASSERT_RC(sl_multi_pass(range(3), 0, &r), SL_EINVAL);
+  ASSERT_RC(sl_multi_pass(test_range_reader(3), 0, &r), SL_EINVAL);
   ASSERT_STREQ(sl_last_error(), "multi_pass: k must be >= 1");
   ASSERT_NULL(r);
   ASSERT_RC(sl_multi_pass(NULL, 2, &r), SL_EINVAL);
   ASSERT_CONTAINS(sl_last_error(), "multi_pass: NULL upstream");
-  ASSERT_RC(sl_multi_pass(range(3), 2, NULL), SL_EINVAL);
+  ASSERT_RC(sl_multi_pass(test_range_reader(3), 2, NULL), SL_EINVAL);
 }
 
 /* --- take --------------------------------------------------------------------
@@ -194,7 +152,7 @@ TEST(take_yields_a_prefix_without_reading_further) {
 
 TEST(take_more_than_available_and_zero) {
   sl_reader *r;
-  ASSERT_OK(sl_take(range(4), 100, &r));
+  ASSERT_OK(sl_take(test_range_reader(4), 100, &r));
   EXPECT(r, SL_EOF, 0, 1, 2, 3);
   sl_reader_destroy(r);
   counter c;
@@ -202,14 +160,14 @@ TEST(take_more_than_available_and_zero) {
   EXPECT_EMPTY(r);
   ASSERT_EQ(c.pulls, 0);
   sl_reader_destroy(r);
-  ASSERT_OK(sl_take(range(0), 5, &r));
+  ASSERT_OK(sl_take(test_range_reader(0), 5, &r));
   EXPECT_EMPTY(r);
   sl_reader_destroy(r);
 }
 
 TEST(take_reset_mid_pass_and_has_next) {
   sl_reader *r;
-  ASSERT_OK(sl_take(range(10), 3, &r));
+  ASSERT_OK(sl_take(test_range_reader(10), 3, &r));
   sl_sample *s;
   ASSERT_OK(sl_reader_next(r, &s));
   sl_sample_release(s);
@@ -225,7 +183,7 @@ TEST(take_invalid_arguments) {
   ASSERT_RC(sl_take(NULL, 2, &r), SL_EINVAL);
   ASSERT_CONTAINS(sl_last_error(), "take: NULL upstream");
   ASSERT_NULL(r);
-  ASSERT_RC(sl_take(range(3), 2, NULL), SL_EINVAL);
+  ASSERT_RC(sl_take(test_range_reader(3), 2, NULL), SL_EINVAL);
 }
 
 /* --- skip --------------------------------------------------------------------
@@ -233,24 +191,24 @@ TEST(take_invalid_arguments) {
 
 TEST(skip_drops_a_prefix_of_each_pass) {
   sl_reader *r;
-  ASSERT_OK(sl_skip(range(6), 2, &r));
+  ASSERT_OK(sl_skip(test_range_reader(6), 2, &r));
   ASSERT_STREQ(sl_reader_name(r), "skip");
   EXPECT(r, SL_EOF, 2, 3, 4, 5);
   ASSERT_OK(sl_reader_reset(r));
   EXPECT(r, SL_EOF, 2, 3, 4, 5);
   sl_reader_destroy(r);
-  ASSERT_OK(sl_skip(range(3), 0, &r));
+  ASSERT_OK(sl_skip(test_range_reader(3), 0, &r));
   EXPECT(r, SL_EOF, 0, 1, 2);
   sl_reader_destroy(r);
 }
 
 TEST(skip_more_than_available_and_empty) {
   sl_reader *r;
-  ASSERT_OK(sl_skip(range(3), 5, &r));
+  ASSERT_OK(sl_skip(test_range_reader(3), 5, &r));
   EXPECT_EMPTY(r);
   EXPECT_EMPTY(r);
   sl_reader_destroy(r);
-  ASSERT_OK(sl_skip(range(0), 1, &r));
+  ASSERT_OK(sl_skip(test_range_reader(0), 1, &r));
   EXPECT_EMPTY(r);
   sl_reader_destroy(r);
 }
@@ -262,7 +220,7 @@ TEST(skip_reset_mid_pass_and_has_next) {
   ASSERT_EQ(sl_reader_has_next(r), 1);
   sl_sample *s;
   ASSERT_OK(sl_reader_next(r, &s));
-  ASSERT_EQ(value(s), 2);
+  ASSERT_EQ(test_sample_i64(s, 0), 2);
   sl_sample_release(s);
   ASSERT_OK(sl_reader_reset(r));
   EXPECT(r, SL_EOF, 102, 103, 104);
@@ -270,7 +228,7 @@ TEST(skip_reset_mid_pass_and_has_next) {
 }
 
 TEST(skip_releases_what_it_drops) {
-  sl_reader *src = range(4);
+  sl_reader *src = test_range_reader(4);
   sl_sample *items[4];
   for (int i = 0; i < 4; i++)
     ASSERT_OK(sl_reader_next(src, &items[i]));
@@ -294,7 +252,7 @@ TEST(skip_invalid_arguments) {
   ASSERT_RC(sl_skip(NULL, 2, &r), SL_EINVAL);
   ASSERT_CONTAINS(sl_last_error(), "skip: NULL upstream");
   ASSERT_NULL(r);
-  ASSERT_RC(sl_skip(range(3), 2, NULL), SL_EINVAL);
+  ASSERT_RC(sl_skip(test_range_reader(3), 2, NULL), SL_EINVAL);
 }
 
 /* --- repeat_first --------------------------------------------------------- */
@@ -308,7 +266,7 @@ TEST(repeat_first_yields_one_sample_n_times) {
   for (int i = 0; i < 3; i++) {
     sl_sample *s;
     ASSERT_OK(sl_reader_next(r, &s));
-    ASSERT_EQ(value(s), 0);
+    ASSERT_EQ(test_sample_i64(s, 0), 0);
     if (first) ASSERT_PTR_EQ(s, first); /* the same sample, retained */
     first = s;
     sl_sample_release(s);
@@ -323,7 +281,7 @@ TEST(repeat_first_yields_one_sample_n_times) {
 
 TEST(repeat_first_of_empty_upstream_and_zero) {
   sl_reader *r;
-  ASSERT_OK(sl_repeat_first(range(0), 4, &r));
+  ASSERT_OK(sl_repeat_first(test_range_reader(0), 4, &r));
   EXPECT_EMPTY(r);
   sl_reader_destroy(r);
   counter c;
@@ -352,7 +310,7 @@ TEST(repeat_first_invalid_arguments) {
   ASSERT_RC(sl_repeat_first(NULL, 2, &r), SL_EINVAL);
   ASSERT_CONTAINS(sl_last_error(), "repeat_first: NULL upstream");
   ASSERT_NULL(r);
-  ASSERT_RC(sl_repeat_first(range(3), 2, NULL), SL_EINVAL);
+  ASSERT_RC(sl_repeat_first(test_range_reader(3), 2, NULL), SL_EINVAL);
 }
 
 /* --- cache
@@ -366,7 +324,7 @@ TEST(cache_replays_the_first_pass_without_upstream) {
   sl_sample *firsts[4];
   for (int i = 0; i < 4; i++) {
     ASSERT_OK(sl_reader_next(r, &firsts[i]));
-    ASSERT_EQ(value(firsts[i]), i);
+    ASSERT_EQ(test_sample_i64(firsts[i], 0), i);
   }
   EXPECT_EMPTY(r);
   int pulls = c.pulls;
@@ -442,11 +400,11 @@ TEST(cache_of_empty_upstream) {
 
 TEST(cache_holds_many_samples) {
   sl_reader *r;
-  ASSERT_OK(sl_cache(range(200), &r));
+  ASSERT_OK(sl_cache(test_range_reader(200), &r));
   int64_t v[MAXN];
   size_t n;
   for (int pass = 0; pass < 2; pass++) {
-    ASSERT_RC(drain(r, v, MAXN, &n), SL_EOF);
+    ASSERT_RC(test_drain_i64(r, v, MAXN, &n), SL_EOF);
     ASSERT_EQ(n, 200);
     for (size_t i = 0; i < n; i++)
       ASSERT_EQ(v[i], (int64_t)i);
@@ -460,5 +418,5 @@ TEST(cache_invalid_arguments) {
   ASSERT_RC(sl_cache(NULL, &r), SL_EINVAL);
   ASSERT_CONTAINS(sl_last_error(), "cache: NULL upstream");
   ASSERT_NULL(r);
-  ASSERT_RC(sl_cache(range(3), NULL), SL_EINVAL);
+  ASSERT_RC(sl_cache(test_range_reader(3), NULL), SL_EINVAL);
 }

@@ -2,26 +2,9 @@
  * its input, the order is a pure function of (seed, pass), the window bounds
  * how far a sample can move, and buffered samples are released on reset. */
 #include "test.h"
+#include "test_util.h"
 
 #define MAXN 4096
-
-static int64_t value(sl_sample *s) {
-  return *(int64_t *)sl_sample_at(s, 0)->data;
-}
-
-/* Reads `r` until it stops yielding, storing the values in v (at most cap);
- * returns the code that ended the pass (SL_EOF or an error). */
-static int drain(sl_reader *r, int64_t *v, size_t cap, size_t *n) {
-  *n = 0;
-  for (;;) {
-    sl_sample *s;
-    int rc = sl_reader_next(r, &s);
-    if (rc != SL_OK) return rc;
-    if (*n == cap) test_fail(__FILE__, __LINE__, "more than %zu samples", cap);
-    v[(*n)++] = value(s);
-    sl_sample_release(s);
-  }
-}
 
 /* A shuffle over range(n); fails the test when construction fails. */
 static sl_reader *shuffled_range(int64_t n, size_t buffer, uint64_t seed) {
@@ -58,7 +41,7 @@ TEST(pass_is_a_permutation_and_not_the_input_order) {
                "{i: i64[]}");
   static int64_t v[MAXN];
   size_t n;
-  ASSERT_RC(drain(r, v, MAXN, &n), SL_EOF);
+  ASSERT_RC(test_drain_i64(r, v, MAXN, &n), SL_EOF);
   ASSERT_EQ(n, 1000);
   assert_permutation(v, n);
   ASSERT_TRUE(!is_identity(v, n));
@@ -73,9 +56,9 @@ TEST(same_seed_gives_same_order_across_readers) {
   sl_reader *r1 = shuffled_range(500, 32, 42);
   sl_reader *r2 = shuffled_range(500, 32, 42);
   sl_reader *r3 = shuffled_range(500, 32, 43);
-  ASSERT_RC(drain(r1, a, MAXN, &na), SL_EOF);
-  ASSERT_RC(drain(r2, b, MAXN, &nb), SL_EOF);
-  ASSERT_RC(drain(r3, c, MAXN, &nc), SL_EOF);
+  ASSERT_RC(test_drain_i64(r1, a, MAXN, &na), SL_EOF);
+  ASSERT_RC(test_drain_i64(r2, b, MAXN, &nb), SL_EOF);
+  ASSERT_RC(test_drain_i64(r3, c, MAXN, &nc), SL_EOF);
   ASSERT_EQ(na, 500);
   ASSERT_EQ(nb, 500);
   ASSERT_EQ(nc, 500);
@@ -91,9 +74,9 @@ TEST(each_pass_has_its_own_reproducible_order) {
   static int64_t p0[MAXN], p1[MAXN], q0[MAXN], q1[MAXN];
   size_t n0, n1, m0, m1;
   sl_reader *r = shuffled_range(300, 300, 7);
-  ASSERT_RC(drain(r, p0, MAXN, &n0), SL_EOF);
+  ASSERT_RC(test_drain_i64(r, p0, MAXN, &n0), SL_EOF);
   ASSERT_OK(sl_reader_reset(r));
-  ASSERT_RC(drain(r, p1, MAXN, &n1), SL_EOF);
+  ASSERT_RC(test_drain_i64(r, p1, MAXN, &n1), SL_EOF);
   ASSERT_EQ(n0, 300);
   ASSERT_EQ(n1, 300);
   assert_permutation(p0, n0);
@@ -101,9 +84,9 @@ TEST(each_pass_has_its_own_reproducible_order) {
   ASSERT_TRUE(memcmp(p0, p1, n0 * sizeof *p0) != 0);
   /* A second reader with the same seed walks through the same passes. */
   sl_reader *q = shuffled_range(300, 300, 7);
-  ASSERT_RC(drain(q, q0, MAXN, &m0), SL_EOF);
+  ASSERT_RC(test_drain_i64(q, q0, MAXN, &m0), SL_EOF);
   ASSERT_OK(sl_reader_reset(q));
-  ASSERT_RC(drain(q, q1, MAXN, &m1), SL_EOF);
+  ASSERT_RC(test_drain_i64(q, q1, MAXN, &m1), SL_EOF);
   ASSERT_TRUE(memcmp(p0, q0, n0 * sizeof *p0) == 0);
   ASSERT_TRUE(memcmp(p1, q1, n1 * sizeof *p1) == 0);
   sl_reader_destroy(r);
@@ -114,20 +97,20 @@ TEST(reset_mid_pass_starts_the_next_seeded_pass) {
   static int64_t ref0[MAXN], ref1[MAXN], v[MAXN];
   size_t n0, n1, n;
   sl_reader *ref = shuffled_range(200, 16, 99);
-  ASSERT_RC(drain(ref, ref0, MAXN, &n0), SL_EOF);
+  ASSERT_RC(test_drain_i64(ref, ref0, MAXN, &n0), SL_EOF);
   ASSERT_OK(sl_reader_reset(ref));
-  ASSERT_RC(drain(ref, ref1, MAXN, &n1), SL_EOF);
+  ASSERT_RC(test_drain_i64(ref, ref1, MAXN, &n1), SL_EOF);
 
   sl_reader *r = shuffled_range(200, 16, 99);
   for (int i = 0; i < 5; i++) {
     sl_sample *s;
     ASSERT_OK(sl_reader_next(r, &s));
-    ASSERT_EQ(value(s), ref0[i]);
+    ASSERT_EQ(test_sample_i64(s, 0), ref0[i]);
     sl_sample_release(s);
   }
   /* The pass number counts resets, not completed passes. */
   ASSERT_OK(sl_reader_reset(r));
-  ASSERT_RC(drain(r, v, MAXN, &n), SL_EOF);
+  ASSERT_RC(test_drain_i64(r, v, MAXN, &n), SL_EOF);
   ASSERT_EQ(n, 200);
   assert_permutation(v, n);
   ASSERT_TRUE(memcmp(v, ref1, n * sizeof *v) == 0);
@@ -139,13 +122,13 @@ TEST(buffer_larger_than_data) {
   static int64_t v[MAXN];
   size_t n;
   sl_reader *r = shuffled_range(10, 1000, 3);
-  ASSERT_RC(drain(r, v, MAXN, &n), SL_EOF);
+  ASSERT_RC(test_drain_i64(r, v, MAXN, &n), SL_EOF);
   ASSERT_EQ(n, 10);
   assert_permutation(v, n);
   sl_reader_destroy(r);
   /* The window grows with the data, so an absurd bound costs nothing. */
   r = shuffled_range(10, SIZE_MAX, 3);
-  ASSERT_RC(drain(r, v, MAXN, &n), SL_EOF);
+  ASSERT_RC(test_drain_i64(r, v, MAXN, &n), SL_EOF);
   ASSERT_EQ(n, 10);
   assert_permutation(v, n);
   sl_reader_destroy(r);
@@ -155,7 +138,7 @@ TEST(buffer_of_one_keeps_the_input_order) {
   static int64_t v[MAXN];
   size_t n;
   sl_reader *r = shuffled_range(50, 1, 12345);
-  ASSERT_RC(drain(r, v, MAXN, &n), SL_EOF);
+  ASSERT_RC(test_drain_i64(r, v, MAXN, &n), SL_EOF);
   ASSERT_EQ(n, 50);
   ASSERT_TRUE(is_identity(v, n));
   sl_reader_destroy(r);
@@ -168,7 +151,7 @@ TEST(window_bounds_how_early_a_sample_can_leave) {
   size_t n;
   const size_t B = 10;
   sl_reader *r = shuffled_range(1000, B, 5);
-  ASSERT_RC(drain(r, v, MAXN, &n), SL_EOF);
+  ASSERT_RC(test_drain_i64(r, v, MAXN, &n), SL_EOF);
   ASSERT_EQ(n, 1000);
   for (size_t k = 0; k < n; k++)
     ASSERT_TRUE(v[k] < (int64_t)(k + B));
@@ -185,7 +168,7 @@ TEST(first_pick_is_uniform_over_the_window) {
     sl_reader *r = shuffled_range(4, 4, (uint64_t)t);
     sl_sample *s;
     ASSERT_OK(sl_reader_next(r, &s));
-    counts[value(s)]++;
+    counts[test_sample_i64(s, 0)]++;
     sl_sample_release(s);
     sl_reader_destroy(r);
   }
@@ -209,13 +192,13 @@ TEST(has_next_keeps_the_picked_sample) {
   static int64_t a[MAXN];
   size_t na;
   sl_reader *ref = shuffled_range(20, 8, 11);
-  ASSERT_RC(drain(ref, a, MAXN, &na), SL_EOF);
+  ASSERT_RC(test_drain_i64(ref, a, MAXN, &na), SL_EOF);
   sl_reader *r = shuffled_range(20, 8, 11);
   for (size_t i = 0; i < na; i++) {
     ASSERT_EQ(sl_reader_has_next(r), 1);
     sl_sample *s;
     ASSERT_OK(sl_reader_next(r, &s));
-    ASSERT_EQ(value(s), a[i]);
+    ASSERT_EQ(test_sample_i64(s, 0), a[i]);
     sl_sample_release(s);
   }
   ASSERT_EQ(sl_reader_has_next(r), 0);

@@ -1,43 +1,26 @@
 /* test_slr.c - the SLR format: CRC32C, writer, reader, random access, chunk
  * ranges, corruption sweeps, truncation, and the version-1 golden file. */
 #include "test.h"
+#include "test_util.h"
 
 #include "core/internal.h"
 #include "io/crc32c.h"
 #include "io/slr_file.h"
 
-#include <ftw.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 /* --- fixtures ----------------------------------------------------------------
  */
 
-static char g_dir[256];
-
-static int remove_entry(const char *p, const struct stat *st, int flag,
-                        struct FTW *ftw) {
-  (void)st, (void)flag, (void)ftw;
-  return remove(p);
-}
-
-static void remove_tmpdir(void) {
-  if (g_dir[0]) nftw(g_dir, remove_entry, 8, FTW_DEPTH | FTW_PHYS);
-}
+#define TMP_TAG "slr"
 
 static const char *tmpdir(void) {
-  if (!g_dir[0]) {
-    snprintf(g_dir, sizeof g_dir, "/tmp/sluice-test-slr-XXXXXX");
-    ASSERT_NOT_NULL(mkdtemp(g_dir));
-    atexit(remove_tmpdir);
-  }
-  return g_dir;
+  return test_tmpdir(TMP_TAG);
 }
 
-static char *tmppath(const char *name) {
-  static char buf[512];
-  snprintf(buf, sizeof buf, "%s/%s", tmpdir(), name);
-  return buf;
+static const char *tmppath(const char *name) {
+  return test_tmppath(TMP_TAG, name);
 }
 
 /* {x: f32[3], tokens: i32[-1], text: bytes[-1], label: i64[]} */
@@ -394,7 +377,8 @@ TEST(index_offsets_near_the_top_of_the_range_are_corrupt) {
   write_file(path, 10, 5, 1);
   size_t size;
   unsigned char *b = slurp(path, &size);
-  uint64_t io = sl__get64(b + size - 64 + 16), is = sl__get64(b + size - 64 + 24);
+  uint64_t io = sl__get64(b + size - 64 + 16),
+           is = sl__get64(b + size - 64 + 24);
   sl__put64(b + io + 16 + 24, UINT64_MAX - 15); /* entry 1's offset */
   sl__put32(b + io + is - 4, sl__crc32c(0, b + io, (size_t)is - 4));
   spill(path, b, size);

@@ -85,6 +85,41 @@ typedef struct sl_slr_writer_opts {
 } sl_slr_writer_opts;
 ]])
 
+declare("sl_open_opts", [[
+typedef struct sl_open_opts {
+  size_t size;
+  sl_slr_open_opts slr;
+  const char *labels;
+  int text_mmap;
+  const char *parser;
+  const char *parser_options;
+} sl_open_opts;
+]])
+
+declare("sl_shard_policy", [[
+typedef enum sl_shard_policy {
+  SL_SHARD_PAD = 0,
+  SL_SHARD_DROP = 1,
+  SL_SHARD_UNEVEN = 2
+} sl_shard_policy;
+]])
+
+declare("sl_open_files_opts", [[
+typedef struct sl_open_files_opts {
+  size_t size;
+  sl_slr_open_opts slr;
+  uint32_t threads;
+  uint32_t buffer;
+  int unordered;
+  int shuffle;
+  uint64_t seed;
+  uint64_t epoch;
+  uint32_t window;
+  int rank, world;
+  sl_shard_policy remainder;
+} sl_open_files_opts;
+]])
+
 ffi.cdef [[
 const char *sl_version(void);
 int sl_version_number(void);
@@ -177,6 +212,13 @@ int sl_slr_writer_append(sl_slr_writer *w, const sl_sample *s);
 uint64_t sl_slr_writer_records(const sl_slr_writer *w);
 int sl_slr_writer_close(sl_slr_writer *w);
 void sl_slr_writer_abort(sl_slr_writer *w);
+
+int sl_open(const char *name, const sl_open_opts *opts, sl_reader **out);
+int sl_open_files(const char *const *names, size_t n,
+                  const sl_open_files_opts *opts, sl_reader **out);
+int sl_shard_env(int *rank, int *world);
+uint64_t sl_shard_count(uint64_t n, int rank, int world,
+                        sl_shard_policy policy);
 
 int sl_slr_reader(const char *path, const sl_slr_open_opts *opts,
                   uint64_t first, uint64_t count, sl_reader **out);

@@ -492,31 +492,186 @@ function OPENERS.slr(path, opts, level)
   return result
 end
 
-local EXTENSIONS = {slr = "slr"}
-
-function sluice.open(name, opts)
-  if type(name) ~= "string" then
-    error(("sluice: sluice.open(): name must be a string (got a %s)")
-          :format(type(name)), 2)
+-- The slr options shared by sluice.open and sluice.open_files, into `o`
+-- (an sl_slr_open_opts).
+local function slr_options(o, opts, where, level)
+  if opts.policy ~= nil then
+    local policy = POLICIES[opts.policy]
+    if not policy then
+      error(("sluice: %s: option 'policy' must be \"fail\" or "
+             .. "\"skip_chunk\" (got %s)"):format(where, tostring(opts.policy)),
+            level + 1)
+    end
+    o.policy = policy
   end
-  local tag, path = name:match("^([%a][%w_]*):(.+)$")
-  if not tag then
-    tag, path = EXTENSIONS[name:match("%.([%w_]+)$") or ""], name
-    if not tag then
-      error(("sluice: sluice.open(): cannot tell the format of '%s' (write "
-             .. "\"slr:%s\", or use a .slr file)"):format(name, name), 2)
+  if opts.max_bad_chunks ~= nil then
+    o.max_bad_chunks = check_int(opts.max_bad_chunks, 0, where,
+                                 "option 'max_bad_chunks'", level + 1)
+  end
+  if opts.max_chunk_bytes ~= nil then
+    o.max_chunk_bytes = check_int(opts.max_chunk_bytes, 0, where,
+                                  "option 'max_chunk_bytes'", level + 1)
+  end
+end
+
+local function check_string(v, where, what, level)
+  if v ~= nil and type(v) ~= "string" then
+    error(("sluice: %s: option '%s' must be a string (got a %s)")
+          :format(where, what, type(v)), level + 1)
+  end
+  return v
+end
+
+-- A Lua parser for text files runs as a map in worker states: it gets the
+-- line (a string) and returns a sample or a table row.  `parse` is an
+-- upvalue of the shipped function, so it must be shippable itself.
+local function lua_parser(parse)
+  return function(s)
+    local row = parse(s.line)
+    if row == nil then
+      error("parser returned nothing (it must return a sample or a table "
+            .. "of fields)", 0)
+    end
+    return require("sluice").sample(row)
+  end
+end
+
+local OPEN_OPTS = set("policy", "max_bad_chunks", "max_chunk_bytes", "first",
+                      "count", "chunks", "labels", "mmap", "parser",
+                      "parser_options", "threads")
+
+-- sluice.open: any name sl_open understands ("tag:path", a known extension,
+-- a glob); first/count/chunks select records of one slr file.
+function sluice.open(name, opts)
+  local where = "sluice.open()"
+  if type(name) ~= "string" then
+    error(("sluice: %s: name must be a string (got a %s)")
+          :format(where, type(name)), 2)
+  end
+  opts = check_opts(opts, where, OPEN_OPTS, 2)
+  if opts.first ~= nil or opts.count ~= nil or opts.chunks ~= nil then
+    local path = name:match("^slr:(.+)$") or
+      (name:match("%.slr$") and name)
+    if not path then
+      error(("sluice: %s: options 'first', 'count' and 'chunks' select "
+             .. "records of one slr file (got '%s')"):format(where, name), 2)
+    end
+    local p = OPENERS.slr(path, opts, 2)
+    return p
+  end
+  local o = ffi.new("sl_open_opts")
+  o.size = ffi.sizeof("sl_open_opts")
+  slr_options(o.slr, opts, where, 2)
+  o.labels = check_string(opts.labels, where, "labels", 2)
+  o.text_mmap = check_bool(opts.mmap, where, "mmap", false, 2) and 1 or 0
+  local parse = opts.parser
+  if type(parse) == "string" then
+    o.parser = parse
+    o.parser_options = check_string(opts.parser_options, where,
+                                    "parser_options", 2)
+    parse = nil
+  elseif parse ~= nil and type(parse) ~= "function" then
+    error(("sluice: %s: option 'parser' must be a plugin path or a Lua "
+           .. "function (got a %s)"):format(where, type(parse)), 2)
+  end
+  local threads = opts.threads == nil and 1 or
+    check_int(opts.threads, 1, where, "option 'threads'", 2)
+  local p = made(C.sl_open(name, o, OUT), 2)
+  if parse then
+    if tonumber(C.sl_schema_find(C.sl_reader_schema(p._r), "line")) < 0 then
+      p:close()
+      error(("sluice: %s: a Lua parser needs a text file (samples with a "
+             .. "'line' field): '%s'"):format(where, name), 2)
+    end
+    p = lua_stage(p, "map", lua_parser(parse), {threads = threads})
+  end
+  return p
+end
+
+local SHARD_POLICIES = {pad = 0, drop = 1, uneven = 2}
+local OPEN_FILES_OPTS = set("threads", "buffer", "ordered", "shuffle", "seed",
+                            "epoch", "window", "shard", "policy",
+                            "max_bad_chunks", "max_chunk_bytes")
+local SHARD_OPTS = set("rank", "world", "remainder")
+
+-- sluice.open_files{names..., threads=, ordered=, shuffle=, seed=, epoch=,
+-- window=, shard = {rank=, world=, remainder=}}: sl_open_files.  Names may
+-- also be given as the first argument (a string or an array of strings).
+function sluice.open_files(names, opts)
+  local where = "sluice.open_files()"
+  if type(names) == "string" then names = {names} end
+  if type(names) ~= "table" then
+    error(("sluice: %s: expected a name or an array of names (got a %s)")
+          :format(where, type(names)), 2)
+  end
+  if opts == nil then -- the one-table form: names in the array part
+    opts = {}
+    for k, v in pairs(names) do
+      if type(k) ~= "number" then opts[k] = v end
     end
   end
-  local opener = OPENERS[tag]
-  if not opener then
-    local tags = {}
-    for t in pairs(OPENERS) do tags[#tags + 1] = t end
-    table.sort(tags)
-    error(("sluice: sluice.open(): unknown format tag '%s' (known: %s)")
-          :format(tag, table.concat(tags, ", ")), 2)
+  opts = check_opts(opts, where, OPEN_FILES_OPTS, 2)
+  local n = #names
+  if n == 0 then error(("sluice: %s: no file names"):format(where), 2) end
+  local arr = ffi.new("const char *[?]", n)
+  for i = 1, n do
+    if type(names[i]) ~= "string" then
+      error(("sluice: %s: name %d must be a string (got a %s)")
+            :format(where, i, type(names[i])), 2)
+    end
+    arr[i - 1] = names[i]
   end
-  local p = opener(path, opts, 2) -- not a tail call: levels count frames
+  local o = ffi.new("sl_open_files_opts")
+  o.size = ffi.sizeof("sl_open_files_opts")
+  slr_options(o.slr, opts, where, 2)
+  o.threads = opts.threads == nil and 1 or
+    check_int(opts.threads, 1, where, "option 'threads'", 2)
+  o.buffer = opts.buffer == nil and 0 or
+    check_int(opts.buffer, 1, where, "option 'buffer'", 2)
+  o.unordered = check_bool(opts.ordered, where, "ordered", true, 2) and 0 or 1
+  o.shuffle = check_bool(opts.shuffle, where, "shuffle", false, 2) and 1 or 0
+  if opts.seed ~= nil then
+    o.seed = type(opts.seed) == "cdata" and opts.seed or
+      check_int(opts.seed, 0, where, "option 'seed'", 2)
+  end
+  o.epoch = opts.epoch == nil and 0 or
+    check_int(opts.epoch, 0, where, "option 'epoch'", 2)
+  o.window = opts.window == nil and 0 or
+    check_int(opts.window, 1, where, "option 'window'", 2)
+  o.rank, o.world, o.remainder = -1, -1, 0
+  if opts.shard ~= nil then
+    local sh = check_opts(opts.shard, where .. " option 'shard'", SHARD_OPTS, 2)
+    if (sh.rank == nil) ~= (sh.world == nil) then
+      error(("sluice: %s: option 'shard' needs both rank and world (or "
+             .. "neither: then they come from the launcher's environment)")
+            :format(where), 2)
+    end
+    if sh.world ~= nil then
+      o.world = check_int(sh.world, 1, where, "shard.world", 2)
+      o.rank = check_int(sh.rank, 0, where, "shard.rank", 2)
+    end
+    if sh.remainder ~= nil then
+      local pol = SHARD_POLICIES[sh.remainder]
+      if not pol then
+        error(("sluice: %s: shard.remainder must be \"pad\", \"drop\" or "
+               .. "\"uneven\" (got %s)"):format(where, tostring(sh.remainder)),
+              2)
+      end
+      o.remainder = pol
+    end
+  end
+  local p = made(C.sl_open_files(arr, n, o, OUT), 2)
   return p
+end
+
+-- This process's rank and world size from the launcher's environment
+-- (RANK/WORLD_SIZE, OMPI_COMM_WORLD_*, PMI_*, PADDLE_TRAINER_*): two
+-- numbers, 0 and 1 when none is set.  Raises on inconsistent variables.
+function sluice.shard_env()
+  local rw = ffi.new("int[2]")
+  local rc = C.sl_shard_env(rw, rw + 1)
+  if rc < 0 then error(c_message(rc), 2) end
+  return rw[0], rw[1]
 end
 
 local READER_OPTS = set("schema", "buffer")
@@ -533,6 +688,24 @@ function sluice.reader(fn, opts)
 end
 
 -- --- samples and tensors ----------------------------------------------------------------------
+
+-- sluice.sample(row, schema?): a sample from a table of fields (as a
+-- from_table row; the schema inferred from the row when not given), or the
+-- sample itself.
+function sluice.sample(row, schema)
+  if sample.is(row) then return row end
+  local sp, why
+  if schema ~= nil then
+    sp = schema_option(schema, "sluice.sample()", 2)
+  else
+    sp, why = sample.inferred_schema({row})
+    if not sp then error("sluice: sluice.sample(): " .. why, 2) end
+  end
+  local q
+  q, why = sample.build_row(row, info_for(sp), "the row")
+  if not q then error("sluice: sluice.sample(): " .. why, 2) end
+  return sample.wrap(ffi_gc(q, nil), nil)
+end
 
 sluice.tensor = tensor.new
 sluice.fields = sample.fields

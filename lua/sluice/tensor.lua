@@ -276,7 +276,10 @@ end
 M.totable = totable
 
 -- A new owned tensor struct over a zero-filled (or copied) buffer.
-local function new_owned(dt, rank, shape_at, nbytes, zero)
+-- shape[d + base] is dimension d: a Lua array (base 1) or a C array (base
+-- 0).  No closure here: LuaJIT cannot compile closure creation, and a
+-- decorator making tensors per sample should stay compiled.
+local function new_owned(dt, rank, shape, base, nbytes, zero)
   local buf = zero and C.sl_buffer_new_zero(nbytes) or C.sl_buffer_new(nbytes)
   if buf == nil then
     error(ffi_string(C.sl_last_error()), 3)
@@ -285,7 +288,7 @@ local function new_owned(dt, rank, shape_at, nbytes, zero)
   local t = ffi.new("sl_tensor")
   t.dtype = dt
   t.rank = rank
-  for d = 0, rank - 1 do t.shape[d] = shape_at(d) end
+  for d = 0, rank - 1 do t.shape[d] = shape[d + base] end
   t.data = C.sl_buffer_data(buf)
   t.nbytes = nbytes
   t.buf = buf -- borrowed from the buffer cdata the view keeps in _o
@@ -297,8 +300,8 @@ function METHODS.clone(v)
   if not is_view(v) then error("sluice: clone() needs a tensor (use v:clone())", 2) end
   local t = v._t
   local n = tonumber(t.nbytes)
-  local c = new_owned(tonumber(t.dtype), tonumber(t.rank),
-                      function(d) return t.shape[d] end, n, false)
+  local c = new_owned(tonumber(t.dtype), tonumber(t.rank), t.shape, 0, n,
+                      false)
   if n > 0 then ffi.copy(c._t.data, t.data, n) end
   if t.lod ~= nil then
     local len = tonumber(t.lod_len)
@@ -399,8 +402,7 @@ function M.new(dtype, shape)
   if nbytes >= 2^53 then
     error("sluice: sluice.tensor(): size overflow", 2)
   end
-  local v = new_owned(dt, rank, function(d) return shape[d + 1] end, nbytes,
-                      true)
+  local v = new_owned(dt, rank, shape, 1, nbytes, true)
   return v -- not a tail call: new_owned's error level counts this frame
 end
 

@@ -51,80 +51,32 @@
  * when shuffling (record numbers and slots).
  */
 #include "readers/epoch_plan.h"
+#include "core/rng.h"
 
 #include <stdlib.h>
 
 /* --- random numbers --------------------------------------------------------
  */
 
-#define GOLDEN 0x9E3779B97F4A7C15ull
-
-static uint64_t fin(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
+/* sm(x) = f(x + g): the output of a splitmix64 generator at state x. */
 static uint64_t sm(uint64_t x) {
-  return fin(x + GOLDEN);
+  return sl__splitmix64_mix(x + SL__RNG_GOLDEN);
 }
 
 uint64_t sl__plan_key(uint64_t seed, uint64_t epoch, uint64_t window) {
   uint64_t k = sm(seed ^ sm(epoch));
   uint64_t stream = window == UINT64_MAX ? 0 : window + 1;
-  return fin(k + (stream + 1) * GOLDEN);
-}
-
-static uint64_t rotl(uint64_t x, int k) {
-  return (x << k) | (x >> (64 - k));
-}
-
-static uint64_t xoshiro(uint64_t s[4]) {
-  const uint64_t result = rotl(s[1] * 5, 7) * 9;
-  const uint64_t t = s[1] << 17;
-  s[2] ^= s[0];
-  s[3] ^= s[1];
-  s[1] ^= s[2];
-  s[0] ^= s[3];
-  s[2] ^= t;
-  s[3] = rotl(s[3], 45);
-  return result;
-}
-
-/* The high 64 bits of a * b; the low ones in *lo. */
-static uint64_t mul_hi(uint64_t a, uint64_t b, uint64_t *lo) {
-#if defined(__SIZEOF_INT128__)
-  unsigned __int128 m = (unsigned __int128)a * b;
-  *lo = (uint64_t)m;
-  return (uint64_t)(m >> 64);
-#else
-  uint64_t a0 = (uint32_t)a, a1 = a >> 32, b0 = (uint32_t)b, b1 = b >> 32;
-  uint64_t p00 = a0 * b0, p01 = a0 * b1, p10 = a1 * b0, p11 = a1 * b1;
-  uint64_t mid = (p00 >> 32) + (uint32_t)p01 + (uint32_t)p10;
-  *lo = (mid << 32) | (uint32_t)p00;
-  return p11 + (p01 >> 32) + (p10 >> 32) + (mid >> 32);
-#endif
-}
-
-/* Lemire's unbiased draw in [0, m), m >= 1. */
-static uint64_t draw(uint64_t s[4], uint64_t m) {
-  uint64_t lo, hi = mul_hi(xoshiro(s), m, &lo);
-  if (lo < m) {
-    uint64_t t = (0 - m) % m;
-    while (lo < t)
-      hi = mul_hi(xoshiro(s), m, &lo);
-  }
-  return hi;
+  return sl__splitmix64_mix(k + (stream + 1) * SL__RNG_GOLDEN);
 }
 
 void sl__plan_permute(uint64_t key, uint32_t *a, size_t n) {
   uint64_t s[4];
   for (int j = 0; j < 4; j++)
-    s[j] = fin(key + (uint64_t)(j + 1) * GOLDEN);
+    s[j] = sl__splitmix64_mix(key + (uint64_t)(j + 1) * SL__RNG_GOLDEN);
   for (size_t i = 0; i < n; i++)
     a[i] = (uint32_t)i;
   for (size_t i = n; i-- > 1;) {
-    size_t j = (size_t)draw(s, (uint64_t)i + 1);
+    size_t j = (size_t)sl__rng_bounded(s, (uint64_t)i + 1);
     uint32_t t = a[i];
     a[i] = a[j];
     a[j] = t;

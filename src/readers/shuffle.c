@@ -20,6 +20,7 @@
  * draw and two pointer moves.  Errors from upstream are returned as soon as
  * they are read; the window keeps its samples until reset or destroy.
  */
+#include "core/rng.h"
 #include "readers/reader_impl.h"
 
 typedef struct shuffle_state {
@@ -35,65 +36,14 @@ typedef struct shuffle_state {
 /* --- random numbers ----------------------------------------------------------
  */
 
-static uint64_t splitmix64(uint64_t *x) {
-  uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-static uint64_t rotl(uint64_t x, int k) {
-  return (x << k) | (x >> (64 - k));
-}
-
-static uint64_t xoshiro_next(uint64_t s[4]) {
-  const uint64_t result = rotl(s[1] * 5, 7) * 9;
-  const uint64_t t = s[1] << 17;
-  s[2] ^= s[0];
-  s[3] ^= s[1];
-  s[1] ^= s[2];
-  s[0] ^= s[3];
-  s[2] ^= t;
-  s[3] = rotl(s[3], 45);
-  return result;
-}
-
 /* Seeds the generator for pass `pass`.  The pass number is mixed through
  * splitmix64 before it meets the seed, so (seed, p) and (seed + 1, p - 1)
  * give unrelated streams. */
 static void seed_pass(shuffle_state *s) {
   uint64_t p = s->pass;
-  uint64_t x = s->seed ^ splitmix64(&p);
+  uint64_t x = s->seed ^ sl__splitmix64(&p);
   for (int i = 0; i < 4; i++)
-    s->rng[i] = splitmix64(&x);
-}
-
-/* The high and low 64 bits of a * b. */
-static uint64_t mul128(uint64_t a, uint64_t b, uint64_t *lo) {
-#if defined(__SIZEOF_INT128__)
-  unsigned __int128 m = (unsigned __int128)a * b;
-  *lo = (uint64_t)m;
-  return (uint64_t)(m >> 64);
-#else
-  uint64_t a0 = (uint32_t)a, a1 = a >> 32, b0 = (uint32_t)b, b1 = b >> 32;
-  uint64_t p00 = a0 * b0, p01 = a0 * b1, p10 = a1 * b0, p11 = a1 * b1;
-  uint64_t mid = (p00 >> 32) + (uint32_t)p01 + (uint32_t)p10;
-  *lo = (mid << 32) | (uint32_t)p00;
-  return p11 + (p01 >> 32) + (p10 >> 32) + (mid >> 32);
-#endif
-}
-
-/* A uniform integer in [0, n), n >= 1 (Lemire, "Fast random integer
- * generation in an interval", 2019): the multiply maps 64 random bits onto
- * [0, n) and the rare draws that would bias it are rejected. */
-static uint64_t bounded(uint64_t rng[4], uint64_t n) {
-  uint64_t lo, hi = mul128(xoshiro_next(rng), n, &lo);
-  if (lo < n) {
-    const uint64_t threshold = (0 - n) % n;
-    while (lo < threshold)
-      hi = mul128(xoshiro_next(rng), n, &lo);
-  }
-  return hi;
+    s->rng[i] = sl__splitmix64(&x);
 }
 
 /* --- the window --------------------------------------------------------------
@@ -133,7 +83,7 @@ static int shuffle_next(void *st, sl_sample **out) {
     s->count++;
   }
   if (s->count == 0) return SL_EOF;
-  size_t j = (size_t)bounded(s->rng, s->count);
+  size_t j = (size_t)sl__rng_bounded(s->rng, s->count);
   *out = s->win[j];
   s->win[j] = s->win[--s->count];
   return SL_OK;

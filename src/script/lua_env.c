@@ -29,6 +29,7 @@
  */
 #include "core/internal.h"
 #include "script/lua_host.h"
+#include "script/lua_internal.h"
 
 #include <lauxlib.h>
 #include <lualib.h>
@@ -237,10 +238,8 @@ static int install_cp(lua_State *L) {
   return 0;
 }
 
-/* Pushes the C function registered under `key`, creating it (protected) on
- * first use.  0, or -1 after a memory error (nothing pushed). */
-static int push_cached_cfunction(lua_State *L, const void *key,
-                                 lua_CFunction fn) {
+int sl__lua_push_cached_cfunction(lua_State *L, const void *key,
+                                  lua_CFunction fn) {
   lua_pushlightuserdata(L, (void *)key);
   lua_rawget(L, LUA_REGISTRYINDEX);
   if (lua_type(L, -1) == LUA_TFUNCTION) return 0;
@@ -261,7 +260,7 @@ int sl__lua_pcall(lua_State *W, int nargs, int nres, const char *what,
   if (!where) where = "?";
   int base = lua_gettop(W) - nargs; /* the function's slot */
   if (!lua_checkstack(W, 2) ||
-      push_cached_cfunction(W, &handler_key, traceback_handler) != 0) {
+      sl__lua_push_cached_cfunction(W, &handler_key, traceback_handler) != 0) {
     lua_pop(W, nargs + 1); /* as a failed lua_pcall would leave it */
     return sl_set_error(SL_ENOMEM, "%s (%s): out of memory", what, where);
   }

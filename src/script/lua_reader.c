@@ -53,6 +53,7 @@
  */
 #include "readers/reader_impl.h"
 #include "script/lua_host.h"
+#include "script/lua_internal.h"
 
 #include <lauxlib.h>
 #include <pthread.h>
@@ -78,103 +79,16 @@ typedef struct lua_reader {
 
 /* --- the thread ----------------------------------------------------------- */
 
-typedef struct setup_args {
-  lua_reader *r;
-  int rc;
-} setup_args;
-
-/* Under lua_cpcall: a memory error while filling the registry is caught. */
-static int setup_state(lua_State *L) {
-  setup_args *a = lua_touserdata(L, 1);
-  lua_reader *r = a->r;
-  lua_settop(L, 0);
-  lua_getfield(L, LUA_REGISTRYINDEX, "sluice.worker");
-  if (!lua_istable(L, -1)) {
-    lua_pop(L, 1);
-    lua_getglobal(L, "require");
-    lua_pushliteral(L, "sluice.worker");
-    if (lua_pcall(L, 1, 1, 0) != 0) {
-      a->rc = sl_set_error(
-          SL_ELUA, "reader (%s): cannot load sluice.worker: %s", r->where,
-          lua_isstring(L, -1) ? lua_tostring(L, -1) : "?");
-      return 0;
-    }
-    if (!lua_istable(L, -1)) {
-      a->rc = sl_set_error(SL_ELUA, "reader (%s): sluice.worker is not a table",
-                           r->where);
-      return 0;
-    }
-  }
-  lua_getfield(L, -1, "export");
-  if (!lua_isfunction(L, -1)) {
-    a->rc = sl_set_error(SL_ELUA,
-                         "reader (%s): sluice.worker has no function 'export'",
-                         r->where);
-    return 0;
-  }
-  r->export_ref = luaL_ref(L, LUA_REGISTRYINDEX);
-  lua_settop(L, 0);
-  int rc = sl__lua_unship(L, r->fn);
-  if (rc < 0) {
-    a->rc = rc;
-    return 0;
-  }
-  r->fn_ref = luaL_ref(L, LUA_REGISTRYINDEX);
-  lua_settop(L, 0);
-  a->rc = SL_OK;
-  return 0;
-}
-
-static int init_state(lua_reader *r) {
-  lua_State *L = NULL;
-  int rc = sl__lua_worker_new(r->env, &L);
-  if (rc < 0)
-    return sl_wrap_error(rc, "reader (%s): cannot create a worker Lua state",
-                         r->where);
-  setup_args a = {r, SL_ELUA};
-  sl_clear_error();
-  if (lua_cpcall(L, setup_state, &a) != 0) {
-    rc =
-        sl_set_error(SL_ENOMEM, "reader (%s): cannot set up a worker state: %s",
-                     r->where, lua_isstring(L, -1) ? lua_tostring(L, -1) : "?");
-    lua_close(L);
-    return rc;
-  }
-  if (a.rc < 0) {
-    if (sl_last_error_code() != a.rc || !sl_last_error()[0])
-      sl_set_error(a.rc, "reader (%s): cannot set up a worker state", r->where);
-    lua_close(L);
-    return a.rc;
-  }
-  r->L = L;
-  return SL_OK;
-}
-
 /* Checks row `s` against `want`: same field names, tensors that fit. */
 static int check_row(const lua_reader *r, const sl_schema *want,
                      const sl_sample *s, uint64_t row) {
-  unsigned long long n = (unsigned long long)row;
-  const sl_schema *got = sl_sample_schema(s);
-  int nf = sl_schema_nfields(want);
-  if (got != want) {
-    bool same = sl_schema_nfields(got) == nf;
-    for (int i = 0; same && i < nf; i++)
-      same = strcmp(sl_schema_field_name(got, i),
-                    sl_schema_field_name(want, i)) == 0;
-    if (!same) {
-      char a[256], b[256];
-      return sl_set_error(SL_ESHAPE,
-                          "reader (%s): row %llu: fields %s do not match the "
-                          "reader's %s",
-                          r->where, n, sl_schema_describe(got, a, sizeof a),
-                          sl_schema_describe(want, b, sizeof b));
-    }
-  }
-  for (int i = 0; i < nf; i++) {
-    int rc = sl_schema_check(want, i, sl_sample_at_const(s, i));
-    if (rc < 0) return sl_wrap_error(rc, "reader (%s): row %llu", r->where, n);
-  }
-  return SL_OK;
+  const sl__lua_check_words words = {.what = "reader",
+                                     .where = r->where,
+                                     .item = "row",
+                                     .fields = "fields",
+                                     .whose = "the reader's",
+                                     .require_filled = false};
+  return sl__lua_check_sample(want, s, row, &words);
 }
 
 /* Ends the pass with this thread's current error. */
@@ -269,7 +183,8 @@ static void *reader_main(void *arg) {
   (void)pthread_setname_np("sl-lua-reader");
 #endif
   if (!r->L) {
-    int rc = init_state(r);
+    int rc = sl__lua_worker_setup(r->env, r->fn, "reader", r->where, "export",
+                                  &r->export_ref, &r->fn_ref, &r->L);
     if (rc < 0) {
       kill_with_error(r, rc);
       return NULL;

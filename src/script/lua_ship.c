@@ -78,6 +78,7 @@
  */
 #include "core/internal.h"
 #include "script/lua_host.h"
+#include "script/lua_internal.h"
 
 #include <lauxlib.h>
 
@@ -122,39 +123,6 @@ struct sl__shipped {
   unsigned char *data;
   size_t size;
 };
-
-/* --- cached C functions --------------------------------------------------- */
-
-typedef struct install_ctx {
-  const void *key;
-  lua_CFunction fn;
-} install_ctx;
-
-static int install_cp(lua_State *L) {
-  const install_ctx *c = lua_touserdata(L, 1);
-  lua_pushlightuserdata(L, (void *)c->key);
-  lua_pushcfunction(L, c->fn);
-  lua_rawset(L, LUA_REGISTRYINDEX);
-  return 0;
-}
-
-/* Pushes the C function registered under `key`, creating it (protected) on
- * first use.  0, or -1 after a memory error (nothing pushed). */
-static int push_cached_cfunction(lua_State *L, const void *key,
-                                 lua_CFunction fn) {
-  lua_pushlightuserdata(L, (void *)key);
-  lua_rawget(L, LUA_REGISTRYINDEX);
-  if (lua_type(L, -1) == LUA_TFUNCTION) return 0;
-  lua_pop(L, 1);
-  install_ctx c = {key, fn};
-  if (lua_cpcall(L, install_cp, &c) != 0) {
-    lua_pop(L, 1);
-    return -1;
-  }
-  lua_pushlightuserdata(L, (void *)key);
-  lua_rawget(L, LUA_REGISTRYINDEX);
-  return 0;
-}
 
 /* "<short_src>:<linedefined>" of the function at idx. */
 static void function_where(lua_State *L, int idx, char *buf, size_t cap) {
@@ -771,7 +739,7 @@ int sl__lua_ship(lua_State *L, int idx, const char *what, sl__shipped **out) {
   w.fwhere = "?";
   int st = -1;
   if (lua_checkstack(L, 4) &&
-      push_cached_cfunction(L, &ship_key, ship_cp) == 0) {
+      sl__lua_push_cached_cfunction(L, &ship_key, ship_cp) == 0) {
     lua_pushlightuserdata(L, &w);
     lua_pushvalue(L, idx);
     st = lua_pcall(L, 2, 0, 0);
@@ -1047,7 +1015,7 @@ static int unship_cp(lua_State *L) {
 int sl__lua_unship(lua_State *W, const sl__shipped *f) {
   int st = -1;
   if (lua_checkstack(W, 4) &&
-      push_cached_cfunction(W, &unship_key, unship_cp) == 0) {
+      sl__lua_push_cached_cfunction(W, &unship_key, unship_cp) == 0) {
     lua_pushlightuserdata(W, (void *)f);
     st = lua_pcall(W, 1, 1, 0);
   }

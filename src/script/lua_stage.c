@@ -122,6 +122,7 @@
  */
 #include "readers/reader_impl.h"
 #include "script/lua_host.h"
+#include "script/lua_internal.h"
 
 #include <lauxlib.h>
 #include <pthread.h>
@@ -279,117 +280,19 @@ static void record_terminal(lua_stage *st, int rc, char *msg, wakes *wk) {
   wake_consumer(st, wk);
 }
 
-/* --- the worker's Lua state ----------------------------------------------- */
-
-typedef struct setup_args {
-  lua_stage *st;
-  lua_worker *w;
-  int rc;
-} setup_args;
-
-/* Runs under lua_cpcall, so a memory error while building the state's
- * registry entries is caught rather than fatal. */
-static int setup_state(lua_State *L) {
-  setup_args *a = lua_touserdata(L, 1);
-  lua_settop(L, 0);
-  lua_getfield(L, LUA_REGISTRYINDEX, "sluice.worker");
-  if (!lua_istable(L, -1)) {
-    lua_pop(L, 1);
-    lua_getglobal(L, "require");
-    lua_pushliteral(L, "sluice.worker");
-    if (lua_pcall(L, 1, 1, 0) != 0) {
-      a->rc = sl_set_error(SL_ELUA, "%s (%s): cannot load sluice.worker: %s",
-                           a->st->what, a->st->where,
-                           lua_isstring(L, -1) ? lua_tostring(L, -1) : "?");
-      return 0;
-    }
-    if (!lua_istable(L, -1)) {
-      a->rc = sl_set_error(SL_ELUA, "%s (%s): sluice.worker is not a table",
-                           a->st->what, a->st->where);
-      return 0;
-    }
-  }
-  lua_getfield(L, -1, a->st->what);
-  if (!lua_isfunction(L, -1)) {
-    a->rc = sl_set_error(SL_ELUA, "%s (%s): sluice.worker has no function '%s'",
-                         a->st->what, a->st->where, a->st->what);
-    return 0;
-  }
-  a->w->op_ref = luaL_ref(L, LUA_REGISTRYINDEX);
-  lua_settop(L, 0);
-  int rc = sl__lua_unship(L, a->st->fn);
-  if (rc < 0) {
-    a->rc = rc;
-    return 0;
-  }
-  a->w->fn_ref = luaL_ref(L, LUA_REGISTRYINDEX);
-  lua_settop(L, 0);
-  a->rc = SL_OK;
-  return 0;
-}
-
-static int init_state(lua_stage *st, lua_worker *w) {
-  lua_State *L = NULL;
-  int rc = sl__lua_worker_new(st->env, &L);
-  if (rc < 0)
-    return sl_wrap_error(rc, "%s (%s): cannot create a worker Lua state",
-                         st->what, st->where);
-  setup_args a = {st, w, SL_ELUA};
-  sl_clear_error();
-  if (lua_cpcall(L, setup_state, &a) != 0) {
-    rc = sl_set_error(SL_ENOMEM, "%s (%s): cannot set up a worker state: %s",
-                      st->what, st->where,
-                      lua_isstring(L, -1) ? lua_tostring(L, -1) : "?");
-    lua_close(L);
-    return rc;
-  }
-  if (a.rc < 0) {
-    if (sl_last_error_code() != a.rc || !sl_last_error()[0])
-      sl_set_error(a.rc, "%s (%s): cannot set up a worker state", st->what,
-                   st->where);
-    lua_close(L);
-    return a.rc;
-  }
-  w->L = L;
-  return SL_OK;
-}
-
 /* --- checking map outputs ------------------------------------------------- */
 
 /* Checks output `s` (sequence `seq`) against the stage schema `want`:
  * same field names in the same order, and every tensor fits its field. */
 static int check_output(const lua_stage *st, const sl_schema *want,
                         const sl_sample *s, uint64_t seq) {
-  unsigned long long n = (unsigned long long)seq;
-  const sl_schema *got = sl_sample_schema(s);
-  int nf = sl_schema_nfields(want);
-  if (got != want) {
-    bool same = sl_schema_nfields(got) == nf;
-    for (int i = 0; same && i < nf; i++)
-      same = strcmp(sl_schema_field_name(got, i),
-                    sl_schema_field_name(want, i)) == 0;
-    if (!same) {
-      char a[256], b[256];
-      return sl_set_error(SL_ESHAPE,
-                          "%s (%s): sample %llu: output fields %s do not "
-                          "match the stage's %s",
-                          st->what, st->where, n,
-                          sl_schema_describe(got, a, sizeof a),
-                          sl_schema_describe(want, b, sizeof b));
-    }
-  }
-  for (int i = 0; i < nf; i++) {
-    const sl_tensor *t = sl_sample_at_const(s, i);
-    int rc = sl_schema_check(want, i, t);
-    if (rc < 0)
-      return sl_wrap_error(rc, "%s (%s): sample %llu", st->what, st->where, n);
-    if (t->nbytes !=
-        (size_t)sl_tensor_numel(t) * sl_dtype_size(sl_tensor_dtype(t)))
-      return sl_set_error(
-          SL_ESHAPE, "%s (%s): sample %llu: field '%s' was not filled",
-          st->what, st->where, n, sl_schema_field_name(want, i));
-  }
-  return SL_OK;
+  const sl__lua_check_words words = {.what = st->what,
+                                     .where = st->where,
+                                     .item = "sample",
+                                     .fields = "output fields",
+                                     .whose = "the stage's",
+                                     .require_filled = true};
+  return sl__lua_check_sample(want, s, seq, &words);
 }
 
 /* --- the worker thread ---------------------------------------------------- */
@@ -619,7 +522,8 @@ static void *worker_main(void *arg) {
   (void)pthread_setname_np("sl-lua-map");
 #endif
   if (!w->L) {
-    int rc = init_state(st, w);
+    int rc = sl__lua_worker_setup(st->env, st->fn, st->what, st->where,
+                                  st->what, &w->op_ref, &w->fn_ref, &w->L);
     if (rc < 0) {
       fail_pass(st, rc);
       return NULL;

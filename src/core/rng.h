@@ -1,0 +1,74 @@
+/*
+ * rng.h - the deterministic random numbers of the readers (shuffle.c,
+ * epoch_plan.c): splitmix64 (for seeding and counter-based keys),
+ * xoshiro256** (the stream) and Lemire's unbiased bounded draw.  Header-only
+ * (static inline): the sequences are pinned by tests, so every user must
+ * compute exactly these functions.
+ */
+#ifndef SLUICE_CORE_RNG_H
+#define SLUICE_CORE_RNG_H
+
+#include <stdint.h>
+
+/* splitmix64's increment, 2^64 / golden ratio. */
+#define SL__RNG_GOLDEN 0x9E3779B97F4A7C15ull
+
+/* The splitmix64 finalizer (a bijective mix of 64 bits). */
+static inline uint64_t sl__splitmix64_mix(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+/* The next output of the splitmix64 generator whose state is *x. */
+static inline uint64_t sl__splitmix64(uint64_t *x) {
+  return sl__splitmix64_mix(*x += SL__RNG_GOLDEN);
+}
+
+static inline uint64_t sl__rotl64(uint64_t x, int k) {
+  return (x << k) | (x >> (64 - k));
+}
+
+/* The next output of the xoshiro256** generator with state s. */
+static inline uint64_t sl__xoshiro256ss(uint64_t s[4]) {
+  const uint64_t result = sl__rotl64(s[1] * 5, 7) * 9;
+  const uint64_t t = s[1] << 17;
+  s[2] ^= s[0];
+  s[3] ^= s[1];
+  s[1] ^= s[2];
+  s[0] ^= s[3];
+  s[2] ^= t;
+  s[3] = sl__rotl64(s[3], 45);
+  return result;
+}
+
+/* The high 64 bits of a * b; the low ones in *lo. */
+static inline uint64_t sl__mul128(uint64_t a, uint64_t b, uint64_t *lo) {
+#if defined(__SIZEOF_INT128__)
+  unsigned __int128 m = (unsigned __int128)a * b;
+  *lo = (uint64_t)m;
+  return (uint64_t)(m >> 64);
+#else
+  uint64_t a0 = (uint32_t)a, a1 = a >> 32, b0 = (uint32_t)b, b1 = b >> 32;
+  uint64_t p00 = a0 * b0, p01 = a0 * b1, p10 = a1 * b0, p11 = a1 * b1;
+  uint64_t mid = (p00 >> 32) + (uint32_t)p01 + (uint32_t)p10;
+  *lo = (mid << 32) | (uint32_t)p00;
+  return p11 + (p01 >> 32) + (p10 >> 32) + (mid >> 32);
+#endif
+}
+
+/* A uniform integer in [0, n), n >= 1, from the xoshiro256** generator s
+ * (Lemire, "Fast random integer generation in an interval", 2019): the
+ * multiply maps 64 random bits onto [0, n) and the rare draws that would
+ * bias it are rejected. */
+static inline uint64_t sl__rng_bounded(uint64_t s[4], uint64_t n) {
+  uint64_t lo, hi = sl__mul128(sl__xoshiro256ss(s), n, &lo);
+  if (lo < n) {
+    const uint64_t threshold = (0 - n) % n;
+    while (lo < threshold)
+      hi = sl__mul128(sl__xoshiro256ss(s), n, &lo);
+  }
+  return hi;
+}
+
+#endif

@@ -1,0 +1,57 @@
+/*
+ * lua_internal.h - helpers shared by the Lua host's own files (lua_env.c,
+ * lua_ship.c, lua_stage.c, lua_reader.c).  Private to src/script/: not
+ * exported, not called by the binding.
+ */
+#ifndef SLUICE_LUA_INTERNAL_H
+#define SLUICE_LUA_INTERNAL_H
+
+#include "script/lua_host.h"
+#include "sluice.h"
+
+#include <lua.h>
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* Pushes the C function registered in L's registry under the light-userdata
+ * `key`, creating and registering it (inside lua_cpcall, so a memory error
+ * cannot panic) on first use.  0, or -1 after a memory error (then nothing
+ * is pushed).  Defined in lua_env.c. */
+int sl__lua_push_cached_cfunction(lua_State *L, const void *key,
+                                  lua_CFunction fn);
+
+/* --- worker states of the stages and the reader (lua_common.c) ----------- */
+
+/* A new worker state (sl__lua_worker_new from `env`) set up for a stage's
+ * per-sample protocol: `sluice.worker`'s function `op` ("map", "filter",
+ * "export") stored in the registry under *op_ref, then `fn` rebuilt
+ * (sl__lua_unship) under *fn_ref.  Messages read "<what> (<where>): ...".
+ * SL_OK with the state in *out; else the error (this thread's detail
+ * message set), the state closed and *out untouched. */
+int sl__lua_worker_setup(const sl__lua_env *env, const sl__shipped *fn,
+                         const char *what, const char *where, const char *op,
+                         int *op_ref, int *fn_ref, lua_State **out);
+
+/* The words of sl__lua_check_sample's messages, which differ by caller:
+ *   "<what> (<where>): <item> N: <fields> {got} do not match <whose> {want}"
+ *   "<what> (<where>): <item> N: <the sl_schema_check message>"
+ *   "<what> (<where>): <item> N: field '<name>' was not filled"
+ * e.g. item "sample", fields "output fields", whose "the stage's" (a map
+ * stage), or "row", "fields", "the reader's" (the Lua reader). */
+typedef struct sl__lua_check_words {
+  const char *what, *where;
+  const char *item;
+  const char *fields;
+  const char *whose;
+  bool require_filled; /* also reject tensors whose data was not filled */
+} sl__lua_check_words;
+
+/* Checks sample `s` (number `index`, for messages) against `want`: the same
+ * field names in the same order, and every tensor fits its field (and, with
+ * w->require_filled, holds numel * dtype size bytes).  SL_OK, or SL_ESHAPE
+ * (or sl_schema_check's code) with the message above. */
+int sl__lua_check_sample(const sl_schema *want, const sl_sample *s,
+                         uint64_t index, const sl__lua_check_words *w);
+
+#endif

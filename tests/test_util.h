@@ -1,0 +1,74 @@
+/*
+ * test_util.h - helpers shared by several C test files (tests/test_util.c is
+ * compiled into every test executable).  Each one fails the running test
+ * through test_fail (test.h) instead of returning an error.
+ */
+#ifndef SLUICE_TEST_UTIL_H
+#define SLUICE_TEST_UTIL_H
+
+#include "test.h"
+
+/* --- scratch files ----------------------------------------------------------
+ * One scratch directory per test process, removed with its contents at exit.
+ * `tag` names the test file in the directory's name; the first call creates
+ * the directory, later calls return it whatever their tag. */
+
+/* The process's scratch directory, "/tmp/sluice-test-<tag>-XXXXXX". */
+const char *test_tmpdir(const char *tag);
+
+/* "<test_tmpdir(tag)>/<name>" in one of TEST_TMPPATH_SLOTS static buffers
+ * used in turn, so that many results may be used at once (e.g. two in one
+ * call).  Not thread-safe. */
+#define TEST_TMPPATH_SLOTS 8
+const char *test_tmppath(const char *tag, const char *name);
+
+/* "<test_tmpdir(tag)>/<name>" in a new malloc'd string (the caller frees
+ * it, or keeps it for the process's life). */
+char *test_tmppath_dup(const char *tag, const char *name);
+
+/* --- readers of int64 samples -----------------------------------------------
+ */
+
+/* Field `i` of `s` read as an int64 (the field must be an i64 scalar). */
+int64_t test_sample_i64(const sl_sample *s, int i);
+
+/* sl_reader_range(n): samples {i: i64} holding 0, 1, ..., n-1. */
+sl_reader *test_range_reader(int64_t n);
+
+/* Reads `r` until it stops yielding, storing field 0 of each sample (an
+ * int64) in v[0..*n), at most `cap` of them (more fails the test); returns
+ * the code that ended the pass (SL_EOF or an error). */
+int test_drain_i64(sl_reader *r, int64_t *v, size_t cap, size_t *n);
+
+/* Fails unless v[0..n) equals the `m` expected values want[0..m). */
+void test_assert_i64_values(const int64_t *v, size_t n, const int64_t *want,
+                            size_t m);
+
+/* The most values EXPECT and EXPECT_NONE drain from one pass. */
+#define TEST_EXPECT_MAX 256
+
+/* EXPECT(r, rc, v0, v1, ...): the pass of `r` yields exactly the int64
+ * values v0, v1, ... (field 0) and then ends with `rc`. */
+#define EXPECT(r, rc, ...)                                                     \
+  do {                                                                         \
+    static const int64_t expect_vals_[] = {__VA_ARGS__};                       \
+    int64_t expect_got_[TEST_EXPECT_MAX];                                      \
+    size_t expect_n_;                                                          \
+    ASSERT_RC(test_drain_i64((r), expect_got_, TEST_EXPECT_MAX, &expect_n_),   \
+              (rc));                                                           \
+    test_assert_i64_values(expect_got_, expect_n_, expect_vals_,               \
+                           sizeof expect_vals_ / sizeof expect_vals_[0]);      \
+  } while (0)
+
+/* EXPECT_NONE(r, rc): the pass of `r` ends with `rc` before yielding
+ * anything. */
+#define EXPECT_NONE(r, rc)                                                     \
+  do {                                                                         \
+    int64_t expect_got_[TEST_EXPECT_MAX];                                      \
+    size_t expect_n_;                                                          \
+    ASSERT_RC(test_drain_i64((r), expect_got_, TEST_EXPECT_MAX, &expect_n_),   \
+              (rc));                                                           \
+    ASSERT_EQ(expect_n_, 0);                                                   \
+  } while (0)
+
+#endif
