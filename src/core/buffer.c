@@ -66,6 +66,11 @@ size_t sl_buffer_size(const sl_buffer *b) {
   return b ? b->size : 0;
 }
 
+int sl__buffer_refcount(const sl_buffer *b) {
+  return b ? atomic_load_explicit(&((sl_buffer *)b)->refs, memory_order_acquire)
+           : 0;
+}
+
 sl_buffer *sl_buffer_retain(sl_buffer *b) {
   if (b) sl__ref_inc(&b->refs);
   return b;

@@ -69,6 +69,10 @@ static inline bool sl__ref_dec(sl__refcnt *r) {
   return atomic_fetch_sub_explicit(r, 1, memory_order_acq_rel) == 1;
 }
 
+/* The current refcount of `b` (acquire).  1 means the caller holds the only
+ * reference, so it may write into the buffer again. */
+int sl__buffer_refcount(const sl_buffer *b);
+
 /* --- misc ----------------------------------------------------------------- */
 #define SL_UNUSED(x) ((void)(x))
 #define SL_MIN(a, b) ((a) < (b) ? (a) : (b))
