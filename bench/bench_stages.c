@@ -178,7 +178,8 @@ static double channel_rate(uint64_t n, size_t cap, int many) {
   sl_reader *r;
   CHECK(sl_reader_range(CHAN_POOL, &r));
   static sl_sample *pool[CHAN_POOL];
-  for (int i = 0; i < CHAN_POOL; i++) CHECK(sl_reader_next(r, &pool[i]));
+  for (int i = 0; i < CHAN_POOL; i++)
+    CHECK(sl_reader_next(r, &pool[i]));
   chan_job j = {sl_channel_new(cap, 0), pool, n};
   pthread_t t;
   double t0 = now_s();
@@ -199,7 +200,8 @@ static double channel_rate(uint64_t n, size_t cap, int many) {
     exit(1);
   }
   sl_channel_destroy(j.ch);
-  for (int i = 0; i < CHAN_POOL; i++) sl_sample_release(pool[i]);
+  for (int i = 0; i < CHAN_POOL; i++)
+    sl_sample_release(pool[i]);
   sl_reader_destroy(r);
   return (double)n / (t1 - t0);
 }

@@ -57,12 +57,14 @@ int main(int argc, char **argv) {
   signal(SIGALRM, on_alarm);
   alarm(timeout);
   if (argc < 2) {
-    for (int i = 0; i < g_ntests; i++) run(i);
+    for (int i = 0; i < g_ntests; i++)
+      run(i);
     printf("%d tests passed\n", g_ntests);
     return 0;
   }
   if (strcmp(argv[1], "--list") == 0) {
-    for (int i = 0; i < g_ntests; i++) printf("%s\n", g_tests[i].name);
+    for (int i = 0; i < g_ntests; i++)
+      printf("%s\n", g_tests[i].name);
     return 0;
   }
   for (int a = 1; a < argc; a++) {

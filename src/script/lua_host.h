@@ -85,7 +85,8 @@ typedef struct sl__shipped sl__shipped;
  * "<what>: cannot ship upvalue '<name>' (a <type>) of the function defined
  * at <source>:<line>" (nested paths name the chain, e.g. 'cfg.f' or the
  * inner function's line).  Does not raise; leaves L's stack as it was. */
-SL_API int sl__lua_ship(lua_State *L, int idx, const char *what, sl__shipped **out);
+SL_API int sl__lua_ship(lua_State *L, int idx, const char *what,
+                        sl__shipped **out);
 SL_API sl__shipped *sl__shipped_retain(sl__shipped *f);
 SL_API void sl__shipped_release(sl__shipped *f);
 /* "<source>:<line>" of the shipped function (or the module.function name),
@@ -102,9 +103,10 @@ SL_API int sl__lua_unship(lua_State *W, const sl__shipped *f);
  * returns SL_ELUA with "<what> (<where>): <message + traceback>" as this
  * thread's detail message and pops the error.  Like lua_pcall otherwise. */
 SL_API int sl__lua_pcall(lua_State *W, int nargs, int nres, const char *what,
-                  const char *where);
+                         const char *where);
 
-/* --- stages --------------------------------------------------------------------- */
+/* --- stages
+ * --------------------------------------------------------------------- */
 
 typedef enum sl__lua_kind { SL__LUA_MAP, SL__LUA_FILTER } sl__lua_kind;
 
@@ -123,8 +125,8 @@ typedef struct sl__lua_stage_opts {
  * consumer at that sample's position as SL_ELUA with message and
  * traceback. */
 SL_API int sl__lua_stage(sl_reader *up, sl__lua_kind kind, sl__shipped *fn,
-                  sl__lua_env *env, const sl__lua_stage_opts *opts,
-                  sl_schema *schema, sl_reader **out);
+                         sl__lua_env *env, const sl__lua_stage_opts *opts,
+                         sl_schema *schema, sl_reader **out);
 
 /* A source running the Lua reader creator `fn` (Paddle's reader creator:
  * fn() returns an iterator; each call of the iterator returns a sample or
@@ -134,6 +136,6 @@ SL_API int sl__lua_stage(sl_reader *up, sl__lua_kind kind, sl__shipped *fn,
  * is used (known at construction: the first row is produced then).  Each
  * reset calls fn() again for a fresh iterator. */
 SL_API int sl__lua_reader(sl__shipped *fn, sl__lua_env *env, size_t buffer,
-                   sl_schema *schema, sl_reader **out);
+                          sl_schema *schema, sl_reader **out);
 
 #endif
