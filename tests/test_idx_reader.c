@@ -7,8 +7,8 @@
  */
 #include "io/idx.h"
 #include "test.h"
+#include "test_util.h"
 
-#include <ftw.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -19,29 +19,8 @@
 
 /* --- fixtures ------------------------------------------------------------ */
 
-static char g_dir[256];
-
-static int remove_entry(const char *p, const struct stat *st, int flag,
-                        struct FTW *ftw) {
-  (void)st, (void)flag, (void)ftw;
-  return remove(p);
-}
-
-static void remove_tmpdir(void) {
-  if (g_dir[0]) nftw(g_dir, remove_entry, 8, FTW_DEPTH | FTW_PHYS);
-}
-
 static const char *tmppath(const char *name) {
-  static char buf[4][512];
-  static int next;
-  if (!g_dir[0]) {
-    snprintf(g_dir, sizeof g_dir, "/tmp/sluice-test-idx-reader-XXXXXX");
-    ASSERT_NOT_NULL(mkdtemp(g_dir));
-    atexit(remove_tmpdir);
-  }
-  char *b = buf[next++ % 4];
-  snprintf(b, sizeof buf[0], "%s/%s", g_dir, name);
-  return b;
+  return test_tmppath("idx-reader", name);
 }
 
 /* The data set is a declared dependency (Makefile: make deps): its absence
@@ -313,7 +292,7 @@ TEST(missing_labels_file_names_both_files) {
            "idx: labels for %s (derived from its name; set the labels "
            "option to choose the file): %s/m-labels-idx1-ubyte.gz: cannot "
            "open: No such file or directory",
-           images, g_dir);
+           images, test_tmpdir("idx-reader"));
   sl_reader *r = (sl_reader *)1;
   ASSERT_RC(sl_idx_reader(images, NULL, &r), SL_EIO);
   ASSERT_NULL(r);

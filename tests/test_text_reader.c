@@ -16,8 +16,8 @@
  * plugin fails the test, saying to build the examples.
  */
 #include "test.h"
+#include "test_util.h"
 
-#include <ftw.h>
 #include <limits.h>
 #include <pthread.h>
 #include <sys/stat.h>
@@ -25,29 +25,8 @@
 
 /* --- fixtures ------------------------------------------------------------ */
 
-static char g_dir[256];
-
-static int remove_entry(const char *p, const struct stat *st, int flag,
-                        struct FTW *ftw) {
-  (void)st, (void)flag, (void)ftw;
-  return remove(p);
-}
-
-static void remove_tmpdir(void) {
-  if (g_dir[0]) nftw(g_dir, remove_entry, 8, FTW_DEPTH | FTW_PHYS);
-}
-
 static const char *tmppath(const char *name) {
-  static char buf[4][512];
-  static int next;
-  if (!g_dir[0]) {
-    snprintf(g_dir, sizeof g_dir, "/tmp/sluice-test-text-reader-XXXXXX");
-    ASSERT_NOT_NULL(mkdtemp(g_dir));
-    atexit(remove_tmpdir);
-  }
-  char *b = buf[next++ % 4];
-  snprintf(b, sizeof buf[0], "%s/%s", g_dir, name);
-  return b;
+  return test_tmppath("text-reader", name);
 }
 
 static void write_file(const char *path, const void *data, size_t n) {
