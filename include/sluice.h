@@ -946,6 +946,72 @@ SL_PARSER_EXPORT const sl_parser_api *sl_parser_entry(void);
 SL_API int sl_text_reader(const char *path, int use_mmap, const char *parser,
                           const char *parser_options, sl_reader **out);
 
+/* ------------------------------------------------------------------------ */
+/* Embedding: pipelines declared by Lua scripts (docs/EMBEDDING.md)          */
+/* ------------------------------------------------------------------------ */
+
+/* A pipeline declared by a Lua script, pulled from C.  The script runs in a
+ * Lua state private to the pipeline (the C program needs no Lua of its own):
+ * a fresh LuaJIT state with the standard libraries, whose package.path and
+ * package.cpath are LuaJIT's (LUA_PATH / LUA_CPATH from the environment when
+ * set, else LuaJIT's defaults, which search the Lua 5.1 tree under
+ * /usr/local: set them when sluice's Lua files are installed elsewhere).  The
+ * script sees its arguments as `...` (strings) and as the global table `arg`
+ * (arg[0] = the script path or chunk name, arg[1..argc] = the arguments),
+ * and must return a pipeline object (`require "sluice"`, then e.g.
+ * `return sluice.range(n):batch(b)`); the C side takes its reader over.
+ *
+ * Thread safety: one thread at a time per pipeline (like a reader); distinct
+ * pipelines are independent.  The private state is only used while opening
+ * and closing: sl_pipeline_next and sl_pipeline_reset run the C reader chain
+ * (Lua decorators in it run in worker states of their own), never the
+ * script's state.  Error details are in the calling thread's
+ * sl_last_error(). */
+typedef struct sl_pipeline sl_pipeline;
+
+/* Runs the script file `path` with `argc` arguments `argv` (borrowed; copied
+ * into Lua; a NULL entry passes "") and sets *out to a new pipeline owned by
+ * the caller (sl_pipeline_close it).  On any error *out is NULL and nothing
+ * is leaked.  Returns SL_OK, or:
+ *   SL_EINVAL   NULL out or path, argc < 0, argc > 0 with NULL argv; or the
+ *               script returned something else than a live pipeline
+ *               ("pipeline script PATH returned a number, not a pipeline";
+ *               a closed or consumed pipeline is named as such);
+ *   SL_EIO      the file cannot be read ("pipeline script PATH: cannot open
+ *               PATH..." with the system's reason);
+ *   SL_ELUA     a syntax error (Lua's message, with the line), or an error
+ *               raised while the script runs: "pipeline script (PATH): " +
+ *               the Lua message + a traceback naming the script's lines;
+ *   SL_ENOMEM   out of memory (C or Lua). */
+SL_API int sl_pipeline_open_file(const char *path, int argc,
+                                 const char *const *argv, sl_pipeline **out);
+/* Like sl_pipeline_open_file for the script text `code` (NUL-terminated,
+ * Lua source or bytecode; borrowed).  `chunkname` (NULL or "" = "pipeline")
+ * names the chunk in messages and tracebacks and is arg[0].  Same returns,
+ * less SL_EIO. */
+SL_API int sl_pipeline_open_string(const char *code, const char *chunkname,
+                                   int argc, const char *const *argv,
+                                   sl_pipeline **out);
+/* Pulls the next batch (sample) into *batch, owned by the caller
+ * (sl_sample_release it; fields by name with sl_sample_field).  Returns
+ * SL_OK, SL_EOF at the end of the pass (repeatable; *batch NULL), or an
+ * error (*batch NULL), sticky until sl_pipeline_reset: a Lua decorator's
+ * error is SL_ELUA at that sample's position, with the Lua message and a
+ * traceback naming the decorator's source line.  SL_EINVAL for a NULL
+ * pipeline or batch. */
+SL_API int sl_pipeline_next(sl_pipeline *p, sl_sample **batch);
+/* Starts the next pass (epoch) from the beginning and clears a sticky
+ * error.  SL_OK, SL_EINVAL for NULL, or the chain's error (e.g.
+ * SL_EUNSUPPORTED when a stage cannot be reset). */
+SL_API int sl_pipeline_reset(sl_pipeline *p);
+/* The schema of the batches (borrowed, frozen, valid until close), or NULL
+ * for a NULL pipeline. */
+SL_API const sl_schema *sl_pipeline_schema(const sl_pipeline *p);
+/* Destroys the reader chain (joining its threads, at any moment: mid-pass,
+ * busy workers) and then the private Lua state.  Batches already returned
+ * stay valid until released.  NULL-safe. */
+SL_API void sl_pipeline_close(sl_pipeline *p);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,252 @@
+/*
+ * pipeline.c - the embedding API: a C program opens a pipeline declared by a
+ * Lua script (a file or a string) and pulls batches from it without any Lua
+ * of its own.
+ *
+ * Opening.  A fresh lua_State private to the pipeline (luaL_newstate, the
+ * standard libraries; package.path/cpath are LuaJIT's: LUA_PATH/LUA_CPATH
+ * from the environment when set, else the defaults, which search the
+ * standard Lua 5.1 tree under /usr/local where a default install puts the
+ * sluice modules).  The global `arg` is the script name at 0 and the
+ * arguments at 1..n; the chunk is called with the arguments as `...`.  The
+ * script runs under sl__lua_pcall, so a runtime error carries the Lua
+ * message and a traceback naming the script's line.  Everything that
+ * allocates in the state runs inside one lua_cpcall, so running out of
+ * memory ends as SL_ENOMEM rather than a panic.
+ *
+ * Taking the reader.  The script returns a sluice.Pipeline, a Lua table
+ * whose `_r` is an sl_reader* cdata with a finalizer.  A small Lua snippet
+ * (TAKE_SRC) checks the value, removes the finalizer, marks the Lua object
+ * as consumed ("the C embedding") and hands the pointer to C as a number;
+ * from then on the C side owns the reader.  Anything else returned is
+ * SL_EINVAL, "pipeline script X returned a <type>, not a pipeline".
+ *
+ * Iterating.  sl_pipeline_next/reset are sl_reader_next/reset on that
+ * reader: the private state is not touched (Lua stages of the chain run in
+ * worker states of their own), so an error in a Lua decorator arrives as the
+ * reader's SL_ELUA with message and traceback.  Closing destroys the reader
+ * (joining its threads) before lua_close, whose finalizers may still call
+ * into libsluice for objects the script made and dropped.
+ */
+#include "core/internal.h"
+#include "script/lua_host.h"
+
+#include <lauxlib.h>
+#include <lualib.h>
+
+#include <stdint.h>
+#include <string.h>
+
+struct sl_pipeline {
+  lua_State *L; /* the script's state, idle after opening */
+  sl_reader *r; /* owned */
+};
+
+/* Called with (value, script name); returns the reader's address as a
+ * number, or nil and a message. */
+static const char TAKE_SRC[] =
+    "local p, name = ...\n"
+    "local t = type(p)\n"
+    "local sluice = package.loaded.sluice\n"
+    "if t ~= 'table' or type(sluice) ~= 'table'\n"
+    "    or getmetatable(p) ~= sluice.Pipeline then\n"
+    "  return nil, ('pipeline script %s returned a %s, not a pipeline')\n"
+    "    :format(name, t)\n"
+    "end\n"
+    "local r = p._r\n"
+    "if not r then\n"
+    "  return nil, ('pipeline script %s returned a pipeline that is %s')\n"
+    "    :format(name, p._dead == 'closed' and 'closed'\n"
+    "            or 'consumed by ' .. tostring(p._dead))\n"
+    "end\n"
+    "local ffi = require 'ffi'\n"
+    "ffi.gc(r, nil)\n"
+    "p._r, p._dead = nil, 'the C embedding'\n"
+    "return tonumber(ffi.cast('uintptr_t', r))\n";
+
+typedef struct open_ctx {
+  const char *code; /* NULL: load the file `name` */
+  size_t code_len;
+  const char *name;      /* file path, or the string's chunk name */
+  const char *chunkname; /* for luaL_loadbuffer ("=name" or "@name") */
+  int argc;
+  const char *const *argv;
+  int rc;            /* SL_OK or the error (detail already set) */
+  sl_reader *reader; /* on SL_OK */
+} open_ctx;
+
+static int load_error(lua_State *L, int st, const char *name) {
+  const char *msg = lua_tostring(L, -1);
+  if (!msg) msg = "(no message)";
+  int code = st == LUA_ERRMEM    ? SL_ENOMEM
+             : st == LUA_ERRFILE ? SL_EIO
+                                 : SL_ELUA;
+  sl_set_error(code, "pipeline script %s: %s", name, msg);
+  lua_pop(L, 1);
+  return code;
+}
+
+static int open_cp(lua_State *L) {
+  open_ctx *c = lua_touserdata(L, 1);
+  luaL_openlibs(L);
+
+  lua_createtable(L, c->argc, 1);
+  lua_pushstring(L, c->name);
+  lua_rawseti(L, -2, 0);
+  for (int i = 0; i < c->argc; i++) {
+    lua_pushstring(L, c->argv[i] ? c->argv[i] : "");
+    lua_rawseti(L, -2, i + 1);
+  }
+  lua_setfield(L, LUA_GLOBALSINDEX, "arg");
+
+  int st = c->code ? luaL_loadbuffer(L, c->code, c->code_len, c->chunkname)
+                   : luaL_loadfile(L, c->name);
+  if (st != 0) {
+    c->rc = load_error(L, st, c->name);
+    return 0;
+  }
+  luaL_checkstack(L, c->argc + 4, "pipeline script: too many arguments");
+  for (int i = 0; i < c->argc; i++)
+    lua_pushstring(L, c->argv[i] ? c->argv[i] : "");
+  c->rc = sl__lua_pcall(L, c->argc, 1, "pipeline script", c->name);
+  if (c->rc != SL_OK) return 0;
+
+  /* The value is at the top: call TAKE_SRC(value, name). */
+  st = luaL_loadbuffer(L, TAKE_SRC, sizeof TAKE_SRC - 1, "=sluice embedding");
+  if (st != 0) {
+    c->rc = load_error(L, st, c->name);
+    return 0;
+  }
+  lua_insert(L, -2);
+  lua_pushstring(L, c->name);
+  c->rc = sl__lua_pcall(L, 2, 2, "pipeline script", c->name);
+  if (c->rc != SL_OK) return 0;
+  if (lua_type(L, -2) != LUA_TNUMBER) {
+    const char *msg = lua_tostring(L, -1);
+    c->rc = sl_set_error(SL_EINVAL, "%s", msg ? msg : "not a pipeline");
+    return 0;
+  }
+  lua_Number v = lua_tonumber(L, -2);
+  uintptr_t addr = (uintptr_t)v;
+  if (v <= 0 || (lua_Number)addr != v) {
+    /* Unreachable on the platforms LuaJIT runs on (47-bit addresses), but a
+     * pointer that did not survive the trip must not be used. */
+    c->rc = sl_set_error(SL_EUNSUPPORTED,
+                         "pipeline script %s: reader address not representable",
+                         c->name);
+    return 0;
+  }
+  c->reader = (sl_reader *)addr;
+  c->rc = SL_OK;
+  return 0;
+}
+
+static int open_common(open_ctx *c, sl_pipeline **out) {
+  lua_State *L = luaL_newstate();
+  SL_RETURN_ERROR_IF(!L, SL_ENOMEM, "pipeline: cannot create a Lua state");
+  c->rc = SL_ELUA;
+  c->reader = NULL;
+  int st = lua_cpcall(L, open_cp, c);
+  if (st != 0) {
+    /* Only a memory error (or an error inside an error handler) gets here;
+     * a reader taken before it would have been assigned last, so none is. */
+    const char *msg = lua_tostring(L, -1);
+    int code = st == LUA_ERRMEM ? SL_ENOMEM : SL_ELUA;
+    sl_set_error(code, "pipeline script %s: %s", c->name,
+                 msg ? msg : "(no message)");
+    lua_close(L);
+    return code;
+  }
+  if (c->rc != SL_OK) {
+    int code = c->rc;
+    /* lua_close runs finalizers that may call sluice and so clobber the
+     * detail message: keep it across. */
+    char *saved = sl__strdup(sl_last_error());
+    lua_close(L);
+    if (saved) {
+      sl_set_error(code, "%s", saved);
+      sl__free(saved);
+    }
+    return code;
+  }
+  sl_pipeline *p = sl__calloc(1, sizeof *p);
+  if (!p) {
+    sl_reader_destroy(c->reader);
+    lua_close(L);
+    return sl_set_error(SL_ENOMEM, "pipeline script %s: out of memory",
+                        c->name);
+  }
+  p->L = L;
+  p->r = c->reader;
+  *out = p;
+  return SL_OK;
+}
+
+static int check_args(int argc, const char *const *argv, sl_pipeline **out,
+                      const char *what) {
+  SL_RETURN_ERROR_IF(!out, SL_EINVAL, "%s: out is NULL", what);
+  *out = NULL;
+  SL_RETURN_ERROR_IF(argc < 0 || (argc > 0 && !argv), SL_EINVAL,
+                     "%s: argc %d with %s argv", what, argc,
+                     argv ? "an" : "a NULL");
+  return SL_OK;
+}
+
+int sl_pipeline_open_file(const char *path, int argc, const char *const *argv,
+                          sl_pipeline **out) {
+  int rc = check_args(argc, argv, out, "sl_pipeline_open_file");
+  if (rc != SL_OK) return rc;
+  SL_RETURN_ERROR_IF(!path, SL_EINVAL, "sl_pipeline_open_file: path is NULL");
+  open_ctx c = {0};
+  c.name = path;
+  c.argc = argc;
+  c.argv = argv;
+  return open_common(&c, out);
+}
+
+int sl_pipeline_open_string(const char *code, const char *chunkname, int argc,
+                            const char *const *argv, sl_pipeline **out) {
+  int rc = check_args(argc, argv, out, "sl_pipeline_open_string");
+  if (rc != SL_OK) return rc;
+  SL_RETURN_ERROR_IF(!code, SL_EINVAL, "sl_pipeline_open_string: code is NULL");
+  if (!chunkname || !chunkname[0]) chunkname = "pipeline";
+  /* "=name": messages and tracebacks show the name as given. */
+  size_t n = strlen(chunkname);
+  char *cn = sl__malloc(n + 2);
+  SL_RETURN_ERROR_IF(!cn, SL_ENOMEM, "sl_pipeline_open_string: out of memory");
+  cn[0] = '=';
+  memcpy(cn + 1, chunkname, n + 1);
+  open_ctx c = {0};
+  c.code = code;
+  c.code_len = strlen(code);
+  c.name = chunkname;
+  c.chunkname = cn;
+  c.argc = argc;
+  c.argv = argv;
+  rc = open_common(&c, out);
+  sl__free(cn);
+  return rc;
+}
+
+int sl_pipeline_next(sl_pipeline *p, sl_sample **batch) {
+  SL_RETURN_ERROR_IF(!batch, SL_EINVAL, "sl_pipeline_next: batch is NULL");
+  *batch = NULL;
+  SL_RETURN_ERROR_IF(!p, SL_EINVAL, "sl_pipeline_next: pipeline is NULL");
+  return sl_reader_next(p->r, batch);
+}
+
+int sl_pipeline_reset(sl_pipeline *p) {
+  SL_RETURN_ERROR_IF(!p, SL_EINVAL, "sl_pipeline_reset: pipeline is NULL");
+  return sl_reader_reset(p->r);
+}
+
+const sl_schema *sl_pipeline_schema(const sl_pipeline *p) {
+  return p ? sl_reader_schema(p->r) : NULL;
+}
+
+void sl_pipeline_close(sl_pipeline *p) {
+  if (!p) return;
+  sl_reader_destroy(p->r);
+  lua_close(p->L);
+  sl__free(p);
+}

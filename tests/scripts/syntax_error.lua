@@ -1,0 +1,3 @@
+-- syntax_error.lua: does not compile (tests/test_pipeline.c).
+local sluice = require "sluice"
+return sluice.range(3) :batch(
