@@ -107,6 +107,13 @@ else
   echo "no lua/sluice/init.lua installed (the facade has not landed)"
 fi
 
+step "embedding API from the prefix (no LUA_PATH/LUA_CPATH)"
+# shellcheck disable=SC2046,SC2086 # pkg-config output is meant to split
+"$cc" -std=c11 -Wall -Wextra -Werror $san_cflags "$here/embed.c" \
+  $(pkg-config --cflags --libs sluice) -Wl,-rpath,"$pc_libdir" \
+  -o "$tmp/embed"
+env -u LUA_PATH -u LUA_CPATH "$tmp/embed"
+
 step "installed Lua files"
 src_lua=$here/../../lua
 if [ -d "$src_lua/sluice" ]; then
