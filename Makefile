@@ -90,7 +90,7 @@ tsan: deps
 	cmake --build $(BUILD_TSAN) -j$(JOBS)
 	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
 	  ctest --test-dir $(BUILD_TSAN) --output-on-failure -j$(JOBS) \
-	  --no-tests=error -R '^(channel|prefetch|threaded|errors|lua_ship|lua_stage|open_files|registry|plan)\.'
+	  --no-tests=error -R '^(channel|prefetch|threaded|errors|lua_ship|lua_stage|open_files|registry|plan|pipeline)\.'
 
 bench: build
 	@if [ -x $(BUILD)/bench_stages ]; then \
