@@ -72,8 +72,21 @@ build: configure
 test: build
 	ctest --test-dir $(BUILD) --output-on-failure -j$(JOBS)
 
+# The main job: examples/trainer/trainer (C) fed by examples/fashion_mnist.lua
+# through the embedding API, on Fashion-MNIST packed into $(BUILD)/data/ by
+# the built CLI when missing.  The pipeline script finds the sluice Lua
+# modules through LUA_PATH / LUA_CPATH (source lua/ and $(BUILD)/lua).
+demo: export LUA_PATH := $(CURDIR)/lua/?.lua;$(CURDIR)/lua/?/init.lua;;
+demo: export LUA_CPATH := $(CURDIR)/$(BUILD)/lua/?.so;;
 demo: build
-	$(BUILD)/examples/fmnist_softmax --data $(DATA) --epochs $(EPOCHS)
+	@mkdir -p $(BUILD)/data
+	@for s in train t10k; do \
+	  [ -s $(BUILD)/data/$$s.slr ] && continue; \
+	  echo "demo: packing $$s into $(BUILD)/data/$$s.slr"; \
+	  $(BUILD)/tools/sluice pack idx -q $(DATA)/$$s-images-idx3-ubyte.gz \
+	    $(DATA)/$$s-labels-idx1-ubyte.gz -o $(BUILD)/data/$$s.slr || exit 1; \
+	done
+	$(BUILD)/examples/trainer/trainer --data $(BUILD)/data --epochs $(EPOCHS)
 
 asan: deps
 	cmake -S . -B $(BUILD_ASAN) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) \

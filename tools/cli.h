@@ -20,6 +20,7 @@ int cmd_pack(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
 int cmd_cat(int argc, char **argv);
+int cmd_run(int argc, char **argv);
 
 /* --- option parsing ---------------------------------------------------------
  * GNU style: options and operands in any order, "--name value",

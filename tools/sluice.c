@@ -1,6 +1,6 @@
 /*
  * sluice.c - the `sluice` command: dispatches to its subcommands (pack,
- * inspect, verify, cat), and answers --help and --version.
+ * inspect, verify, cat, run), and answers --help and --version.
  *
  * Exit statuses, everywhere: 0 success, 1 failure (with a message on
  * stderr), 2 bad usage (message and usage on stderr).  docs/CLI.md is the
@@ -18,12 +18,14 @@ static const char synopsis[] =
     "  sluice inspect [--json] [--chunks] FILE\n"
     "  sluice verify FILE...\n"
     "  sluice cat [--from K] [--count N] [--json] FILE\n"
+    "  sluice run [--epochs N | --limit N] SCRIPT [ARGS...]\n"
     "  sluice help [COMMAND]\n"
     "  sluice --version\n";
 
 static void print_help(FILE *o) {
   fprintf(o,
-          "sluice - pack, inspect, verify and read SLR record files\n"
+          "sluice - pack, inspect, verify and read SLR record files; run Lua "
+          "pipeline scripts\n"
           "\n"
           "Usage:\n%s"
           "\n"
@@ -32,6 +34,7 @@ static void print_help(FILE *o) {
           "  inspect  show a file's schema, counts, sizes and compression\n"
           "  verify   check every checksum, size and index entry of files\n"
           "  cat      print records as text or JSON lines\n"
+          "  run      iterate a Lua pipeline script, print samples/s\n"
           "\n"
           "Run 'sluice COMMAND --help' for a command's options.\n"
           "Exit status: 0 success, 1 failure (message on stderr), 2 bad "
@@ -45,10 +48,8 @@ typedef struct command {
 } command;
 
 static const command commands[] = {
-    {"pack", cmd_pack},
-    {"inspect", cmd_inspect},
-    {"verify", cmd_verify},
-    {"cat", cmd_cat},
+    {"pack", cmd_pack}, {"inspect", cmd_inspect}, {"verify", cmd_verify},
+    {"cat", cmd_cat},   {"run", cmd_run},
 };
 
 static const command *find_command(const char *name) {

@@ -35,8 +35,8 @@ typedef struct sl__pack_opts {
 /* The name of shard `shard` of `shards` for output `out`: a trailing ".slr"
  * is removed, then "-%05u-of-%05u.slr" appended ("data.slr", 1, 4 ->
  * "data-00001-of-00004.slr").  SL_EINVAL when it does not fit in `size`. */
-int sl__shard_name(const char *out, uint32_t shard, uint32_t shards, char *buf,
-                   size_t size);
+SL_API int sl__shard_name(const char *out, uint32_t shard, uint32_t shards,
+                          char *buf, size_t size);
 
 /* The last path component of `path` (a pointer into it). */
 const char *sl__basename(const char *path);
@@ -71,14 +71,14 @@ void sl__sink_abort(sl__pack_sink *sink);
  * metadata source=idx, images=<basename>, labels=<basename>.  *records (may
  * be NULL) receives the count.  On any failure nothing is left under the
  * output name(s). */
-int sl__pack_idx(const char *images, const char *labels, const char *out,
-                 const sl__pack_opts *o, uint64_t *records);
+SL_API int sl__pack_idx(const char *images, const char *labels, const char *out,
+                        const sl__pack_opts *o, uint64_t *records);
 
 /* Lines of the `n` text files, in order, into records {text: bytes[-1]}:
  * one record per line, the "\n" and one trailing "\r" removed; a last line
  * without "\n" counts, an empty line is an empty record.  Metadata
  * source=text, files=<basenames joined by ','>. */
-int sl__pack_text(const char *const *files, size_t n, const char *out,
-                  const sl__pack_opts *o, uint64_t *records);
+SL_API int sl__pack_text(const char *const *files, size_t n, const char *out,
+                         const sl__pack_opts *o, uint64_t *records);
 
 #endif
