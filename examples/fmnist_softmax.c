@@ -16,10 +16,13 @@
  * wall time it spent blocked inside sl_reader_next: that share answers "does
  * training wait on data?".
  *
- * The idx decoding below is deliberately local to this example; the idx
- * reader proper (a sluice file reader with schema checks, behind
- * open_files) lands with the open_files issue.
+ * The idx decoding below is deliberately local to this example, to show a
+ * C generator source; sluice's own idx reader is `sl_open("idx:...")`.
  */
+/* clock_gettime under strict -std=c11 (a user builds this with pkg-config
+ * and their own flags). */
+#define _POSIX_C_SOURCE 200809L
+
 #include "sluice.h"
 
 #include <errno.h>

@@ -14,8 +14,12 @@
  * L is the mean training cross-entropy of the epoch, A the accuracy on the
  * 10000 t10k images, W the fraction of the epoch's wall time (training pass
  * and evaluation) spent inside sl_pipeline_next: "does training wait on
- * data?".  The model code is the one of examples/fmnist_softmax.c.
+ * data?".  The model is examples/softmax.h, shared with fmnist_softmax.c.
  */
+/* clock_gettime under strict -std=c11 (a user builds this with pkg-config
+ * and their own flags). */
+#define _POSIX_C_SOURCE 200809L
+
 #include <sluice.h>
 
 #include "../softmax.h"

@@ -114,6 +114,29 @@ step "embedding API from the prefix (no LUA_PATH/LUA_CPATH)"
   -o "$tmp/embed"
 env -u LUA_PATH -u LUA_CPATH "$tmp/embed"
 
+step "the demo trainer from the prefix, with the installed sluice command"
+# examples/trainer as a user builds it: pkg-config, the installed library and
+# Lua modules (found from the library's location), data packed with the
+# installed `sluice`.  A short run: the t10k set stands in for the training
+# set, a few batches per epoch.
+fmnist=${SLUICE_FMNIST_DIR:-/usr/share/datasets/fashion-mnist}
+[ -r "$fmnist/t10k-images-idx3-ubyte.gz" ] ||
+  { echo "missing $fmnist: install the dataset-fashion-mnist package"; exit 1; }
+mkdir -p "$tmp/data"
+"$prefix/bin/sluice" pack idx "$fmnist/t10k-images-idx3-ubyte.gz" \
+  "$fmnist/t10k-labels-idx1-ubyte.gz" -o "$tmp/data/t10k.slr" -q
+cp "$tmp/data/t10k.slr" "$tmp/data/train.slr"
+# shellcheck disable=SC2046,SC2086 # pkg-config output is meant to split
+"$cc" -std=c11 -O2 -Wall -Wextra -Werror $san_cflags \
+  "$here/../../examples/trainer/trainer.c" \
+  $(pkg-config --cflags --libs sluice) -lm -Wl,-rpath,"$pc_libdir" \
+  -o "$tmp/trainer"
+env -u LUA_PATH -u LUA_CPATH "$tmp/trainer" --epochs 1 --limit 10 \
+  --script "$here/../../examples/fashion_mnist.lua" --data "$tmp/data" \
+  | tee "$tmp/trainer.out"
+grep -Eq '^epoch=1 loss=[0-9.]+ test_acc=0\.[0-9]+ wait=[0-9.]+$' \
+  "$tmp/trainer.out" || { echo "trainer printed no epoch line"; exit 1; }
+
 step "installed Lua files"
 src_lua=$here/../../lua
 if [ -d "$src_lua/sluice" ]; then
