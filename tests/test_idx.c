@@ -6,6 +6,7 @@
 #include "io/idx.h"
 #include "io/import.h"
 #include "test.h"
+#include "test_util.h"
 
 #include <dirent.h>
 #include <sys/stat.h>
@@ -54,37 +55,10 @@ static void rm_tmpdir(void) {
   rmdir(g_dir);
 }
 
-static void write_file(const char *path, const void *data, size_t n) {
-  FILE *f = fopen(path, "wb");
-  ASSERT_NOT_NULL(f);
-  ASSERT_EQ(fwrite(data, 1, n, f), n);
-  ASSERT_EQ(fclose(f), 0);
-}
-
-static void write_gz(const char *path, const void *data, size_t n) {
-  gzFile g = gzopen(path, "wb");
-  ASSERT_TRUE(g != NULL);
-  ASSERT_EQ(gzwrite(g, data, (unsigned)n), (int)n);
-  ASSERT_EQ(gzclose(g), Z_OK);
-}
-
-/* An idx header for u8 (type 0x08) with up to 3 dims into h; its length. */
-static size_t idx_header(unsigned char *h, unsigned type, int rank,
-                         const uint32_t *dims) {
-  h[0] = 0, h[1] = 0, h[2] = (unsigned char)type, h[3] = (unsigned char)rank;
-  for (int d = 0; d < rank; d++) {
-    h[4 + 4 * d] = (unsigned char)(dims[d] >> 24);
-    h[5 + 4 * d] = (unsigned char)(dims[d] >> 16);
-    h[6 + 4 * d] = (unsigned char)(dims[d] >> 8);
-    h[7 + 4 * d] = (unsigned char)dims[d];
-  }
-  return 4 + 4 * (size_t)rank;
-}
-
 /* A 2 x 3 x 2 u8 image file: bytes 0..11; returns the file size. */
 static size_t images_2x3x2(unsigned char *buf) {
   uint32_t dims[3] = {2, 3, 2};
-  size_t n = idx_header(buf, 0x08, 3, dims);
+  size_t n = test_idx_header(buf, 0x08, 3, dims);
   for (int i = 0; i < 12; i++)
     buf[n + (size_t)i] = (unsigned char)(i * 7);
   return n + 12;
@@ -123,7 +97,7 @@ TEST(plain_u8) {
   tmpdir();
   unsigned char buf[64];
   size_t n = images_2x3x2(buf);
-  write_file(path_of("img"), buf, n);
+  test_write_file(path_of("img"), buf, n);
   sl__idx x;
   ASSERT_OK(sl__idx_load(path_of("img"), &x));
   check_2x3x2(&x);
@@ -141,9 +115,9 @@ TEST(gzip_u8) {
   tmpdir();
   unsigned char buf[64];
   size_t n = images_2x3x2(buf);
-  write_gz(path_of("img.gz"), buf, n);
+  test_write_gz(path_of("img.gz"), buf, n);
   /* The gzip magic is what counts, not the name. */
-  write_gz(path_of("img.raw"), buf, n);
+  test_write_gz(path_of("img.raw"), buf, n);
   const char *names[] = {"img.gz", "img.raw"};
   for (int i = 0; i < 2; i++) {
     sl__idx x;
@@ -159,11 +133,11 @@ TEST(multibyte_to_host_order) {
   tmpdir();
   unsigned char buf[64];
   uint32_t dims[1] = {3};
-  size_t n = idx_header(buf, 0x0C, 1, dims); /* i32 */
+  size_t n = test_idx_header(buf, 0x0C, 1, dims); /* i32 */
   static const unsigned char be[12] = {0x00, 0x00, 0x00, 0x01, 0xFF, 0xFF,
                                        0xFF, 0xFE, 0x12, 0x34, 0x56, 0x78};
   memcpy(buf + n, be, sizeof be);
-  write_file(path_of("i32"), buf, n + sizeof be);
+  test_write_file(path_of("i32"), buf, n + sizeof be);
   sl__idx x;
   ASSERT_OK(sl__idx_load(path_of("i32"), &x));
   ASSERT_EQ(x.dtype, SL_I32);
@@ -174,10 +148,10 @@ TEST(multibyte_to_host_order) {
   ASSERT_EQ(v[2], 0x12345678);
   sl__idx_free(&x);
   /* f64: 1.5 big-endian is 3F F8 00 .. 00 */
-  n = idx_header(buf, 0x0E, 1, (uint32_t[]){1});
+  n = test_idx_header(buf, 0x0E, 1, (uint32_t[]){1});
   memset(buf + n, 0, 8);
   buf[n] = 0x3F, buf[n + 1] = 0xF8;
-  write_file(path_of("f64"), buf, n + 8);
+  test_write_file(path_of("f64"), buf, n + 8);
   ASSERT_OK(sl__idx_load(path_of("f64"), &x));
   ASSERT_EQ(x.dtype, SL_F64);
   ASSERT_TRUE(*(const double *)sl_buffer_data(x.data) == 1.5);
@@ -188,8 +162,8 @@ TEST(multibyte_to_host_order) {
 TEST(zero_items) {
   tmpdir();
   unsigned char buf[64];
-  size_t n = idx_header(buf, 0x08, 3, (uint32_t[]){0, 28, 28});
-  write_file(path_of("empty"), buf, n);
+  size_t n = test_idx_header(buf, 0x08, 3, (uint32_t[]){0, 28, 28});
+  test_write_file(path_of("empty"), buf, n);
   sl__idx x;
   ASSERT_OK(sl__idx_load(path_of("empty"), &x));
   ASSERT_EQ(x.count, 0);
@@ -203,13 +177,13 @@ TEST(truncated_data) {
   tmpdir();
   unsigned char buf[64];
   size_t n = images_2x3x2(buf);
-  write_file(path_of("img"), buf, n - 5);
+  test_write_file(path_of("img"), buf, n - 5);
   expect_fail(path_of("img"), SL_ECORRUPT, "truncated");
   /* The message says what was expected and what was found. */
   ASSERT_CONTAINS(sl_last_error(), "2x3x2");
   ASSERT_CONTAINS(sl_last_error(), "12 data bytes");
   ASSERT_CONTAINS(sl_last_error(), "found 7");
-  write_gz(path_of("img.gz"), buf, n - 5);
+  test_write_gz(path_of("img.gz"), buf, n - 5);
   expect_fail(path_of("img.gz"), SL_ECORRUPT, "found 7");
   rm_tmpdir();
 }
@@ -218,23 +192,23 @@ TEST(truncated_gzip_stream) {
   tmpdir();
   unsigned char buf[4096];
   uint32_t dims[3] = {4, 16, 16};
-  size_t n = idx_header(buf, 0x08, 3, dims);
+  size_t n = test_idx_header(buf, 0x08, 3, dims);
   for (size_t i = 0; i < 1024; i++)
     buf[n + i] = (unsigned char)(i * i);
-  write_gz(path_of("full.gz"), buf, n + 1024);
+  test_write_gz(path_of("full.gz"), buf, n + 1024);
   FILE *f = fopen(path_of("full.gz"), "rb");
   unsigned char gz[8192];
   size_t gzlen = fread(gz, 1, sizeof gz, f);
   fclose(f);
   ASSERT_GE(gzlen, 40);
   /* Cut inside the deflate data, and cut only the 8-byte trailer. */
-  write_file(path_of("cut.gz"), gz, gzlen / 2);
+  test_write_file(path_of("cut.gz"), gz, gzlen / 2);
   expect_fail(path_of("cut.gz"), SL_ECORRUPT, "truncated");
-  write_file(path_of("notrailer.gz"), gz, gzlen - 4);
+  test_write_file(path_of("notrailer.gz"), gz, gzlen - 4);
   expect_fail(path_of("notrailer.gz"), SL_ECORRUPT, "truncated gzip");
   /* A flipped byte in the stream: a data or CRC error, never silent. */
   gz[gzlen / 2] ^= 0x55;
-  write_file(path_of("flip.gz"), gz, gzlen);
+  test_write_file(path_of("flip.gz"), gz, gzlen);
   sl__idx x;
   ASSERT_RC(sl__idx_load(path_of("flip.gz"), &x), SL_ECORRUPT);
   ASSERT_CONTAINS(sl_last_error(), path_of("flip.gz"));
@@ -248,13 +222,13 @@ TEST(truncated_gzip_trailer_large) {
   size_t items = 4096, n = 16 + items * 784;
   unsigned char *buf = malloc(n);
   ASSERT_NOT_NULL(buf);
-  idx_header(buf, 0x08, 3, (uint32_t[]){(uint32_t)items, 28, 28});
+  test_idx_header(buf, 0x08, 3, (uint32_t[]){(uint32_t)items, 28, 28});
   uint32_t x = 1;
   for (size_t i = 16; i < n; i++) {
     x = x * 1103515245u + 12345u;
     buf[i] = (unsigned char)((x >> 16) & 0x0F); /* compressible noise */
   }
-  write_gz(path_of("big.gz"), buf, n);
+  test_write_gz(path_of("big.gz"), buf, n);
   sl__idx ok;
   ASSERT_OK(sl__idx_load(path_of("big.gz"), &ok));
   ASSERT_TRUE(memcmp(sl_buffer_data(ok.data), buf + 16, n - 16) == 0);
@@ -265,12 +239,12 @@ TEST(truncated_gzip_trailer_large) {
   size_t gzlen = fread(gz, 1, n + 1024, f);
   fclose(f);
   for (size_t cut = 1; cut <= 8; cut++) {
-    write_file(path_of("cut.gz"), gz, gzlen - cut);
+    test_write_file(path_of("cut.gz"), gz, gzlen - cut);
     expect_fail(path_of("cut.gz"), SL_ECORRUPT, "truncated gzip stream");
   }
   /* A wrong CRC in the trailer. */
   gz[gzlen - 8] ^= 1;
-  write_file(path_of("crc.gz"), gz, gzlen);
+  test_write_file(path_of("crc.gz"), gz, gzlen);
   expect_fail(path_of("crc.gz"), SL_ECORRUPT, "zlib");
   free(gz);
   free(buf);
@@ -281,12 +255,12 @@ TEST(truncated_header) {
   tmpdir();
   unsigned char buf[64];
   size_t n = images_2x3x2(buf);
-  write_file(path_of("h"), buf, 9); /* magic + 1 of 3 dims + 1 byte */
+  test_write_file(path_of("h"), buf, 9); /* magic + 1 of 3 dims + 1 byte */
   expect_fail(path_of("h"), SL_ECORRUPT, "truncated idx header");
   ASSERT_CONTAINS(sl_last_error(), "3 dimensions");
-  write_file(path_of("m"), buf, 3);
+  test_write_file(path_of("m"), buf, 3);
   expect_fail(path_of("m"), SL_ECORRUPT, "truncated idx header");
-  write_file(path_of("e"), buf, 0);
+  test_write_file(path_of("e"), buf, 0);
   expect_fail(path_of("e"), SL_ECORRUPT, "empty");
   SL_UNUSED(n);
   rm_tmpdir();
@@ -297,21 +271,21 @@ TEST(bad_magic) {
   unsigned char buf[64];
   size_t n = images_2x3x2(buf);
   buf[1] = 0x01;
-  write_file(path_of("x"), buf, n);
+  test_write_file(path_of("x"), buf, n);
   expect_fail(path_of("x"), SL_ECORRUPT, "not an idx file");
   /* A text file, gzip-compressed. */
-  write_gz(path_of("t.gz"), "hello, world\n", 13);
+  test_write_gz(path_of("t.gz"), "hello, world\n", 13);
   expect_fail(path_of("t.gz"), SL_ECORRUPT, "not an idx file");
   buf[1] = 0;
   buf[2] = 0x0A; /* no such type */
-  write_file(path_of("y"), buf, n);
+  test_write_file(path_of("y"), buf, n);
   expect_fail(path_of("y"), SL_ECORRUPT, "type code 0x0a");
   buf[2] = 0x08;
   buf[3] = 0; /* rank 0 */
-  write_file(path_of("z"), buf, n);
+  test_write_file(path_of("z"), buf, n);
   expect_fail(path_of("z"), SL_ECORRUPT, "rank 0");
   buf[3] = 9;
-  write_file(path_of("z"), buf, n);
+  test_write_file(path_of("z"), buf, n);
   expect_fail(path_of("z"), SL_ECORRUPT, "rank 9");
   rm_tmpdir();
 }
@@ -321,7 +295,7 @@ TEST(trailing_bytes) {
   unsigned char buf[64];
   size_t n = images_2x3x2(buf);
   buf[n] = 0xAB;
-  write_file(path_of("x"), buf, n + 1);
+  test_write_file(path_of("x"), buf, n + 1);
   expect_fail(path_of("x"), SL_ECORRUPT, "unexpected bytes");
   rm_tmpdir();
 }
@@ -329,23 +303,23 @@ TEST(trailing_bytes) {
 TEST(size_bounds) {
   tmpdir();
   unsigned char buf[64];
-  size_t n = idx_header(buf, 0x0E, 3,
-                        (uint32_t[]){0xFFFFFFFFu, 0xFFFFFFFFu, 0xFFFFFFFFu});
-  write_file(path_of("huge"), buf, n);
+  size_t n = test_idx_header(
+      buf, 0x0E, 3, (uint32_t[]){0xFFFFFFFFu, 0xFFFFFFFFu, 0xFFFFFFFFu});
+  test_write_file(path_of("huge"), buf, n);
   expect_fail(path_of("huge"), SL_EINVAL, "limit");
   /* Zero items of an absurd size are refused as well. */
-  n = idx_header(buf, 0x08, 3, (uint32_t[]){0, 0xFFFFFFFFu, 0xFFFFFFFFu});
-  write_file(path_of("zero_huge"), buf, n);
+  n = test_idx_header(buf, 0x08, 3, (uint32_t[]){0, 0xFFFFFFFFu, 0xFFFFFFFFu});
+  test_write_file(path_of("zero_huge"), buf, n);
   expect_fail(path_of("zero_huge"), SL_EINVAL, "limit");
   /* Under the limit but lying: 1 GB declared, 10 bytes present.  Fails as
    * truncated after reading what is there. */
-  n = idx_header(buf, 0x08, 3, (uint32_t[]){1000, 1000, 1000});
+  n = test_idx_header(buf, 0x08, 3, (uint32_t[]){1000, 1000, 1000});
   memset(buf + n, 1, 10);
-  write_file(path_of("liar"), buf, n + 10);
+  test_write_file(path_of("liar"), buf, n + 10);
   expect_fail(path_of("liar"), SL_ECORRUPT, "found 10");
   /* An explicit limit. */
   n = images_2x3x2(buf);
-  write_file(path_of("img"), buf, n);
+  test_write_file(path_of("img"), buf, n);
   sl__idx x;
   ASSERT_RC(sl__idx_load_limit(path_of("img"), 11, &x), SL_EINVAL);
   ASSERT_OK(sl__idx_load_limit(path_of("img"), 12, &x));
@@ -362,9 +336,9 @@ TEST(missing_file) {
 TEST(expect_mismatch) {
   tmpdir();
   unsigned char buf[64];
-  size_t n = idx_header(buf, 0x08, 1, (uint32_t[]){4});
+  size_t n = test_idx_header(buf, 0x08, 1, (uint32_t[]){4});
   memset(buf + n, 3, 4);
-  write_file(path_of("labels"), buf, n + 4);
+  test_write_file(path_of("labels"), buf, n + 4);
   sl__idx x;
   ASSERT_OK(sl__idx_load(path_of("labels"), &x));
   ASSERT_RC(sl__idx_expect(&x, "images", SL_U8, 3), SL_EINVAL);
@@ -381,16 +355,16 @@ TEST(expect_mismatch) {
 static void write_set(const char *img, uint32_t n_img, const char *lab,
                       uint32_t n_lab, unsigned lab_type) {
   unsigned char buf[4096];
-  size_t h = idx_header(buf, 0x08, 3, (uint32_t[]){n_img, 3, 2});
+  size_t h = test_idx_header(buf, 0x08, 3, (uint32_t[]){n_img, 3, 2});
   for (size_t i = 0; i < 6 * (size_t)n_img; i++)
     buf[h + i] = (unsigned char)i;
-  write_gz(img, buf, h + 6 * (size_t)n_img);
+  test_write_gz(img, buf, h + 6 * (size_t)n_img);
   size_t esize = lab_type == 0x08 ? 1 : 4;
-  h = idx_header(buf, lab_type, 1, (uint32_t[]){n_lab});
+  h = test_idx_header(buf, lab_type, 1, (uint32_t[]){n_lab});
   memset(buf + h, 0, esize * n_lab);
   for (size_t i = 0; i < n_lab; i++)
     buf[h + i * esize + esize - 1] = (unsigned char)(i % 10);
-  write_file(lab, buf, h + esize * n_lab);
+  test_write_file(lab, buf, h + esize * n_lab);
 }
 
 TEST(pack_small) {

@@ -33,38 +33,11 @@ static void need_fmnist(void) {
               "(make deps)");
 }
 
-static void write_file(const char *path, const void *data, size_t n) {
-  FILE *f = fopen(path, "wb");
-  ASSERT_NOT_NULL(f);
-  ASSERT_EQ(fwrite(data, 1, n, f), n);
-  ASSERT_EQ(fclose(f), 0);
-}
-
-static void write_gz(const char *path, const void *data, size_t n) {
-  gzFile g = gzopen(path, "wb");
-  ASSERT_TRUE(g != NULL);
-  ASSERT_EQ(gzwrite(g, data, (unsigned)n), (int)n);
-  ASSERT_EQ(gzclose(g), Z_OK);
-}
-
-/* An idx header of `type` with `rank` dims into h; returns its length. */
-static size_t idx_header(unsigned char *h, unsigned type, int rank,
-                         const uint32_t *dims) {
-  h[0] = 0, h[1] = 0, h[2] = (unsigned char)type, h[3] = (unsigned char)rank;
-  for (int d = 0; d < rank; d++) {
-    h[4 + 4 * d] = (unsigned char)(dims[d] >> 24);
-    h[5 + 4 * d] = (unsigned char)(dims[d] >> 16);
-    h[6 + 4 * d] = (unsigned char)(dims[d] >> 8);
-    h[7 + 4 * d] = (unsigned char)dims[d];
-  }
-  return 4 + 4 * (size_t)rank;
-}
-
 /* `count` images of 3 x 2 u8 (pixel j of image i = 10 i + j) into buf;
  * returns the file size. */
 static size_t images_file(unsigned char *buf, uint32_t count) {
   uint32_t dims[3] = {count, 3, 2};
-  size_t n = idx_header(buf, 0x08, 3, dims);
+  size_t n = test_idx_header(buf, 0x08, 3, dims);
   for (uint32_t i = 0; i < count; i++)
     for (int j = 0; j < 6; j++)
       buf[n++] = (unsigned char)(10 * i + (uint32_t)j);
@@ -74,7 +47,7 @@ static size_t images_file(unsigned char *buf, uint32_t count) {
 /* `count` u8 labels (label i = 9 - i) into buf; returns the file size. */
 static size_t labels_file(unsigned char *buf, uint32_t count) {
   uint32_t dims[1] = {count};
-  size_t n = idx_header(buf, 0x08, 1, dims);
+  size_t n = test_idx_header(buf, 0x08, 1, dims);
   for (uint32_t i = 0; i < count; i++)
     buf[n++] = (unsigned char)(9 - i);
   return n;
@@ -218,23 +191,23 @@ TEST(small_plain_and_gzip_with_derived_labels) {
   size_t ni = images_file(im, 4), nl = labels_file(lb, 4);
   /* plain + plain */
   const char *images = tmppath("a-images-idx3-ubyte");
-  write_file(images, im, ni);
-  write_file(tmppath("a-labels-idx1-ubyte"), lb, nl);
+  test_write_file(images, im, ni);
+  test_write_file(tmppath("a-labels-idx1-ubyte"), lb, nl);
   sl_reader *r;
   ASSERT_OK(sl_idx_reader(images, NULL, &r));
   check_small(r, 4);
   sl_reader_destroy(r);
   /* gzip + gzip */
   images = tmppath("b-images-idx3-ubyte.gz");
-  write_gz(images, im, ni);
-  write_gz(tmppath("b-labels-idx1-ubyte.gz"), lb, nl);
+  test_write_gz(images, im, ni);
+  test_write_gz(tmppath("b-labels-idx1-ubyte.gz"), lb, nl);
   ASSERT_OK(sl_idx_reader(images, NULL, &r));
   check_small(r, 4);
   sl_reader_destroy(r);
   /* plain images, gzipped labels: the ".gz" twin is found */
   images = tmppath("c-images-idx3-ubyte");
-  write_file(images, im, ni);
-  write_gz(tmppath("c-labels-idx1-ubyte.gz"), lb, nl);
+  test_write_file(images, im, ni);
+  test_write_gz(tmppath("c-labels-idx1-ubyte.gz"), lb, nl);
   ASSERT_OK(sl_idx_reader(images, NULL, &r));
   ASSERT_STREQ(sl_schema_meta(sl_reader_schema(r), "labels"),
                "c-labels-idx1-ubyte.gz");
@@ -242,15 +215,15 @@ TEST(small_plain_and_gzip_with_derived_labels) {
   sl_reader_destroy(r);
   /* MNIST's other spelling, with dots */
   images = tmppath("train-images.idx3-ubyte");
-  write_file(images, im, ni);
-  write_file(tmppath("train-labels.idx1-ubyte"), lb, nl);
+  test_write_file(images, im, ni);
+  test_write_file(tmppath("train-labels.idx1-ubyte"), lb, nl);
   ASSERT_OK(sl_idx_reader(images, NULL, &r));
   check_small(r, 4);
   sl_reader_destroy(r);
   /* any names, with the labels given */
   images = tmppath("pix.bin");
-  write_file(images, im, ni);
-  write_file(tmppath("lab.bin"), lb, nl);
+  test_write_file(images, im, ni);
+  test_write_file(tmppath("lab.bin"), lb, nl);
   ASSERT_OK(sl_idx_reader(images, tmppath("lab.bin"), &r));
   check_small(r, 4);
   sl_reader_destroy(r);
@@ -260,14 +233,14 @@ TEST(wider_labels_and_zero_items) {
   unsigned char im[16 + 3 * 6], lb[8 + 3 * 4];
   size_t ni = images_file(im, 3);
   uint32_t dims[1] = {3};
-  size_t nl = idx_header(lb, 0x0C, 1, dims); /* i32, big-endian */
+  size_t nl = test_idx_header(lb, 0x0C, 1, dims); /* i32, big-endian */
   for (int i = 0; i < 3; i++) {
     uint32_t v = (uint32_t)(9 - i);
     lb[nl++] = (unsigned char)(v >> 24), lb[nl++] = (unsigned char)(v >> 16);
     lb[nl++] = (unsigned char)(v >> 8), lb[nl++] = (unsigned char)v;
   }
-  write_file(tmppath("w-images-idx3-ubyte"), im, ni);
-  write_file(tmppath("w-labels-idx1-ubyte"), lb, nl);
+  test_write_file(tmppath("w-images-idx3-ubyte"), im, ni);
+  test_write_file(tmppath("w-labels-idx1-ubyte"), lb, nl);
   sl_reader *r;
   ASSERT_OK(sl_idx_reader(tmppath("w-images-idx3-ubyte"), NULL, &r));
   check_small(r, 3);
@@ -275,8 +248,8 @@ TEST(wider_labels_and_zero_items) {
   /* Empty files (0 items) are a reader with no samples. */
   ni = images_file(im, 0);
   nl = labels_file(lb, 0);
-  write_file(tmppath("z-images-idx3-ubyte"), im, ni);
-  write_file(tmppath("z-labels-idx1-ubyte"), lb, nl);
+  test_write_file(tmppath("z-images-idx3-ubyte"), im, ni);
+  test_write_file(tmppath("z-labels-idx1-ubyte"), lb, nl);
   ASSERT_OK(sl_idx_reader(tmppath("z-images-idx3-ubyte"), NULL, &r));
   ASSERT_EQ(drain(r), 0);
   sl_reader_destroy(r);
@@ -286,7 +259,7 @@ TEST(missing_labels_file_names_both_files) {
   unsigned char im[16 + 2 * 6];
   size_t ni = images_file(im, 2);
   const char *images = tmppath("m-images-idx3-ubyte.gz");
-  write_gz(images, im, ni);
+  test_write_gz(images, im, ni);
   char want[1200];
   snprintf(want, sizeof want,
            "idx: labels for %s (derived from its name; set the labels "
@@ -311,7 +284,7 @@ TEST(missing_labels_file_names_both_files) {
   ASSERT_STREQ(sl_last_error(), want);
   /* A name with no convention cannot find its labels. */
   const char *odd = tmppath("pixels.idx");
-  write_file(odd, im, ni);
+  test_write_file(odd, im, ni);
   ASSERT_RC(sl_idx_reader(odd, NULL, &r), SL_EINVAL);
   ASSERT_CONTAINS(sl_last_error(), odd);
   ASSERT_CONTAINS(sl_last_error(), "cannot derive the labels file");
@@ -332,36 +305,36 @@ TEST(truncated_and_corrupt_files_are_named) {
   sl_reader *r;
   /* Truncated images data. */
   const char *images = tmppath("t-images-idx3-ubyte");
-  write_file(images, im, ni - 5);
-  write_file(tmppath("t-labels-idx1-ubyte"), lb, nl);
+  test_write_file(images, im, ni - 5);
+  test_write_file(tmppath("t-labels-idx1-ubyte"), lb, nl);
   ASSERT_RC(sl_idx_reader(images, NULL, &r), SL_ECORRUPT);
   ASSERT_CONTAINS(sl_last_error(), "idx: ");
   ASSERT_CONTAINS(sl_last_error(), images);
   ASSERT_CONTAINS(sl_last_error(), "truncated");
   /* Truncated labels (the header promises 4). */
-  write_file(images, im, ni);
-  write_file(tmppath("t-labels-idx1-ubyte"), lb, nl - 1);
+  test_write_file(images, im, ni);
+  test_write_file(tmppath("t-labels-idx1-ubyte"), lb, nl - 1);
   ASSERT_RC(sl_idx_reader(images, NULL, &r), SL_ECORRUPT);
   ASSERT_CONTAINS(sl_last_error(), "t-labels-idx1-ubyte: truncated");
   /* A gzip stream cut in the middle. */
   unsigned char gz[4096];
   images = tmppath("g-images-idx3-ubyte.gz");
-  write_gz(images, im, ni);
+  test_write_gz(images, im, ni);
   FILE *f = fopen(images, "rb");
   size_t gn = fread(gz, 1, sizeof gz, f);
   fclose(f);
-  write_file(images, gz, gn / 2);
-  write_gz(tmppath("g-labels-idx1-ubyte.gz"), lb, nl);
+  test_write_file(images, gz, gn / 2);
+  test_write_gz(tmppath("g-labels-idx1-ubyte.gz"), lb, nl);
   ASSERT_RC(sl_idx_reader(images, NULL, &r), SL_ECORRUPT);
   ASSERT_CONTAINS(sl_last_error(), images);
   /* Not an idx file at all. */
   images = tmppath("n-images-idx3-ubyte");
-  write_file(images, "hello, world\n", 13);
+  test_write_file(images, "hello, world\n", 13);
   ASSERT_RC(sl_idx_reader(images, tmppath("t-labels-idx1-ubyte"), &r),
             SL_ECORRUPT);
   ASSERT_CONTAINS(sl_last_error(), "not an idx file");
   /* An empty file. */
-  write_file(images, "", 0);
+  test_write_file(images, "", 0);
   ASSERT_RC(sl_idx_reader(images, tmppath("t-labels-idx1-ubyte"), &r),
             SL_ECORRUPT);
   ASSERT_CONTAINS(sl_last_error(), "empty");
@@ -372,8 +345,8 @@ TEST(mismatched_counts_dtypes_and_ranks) {
   size_t ni = images_file(im, 4), nl = labels_file(lb, 3);
   const char *images = tmppath("k-images-idx3-ubyte");
   const char *labels = tmppath("k-labels-idx1-ubyte");
-  write_file(images, im, ni);
-  write_file(labels, lb, nl);
+  test_write_file(images, im, ni);
+  test_write_file(labels, lb, nl);
   sl_reader *r;
   char want[1200];
   snprintf(want, sizeof want, "idx: %s holds 4 images but %s holds 3 labels",
@@ -382,22 +355,22 @@ TEST(mismatched_counts_dtypes_and_ranks) {
   ASSERT_STREQ(sl_last_error(), want);
   /* Float labels. */
   uint32_t dims[2] = {4, 1};
-  nl = idx_header(lb, 0x0D, 1, dims);
+  nl = test_idx_header(lb, 0x0D, 1, dims);
   memset(lb + nl, 0, 16);
-  write_file(labels, lb, nl + 16);
+  test_write_file(labels, lb, nl + 16);
   ASSERT_RC(sl_idx_reader(images, NULL, &r), SL_EINVAL);
   ASSERT_CONTAINS(sl_last_error(), "labels must be integers, found f32");
   /* Labels of rank 2. */
-  nl = idx_header(lb, 0x08, 2, dims);
+  nl = test_idx_header(lb, 0x08, 2, dims);
   memset(lb + nl, 0, 4);
-  write_file(labels, lb, nl + 4);
+  test_write_file(labels, lb, nl + 4);
   ASSERT_RC(sl_idx_reader(images, NULL, &r), SL_EINVAL);
   ASSERT_CONTAINS(sl_last_error(), labels);
   ASSERT_CONTAINS(sl_last_error(), "expected labels");
   /* Images of rank 1 (no per-image dimensions). */
-  nl = idx_header(im, 0x08, 1, dims);
+  nl = test_idx_header(im, 0x08, 1, dims);
   memset(im + nl, 0, 4);
-  write_file(images, im, nl + 4);
+  test_write_file(images, im, nl + 4);
   ASSERT_RC(sl_idx_reader(images, NULL, &r), SL_EINVAL);
   ASSERT_CONTAINS(sl_last_error(), images);
   ASSERT_CONTAINS(sl_last_error(), "at least 2 dimensions");
@@ -413,8 +386,8 @@ TEST(allocation_failures_are_clean) {
   unsigned char im[16 + 4 * 6], lb[8 + 4];
   size_t ni = images_file(im, 4), nl = labels_file(lb, 4);
   const char *images = tmppath("f-images-idx3-ubyte.gz");
-  write_gz(images, im, ni);
-  write_gz(tmppath("f-labels-idx1-ubyte.gz"), lb, nl);
+  test_write_gz(images, im, ni);
+  test_write_gz(tmppath("f-labels-idx1-ubyte.gz"), lb, nl);
   int completed = 0;
   for (long k = 0; k < 1000 && !completed; k++) {
     sl_reader *r = NULL;

@@ -29,15 +29,8 @@ static const char *tmppath(const char *name) {
   return test_tmppath("text-reader", name);
 }
 
-static void write_file(const char *path, const void *data, size_t n) {
-  FILE *f = fopen(path, "wb");
-  ASSERT_NOT_NULL(f);
-  ASSERT_EQ(fwrite(data, 1, n, f), n);
-  ASSERT_EQ(fclose(f), 0);
-}
-
 static void write_str(const char *path, const char *s) {
-  write_file(path, s, strlen(s));
+  test_write_file(path, s, strlen(s));
 }
 
 /* The path of plugin `lib<name>.so` (see the file comment). */
@@ -95,7 +88,7 @@ static size_t read_lines(sl_reader *r, char *out, size_t size) {
 static void expect_lines(const char *content, size_t len, int mmap,
                          const char *want, size_t count) {
   const char *p = tmppath("lines.txt");
-  write_file(p, content, len);
+  test_write_file(p, content, len);
   sl_reader *r;
   ASSERT_OK(sl_text_reader(p, mmap, NULL, NULL, &r));
   char got[1024];
@@ -131,7 +124,7 @@ TEST(lines_empty_lines_crlf_and_no_final_newline) {
 
 TEST(empty_file_and_sl_open) {
   const char *p = tmppath("empty.txt");
-  write_file(p, "", 0);
+  test_write_file(p, "", 0);
   for (int m = 0; m < 2; m++) {
     sl_reader *r;
     ASSERT_OK(sl_text_reader(p, m, NULL, NULL, &r));
@@ -176,7 +169,7 @@ TEST(a_one_megabyte_line) {
   memcpy(data + 6 + big, "\r\nlast", 6);
   n = 6 + big + 6;
   const char *p = tmppath("big.txt");
-  write_file(p, data, n);
+  test_write_file(p, data, n);
   for (int m = 0; m < 2; m++) {
     sl_reader *r;
     ASSERT_OK(sl_text_reader(p, m, NULL, NULL, &r));
@@ -289,7 +282,7 @@ TEST(mmap_and_buffers_give_identical_samples) {
     char name[32];
     snprintf(name, sizeof name, "cmp%d.txt", file);
     const char *p = tmppath(name);
-    write_file(p, data, n);
+    test_write_file(p, data, n);
     ASSERT_EQ(compare_modes(p), want);
   }
   free(data);

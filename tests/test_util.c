@@ -4,6 +4,7 @@
 #include <ftw.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 /* --- scratch files ----------------------------------------------------------
  */
@@ -76,4 +77,30 @@ void test_assert_i64_values(const int64_t *v, size_t n, const int64_t *want,
     if (v[i] != want[i])
       test_fail(__FILE__, __LINE__, "value %zu: %" PRId64 " != %" PRId64, i,
                 v[i], want[i]);
+}
+
+void test_write_file(const char *path, const void *data, size_t n) {
+  FILE *f = fopen(path, "wb");
+  ASSERT_NOT_NULL(f);
+  ASSERT_EQ(fwrite(data, 1, n, f), n);
+  ASSERT_EQ(fclose(f), 0);
+}
+
+void test_write_gz(const char *path, const void *data, size_t n) {
+  gzFile g = gzopen(path, "wb");
+  ASSERT_TRUE(g != NULL);
+  ASSERT_EQ(gzwrite(g, data, (unsigned)n), (int)n);
+  ASSERT_EQ(gzclose(g), Z_OK);
+}
+
+size_t test_idx_header(unsigned char *h, unsigned type, int rank,
+                       const uint32_t *dims) {
+  h[0] = 0, h[1] = 0, h[2] = (unsigned char)type, h[3] = (unsigned char)rank;
+  for (int d = 0; d < rank; d++) {
+    h[4 + 4 * d] = (unsigned char)(dims[d] >> 24);
+    h[5 + 4 * d] = (unsigned char)(dims[d] >> 16);
+    h[6 + 4 * d] = (unsigned char)(dims[d] >> 8);
+    h[7 + 4 * d] = (unsigned char)dims[d];
+  }
+  return 4 + 4 * (size_t)rank;
 }

@@ -71,4 +71,17 @@ void test_assert_i64_values(const int64_t *v, size_t n, const int64_t *want,
     ASSERT_EQ(expect_n_, 0);                                                   \
   } while (0)
 
+/* --- files ------------------------------------------------------------------
+ */
+
+/* Writes n bytes to path (created or truncated); fails the test on error. */
+void test_write_file(const char *path, const void *data, size_t n);
+/* Writes n bytes gzip-compressed to path; fails the test on error. */
+void test_write_gz(const char *path, const void *data, size_t n);
+/* An idx header (MNIST format) of element `type` (0x08 = u8, ...) with
+ * `rank` big-endian dims into h (room for 4 + 4 * rank bytes); returns its
+ * length. */
+size_t test_idx_header(unsigned char *h, unsigned type, int rank,
+                       const uint32_t *dims);
+
 #endif

@@ -16,11 +16,6 @@ typedef struct chain_state {
   size_t cur; /* the reader being read in this pass */
 } chain_state;
 
-static void destroy_readers(sl_reader **readers, size_t n) {
-  for (size_t i = 0; i < n; i++)
-    sl_reader_destroy(readers[i]);
-}
-
 static int chain_next(void *st, sl_sample **out) {
   chain_state *c = st;
   while (c->cur < c->n) {
@@ -34,15 +29,13 @@ static int chain_next(void *st, sl_sample **out) {
 static int chain_reset(void *st) {
   chain_state *c = st;
   c->cur = 0;
-  for (size_t i = 0; i < c->n; i++)
-    SL_FORWARD_IF_ERROR(sl_reader_reset(c->readers[i]));
-  return SL_OK;
+  return sl__reset_readers(c->readers, c->n);
 }
 
 static void chain_destroy(void *st) {
   chain_state *c = st;
   if (!c) return;
-  destroy_readers(c->readers, c->n);
+  sl__destroy_readers(c->readers, c->n);
   sl__free(c->readers);
   sl__free(c);
 }
@@ -51,28 +44,14 @@ static const sl_reader_vtable chain_vt = {"chain", chain_next, chain_reset,
                                           chain_destroy};
 
 int sl_chain(sl_reader **readers, size_t n, sl_reader **out) {
-  if (!out || !readers || n == 0) {
-    if (readers) destroy_readers(readers, n);
-    if (out) *out = NULL;
-    return sl_set_error(SL_EINVAL, "chain: %s",
-                        !out       ? "NULL out pointer"
-                        : !readers ? "NULL reader array"
-                                   : "needs at least one reader");
-  }
-  *out = NULL;
-  for (size_t i = 0; i < n; i++) {
-    if (!readers[i]) {
-      destroy_readers(readers, n);
-      return sl_set_error(SL_EINVAL, "chain: reader %zu is NULL", i);
-    }
-  }
+  SL_FORWARD_IF_ERROR(sl__check_readers("chain", readers, n, out));
   const sl_schema *first = sl_reader_schema(readers[0]);
   for (size_t i = 1; i < n; i++) {
     if (!sl_schema_equal(first, sl_reader_schema(readers[i]))) {
       char a[256], b[256];
       sl_schema_describe(sl_reader_schema(readers[i]), a, sizeof a);
       sl_schema_describe(first, b, sizeof b);
-      destroy_readers(readers, n);
+      sl__destroy_readers(readers, n);
       return sl_set_error(SL_ESHAPE,
                           "chain: reader %zu has schema %s, but reader 0 has "
                           "%s",
@@ -84,7 +63,7 @@ int sl_chain(sl_reader **readers, size_t n, sl_reader **out) {
   if (!c || !copy || n > SIZE_MAX / sizeof *copy) {
     sl__free(c);
     sl__free(copy);
-    destroy_readers(readers, n);
+    sl__destroy_readers(readers, n);
     return sl_set_error(SL_ENOMEM, "chain: cannot allocate %zu readers", n);
   }
   memcpy(copy, readers, n * sizeof *copy);

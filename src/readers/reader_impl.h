@@ -34,6 +34,45 @@ static inline int sl__reader_make(const sl_reader_vtable *vt, void *state,
   return *out ? SL_OK : sl_last_error_code();
 }
 
+/* Destroys readers[0..n) (each NULL-safe), for stages that own several
+ * upstreams (chain, zip). */
+static inline void sl__destroy_readers(sl_reader **readers, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    sl_reader_destroy(readers[i]);
+}
+
+/* Resets readers[0..n) in order, stopping at the first failure (its code
+ * and message are returned; the next reset tries them all again). */
+static inline int sl__reset_readers(sl_reader **readers, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    SL_FORWARD_IF_ERROR(sl_reader_reset(readers[i]));
+  return SL_OK;
+}
+
+/* Common prologue of a stage taking an array of upstreams (chain, zip):
+ * checks `out`, the array and every entry; on failure destroys all the
+ * readers (the stage takes them even when it fails) and returns SL_EINVAL
+ * naming `stage`.  Sets *out = NULL. */
+static inline int sl__check_readers(const char *stage, sl_reader **readers,
+                                    size_t n, sl_reader **out) {
+  if (!out || !readers || n == 0) {
+    if (readers) sl__destroy_readers(readers, n);
+    if (out) *out = NULL;
+    return sl_set_error(SL_EINVAL, "%s: %s", stage,
+                        !out       ? "NULL out pointer"
+                        : !readers ? "NULL reader array"
+                                   : "needs at least one reader");
+  }
+  *out = NULL;
+  for (size_t i = 0; i < n; i++) {
+    if (!readers[i]) {
+      sl__destroy_readers(readers, n);
+      return sl_set_error(SL_EINVAL, "%s: reader %zu is NULL", stage, i);
+    }
+  }
+  return SL_OK;
+}
+
 /* Makes `r` safe to call from several threads at once: sl_reader_next,
  * has_next and reset then run under one mutex held by the reader itself
  * (the implementation is never entered concurrently).  Returns SL_OK or

@@ -26,11 +26,6 @@ typedef struct zip_state {
   uint64_t count; /* samples yielded in this pass */
 } zip_state;
 
-static void destroy_readers(sl_reader **readers, size_t n) {
-  for (size_t i = 0; i < n; i++)
-    sl_reader_destroy(readers[i]);
-}
-
 /* Builds the output sample from a complete row, sharing its tensors. */
 static int assemble(zip_state *z, sl_sample **out) {
   sl_sample *s = sl_sample_new((sl_schema *)z->schema);
@@ -99,15 +94,13 @@ static int zip_next(void *st, sl_sample **out) {
 static int zip_reset(void *st) {
   zip_state *z = st;
   z->count = 0;
-  for (size_t i = 0; i < z->n; i++)
-    SL_FORWARD_IF_ERROR(sl_reader_reset(z->readers[i]));
-  return SL_OK;
+  return sl__reset_readers(z->readers, z->n);
 }
 
 static void zip_destroy(void *st) {
   zip_state *z = st;
   if (!z) return;
-  destroy_readers(z->readers, z->n);
+  sl__destroy_readers(z->readers, z->n);
   sl__free(z->readers);
   sl__free(z->nfields);
   sl__free(z->pulled);
@@ -156,21 +149,7 @@ static int build_schema(zip_state *z, sl_schema *schema) {
 }
 
 int sl_zip(sl_reader **readers, size_t n, int truncate, sl_reader **out) {
-  if (!out || !readers || n == 0) {
-    if (readers) destroy_readers(readers, n);
-    if (out) *out = NULL;
-    return sl_set_error(SL_EINVAL, "zip: %s",
-                        !out       ? "NULL out pointer"
-                        : !readers ? "NULL reader array"
-                                   : "needs at least one reader");
-  }
-  *out = NULL;
-  for (size_t i = 0; i < n; i++) {
-    if (!readers[i]) {
-      destroy_readers(readers, n);
-      return sl_set_error(SL_EINVAL, "zip: reader %zu is NULL", i);
-    }
-  }
+  SL_FORWARD_IF_ERROR(sl__check_readers("zip", readers, n, out));
   zip_state *z = sl__calloc(1, sizeof *z);
   if (z) {
     z->readers = sl__calloc(n, sizeof *z->readers);
@@ -184,7 +163,7 @@ int sl_zip(sl_reader **readers, size_t n, int truncate, sl_reader **out) {
       sl__free(z->pulled);
       sl__free(z);
     }
-    destroy_readers(readers, n);
+    sl__destroy_readers(readers, n);
     return sl_set_error(SL_ENOMEM, "zip: cannot allocate %zu readers", n);
   }
   /* From here on zip_destroy frees the readers with the state. */
