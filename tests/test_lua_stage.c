@@ -17,6 +17,7 @@
 #include <lauxlib.h>
 #include <lualib.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <sys/resource.h>
 #include <time.h>
 
@@ -90,6 +91,19 @@ static const char FNS[] =
     "  return { i = acc }\n"                                           /* 64 */
     "end\n"                                                            /* 65 */
     "function T.rare(s) return s.i % 1000 == 999 end\n"                /* 66 */
+    "function T.stamped(s)\n"                                          /* 67 */
+    "  local ffi = require('ffi')\n"                                  /* 68 */
+    "  if not STAMP_CDEF then\n"                                       /* 69 */
+    "    ffi.cdef('struct sl_ts { long s, ns; };'\n"                   /* 70 */
+    "      .. 'int clock_gettime(int, struct sl_ts *);')\n"            /* 71 */
+    "    STAMP_CDEF = true\n"                                          /* 72 */
+    "  end\n"                                                          /* 73 */
+    "  local acc, i = 0, s.i\n"                                        /* 74 */
+    "  for k = 1, 20000 do acc = (acc * 31 + k + i) % 1000003 end\n"   /* 75 */
+    "  local ts = ffi.new('struct sl_ts')\n"                           /* 76 */
+    "  ffi.C.clock_gettime(1, ts)\n" /* CLOCK_MONOTONIC */            /* 77 */
+    "  return { i = s.i * 10, x_t = tonumber(ts.s) + tonumber(ts.ns) * 1e-9 }\n"
+    "end\n"                                                            /* 79 */
     "return T\n";
 
 static lua_State *g_decl; /* the declaring state (this thread only) */
@@ -724,39 +738,58 @@ TEST(stacked_stages) {
 
 /* --- scheduling ---------------------------------------------------------- */
 
+static atomic_long g_pulled; /* samples the stage took from upstream */
+
+static int count_pull(void *ud, sl_sample *in, sl_sample **out) {
+  (void)ud;
+  atomic_fetch_add(&g_pulled, 1);
+  *out = in;
+  return SL_OK;
+}
+
+static double field_f64(sl_sample *s, const char *name) {
+  int k = sl_sample_index(s, name);
+  if (k < 0) test_fail(__FILE__, __LINE__, "no field %s", name);
+  const sl_tensor *t = sl_sample_at(s, k);
+  ASSERT_EQ(t->dtype, SL_F64);
+  return *(const double *)t->data;
+}
+
 TEST(prefetches_while_the_consumer_sleeps) {
-  /* "busy" costs tens of microseconds per sample; with a window of 64 the
-   * workers fill it during the consumer's sleep, so the next 64 samples
-   * arrive much faster than they could be computed.  Best of three rounds:
-   * a loaded host may preempt the consumer in any one of them. */
+  /* "stamped" costs tens of microseconds per sample and records when it
+   * finished.  While the consumer sleeps, the workers fill the window of Q:
+   * the stage pulls Q samples ahead of the consumer, and the samples read
+   * after the sleep were computed before it ended.  No timing is asserted:
+   * the test waits (up to 10 s) for the window to fill, so a loaded host
+   * only makes it slower. */
   const int Q = 64;
-  sl_reader *r = lua_stage(range(100000), SL__LUA_MAP, "busy", 2, 1, Q, NULL);
-  read_n(r, 1, 10);
-  int64_t next = 1;
-  /* Time to compute Q samples while the consumer waits. */
-  double t0 = now_s();
-  for (int k = 0; k < Q; k++, next++) {
-    sl_sample *s = NULL;
-    ASSERT_RC(sl_reader_next(r, &s), SL_OK);
-    sl_sample_release(s);
-  }
-  double compute = now_s() - t0, best = 1e9;
+  atomic_store(&g_pulled, 0);
+  sl_reader *up = range(100000), *counted = NULL;
+  ASSERT_OK(sl_map(up, count_pull, NULL, NULL, NULL, &counted));
+  sl_reader *r = lua_stage(counted, SL__LUA_MAP, "stamped", 2, 1, Q, NULL);
+  int64_t next = 0;
   for (int round = 0; round < 3; round++) {
-    sleep_us((long)(compute * 4e6) + 20000); /* the window fills meanwhile */
-    t0 = now_s();
+    double deadline = now_s() + 10;
+    while (atomic_load(&g_pulled) < next + Q && now_s() < deadline)
+      sleep_us(2000);
+    long ahead = atomic_load(&g_pulled) - (long)next;
+    ASSERT_TRUE(ahead >= Q); /* the window filled while nobody read */
+    /* and never past it, plus what the consumer's cache holds (16) */
+    ASSERT_TRUE(ahead <= Q + 16);
+    sleep_us(50000); /* the last pulled batch finishes */
+    double woke = now_s();
+    int before = 0;
     for (int k = 0; k < Q; k++, next++) {
       sl_sample *s = NULL;
       ASSERT_RC(sl_reader_next(r, &s), SL_OK);
       ASSERT_EQ(field_i64(s, "i"), 10 * next);
+      if (field_f64(s, "x_t") < woke) before++;
       sl_sample_release(s);
     }
-    double dt = now_s() - t0;
-    if (dt < best) best = dt;
+    printf("  round %d: %d of %d samples computed while the consumer slept\n",
+           round, before, Q);
+    ASSERT_TRUE(before >= Q / 2); /* a last batch may still be running */
   }
-  printf("  %d samples: %.2f ms computed while waiting, %.3f ms after a "
-         "sleep\n",
-         Q, compute * 1e3, best * 1e3);
-  ASSERT_TRUE(best * 4 < compute);
   sl_reader_destroy(r);
 }
 
@@ -802,22 +835,28 @@ static double machine_speedup(void) {
 }
 
 TEST(cpu_heavy_map_scales_with_threads) {
-  /* "heavy": about 20 ms of JIT-compiled Lua per sample. */
+  /* "heavy": about 20 ms of JIT-compiled Lua per sample.  Up to three
+   * attempts: one run of a few seconds on a shared host can lose a core to
+   * a neighbour between the machine's measurement and the map's. */
   int64_t n = 160;
   throughput("heavy", 2, 8); /* warm up */
-  double m0 = machine_speedup();
-  double t1 = throughput("heavy", 1, n);
-  double t2 = throughput("heavy", 2, n);
-  double m1 = machine_speedup();
-  double m = m0 < m1 ? m0 : m1;
-  printf("  heavy map: %.1f samples/s with 1 thread, %.1f with 2: %.2fx "
-         "(the machine gives two C threads %.2fx / %.2fx)\n",
-         t1, t2, t2 / t1, m0, m1);
-  /* >= 1.3x on a quiet 2-core machine; on a busy one, 80% of what two C
-   * threads got. */
-  double want = m >= 1.6 ? 1.3 : 0.8 * m;
-  if (t2 < want * t1)
-    test_fail(__FILE__, __LINE__, "speed-up %.2fx < %.2fx", t2 / t1, want);
+  double got = 0, want = 0;
+  for (int attempt = 0; attempt < 3; attempt++) {
+    double m0 = machine_speedup();
+    double t1 = throughput("heavy", 1, n);
+    double t2 = throughput("heavy", 2, n);
+    double m1 = machine_speedup();
+    double m = m0 < m1 ? m0 : m1;
+    printf("  heavy map: %.1f samples/s with 1 thread, %.1f with 2: %.2fx "
+           "(the machine gives two C threads %.2fx / %.2fx)\n",
+           t1, t2, t2 / t1, m0, m1);
+    /* >= 1.3x on a quiet 2-core machine; on a busy one, 80% of what two C
+     * threads got. */
+    got = t2 / t1;
+    want = m >= 1.6 ? 1.3 : 0.8 * m;
+    if (got >= want) return;
+  }
+  test_fail(__FILE__, __LINE__, "speed-up %.2fx < %.2fx", got, want);
 }
 
 /* The cost of the per-sample protocol itself, without threads: worker.map
