@@ -103,7 +103,7 @@ tsan: deps
 	cmake --build $(BUILD_TSAN) -j$(JOBS)
 	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
 	  ctest --test-dir $(BUILD_TSAN) --output-on-failure -j$(JOBS) \
-	  --no-tests=error -R '^(channel|prefetch|threaded|errors|lua_ship|lua_stage|open_files|registry|plan|pipeline)\.'
+	  --no-tests=error -R '^(channel|prefetch|threaded|errors|lua_ship|lua_stage|open_files|registry|plan|pipeline|stats)\.'
 
 bench: build
 	@if [ -x $(BUILD)/bench_stages ]; then \

@@ -141,6 +141,37 @@ TEST(open_string) {
   ASSERT_TRUE(strstr(sl_last_error(), "my_chunk:3: boom") != NULL);
 }
 
+TEST(stats_walk_the_scripts_chain) {
+  const char *code = "local sluice = require 'sluice'\n"
+                     "return sluice.range(20):map(function(s) return s end,"
+                     " {threads = 2}):batch(5)\n";
+  sl_pipeline *p = NULL;
+  int rc = sl_pipeline_open_string(code, "stats", 0, NULL, &p);
+  if (rc != SL_OK)
+    test_fail(__FILE__, __LINE__, "%s: %s", sl_err_name(rc), sl_last_error());
+  sl_sample *b = NULL;
+  int batches = 0;
+  while ((rc = sl_pipeline_next(p, &b)) == SL_OK) {
+    sl_sample_release(b);
+    batches++;
+  }
+  ASSERT_RC(rc, SL_EOF);
+  ASSERT_EQ(batches, 4);
+  sl_stage_stats st[4];
+  size_t n = 0;
+  ASSERT_OK(sl_pipeline_stats(p, st, 4, &n));
+  ASSERT_EQ(n, 3);
+  ASSERT_STREQ(st[0].name, "batch");
+  ASSERT_EQ(st[0].samples_out, 4);
+  ASSERT_STREQ(st[1].name, "map");
+  ASSERT_EQ(st[1].threads, 2);
+  ASSERT_EQ(st[1].samples_out, 20);
+  ASSERT_STREQ(st[2].name, "range");
+  ASSERT_RC(sl_pipeline_stats(NULL, st, 4, &n), SL_EINVAL);
+  ASSERT_RC(sl_pipeline_stats(p, NULL, 4, &n), SL_EINVAL);
+  sl_pipeline_close(p);
+}
+
 TEST(syntax_error_is_elua) {
   sl_pipeline *p = (sl_pipeline *)(uintptr_t)1;
   int rc = sl_pipeline_open_file(SCRIPT("syntax_error.lua"), 0, NULL, &p);

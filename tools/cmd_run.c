@@ -9,12 +9,16 @@
  * A batch's samples are the leading dimension of its first field (1 for a
  * scalar first field, i.e. a pipeline without batch()).
  *
- * `--stats` (per-stage figures) is announced in the usage but not built yet:
- * it exits 2 saying so.
+ * `--stats` turns timing on (sl_stats_enable) before the pipeline is opened
+ * and prints, after the run, the table of sl_stats_format over the run's
+ * iteration time (opening excluded): per stage samples in and out, busy
+ * time, time waiting on upstream and blocked by downstream, and the stage
+ * that limits throughput.
  */
 #include "cli.h"
 
 #include <inttypes.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -37,7 +41,10 @@ static const char help[] =
     "  -e, --epochs N  passes over the pipeline (default 1), reset between\n"
     "  -l, --limit N   stop after N batches in all (with --epochs, whichever\n"
     "                  comes first)\n"
-    "      --stats     per-stage figures (not implemented yet: exits 2)\n"
+    "      --stats     after the run, per stage: samples in and out, busy\n"
+    "                  time, time waiting on upstream and blocked by\n"
+    "                  downstream, share of its threads used; and the stage\n"
+    "                  that limits throughput (docs/PERFORMANCE.md)\n"
     "  -h, --help      this help\n";
 
 enum { OPT_EPOCHS = 1, OPT_LIMIT, OPT_STATS, OPT_HELP };
@@ -70,10 +77,33 @@ static void report(const char *what, uint64_t batches, int64_t samples,
          rate((double)batches, dt));
 }
 
+/* The per-stage table over `wall` seconds of iteration. */
+static int print_stats(const sl_pipeline *pl, double wall) {
+  size_t n = 0;
+  int rc = sl_pipeline_stats(pl, NULL, 0, &n);
+  if (rc != SL_OK) return cli_fail("run", rc);
+  sl_stage_stats *st = calloc(n, sizeof *st);
+  if (!st) return cli_fail("run", sl_set_error(SL_ENOMEM, "stats: no memory"));
+  rc = sl_pipeline_stats(pl, st, n, &n);
+  int len = rc == SL_OK ? sl_stats_format(st, n, wall, NULL, 0) : rc;
+  char *text = len >= 0 ? malloc((size_t)len + 1) : NULL;
+  if (!text) {
+    free(st);
+    return cli_fail(
+        "run", len < 0 ? len : sl_set_error(SL_ENOMEM, "stats: no memory"));
+  }
+  sl_stats_format(st, n, wall, text, (size_t)len + 1);
+  printf("\nstages (cumulative over the run):\n%s", text);
+  free(text);
+  free(st);
+  return CLI_OK;
+}
+
 int cmd_run(int argc, char **argv) {
   cli_parser p;
   cli_parser_init(&p, argc, argv, "run", synopsis, opts);
   uint64_t epochs = 1, limit = 0; /* limit 0: none */
+  bool stats = false;
   const char *script = NULL, *val;
   int id;
   while (!script && (id = cli_next(&p, &val)) != CLI_ARG_END) {
@@ -84,8 +114,8 @@ int cmd_run(int argc, char **argv) {
       printf("Usage:\n%s\n%s", synopsis, help);
       return CLI_OK;
     case OPT_STATS:
-      fprintf(stderr, "sluice: run: --stats is not implemented yet\n");
-      return CLI_USAGE;
+      stats = true;
+      break;
     case OPT_EPOCHS:
       if (!cli_parse_u64(val, false, &epochs) || epochs < 1 || epochs > 1000000)
         return cli_usage_error("run", synopsis,
@@ -110,6 +140,7 @@ int cmd_run(int argc, char **argv) {
   const char *const *args = (const char *const *)(argv + p.i);
 
   const bool tty = isatty(STDERR_FILENO) == 1;
+  if (stats) sl_stats_enable(1);
   sl_pipeline *pl = NULL;
   double t0 = cli_now();
   int rc = sl_pipeline_open_file(script, nargs, args, &pl);
@@ -177,6 +208,7 @@ int cmd_run(int argc, char **argv) {
     snprintf(what, sizeof what, "total (%" PRIu64 " epoch%s)", done,
              done == 1 ? "" : "s");
     report(what, total_batches, total_samples, total_time);
+    if (stats) status = print_stats(pl, total_time);
   }
   sl_pipeline_close(pl);
   return status;

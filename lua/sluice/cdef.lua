@@ -225,6 +225,26 @@ int sl_slr_reader(const char *path, const sl_slr_open_opts *opts,
 int sl_slr_reader_chunks(const char *path, const sl_slr_open_opts *opts,
                          uint64_t first_chunk, uint64_t nchunks,
                          sl_reader **out);
+
+typedef struct sl_stage_stats {
+  const char *name;
+  int depth;
+  int downstream;
+  int threads;
+  uint64_t samples_in;
+  uint64_t samples_out;
+  double next_s;
+  double busy_s;
+  double wait_up_s;
+  double wait_down_s;
+} sl_stage_stats;
+void sl_stats_enable(int on);
+int sl_stats_enabled(void);
+int sl_reader_stats(const sl_reader *r, sl_stage_stats *out, size_t cap,
+                    size_t *count);
+int sl_stats_limiting(const sl_stage_stats *stats, size_t n, double wall_s);
+int sl_stats_format(const sl_stage_stats *stats, size_t n, double wall_s,
+                    char *buf, size_t cap);
 ]]
 
 if pcall(function() return ffi.C.sl_version end) then

@@ -226,6 +226,62 @@ Pipeline.__tostring = function(p)
   return "sluice.pipeline (" .. ffi_string(C.sl_reader_name(p._r)) .. ")"
 end
 
+-- --- run statistics (docs/PERFORMANCE.md) ------------------------------------
+
+-- The chain's figures (C sl_reader_stats): one table per stage, this
+-- pipeline's last stage first and its sources last, with name, depth,
+-- downstream (the index of the stage it feeds, nil for the first), threads,
+-- samples_in, samples_out, next_s, busy_s, wait_up_s and wait_down_s.
+-- Times stay 0 until sluice.stats(true).
+local function stage_stats(p, where)
+  local r = live(p, where, 3)
+  local n = ffi.new("size_t[1]")
+  C.sl_reader_stats(r, nil, 0, n)
+  local count = tonumber(n[0])
+  local st = ffi.new("sl_stage_stats[?]", count)
+  local rc = C.sl_reader_stats(r, st, count, n)
+  if rc < 0 then error(c_message(rc), 3) end
+  return st, count
+end
+
+function Pipeline:stats()
+  local st, count = stage_stats(self, ":stats()")
+  local out = {}
+  for i = 0, count - 1 do
+    local s = st[i]
+    out[i + 1] = {
+      name = ffi_string(s.name), depth = s.depth,
+      downstream = s.downstream >= 0 and s.downstream + 1 or nil,
+      threads = s.threads,
+      samples_in = tonumber(s.samples_in), samples_out = tonumber(s.samples_out),
+      next_s = s.next_s, busy_s = s.busy_s,
+      wait_up_s = s.wait_up_s, wait_down_s = s.wait_down_s,
+    }
+  end
+  return out
+end
+
+-- The table `sluice run --stats` prints, for a run of wall_s seconds, with
+-- its closing verdict (the limiting stage, or the consumer).
+function Pipeline:stats_report(wall_s)
+  if type(wall_s) ~= "number" or wall_s <= 0 then
+    error(":stats_report(wall_s): wall_s must be a number of seconds > 0", 2)
+  end
+  local st, count = stage_stats(self, ":stats_report()")
+  local len = C.sl_stats_format(st, count, wall_s, nil, 0)
+  local buf = ffi.new("char[?]", len + 1)
+  C.sl_stats_format(st, count, wall_s, buf, len + 1)
+  return ffi_string(buf, len)
+end
+
+-- Turns stage timing on or off for the whole process (C sl_stats_enable);
+-- returns whether it was on.
+function sluice.stats(on)
+  local was = C.sl_stats_enabled() == 1
+  if on ~= nil then C.sl_stats_enable(on and 1 or 0) end
+  return was
+end
+
 -- --- C decorators -------------------------------------------------------------------------
 
 local SHUFFLE_OPTS = set("seed")

@@ -458,5 +458,5 @@ int sl_batch(sl_reader *up, size_t n, const sl_batch_opts *opts,
     batch_destroy(b);
     return rc;
   }
-  return sl__reader_make(&batch_vt, b, b->out, out);
+  return sl__decorator_make(&batch_vt, b, b->out, &b->up, NULL, out);
 }

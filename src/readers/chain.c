@@ -73,5 +73,6 @@ int sl_chain(sl_reader **readers, size_t n, sl_reader **out) {
   sl_schema *schema = sl_schema_retain((sl_schema *)first);
   int rc = sl__reader_make(&chain_vt, c, schema, out);
   sl_schema_release(schema);
+  if (rc == SL_OK) sl__reader_link(*out, c->readers, c->n, NULL);
   return rc;
 }

@@ -89,7 +89,7 @@ int sl_filter(sl_reader *up, sl_filter_fn fn, void *ud, sl_free_fn free_ud,
   f->free_ud = free_ud;
   /* Hold the schema ourselves: a failing sl_reader_new destroys `up`. */
   sl_schema *schema = sl_schema_retain((sl_schema *)sl_reader_schema(up));
-  int rc = sl__reader_make(&filter_vt, f, schema, out);
+  int rc = sl__decorator_make(&filter_vt, f, schema, &f->up, NULL, out);
   sl_schema_release(schema);
   return rc;
 }

@@ -55,7 +55,7 @@ int sl_multi_pass(sl_reader *up, uint64_t k, sl_reader **out) {
   m->k = k;
   /* Hold the schema ourselves: a failing sl_reader_new destroys `up`. */
   sl_schema *schema = sl_schema_retain((sl_schema *)sl_reader_schema(up));
-  int rc = sl__reader_make(&multi_pass_vt, m, schema, out);
+  int rc = sl__decorator_make(&multi_pass_vt, m, schema, &m->up, NULL, out);
   sl_schema_release(schema);
   return rc;
 }

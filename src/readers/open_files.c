@@ -123,6 +123,7 @@ typedef struct of_state {
   atomic_bool stop;
   atomic_size_t next_unit; /* unordered: the next unit to take */
   atomic_size_t fail_unit; /* the first unit that failed, SIZE_MAX if none */
+  sl__stage_counters stats; /* busy: decoding units; wait_down: full queue */
   /* consumer-only */
   result *cur;
   uint32_t pos;
@@ -332,10 +333,15 @@ static void *worker_main(void *arg) {
     if (o->unordered) k = atomic_fetch_add(&o->next_unit, 1);
     if (k >= n || atomic_load(&o->stop) || k > atomic_load(&o->fail_unit))
       break;
+    uint64_t t0 = sl__stat_start();
     result *r = process(w, k);
+    sl__stat_since(&o->stats.busy_ns, t0);
     bool fatal = r->rc < 0 && !skippable(o, r->rc);
     if (fatal) note_failure(o, k);
-    if (!queue_push(w->q, r)) {
+    t0 = sl__stat_start();
+    bool pushed = queue_push(w->q, r);
+    sl__stat_since(&o->stats.wait_down_ns, t0);
+    if (!pushed) {
       result_free(r);
       break;
     }
@@ -737,6 +743,8 @@ int sl_open_files(const char *const *names, size_t n,
   rc = sl__reader_make(&of_vt, o, schema, out); /* destroys o on failure */
   sl_schema_release(schema);
   if (rc < 0) return rc;
+  o->stats.threads = (int)o->T;
+  sl__reader_link(*out, NULL, 0, &o->stats);
   rc = start_workers(o);
   if (rc < 0) {
     sl_reader_destroy(*out);

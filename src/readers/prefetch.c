@@ -64,6 +64,7 @@ typedef struct prefetch_state {
   bool running;
   sl_sample *cache[PREFETCH_CACHE];
   int cache_pos, cache_len;
+  sl__stage_counters stats; /* wait_down: the worker blocked in send */
 } prefetch_state;
 
 static void *worker_main(void *arg) {
@@ -77,7 +78,10 @@ static void *worker_main(void *arg) {
     sl_sample *s = NULL;
     int rc = sl_reader_next(p->up, &s);
     if (rc == SL_OK) {
-      if (sl_channel_send(p->ch, s) != SL_OK) {
+      uint64_t t0 = sl__stat_start();
+      int sent = sl_channel_send(p->ch, s);
+      sl__stat_since(&p->stats.wait_down_ns, t0);
+      if (sent != SL_OK) {
         sl_sample_release(s); /* aborted: the consumer is going away */
         break;
       }
@@ -170,6 +174,7 @@ int sl_prefetch(sl_reader *up, size_t n, sl_reader **out) {
     return sl__fail_with_upstream(
         up, sl_set_error(SL_ENOMEM, "prefetch: cannot allocate"));
   p->up = up;
+  p->stats.threads = 1;
   atomic_init(&p->stop, false);
   p->ch = sl_channel_new(n, 0);
   if (!p->ch) {
@@ -179,8 +184,9 @@ int sl_prefetch(sl_reader *up, size_t n, sl_reader **out) {
   }
   /* The schema is frozen and refcounted atomically, so retaining it through
    * the const accessor is safe. */
-  SL_FORWARD_IF_ERROR(
-      sl__reader_make(&prefetch_vt, p, (sl_schema *)sl_reader_schema(up), out));
+  SL_FORWARD_IF_ERROR(sl__decorator_make(&prefetch_vt, p,
+                                         (sl_schema *)sl_reader_schema(up),
+                                         &p->up, &p->stats, out));
   int err = start_worker(p);
   if (err) {
     sl_reader_destroy(*out); /* destroys up too: we own it */

@@ -9,7 +9,12 @@
  *   - the one-sample peek behind sl_reader_has_next;
  *   - for readers made shareable (sl__reader_share, used by sl_threaded), one
  *     mutex around next, has_next and reset, so that this wrapper's own state
- *     (status, sticky error, peek) is as safe as the implementation's.
+ *     (status, sticky error, peek) is as safe as the implementation's;
+ *   - run statistics: the samples each reader hands out and, while timing is
+ *     on (sl_stats_enable), the time spent inside its implementation's next;
+ *     the links to its upstreams (sl__reader_link) let stats.c walk the
+ *     chain.  Counted where the implementation is called (pull), so a
+ *     sample peeked by has_next counts once.
  */
 #include "readers/reader_impl.h"
 
@@ -26,7 +31,30 @@ struct sl_reader {
   char *errmsg;          /* its detail message (heap), may be NULL */
   sl_sample *peeked;     /* a sample taken by has_next, not yet returned */
   pthread_mutex_t *lock; /* non-NULL for shared readers; guards all above */
+  /* statistics: links set once after construction (sl__reader_link) */
+  sl_reader *const *ups;        /* borrowed from the state, nups entries */
+  size_t nups;
+  const sl__stage_counters *counters; /* NULL: a stage without threads */
+  atomic_uint_least64_t n_out;        /* samples the implementation gave */
+  atomic_uint_least64_t next_ns;      /* time inside vt->next (timing on) */
 };
+
+void sl__reader_link(sl_reader *r, sl_reader *const *ups, size_t n,
+                     const sl__stage_counters *c) {
+  if (!r) return;
+  r->ups = ups;
+  r->nups = ups ? n : 0;
+  r->counters = c;
+}
+
+void sl__reader_view_of(const sl_reader *r, sl__reader_view *v) {
+  v->name = sl_reader_name(r);
+  v->ups = r->ups;
+  v->nups = r->nups;
+  v->counters = r->counters;
+  v->samples_out = atomic_load_explicit(&r->n_out, memory_order_relaxed);
+  v->next_ns = atomic_load_explicit(&r->next_ns, memory_order_relaxed);
+}
 
 int sl__reader_share(sl_reader *r) {
   if (r->lock) return SL_OK;
@@ -99,13 +127,16 @@ static int pull(sl_reader *r, sl_sample **out) {
   if (r->status == ST_ERR) return restore_sticky(r);
   *out = NULL;
   sl__error_forget_code(); /* so a failure without a message is named */
+  uint64_t t0 = sl__stat_start();
   int rc = r->vt->next(r->state, out);
+  if (t0) sl__stat_add_1w(&r->next_ns, sl__now_ns() - t0);
   if (rc == SL_OK) {
     if (!*out)
       return make_sticky(r, sl_set_error(SL_EINVAL,
                                          "%s: next returned SL_OK without a "
                                          "sample",
                                          sl_reader_name(r)));
+    sl__stat_add_1w(&r->n_out, 1);
     return SL_OK;
   }
   if (*out) { /* a misbehaving implementation; never leak */

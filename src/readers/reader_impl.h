@@ -5,6 +5,7 @@
 #define SLUICE_READER_IMPL_H
 
 #include "core/internal.h"
+#include "core/stats.h"
 
 /* Common prologue of a decorator constructor: checks `out` and `up`, and on
  * failure destroys `up` (decorators take their upstream even when they fail)
@@ -78,5 +79,35 @@ static inline int sl__check_readers(const char *stage, sl_reader **readers,
  * (the implementation is never entered concurrently).  Returns SL_OK or
  * SL_ENOMEM.  Used by sl_threaded. */
 int sl__reader_share(sl_reader *r);
+
+/* Statistics links, set once right after construction: `ups` (n entries,
+ * borrowed from the stage's state, so it must live as long as the reader:
+ * e.g. &state->up) are the readers this stage pulls from; `c` (may be NULL,
+ * also borrowed from the state) the counters of a stage with threads of its
+ * own.  NULL-safe on r. */
+void sl__reader_link(sl_reader *r, sl_reader *const *ups, size_t n,
+                     const sl__stage_counters *c);
+
+/* A snapshot of one reader's statistics and links (readers/stats.c). */
+typedef struct sl__reader_view {
+  const char *name;
+  sl_reader *const *ups;
+  size_t nups;
+  const sl__stage_counters *counters;
+  uint64_t samples_out, next_ns;
+} sl__reader_view;
+void sl__reader_view_of(const sl_reader *r, sl__reader_view *v);
+
+/* sl__reader_make for a decorator of one upstream: also links `*up_slot`
+ * (the state's field holding the upstream) and `c` for statistics. */
+static inline int sl__decorator_make(const sl_reader_vtable *vt, void *state,
+                                     sl_schema *schema,
+                                     sl_reader *const *up_slot,
+                                     const sl__stage_counters *c,
+                                     sl_reader **out) {
+  int rc = sl__reader_make(vt, state, schema, out);
+  if (rc == SL_OK) sl__reader_link(*out, up_slot, 1, c);
+  return rc;
+}
 
 #endif

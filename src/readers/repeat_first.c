@@ -55,7 +55,7 @@ int sl_repeat_first(sl_reader *up, uint64_t n, sl_reader **out) {
   r->n = n;
   /* Hold the schema ourselves: a failing sl_reader_new destroys `up`. */
   sl_schema *schema = sl_schema_retain((sl_schema *)sl_reader_schema(up));
-  int rc = sl__reader_make(&repeat_vt, r, schema, out);
+  int rc = sl__decorator_make(&repeat_vt, r, schema, &r->up, NULL, out);
   sl_schema_release(schema);
   return rc;
 }

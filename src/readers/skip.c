@@ -52,7 +52,7 @@ int sl_skip(sl_reader *up, uint64_t n, sl_reader **out) {
   k->n = n;
   /* Hold the schema ourselves: a failing sl_reader_new destroys `up`. */
   sl_schema *schema = sl_schema_retain((sl_schema *)sl_reader_schema(up));
-  int rc = sl__reader_make(&skip_vt, k, schema, out);
+  int rc = sl__decorator_make(&skip_vt, k, schema, &k->up, NULL, out);
   sl_schema_release(schema);
   return rc;
 }

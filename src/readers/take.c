@@ -48,7 +48,7 @@ int sl_take(sl_reader *up, uint64_t n, sl_reader **out) {
   t->n = n;
   /* Hold the schema ourselves: a failing sl_reader_new destroys `up`. */
   sl_schema *schema = sl_schema_retain((sl_schema *)sl_reader_schema(up));
-  int rc = sl__reader_make(&take_vt, t, schema, out);
+  int rc = sl__decorator_make(&take_vt, t, schema, &t->up, NULL, out);
   sl_schema_release(schema);
   return rc;
 }

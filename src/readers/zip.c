@@ -181,5 +181,6 @@ int sl_zip(sl_reader **readers, size_t n, int truncate, sl_reader **out) {
   z->schema = schema;
   rc = sl__reader_make(&zip_vt, z, schema, out);
   sl_schema_release(schema);
+  if (rc == SL_OK) sl__reader_link(*out, z->readers, z->n, NULL);
   return rc;
 }

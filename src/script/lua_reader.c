@@ -75,6 +75,7 @@ typedef struct lua_reader {
   sl_sample *slot;
   sl_sample *cache[READER_CACHE];
   int cache_pos, cache_len;
+  sl__stage_counters stats; /* busy: the Lua rows; wait_down: blocked send */
 } lua_reader;
 
 /* --- the thread ----------------------------------------------------------- */
@@ -122,6 +123,7 @@ static void run_pass(lua_reader *r) {
   /* The iterator stays at stack index 1 for the whole pass. */
   for (uint64_t row = 0;; row++) {
     if (atomic_load_explicit(&r->stop, memory_order_relaxed)) break;
+    uint64_t t0 = sl__stat_start();
     lua_settop(L, 1);
     lua_pushvalue(L, 1);
     rc = sl__lua_pcall(L, 0, 1, "reader", r->where);
@@ -167,7 +169,11 @@ static void run_pass(lua_reader *r) {
     } else {
       r->pass_schema = sl_schema_retain((sl_schema *)sl_sample_schema(s));
     }
-    if (sl_channel_send(r->ch, s) != SL_OK) {
+    sl__stat_since(&r->stats.busy_ns, t0);
+    t0 = sl__stat_start();
+    int sent = sl_channel_send(r->ch, s);
+    sl__stat_since(&r->stats.wait_down_ns, t0);
+    if (sent != SL_OK) {
       sl_sample_release(s); /* aborted: the consumer is going away */
       break;
     }
@@ -315,5 +321,8 @@ int sl__lua_reader(sl__shipped *fn, sl__lua_env *env, size_t buffer,
       return rc;
     }
   }
-  return sl__reader_make(&reader_vt, r, r->schema, out);
+  r->stats.threads = 1;
+  rc = sl__reader_make(&reader_vt, r, r->schema, out);
+  if (rc == SL_OK) sl__reader_link(*out, NULL, 0, &r->stats);
+  return rc;
 }

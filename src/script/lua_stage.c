@@ -77,6 +77,10 @@
  *   reset     stop; release every pending result (window, ring, terminal,
  *             cache); sl_reader_reset(up); restart the workers.
  *   destroy   stop; release everything; close the Lua states; destroy up.
+ *   stats     (core/stats.h, while timing is on) a worker adds the time it
+ *             runs a batch to busy, and a wait in take_turn to wait_down
+ *             when the window was full, else to wait_up (another worker
+ *             held the pull turn); pulling itself is upstream's next time.
  *
  * Liveness: the consumer sleeps only while win[next_out] (ordered) or the
  * ring (unordered) is empty and the terminal is not due.  Then either a
@@ -197,6 +201,8 @@ typedef struct lua_stage {
   atomic_uint published;  /* bumped (under mu) whenever results land; read
                              unlocked by a consumer spinning before sleep */
   atomic_bool stop;
+  sl__stage_counters stats; /* busy: running batches; wait_up: for the pull
+                               turn; wait_down: for room in the window */
 
   /* consumer-only */
   result cache[CACHE];
@@ -422,9 +428,13 @@ static bool take_turn(lua_stage *st, size_t want, uint64_t *base, size_t *n) {
       return false;
     }
     if (!st->pulling && room(st) > 0) break;
+    atomic_uint_least64_t *why =
+        room(st) == 0 ? &st->stats.wait_down_ns : &st->stats.wait_up_ns;
+    uint64_t t0 = sl__stat_start();
     st->idle++;
     pthread_cond_wait(&st->work_cv, &st->mu);
     st->idle--;
+    sl__stat_since(why, t0);
     if (st->woken > 0) st->woken--;
   }
   st->pulling = true;
@@ -549,7 +559,10 @@ static void *worker_main(void *arg) {
     if (!take_turn(st, batch_size(st, w), &base, &n)) break;
     double t0 = now_ns();
     size_t got = pull_batch(st, w, base, n);
-    if (!process_batch(st, w, base, got)) break;
+    uint64_t t1 = sl__stat_start();
+    bool more = process_batch(st, w, base, got);
+    sl__stat_since(&st->stats.busy_ns, t1);
+    if (!more) break;
     if (got > 0) {
       double per = (now_ns() - t0) / (double)got;
       w->ns_per_sample =
@@ -812,6 +825,7 @@ int sl__lua_stage(sl_reader *up, sl__lua_kind kind, sl__shipped *fn,
     sl_schema_freeze(st->schema);
     atomic_store_explicit(&st->check_schema, st->schema, memory_order_release);
   }
+  st->stats.threads = st->nthreads;
   int rc = start_workers(st);
   if (rc < 0) {
     stage_destroy(st);
@@ -826,6 +840,6 @@ int sl__lua_stage(sl_reader *up, sl__lua_kind kind, sl__shipped *fn,
     st->schema = sl_schema_retain(s);
     atomic_store_explicit(&st->check_schema, st->schema, memory_order_release);
   }
-  return sl__reader_make(kind == SL__LUA_FILTER ? &filter_vt : &map_vt, st,
-                         st->schema, out);
+  return sl__decorator_make(kind == SL__LUA_FILTER ? &filter_vt : &map_vt, st,
+                            st->schema, &st->up, &st->stats, out);
 }

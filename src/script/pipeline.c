@@ -283,6 +283,12 @@ const sl_schema *sl_pipeline_schema(const sl_pipeline *p) {
   return p ? sl_reader_schema(p->r) : NULL;
 }
 
+int sl_pipeline_stats(const sl_pipeline *p, sl_stage_stats *out, size_t cap,
+                      size_t *count) {
+  SL_RETURN_ERROR_IF(!p, SL_EINVAL, "stats: NULL pipeline");
+  return sl_reader_stats(p->r, out, cap, count);
+}
+
 void sl_pipeline_close(sl_pipeline *p) {
   if (!p) return;
   sl_reader_destroy(p->r);

@@ -1,7 +1,8 @@
 # run.sh - `sluice run`: a Lua pipeline script with arguments, --epochs,
-# --limit, a failing script (exit 1, the Lua message), --stats (not
-# implemented: exit 2) and --help.  The scripts require "sluice": LUA_PATH /
-# LUA_CPATH point at the source lua/ and the build's lua/ (beside tools/).
+# --limit, a failing script (exit 1, the Lua message), --stats (the
+# per-stage table naming the limiting stage) and --help.  The scripts
+# require "sluice": LUA_PATH / LUA_CPATH point at the source lua/ and the
+# build's lua/ (beside tools/).
 . "$(dirname "$0")/lib.bash"
 SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 BUILD=$(cd "$(dirname "$SLUICE")/.." && pwd)
@@ -55,10 +56,19 @@ sl run nothere.lua
 expect_rc 1 "a missing script"
 contains "$ERR" "sluice: run: pipeline script nothere.lua: cannot open"
 
-# --stats is announced, not built yet: exit 2.
-sl run --stats "$S/range_batches.lua" 10 5
-expect_rc 2 "run --stats"
-contains "$ERR" "sluice: run: --stats is not implemented yet"
+# --stats: one line per stage, indented upstream, and the verdict.
+sl run --stats "$S/slow_map.lua" 400
+expect_rc 0 "run --stats slow_map.lua"
+contains "$OUT" "total (1 epoch): 40 batches, 400 samples"
+contains "$OUT" "stage "
+contains "$OUT" "prefetch "
+contains "$OUT" "  batch "
+contains "$OUT" "    map "
+contains "$OUT" "      range "
+contains "$OUT" "limiting stage: map (busy "
+sl run --stats --epochs 2 "$S/range_batches.lua" 10 5
+expect_rc 0 "run --stats over 2 epochs"
+contains "$OUT" "  range "
 
 # Usage errors and --help.
 for bad in "" "--epochs 0 x.lua" "--limit x x.lua" "--bogus x.lua"; do

@@ -1,0 +1,64 @@
+/*
+ * stats.h - the counters behind run statistics (sl_reader_stats).
+ *
+ * The reader base (readers/reader.c) counts every stage's output and, while
+ * timing is on, the time its callers spend inside its next.  A stage with
+ * threads of its own (prefetch, open_files, the Lua map) also owns an
+ * sl__stage_counters in its state, registered with sl__reader_link, and
+ * adds what only its threads can see: their own work, the time they wait
+ * for the turn to pull upstream, and the time they are blocked by a full
+ * queue.  Counters are relaxed atomics: a snapshot may be read while the
+ * threads run.
+ */
+#ifndef SLUICE_STATS_H
+#define SLUICE_STATS_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <time.h>
+
+typedef struct sl__stage_counters {
+  int threads;                        /* set before the threads start */
+  atomic_uint_least64_t busy_ns;      /* the threads' own work */
+  atomic_uint_least64_t wait_up_ns;   /* waiting for the pull turn */
+  atomic_uint_least64_t wait_down_ns; /* blocked by a full queue/window */
+} sl__stage_counters;
+
+/* Process-wide timing switch (stats.c). */
+extern atomic_int sl__stats_on;
+
+static inline bool sl__stats_timing(void) {
+  return atomic_load_explicit(&sl__stats_on, memory_order_relaxed) != 0;
+}
+
+static inline uint64_t sl__now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static inline void sl__stat_add(atomic_uint_least64_t *c, uint64_t v) {
+  atomic_fetch_add_explicit(c, v, memory_order_relaxed);
+}
+
+/* For a counter with one writer at a time (a reader's own counts: its next
+ * is never entered concurrently): a plain load and store, no locked
+ * instruction, still a data-race-free read for the stats walk. */
+static inline void sl__stat_add_1w(atomic_uint_least64_t *c, uint64_t v) {
+  atomic_store_explicit(
+      c, atomic_load_explicit(c, memory_order_relaxed) + v,
+      memory_order_relaxed);
+}
+
+/* A start time when timing is on, else 0 (then sl__stat_since adds
+ * nothing): `uint64_t t = sl__stat_start(); ...; sl__stat_since(c, t);` */
+static inline uint64_t sl__stat_start(void) {
+  return sl__stats_timing() ? sl__now_ns() : 0;
+}
+
+static inline void sl__stat_since(atomic_uint_least64_t *c, uint64_t t0) {
+  if (t0) sl__stat_add(c, sl__now_ns() - t0);
+}
+
+#endif
