@@ -10,6 +10,7 @@
  * The double calls libsluice through ffi.C, so this executable must export
  * the sl_* symbols (ENABLE_EXPORTS / -rdynamic). */
 #include "test.h"
+#include "test_util.h"
 
 #include "core/internal.h"
 #include "script/lua_host.h"
@@ -92,7 +93,7 @@ static const char FNS[] =
     "end\n"                                                            /* 65 */
     "function T.rare(s) return s.i % 1000 == 999 end\n"                /* 66 */
     "function T.stamped(s)\n"                                          /* 67 */
-    "  local ffi = require('ffi')\n"                                  /* 68 */
+    "  local ffi = require('ffi')\n"                                   /* 68 */
     "  if not STAMP_CDEF then\n"                                       /* 69 */
     "    ffi.cdef('struct sl_ts { long s, ns; };'\n"                   /* 70 */
     "      .. 'int clock_gettime(int, struct sl_ts *);')\n"            /* 71 */
@@ -101,9 +102,9 @@ static const char FNS[] =
     "  local acc, i = 0, s.i\n"                                        /* 74 */
     "  for k = 1, 20000 do acc = (acc * 31 + k + i) % 1000003 end\n"   /* 75 */
     "  local ts = ffi.new('struct sl_ts')\n"                           /* 76 */
-    "  ffi.C.clock_gettime(1, ts)\n" /* CLOCK_MONOTONIC */            /* 77 */
+    "  ffi.C.clock_gettime(1, ts)\n" /* CLOCK_MONOTONIC */             /* 77 */
     "  return { i = s.i * 10, x_t = tonumber(ts.s) + tonumber(ts.ns) * 1e-9 }\n"
-    "end\n"                                                            /* 79 */
+    "end\n" /* 79 */
     "return T\n";
 
 static lua_State *g_decl; /* the declaring state (this thread only) */
@@ -185,20 +186,9 @@ static int64_t field_i64(sl_sample *s, const char *name) {
   return *(const int64_t *)t->data;
 }
 
-static void sleep_us(long us) {
-  struct timespec ts = {us / 1000000, (us % 1000000) * 1000L};
-  nanosleep(&ts, NULL);
-}
-
 static double cpu_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
@@ -673,7 +663,7 @@ TEST(reset_mid_pass) {
         n++;
         sl_sample_release(s);
       }
-      if (k & 1) sleep_us(2000); /* let the window fill */
+      if (k & 1) test_sleep_us(2000); /* let the window fill */
       ASSERT_OK(sl_reader_reset(r));
     }
     if (ordered)
@@ -702,7 +692,7 @@ TEST(destroy_mid_pass_200_times) {
       }
       break;
     case 2: /* full windows, idle workers */
-      sleep_us(3000);
+      test_sleep_us(3000);
       break;
     case 3: /* after a reset */
       ASSERT_OK(sl_reader_reset(r));
@@ -769,15 +759,15 @@ TEST(prefetches_while_the_consumer_sleeps) {
   sl_reader *r = lua_stage(counted, SL__LUA_MAP, "stamped", 2, 1, Q, NULL);
   int64_t next = 0;
   for (int round = 0; round < 3; round++) {
-    double deadline = now_s() + 10;
-    while (atomic_load(&g_pulled) < next + Q && now_s() < deadline)
-      sleep_us(2000);
+    double deadline = test_now_s() + 10;
+    while (atomic_load(&g_pulled) < next + Q && test_now_s() < deadline)
+      test_sleep_us(2000);
     long ahead = atomic_load(&g_pulled) - (long)next;
     ASSERT_TRUE(ahead >= Q); /* the window filled while nobody read */
     /* and never past it, plus what the consumer's cache holds (16) */
     ASSERT_TRUE(ahead <= Q + 16);
-    sleep_us(50000); /* the last pulled batch finishes */
-    double woke = now_s();
+    test_sleep_us(50000); /* the last pulled batch finishes */
+    double woke = test_now_s();
     int before = 0;
     for (int k = 0; k < Q; k++, next++) {
       sl_sample *s = NULL;
@@ -795,14 +785,14 @@ TEST(prefetches_while_the_consumer_sleeps) {
 
 static double throughput(const char *fn, int threads, int64_t n) {
   sl_reader *r = map(range(n), fn, threads, 1);
-  double t0 = now_s();
+  double t0 = test_now_s();
   sl_sample *s = NULL;
   int64_t k = 0;
   while (sl_reader_next(r, &s) == SL_OK) {
     sl_sample_release(s);
     k++;
   }
-  double dt = now_s() - t0;
+  double dt = test_now_s() - t0;
   ASSERT_EQ(k, n);
   sl_reader_destroy(r);
   return (double)n / dt;
@@ -821,17 +811,17 @@ static void *c_spin(void *arg) {
 }
 
 static double machine_speedup(void) {
-  double t0 = now_s();
+  double t0 = test_now_s();
   c_spin(NULL);
   c_spin(NULL);
-  double one = now_s() - t0;
+  double one = test_now_s() - t0;
   pthread_t a, b;
-  t0 = now_s();
+  t0 = test_now_s();
   pthread_create(&a, NULL, c_spin, NULL);
   pthread_create(&b, NULL, c_spin, NULL);
   pthread_join(a, NULL);
   pthread_join(b, NULL);
-  return one / (now_s() - t0);
+  return one / (test_now_s() - t0);
 }
 
 TEST(cpu_heavy_map_scales_with_threads) {
@@ -879,7 +869,7 @@ static double lua_call_ns(int64_t n) {
   sl_sample *s = NULL;
   ASSERT_OK(sl_reader_next(r, &s));
   sl_sample *slot = NULL;
-  double t0 = now_s();
+  double t0 = test_now_s();
   for (int64_t k = 0; k < n; k++) {
     lua_rawgeti(W, LUA_REGISTRYINDEX, op);
     lua_rawgeti(W, LUA_REGISTRYINDEX, fn);
@@ -889,7 +879,7 @@ static double lua_call_ns(int64_t n) {
     ASSERT_PTR_EQ(slot, s);
     sl_sample_release(slot);
   }
-  double dt = now_s() - t0;
+  double dt = test_now_s() - t0;
   sl_sample_release(s);
   sl_reader_destroy(r);
   sl__shipped_release(f);
@@ -902,11 +892,11 @@ static void overhead(size_t queue) {
    * the wall figure suffers on a loaded machine, the CPU one much less. */
   int64_t n = 300000;
   sl_reader *r = range(n);
-  double t0 = now_s(), c0 = cpu_s();
+  double t0 = test_now_s(), c0 = cpu_s();
   sl_sample *s = NULL;
   while (sl_reader_next(r, &s) == SL_OK)
     sl_sample_release(s);
-  double base = (now_s() - t0) / (double)n;
+  double base = (test_now_s() - t0) / (double)n;
   double cbase = (cpu_s() - c0) / (double)n;
   sl_reader_destroy(r);
   double best = 1e9, cbest = 1e9, sw = 0;
@@ -915,13 +905,13 @@ static void overhead(size_t queue) {
     getrusage(RUSAGE_SELF, &u0);
     c0 = cpu_s();
     r = lua_stage(range(n), SL__LUA_MAP, "identity", 1, 1, queue, NULL);
-    t0 = now_s();
+    t0 = test_now_s();
     int64_t k = 0;
     while (sl_reader_next(r, &s) == SL_OK) {
       sl_sample_release(s);
       k++;
     }
-    double per = (now_s() - t0) / (double)n;
+    double per = (test_now_s() - t0) / (double)n;
     ASSERT_EQ(k, n);
     sl_reader_destroy(r);
     double cper = (cpu_s() - c0) / (double)n;
@@ -1065,7 +1055,7 @@ TEST(reader_destroy_while_blocked) {
       ASSERT_OK(sl_schema_add(sch, "i", SL_I64, 0, NULL));
     }
     sl_reader *r = lua_reader("rows_forever", 1 + (size_t)(k % 4), sch, NULL);
-    if (k % 3 == 1) sleep_us(1000); /* blocked on the full channel */
+    if (k % 3 == 1) test_sleep_us(1000); /* blocked on the full channel */
     if (k % 3 == 2) {
       sl_sample *s = NULL;
       ASSERT_RC(sl_reader_next(r, &s), SL_OK);

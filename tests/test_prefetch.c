@@ -4,6 +4,7 @@
  * channel, worker blocked in send or inside a slow upstream, stacked
  * prefetches) without hangs or leaks. */
 #include "test.h"
+#include "test_util.h"
 
 #include "core/internal.h"
 
@@ -17,17 +18,6 @@
 
 static int64_t value(sl_sample *s) {
   return *(int64_t *)sl_sample_at(s, 0)->data;
-}
-
-static void sleep_us(long us) {
-  struct timespec ts = {us / 1000000, (us % 1000000) * 1000L};
-  nanosleep(&ts, NULL);
-}
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 /* Reads a whole pass and checks it is first, first+1, ..., end-1 then EOF. */
@@ -86,7 +76,7 @@ static int gen_next(void *ud, sl_sample **out) {
                         (long long)g->i);
   }
   if (g->i >= g->n) return SL_EOF;
-  if (g->sleep_us) sleep_us(g->sleep_us);
+  if (g->sleep_us) test_sleep_us(g->sleep_us);
   sl_sample *s = sl_sample_new(g->schema);
   void *data;
   if (!s) return SL_ENOMEM;
@@ -137,9 +127,9 @@ static void gen_done(gen *g) {
 
 /* Waits (bounded) until the generator has produced at least n samples. */
 static void wait_produced(gen *g, long n) {
-  double deadline = now_s() + 20.0;
+  double deadline = test_now_s() + 20.0;
   while (atomic_load(&g->produced) < n) {
-    if (now_s() > deadline)
+    if (test_now_s() > deadline)
       test_fail(__FILE__, __LINE__, "worker produced %ld of %ld samples",
                 atomic_load(&g->produced), n);
     sched_yield();
@@ -239,7 +229,7 @@ TEST(buffer_of_one) {
   gen_init(&g, 300, -1, 0);
   sl_reader *r = prefetch(gen_reader(&g, 1), 1);
   wait_produced(&g, 2); /* one in the channel, one held by the worker */
-  sleep_us(10000);
+  test_sleep_us(10000);
   ASSERT_LE(atomic_load(&g.produced), 2);
   for (int pass = 0; pass < 3; pass++) {
     expect_pass(r, 0, 300);
@@ -348,8 +338,8 @@ TEST(error_after_samples_still_queued) {
   gen g;
   gen_init(&g, 100, 5, 0);
   sl_reader *r = prefetch(gen_reader(&g, 1), 64);
-  double deadline = now_s() + 20.0;
-  while (atomic_load(&g.errors) == 0 && now_s() < deadline)
+  double deadline = test_now_s() + 20.0;
+  while (atomic_load(&g.errors) == 0 && test_now_s() < deadline)
     sched_yield();
   ASSERT_EQ(atomic_load(&g.errors), 1);
   read_n(r, 5);
@@ -391,7 +381,7 @@ TEST(prefetches_while_consumer_sleeps) {
   sl_reader *r = prefetch(gen_reader(&g, 1), 64);
   /* Nothing pulled yet: the worker fills the channel on its own... */
   wait_produced(&g, 64);
-  sleep_us(50000);
+  test_sleep_us(50000);
   /* ...and stops there: 64 queued, at most one more held by the worker. */
   long made = atomic_load(&g.produced);
   ASSERT_GE(made, 64);
@@ -444,7 +434,8 @@ TEST(destroy_at_random_points) {
     } else {
       read_n(r, n);
     }
-    if (rng_next(&seed) % 3 == 0) sleep_us(200); /* let the workers fill up */
+    if (rng_next(&seed) % 3 == 0)
+      test_sleep_us(200); /* let the workers fill up */
     sl_reader_destroy(r);
   }
 }
@@ -456,9 +447,9 @@ TEST(destroy_while_worker_inside_slow_upstream) {
     sl_reader *r = prefetch(gen_reader(&g, 1), 4);
     if (mode == 1) read_n(r, 2);
     if (mode == 2) wait_produced(&g, 5); /* full, then blocked in send */
-    double t0 = now_s();
+    double t0 = test_now_s();
     sl_reader_destroy(r);
-    double took = now_s() - t0;
+    double took = test_now_s() - t0;
     ASSERT_TRUE(took < 2.0); /* the join waits for one sample at most */
     gen_done(&g);
   }

@@ -25,25 +25,6 @@ static const char *tmppath(const char *name) {
   return test_tmppath(TMP_TAG, name);
 }
 
-/* An SLR file of `n` records {id: i64} numbered from `first`. */
-static void write_ids(const char *path, int64_t first, int64_t n) {
-  sl_schema *s = sl_schema_new();
-  ASSERT_OK(sl_schema_add(s, "id", SL_I64, 0, NULL));
-  sl_slr_writer *w;
-  sl_slr_writer_opts o = {1, 0, 4};
-  ASSERT_OK(sl_slr_writer_open(path, s, &o, &w));
-  for (int64_t i = 0; i < n; i++) {
-    sl_sample *r = sl_sample_new(s);
-    int64_t *v;
-    ASSERT_OK(sl_sample_alloc(r, 0, 0, NULL, (void **)&v));
-    *v = first + i;
-    ASSERT_OK(sl_slr_writer_append(w, r));
-    sl_sample_release(r);
-  }
-  ASSERT_OK(sl_slr_writer_close(w));
-  sl_schema_release(s);
-}
-
 static void touch(const char *path) {
   FILE *f = fopen(path, "w");
   ASSERT_NOT_NULL(f);
@@ -71,7 +52,7 @@ static int64_t drain_ids(sl_reader *r, int64_t first) {
 
 TEST(slr_tag_and_extension_inference) {
   const char *p = tmppath("plain.slr");
-  write_ids(p, 0, 10);
+  test_write_ids_slr(p, 0, 10, 4);
   char name[600];
   snprintf(name, sizeof name, "slr:%s", p);
   sl_reader *r;
@@ -84,14 +65,14 @@ TEST(slr_tag_and_extension_inference) {
   sl_reader_destroy(r);
   /* A tag overrides the extension: any file name works with "slr:". */
   const char *odd = tmppath("data.bin");
-  write_ids(odd, 5, 3);
+  test_write_ids_slr(odd, 5, 3, 4);
   snprintf(name, sizeof name, "slr:%s", odd);
   ASSERT_OK(sl_open(name, NULL, &r));
   ASSERT_EQ(drain_ids(r, 5), 3);
   sl_reader_destroy(r);
   /* An absolute path with a ':' inside is a bare path. */
   const char *colon = tmppath("a:b.slr");
-  write_ids(colon, 7, 2);
+  test_write_ids_slr(colon, 7, 2, 4);
   ASSERT_OK(sl_open(colon, NULL, &r));
   ASSERT_EQ(drain_ids(r, 7), 2);
   sl_reader_destroy(r);
@@ -138,10 +119,10 @@ TEST(globs_expand_in_byte_order) {
   ASSERT_EQ(mkdir(tmppath("g"), 0755), 0);
   /* Written out of order; byte order puts "B" before "a" and "c10" before
    * "c9" whatever the locale. */
-  write_ids(tmppath("g/c9.slr"), 30, 2);
-  write_ids(tmppath("g/a.slr"), 10, 3);
-  write_ids(tmppath("g/c10.slr"), 20, 4);
-  write_ids(tmppath("g/B.slr"), 0, 5);
+  test_write_ids_slr(tmppath("g/c9.slr"), 30, 2, 4);
+  test_write_ids_slr(tmppath("g/a.slr"), 10, 3, 4);
+  test_write_ids_slr(tmppath("g/c10.slr"), 20, 4, 4);
+  test_write_ids_slr(tmppath("g/B.slr"), 0, 5, 4);
   touch(tmppath("g/notes.txt"));
   char pat[600];
   snprintf(pat, sizeof pat, "%s/*.slr", tmppath("g"));
@@ -349,7 +330,7 @@ static int open_silent_failure(void *ud, const char *path,
 
 TEST(builtin_can_be_replaced_and_bad_formats_are_named) {
   const char *p = tmppath("wrapped.slr");
-  write_ids(p, 0, 4);
+  test_write_ids_slr(p, 0, 4, 4);
   /* Static: the registry keeps ud for later opens (other tests' too). */
   static atomic_int calls;
   atomic_store(&calls, 0);
@@ -436,7 +417,7 @@ TEST(malformed_tags_and_full_tables) {
 
 TEST(extensible_options) {
   const char *p = tmppath("opts.slr");
-  write_ids(p, 0, 2);
+  test_write_ids_slr(p, 0, 2, 4);
   sl_reader *r;
   sl_open_opts o = {0};
   ASSERT_RC(sl_open(p, &o, &r), SL_EINVAL);
@@ -509,7 +490,7 @@ static void *race_register(void *arg) {
 
 TEST(registration_races_with_open) {
   const char *p = tmppath("race.slr");
-  write_ids(p, 0, 3);
+  test_write_ids_slr(p, 0, 3, 4);
   g_race_path = p;
   count_ud u = {0, 1};
   pthread_t t[4];

@@ -16,21 +16,10 @@
 #include <string.h>
 #include <time.h>
 
-static void sleep_us(long us) {
-  struct timespec ts = {us / 1000000, (us % 1000000) * 1000L};
-  nanosleep(&ts, NULL);
-}
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* A C map that sleeps `*(long *)ud` microseconds per sample. */
 static int slow_map(void *ud, sl_sample *in, sl_sample **out) {
   long us = *(const long *)ud;
-  if (us > 0) sleep_us(us);
+  if (us > 0) test_sleep_us(us);
   *out = in;
   return SL_OK;
 }
@@ -60,7 +49,7 @@ static int64_t drain(sl_reader *r, long consumer_us) {
   int rc;
   while ((rc = sl_reader_next(r, &s)) == SL_OK) {
     sl_sample_release(s);
-    if (consumer_us > 0) sleep_us(consumer_us);
+    if (consumer_us > 0) test_sleep_us(consumer_us);
     k++;
   }
   ASSERT_RC(rc, SL_EOF);
@@ -81,6 +70,19 @@ static void print_table(const sl_stage_stats *st, size_t n, double wall) {
   int len = sl_stats_format(st, n, wall, buf, sizeof buf);
   ASSERT_TRUE(len > 0 && (size_t)len < sizeof buf);
   fputs(buf, stdout);
+}
+
+/* Drains r with timing on (the consumer sleeping consumer_us per sample),
+ * checks it yields `want` samples, fills st / *n and prints the table.
+ * Returns the run's wall time. */
+static double timed_run(sl_reader *r, long consumer_us, int64_t want,
+                        sl_stage_stats *st, size_t *n) {
+  double t0 = test_now_s();
+  ASSERT_EQ(drain(r, consumer_us), want);
+  double wall = test_now_s() - t0;
+  *n = stats_of(r, st);
+  print_table(st, *n, wall);
+  return wall;
 }
 
 /* --- counting (timing off) ------------------------------------------------ */
@@ -193,12 +195,9 @@ TEST(a_slow_map_is_named_the_limiting_stage) {
   /* range -> map (1 ms per sample) -> batch 10 -> prefetch 2 */
   sl_reader *r =
       prefetch(batch(map_sleeping(test_range_reader(200), &us), 10), 2);
-  double t0 = now_s();
-  ASSERT_EQ(drain(r, 0), 20);
-  double wall = now_s() - t0;
   sl_stage_stats st[MAXST];
-  size_t n = stats_of(r, st);
-  print_table(st, n, wall);
+  size_t n;
+  double wall = timed_run(r, 0, 20, st, &n);
   ASSERT_EQ(n, 4);
   ASSERT_STREQ(st[0].name, "prefetch");
   ASSERT_EQ(st[0].threads, 1);
@@ -222,9 +221,9 @@ TEST(a_slow_consumer_blocks_prefetch_downstream) {
   sl_stats_enable(1);
   long none = 0;
   sl_reader *r = prefetch(map_sleeping(test_range_reader(100), &none), 4);
-  double t0 = now_s();
+  double t0 = test_now_s();
   ASSERT_EQ(drain(r, 2000), 100); /* the consumer: 2 ms per sample */
-  double wall = now_s() - t0;
+  double wall = test_now_s() - t0;
   sl_stage_stats st[MAXST];
   size_t n = stats_of(r, st);
   print_table(st, n, wall);
@@ -247,12 +246,9 @@ TEST(a_sync_chain_attributes_time_to_the_sleeping_stage) {
   /* range -> map (fast) -> map (0.5 ms) -> batch 5, all on this thread. */
   sl_reader *r = batch(
       map_sleeping(map_sleeping(test_range_reader(100), &fast), &slow), 5);
-  double t0 = now_s();
-  ASSERT_EQ(drain(r, 0), 20);
-  double wall = now_s() - t0;
   sl_stage_stats st[MAXST];
-  size_t n = stats_of(r, st);
-  print_table(st, n, wall);
+  size_t n;
+  double wall = timed_run(r, 0, 20, st, &n);
   ASSERT_EQ(n, 4);
   ASSERT_TRUE(st[1].busy_s >= 0.045); /* the slow map: 100 x 0.5 ms */
   ASSERT_TRUE(st[2].busy_s < 0.5 * st[1].busy_s);
@@ -268,29 +264,10 @@ TEST(a_sync_chain_attributes_time_to_the_sleeping_stage) {
   sl_stats_enable(0);
 }
 
-/* {id: i64} records in `path`, 10 per chunk. */
-static void write_ids(const char *path, int64_t n) {
-  sl_schema *s = sl_schema_new();
-  ASSERT_OK(sl_schema_add(s, "id", SL_I64, 0, NULL));
-  sl_slr_writer *w;
-  sl_slr_writer_opts o = {1, 0, 10};
-  ASSERT_OK(sl_slr_writer_open(path, s, &o, &w));
-  for (int64_t i = 0; i < n; i++) {
-    sl_sample *r = sl_sample_new(s);
-    int64_t *v;
-    ASSERT_OK(sl_sample_alloc(r, 0, 0, NULL, (void **)&v));
-    *v = i;
-    ASSERT_OK(sl_slr_writer_append(w, r));
-    sl_sample_release(r);
-  }
-  ASSERT_OK(sl_slr_writer_close(w));
-  sl_schema_release(s);
-}
-
 TEST(open_files_reports_its_threads) {
   sl_stats_enable(1);
   const char *path = test_tmppath("stats", "ids.slr");
-  write_ids(path, 1000);
+  test_write_ids_slr(path, 0, 1000, 10);
   sl_open_files_opts o = SL_OPEN_FILES_OPTS_INIT;
   o.threads = 2;
   o.rank = 0;
@@ -298,12 +275,9 @@ TEST(open_files_reports_its_threads) {
   sl_reader *of = NULL;
   ASSERT_OK(sl_open_files(&path, 1, &o, &of));
   sl_reader *r = batch(of, 100);
-  double t0 = now_s();
-  ASSERT_EQ(drain(r, 0), 10);
-  double wall = now_s() - t0;
   sl_stage_stats st[MAXST];
-  size_t n = stats_of(r, st);
-  print_table(st, n, wall);
+  size_t n;
+  double wall = timed_run(r, 0, 10, st, &n);
   ASSERT_EQ(n, 2);
   ASSERT_STREQ(st[1].name, "open_files");
   ASSERT_EQ(st[1].threads, 2);
@@ -319,9 +293,9 @@ TEST(format_lists_every_stage_indented) {
   sl_stats_enable(1);
   long none = 0;
   sl_reader *r = batch(map_sleeping(test_range_reader(50), &none), 10);
-  double t0 = now_s();
+  double t0 = test_now_s();
   drain(r, 0);
-  double wall = now_s() - t0;
+  double wall = test_now_s() - t0;
   sl_stage_stats st[MAXST];
   size_t n = stats_of(r, st);
   char buf[4096];

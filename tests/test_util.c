@@ -3,6 +3,7 @@
 
 #include <ftw.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -103,4 +104,34 @@ size_t test_idx_header(unsigned char *h, unsigned type, int rank,
     h[7 + 4 * d] = (unsigned char)dims[d];
   }
   return 4 + 4 * (size_t)rank;
+}
+
+void test_sleep_us(long us) {
+  struct timespec ts = {us / 1000000, (us % 1000000) * 1000L};
+  nanosleep(&ts, NULL);
+}
+
+double test_now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+void test_write_ids_slr(const char *path, int64_t first, int64_t n,
+                        uint32_t per_chunk) {
+  sl_schema *s = sl_schema_new();
+  ASSERT_OK(sl_schema_add(s, "id", SL_I64, 0, NULL));
+  sl_slr_writer *w;
+  sl_slr_writer_opts o = {1, 0, per_chunk};
+  ASSERT_OK(sl_slr_writer_open(path, s, &o, &w));
+  for (int64_t i = 0; i < n; i++) {
+    sl_sample *r = sl_sample_new(s);
+    int64_t *v;
+    ASSERT_OK(sl_sample_alloc(r, 0, 0, NULL, (void **)&v));
+    *v = first + i;
+    ASSERT_OK(sl_slr_writer_append(w, r));
+    sl_sample_release(r);
+  }
+  ASSERT_OK(sl_slr_writer_close(w));
+  sl_schema_release(s);
 }

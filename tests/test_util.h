@@ -84,4 +84,13 @@ void test_write_gz(const char *path, const void *data, size_t n);
 size_t test_idx_header(unsigned char *h, unsigned type, int rank,
                        const uint32_t *dims);
 
+/* Sleeps `us` microseconds. */
+void test_sleep_us(long us);
+/* CLOCK_MONOTONIC in seconds. */
+double test_now_s(void);
+/* Writes an SLR file of `n` records {id: i64} numbered from `first`,
+ * `per_chunk` records per chunk, level 1. */
+void test_write_ids_slr(const char *path, int64_t first, int64_t n,
+                        uint32_t per_chunk);
+
 #endif
