@@ -12,12 +12,18 @@
 # never change.
 PACKAGES := build-essential cmake pkg-config libzstd-dev zlib1g-dev \
             luajit libluajit-5.1-dev lua-busted lua-check libdlpack-dev \
-            dataset-fashion-mnist openmpi-bin libopenmpi-dev
+            dataset-fashion-mnist openmpi-bin libopenmpi-dev zstd \
+            libturbojpeg0-dev libspng-dev libjpeg-turbo-progs \
+            clang-14 libclang-rt-14-dev
 
 BUILD_TYPE ?= RelWithDebInfo
 BUILD      ?= build
 BUILD_ASAN ?= build-asan
 BUILD_TSAN ?= build-tsan
+BUILD_FUZZ ?= build-fuzz
+FUZZ_CC    ?= clang-14
+# Seconds each fuzz target runs in `make fuzz` (CI: 60).
+FUZZ_SECONDS ?= 60
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 DATA       ?= /usr/share/datasets/fashion-mnist
 EPOCHS     ?= 3
@@ -32,7 +38,7 @@ FORMAT_DIRS := src include tests bench examples tools
 # Keep the nested make run by `cmake --build` from printing directory noise.
 MAKEFLAGS += --no-print-directory
 
-.PHONY: help deps configure build test demo asan tsan bench format clean
+.PHONY: help deps configure build test demo asan tsan fuzz fuzz-build bench bench-peers format clean
 
 help:
 	@echo "sluice make targets:"
@@ -41,9 +47,11 @@ help:
 	@echo "  make build   configure and build into $(BUILD)/ ($(BUILD_TYPE))"
 	@echo "  make asan    AddressSanitizer + UBSan build in $(BUILD_ASAN)/, run CTest"
 	@echo "  make tsan    ThreadSanitizer build in $(BUILD_TSAN)/, run the threaded suites"
-	@echo "  make bench   build and run the stage micro-benchmark"
+	@echo "  make fuzz    libFuzzer build in $(BUILD_FUZZ)/ ($(FUZZ_CC)), each target FUZZ_SECONDS=$(FUZZ_SECONDS) s"
+	@echo "  make bench   build and run every benchmark (bench/run; peers if set up)"
+	@echo "  make bench-peers  set up the peers' venv, then sluice vs its peers"
 	@echo "  make format  clang-format -i over $(FORMAT_DIRS)"
-	@echo "  make clean   remove $(BUILD)/ $(BUILD_ASAN)/ $(BUILD_TSAN)/"
+	@echo "  make clean   remove $(BUILD)/ $(BUILD_ASAN)/ $(BUILD_TSAN)/ $(BUILD_FUZZ)/"
 	@echo "  make deps    only install the apt packages"
 	@echo "variables: EPOCHS=$(EPOCHS) DATA=$(DATA) JOBS=$(JOBS)"
 
@@ -103,14 +111,34 @@ tsan: deps
 	cmake --build $(BUILD_TSAN) -j$(JOBS)
 	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
 	  ctest --test-dir $(BUILD_TSAN) --output-on-failure -j$(JOBS) \
-	  --no-tests=error -R '^(channel|prefetch|threaded|errors|lua_ship|lua_stage|open_files|registry|plan|pipeline|stats)\.'
+	  --no-tests=error -R '^(channel|prefetch|threaded|double_buffer|errors|lua_ship|lua_stage|open_files|registry|plan|pipeline|stats|image|faults|lua_faults|shutdown)\.'
 
+# The fuzz targets (fuzz/fuzz_*.c) as libFuzzer binaries: clang, everything
+# instrumented with ASan+UBSan (SLUICE_FUZZ).  `make fuzz` then runs each for
+# FUZZ_SECONDS from the committed corpus (fuzz/run.sh); a crash, leak,
+# sanitizer report or hang fails it, the input saved under
+# $(BUILD_FUZZ)/fuzz-work/artifacts/.  The corpus itself is replayed without
+# libFuzzer by `make test` (CTest fuzz.<name>).
+fuzz-build: deps
+	cmake -S . -B $(BUILD_FUZZ) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) \
+	  -DCMAKE_C_COMPILER=$(FUZZ_CC) -DSLUICE_FUZZ=ON \
+	  -DSLUICE_BUILD_TESTS=OFF -DSLUICE_BUILD_BENCH=OFF \
+	  -DSLUICE_BUILD_EXAMPLES=OFF
+	cmake --build $(BUILD_FUZZ) -j$(JOBS) --target fuzz_all
+
+fuzz: fuzz-build
+	fuzz/run.sh $(BUILD_FUZZ) $(FUZZ_SECONDS)
+
+# Every benchmark, its limits and (when bench/peers/setup has made their
+# venv) the peers, into $(BUILD)/bench/results.jsonl; docs/PERFORMANCE.md.
 bench: build
-	@if [ -x $(BUILD)/bench_stages ]; then \
-	  $(BUILD)/bench_stages; \
-	else \
-	  echo "bench: $(BUILD)/bench_stages was not built (no bench/bench_stages.c yet)"; \
-	fi
+	python3 bench/run --build $(BUILD)
+
+# The Fashion-MNIST epoch against PyTorch, tf.data, Paddle and Grain: makes
+# their venv (CPU builds from PyPI, outside the tree) first.
+bench-peers: build
+	bench/peers/setup
+	python3 bench/peers/run --build $(BUILD)
 
 format:
 	@command -v clang-format >/dev/null 2>&1 || \
@@ -119,4 +147,4 @@ format:
 	  xargs -0 -r clang-format -i
 
 clean:
-	rm -rf $(BUILD) $(BUILD_ASAN) $(BUILD_TSAN)
+	rm -rf $(BUILD) $(BUILD_ASAN) $(BUILD_TSAN) $(BUILD_FUZZ)

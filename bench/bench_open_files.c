@@ -223,7 +223,9 @@ int main(int argc, char **argv) {
    * a change in the load of a shared machine hits every thread count. */
   double *times = calloc((size_t)(c.runs * c.nthreads), sizeof *times);
   double *cpus_used = calloc((size_t)(c.runs * c.nthreads), sizeof *times);
-  for (int k = 0; k < c.runs; k++)
+  double *probe = calloc((size_t)c.runs, sizeof *probe);
+  for (int k = 0; k < c.runs; k++) {
+    probe[k] = bench_parallel_probe();
     for (int t = 0; t < c.nthreads; t++) {
       double t0 = now_s(), c0 = cpu_s();
       long n = read_pass(cn, &c, c.threads[t], &sum);
@@ -234,6 +236,8 @@ int main(int argc, char **argv) {
         return 1;
       }
     }
+  }
+  double par = median(probe, c.runs);
   double base = 0;
   for (int t = 0; t < c.nthreads; t++) {
     double *tt = times + t * c.runs;
@@ -255,8 +259,12 @@ int main(int argc, char **argv) {
     fprintf(stderr, "%8d %12.4f %14.0f %12.1f %8.2fx %9.4f\n", c.threads[t],
             med, rate, mbs, rate / base, cpu);
   }
+  printf("{\"bench\":\"parallel_probe\",\"runs\":%d,\"speedup_2t\":%.3f}\n",
+         c.runs, par);
+  fprintf(stderr, "two plain C threads at the same time: %.2fx\n", par);
   free(times);
   free(cpus_used);
+  free(probe);
   if (sum == 42) fprintf(stderr, "(unlikely)\n");
   for (int f = 0; f < c.files; f++)
     free(names[f]);

@@ -1,10 +1,14 @@
 /*
- * bench_slr.c - SLR read+decode throughput against zstd on the same bytes.
+ * bench_slr.c - SLR read+decode throughput against its limits on the same
+ * bytes.
  *
- * Writes a deterministic data set (float32 feature vectors with a smooth
- * signal plus noise, so they compress like real numeric features), then, in
- * the same run and on the same payload:
+ * Writes a deterministic data set (--data: f32 feature vectors with a smooth
+ * signal plus noise, u8 images, or variable-length i32 token sequences; or
+ * takes an existing SLR file with --slr, e.g. the packed Fashion-MNIST),
+ * then, in the same run and on the same payload:
  *
+ *   memcpy     every chunk's raw (decompressed) bytes copied from memory
+ *              into one reused chunk buffer: the memory-bandwidth limit;
  *   zstd-lib   ZSTD_decompressDCtx over every chunk's frame into a reused
  *              buffer: the decompression limit, no checks, no samples;
  *   zstd -d    the zstd command decompressing the chunk frames concatenated
@@ -15,7 +19,8 @@
  *              chunks.
  *
  * Throughput is raw (decompressed) payload bytes per second; medians of
- * --runs runs.  JSON lines on stdout, a table on stderr.
+ * --runs runs, the five measurements interleaved run by run.  JSON lines on
+ * stdout, a table on stderr.
  */
 #define BENCH_NAME "bench_slr"
 #include "bench_util.h"
@@ -34,21 +39,39 @@ static uint64_t rnd(void) {
   return bench_splitmix64(&rng_state);
 }
 
-static void write_dataset(const char *path, int64_t records, int dim,
+/* The synthetic data sets of --data. */
+enum { DATA_F32, DATA_U8, DATA_TOKENS };
+static const char *const data_names[] = {"f32", "u8", "tokens"};
+
+static void write_dataset(const char *path, int kind, int64_t records, int dim,
                           int level) {
   sl_schema *s = sl_schema_new();
-  CHECK(sl_schema_add(s, "features", SL_F32, 1, (int64_t[]){dim}));
+  if (kind == DATA_F32)
+    CHECK(sl_schema_add(s, "features", SL_F32, 1, (int64_t[]){dim}));
+  else if (kind == DATA_U8)
+    CHECK(sl_schema_add(s, "image", SL_U8, 2, (int64_t[]){28, 28}));
+  else
+    CHECK(sl_schema_add(s, "tokens", SL_I32, 1, (int64_t[]){SL_DIM_VAR}));
   CHECK(sl_schema_add(s, "label", SL_I64, 0, NULL));
   sl_slr_writer *w;
   sl_slr_writer_opts o = {level, 1 << 20, 0};
   CHECK(sl_slr_writer_open(path, s, &o, &w));
   for (int64_t i = 0; i < records; i++) {
     sl_sample *r = sl_sample_new(s);
-    float *x;
+    void *x;
     int64_t *y;
-    CHECK(sl_sample_alloc(r, 0, 1, (int64_t[]){dim}, (void **)&x));
+    if (kind == DATA_F32) {
+      CHECK(sl_sample_alloc(r, 0, 1, (int64_t[]){dim}, &x));
+      bench_features(x, dim, i, &rng_state);
+    } else if (kind == DATA_U8) {
+      CHECK(sl_sample_alloc(r, 0, 2, (int64_t[]){28, 28}, &x));
+      bench_image_u8(x, 28, 28, i, &rng_state);
+    } else {
+      int64_t len = bench_token_len(i, &rng_state);
+      CHECK(sl_sample_alloc(r, 0, 1, &len, &x));
+      bench_tokens(x, len, &rng_state);
+    }
     CHECK(sl_sample_alloc(r, 1, 0, NULL, (void **)&y));
-    bench_features(x, dim, i, &rng_state);
     *y = (int64_t)(rnd() % 10);
     CHECK(sl_slr_writer_append(w, r));
     sl_sample_release(r);
@@ -106,6 +129,43 @@ static double zstd_lib(const frames *fr) {
   return t;
 }
 
+/* Decodes every chunk once (untimed) into one contiguous raw image of the
+ * payload, the source of the memcpy limit. */
+static unsigned char *decode_all(const frames *fr) {
+  unsigned char *raw = malloc(fr->raw_total ? fr->raw_total : 1);
+  size_t at = 0;
+  for (uint64_t c = 0; c < fr->n; c++) {
+    size_t got =
+        ZSTD_decompress(raw + at, fr->raw[c], fr->data[c], fr->size[c]);
+    if (ZSTD_isError(got) || got != fr->raw[c]) exit(1);
+    at += got;
+  }
+  return raw;
+}
+
+/* Copies every chunk's raw bytes, in order, into one reused buffer of the
+ * largest chunk's size: what moving the decoded payload costs, the same
+ * write pattern as zstd_lib. */
+static double memcpy_pass(const frames *fr, const unsigned char *raw) {
+  size_t cap = 0;
+  for (uint64_t c = 0; c < fr->n; c++)
+    cap = fr->raw[c] > cap ? fr->raw[c] : cap;
+  unsigned char *out = malloc(cap);
+  memset(out, 0, cap);
+  volatile unsigned char sink = 0;
+  size_t at = 0;
+  double t0 = now_s();
+  for (uint64_t c = 0; c < fr->n; c++) {
+    memcpy(out, raw + at, fr->raw[c]);
+    sink ^= out[fr->raw[c] / 2];
+    at += fr->raw[c];
+  }
+  double t = now_s() - t0;
+  (void)sink;
+  free(out);
+  return t;
+}
+
 static double zstd_cli(const char *zst) {
   char cmd[600];
   snprintf(cmd, sizeof cmd, "zstd -d -q -c '%s' > /dev/null", zst);
@@ -127,9 +187,10 @@ static void *read_job(void *arg) {
   sl_sample *s;
   int rc;
   uint64_t n = 0;
-  volatile float sink = 0;
+  volatile unsigned sink = 0;
   while ((rc = sl_reader_next(r, &s)) == SL_OK) {
-    sink += ((const float *)sl_sample_at(s, 0)->data)[0];
+    const sl_tensor *t = sl_sample_at(s, 0);
+    if (sl_tensor_nbytes(t)) sink += ((const unsigned char *)t->data)[0];
     sl_sample_release(s);
     n++;
   }
@@ -165,15 +226,33 @@ static double sluice_read(const char *path, uint64_t nchunks, int threads,
   return elapsed;
 }
 
+static void usage(FILE *to) {
+  fprintf(
+      to,
+      "usage: bench_slr [--data f32|u8|tokens] [--slr FILE] [--records N]\n"
+      "                 [--dim D] [--level L] [--runs R] [--dir DIR]\n"
+      "  --data KIND   synthetic set: f32 feature vectors (f32[D] + i64,\n"
+      "                default), u8 images (u8[28,28] + i64) or token\n"
+      "                sequences (i32[16..511] + i64)\n"
+      "  --slr FILE    read an existing SLR file instead (e.g. the packed\n"
+      "                Fashion-MNIST); it is left in place\n"
+      "  --records N   records to write (default 200000)\n"
+      "  --dim D       floats per f32 record (default 256)\n"
+      "  --level L     zstd level of the written set (default 3)\n"
+      "  --runs R      interleaved runs, the median is reported (default 5)\n"
+      "  --dir DIR     where the temporary files go (default /tmp)\n"
+      "SLR read+decode throughput vs memcpy and zstd on the same payload\n"
+      "(see the banner of bench/bench_slr.c).  JSON lines on stdout, a\n"
+      "table on stderr.\n");
+}
+
 int main(int argc, char **argv) {
   int64_t records = 200000;
-  int dim = 256, runs = 5, level = 3;
-  const char *dir = "/tmp";
+  int dim = 256, runs = 5, level = 3, kind = DATA_F32;
+  const char *dir = "/tmp", *given = NULL;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-      printf("usage: bench_slr [--records N] [--dim D] [--level L] [--runs R] "
-             "[--dir DIR]\nSLR read+decode throughput vs zstd on the same "
-             "payload (see the banner of bench/bench_slr.c).\n");
+      usage(stdout);
       return 0;
     } else if (!strcmp(argv[i], "--records") && i + 1 < argc) {
       records = atoll(argv[++i]);
@@ -185,9 +264,19 @@ int main(int argc, char **argv) {
       runs = atoi(argv[++i]);
     } else if (!strcmp(argv[i], "--dir") && i + 1 < argc) {
       dir = argv[++i];
+    } else if (!strcmp(argv[i], "--slr") && i + 1 < argc) {
+      given = argv[++i];
+    } else if (!strcmp(argv[i], "--data") && i + 1 < argc) {
+      const char *k = argv[++i];
+      for (kind = 0; kind < 3 && strcmp(k, data_names[kind]); kind++) {
+      }
+      if (kind == 3) {
+        fprintf(stderr, "bench_slr: --data must be f32, u8 or tokens\n");
+        return 2;
+      }
     } else {
-      fprintf(stderr, "bench_slr: unknown argument '%s' (try --help)\n",
-              argv[i]);
+      fprintf(stderr, "bench_slr: unknown argument '%s'\n", argv[i]);
+      usage(stderr);
       return 2;
     }
   }
@@ -198,57 +287,103 @@ int main(int argc, char **argv) {
   char path[512], zst[512];
   snprintf(path, sizeof path, "%s/sluice-bench-%d.slr", dir, (int)getpid());
   snprintf(zst, sizeof zst, "%s/sluice-bench-%d.zst", dir, (int)getpid());
-  double tw = now_s();
-  write_dataset(path, records, dim, level);
-  tw = now_s() - tw;
+  double tw = 0;
+  const char *data = given ? "file" : data_names[kind];
+  if (given) {
+    snprintf(path, sizeof path, "%s", given);
+    sl_slr_file *f;
+    CHECK(sl_slr_open(path, NULL, &f));
+    records = (int64_t)sl_slr_records(f);
+    sl_slr_close(f);
+  } else {
+    tw = now_s();
+    write_dataset(path, kind, records, dim, level);
+    tw = now_s() - tw;
+  }
   frames fr = load_frames(path);
+  unsigned char *raw = decode_all(&fr);
   FILE *z = fopen(zst, "wb");
   for (uint64_t c = 0; c < fr.n; c++)
     fwrite(fr.data[c], 1, fr.size[c], z);
   fclose(z);
-  /* The four measurements are interleaved run by run, so that load from
-   * other processes on a shared machine hits them alike. */
-  double t[4][51], med[4];
-  const char *names[4] = {"zstd_lib", "zstd_cli", "sluice_1t", "sluice_2t"};
-  int have_cli = 1;
+  /* The five measurements are interleaved run by run, so that load from
+   * other processes on a shared machine hits them alike; one untimed pass of
+   * each first (page cache, allocator, the zstd binary). */
+  enum { MEMCPY, ZLIB, ZCLI, S1, S2, NM };
+  double t[NM][51], med[NM], probe[51];
+  const char *names[NM] = {"memcpy", "zstd_lib", "zstd_cli", "sluice_1t",
+                           "sluice_2t"};
+  int have_cli = zstd_cli(zst) >= 0;
+  sluice_read(path, fr.n, 2, (uint64_t)records);
   for (int r = 0; r < runs; r++) {
-    t[0][r] = zstd_lib(&fr);
-    if ((t[1][r] = zstd_cli(zst)) < 0) have_cli = 0;
-    t[2][r] = sluice_read(path, fr.n, 1, (uint64_t)records);
-    t[3][r] = sluice_read(path, fr.n, 2, (uint64_t)records);
+    t[MEMCPY][r] = memcpy_pass(&fr, raw);
+    t[ZLIB][r] = zstd_lib(&fr);
+    t[ZCLI][r] = have_cli ? zstd_cli(zst) : -1;
+    if (t[ZCLI][r] < 0) have_cli = 0;
+    t[S1][r] = sluice_read(path, fr.n, 1, (uint64_t)records);
+    t[S2][r] = sluice_read(path, fr.n, 2, (uint64_t)records);
+    probe[r] = bench_parallel_probe();
   }
-  for (int i = 0; i < 4; i++)
+  double par = median(probe, runs);
+  for (int i = 0; i < NM; i++)
     med[i] = median(t[i], runs);
-  if (!have_cli) med[1] = -1;
+  if (!have_cli) med[ZCLI] = -1;
   double mb = (double)fr.raw_total / 1e6;
+  char desc[256];
+  {
+    sl_slr_file *f;
+    CHECK(sl_slr_open(path, NULL, &f));
+    sl_schema_describe(sl_slr_schema(f), desc, sizeof desc);
+    sl_slr_close(f);
+  }
   fprintf(stderr,
-          "data: %lld records of f32[%d] + i64, %llu chunks, raw %.1f MB, "
-          "stored %.1f MB (ratio %.2f), pack %.2f s\n",
-          (long long)records, dim, (unsigned long long)fr.n, mb,
-          (double)fr.stored_total / 1e6,
-          (double)fr.raw_total / (double)fr.stored_total, tw);
-  fprintf(stderr, "%-10s %10s %12s %14s\n", "reader", "MB/s", "records/s",
-          "vs zstd_lib");
-  for (int i = 0; i < 4; i++) {
+          "data %s: %lld records %s, %llu chunks, raw %.1f MB, stored %.1f MB "
+          "(ratio %.2f)%s",
+          given ? given : data, (long long)records, desc,
+          (unsigned long long)fr.n, mb, (double)fr.stored_total / 1e6,
+          (double)fr.raw_total / (double)fr.stored_total,
+          given ? "" : ", written in");
+  if (!given) fprintf(stderr, " %.2f s", tw);
+  fprintf(stderr, "; median of %d\n", runs);
+  fprintf(stderr, "%-10s %10s %12s %10s %10s\n", "reader", "MB/s", "records/s",
+          "vs zstd -d", "vs lib");
+  for (int i = 0; i < NM; i++) {
     if (med[i] < 0) continue;
     double mbs = mb / med[i];
-    printf("{\"bench\":\"slr_read\",\"reader\":\"%s\",\"records\":%lld,"
-           "\"raw_bytes\":%llu,\"runs\":%d,\"seconds\":%.4f,\"mb_per_s\":%.1f,"
-           "\"ratio_vs_zstd_lib\":%.3f}\n",
-           names[i], (long long)records, (unsigned long long)fr.raw_total, runs,
-           med[i], mbs, med[0] / med[i]);
-    fprintf(stderr, "%-10s %10.1f %12.0f %14.3f\n", names[i], mbs,
-            (double)records / med[i], med[0] / med[i]);
+    printf("{\"bench\":\"slr_read\",\"data\":\"%s\",\"reader\":\"%s\","
+           "\"records\":%lld,\"chunks\":%llu,\"raw_bytes\":%llu,"
+           "\"stored_bytes\":%llu,\"runs\":%d,\"seconds\":%.5f,"
+           "\"mb_per_s\":%.1f,\"records_per_s\":%.0f,"
+           "\"ratio_vs_zstd_lib\":%.3f",
+           data, names[i], (long long)records, (unsigned long long)fr.n,
+           (unsigned long long)fr.raw_total,
+           (unsigned long long)fr.stored_total, runs, med[i], mbs,
+           (double)records / med[i], med[ZLIB] / med[i]);
+    if (have_cli) printf(",\"ratio_vs_zstd_cli\":%.3f", med[ZCLI] / med[i]);
+    printf("}\n");
+    fprintf(stderr, "%-10s %10.1f %12.0f", names[i], mbs,
+            (double)records / med[i]);
+    if (have_cli)
+      fprintf(stderr, " %10.3f", med[ZCLI] / med[i]);
+    else
+      fprintf(stderr, " %10s", "-");
+    fprintf(stderr, " %10.3f\n", med[ZLIB] / med[i]);
   }
+  printf("{\"bench\":\"parallel_probe\",\"data\":\"%s\",\"runs\":%d,"
+         "\"speedup_2t\":%.3f}\n",
+         data, runs, par);
   if (have_cli)
-    fprintf(stderr, "sluice_1t / zstd -d: %.3f   sluice_2t / sluice_1t: %.2f\n",
-            med[1] / med[2], med[2] / med[3]);
+    fprintf(stderr, "sluice_1t / zstd -d: %.3f   sluice_2t / sluice_1t: %.2f",
+            med[ZCLI] / med[S1], med[S1] / med[S2]);
+  fprintf(stderr, "   (two plain C threads at the same time: %.2fx)\n", par);
+  fflush(stdout);
+  free(raw);
   for (uint64_t c = 0; c < fr.n; c++)
     free(fr.data[c]);
   free(fr.data);
   free(fr.size);
   free(fr.raw);
-  unlink(path);
+  if (!given) unlink(path);
   unlink(zst);
   return 0;
 }

@@ -8,6 +8,7 @@
 
 #include "sluice.h"
 
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,6 +62,83 @@ static inline void bench_features(float *x, int dim, int64_t i,
   for (int k = 0; k < dim; k++)
     x[k] = (float)((int)(100.0 * (double)((k * 7 + i) % 97) / 97.0) / 100.0) +
            (float)(bench_splitmix64(state) % 8) / 1024.0f;
+}
+
+/* Fills px[0..h*w) with image `i`: a dark background and one bright
+ * ellipse (position, radii and brightness drawn from *state) with texture,
+ * and faint noise on some background pixels, so that it compresses about
+ * like Fashion-MNIST's u8 images (~1.8x at zstd level 3). */
+static inline void bench_image_u8(uint8_t *px, int h, int w, int64_t i,
+                                  uint64_t *state) {
+  (void)i;
+  uint64_t r = bench_splitmix64(state);
+  double cy = h * (0.3 + 0.4 * (double)(r & 0xff) / 255.0);
+  double cx = w * (0.3 + 0.4 * (double)((r >> 8) & 0xff) / 255.0);
+  double ry = h * (0.15 + 0.3 * (double)((r >> 16) & 0xff) / 255.0);
+  double rx = w * (0.15 + 0.3 * (double)((r >> 24) & 0xff) / 255.0);
+  int level = 96 + (int)((r >> 32) % 128);
+  for (int y = 0; y < h; y++)
+    for (int x = 0; x < w; x++) {
+      double dy = (y - cy) / ry, dx = (x - cx) / rx;
+      int v = 0;
+      uint64_t n = bench_splitmix64(state);
+      if (dy * dy + dx * dx <= 1.0)
+        v = level + (int)(n % 96) - 48;
+      else if ((n & 0x300) == 0) /* 1 in 4 background pixels */
+        v = (int)((n >> 16) % 24);
+      px[(size_t)y * (size_t)w + (size_t)x] = (uint8_t)(v < 0 ? 0 : v);
+    }
+}
+
+/* The length of token sequence `i`: 16..511, skewed to short (the
+ * minimum of two uniform draws), mean ~180. */
+static inline int64_t bench_token_len(int64_t i, uint64_t *state) {
+  (void)i;
+  uint64_t a = bench_splitmix64(state) % 496, b = bench_splitmix64(state) % 496;
+  return 16 + (int64_t)(a < b ? a : b);
+}
+
+/* Fills tok[0..len) with token ids in [0, 32000) drawn from a Zipf-like
+ * distribution (the minimum of three uniform draws, squared), so that
+ * frequent ids dominate like in tokenised text. */
+static inline void bench_tokens(int32_t *tok, int64_t len, uint64_t *state) {
+  for (int64_t k = 0; k < len; k++) {
+    uint64_t r = bench_splitmix64(state);
+    double u = (double)(r & 0xfffff) / 1048576.0;
+    double v = (double)((r >> 20) & 0xfffff) / 1048576.0;
+    double x = (double)((r >> 40) & 0xfffff) / 1048576.0;
+    double m = u < v ? (u < x ? u : x) : (v < x ? v : x);
+    tok[k] = (int32_t)(m * m * 32000.0);
+  }
+}
+
+/* The parallelism probe: how much faster two threads finish two equal
+ * pieces of pure CPU work (a dependent float loop, no memory traffic, no
+ * sharing) than one thread finishes one, i.e. how many CPUs the machine gives
+ * this process at that moment.  2.0 on two idle cores; close to 1.0 when
+ * other processes hold one of them.  A ceiling for any 2-thread speed-up
+ * measured at the same time. */
+static inline void *bench_probe_work(void *arg) {
+  volatile double *out = arg;
+  double x = 1.0;
+  for (long i = 0; i < 20000000; i++)
+    x = x * 1.0000001 + 1e-9;
+  *out = x;
+  return NULL;
+}
+
+static inline double bench_parallel_probe(void) {
+  double a = 0, b = 0;
+  double t0 = now_s();
+  bench_probe_work((void *)&a);
+  double one = now_s() - t0;
+  pthread_t th;
+  t0 = now_s();
+  if (pthread_create(&th, NULL, bench_probe_work, (void *)&b) != 0) return 0;
+  bench_probe_work((void *)&a);
+  pthread_join(th, NULL);
+  double two = now_s() - t0;
+  return 2.0 * one / two;
 }
 
 /* Reports a failed library call "<prog>: <expr>: <code name> (<detail>)"

@@ -12,7 +12,8 @@
  *       env          a "sluice.env" (core.env)
  *       opts         nil or {kind = "map"|"filter" (default "map"),
  *                    threads = n >= 1 (1), ordered = bool (true),
- *                    queue = n >= 0 (0: the stage's default)}
+ *                    queue = n >= 0 (0: the stage's default),
+ *                    deadline = seconds >= 0 per call (0: none)}
  *       schema_addr  nil, or an sl_schema* as a number (borrowed; the stage
  *                    retains it)
  *     Returns the new sl_reader* as a lightuserdata, owned by the caller
@@ -90,6 +91,24 @@ static lua_Integer opt_int_field(lua_State *L, int idx, const char *name,
   return v;
 }
 
+/* Number field `name` of the options table at `idx`, or `def`; raises an
+ * argument error naming the field unless it is a number in [min, max]. */
+static lua_Number opt_num_field(lua_State *L, int idx, const char *name,
+                                lua_Number def, lua_Number min,
+                                lua_Number max) {
+  lua_getfield(L, idx, name);
+  lua_Number v = def;
+  if (!lua_isnil(L, -1)) {
+    v = lua_tonumber(L, -1);
+    if (lua_type(L, -1) != LUA_TNUMBER || !(v >= min && v <= max))
+      luaL_argerror(L, idx,
+                    lua_pushfstring(L, "opts.%s must be a number in [%f, %f]",
+                                    name, min, max));
+  }
+  lua_pop(L, 1);
+  return v;
+}
+
 /* Boolean field `name` of the options table at `idx`, or `def`. */
 static int opt_bool_field(lua_State *L, int idx, const char *name, int def) {
   lua_getfield(L, idx, name);
@@ -140,6 +159,7 @@ static int stage_map(lua_State *L) {
     opts.threads = (int)opt_int_field(L, 4, "threads", 1, 1, 1 << 16);
     opts.ordered = opt_bool_field(L, 4, "ordered", 1);
     opts.queue = (size_t)opt_int_field(L, 4, "queue", 0, 0, 1 << 30);
+    opts.deadline = (double)opt_num_field(L, 4, "deadline", 0, 0, 1e6);
   }
   sl_schema *schema = opt_addr(L, 5, "sl_schema*");
 

@@ -589,7 +589,8 @@ typedef enum sl_corrupt_policy {
 
 typedef struct sl_slr_open_opts {
   sl_corrupt_policy policy;
-  uint32_t max_bad_chunks;  /* skip_chunk: fail when more are bad (0 = 16) */
+  uint32_t max_bad_chunks;  /* skip_chunk: fail when more are skipped in
+                               one pass (0 = 16) */
   uint64_t max_chunk_bytes; /* limit on stored and raw chunk sizes
                                (0 = 1 GiB) */
 } sl_slr_open_opts;
@@ -667,8 +668,10 @@ SL_API int sl_slr_reader_chunks(const char *path, const sl_slr_open_opts *opts,
  *    SL_EINVAL naming the pattern.
  * Built-in tags: "slr" (sl_slr_reader over the whole file), "idx"
  * (sl_idx_reader: MNIST-style images with their labels; the suffixes
- * "-idx3-ubyte" and "-idx3-ubyte.gz" map to it) and "text" (sl_text_reader:
- * one sample per line, with an optional parser plugin). */
+ * "-idx3-ubyte" and "-idx3-ubyte.gz" map to it), "text" (sl_text_reader:
+ * one sample per line, with an optional parser plugin) and "image"
+ * (sl_image_reader: a folder of JPEG/PNG files or one of them; the suffixes
+ * ".jpg", ".jpeg" and ".png" map to it). */
 
 /* Options for opening one file.  Extensible: `size` must be
  * sizeof(sl_open_opts) as the caller compiled it (SL_OPEN_OPTS_INIT sets it),
@@ -690,12 +693,16 @@ typedef struct sl_open_opts {
   const char *parser;
   /* tag text: the plugin's options, given to its init (NULL is "") */
   const char *parser_options;
+  /* Appended with the image reader.  tag image: its options (channels,
+   * size, threads, skip policy; see sl_image_reader); NULL: the defaults.
+   * Borrowed for the call. */
+  const struct sl_image_opts *image;
 } sl_open_opts;
 /* clang-format off */
 #define SL_OPEN_OPTS_INIT                                                      \
   {sizeof(sl_open_opts), {SL_CORRUPT_FAIL, 0, 0},                              \
    NULL /* labels */, 0 /* text_mmap */, NULL /* parser */,                    \
-   NULL /* parser_options */}
+   NULL /* parser_options */, NULL /* image */}
 /* clang-format on */
 
 /* A format's constructor: opens `path` (the "TAG:" removed, globs already
@@ -945,6 +952,298 @@ SL_PARSER_EXPORT const sl_parser_api *sl_parser_entry(void);
  * Borrows the strings (copied).  Returns SL_OK and *out or an error. */
 SL_API int sl_text_reader(const char *path, int use_mmap, const char *parser,
                           const char *parser_options, sl_reader **out);
+
+/* ------------------------------------------------------------------------ */
+/* --- devices and the double buffer --- (docs/DEVICE.md)                    */
+/* ------------------------------------------------------------------------ */
+
+/* Where the bytes of a buffer live.  The values are DLPack's DLDeviceType
+ * codes.  Every buffer is SL_DEVICE_CPU unless it was made by
+ * sl_buffer_wrap_device (the double buffer's CUDA engine does so): a
+ * tensor's `data` is then an address on that device, which host code must
+ * not dereference. */
+typedef enum sl_device_type {
+  SL_DEVICE_CPU = 1,      /* ordinary host memory */
+  SL_DEVICE_CUDA = 2,     /* CUDA device memory (not readable by the host) */
+  SL_DEVICE_CUDA_HOST = 3 /* page-locked host memory (cudaHostAlloc):
+                             readable by the host and by CUDA devices */
+} sl_device_type;
+
+/* Like sl_buffer_wrap, for `size` bytes at `data` on device `type` number
+ * `device_id` (>= 0; 0 for host memory).  sl_buffer_data returns `data` (a
+ * device address for SL_DEVICE_CUDA).  free_fn(ud, data) runs when the last
+ * reference goes, on whatever thread drops it.  Returns NULL with
+ * SL_EINVAL (unknown type, negative id) or SL_ENOMEM detail; free_fn is
+ * then NOT called.  Thread-safe. */
+SL_API sl_buffer *sl_buffer_wrap_device(void *data, size_t size,
+                                        sl_device_type type, int device_id,
+                                        sl_buffer_free_fn free_fn, void *ud);
+/* The device of `b`'s bytes, and its number in *device_id (may be NULL).
+ * A NULL buffer is SL_DEVICE_CPU, number 0.  Thread-safe. */
+SL_API sl_device_type sl_buffer_device(const sl_buffer *b, int *device_id);
+/* The device of tensor `t`'s data (that of t->buf; a tensor without a
+ * buffer, or a NULL `t`, is SL_DEVICE_CPU).  The per-field device pointer
+ * is t->data (sl_tensor_data).  LoD offsets are always host memory.
+ * Borrows `t`; never fails.  Thread-safe on a published sample's tensor. */
+SL_API sl_device_type sl_tensor_device(const sl_tensor *t, int *device_id);
+/* Writes "cpu", "cuda:N" or "cuda_host" into buf (always NUL-terminated;
+ * "unknown" for a type not in sl_device_type).  Returns buf.  Thread-safe. */
+SL_API char *sl_device_describe(sl_device_type type, int device_id, char *buf,
+                                size_t size);
+
+/* Options of sl_double_buffer.  Extensible like sl_open_opts: `size` must be
+ * sizeof(sl_double_buffer_opts) (SL_DOUBLE_BUFFER_OPTS_INIT sets it and the
+ * defaults). */
+typedef struct sl_double_buffer_opts {
+  size_t size;        /* sizeof(sl_double_buffer_opts) */
+  const char *device; /* "cpu", "cuda" (= "cuda:0"), "cuda:N" or "auto";
+                         NULL means "auto".  Borrowed for the call. */
+  uint32_t slots;     /* batches in flight, 1..256 (the INIT macro: 2).  The
+                         consumer may hold at most this many at once. */
+  void *stream;       /* CUDA: the cudaStream_t the consumer's work on the
+                         batches is queued on; NULL is the legacy default
+                         stream.  Handing a batch out makes this stream wait
+                         for its copy; releasing it records an event on this
+                         stream that the next copy into the slot waits for.
+                         Ignored by the host engine. */
+  uint32_t release_wait_ms; /* when every slot is held, how long next waits
+                               for another thread to release a batch before
+                               SL_ESTATE; 0 (default): report at once */
+} sl_double_buffer_opts;
+/* clang-format off */
+#define SL_DOUBLE_BUFFER_OPTS_INIT                                             \
+  {sizeof(sl_double_buffer_opts), "auto" /* device */, 2 /* slots */,         \
+   NULL /* stream */, 0 /* release_wait_ms */}
+/* clang-format on */
+
+/* Moves batches into device memory ahead of the consumer (Paddle's
+ * DoubleBuffer, without its guess): a copy thread, started now, pulls `up`
+ * and copies each batch into one of `slots` slots while the consumer uses
+ * the batches before it.  The batches it yields have `up`'s schema; each
+ * field is a view into the batch's slot, on the engine's device
+ * (sl_tensor_device: SL_DEVICE_CUDA for the CUDA engine, whose t->data are
+ * device pointers; SL_DEVICE_CPU for the host engine, which copies into
+ * 256-byte aligned host slots).  LoD offsets stay in host memory.
+ *
+ * Slots: a slot is reused only when every reference to its memory is gone
+ * (the batch released, DLPack exports deleted, tensors copied from it
+ * cleared), never on a guess.  A consumer that holds `slots` batches and
+ * asks for another gets SL_ESTATE ("double_buffer: the consumer holds all 2
+ * slots ...") instead of a deadlock - at once, or after release_wait_ms when
+ * batches are released by other threads; the error is sticky until reset,
+ * like every reader error.  Batches outstanding across sl_reader_reset and
+ * sl_reader_destroy stay valid: their slots live until released.
+ *
+ * Engines: "cpu" is the host engine.  "cuda:N" is the CUDA engine on device
+ * N: the CUDA runtime (libcudart.so) is loaded at run time, page-locked
+ * staging and device memory are allocated per slot once (and grown only
+ * when a batch does not fit), copies run on a dedicated non-blocking
+ * stream, and events order the copy before the consumer's use and the
+ * consumer's use (see `stream`) before the slot's next copy.  "auto" is
+ * CUDA device 0 when the CUDA engine can start, else the host engine, saying
+ * why on stderr once per process.
+ *
+ * Every field of upstream's batches must be in host memory (SL_DEVICE_CPU or
+ * SL_DEVICE_CUDA_HOST): a batch already on a device is SL_EINVAL naming the
+ * field.  Upstream errors reach the consumer in order with their message;
+ * copy failures are SL_ENOMEM or SL_ECUDA naming the slot and the CUDA call.
+ *
+ * Takes `up` (destroyed also on failure).  `opts` NULL means
+ * SL_DOUBLE_BUFFER_OPTS_INIT.  Returns SL_OK and *out, or: SL_EINVAL (NULL
+ * up or out, bad size, slots outside 1..256, a device string that is not
+ * one of the above, e.g. "tpu:0" or "cuda:x"), SL_EUNSUPPORTED (a CUDA
+ * device asked of a libsluice built without the CUDA toolkit's headers, or
+ * options from a newer header), SL_ECUDA (the runtime cannot be loaded, no
+ * driver or device, or a failing CUDA call: the message names the CUDA
+ * error, e.g. "cudaErrorNoDevice (no CUDA-capable device is detected)", and
+ * the call), SL_ENOMEM.  The reader, like any, is used by one thread at a
+ * time; its batches may be released from any thread. */
+SL_API int sl_double_buffer(sl_reader *up, const sl_double_buffer_opts *opts,
+                            sl_reader **out);
+
+/* DLPack (https://github.com/dmlc/dlpack, the legacy DLManagedTensor of
+ * dlpack.h 0.6 and later): `#include <dlpack/dlpack.h>` to read it. */
+struct DLManagedTensor;
+/* Exports field `field` of `s` as a new DLManagedTensor, zero-copy: its
+ * data is the field's data (byte_offset 0), its device that of the field's
+ * buffer (kDLCPU, kDLCUDA or kDLCUDAHost), shape the field's, strides the
+ * compact row-major ones (in elements), dtype per sl_dtype: signed ints
+ * kDLInt, unsigned ints kDLUInt, f16/f32/f64 kDLFloat, bf16 kDLBfloat,
+ * bool code 6 (kDLBool since DLPack 0.8) with 8 bits, bytes kDLUInt 8 bits.
+ * A ragged field exports its concatenated values (read the offsets with
+ * sl_tensor_lod).  The export holds a reference to `s` (the caller keeps
+ * its own): the batch and its slot stay alive until the consumer calls the
+ * tensor's deleter, exactly once, from any thread.  Returns SL_OK and
+ * *out, or SL_EINVAL (NULL argument, field out of range) or SL_ENOMEM.
+ * Thread-safe on a published sample. */
+SL_API int sl_sample_to_dlpack(sl_sample *s, int field,
+                               struct DLManagedTensor **out);
+
+/* ------------------------------------------------------------------------ */
+/* --- images --- JPEG/PNG decoding, the image reader (docs/IMAGES.md)        */
+/* ------------------------------------------------------------------------ */
+
+/* Encoded image formats, told apart by their first bytes. */
+typedef enum sl_image_format {
+  SL_IMAGE_UNKNOWN = 0,
+  SL_IMAGE_JPEG = 1, /* FF D8 FF */
+  SL_IMAGE_PNG = 2   /* 89 'P' 'N' 'G' 0D 0A 1A 0A */
+} sl_image_format;
+
+/* Resize filters (exact arithmetic in docs/IMAGES.md). */
+typedef enum sl_resize_filter {
+  SL_RESIZE_NONE = 0,    /* keep the decoded size */
+  SL_RESIZE_NEAREST = 1, /* nearest neighbour, pixel centres aligned */
+  SL_RESIZE_BILINEAR = 2 /* bilinear, pixel centres aligned, 11-bit weights */
+} sl_resize_filter;
+
+/* What a decoded image looks like: u8 [height, width, channels].  A plain
+ * struct (no size field) used inside sl_image_opts; all zeros = as stored. */
+typedef struct sl_image_shape {
+  int channels;           /* 1 (gray), 3 (RGB), or 0: as stored (1 for a
+                             grayscale image, 3 otherwise); alpha dropped */
+  uint32_t height, width; /* with resize: the output size (both required);
+                             without: a declared size checked against every
+                             image (0 = any), a mismatch is SL_ESHAPE */
+  sl_resize_filter resize;
+} sl_image_shape;
+
+/* The format of `size` bytes at `data` by their magic (NULL data is
+ * SL_IMAGE_UNKNOWN).  Pure function; thread-safe. */
+SL_API sl_image_format sl_image_sniff(const void *data, size_t size);
+
+/* Decodes one JPEG or PNG image (`size` bytes at `data`, borrowed) into
+ * `out`, a new u8 [H, W, C] tensor in its own buffer, owned by the caller
+ * (sl_tensor_clear it).  `shape` (may be NULL: as stored) chooses channels,
+ * resizes or checks the size.  `what` (may be NULL: "image") names the image
+ * in every message.  Returns SL_OK, or with `out` zeroed: SL_ECORRUPT for
+ * bytes that are not a JPEG or PNG, a damaged or truncated image (any libjpeg
+ * warning included), or one that would decode to more than 256 MiB; the
+ * message is "<what>: jpeg: <TurboJPEG's message>" or "<what>: png:
+ * <libspng's message>"; SL_ESHAPE when the image's size differs from a
+ * declared height/width (without resize); SL_EINVAL for bad arguments;
+ * SL_ENOMEM.  Thread-safe (each call uses its own decoder). */
+SL_API int sl_image_decode(const void *data, size_t size,
+                           const sl_image_shape *shape, const char *what,
+                           sl_tensor *out);
+
+/* Resizes `in` (u8 [H, W, C], 1 <= C <= 4, borrowed) to `height` x `width`
+ * with `filter` (SL_RESIZE_NEAREST or SL_RESIZE_BILINEAR) into `out`, a new
+ * tensor owned by the caller.  Returns SL_OK, or with `out` zeroed:
+ * SL_ESHAPE (not such a tensor), SL_EINVAL (bad filter or size, 1..65535),
+ * SL_ENOMEM.  Deterministic to the byte.  Thread-safe. */
+SL_API int sl_image_resize(const sl_tensor *in, uint32_t height, uint32_t width,
+                           sl_resize_filter filter, sl_tensor *out);
+
+/* Options of sl_decode_image and sl_image_reader.  Extensible like
+ * sl_open_opts: `size` must be sizeof(sl_image_opts) (SL_IMAGE_OPTS_INIT
+ * sets it and the defaults). */
+typedef struct sl_image_opts {
+  size_t size;              /* sizeof(sl_image_opts) */
+  sl_image_shape shape;     /* channels, size, resize (zeros: as stored) */
+  const char *field;        /* sl_decode_image: the field of encoded images,
+                               bytes or u8 (NULL = "image"); the reader's field
+                               is always "image".  Borrowed for the call. */
+  uint32_t threads;         /* decoding worker threads, 0..1024 (0 = 1) */
+  uint32_t window;          /* samples in flight, pulled and not yet consumed:
+                               the bound on decoded images held (0 = 4 x
+                               threads; at least threads) */
+  int unordered;            /* 0: upstream's order, identical for any number
+                               of threads; 1: as soon as decoded */
+  sl_corrupt_policy policy; /* SL_CORRUPT_FAIL: an image that fails to
+                               decode ends the pass with its error;
+                               SL_CORRUPT_SKIP_CHUNK: it is left out and
+                               counted (SL_ECORRUPT and SL_ESHAPE failures
+                               only) */
+  uint32_t max_bad;         /* skip: fail the pass with SL_ECORRUPT when more
+                               than this many are left out in one pass
+                               (0 = 16) */
+} sl_image_opts;
+/* clang-format off */
+#define SL_IMAGE_OPTS_INIT                                                     \
+  {sizeof(sl_image_opts), {0, 0, 0, SL_RESIZE_NONE}, NULL /* field */,        \
+   0 /* threads */, 0 /* window */, 0 /* unordered */, SL_CORRUPT_FAIL,       \
+   0 /* max_bad */}
+/* clang-format on */
+
+/* Decodes the encoded images of upstream's field opts->field (bytes or u8,
+ * e.g. what `sluice pack images` stores) on opts->threads worker threads
+ * into u8 [H, W, C] tensors.  The output schema is upstream's with that
+ * field turned into u8 [height or -1, width or -1, channels or -1] (schema
+ * metadata kept); every other field is passed on by reference.  At most
+ * opts->window samples are in flight.  Workers start at the first next of
+ * a pass and keep decoding ahead of the consumer; reset and destroy stop
+ * and join them first, and are safe at any moment.
+ *
+ * Errors arrive in order (ordered mode), after the samples before them: a
+ * decode failure is "decode_image: sample N of the pass (field 'image'):
+ * jpeg: <decoder message>" (N counts from 0 in each pass; for a packed SLR
+ * file read whole it is the record number) with the code of
+ * sl_image_decode; upstream errors pass through unchanged.  Under
+ * SL_CORRUPT_SKIP_CHUNK, images failing with SL_ECORRUPT or SL_ESHAPE are
+ * left out (the stage's samples_in - samples_out in sl_reader_stats counts
+ * them) until more than max_bad in one pass: then SL_ECORRUPT "decode_image:
+ * 17 images failed to decode in this pass, more than max_bad (16); the
+ * last: ...".
+ *
+ * Takes `up` (destroyed also on failure).  `opts` NULL means
+ * SL_IMAGE_OPTS_INIT.  Returns SL_OK and *out, or SL_EINVAL (NULL
+ * arguments, no such field, bad options), SL_ESHAPE (the field is not bytes
+ * or u8), SL_EUNSUPPORTED (options from a newer header), SL_ENOMEM.  The
+ * reader, like any, is used by one thread at a time. */
+SL_API int sl_decode_image(sl_reader *up, const sl_image_opts *opts,
+                           sl_reader **out);
+
+/* A reader over the JPEG and PNG images of folder `path`, or of the one
+ * image file `path`.  A folder is listed once, now: every regular file
+ * named *.jpg, *.jpeg or *.png (any case; hidden files and folders left
+ * out) at any depth, sorted by path (strcmp).  When the folder has
+ * sub-folders they are the classes (ImageFolder): their sorted names,
+ * joined by ',', are the schema metadata "classes", and each image's label
+ * is the index of its first-level sub-folder; an image directly in the
+ * folder is then SL_EINVAL.  Samples are {image: u8[H, W, C], label: i64[]}
+ * (a folder without sub-folders, or one file: {image} alone), decoded as
+ * by sl_decode_image with `opts` (threads, order, policy; field must be
+ * NULL or "image"), with decode errors naming the file: "image: PATH: jpeg:
+ * ...".  Metadata: source=image, root=PATH, classes=...
+ *
+ * Borrows `path` and `opts`.  Returns SL_OK and *out, or SL_EIO (a missing
+ * path, an unreadable folder), SL_EINVAL (no images, a stray image, a class
+ * name holding ',' or a newline, bad options), SL_ENOMEM.  A file that
+ * cannot be read later is SL_EIO at its place in the pass. */
+SL_API int sl_image_reader(const char *path, const sl_image_opts *opts,
+                           sl_reader **out);
+
+/* Options of sl_random_crop_flip.  Extensible: `size` must be
+ * sizeof(sl_crop_flip_opts) (SL_CROP_FLIP_OPTS_INIT sets it and the
+ * defaults). */
+typedef struct sl_crop_flip_opts {
+  size_t size;            /* sizeof(sl_crop_flip_opts) */
+  const char *field;      /* u8 [H, W, C] field (NULL = "image"); borrowed */
+  uint32_t height, width; /* crop size (both, or 0 and 0: no crop) */
+  int flip;               /* 1: flip horizontally with probability 1/2 */
+  uint64_t seed;          /* of the draws */
+  uint64_t epoch;         /* the epoch of the first pass; each reset adds 1 */
+} sl_crop_flip_opts;
+/* clang-format off */
+#define SL_CROP_FLIP_OPTS_INIT                                                 \
+  {sizeof(sl_crop_flip_opts), NULL /* field */, 0, 0 /* height, width */,     \
+   1 /* flip */, 0 /* seed */, 0 /* epoch */}
+/* clang-format on */
+
+/* Crops a random height x width window out of each image and flips it
+ * horizontally with probability 1/2, on the consumer's thread.  The draws
+ * of sample i of pass p are a pure function of (seed, epoch + p, i)
+ * (docs/IMAGES.md gives it), so they do not depend on thread timing: after
+ * an ordered decode_image the output is the same for any thread count and
+ * in every run.  The output image is a new buffer; other fields pass by
+ * reference.  An image smaller than the crop is SL_ESHAPE naming the sample.
+ * Takes `up` (destroyed also on failure); `opts` NULL means
+ * SL_CROP_FLIP_OPTS_INIT.  Returns SL_OK and *out, or SL_EINVAL (NULL
+ * arguments, no such field, one of height/width 0), SL_ESHAPE (the field is
+ * not u8 of rank 3), SL_EUNSUPPORTED, SL_ENOMEM.  One thread at a time. */
+SL_API int sl_random_crop_flip(sl_reader *up, const sl_crop_flip_opts *opts,
+                               sl_reader **out);
 
 /* ------------------------------------------------------------------------ */
 /* Embedding: pipelines declared by Lua scripts (docs/EMBEDDING.md)          */

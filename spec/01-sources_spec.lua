@@ -307,14 +307,15 @@ describe("sluice", function()
       local ok, err = pcall(sluice.open, "nope:foo")
       assert.is_false(ok)
       assert.matches("open: unknown format tag 'nope' in 'nope:foo' %(known "
-                     .. "tags: idx, slr, text%)", err)
+                     .. "tags: idx, image, slr, text%)", err)
       ok, err = pcall(sluice.open, "foo.unknownext")
       assert.is_false(ok)
       assert.matches("foo%.unknownext", err)
       assert.equal("sluice: sluice.open(): unknown option 'polcy' (known: "
-                   .. "chunks, count, first, labels, max_bad_chunks, "
-                   .. "max_chunk_bytes, mmap, parser, parser_options, policy, "
-                   .. "threads)",
+                   .. "channels, chunks, count, first, labels, max_bad, "
+                   .. "max_bad_chunks, max_chunk_bytes, mmap, ordered, parser, "
+                   .. "parser_options, policy, resize, shape, threads, "
+                   .. "window)",
                    misuse(function() sluice.open(path, {polcy = "fail"}) end))
       assert.equal("sluice: sluice.open(): option 'policy' must be \"fail\" or "
                    .. "\"skip_chunk\" (got skip)",

@@ -301,13 +301,13 @@ describe("sluice.Pipeline", function()
                    .. "(got 0)", misuse(function() p:map(id, {threads = 0}) end))
       assert.equal("sluice: :map(): option 'ordered' must be a boolean (got a "
                    .. "string)", misuse(function() p:map(id, {ordered = "no"}) end))
-      assert.equal("sluice: :map(): unknown option 'thread' (known: ordered, "
-                   .. "queue, schema, threads)",
+      assert.equal("sluice: :map(): unknown option 'thread' (known: deadline, "
+                   .. "ordered, queue, schema, threads)",
                    misuse(function() p:map(id, {thread = 2}) end))
       assert.equal("sluice: :map(): option 'schema': schema has no fields",
                    misuse(function() p:map(id, {schema = {}}) end))
-      assert.equal("sluice: :filter(): unknown option 'schema' (known: ordered, "
-                   .. "queue, threads)",
+      assert.equal("sluice: :filter(): unknown option 'schema' (known: "
+                   .. "deadline, ordered, queue, threads)",
                    misuse(function() p:filter(id, {schema = {}}) end))
       assert.same({0, 1, 2}, collect(p))
     end)

@@ -155,7 +155,7 @@ static sl_reader *lua_stage(sl_reader *up, sl__lua_kind kind, const char *fn,
                             sl_schema *schema) {
   sl__shipped *f = ship(fn, kind == SL__LUA_MAP ? "map" : "filter");
   sl__lua_env *e = test_env();
-  sl__lua_stage_opts o = {threads, ordered, queue};
+  sl__lua_stage_opts o = {threads, ordered, queue, 0};
   sl_reader *r = NULL;
   int rc = sl__lua_stage(up, kind, f, e, &o, schema, &r);
   sl__shipped_release(f);
@@ -593,7 +593,7 @@ TEST(worker_state_failure_reaches_the_consumer) {
   for (int threads = 1; threads <= 3; threads++) {
     sl_reader *up = range(100);
     const sl_schema *us = sl_reader_schema(up);
-    sl__lua_stage_opts o = {threads, threads != 2, 0};
+    sl__lua_stage_opts o = {threads, threads != 2, 0, 0};
     sl_reader *r = NULL;
     ASSERT_OK(sl__lua_stage(up, SL__LUA_MAP, f, bad, &o, NULL, &r));
     ASSERT_PTR_EQ(sl_reader_schema(r), us);
@@ -630,7 +630,7 @@ TEST(worker_state_failure_reaches_the_consumer) {
 TEST(bad_arguments) {
   sl__shipped *f = ship("times10", "map");
   sl__lua_env *e = test_env();
-  sl__lua_stage_opts o = {0, 1, 0};
+  sl__lua_stage_opts o = {0, 1, 0, 0};
   sl_reader *r = (sl_reader *)1;
   /* threads 0: SL_EINVAL, and the upstream is taken (ASan: no leak). */
   ASSERT_RC(sl__lua_stage(range(10), SL__LUA_MAP, f, e, &o, NULL, &r),

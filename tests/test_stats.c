@@ -314,3 +314,22 @@ TEST(format_lists_every_stage_indented) {
   sl_reader_destroy(r);
   sl_stats_enable(0);
 }
+
+TEST(double_buffer_reports_its_copy_thread) {
+  sl_stats_enable(1);
+  sl_double_buffer_opts o = SL_DOUBLE_BUFFER_OPTS_INIT;
+  o.device = "cpu";
+  sl_reader *db = NULL;
+  ASSERT_OK(sl_double_buffer(batch(test_range_reader(100), 10), &o, &db));
+  sl_stage_stats st[MAXST];
+  size_t n;
+  timed_run(db, 0, 10, st, &n);
+  ASSERT_EQ(n, 3);
+  ASSERT_STREQ(st[0].name, "double_buffer");
+  ASSERT_EQ(st[0].threads, 1);
+  ASSERT_EQ(st[0].samples_in, 10);
+  ASSERT_STREQ(st[1].name, "batch");
+  ASSERT_EQ(st[1].downstream, 0);
+  sl_reader_destroy(db);
+  sl_stats_enable(0);
+}

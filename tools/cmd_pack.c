@@ -1,6 +1,7 @@
 /*
- * cmd_pack.c - `sluice pack idx|text ... -o OUT.slr`: packs idx (MNIST) or
- * text files into one SLR file or K shards.
+ * cmd_pack.c - `sluice pack idx|text|images ... -o OUT.slr`: packs idx
+ * (MNIST) files, text files or a folder of JPEG/PNG images into one SLR
+ * file or K shards.
  *
  * The work is done by the library's internal importers (src/io/import_*.c),
  * the same functions the tests call; this file parses options, shows a
@@ -9,6 +10,7 @@
  * pack leaves nothing that looks finished).
  */
 #include "cli.h"
+#include "image/image.h"
 #include "io/import.h"
 
 #include <signal.h>
@@ -19,7 +21,8 @@
 
 static const char synopsis[] =
     "  sluice pack idx IMAGES LABELS -o OUT.slr [options]\n"
-    "  sluice pack text FILE... -o OUT.slr [options]\n";
+    "  sluice pack text FILE... -o OUT.slr [options]\n"
+    "  sluice pack images FOLDER -o OUT.slr [options]\n";
 
 static const char help[] =
     "Packs data into SLR record files (format: docs/FORMAT.md).\n"
@@ -32,6 +35,13 @@ static const char help[] =
     "  text   one record {text: bytes[-1]} per line of each FILE, in order;\n"
     "         the newline and one trailing \\r are removed, an empty line is\n"
     "         an empty record, a last line without a newline counts.\n"
+    "  images every *.jpg, *.jpeg and *.png file below FOLDER, sorted by\n"
+    "         path, becomes a record {image: bytes (the file, unchanged),\n"
+    "         label: i64}; the label is the index of the image's first-level\n"
+    "         sub-folder (its class) in sorted order, and the sorted class\n"
+    "         names, joined by ',', are the schema metadata \"classes\"\n"
+    "         (docs/IMAGES.md).  Decode on read: sl_decode_image, or\n"
+    "         :decode_image{} in Lua.\n"
     "\n"
     "Options:\n"
     "  -o, --output FILE       the output file (required)\n"
@@ -225,13 +235,20 @@ int cmd_pack(int argc, char **argv) {
     }
   }
   if (!fmt) {
-    rc = cli_usage_error("pack", synopsis, "what to pack: 'idx' or 'text'");
+    rc = cli_usage_error("pack", synopsis,
+                         "what to pack: 'idx', 'text' or 'images'");
     goto done;
   }
-  bool idx = strcmp(fmt, "idx") == 0;
-  if (!idx && strcmp(fmt, "text") != 0) {
+  bool idx = strcmp(fmt, "idx") == 0, images = strcmp(fmt, "images") == 0;
+  if (!idx && !images && strcmp(fmt, "text") != 0) {
+    rc =
+        cli_usage_error("pack", synopsis,
+                        "unknown input format '%s' (idx, text or images)", fmt);
+    goto done;
+  }
+  if (images && nin != 1) {
     rc = cli_usage_error("pack", synopsis,
-                         "unknown input format '%s' (idx or text)", fmt);
+                         "pack images wants one FOLDER (got %zu)", nin);
     goto done;
   }
   if (idx && nin != 2) {
@@ -264,8 +281,9 @@ int cmd_pack(int argc, char **argv) {
   sigaction(SIGINT, &sa, &old_int);
   sigaction(SIGTERM, &sa, &old_term);
   uint64_t records = 0;
-  int src = idx ? sl__pack_idx(in[0], in[1], out, &po, &records)
-                : sl__pack_text(in, nin, out, &po, &records);
+  int src = idx      ? sl__pack_idx(in[0], in[1], out, &po, &records)
+            : images ? sl__pack_images(in[0], out, &po, &records)
+                     : sl__pack_text(in, nin, out, &po, &records);
   sigaction(SIGINT, &old_int, NULL);
   sigaction(SIGTERM, &old_term, NULL);
   clear_progress(&prog);

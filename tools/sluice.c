@@ -15,6 +15,7 @@
 static const char synopsis[] =
     "  sluice pack idx IMAGES LABELS -o OUT.slr [options]\n"
     "  sluice pack text FILE... -o OUT.slr [options]\n"
+    "  sluice pack images FOLDER -o OUT.slr [options]\n"
     "  sluice inspect [--json] [--chunks] FILE\n"
     "  sluice verify FILE...\n"
     "  sluice cat [--from K] [--count N] [--json] FILE\n"
@@ -30,7 +31,8 @@ static void print_help(FILE *o) {
           "Usage:\n%s"
           "\n"
           "Commands:\n"
-          "  pack     pack idx (MNIST) or text files into SLR file(s)\n"
+          "  pack     pack idx (MNIST), text or image files into SLR "
+          "file(s)\n"
           "  inspect  show a file's schema, counts, sizes and compression\n"
           "  verify   check every checksum, size and index entry of files\n"
           "  cat      print records as text or JSON lines\n"

@@ -85,6 +85,37 @@ typedef struct sl_slr_writer_opts {
 } sl_slr_writer_opts;
 ]])
 
+declare("sl_image_opts", [[
+typedef enum sl_resize_filter {
+  SL_RESIZE_NONE = 0,
+  SL_RESIZE_NEAREST = 1,
+  SL_RESIZE_BILINEAR = 2
+} sl_resize_filter;
+typedef struct sl_image_shape {
+  int channels;
+  uint32_t height, width;
+  sl_resize_filter resize;
+} sl_image_shape;
+typedef struct sl_image_opts {
+  size_t size;
+  sl_image_shape shape;
+  const char *field;
+  uint32_t threads;
+  uint32_t window;
+  int unordered;
+  sl_corrupt_policy policy;
+  uint32_t max_bad;
+} sl_image_opts;
+typedef struct sl_crop_flip_opts {
+  size_t size;
+  const char *field;
+  uint32_t height, width;
+  int flip;
+  uint64_t seed;
+  uint64_t epoch;
+} sl_crop_flip_opts;
+]])
+
 declare("sl_open_opts", [[
 typedef struct sl_open_opts {
   size_t size;
@@ -93,6 +124,7 @@ typedef struct sl_open_opts {
   int text_mmap;
   const char *parser;
   const char *parser_options;
+  const struct sl_image_opts *image;
 } sl_open_opts;
 ]])
 
@@ -205,6 +237,10 @@ int sl_zip(sl_reader **readers, size_t n, int truncate, sl_reader **out);
 int sl_cache(sl_reader *up, sl_reader **out);
 int sl_repeat_first(sl_reader *up, uint64_t n, sl_reader **out);
 int sl_prefetch(sl_reader *up, size_t n, sl_reader **out);
+int sl_decode_image(sl_reader *up, const sl_image_opts *opts,
+                    sl_reader **out);
+int sl_random_crop_flip(sl_reader *up, const sl_crop_flip_opts *opts,
+                        sl_reader **out);
 
 int sl_slr_writer_open(const char *path, sl_schema *schema,
                        const sl_slr_writer_opts *opts, sl_slr_writer **out);

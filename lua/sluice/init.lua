@@ -339,6 +339,12 @@ function Pipeline:cache()
   return result
 end
 
+-- :double_buffer{device=, slots=} (sluice.device; docs/DEVICE.md).
+local device = require "sluice.device"
+device.install(Pipeline, {live = live, take = take, made = made,
+                          check_opts = check_opts, check_int = check_int,
+                          OUT = OUT})
+
 -- sluice.chain(a, b, ...) and sluice.zip(a, b, ..., {truncate=}): the
 -- pipelines (all taken) as one array of readers.
 local function pipelines_arg(where, list, level)
@@ -409,8 +415,18 @@ local function ship(fn, what, where, level)
   return shipped, c.env()
 end
 
-local MAP_OPTS = set("threads", "ordered", "queue", "schema")
-local FILTER_OPTS = set("threads", "ordered", "queue")
+local MAP_OPTS = set("threads", "ordered", "queue", "schema", "deadline")
+local FILTER_OPTS = set("threads", "ordered", "queue", "deadline")
+
+-- deadline = seconds one call of the function may run (docs/RELIABILITY.md).
+local function check_deadline(v, where, level)
+  if v == nil then return nil end
+  if type(v) ~= "number" or not (v > 0 and v <= 1e6) then
+    error(("sluice: %s: option 'deadline' must be a number of seconds in "
+           .. "(0, 1e6] (got %s)"):format(where, tostring(v)), level + 1)
+  end
+  return v
+end
 
 local function lua_stage(self, kind, fn, opts)
   local where = ":" .. kind .. "()"
@@ -421,6 +437,7 @@ local function lua_stage(self, kind, fn, opts)
   local ordered = check_bool(opts.ordered, where, "ordered", true, 3)
   local queue = opts.queue ~= nil and
     check_int(opts.queue, 1, where, "option 'queue'", 3) or nil
+  local deadline = check_deadline(opts.deadline, where, 3)
   local sp = schema_option(opts.schema, where, 3)
   local shipped, env = ship(fn, kind, where, 3)
   local c = core()
@@ -429,7 +446,7 @@ local function lua_stage(self, kind, fn, opts)
   -- stack, hence alive, until core.map has retained the schema.
   local ok, lud = pcall(c.map, up, shipped, env,
                         {kind = kind, threads = threads, ordered = ordered,
-                         queue = queue},
+                         queue = queue, deadline = deadline},
                         sp and addr(sp) or nil, sp)
   if not ok then error(lud, 3) end
   return new_pipeline(ffi_cast("sl_reader *", lud))
@@ -548,18 +565,22 @@ function OPENERS.slr(path, opts, level)
   return result
 end
 
+-- opts.policy ("fail" / "skip_chunk") into o.policy, when given.
+local function policy_option(o, opts, where, level)
+  if opts.policy == nil then return end
+  local policy = POLICIES[opts.policy]
+  if not policy then
+    error(("sluice: %s: option 'policy' must be \"fail\" or "
+           .. "\"skip_chunk\" (got %s)"):format(where, tostring(opts.policy)),
+          level + 1)
+  end
+  o.policy = policy
+end
+
 -- The slr options shared by sluice.open and sluice.open_files, into `o`
 -- (an sl_slr_open_opts).
 local function slr_options(o, opts, where, level)
-  if opts.policy ~= nil then
-    local policy = POLICIES[opts.policy]
-    if not policy then
-      error(("sluice: %s: option 'policy' must be \"fail\" or "
-             .. "\"skip_chunk\" (got %s)"):format(where, tostring(opts.policy)),
-            level + 1)
-    end
-    o.policy = policy
-  end
+  policy_option(o, opts, where, level + 1)
   if opts.max_bad_chunks ~= nil then
     o.max_bad_chunks = check_int(opts.max_bad_chunks, 0, where,
                                  "option 'max_bad_chunks'", level + 1)
@@ -592,9 +613,115 @@ local function lua_parser(parse)
   end
 end
 
+-- --- images (docs/IMAGES.md) ---------------------------------------------------------
+
+local FILTERS = {nearest = 1, bilinear = 2}
+
+-- {h, w} of option `what`, checked.
+local function size_pair(v, where, what, level)
+  if type(v) ~= "table" then
+    error(("sluice: %s: option '%s' must be {height, width} (got a %s)")
+          :format(where, what, type(v)), level + 1)
+  end
+  return check_int(v[1], 1, where, what .. "[1]", level + 1),
+         check_int(v[2], 1, where, what .. "[2]", level + 1)
+end
+
+-- The image options of opts (channels, resize = {h, w[, "nearest"]},
+-- shape = {h, w}, threads, ordered, window, policy, max_bad, field) into
+-- `o`, an sl_image_opts.
+local function image_options(o, opts, where, level)
+  o.size = ffi.sizeof("sl_image_opts")
+  if opts.channels ~= nil then
+    local c = opts.channels
+    if c ~= 0 and c ~= 1 and c ~= 3 then
+      error(("sluice: %s: option 'channels' must be 1, 3 or 0 (as stored) "
+             .. "(got %s)"):format(where, tostring(c)), level + 1)
+    end
+    o.shape.channels = c
+  end
+  if opts.resize ~= nil and opts.shape ~= nil then
+    error(("sluice: %s: use either 'resize' or 'shape'"):format(where),
+          level + 1)
+  end
+  if opts.resize ~= nil then
+    o.shape.height, o.shape.width = size_pair(opts.resize, where, "resize",
+                                              level + 1)
+    local f = opts.resize[3] or "bilinear"
+    if not FILTERS[f] then
+      error(("sluice: %s: resize filter must be \"nearest\" or "
+             .. "\"bilinear\" (got %s)"):format(where, tostring(f)),
+            level + 1)
+    end
+    o.shape.resize = FILTERS[f]
+  elseif opts.shape ~= nil then
+    o.shape.height, o.shape.width = size_pair(opts.shape, where, "shape",
+                                              level + 1)
+  end
+  if opts.threads ~= nil then
+    o.threads = check_int(opts.threads, 1, where, "option 'threads'",
+                          level + 1)
+  end
+  if opts.window ~= nil then
+    o.window = check_int(opts.window, 1, where, "option 'window'", level + 1)
+  end
+  o.unordered = check_bool(opts.ordered, where, "ordered", true, level + 1)
+    and 0 or 1
+  policy_option(o, opts, where, level + 1)
+  if opts.max_bad ~= nil then
+    o.max_bad = check_int(opts.max_bad, 0, where, "option 'max_bad'",
+                          level + 1)
+  end
+  if opts.field ~= nil then
+    o.field = check_string(opts.field, where, "field", level + 1)
+  end
+end
+
+local DECODE_OPTS = set("threads", "channels", "resize", "shape", "field",
+                        "ordered", "window", "policy", "max_bad")
+
+-- :decode_image{threads=, channels=, resize = {h, w[, filter]},
+-- shape = {h, w}, field=, ordered=, window=, policy=, max_bad=}:
+-- sl_decode_image.
+function Pipeline:decode_image(opts)
+  local where = ":decode_image()"
+  live(self, where, 2)
+  opts = check_opts(opts, where, DECODE_OPTS, 2)
+  local o = ffi.new("sl_image_opts")
+  image_options(o, opts, where, 2)
+  local result = made(C.sl_decode_image(take(self, where), o, OUT), 2)
+  return result
+end
+
+local CROP_OPTS = set("size", "flip", "seed", "epoch", "field")
+
+-- :random_crop_flip{size = {h, w}, flip = true, seed=, epoch=, field=}:
+-- sl_random_crop_flip (draws keyed by seed, epoch and sample index).
+function Pipeline:random_crop_flip(opts)
+  local where = ":random_crop_flip()"
+  live(self, where, 2)
+  opts = check_opts(opts, where, CROP_OPTS, 2)
+  local o = ffi.new("sl_crop_flip_opts")
+  o.size = ffi.sizeof("sl_crop_flip_opts")
+  if opts.size ~= nil then
+    o.height, o.width = size_pair(opts.size, where, "size", 2)
+  end
+  o.flip = check_bool(opts.flip, where, "flip", true, 2) and 1 or 0
+  o.seed = opts.seed and check_int(opts.seed, 0, where, "option 'seed'", 2)
+    or 0
+  o.epoch = opts.epoch and check_int(opts.epoch, 0, where, "option 'epoch'", 2)
+    or 0
+  if opts.field ~= nil then
+    o.field = check_string(opts.field, where, "field", 2)
+  end
+  local result = made(C.sl_random_crop_flip(take(self, where), o, OUT), 2)
+  return result
+end
+
 local OPEN_OPTS = set("policy", "max_bad_chunks", "max_chunk_bytes", "first",
                       "count", "chunks", "labels", "mmap", "parser",
-                      "parser_options", "threads")
+                      "parser_options", "threads", "channels", "resize",
+                      "shape", "ordered", "window", "max_bad")
 
 -- sluice.open: any name sl_open understands ("tag:path", a known extension,
 -- a glob); first/count/chunks select records of one slr file.
@@ -632,6 +759,10 @@ function sluice.open(name, opts)
   end
   local threads = opts.threads == nil and 1 or
     check_int(opts.threads, 1, where, "option 'threads'", 2)
+  -- tag image: decoding options (threads, policy, ... shared above).
+  local io = ffi.new("sl_image_opts")
+  image_options(io, opts, where, 2)
+  o.image = io
   local p = made(C.sl_open(name, o, OUT), 2)
   if parse then
     if tonumber(C.sl_schema_find(C.sl_reader_schema(p._r), "line")) < 0 then
@@ -767,6 +898,8 @@ sluice.tensor = tensor.new
 sluice.fields = sample.fields
 sluice.release = sample.release
 sluice.totable = sample.totable
+sluice.device = device.device
+sluice.dlpack = device.dlpack
 
 function sluice.version()
   return ffi_string(C.sl_version())

@@ -1,7 +1,8 @@
 /*
  * buffer.c - refcounted byte buffers.  A buffer from sl_buffer_new holds its
  * bytes in the same 64-byte-aligned block as its header (one allocation per
- * buffer); a wrapped buffer points at memory the caller allocated.
+ * buffer); a wrapped buffer points at memory the caller allocated, possibly
+ * on a device (sl_buffer_wrap_device: the double buffer's slots).
  */
 #include "internal.h"
 
@@ -12,6 +13,9 @@ struct sl_buffer {
   sl_buffer_free_fn free_fn; /* NULL for inline data or static memory */
   void *ud;
   bool wrapped;
+  sl_device_type device; /* where `data` lives: SL_DEVICE_CPU unless wrapped
+                            with sl_buffer_wrap_device */
+  int device_id;
 };
 
 /* The header is padded so inline data starts 64-byte aligned. */
@@ -33,6 +37,8 @@ sl_buffer *sl_buffer_new(size_t size) {
   b->free_fn = NULL;
   b->ud = NULL;
   b->wrapped = false;
+  b->device = SL_DEVICE_CPU;
+  b->device_id = 0;
   return b;
 }
 
@@ -44,6 +50,19 @@ sl_buffer *sl_buffer_new_zero(size_t size) {
 
 sl_buffer *sl_buffer_wrap(void *data, size_t size, sl_buffer_free_fn free_fn,
                           void *ud) {
+  return sl_buffer_wrap_device(data, size, SL_DEVICE_CPU, 0, free_fn, ud);
+}
+
+sl_buffer *sl_buffer_wrap_device(void *data, size_t size, sl_device_type type,
+                                 int device_id, sl_buffer_free_fn free_fn,
+                                 void *ud) {
+  if ((type != SL_DEVICE_CPU && type != SL_DEVICE_CUDA &&
+       type != SL_DEVICE_CUDA_HOST) ||
+      device_id < 0) {
+    sl_set_error(SL_EINVAL, "buffer: bad device %d number %d", (int)type,
+                 device_id);
+    return NULL;
+  }
   sl_buffer *b = sl__malloc(sizeof *b);
   if (!b) {
     sl_set_error(SL_ENOMEM, "buffer: cannot allocate a wrapper");
@@ -55,7 +74,14 @@ sl_buffer *sl_buffer_wrap(void *data, size_t size, sl_buffer_free_fn free_fn,
   b->free_fn = free_fn;
   b->ud = ud;
   b->wrapped = true;
+  b->device = type;
+  b->device_id = device_id;
   return b;
+}
+
+sl_device_type sl_buffer_device(const sl_buffer *b, int *device_id) {
+  if (device_id) *device_id = b ? b->device_id : 0;
+  return b ? b->device : SL_DEVICE_CPU;
 }
 
 void *sl_buffer_data(const sl_buffer *b) {

@@ -6,7 +6,7 @@
  * Tables.  Two fixed arrays of 64 slots: formats (tag -> constructor + user
  * data) and extensions (suffix -> tag).  Fixed storage means a registration
  * never allocates and nothing is left for a leak checker at exit; 64 is far
- * more than the built-in tags (slr, idx and text) plus a program's
+ * more than the built-in tags (slr, idx, text and image) plus a program's
  * own.  The built-in rows are static initialisers, so there is no "init"
  * call to forget and no registration order to get wrong.
  *
@@ -63,17 +63,25 @@ static int open_text(void *ud, const char *path, const sl_open_opts *opts,
                         opts->parser_options, out);
 }
 
+/* image: a folder of JPEG/PNG files or one of them (src/image/). */
+static int open_image(void *ud, const char *path, const sl_open_opts *opts,
+                      sl_reader **out) {
+  SL_UNUSED(ud);
+  return sl_image_reader(path, opts->image, out);
+}
+
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static format_slot g_formats[SLOTS] = {{"slr", open_slr, NULL},
                                        {"idx", open_idx, NULL},
-                                       {"text", open_text, NULL}}; /* g_mu */
-static int g_nformats = 3;                                         /* g_mu */
+                                       {"text", open_text, NULL},
+                                       {"image", open_image, NULL}}; /* g_mu */
+static int g_nformats = 4;                                           /* g_mu */
 /* The data sets' own names ("t10k-images-idx3-ubyte.gz") open as idx; text
  * has no extension: ".txt" or ".csv" files are too often something else. */
-static ext_slot g_exts[SLOTS] = {{".slr", "slr"},
-                                 {"-idx3-ubyte", "idx"},
-                                 {"-idx3-ubyte.gz", "idx"}}; /* g_mu */
-static int g_nexts = 3;                                      /* g_mu */
+static ext_slot g_exts[SLOTS] = {
+    {".slr", "slr"},   {"-idx3-ubyte", "idx"}, {"-idx3-ubyte.gz", "idx"},
+    {".jpg", "image"}, {".jpeg", "image"},     {".png", "image"}}; /* g_mu */
+static int g_nexts = 6;                                            /* g_mu */
 
 /* --- syntax -------------------------------------------------------------- */
 
@@ -373,11 +381,18 @@ int sl__opts_copy(const char *what, void *dst, size_t dst_size,
                   const void *src) {
   size_t size;
   memcpy(&size, src, sizeof size);
-  SL_RETURN_ERROR_IF(
-      size < sizeof(size_t), SL_EINVAL,
-      "%s: size is %zu: set it to sizeof(%s) (%s does)", what, size, what,
-      strcmp(what, "sl_open_opts") == 0 ? "SL_OPEN_OPTS_INIT"
-                                        : "SL_OPEN_FILES_OPTS_INIT");
+  if (size < sizeof(size_t)) {
+    /* The struct's INIT macro: "sl_open_opts" -> "SL_OPEN_OPTS_INIT". */
+    char init[64];
+    size_t k = 0;
+    for (; what[k] && k < sizeof init - 6; k++)
+      init[k] =
+          (char)(what[k] >= 'a' && what[k] <= 'z' ? what[k] - 32 : what[k]);
+    memcpy(init + k, "_INIT", 6);
+    return sl_set_error(SL_EINVAL,
+                        "%s: size is %zu: set it to sizeof(%s) (%s does)",
+                        what, size, what, init);
+  }
   if (size > dst_size) {
     const unsigned char *extra = (const unsigned char *)src + dst_size;
     for (size_t i = 0; i < size - dst_size; i++)

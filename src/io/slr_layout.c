@@ -40,7 +40,7 @@ int sl__slr_layout_init(slr_layout *l, const sl_schema *schema) {
     uint64_t bytes = f->esize;
     for (int d = 0; d < f->rank; d++)
       if (!sl__mul_ok(bytes, (uint64_t)f->shape[d], &bytes) ||
-          bytes > SLR_MAX_DIM) {
+          bytes > SLR_MAX_DIM || off + bytes > SLR_MAX_DIM) {
         sl__slr_layout_free(l);
         return sl_set_error(SL_EINVAL, "slr: field '%s' is too large",
                             sl_schema_field_name(schema, i));

@@ -28,8 +28,9 @@ struct sl_slr_file {
   ZSTD_DCtx *dctx;
   unsigned char *stored; /* reused buffer for compressed payloads */
   size_t stored_cap;
-  slr_chunk cache; /* the last chunk decoded (cache.raw != NULL) */
-  uint64_t bad_chunks;
+  slr_chunk cache;          /* the last chunk decoded (cache.raw != NULL) */
+  uint64_t bad_chunks;      /* skipped over the file's life */
+  uint64_t pass_bad_chunks; /* skipped this pass: what the cap limits */
 };
 
 #define WHERE(f) (f)->src->name
@@ -169,9 +170,11 @@ static int parse_schema(sl_slr_file *f, const unsigned char *b, uint64_t len) {
     for (int d = 0; d < rank; d++, p += 8)
       shape[d] = (int64_t)sl__get64(p);
     int rc = sl_schema_add(f->schema, name, (sl_dtype)dt, rank, shape);
+    /* Wrap, not set: the cause is the current message itself.  Running
+     * out of memory is not corruption. */
     if (rc < 0)
-      return sl_set_error(SL_ECORRUPT, "%s: schema block: %s", WHERE(f),
-                          sl_last_error());
+      return sl_wrap_error(rc == SL_ENOMEM ? rc : SL_ECORRUPT,
+                           "%s: schema block", WHERE(f));
   }
   SL_RETURN_ERROR_IF(nf == 0, SL_ECORRUPT, "%s: the schema has no fields",
                      WHERE(f));
@@ -179,31 +182,38 @@ static int parse_schema(sl_slr_file *f, const unsigned char *b, uint64_t len) {
   uint32_t nm = sl__get32(p);
   p += 4;
   for (uint32_t i = 0; i < nm; i++) {
-    char *kv[2] = {NULL, NULL};
+    /* Both strings are located and checked before anything is allocated,
+     * so no failure path holds memory. */
+    const unsigned char *at[2];
+    uint32_t l[2];
     for (int j = 0; j < 2; j++) {
       NEED(4);
-      uint32_t l = sl__get32(p);
+      l[j] = sl__get32(p);
       p += 4;
-      if (l > (1u << 20) || (uint64_t)(p - b) + l > len - 4 ||
-          memchr(p, 0, l)) {
-        sl__free(kv[0]);
-        return sl_set_error(SL_ECORRUPT,
-                            "%s: schema metadata entry %u is malformed",
-                            WHERE(f), i);
-      }
-      kv[j] = sl__malloc(l + 1);
-      if (!kv[j]) {
-        sl__free(kv[0]);
-        return sl_set_error(SL_ENOMEM, "%s: cannot allocate metadata",
-                            WHERE(f));
-      }
-      memcpy(kv[j], p, l);
-      kv[j][l] = 0;
-      p += l;
+      SL_RETURN_ERROR_IF(
+          l[j] > (1u << 20) || (uint64_t)(p - b) + l[j] > len - 4 ||
+              memchr(p, 0, l[j]),
+          SL_ECORRUPT, "%s: schema metadata entry %u is malformed", WHERE(f),
+          i);
+      at[j] = p;
+      p += l[j];
+    }
+    char *kv[2] = {sl__malloc(l[0] + 1), sl__malloc(l[1] + 1)};
+    if (!kv[0] || !kv[1]) {
+      sl__free(kv[0]);
+      sl__free(kv[1]);
+      return sl_set_error(SL_ENOMEM, "%s: cannot allocate metadata", WHERE(f));
+    }
+    for (int j = 0; j < 2; j++) {
+      memcpy(kv[j], at[j], l[j]);
+      kv[j][l[j]] = 0;
     }
     int rc = sl_schema_set_meta(f->schema, kv[0], kv[1]);
     sl__free(kv[0]);
     sl__free(kv[1]);
+    if (rc < 0 && rc != SL_ENOMEM)
+      return sl_set_error(SL_ECORRUPT, "%s: schema metadata entry %u: %s",
+                          WHERE(f), i, sl_strerror(rc));
     SL_FORWARD_IF_ERROR(rc);
   }
   SL_RETURN_ERROR_IF((uint64_t)(p - b) != len - 4, SL_ECORRUPT,
@@ -211,11 +221,24 @@ static int parse_schema(sl_slr_file *f, const unsigned char *b, uint64_t len) {
                      WHERE(f), (unsigned long long)f->schema_off,
                      (unsigned long long)(len - 4 - (uint64_t)(p - b)));
   sl_schema_freeze(f->schema);
-  return sl__slr_layout_init(&f->layout, f->schema);
+  int rc = sl__slr_layout_init(&f->layout, f->schema);
+  /* A schema this reader cannot lay out (fields too large) came from the
+   * file: corruption, named as such. */
+  if (rc == SL_EINVAL)
+    return sl_wrap_error(SL_ECORRUPT, "%s: schema block at offset %llu",
+                         WHERE(f), (unsigned long long)f->schema_off);
+  return rc;
 #undef NEED
 }
 
 static int parse_index(sl_slr_file *f, const unsigned char *b, uint64_t len) {
+  /* magic, reserved, chunk_count, crc: 20 bytes before any entry (the
+   * block reader only guarantees magic and CRC). */
+  SL_RETURN_ERROR_IF(len < 20, SL_ECORRUPT,
+                     "%s: index block at offset %llu: %llu bytes is too "
+                     "short",
+                     WHERE(f), (unsigned long long)f->index_off,
+                     (unsigned long long)len);
   uint64_t n = sl__get64(b + 8), want;
   SL_RETURN_ERROR_IF(
       n != f->nchunks || !sl__mul_ok(n, SLR_INDEX_ENTRY_SIZE, &want) ||
@@ -344,17 +367,22 @@ void sl__slr_chunk_span(const sl_slr_file *f, uint64_t c, uint64_t *first,
   *count = f->index[c].records;
 }
 
+void sl__slr_pass_start(sl_slr_file *f) {
+  f->pass_bad_chunks = 0;
+}
+
 int sl__slr_count_bad(sl_slr_file *f) {
   f->bad_chunks++;
-  if (f->bad_chunks <= f->opts.max_bad_chunks) return SL_OK;
+  f->pass_bad_chunks++;
+  if (f->pass_bad_chunks <= f->opts.max_bad_chunks) return SL_OK;
   /* The cause is the current message; copy it before overwriting. */
   char last[1024];
   snprintf(last, sizeof last, "%s", sl_last_error());
   return sl_set_error(SL_ECORRUPT,
                       "%llu corrupt chunks skipped, more than the cap of %u; "
                       "last: %s",
-                      (unsigned long long)f->bad_chunks, f->opts.max_bad_chunks,
-                      last);
+                      (unsigned long long)f->pass_bad_chunks,
+                      f->opts.max_bad_chunks, last);
 }
 
 uint64_t sl_slr_chunk_of(const sl_slr_file *f, uint64_t k) {

@@ -51,6 +51,7 @@ static int slr_reset(void *st) {
   slr_state *s = st;
   s->pos = s->first;
   s->ch = NULL;
+  sl__slr_pass_start(s->f);
   return SL_OK;
 }
 
@@ -76,24 +77,30 @@ static int make(sl_slr_file *f, uint64_t first, uint64_t end, sl_reader **out) {
   return sl__reader_make(&slr_vt, s, (sl_schema *)sl_slr_schema(f), out);
 }
 
+int sl__slr_reader_from_file(sl_slr_file *f, uint64_t first, uint64_t count,
+                             sl_reader **out) {
+  *out = NULL;
+  uint64_t n = sl_slr_records(f);
+  if (first > n) {
+    int rc = sl_set_error(SL_EINVAL,
+                          "slr: %s: first record %llu is beyond "
+                          "the %llu records",
+                          sl_slr_path(f), (unsigned long long)first,
+                          (unsigned long long)n);
+    sl_slr_close(f);
+    return rc;
+  }
+  uint64_t end = (count > n - first) ? n : first + count;
+  return make(f, first, end, out);
+}
+
 int sl_slr_reader(const char *path, const sl_slr_open_opts *opts,
                   uint64_t first, uint64_t count, sl_reader **out) {
   SL_RETURN_ERROR_IF(!out, SL_EINVAL, "slr: NULL out pointer");
   *out = NULL;
   sl_slr_file *f;
   SL_FORWARD_IF_ERROR(sl_slr_open(path, opts, &f));
-  uint64_t n = sl_slr_records(f);
-  if (first > n) {
-    int rc =
-        sl_set_error(SL_EINVAL,
-                     "slr: %s: first record %llu is beyond "
-                     "the %llu records",
-                     path, (unsigned long long)first, (unsigned long long)n);
-    sl_slr_close(f);
-    return rc;
-  }
-  uint64_t end = (count > n - first) ? n : first + count;
-  return make(f, first, end, out);
+  return sl__slr_reader_from_file(f, first, count, out);
 }
 
 int sl_slr_reader_chunks(const char *path, const sl_slr_open_opts *opts,

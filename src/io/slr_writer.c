@@ -11,6 +11,7 @@
  * name does not exist, so a crash never leaves a complete-looking file.
  */
 #include "io/crc32c.h"
+#include "io/io_faults.h"
 #include "io/slr_format.h"
 
 #include <errno.h>
@@ -46,10 +47,24 @@ struct sl_slr_writer {
   bool failed;
 };
 
+/* write, or what the fault hook (io_faults.h) makes of it. */
+static ssize_t hooked_write(int fd, const void *p, size_t n) {
+  switch (sl__io_fault_next(SL__IO_WRITE, &n)) {
+  case SL__IO_EIO:
+    errno = EIO;
+    return -1;
+  case SL__IO_ENOSPC:
+    errno = ENOSPC;
+    return -1;
+  default: /* SL__IO_SHORT lowered n */
+    return write(fd, p, n);
+  }
+}
+
 static int write_all(sl_slr_writer *w, const void *data, size_t n) {
   const char *p = data;
   while (n) {
-    ssize_t k = write(w->fd, p, n);
+    ssize_t k = hooked_write(w->fd, p, n);
     if (k < 0 && errno == EINTR) continue;
     if (k <= 0) {
       w->failed = true;

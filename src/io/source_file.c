@@ -1,8 +1,11 @@
 /*
  * source_file.c - the pread-backed byte source, and a fault-injecting
- * wrapper for the tests.
+ * wrapper for the tests.  Every pread also goes through the process-wide
+ * I/O fault hook (io_faults.h), so the fault tests reach the sources that
+ * the readers open by path themselves.
  */
 #include "core/internal.h"
+#include "io/io_faults.h"
 #include "io/source.h"
 
 #include <errno.h>
@@ -15,11 +18,24 @@ typedef struct file_source {
   int fd;
 } file_source;
 
+/* pread, or what the fault hook (io_faults.h) makes of it. */
+static ssize_t hooked_pread(int fd, void *p, size_t n, off_t off) {
+  switch (sl__io_fault_next(SL__IO_READ, &n)) {
+  case SL__IO_EIO:
+    errno = EIO;
+    return -1;
+  case SL__IO_SHRINK:
+    return 0;
+  default: /* SL__IO_SHORT lowered n */
+    return pread(fd, p, n, off);
+  }
+}
+
 static int file_read_at(sl__source *s, uint64_t off, void *buf, size_t n) {
   file_source *f = (file_source *)s;
   char *p = buf;
   while (n) {
-    ssize_t k = pread(f->fd, p, n, (off_t)off);
+    ssize_t k = hooked_pread(f->fd, p, n, (off_t)off);
     if (k < 0 && errno == EINTR) continue;
     if (k < 0)
       return sl_set_error(SL_EIO,

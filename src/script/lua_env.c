@@ -265,18 +265,23 @@ int sl__lua_pcall(lua_State *W, int nargs, int nres, const char *what,
     return sl_set_error(SL_ENOMEM, "%s (%s): out of memory", what, where);
   }
   lua_insert(W, base);
+  void *deadline = sl__lua_deadline_arm(W); /* lua_deadline.c */
   int st = lua_pcall(W, nargs, nres, base);
+  sl__lua_deadline_disarm(W, deadline);
   if (st == 0) {
     lua_remove(W, base);
     return SL_OK;
   }
+  /* A memory error skips the handler: no traceback, but the code says what
+   * happened, as everywhere else in the Lua host. */
+  int code = st == LUA_ERRMEM ? SL_ENOMEM : SL_ELUA;
   const char *msg = plain_error_text(W, -1);
   if (msg) {
-    sl_set_error(SL_ELUA, "%s (%s): %s", what, where, msg);
+    sl_set_error(code, "%s (%s): %s", what, where, msg);
   } else {
-    sl_set_error(SL_ELUA, "%s (%s): (error object is a %s value)", what, where,
+    sl_set_error(code, "%s (%s): (error object is a %s value)", what, where,
                  luaL_typename(W, -1));
   }
   lua_pop(W, 2); /* the error and the handler */
-  return SL_ELUA;
+  return code;
 }

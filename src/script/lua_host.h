@@ -101,7 +101,10 @@ SL_API int sl__lua_unship(lua_State *W, const sl__shipped *f);
 /* Calls the function at the top of W's stack area set up by the caller with
  * `nargs` arguments and `nres` results under debug.traceback; on error
  * returns SL_ELUA with "<what> (<where>): <message + traceback>" as this
- * thread's detail message and pops the error.  Like lua_pcall otherwise. */
+ * thread's detail message (SL_ENOMEM "<what> (<where>): not enough memory"
+ * for a Lua memory error, which has no traceback) and pops the error.  Like
+ * lua_pcall otherwise.  In a state with a deadline (sl__lua_deadline_set)
+ * the call is bounded by it. */
 SL_API int sl__lua_pcall(lua_State *W, int nargs, int nres, const char *what,
                          const char *where);
 
@@ -114,6 +117,12 @@ typedef struct sl__lua_stage_opts {
   int threads;  /* worker threads (>= 1) */
   int ordered;  /* 1: keep upstream order (default); 0: as soon as ready */
   size_t queue; /* samples in flight, 0 = max(128, 32 * threads) */
+  /* Seconds one call of fn (one sample) may run, 0 = no limit (the
+   * default).  A call past it fails with SL_ELUA "... deadline of S s
+   * exceeded (the call was running SOURCE:LINE)" at that sample's place;
+   * the worker states then run without the JIT compiler (lua_deadline.c).
+   * With a deadline, destroy and reset also interrupt a running call. */
+  double deadline;
 } sl__lua_stage_opts;
 
 /* A map or filter stage running `fn` (retained) in `opts->threads` worker

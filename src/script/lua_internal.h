@@ -11,6 +11,7 @@
 
 #include <lua.h>
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -53,5 +54,22 @@ typedef struct sl__lua_check_words {
  * (or sl_schema_check's code) with the message above. */
 int sl__lua_check_sample(const sl_schema *want, const sl_sample *s,
                          uint64_t index, const sl__lua_check_words *w);
+
+/* --- the per-sample deadline (lua_deadline.c) ------------------------------
+ */
+
+/* Bounds every protected call sl__lua_pcall makes in worker state L to
+ * `seconds` (> 0), and interrupts one running while *stop (may be NULL)
+ * becomes true.  Turns the JIT compiler off for the decorator (the function
+ * under registry reference fn_ref and the code it reaches, modules
+ * excepted): compiled loops never call the hook that enforces the deadline.
+ * `what`/`where` name the stage for messages.  SL_OK, SL_EINVAL (seconds
+ * not positive and finite) or SL_ENOMEM. */
+int sl__lua_deadline_set(lua_State *L, double seconds, const atomic_bool *stop,
+                         int fn_ref, const char *what, const char *where);
+/* Used by sl__lua_pcall around its lua_pcall: arm returns a handle (NULL
+ * when L has no deadline, which costs one lua_gethook) for disarm. */
+void *sl__lua_deadline_arm(lua_State *L);
+void sl__lua_deadline_disarm(lua_State *L, void *armed);
 
 #endif

@@ -73,7 +73,9 @@
  *   stop      (reset, destroy) set `stop` under mu, broadcast both
  *             conditions, join every thread.  A worker checks `stop` between
  *             samples and between pulls: one in the middle of a Lua call
- *             finishes that call, then releases what it holds and exits.
+ *             finishes that call (with a deadline, the deadline hook sees
+ *             `stop` and ends the call: lua_deadline.c), then releases what
+ *             it holds and exits.
  *   reset     stop; release every pending result (window, ring, terminal,
  *             cache); sl_reader_reset(up); restart the workers.
  *   destroy   stop; release everything; close the Lua states; destroy up.
@@ -121,8 +123,8 @@
  *     worker's thread while it runs, the consumer otherwise (pthread_create
  *     / join order them).
  *   cache, cache_pos, cache_len, running, thread: consumer-only.
- *   fn, env, where, what, kind, ordered, qcap, batch_max, nthreads, schema:
- *     immutable while workers run.
+ *   fn, env, where, what, kind, ordered, qcap, batch_max, nthreads, schema,
+ *     deadline: immutable while workers run.
  */
 #include "readers/reader_impl.h"
 #include "script/lua_host.h"
@@ -182,6 +184,7 @@ typedef struct lua_stage {
   sl__shipped *fn;
   sl__lua_env *env;
   const char *where;
+  double deadline;   /* seconds per call, 0 = none (lua_deadline.c) */
   sl_schema *schema; /* the stage schema (retained), NULL until known */
   _Atomic(const sl_schema *) check_schema;
   sl_reader *up;
@@ -548,6 +551,12 @@ static void *worker_main(void *arg) {
   if (!w->L) {
     int rc = sl__lua_worker_setup(st->env, st->fn, st->what, st->where,
                                   st->what, &w->op_ref, &w->fn_ref, &w->L);
+    if (rc == SL_OK && st->deadline > 0 &&
+        (rc = sl__lua_deadline_set(w->L, st->deadline, &st->stop, w->fn_ref,
+                                   st->what, st->where)) < 0) {
+      lua_close(w->L);
+      w->L = NULL;
+    }
     if (rc < 0) {
       fail_pass(st, rc);
       return NULL;
@@ -771,14 +780,18 @@ int sl__lua_stage(sl_reader *up, sl__lua_kind kind, sl__shipped *fn,
   *out = NULL;
   if (!up) return sl_set_error(SL_EINVAL, "%s: NULL upstream reader", what);
   if (!fn || !env || !opts || opts->threads < 1 ||
+      !(opts->deadline >= 0 && opts->deadline < 1e9) ||
       (kind != SL__LUA_MAP && kind != SL__LUA_FILTER))
-    return sl__fail_with_upstream(up, sl_set_error(SL_EINVAL, "%s: %s", what,
-                                                   !fn     ? "NULL function"
-                                                   : !env  ? "NULL environment"
-                                                   : !opts ? "NULL options"
-                                                   : opts->threads < 1
-                                                       ? "threads must be >= 1"
-                                                       : "unknown kind"));
+    return sl__fail_with_upstream(
+        up, sl_set_error(SL_EINVAL, "%s: %s", what,
+                         !fn                 ? "NULL function"
+                         : !env              ? "NULL environment"
+                         : !opts             ? "NULL options"
+                         : opts->threads < 1 ? "threads must be >= 1"
+                         : !(opts->deadline >= 0 && opts->deadline < 1e9)
+                             ? "deadline must be a number of seconds >= 0 "
+                               "(0: none)"
+                             : "unknown kind"));
   lua_stage *st = sl__calloc(1, sizeof *st);
   if (!st)
     return sl__fail_with_upstream(
@@ -808,6 +821,7 @@ int sl__lua_stage(sl_reader *up, sl__lua_kind kind, sl__shipped *fn,
   st->fn = sl__shipped_retain(fn);
   st->env = sl__lua_env_retain(env);
   st->where = sl__shipped_where(fn);
+  st->deadline = opts->deadline;
   st->win = sl__calloc(st->qcap, sizeof *st->win);
   st->w = sl__calloc((size_t)st->nthreads, sizeof *st->w);
   if (!st->win || !st->w) {
