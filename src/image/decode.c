@@ -218,7 +218,9 @@ int sl__image_decode(sl__image_decoder *d, const void *data, size_t size,
                         "%s)",
                         what, size, m);
   }
+  /* Zeroed: a decoder failing before it allocates clears it (png_fail). */
   sl_tensor px;
+  memset(&px, 0, sizeof px);
   int rc = f == SL_IMAGE_JPEG
                ? decode_jpeg(d, data, size, shape->channels, what, &px)
                : decode_png(data, size, shape->channels, what, &px);
