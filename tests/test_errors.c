@@ -34,17 +34,9 @@ static int failing_next(void *ud, sl_sample **out) {
   if (f->i == f->fail_at)
     return sl_set_error(SL_ECORRUPT,
                         "gen: bad record %" PRId64 " in file x.slr", f->i);
-  sl_sample *s = sl_sample_new(f->schema);
-  if (!s) return SL_ENOMEM;
-  void *data;
-  int rc = sl_sample_alloc(s, 0, 0, NULL, &data);
-  if (rc < 0) {
-    sl_sample_release(s);
-    return rc;
-  }
-  *(int64_t *)data = f->i++;
-  *out = s;
-  return SL_OK;
+  int rc = test_i64_sample(f->schema, f->i, out);
+  if (rc == SL_OK) f->i++;
+  return rc;
 }
 
 static int failing_reset(void *ud) {
@@ -297,17 +289,7 @@ static int rename_to_j(void *ud, sl_sample *in, sl_sample **out) {
   (void)ud;
   int64_t v = test_sample_i64(in, 0);
   sl_sample_release(in);
-  sl_sample *s = sl_sample_new(g_j_schema);
-  if (!s) return SL_ENOMEM;
-  void *data;
-  int rc = sl_sample_alloc(s, 0, 0, NULL, &data);
-  if (rc < 0) {
-    sl_sample_release(s);
-    return rc;
-  }
-  *(int64_t *)data = v;
-  *out = s;
-  return SL_OK;
+  return test_i64_sample(g_j_schema, v, out);
 }
 
 /* Every linear decorator, then chain.  Each call may fail; a failed stage

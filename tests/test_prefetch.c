@@ -77,16 +77,9 @@ static int gen_next(void *ud, sl_sample **out) {
   }
   if (g->i >= g->n) return SL_EOF;
   if (g->sleep_us) test_sleep_us(g->sleep_us);
-  sl_sample *s = sl_sample_new(g->schema);
-  void *data;
-  if (!s) return SL_ENOMEM;
-  int rc = sl_sample_alloc(s, 0, 0, NULL, &data);
-  if (rc < 0) {
-    sl_sample_release(s);
-    return rc;
-  }
-  *(int64_t *)data = g->i++;
-  *out = s;
+  int rc = test_i64_sample(g->schema, g->i, out);
+  if (rc < 0) return rc;
+  g->i++;
   atomic_fetch_add(&g->produced, 1);
   return SL_OK;
 }

@@ -135,3 +135,17 @@ void test_write_ids_slr(const char *path, int64_t first, int64_t n,
   ASSERT_OK(sl_slr_writer_close(w));
   sl_schema_release(s);
 }
+
+int test_i64_sample(const sl_schema *schema, int64_t v, sl_sample **out) {
+  sl_sample *s = sl_sample_new((sl_schema *)schema);
+  if (!s) return SL_ENOMEM;
+  void *data;
+  int rc = sl_sample_alloc(s, 0, 0, NULL, &data);
+  if (rc < 0) {
+    sl_sample_release(s);
+    return rc;
+  }
+  *(int64_t *)data = v;
+  *out = s;
+  return SL_OK;
+}

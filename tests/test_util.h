@@ -84,6 +84,10 @@ void test_write_gz(const char *path, const void *data, size_t n);
 size_t test_idx_header(unsigned char *h, unsigned type, int rank,
                        const uint32_t *dims);
 
+/* A new sample of `schema` (field 0 a scalar i64) holding `v` in *out.
+ * Returns SL_OK, or the error of sl_sample_new/alloc (nothing leaked). */
+int test_i64_sample(const sl_schema *schema, int64_t v, sl_sample **out);
+
 /* Sleeps `us` microseconds. */
 void test_sleep_us(long us);
 /* CLOCK_MONOTONIC in seconds. */
