@@ -14,6 +14,7 @@
 
 #include "core/internal.h"
 #include "script/lua_host.h"
+#include "script/lua_internal.h"
 
 #include <lauxlib.h>
 #include <lualib.h>
@@ -351,6 +352,62 @@ TEST(destroy_interrupts_running_calls_when_a_deadline_is_set) {
   ASSERT_OK(sl_reader_reset(r));
   sl_reader_destroy(r);
   ASSERT_TRUE(now_s() - t0 < 10);
+}
+
+/* The deadline (or a stop) raises only in the decorator's own code, never
+ * in the library code around it: sluice.worker's per-sample protocol moves
+ * sample references between C and Lua in steps, and an error between two
+ * steps would leak one.  A "library" module runs 30000 interpreted steps,
+ * calls the decorator, then 30000 more; with the deadline already past
+ * (and the hook then firing at every instruction) the error must come from
+ * the decorator's first line, after all of the library's first steps. */
+static const char LIB[] =
+    "local M = { steps = 0 }\n"
+    "function M.call(fn, x)\n"
+    "  for k = 1, 30000 do M.steps = M.steps + 1 end\n"
+    "  local r = fn(x)\n"
+    "  for k = 1, 30000 do M.steps = M.steps + 1 end\n"
+    "  return r\n"
+    "end\n"
+    "jit.off(M.call)\n"
+    "return M\n";
+
+static void expect_raised_in_decorator(double seconds, bool stop,
+                                       const char *want) {
+  lua_State *L = luaL_newstate();
+  ASSERT_NOT_NULL(L);
+  luaL_openlibs(L);
+  lua_getglobal(L, "package");
+  lua_getfield(L, -1, "loaded");
+  ASSERT_EQ(luaL_loadbuffer(L, LIB, sizeof LIB - 1, "@lib.lua"), 0);
+  ASSERT_EQ(lua_pcall(L, 0, 1, 0), 0);
+  lua_setfield(L, -2, "lib"); /* a module: package.loaded.lib */
+  lua_pop(L, 2);
+  static const char USER[] = "return function(x)\n  return x + 1\nend\n";
+  ASSERT_EQ(luaL_loadbuffer(L, USER, sizeof USER - 1, "@user.lua"), 0);
+  ASSERT_EQ(lua_pcall(L, 0, 1, 0), 0);
+  int fn_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  atomic_bool stopping = stop;
+  ASSERT_OK(sl__lua_deadline_set(L, seconds, &stopping, fn_ref, "map",
+                                 "user.lua:1"));
+  lua_getglobal(L, "package");
+  lua_getfield(L, -1, "loaded");
+  lua_getfield(L, -1, "lib");
+  int lib = lua_gettop(L);
+  lua_getfield(L, lib, "call");
+  lua_rawgeti(L, LUA_REGISTRYINDEX, fn_ref);
+  lua_pushnumber(L, 1);
+  ASSERT_RC(sl__lua_pcall(L, 2, 1, "map", "user.lua:1"), SL_ELUA);
+  ASSERT_CONTAINS(sl_last_error(), want);
+  ASSERT_CONTAINS(sl_last_error(), "(the call was running user.lua:2)");
+  lua_getfield(L, lib, "steps");
+  ASSERT_EQ((long)lua_tonumber(L, -1), 30000L);
+  lua_close(L);
+}
+
+TEST(deadline_fires_in_the_decorator_never_in_the_library_around_it) {
+  expect_raised_in_decorator(1e-9, false, "deadline of 1e-09 s exceeded");
+  expect_raised_in_decorator(3600, true, "stopped: the stage is closing");
 }
 
 TEST(deadline_option_is_checked) {

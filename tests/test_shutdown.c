@@ -15,7 +15,9 @@
  * reset mid-pass, read a little and destroy.  Destroy must join every
  * thread and free everything (ASan checks, TSan checks the races) - and
  * must never hang: a watchdog thread aborts the process with the
- * iteration's description when one iteration runs longer than 30 s.
+ * iteration's description when one iteration runs longer than 30 s.  Under
+ * ASan, LeakSanitizer runs after every iteration, so a leak names the
+ * iteration (and its seed) that made it.
  *
  * SLUICE_SHUTDOWN_ITERATIONS overrides the count (default 1000);
  * SLUICE_SHUTDOWN_SEED the seed (default 1), printed for replay.
@@ -35,6 +37,11 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/lsan_interface.h>
+#define LEAK_CHECK_EACH_ITERATION 1
+#endif
 
 /* Seconds one iteration may take before the watchdog calls it a hang. */
 static int g_hang_s = 30;
@@ -298,6 +305,13 @@ static void iteration(long it, uint64_t seed) {
   }
   sl_reader_destroy(p);
   atomic_store(&g_iter, -1);
+#ifdef LEAK_CHECK_EACH_ITERATION
+  /* Every thread is joined: anything unreachable now leaked in this
+   * iteration, which is named so that it can be replayed. */
+  if (__lsan_do_recoverable_leak_check())
+    test_fail(__FILE__, __LINE__, "iteration %ld leaked (seed %llu): %s", it,
+              (unsigned long long)seed, g_desc);
+#endif
 }
 
 TEST(destroy_at_random_points_never_hangs_or_leaks) {

@@ -17,11 +17,12 @@
  *             set is how it knows, at the cost of one lua_gethook for
  *             states without a deadline) and disarms it afterwards.
  *   fire      the hook reads the monotonic clock; past the deadline (or
- *             when the stage is stopping, its `stop` flag set) it raises a
- *             Lua error naming the deadline and the source line running,
- *             and from then on fires at every instruction, so a pcall
- *             inside the decorator cannot swallow the error and go on: the
- *             next instruction outside it raises again.  The error leaves
+ *             when the stage is stopping, its `stop` flag set) it fires at
+ *             every instruction from then on, and raises a Lua error naming
+ *             the deadline and the source line running at the first of them
+ *             that belongs to the decorator (below); so a pcall inside the
+ *             decorator cannot swallow the error and go on: the next
+ *             instruction outside it raises again.  The error leaves
  *             through sl__lua_pcall as any error does: SL_ELUA, "map
  *             (<where the function is defined>): deadline of 0.5 s exceeded
  *             (the call was running <source:line>)" plus the traceback.
@@ -40,6 +41,20 @@
  * one long call into C.  The price is interpreter speed for the
  * decorator's own bytecode (docs/RELIABILITY.md gives measured costs);
  * stages without a deadline are untouched.
+ *
+ * Only in the decorator's code.  The library code around the call -
+ * sluice.worker's per-sample protocol, the sample accessors - moves sample
+ * references between C and Lua in steps (a light userdata becomes a cdata
+ * with a finalizer; a finalizer is removed and the pointer stored in C's
+ * slot), and an error raised between two steps would leak a reference
+ * (found by the shutdown stress test: a stop arriving as a worker entered
+ * worker.map).  So the hook raises only while the running function comes
+ * from a chunk of the decorator: install records the chunk names (the
+ * interned `source` strings, compared by address with no allocation) of
+ * every function it turns the JIT off for, in a registry table.  Elsewhere
+ * the hook returns and looks again at the next instruction: a fired call
+ * ends at the decorator's next instruction, or returns normally if the
+ * decorator has already returned (the stage then sees `stop` itself).
  *
  * Threading: a worker state is used by one thread at a time (lua_host.h),
  * and so is its deadline.  `stop` is read with a relaxed load: it only
@@ -69,8 +84,10 @@ typedef struct deadline {
   char limit_text[32];     /* "0.5 s", for messages */
 } deadline;
 
-/* The registry key: the address is what matters. */
-static const char deadline_key;
+/* The registry keys: the addresses are what matter.  deadline_key: the
+ * settings (userdata); sources_key: the decorator's chunk names, a table
+ * of light userdata (a `source` string's address) -> true. */
+static const char deadline_key, sources_key;
 
 static uint64_t now_ns(void) {
   struct timespec ts;
@@ -88,6 +105,23 @@ static deadline *get_deadline(lua_State *L) {
   return d;
 }
 
+/* Whether the function running at `ar` comes from one of the decorator's
+ * chunks.  Allocation-free. */
+static bool in_decorator(lua_State *L, lua_Debug *ar) {
+  if (!lua_getinfo(L, "S", ar) || !ar->source) return false;
+  lua_pushlightuserdata(L, (void *)&sources_key);
+  lua_rawget(L, LUA_REGISTRYINDEX);
+  if (!lua_istable(L, -1)) {
+    lua_pop(L, 1);
+    return false;
+  }
+  lua_pushlightuserdata(L, (void *)ar->source);
+  lua_rawget(L, -2);
+  bool yes = lua_toboolean(L, -1);
+  lua_pop(L, 2);
+  return yes;
+}
+
 static void hook(lua_State *L, lua_Debug *ar) {
   deadline *d = get_deadline(L);
   if (!d || !d->armed) return;
@@ -99,6 +133,7 @@ static void hook(lua_State *L, lua_Debug *ar) {
     d->fired = true;
     lua_sethook(L, hook, LUA_MASKCOUNT, 1);
   }
+  if (!in_decorator(L, ar)) return; /* library code: see the banner */
   char where[LUA_IDSIZE + 32] = "?";
   if (lua_getinfo(L, "Sl", ar) && ar->currentline > 0)
     snprintf(where, sizeof where, "%s:%d", ar->short_src, ar->currentline);
@@ -123,11 +158,13 @@ typedef struct set_args {
 
 /* Turns the JIT compiler off for the Lua function or table at stack index
  * `idx` and what it reaches: a function's nested functions
- * (LUAJIT_MODE_ALLFUNC) and upvalues, a table's keys and values.  `seen`
+ * (LUAJIT_MODE_ALLFUNC) and upvalues, a table's keys and values; records
+ * each function's chunk name in the table at stack index `srcs`.  `seen`
  * (a stack index) is a table of what was visited; modules (the values of
  * package.loaded) are put in it first, so they keep the JIT: they are the
  * library the decorator calls, not the decorator. */
-static void jit_off_reachable(lua_State *L, int idx, int seen, int depth) {
+static void jit_off_reachable(lua_State *L, int idx, int seen, int srcs,
+                              int depth) {
   int t = lua_type(L, idx);
   if ((t != LUA_TFUNCTION && t != LUA_TTABLE) || lua_iscfunction(L, idx) ||
       depth > 100)
@@ -144,17 +181,22 @@ static void jit_off_reachable(lua_State *L, int idx, int seen, int depth) {
   if (t == LUA_TFUNCTION) {
     lua_pushvalue(L, idx);
     luaJIT_setmode(L, -1, LUAJIT_MODE_ALLFUNC | LUAJIT_MODE_OFF);
-    lua_pop(L, 1);
+    lua_Debug ar;
+    if (lua_getinfo(L, ">S", &ar) && ar.source) { /* pops the function */
+      lua_pushlightuserdata(L, (void *)ar.source);
+      lua_pushboolean(L, 1);
+      lua_rawset(L, srcs);
+    }
     for (int i = 1; lua_getupvalue(L, idx, i) != NULL; i++) {
-      jit_off_reachable(L, lua_gettop(L), seen, depth + 1);
+      jit_off_reachable(L, lua_gettop(L), seen, srcs, depth + 1);
       lua_pop(L, 1);
     }
     return;
   }
   lua_pushnil(L);
   while (lua_next(L, idx) != 0) {
-    jit_off_reachable(L, lua_gettop(L) - 1, seen, depth + 1);
-    jit_off_reachable(L, lua_gettop(L), seen, depth + 1);
+    jit_off_reachable(L, lua_gettop(L) - 1, seen, srcs, depth + 1);
+    jit_off_reachable(L, lua_gettop(L), seen, srcs, depth + 1);
     lua_pop(L, 1);
   }
 }
@@ -183,8 +225,13 @@ static int set_cp(lua_State *L) {
     }
   }
   lua_pop(L, 1);
+  lua_pushlightuserdata(L, (void *)&sources_key);
+  lua_newtable(L);
+  int srcs = lua_gettop(L);
   lua_rawgeti(L, LUA_REGISTRYINDEX, a->fn_ref);
-  jit_off_reachable(L, lua_gettop(L), seen, 0);
+  jit_off_reachable(L, lua_gettop(L), seen, srcs, 0);
+  lua_pop(L, 1);
+  lua_rawset(L, LUA_REGISTRYINDEX); /* registry[sources_key] = srcs */
   return 0;
 }
 
