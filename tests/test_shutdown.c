@@ -20,7 +20,9 @@
  * iteration (and its seed) that made it.
  *
  * SLUICE_SHUTDOWN_ITERATIONS overrides the count (default 1000);
- * SLUICE_SHUTDOWN_SEED the seed (default 1), printed for replay.
+ * SLUICE_SHUTDOWN_SEED the seed (default 1), printed for replay;
+ * SLUICE_SHUTDOWN_FN=<name> (identity, times10, slow, even, boom_at,
+ * runaway_at) gives every iteration that decorator, to stress one path.
  *
  * The Lua stages run against the test double tests/lua/sluice/worker.lua
  * (raw FFI), as in test_lua_stage.c. */
@@ -37,11 +39,6 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-
-#if defined(__SANITIZE_ADDRESS__)
-#include <sanitizer/lsan_interface.h>
-#define LEAK_CHECK_EACH_ITERATION 1
-#endif
 
 /* Seconds one iteration may take before the watchdog calls it a hang. */
 static int g_hang_s = 30;
@@ -244,6 +241,9 @@ static void iteration(long it, uint64_t seed) {
   int pre2 = pick(&r, 2) ? 1 + pick(&r, 8) : 0,
       batch = pick(&r, 3) ? 0 : 1 + pick(&r, 7);
   int end = pick(&r, NEND);
+  const char *force = getenv("SLUICE_SHUTDOWN_FN");
+  for (int i = 0; force && i < NFN; i++)
+    if (!strcmp(force, fn_names[i])) fn = i;
   long at = pick(&r, NFILES * PER_FILE);
   int64_t k = pick(&r, NFILES * PER_FILE + 20);
   long idle_us = pick(&r, 3000);
@@ -305,13 +305,11 @@ static void iteration(long it, uint64_t seed) {
   }
   sl_reader_destroy(p);
   atomic_store(&g_iter, -1);
-#ifdef LEAK_CHECK_EACH_ITERATION
   /* Every thread is joined: anything unreachable now leaked in this
    * iteration, which is named so that it can be replayed. */
-  if (__lsan_do_recoverable_leak_check())
+  if (test_leaked())
     test_fail(__FILE__, __LINE__, "iteration %ld leaked (seed %llu): %s", it,
               (unsigned long long)seed, g_desc);
-#endif
 }
 
 TEST(destroy_at_random_points_never_hangs_or_leaks) {

@@ -7,6 +7,10 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/lsan_interface.h>
+#endif
+
 /* --- scratch files ----------------------------------------------------------
  */
 
@@ -148,4 +152,12 @@ int test_i64_sample(const sl_schema *schema, int64_t v, sl_sample **out) {
   *(int64_t *)data = v;
   *out = s;
   return SL_OK;
+}
+
+bool test_leaked(void) {
+#if defined(__SANITIZE_ADDRESS__)
+  return __lsan_do_recoverable_leak_check() != 0;
+#else
+  return false;
+#endif
 }

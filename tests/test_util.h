@@ -8,6 +8,8 @@
 
 #include "test.h"
 
+#include <stdbool.h>
+
 /* --- scratch files ----------------------------------------------------------
  * One scratch directory per test process, removed with its contents at exit.
  * `tag` names the test file in the directory's name; the first call creates
@@ -96,5 +98,10 @@ double test_now_s(void);
  * `per_chunk` records per chunk, level 1. */
 void test_write_ids_slr(const char *path, int64_t first, int64_t n,
                         uint32_t per_chunk);
+
+/* Under ASan: runs LeakSanitizer now and returns whether it found leaks
+ * (it prints them).  Elsewhere: false.  Only meaningful while every thread
+ * the test started is joined. */
+bool test_leaked(void);
 
 #endif

@@ -74,6 +74,14 @@
  * so reading the clock (~20 ns) costs well under 1%. */
 #define HOOK_COUNT 10000
 
+/* The count in force: HOOK_COUNT, or a test's (sl__lua_deadline_hook_count)
+ * to make the hook land anywhere in short calls. */
+static atomic_int hook_count = HOOK_COUNT;
+
+void sl__lua_deadline_hook_count(int n) {
+  atomic_store(&hook_count, n > 0 ? n : HOOK_COUNT);
+}
+
 typedef struct deadline {
   uint64_t limit_ns;       /* the deadline, in nanoseconds */
   const atomic_bool *stop; /* the stage stopping; may be NULL */
@@ -246,7 +254,7 @@ int sl__lua_deadline_set(lua_State *L, double seconds, const atomic_bool *stop,
     return sl_set_error(SL_ENOMEM, "%s (%s): cannot set the deadline", what,
                         where);
   }
-  lua_sethook(L, hook, LUA_MASKCOUNT, HOOK_COUNT);
+  lua_sethook(L, hook, LUA_MASKCOUNT, atomic_load(&hook_count));
   return SL_OK;
 }
 
@@ -267,6 +275,6 @@ void sl__lua_deadline_disarm(lua_State *L, void *armed) {
   d->armed = false;
   if (d->fired) {
     d->fired = false;
-    lua_sethook(L, hook, LUA_MASKCOUNT, HOOK_COUNT);
+    lua_sethook(L, hook, LUA_MASKCOUNT, atomic_load(&hook_count));
   }
 }

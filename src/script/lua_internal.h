@@ -71,5 +71,8 @@ int sl__lua_deadline_set(lua_State *L, double seconds, const atomic_bool *stop,
  * when L has no deadline, which costs one lua_gethook) for disarm. */
 void *sl__lua_deadline_arm(lua_State *L);
 void sl__lua_deadline_disarm(lua_State *L, void *armed);
+/* Tests only: the hook looks every n instructions in states given a
+ * deadline from now on (n <= 0: the default, 10000). */
+void sl__lua_deadline_hook_count(int n);
 
 #endif
