@@ -392,6 +392,32 @@ TEST(destroy_mid_pass_joins_the_workers) {
   }
 }
 
+/* Decoded images come from a buffer pool that reuses released buffers
+ * (core/buffer_pool.c): images the consumer still holds are never reused,
+ * and they outlive the reader. */
+TEST(held_images_stay_intact_and_outlive_their_reader) {
+  const char *dir = folder(FIX_PNG);
+  for (uint32_t threads = 1; threads <= 2; threads++) {
+    sl_image_opts o = image_opts(threads);
+    sl_reader *r;
+    ASSERT_OK(sl_image_reader(dir, &o, &r));
+    sl_sample *kept[10];
+    for (int k = 0; k < 10; k++)
+      ASSERT_OK(sl_reader_next(r, &kept[k]));
+    for (int k = 10; k < 110; k++) { /* released: their buffers recycle */
+      sl_sample *s;
+      ASSERT_OK(sl_reader_next(r, &s));
+      sl_sample_release(s);
+    }
+    sl_reader_destroy(r);
+    for (int k = 0; k < 10; k++) {
+      const sl_tensor *img = sl_sample_field(kept[k], "image");
+      ASSERT_EQ(memcmp(img->data, g_data.pixels + g_order[k] * 784, 784), 0);
+      sl_sample_release(kept[k]);
+    }
+  }
+}
+
 /* --- channels, resize ---------------------------------------------------- */
 
 TEST(gray_and_rgb_channels) {

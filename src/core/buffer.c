@@ -2,13 +2,16 @@
  * buffer.c - refcounted byte buffers.  A buffer from sl_buffer_new holds its
  * bytes in the same 64-byte-aligned block as its header (one allocation per
  * buffer); a wrapped buffer points at memory the caller allocated, possibly
- * on a device (sl_buffer_wrap_device: the double buffer's slots).
+ * on a device (sl_buffer_wrap_device: the double buffer's slots).  A buffer
+ * made by a pool (buffer_pool.c) goes back to it on its last release.
  */
 #include "internal.h"
 
 struct sl_buffer {
   sl__refcnt refs;
   size_t size;
+  size_t cap; /* inline buffers: the bytes allocated (>= size) */
+  sl__buffer_pool *pool; /* NULL, or the pool it returns to */
   void *data;
   sl_buffer_free_fn free_fn; /* NULL for inline data or static memory */
   void *ud;
@@ -32,7 +35,8 @@ sl_buffer *sl_buffer_new(size_t size) {
     return NULL;
   }
   sl__ref_init(&b->refs);
-  b->size = size;
+  b->size = b->cap = size;
+  b->pool = NULL;
   b->data = (char *)b + SL_BUF_HDR;
   b->free_fn = NULL;
   b->ud = NULL;
@@ -69,7 +73,8 @@ sl_buffer *sl_buffer_wrap_device(void *data, size_t size, sl_device_type type,
     return NULL;
   }
   sl__ref_init(&b->refs);
-  b->size = size;
+  b->size = b->cap = size;
+  b->pool = NULL;
   b->data = data;
   b->free_fn = free_fn;
   b->ud = ud;
@@ -104,6 +109,26 @@ sl_buffer *sl_buffer_retain(sl_buffer *b) {
 
 void sl_buffer_release(sl_buffer *b) {
   if (!b || !sl__ref_dec(&b->refs)) return;
+  if (b->pool && sl__buffer_pool_put(b->pool, b)) return; /* idle now */
   if (b->wrapped && b->free_fn) b->free_fn(b->ud, b->data);
   sl__free(b);
+}
+
+size_t sl__buffer_capacity(const sl_buffer *b) {
+  return b->cap;
+}
+
+void sl__buffer_reuse(sl_buffer *b, size_t size) {
+  sl__ref_init(&b->refs);
+  b->size = size;
+}
+
+void sl__buffer_set_pool(sl_buffer *b, sl__buffer_pool *p) {
+  b->pool = p;
+}
+
+void sl__buffer_free_pooled(sl_buffer *b) {
+  sl__buffer_pool *p = b->pool;
+  sl__free(b);
+  sl__buffer_pool_drop(p);
 }

@@ -73,6 +73,43 @@ static inline bool sl__ref_dec(sl__refcnt *r) {
  * reference, so it may write into the buffer again. */
 int sl__buffer_refcount(const sl_buffer *b);
 
+/* --- buffer pools (buffer_pool.c) ------------------------------------------
+ * Buffers that go back to a pool when their last reference is released and
+ * come out again for the next request of about the same size.  Every
+ * function is thread-safe; a NULL pool means plain sl_buffer_new. */
+typedef struct sl__buffer_pool sl__buffer_pool;
+
+/* A new pool keeping at most `max_idle` idle buffers and `max_idle_bytes`
+ * of idle capacity.  NULL with SL_ENOMEM on failure. */
+sl__buffer_pool *sl__buffer_pool_new(size_t max_idle, size_t max_idle_bytes);
+/* A buffer of `size` bytes, 64-byte aligned, contents unspecified (a reused
+ * one holds old bytes), one reference: an idle one whose capacity is at
+ * least `size` and at most a third more, else a new one.  NULL with
+ * SL_ENOMEM. */
+sl_buffer *sl__buffer_pool_get(sl__buffer_pool *p, size_t size);
+/* The owner lets go: idle buffers are freed, buffers still out are freed
+ * when released.  NULL-safe. */
+void sl__buffer_pool_release(sl__buffer_pool *p);
+/* Idle buffers now (tests). */
+size_t sl__buffer_pool_idle(sl__buffer_pool *p);
+/* sl_tensor_alloc with the buffer from `pool` (may be NULL). */
+int sl__tensor_alloc_pooled(sl__buffer_pool *pool, sl_tensor *t,
+                            sl_dtype dtype, int rank, const int64_t *shape);
+
+/* Between buffer.c and buffer_pool.c. */
+size_t sl__buffer_capacity(const sl_buffer *b);
+/* A fresh reference to idle buffer b, now `size` bytes. */
+void sl__buffer_reuse(sl_buffer *b, size_t size);
+/* Marks b as the pool's: its last release calls sl__buffer_pool_put. */
+void sl__buffer_set_pool(sl_buffer *b, sl__buffer_pool *p);
+/* Takes b back as idle (true), or drops b's pool reference (false: the
+ * caller frees b). */
+bool sl__buffer_pool_put(sl__buffer_pool *p, sl_buffer *b);
+/* Drops one pool reference. */
+void sl__buffer_pool_drop(sl__buffer_pool *p);
+/* Frees idle buffer b and drops its pool reference. */
+void sl__buffer_free_pooled(sl_buffer *b);
+
 /* --- misc ----------------------------------------------------------------- */
 #define SL_UNUSED(x) ((void)(x))
 #define SL_MIN(a, b) ((a) < (b) ? (a) : (b))

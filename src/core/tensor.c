@@ -44,13 +44,18 @@ static void set_shape(sl_tensor *t, sl_dtype dtype, int rank,
 
 int sl_tensor_alloc(sl_tensor *t, sl_dtype dtype, int rank,
                     const int64_t *shape) {
+  return sl__tensor_alloc_pooled(NULL, t, dtype, rank, shape);
+}
+
+int sl__tensor_alloc_pooled(sl__buffer_pool *pool, sl_tensor *t,
+                            sl_dtype dtype, int rank, const int64_t *shape) {
   size_t nbytes = 0;
   int rc = check_layout("tensor", dtype, rank, shape, &nbytes);
   if (rc < 0) {
     memset(t, 0, sizeof *t);
     return rc;
   }
-  sl_buffer *b = sl_buffer_new(nbytes);
+  sl_buffer *b = sl__buffer_pool_get(pool, nbytes);
   if (!b) {
     memset(t, 0, sizeof *t);
     return SL_ENOMEM;

@@ -70,9 +70,10 @@ int sl__image_shape_check(const char *stage, const sl_image_shape *shape) {
   return SL_OK;
 }
 
-/* A new u8 [h, w, c] tensor, refusing sizes above the bound. */
-static int alloc_pixels(const char *what, uint32_t h, uint32_t w, uint32_t c,
-                        sl_tensor *t) {
+/* A new u8 [h, w, c] tensor (its buffer from `pool`, may be NULL),
+ * refusing sizes above the bound. */
+static int alloc_pixels(sl__buffer_pool *pool, const char *what, uint32_t h,
+                        uint32_t w, uint32_t c, sl_tensor *t) {
   uint64_t bytes = (uint64_t)h * w * c;
   SL_RETURN_ERROR_IF(h == 0 || w == 0, SL_ECORRUPT,
                      "%s: the header declares an empty %ux%u image", what, h,
@@ -83,7 +84,7 @@ static int alloc_pixels(const char *what, uint32_t h, uint32_t w, uint32_t c,
                      what, h, w, c, (unsigned long long)bytes,
                      (unsigned long long)(SL__IMAGE_MAX_BYTES >> 20));
   int64_t shape[3] = {h, w, c};
-  int rc = sl_tensor_alloc(t, SL_U8, 3, shape);
+  int rc = sl__tensor_alloc_pooled(pool, t, SL_U8, 3, shape);
   if (rc < 0) return sl_wrap_error(rc, "%s", what);
   return SL_OK;
 }
@@ -111,7 +112,8 @@ static int decode_jpeg(sl__image_decoder *d, const unsigned char *data,
                      tjGetErrorStr2(tj));
   if (channels == 0) channels = subsamp == TJSAMP_GRAY ? 1 : 3;
   SL_FORWARD_IF_ERROR(
-      alloc_pixels(what, (uint32_t)h, (uint32_t)w, (uint32_t)channels, out));
+      alloc_pixels(d->pool, what, (uint32_t)h, (uint32_t)w, (uint32_t)channels,
+                   out));
   int pf = channels == 1 ? TJPF_GRAY : TJPF_RGB;
   /* The default (accurate, "islow") IDCT, as djpeg uses. */
   int flags = TJFLAG_LIMITSCANS;
@@ -135,8 +137,9 @@ static int png_fail(spng_ctx *ctx, int err, const char *what, sl_tensor *out) {
   return rc;
 }
 
-static int decode_png(const unsigned char *data, size_t size, int channels,
-                      const char *what, sl_tensor *out) {
+static int decode_png(sl__image_decoder *d, const unsigned char *data,
+                      size_t size, int channels, const char *what,
+                      sl_tensor *out) {
   spng_ctx *ctx = spng_ctx_new(0);
   SL_RETURN_ERROR_IF(!ctx, SL_ENOMEM, "%s: png: cannot start a decoder", what);
   int err = spng_set_image_limits(ctx, 65535, 65535);
@@ -158,7 +161,8 @@ static int decode_png(const unsigned char *data, size_t size, int channels,
                      ihdr.color_type == SPNG_COLOR_TYPE_GRAYSCALE &&
                      ihdr.bit_depth <= 8;
   int fmt = direct_gray ? SPNG_FMT_G8 : SPNG_FMT_RGB8;
-  int rc = alloc_pixels(what, ihdr.height, ihdr.width, (uint32_t)channels, out);
+  int rc = alloc_pixels(d->pool, what, ihdr.height, ihdr.width,
+                        (uint32_t)channels, out);
   if (rc < 0) {
     spng_ctx_free(ctx);
     return rc;
@@ -223,7 +227,7 @@ int sl__image_decode(sl__image_decoder *d, const void *data, size_t size,
   memset(&px, 0, sizeof px);
   int rc = f == SL_IMAGE_JPEG
                ? decode_jpeg(d, data, size, shape->channels, what, &px)
-               : decode_png(data, size, shape->channels, what, &px);
+               : decode_png(d, data, size, shape->channels, what, &px);
   if (rc < 0) return rc;
   uint32_t h = (uint32_t)px.shape[0], w = (uint32_t)px.shape[1],
            c = (uint32_t)px.shape[2];
@@ -232,7 +236,7 @@ int sl__image_decode(sl__image_decoder *d, const void *data, size_t size,
       *out = px;
       return SL_OK;
     }
-    rc = alloc_pixels(what, shape->height, shape->width, c, out);
+    rc = alloc_pixels(d->pool, what, shape->height, shape->width, c, out);
     if (rc == SL_OK)
       sl__resize_u8(px.data, h, w, c, out->data, shape->height, shape->width,
                     shape->resize);

@@ -56,6 +56,11 @@
 #include <pthread.h>
 #include <stdlib.h>
 
+/* The buffer pool of decoded images: idle buffers beyond the window and
+ * the workers, and the bytes they may hold in all. */
+#define POOL_SPARE 16
+#define POOL_IDLE_BYTES ((size_t)256 << 20)
+
 enum { SLOT_EMPTY = 0, SLOT_READY, SLOT_TAKEN };
 enum { RES_SAMPLE = 0, RES_ERROR, RES_SKIPPED };
 
@@ -89,6 +94,7 @@ struct dec_state {
   size_t nnames;
   uint32_t nworkers, qcap;
   worker *workers;
+  sl__buffer_pool *pool; /* the decoded pixels' buffers (buffer_pool.c) */
   sl__stage_counters counters;
 
   pthread_mutex_t mu;
@@ -342,6 +348,7 @@ static void dec_destroy(void *st) {
   }
   for (uint32_t i = 0; d->workers && i < d->nworkers; i++)
     sl__image_decoder_fini(&d->workers[i].dec);
+  sl__buffer_pool_release(d->pool); /* images still held stay valid */
   sl_reader_destroy(d->up);
   sl_schema_release(d->schema);
   if (d->win) {
@@ -451,13 +458,19 @@ int sl__decode_image_make(sl_reader *up, const sl_image_opts *opts,
   d->counters.threads = (int)d->nworkers;
   d->workers = sl__calloc(d->nworkers, sizeof *d->workers);
   slot *win = sl__calloc(d->qcap, sizeof *win);
+  /* Idle buffers kept for reuse: enough for the window, the images being
+   * decoded and some the consumer holds, at most POOL_IDLE_BYTES. */
+  d->pool = sl__buffer_pool_new((size_t)d->qcap + d->nworkers + POOL_SPARE,
+                                POOL_IDLE_BYTES);
+  for (uint32_t i = 0; d->workers && i < d->nworkers; i++)
+    d->workers[i].dec.pool = d->pool;
   int64_t dims[3];
   sl__image_schema_dims(&o.shape, dims);
-  rc = d->workers && win ? SL_OK
-                         : sl_set_error(SL_ENOMEM,
-                                        "%s: cannot allocate the "
-                                        "window",
-                                        stage);
+  rc = d->workers && win && d->pool ? SL_OK
+                                    : sl_set_error(SL_ENOMEM,
+                                                   "%s: cannot allocate the "
+                                                   "window",
+                                                   stage);
   if (rc == SL_OK) {
     rc = sl__schema_with_field(us, field, SL_U8, 3, dims, &d->schema);
     if (rc < 0) sl_wrap_error(rc, "%s", stage);

@@ -20,7 +20,10 @@
  * cheap and made per image.  Zero-initialise, then sl__image_decoder_fini.
  * Used by one thread at a time. */
 typedef struct sl__image_decoder {
-  void *tj; /* tjhandle, or NULL until the first JPEG */
+  void *tj;              /* tjhandle, or NULL until the first JPEG */
+  sl__buffer_pool *pool; /* where the pixels' buffers come from (borrowed,
+                            thread-safe, shared by a stage's workers), or
+                            NULL for plain allocations */
 } sl__image_decoder;
 
 void sl__image_decoder_fini(sl__image_decoder *d);

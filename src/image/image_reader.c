@@ -277,10 +277,16 @@ typedef struct files_state {
   sl__image_list list;
   sl_schema *schema;
   size_t pos;
+  sl__buffer_pool *pool; /* the files' bytes, released once decoded */
 } files_state;
 
-/* The whole file at `path` into a new buffer. */
-static int read_file(const char *path, sl_buffer **out) {
+/* Idle file buffers kept for reuse, and the bytes they may hold. */
+#define FILES_POOL_IDLE 8
+#define FILES_POOL_IDLE_BYTES ((size_t)64 << 20)
+
+/* The whole file at `path` into a new buffer from `pool`. */
+static int read_file(sl__buffer_pool *pool, const char *path,
+                     sl_buffer **out) {
   *out = NULL;
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   SL_RETURN_ERROR_IF(fd < 0, SL_EIO, "image: %s: cannot open: %s", path,
@@ -297,7 +303,7 @@ static int read_file(const char *path, sl_buffer **out) {
                       (unsigned long long)(SL__IMAGE_MAX_BYTES >> 20));
   } else {
     size_t size = (size_t)st.st_size, got = 0;
-    sl_buffer *b = sl_buffer_new(size);
+    sl_buffer *b = sl__buffer_pool_get(pool, size);
     if (!b) rc = sl_set_error(SL_ENOMEM, "image: %s: cannot allocate", path);
     while (rc == SL_OK && got < size) {
       ssize_t k = read(fd, (char *)sl_buffer_data(b) + got, size - got);
@@ -324,7 +330,7 @@ static int files_next(void *st, sl_sample **out) {
   files_state *f = st;
   if (f->pos >= f->list.n) return SL_EOF;
   sl_buffer *b;
-  SL_FORWARD_IF_ERROR(read_file(f->list.paths[f->pos], &b));
+  SL_FORWARD_IF_ERROR(read_file(f->pool, f->list.paths[f->pos], &b));
   sl_sample *s = sl_sample_new(f->schema);
   int rc = s ? SL_OK : sl_set_error(SL_ENOMEM, "image: cannot allocate");
   sl_tensor t;
@@ -357,6 +363,7 @@ static void files_destroy(void *st) {
   if (!f) return;
   sl__image_list_free(&f->list);
   sl_schema_release(f->schema);
+  sl__buffer_pool_release(f->pool);
   sl__free(f);
 }
 
@@ -400,7 +407,9 @@ int sl_image_reader(const char *path, const sl_image_opts *opts,
   SL_FORWARD_IF_ERROR(sl__image_shape_check("image", &o.shape));
   files_state *f = sl__calloc(1, sizeof *f);
   SL_RETURN_ERROR_IF(!f, SL_ENOMEM, "image: cannot allocate");
-  int rc = sl__image_list_make("image", path, &f->list);
+  f->pool = sl__buffer_pool_new(FILES_POOL_IDLE, FILES_POOL_IDLE_BYTES);
+  int rc = f->pool ? sl__image_list_make("image", path, &f->list)
+                   : sl_set_error(SL_ENOMEM, "image: cannot allocate");
   if (rc == SL_OK) rc = files_schema(path, &f->list, &f->schema);
   if (rc < 0) {
     files_destroy(f);
