@@ -9,10 +9,13 @@
 --   worker.filter(fn, sample)
 --   worker.export(value, slot, schema)
 --
--- `sample` is a lightuserdata sl_sample* whose reference is handed to Lua;
--- `slot` a lightuserdata sl_sample** receiving a result with a reference for
--- C; `schema` a lightuserdata sl_schema* or nil.  (FFI pointers work as well
--- as lightuserdata: everything goes through ffi.cast.)
+-- `sample` is an sl_sample* whose reference is handed to Lua; `slot` an
+-- sl_sample** receiving a result with a reference for C; `schema` an
+-- sl_schema* or nil.  The stages pass pointers as numbers (the address: a
+-- cast from a number is compiled by LuaJIT, one from a light userdata is
+-- not and would keep this protocol in the interpreter), or as light
+-- userdata where an address is not exact in a double; FFI pointers work
+-- too: everything goes through ffi.cast.
 --
 -- map is the hot path, kept to one table, one cdata and one finalizer per
 -- sample: the input is wrapped as a sample object owning its reference;

@@ -12,12 +12,15 @@
  * the pure-Lua module `sluice.worker` (lua/sluice/worker.lua), loaded in
  * every worker state:
  *
- *   worker.map(fn, sample, slot)    sample: lightuserdata sl_sample*, a
- *                                   reference handed to Lua (Lua releases
- *                                   it); slot: lightuserdata sl_sample**
- *                                   into which Lua stores the result with a
- *                                   reference for C.  Raises on error
- *                                   (including "returned nothing").
+ *   worker.map(fn, sample, slot)    sample: sl_sample*, a reference
+ *                                   handed to Lua (Lua releases it); slot:
+ *                                   sl_sample** into which Lua stores the
+ *                                   result with a reference for C.  Both
+ *                                   are passed as numbers (the address,
+ *                                   which LuaJIT's compiler can cast) or,
+ *                                   where an address is not exact in a
+ *                                   double, light userdata.  Raises on
+ *                                   error (including "returned nothing").
  *   worker.filter(fn, sample)       returns true to keep; releases `sample`.
  *   worker.export(value, slot, schema)
  *                                   converts a value yielded by a Lua reader
