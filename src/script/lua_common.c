@@ -123,3 +123,11 @@ int sl__lua_check_sample(const sl_schema *want, const sl_sample *s,
   }
   return SL_OK;
 }
+
+void sl__lua_push_ptr(lua_State *L, const void *p) {
+  uintptr_t u = (uintptr_t)p;
+  if (u < ((uintptr_t)1 << 53))
+    lua_pushnumber(L, (lua_Number)u);
+  else
+    lua_pushlightuserdata(L, (void *)p);
+}

@@ -24,6 +24,13 @@ int sl__lua_push_cached_cfunction(lua_State *L, const void *key,
 
 /* --- worker states of the stages and the reader (lua_common.c) ----------- */
 
+/* Pushes pointer p for sluice.worker, which ffi.casts it: as a number
+ * when it is exact in a double (every user-space address on x86-64 and
+ * arm64), because LuaJIT compiles a cast from a number but not from a light
+ * userdata (a trace aborts there, and the per-sample protocol would run
+ * interpreted); as a light userdata otherwise. */
+void sl__lua_push_ptr(lua_State *L, const void *p);
+
 /* A new worker state (sl__lua_worker_new from `env`) set up for a stage's
  * per-sample protocol: `sluice.worker`'s function `op` ("map", "filter",
  * "export") stored in the registry under *op_ref, then `fn` rebuilt

@@ -140,9 +140,9 @@ static void run_pass(lua_reader *r) {
     lua_rawgeti(L, LUA_REGISTRYINDEX, r->export_ref);
     lua_pushvalue(L, v);
     r->slot = NULL;
-    lua_pushlightuserdata(L, &r->slot);
+    sl__lua_push_ptr(L, &r->slot);
     if (r->pass_schema)
-      lua_pushlightuserdata(L, r->pass_schema);
+      sl__lua_push_ptr(L, r->pass_schema);
     else
       lua_pushnil(L);
     rc = sl__lua_pcall(L, 3, 0, "reader", r->where);

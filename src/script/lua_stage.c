@@ -320,19 +320,6 @@ static int check_output(const lua_stage *st, const sl_schema *want,
 
 /* --- the worker thread ---------------------------------------------------- */
 
-/* Pushes pointer p for sluice.worker, which ffi.casts it: as a number when
- * it is exact in a double (every user-space address on x86-64 and arm64),
- * because LuaJIT compiles a cast from a number but not from a light
- * userdata (a trace aborts there, and the per-sample protocol would run
- * interpreted); as a light userdata otherwise. */
-static void push_ptr(lua_State *L, const void *p) {
-  uintptr_t u = (uintptr_t)p;
-  if (u < ((uintptr_t)1 << 53))
-    lua_pushnumber(L, (lua_Number)u);
-  else
-    lua_pushlightuserdata(L, (void *)p);
-}
-
 /* Runs the function on one sample (a reference the worker owned; it is
  * handed over) and stores the outcome in *r. */
 static void run_one(lua_stage *st, lua_worker *w, uint64_t seq, sl_sample *s,
@@ -343,11 +330,11 @@ static void run_one(lua_stage *st, lua_worker *w, uint64_t seq, sl_sample *s,
   memset(r, 0, sizeof *r);
   lua_rawgeti(L, LUA_REGISTRYINDEX, w->op_ref);
   lua_rawgeti(L, LUA_REGISTRYINDEX, w->fn_ref);
-  push_ptr(L, s); /* this reference now belongs to Lua */
+  sl__lua_push_ptr(L, s); /* this reference now belongs to Lua */
   int rc;
   if (map) {
     w->slot = NULL;
-    push_ptr(L, &w->slot);
+    sl__lua_push_ptr(L, &w->slot);
     rc = sl__lua_pcall(L, 3, 0, st->what, st->where);
   } else {
     sl_sample_retain(s); /* ours, kept if the filter says so */
