@@ -12,8 +12,8 @@
  *
  * Protocol:
  *   get       takes an idle buffer whose capacity fits the request (at
- *             least `size` and wasting at most a quarter of it), the most
- *             recently returned first (its pages are the warmest); else
+ *             least `size` and wasting at most a quarter of it), searched
+ *             from the last returned (its pages are the warmest); else
  *             allocates a new one with capacity `size`.  Either way the
  *             buffer comes out with one reference and sl_buffer_size() ==
  *             size, and holds a reference to the pool.
@@ -46,7 +46,7 @@ struct sl__buffer_pool {
   size_t max_idle;           /* immutable */
   size_t max_idle_bytes;     /* immutable */
   size_t nidle, idle_bytes;  /* mu */
-  sl_buffer **idle;          /* mu: [max_idle], most recent last */
+  sl_buffer **idle;          /* mu: [max_idle], appended on return */
 };
 
 sl__buffer_pool *sl__buffer_pool_new(size_t max_idle, size_t max_idle_bytes) {
