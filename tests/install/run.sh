@@ -13,7 +13,12 @@
 #      find_package(sluice) and sluice::sluice, and runs it;
 #   3. loads the installed `sluice.core` under luajit with LUA_PATH/LUA_CPATH
 #      pointing only into the prefix, and checks that it resolved the
-#      installed libsluice (through its $ORIGIN RPATH), not the build tree's.
+#      installed libsluice (through its $ORIGIN RPATH), not the build tree's;
+#   4. checks the example plugins are installed and load into the installed
+#      `sluice`;
+#   5. installs a second copy (a decoy) and, with LD_LIBRARY_PATH at the
+#      decoy's lib, checks that the module, the command and the plugins
+#      still bind to the libsluice of their own prefix.
 # LIBDIR, LUA_CDIR, LUA_DIR are the install dirs relative to the prefix.
 # Environment (set by CTest): CC, LUAJIT, and for sanitizer builds
 # SLUICE_SAN_CFLAGS (the consumers must be instrumented like libsluice) and
@@ -55,14 +60,15 @@ pc_libdir=$(pkg-config --variable=libdir sluice)
   { echo "sluice.pc libdir $pc_libdir is not $prefix/$libdir"; exit 1; }
 # shellcheck disable=SC2046,SC2086 # pkg-config output is meant to split
 "$cc" -std=c11 -Wall -Wextra -Werror $san_cflags "$here/consumer.c" \
-  $(pkg-config --cflags --libs sluice) -Wl,-rpath,"$pc_libdir" \
+  $(pkg-config --cflags --libs sluice) -Wl,--disable-new-dtags,-rpath,"$pc_libdir" \
   -o "$tmp/consumer_pc"
 "$tmp/consumer_pc"
 
 step "find_package consumer"
 cmake -S "$here/cmake" -B "$tmp/cmake-build" -DCMAKE_PREFIX_PATH="$prefix" \
   -DCMAKE_C_COMPILER="$cc" -DCMAKE_C_FLAGS="$san_cflags" \
-  -DCMAKE_EXE_LINKER_FLAGS="$san_cflags" >"$tmp/cmake.log" ||
+  -DCMAKE_EXE_LINKER_FLAGS="$san_cflags -Wl,--disable-new-dtags" \
+  >"$tmp/cmake.log" ||
   { cat "$tmp/cmake.log"; exit 1; }
 cmake --build "$tmp/cmake-build" >"$tmp/build.log" ||
   { cat "$tmp/build.log"; exit 1; }
@@ -110,7 +116,7 @@ fi
 step "embedding API from the prefix (no LUA_PATH/LUA_CPATH)"
 # shellcheck disable=SC2046,SC2086 # pkg-config output is meant to split
 "$cc" -std=c11 -Wall -Wextra -Werror $san_cflags "$here/embed.c" \
-  $(pkg-config --cflags --libs sluice) -Wl,-rpath,"$pc_libdir" \
+  $(pkg-config --cflags --libs sluice) -Wl,--disable-new-dtags,-rpath,"$pc_libdir" \
   -o "$tmp/embed"
 env -u LUA_PATH -u LUA_CPATH "$tmp/embed"
 
@@ -129,13 +135,80 @@ cp "$tmp/data/t10k.slr" "$tmp/data/train.slr"
 # shellcheck disable=SC2046,SC2086 # pkg-config output is meant to split
 "$cc" -std=c11 -O2 -Wall -Wextra -Werror $san_cflags \
   "$here/../../examples/trainer/trainer.c" \
-  $(pkg-config --cflags --libs sluice) -lm -Wl,-rpath,"$pc_libdir" \
+  $(pkg-config --cflags --libs sluice) -lm -Wl,--disable-new-dtags,-rpath,"$pc_libdir" \
   -o "$tmp/trainer"
 env -u LUA_PATH -u LUA_CPATH "$tmp/trainer" --epochs 1 --limit 10 \
   --script "$here/../../examples/fashion_mnist.lua" --data "$tmp/data" \
   | tee "$tmp/trainer.out"
 grep -Eq '^epoch=1 loss=[0-9.]+ test_acc=0\.[0-9]+ wait=[0-9.]+$' \
   "$tmp/trainer.out" || { echo "trainer printed no epoch line"; exit 1; }
+
+step "installed example plugins"
+# The example parser plugins go to LIBDIR/sluice/plugins and load into the
+# installed `sluice` (pack text --parser).
+for plugin in csv_floats tokenize; do
+  f=$libdir/sluice/plugins/lib$plugin.so
+  [ -e "$prefix/$f" ] || { echo "missing from the install: $f"; exit 1; }
+  echo "installed: $f"
+done
+printf '1,2,3\n4.5, 6 ,7\n' >"$tmp/floats.csv"
+cat >"$tmp/plugin.lua" <<'LUA'
+local plugin, csv = ...
+local p = require("sluice").open("text:" .. csv,
+                                 { parser = plugin, parser_options = "n=3" })
+local xs = {}
+for s in p:iter() do xs[#xs + 1] = require("sluice").totable(s).x[2] end
+assert(#xs == 2 and xs[2] == 6, "csv_floats gave " .. table.concat(xs, ","))
+print("csv_floats: 2 lines, second column " .. table.concat(xs, ","))
+return require("sluice").range(1)
+LUA
+env -u LUA_PATH -u LUA_CPATH "$prefix/bin/sluice" run "$tmp/plugin.lua" \
+  "$prefix/$libdir/sluice/plugins/libcsv_floats.so" "$tmp/floats.csv"
+
+step "LD_LIBRARY_PATH at another sluice prefix (a decoy)"
+# A user with two sluice versions installed: whatever LD_LIBRARY_PATH says,
+# the installed module, command and plugins bind to the libsluice of their
+# own prefix (DT_RPATH $ORIGIN/..., which the loader searches before
+# LD_LIBRARY_PATH; a DT_RUNPATH would lose to it).
+decoy=$tmp/decoy
+cmake --install "$build" --prefix "$decoy" >"$tmp/install-decoy.log" ||
+  { cat "$tmp/install-decoy.log"; exit 1; }
+real_prefix=$(cd "$prefix" && pwd -P)
+export LD_LIBRARY_PATH=$decoy/$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+# The installed files, and the programs built above against the prefix as
+# README.md says (-Wl,--disable-new-dtags,-rpath,LIBDIR).
+for f in "$prefix/bin/sluice" "$prefix/$lua_cdir/sluice/core.so" \
+         "$prefix/$libdir/sluice/plugins/libcsv_floats.so" \
+         "$prefix/$libdir/sluice/plugins/libtokenize.so" \
+         "$tmp/consumer_pc" "$tmp/cmake-build/consumer" "$tmp/embed" \
+         "$tmp/trainer"; do
+  got=$(ldd "$f" | awk '$1 ~ /^libsluice\.so/ { print $3 }')
+  case "$(cd "$(dirname "$got")" 2>/dev/null && pwd -P)" in
+  "$real_prefix"/*) echo "${f#"$tmp"/} binds $got" ;;
+  *) echo "${f#"$tmp"/} binds '$got', not the libsluice under $prefix"; exit 1 ;;
+  esac
+done
+"$tmp/consumer_pc"
+env -u LUA_PATH -u LUA_CPATH "$tmp/embed"
+env "${lua_env[@]}" "$luajit" - "$real_prefix" <<'LUA'
+local prefix = assert(arg[1])
+local lib = require("sluice.core").libpath()
+assert(lib:sub(1, #prefix + 1) == prefix .. "/",
+       "with LD_LIBRARY_PATH at a decoy, sluice.core loaded " .. lib ..
+       ", not the libsluice under " .. prefix)
+print("sluice.core from " .. lib)
+LUA
+# `sluice run` finds its Lua modules from the libsluice it loaded: the
+# script reports which one that is.
+cat >"$tmp/which.lua" <<'LUA'
+io.stdout:write("libsluice: ", require("sluice.core").libpath(), "\n")
+return require("sluice").range(3)
+LUA
+env -u LUA_PATH -u LUA_CPATH "$prefix/bin/sluice" run "$tmp/which.lua" \
+  | tee "$tmp/which.out"
+grep -q "^libsluice: $real_prefix/" "$tmp/which.out" ||
+  { echo "sluice run used another libsluice than $prefix's"; exit 1; }
+unset LD_LIBRARY_PATH
 
 step "installed Lua files"
 src_lua=$here/../../lua
