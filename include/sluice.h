@@ -391,6 +391,18 @@ SL_API int sl_reader_reset(sl_reader *r);
 SL_API const sl_schema *sl_reader_schema(const sl_reader *r);
 /* The stage name (borrowed static string). */
 SL_API const char *sl_reader_name(const sl_reader *r);
+/* How many samples one pass of `r` yields (batches, from a batch stage),
+ * when the chain knows it without reading: SL_OK and *n.  Known for range,
+ * array, slr files (policy fail), idx, open_files over slr files, and
+ * through map, prefetch, shuffle, threaded, cache, batch (ceil(n / size),
+ * floor with drop_last), take, skip, chain, zip, multi_pass, repeat_first.
+ * SL_EUNSUPPORTED (*n = 0), the detail naming the stage, where a stage
+ * cannot know: filter, generators, text files, a Lua reader, the skip_chunk
+ * or skip policies, readers made with sl_reader_new.  SL_ELENGTH for a zip
+ * (without truncate) of readers of different lengths.  SL_EINVAL for NULL
+ * arguments.  Reads no data and does not change the reader; call it from
+ * the thread that uses the reader (not during its reset). */
+SL_API int sl_reader_length(const sl_reader *r, uint64_t *n);
 /* Destroys the reader and the chain of upstreams it owns, joining any thread
  * it runs.  Safe at any moment (mid-pass, full channels).  NULL-safe. */
 SL_API void sl_reader_destroy(sl_reader *r);
@@ -1306,6 +1318,10 @@ SL_API int sl_pipeline_reset(sl_pipeline *p);
 /* The schema of the batches (borrowed, frozen, valid until close), or NULL
  * for a NULL pipeline. */
 SL_API const sl_schema *sl_pipeline_schema(const sl_pipeline *p);
+/* sl_reader_length of the pipeline's chain: the batches (samples, without
+ * a batch stage) one pass yields, or SL_EUNSUPPORTED where not known;
+ * SL_EINVAL for NULL arguments. */
+SL_API int sl_pipeline_length(const sl_pipeline *p, uint64_t *n);
 /* Destroys the reader chain (joining its threads, at any moment: mid-pass,
  * busy workers) and then the private Lua state.  Batches already returned
  * stay valid until released.  NULL-safe. */

@@ -238,3 +238,50 @@ TEST(zip_invalid_arguments_take_all_readers) {
   sl_reader *rs[2] = {column("a", 0, 1, NULL), test_range_reader(2)};
   ASSERT_RC(sl_zip(rs, 2, 0, NULL), SL_EINVAL);
 }
+
+/* --- lengths (sl_reader_length) --------------------------------------------
+ */
+
+static int keep_any(void *ud, const sl_sample *s) {
+  (void)ud, (void)s;
+  return 1;
+}
+
+TEST(length_of_chain_is_the_sum) {
+  sl_reader *rs[3] = {test_range_reader(3), test_range_reader(0),
+                      test_range_reader(2)};
+  sl_reader *r;
+  ASSERT_OK(sl_chain(rs, 3, &r));
+  ASSERT_EQ(test_length_checked(r), 5);
+  sl_reader_destroy(r);
+  /* One reader of unknown length makes the chain's unknown. */
+  sl_reader *f;
+  ASSERT_OK(sl_filter(test_range_reader(2), keep_any, NULL, NULL, &f));
+  sl_reader *mixed[2] = {test_range_reader(3), f};
+  ASSERT_OK(sl_chain(mixed, 2, &r));
+  uint64_t n;
+  ASSERT_RC(sl_reader_length(r, &n), SL_EUNSUPPORTED);
+  ASSERT_CONTAINS(sl_last_error(), "filter: ");
+  sl_reader_destroy(r);
+}
+
+TEST(length_of_zip_equal_truncated_or_elength) {
+  sl_reader *r;
+  sl_reader *eq[2] = {column("a", 0, 4, NULL), column("b", 10, 4, NULL)};
+  ASSERT_OK(sl_zip(eq, 2, 0, &r));
+  ASSERT_EQ(test_length_checked(r), 4);
+  sl_reader_destroy(r);
+  sl_reader *tr[3] = {column("a", 0, 4, NULL), column("b", 10, 2, NULL),
+                      column("c", 20, 3, NULL)};
+  ASSERT_OK(sl_zip(tr, 3, 1, &r));
+  ASSERT_EQ(test_length_checked(r), 2);
+  sl_reader_destroy(r);
+  sl_reader *ne[2] = {column("a", 0, 4, NULL), column("b", 10, 3, NULL)};
+  ASSERT_OK(sl_zip(ne, 2, 0, &r));
+  uint64_t n;
+  ASSERT_RC(sl_reader_length(r, &n), SL_ELENGTH);
+  ASSERT_STREQ(sl_last_error(),
+               "zip: reader 1 yields 3 samples but reader 0 yields 4 (zip "
+               "them with truncate to end with the shortest)");
+  sl_reader_destroy(r);
+}

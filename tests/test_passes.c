@@ -420,3 +420,113 @@ TEST(cache_invalid_arguments) {
   ASSERT_NULL(r);
   ASSERT_RC(sl_cache(test_range_reader(3), NULL), SL_EINVAL);
 }
+
+/* --- lengths (sl_reader_length) --------------------------------------------
+ */
+
+/* The length of `r` (checked against a pass), then `r` destroyed. */
+static uint64_t length_of(sl_reader *r) {
+  uint64_t n = test_length_checked(r);
+  sl_reader_destroy(r);
+  return n;
+}
+
+/* Fails unless sl_reader_length(r) is SL_EUNSUPPORTED naming `stage`. */
+static void assert_length_unknown(sl_reader *r, const char *stage) {
+  uint64_t n = 7;
+  ASSERT_RC(sl_reader_length(r, &n), SL_EUNSUPPORTED);
+  ASSERT_EQ(n, 0);
+  ASSERT_CONTAINS(sl_last_error(), stage);
+  sl_reader_destroy(r);
+}
+
+TEST(length_of_take_skip_multi_pass_repeat_first_cache) {
+  sl_reader *r;
+  ASSERT_OK(sl_take(test_range_reader(10), 4, &r));
+  ASSERT_EQ(length_of(r), 4);
+  ASSERT_OK(sl_take(test_range_reader(3), 4, &r));
+  ASSERT_EQ(length_of(r), 3);
+  ASSERT_OK(sl_skip(test_range_reader(10), 4, &r));
+  ASSERT_EQ(length_of(r), 6);
+  ASSERT_OK(sl_skip(test_range_reader(3), 4, &r));
+  ASSERT_EQ(length_of(r), 0);
+  ASSERT_OK(sl_multi_pass(test_range_reader(5), 3, &r));
+  ASSERT_EQ(length_of(r), 15);
+  ASSERT_OK(sl_repeat_first(test_range_reader(5), 9, &r));
+  ASSERT_EQ(length_of(r), 9);
+  ASSERT_OK(sl_repeat_first(test_range_reader(0), 9, &r));
+  ASSERT_EQ(length_of(r), 0);
+  ASSERT_OK(sl_cache(test_range_reader(6), &r));
+  ASSERT_EQ(test_length_checked(r), 6); /* the pass that fills the cache */
+  ASSERT_EQ(length_of(r), 6);           /* a replay */
+  /* Nested: take(skip(range(10), 2), 5) -> 5; skip(take(...)) -> 3. */
+  sl_reader *k;
+  ASSERT_OK(sl_skip(test_range_reader(10), 2, &k));
+  ASSERT_OK(sl_take(k, 5, &r));
+  ASSERT_EQ(length_of(r), 5);
+  ASSERT_OK(sl_take(test_range_reader(10), 5, &k));
+  ASSERT_OK(sl_skip(k, 2, &r));
+  ASSERT_EQ(length_of(r), 3);
+}
+
+TEST(length_unknown_upstream_is_unsupported_naming_it) {
+  counter c;
+  sl_reader *r;
+  ASSERT_OK(sl_take(counting(&c, 5, 1), 3, &r));
+  assert_length_unknown(r, "generator");
+  ASSERT_OK(sl_skip(counting(&c, 5, 1), 3, &r));
+  assert_length_unknown(r, "generator");
+  ASSERT_OK(sl_multi_pass(counting(&c, 5, 1), 2, &r));
+  assert_length_unknown(r, "generator");
+  ASSERT_OK(sl_cache(counting(&c, 5, 1), &r));
+  assert_length_unknown(r, "generator");
+  ASSERT_OK(sl_repeat_first(counting(&c, 5, 1), 3, &r));
+  assert_length_unknown(r, "generator");
+  /* take(0) and repeat_first(0) yield nothing whatever upstream holds. */
+  ASSERT_OK(sl_take(counting(&c, 5, 1), 0, &r));
+  ASSERT_EQ(length_of(r), 0);
+  ASSERT_EQ(c.pulls, 0);
+  ASSERT_OK(sl_repeat_first(counting(&c, 5, 1), 0, &r));
+  ASSERT_EQ(length_of(r), 0);
+}
+
+static int keep_all(void *ud, const sl_sample *s) {
+  (void)ud, (void)s;
+  return 1;
+}
+
+static int identity(void *ud, sl_sample *in, sl_sample **out) {
+  (void)ud;
+  *out = in;
+  return SL_OK;
+}
+
+TEST(length_through_map_prefetch_shuffle_threaded_batch) {
+  sl_reader *r, *m;
+  ASSERT_OK(sl_map(test_range_reader(10), identity, NULL, NULL, NULL, &r));
+  ASSERT_EQ(length_of(r), 10);
+  ASSERT_OK(sl_prefetch(test_range_reader(10), 4, &r));
+  ASSERT_EQ(length_of(r), 10);
+  ASSERT_OK(sl_shuffle(test_range_reader(10), 4, 1, &r));
+  ASSERT_EQ(length_of(r), 10);
+  ASSERT_OK(sl_threaded(test_range_reader(10), &r));
+  ASSERT_EQ(length_of(r), 10);
+  /* batch: ceil(n / size) batches, floor with drop_last */
+  ASSERT_OK(sl_batch(test_range_reader(10), 4, NULL, &r));
+  ASSERT_EQ(length_of(r), 3);
+  sl_batch_opts drop = {1, 0};
+  ASSERT_OK(sl_batch(test_range_reader(10), 4, &drop, &r));
+  ASSERT_EQ(length_of(r), 2);
+  ASSERT_OK(sl_batch(test_range_reader(8), 4, NULL, &r));
+  ASSERT_EQ(length_of(r), 2);
+  ASSERT_OK(sl_batch(test_range_reader(0), 4, NULL, &r));
+  ASSERT_EQ(length_of(r), 0);
+  ASSERT_OK(sl_shuffle(test_range_reader(10), 3, 7, &m));
+  ASSERT_OK(sl_batch(m, 3, NULL, &m));
+  ASSERT_OK(sl_prefetch(m, 2, &r));
+  ASSERT_EQ(length_of(r), 4);
+  /* A filter cannot know, nor can anything after it. */
+  ASSERT_OK(sl_filter(test_range_reader(10), keep_all, NULL, NULL, &m));
+  ASSERT_OK(sl_batch(m, 3, NULL, &r));
+  assert_length_unknown(r, "filter: ");
+}

@@ -1,6 +1,7 @@
 /* test_reader.c - the reader contract: sources, sticky errors, EOF, has_next,
  * reset, and readers implemented outside the library through a vtable. */
 #include "test.h"
+#include "test_util.h"
 
 static int64_t value(sl_sample *s) {
   return *(int64_t *)sl_sample_at(s, 0)->data;
@@ -288,4 +289,83 @@ TEST(misbehaving_reader_is_reported_not_crashed) {
   ASSERT_STREQ(sl_last_error(), "broken: this reader cannot be reset");
   sl_reader_destroy(r);
   sl_schema_release(s);
+}
+
+/* --- lengths (sl_reader_length) --------------------------------------------
+ */
+
+TEST(length_of_range_and_array_sources) {
+  sl_reader *r = test_range_reader(7);
+  ASSERT_EQ(test_length_checked(r), 7);
+  ASSERT_EQ(test_length_checked(r), 7); /* every pass */
+  sl_reader_destroy(r);
+  r = test_range_reader(0);
+  ASSERT_EQ(test_length_checked(r), 0);
+  sl_reader_destroy(r);
+  sl_schema *schema = i64_schema();
+  sl_sample *items[3];
+  for (int i = 0; i < 3; i++)
+    ASSERT_OK(test_i64_sample(schema, i, &items[i]));
+  ASSERT_OK(sl_reader_from_array(items, 3, NULL, &r));
+  ASSERT_EQ(test_length_checked(r), 3);
+  sl_reader_destroy(r);
+  ASSERT_OK(sl_reader_from_array(NULL, 0, schema, &r));
+  ASSERT_EQ(test_length_checked(r), 0);
+  sl_reader_destroy(r);
+  for (int i = 0; i < 3; i++)
+    sl_sample_release(items[i]);
+  sl_schema_release(schema);
+}
+
+TEST(length_is_unsupported_for_generators_and_external_readers) {
+  gen g = {i64_schema(), 0, 3, 0, 0, 0};
+  sl_reader *r;
+  ASSERT_OK(sl_reader_from_generator(g.schema, gen_next, gen_reset, gen_free,
+                                     &g, &r));
+  uint64_t n = 99;
+  ASSERT_RC(sl_reader_length(r, &n), SL_EUNSUPPORTED);
+  ASSERT_EQ(n, 0);
+  ASSERT_STREQ(sl_last_error(), "generator: the number of samples a pass "
+                                "yields is not known before reading it");
+  sl_reader_destroy(r);
+  sl_schema_release(g.schema);
+  int destroyed = 0;
+  countdown *c = malloc(sizeof *c);
+  *c = (countdown){3, 3, i64_schema(), &destroyed};
+  r = sl_reader_new(&cd_vt, c, c->schema);
+  ASSERT_NOT_NULL(r);
+  ASSERT_RC(sl_reader_length(r, &n), SL_EUNSUPPORTED);
+  ASSERT_CONTAINS(sl_last_error(), "countdown: ");
+  ASSERT_RC(sl_reader_length(r, NULL), SL_EINVAL);
+  ASSERT_RC(sl_reader_length(NULL, &n), SL_EINVAL);
+  sl_reader_destroy(r);
+}
+
+TEST(length_of_slr_files_is_their_record_range) {
+  const char *path = test_tmppath("length_slr", "ids.slr");
+  test_write_ids_slr(path, 0, 10, 3); /* chunks of 3, 3, 3, 1 */
+  sl_reader *r;
+  ASSERT_OK(sl_slr_reader(path, NULL, 0, UINT64_MAX, &r));
+  ASSERT_EQ(test_length_checked(r), 10);
+  sl_reader_destroy(r);
+  ASSERT_OK(sl_slr_reader(path, NULL, 4, 5, &r));
+  ASSERT_EQ(test_length_checked(r), 5);
+  sl_reader_destroy(r);
+  ASSERT_OK(sl_slr_reader(path, NULL, 8, 5, &r));
+  ASSERT_EQ(test_length_checked(r), 2);
+  sl_reader_destroy(r);
+  ASSERT_OK(sl_slr_reader_chunks(path, NULL, 1, 3, &r));
+  ASSERT_EQ(test_length_checked(r), 7);
+  sl_reader_destroy(r);
+  ASSERT_OK(sl_open(path, NULL, &r));
+  ASSERT_EQ(test_length_checked(r), 10);
+  sl_reader_destroy(r);
+  /* Under skip_chunk a corrupt chunk would make a pass shorter. */
+  sl_slr_open_opts o = {SL_CORRUPT_SKIP_CHUNK, 0, 0};
+  ASSERT_OK(sl_slr_reader(path, &o, 0, UINT64_MAX, &r));
+  uint64_t n;
+  ASSERT_RC(sl_reader_length(r, &n), SL_EUNSUPPORTED);
+  ASSERT_CONTAINS(sl_last_error(), "skip_chunk");
+  ASSERT_CONTAINS(sl_last_error(), "ids.slr");
+  sl_reader_destroy(r);
 }

@@ -75,6 +75,25 @@ int test_drain_i64(sl_reader *r, int64_t *v, size_t cap, size_t *n) {
   }
 }
 
+uint64_t test_length_checked(sl_reader *r) {
+  uint64_t n = 12345;
+  ASSERT_OK(sl_reader_length(r, &n));
+  uint64_t got = 0;
+  sl_sample *s;
+  int rc;
+  while ((rc = sl_reader_next(r, &s)) == SL_OK) {
+    got++;
+    sl_sample_release(s);
+  }
+  ASSERT_RC(rc, SL_EOF);
+  if (got != n)
+    test_fail(__FILE__, __LINE__,
+              "%s: length %" PRIu64 " but a pass yielded %" PRIu64,
+              sl_reader_name(r), n, got);
+  ASSERT_OK(sl_reader_reset(r));
+  return n;
+}
+
 void test_assert_i64_values(const int64_t *v, size_t n, const int64_t *want,
                             size_t m) {
   ASSERT_EQ(n, m);

@@ -42,6 +42,11 @@ sl_reader *test_range_reader(int64_t n);
  * the code that ended the pass (SL_EOF or an error). */
 int test_drain_i64(sl_reader *r, int64_t *v, size_t cap, size_t *n);
 
+/* sl_reader_length(r), which must succeed; the test then reads one whole
+ * pass of `r` (which must end with SL_EOF), checks that it yielded exactly
+ * that many samples, and resets `r`.  Returns the length. */
+uint64_t test_length_checked(sl_reader *r);
+
 /* Fails unless v[0..n) equals the `m` expected values want[0..m). */
 void test_assert_i64_values(const int64_t *v, size_t n, const int64_t *want,
                             size_t m);

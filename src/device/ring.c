@@ -610,9 +610,8 @@ int sl_double_buffer(sl_reader *up, const sl_double_buffer_opts *opts,
   p->stats.threads = 1;
   /* The schema is frozen and refcounted atomically, so retaining it through
    * the const accessor is safe. */
-  SL_FORWARD_IF_ERROR(sl__decorator_make(&dbuf_vt, p,
-                                         (sl_schema *)sl_reader_schema(up),
-                                         &p->up, &p->stats, out));
+  SL_FORWARD_IF_ERROR(sl__decorator_make_1to1(
+      &dbuf_vt, p, (sl_schema *)sl_reader_schema(up), &p->up, &p->stats, out));
   rc = start_worker(p);
   if (rc != SL_OK) {
     sl_reader_destroy(*out); /* destroys up too: we own it */

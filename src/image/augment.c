@@ -181,5 +181,5 @@ int sl_random_crop_flip(sl_reader *up, const sl_crop_flip_opts *opts,
     crop_destroy(c);
     return sl_wrap_error(rc, "random_crop_flip");
   }
-  return sl__decorator_make(&crop_vt, c, c->schema, &c->up, NULL, out);
+  return sl__decorator_make_1to1(&crop_vt, c, c->schema, &c->up, NULL, out);
 }

@@ -70,6 +70,11 @@ static void idx_destroy(void *st) {
   sl__free(s);
 }
 
+static int idx_length(const sl_reader *r, void *st, uint64_t *n) {
+  *n = ((const idx_state *)st)->count;
+  return SL_OK;
+}
+
 static const sl_reader_vtable idx_vt = {"idx", idx_next, idx_reset,
                                         idx_destroy};
 
@@ -203,5 +208,7 @@ int sl_idx_reader(const char *images, const char *labels, sl_reader **out) {
     idx_destroy(s);
     return rc;
   }
-  return sl__reader_make(&idx_vt, s, s->schema, out);
+  SL_FORWARD_IF_ERROR(sl__reader_make(&idx_vt, s, s->schema, out));
+  sl__reader_set_length(*out, idx_length);
+  return SL_OK;
 }

@@ -62,6 +62,19 @@ static void slr_destroy(void *st) {
   sl__free(s);
 }
 
+/* The records of the range; not known under skip_chunk (a bad chunk's
+ * records are skipped). */
+static int slr_length(const sl_reader *r, void *st, uint64_t *n) {
+  const slr_state *s = st;
+  SL_RETURN_ERROR_IF(
+      sl__slr_policy(s->f) == SL_CORRUPT_SKIP_CHUNK, SL_EUNSUPPORTED,
+      "slr: %s: under policy skip_chunk a pass may yield fewer "
+      "than its %llu records",
+      sl_slr_path(s->f), (unsigned long long)(s->end - s->first));
+  *n = s->end - s->first;
+  return SL_OK;
+}
+
 static const sl_reader_vtable slr_vt = {"slr", slr_next, slr_reset,
                                         slr_destroy};
 
@@ -74,7 +87,10 @@ static int make(sl_slr_file *f, uint64_t first, uint64_t end, sl_reader **out) {
   s->f = f;
   s->first = s->pos = first;
   s->end = end;
-  return sl__reader_make(&slr_vt, s, (sl_schema *)sl_slr_schema(f), out);
+  SL_FORWARD_IF_ERROR(
+      sl__reader_make(&slr_vt, s, (sl_schema *)sl_slr_schema(f), out));
+  sl__reader_set_length(*out, slr_length);
+  return SL_OK;
 }
 
 int sl__slr_reader_from_file(sl_slr_file *f, uint64_t first, uint64_t count,

@@ -353,6 +353,15 @@ static void batch_destroy(void *st) {
   sl__free(b);
 }
 
+/* Batches per pass: ceil(upstream / n), floor with drop_last. */
+static int batch_length(const sl_reader *r, void *st, uint64_t *n) {
+  const batch_state *b = st;
+  uint64_t up;
+  SL_FORWARD_IF_ERROR(sl__upstream_length(r, 0, &up));
+  *n = up / b->n + (!b->drop_last && up % b->n != 0);
+  return SL_OK;
+}
+
 static const sl_reader_vtable batch_vt = {"batch", batch_next, batch_reset,
                                           batch_destroy};
 
@@ -458,5 +467,8 @@ int sl_batch(sl_reader *up, size_t n, const sl_batch_opts *opts,
     batch_destroy(b);
     return rc;
   }
-  return sl__decorator_make(&batch_vt, b, b->out, &b->up, NULL, out);
+  SL_FORWARD_IF_ERROR(
+      sl__decorator_make(&batch_vt, b, b->out, &b->up, NULL, out));
+  sl__reader_set_length(*out, batch_length);
+  return SL_OK;
 }

@@ -95,7 +95,7 @@ int sl_cache(sl_reader *up, sl_reader **out) {
   c->up = up;
   /* Hold the schema ourselves: a failing sl_reader_new destroys `up`. */
   sl_schema *schema = sl_schema_retain((sl_schema *)sl_reader_schema(up));
-  int rc = sl__decorator_make(&cache_vt, c, schema, &c->up, NULL, out);
+  int rc = sl__decorator_make_1to1(&cache_vt, c, schema, &c->up, NULL, out);
   sl_schema_release(schema);
   return rc;
 }

@@ -40,6 +40,22 @@ static void chain_destroy(void *st) {
   sl__free(c);
 }
 
+/* The sum of the readers' lengths. */
+static int chain_length(const sl_reader *r, void *st, uint64_t *n) {
+  const chain_state *c = st;
+  uint64_t sum = 0;
+  for (size_t i = 0; i < c->n; i++) {
+    uint64_t k;
+    SL_FORWARD_IF_ERROR(sl_reader_length(c->readers[i], &k));
+    SL_RETURN_ERROR_IF(k > UINT64_MAX - sum, SL_EUNSUPPORTED,
+                       "chain: the length does not fit 64 bits at reader %zu",
+                       i);
+    sum += k;
+  }
+  *n = sum;
+  return SL_OK;
+}
+
 static const sl_reader_vtable chain_vt = {"chain", chain_next, chain_reset,
                                           chain_destroy};
 
@@ -73,6 +89,9 @@ int sl_chain(sl_reader **readers, size_t n, sl_reader **out) {
   sl_schema *schema = sl_schema_retain((sl_schema *)first);
   int rc = sl__reader_make(&chain_vt, c, schema, out);
   sl_schema_release(schema);
-  if (rc == SL_OK) sl__reader_link(*out, c->readers, c->n, NULL);
+  if (rc == SL_OK) {
+    sl__reader_link(*out, c->readers, c->n, NULL);
+    sl__reader_set_length(*out, chain_length);
+  }
   return rc;
 }

@@ -129,7 +129,7 @@ int sl_map(sl_reader *up, sl_map_fn fn, void *ud, sl_free_fn free_ud,
   sl_schema *out_schema =
       sl_schema_retain(schema ? schema : (sl_schema *)sl_reader_schema(up));
   m->schema = out_schema;
-  int rc = sl__decorator_make(&map_vt, m, out_schema, &m->up, NULL, out);
+  int rc = sl__decorator_make_1to1(&map_vt, m, out_schema, &m->up, NULL, out);
   sl_schema_release(out_schema);
   return rc;
 }

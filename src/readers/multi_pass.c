@@ -39,6 +39,17 @@ static void multi_pass_destroy(void *st) {
   sl__free(m);
 }
 
+static int multi_pass_length(const sl_reader *r, void *st, uint64_t *n) {
+  uint64_t up, k = ((multi_pass_state *)st)->k;
+  SL_FORWARD_IF_ERROR(sl__upstream_length(r, 0, &up));
+  SL_RETURN_ERROR_IF(up > UINT64_MAX / k, SL_EUNSUPPORTED,
+                     "multi_pass: %llu passes of %llu samples do not fit "
+                     "64 bits",
+                     (unsigned long long)k, (unsigned long long)up);
+  *n = up * k;
+  return SL_OK;
+}
+
 static const sl_reader_vtable multi_pass_vt = {
     "multi_pass", multi_pass_next, multi_pass_reset, multi_pass_destroy};
 
@@ -57,5 +68,6 @@ int sl_multi_pass(sl_reader *up, uint64_t k, sl_reader **out) {
   sl_schema *schema = sl_schema_retain((sl_schema *)sl_reader_schema(up));
   int rc = sl__decorator_make(&multi_pass_vt, m, schema, &m->up, NULL, out);
   sl_schema_release(schema);
+  if (rc == SL_OK) sl__reader_set_length(*out, multi_pass_length);
   return rc;
 }

@@ -585,6 +585,17 @@ static void of_destroy(void *st) {
   sl__free(o);
 }
 
+/* This rank's records per pass; not known under skip_chunk. */
+static int of_length(const sl_reader *r, void *st, uint64_t *n) {
+  const of_state *o = st;
+  SL_RETURN_ERROR_IF(o->slr.policy == SL_CORRUPT_SKIP_CHUNK, SL_EUNSUPPORTED,
+                     "open_files: under policy skip_chunk a pass may yield "
+                     "fewer than its %llu records",
+                     (unsigned long long)o->plan.records);
+  *n = o->plan.records;
+  return SL_OK;
+}
+
 static const sl_reader_vtable of_vt = {"open_files", of_next, of_reset,
                                        of_destroy};
 
@@ -745,6 +756,7 @@ int sl_open_files(const char *const *names, size_t n,
   if (rc < 0) return rc;
   o->stats.threads = (int)o->T;
   sl__reader_link(*out, NULL, 0, &o->stats);
+  sl__reader_set_length(*out, of_length);
   rc = start_workers(o);
   if (rc < 0) {
     sl_reader_destroy(*out);

@@ -184,9 +184,9 @@ int sl_prefetch(sl_reader *up, size_t n, sl_reader **out) {
   }
   /* The schema is frozen and refcounted atomically, so retaining it through
    * the const accessor is safe. */
-  SL_FORWARD_IF_ERROR(sl__decorator_make(&prefetch_vt, p,
-                                         (sl_schema *)sl_reader_schema(up),
-                                         &p->up, &p->stats, out));
+  SL_FORWARD_IF_ERROR(sl__decorator_make_1to1(&prefetch_vt, p,
+                                              (sl_schema *)sl_reader_schema(up),
+                                              &p->up, &p->stats, out));
   int err = start_worker(p);
   if (err) {
     sl_reader_destroy(*out); /* destroys up too: we own it */

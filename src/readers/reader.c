@@ -35,6 +35,7 @@ struct sl_reader {
   sl_reader *const *ups;        /* borrowed from the state, nups entries */
   size_t nups;
   const sl__stage_counters *counters; /* NULL: a stage without threads */
+  sl__length_fn length;               /* NULL: length not known */
   atomic_uint_least64_t n_out;        /* samples the implementation gave */
   atomic_uint_least64_t next_ns;      /* time inside vt->next (timing on) */
 };
@@ -45,6 +46,35 @@ void sl__reader_link(sl_reader *r, sl_reader *const *ups, size_t n,
   r->ups = ups;
   r->nups = ups ? n : 0;
   r->counters = c;
+}
+
+void sl__reader_set_length(sl_reader *r, sl__length_fn fn) {
+  if (r) r->length = fn;
+}
+
+int sl_reader_length(const sl_reader *r, uint64_t *n) {
+  SL_RETURN_ERROR_IF(!r || !n, SL_EINVAL, "length: NULL %s",
+                     !r ? "reader" : "out pointer");
+  *n = 0;
+  SL_RETURN_ERROR_IF(!r->length, SL_EUNSUPPORTED,
+                     "%s: the number of samples a pass yields is not known "
+                     "before reading it",
+                     sl_reader_name(r));
+  uint64_t v = 0;
+  int rc = r->length(r, r->state, &v);
+  if (rc == SL_OK) *n = v;
+  return rc;
+}
+
+int sl__upstream_length(const sl_reader *r, size_t i, uint64_t *n) {
+  SL_RETURN_ERROR_IF(i >= r->nups || !r->ups[i], SL_EUNSUPPORTED,
+                     "%s: its upstream is not known", sl_reader_name(r));
+  return sl_reader_length(r->ups[i], n);
+}
+
+int sl__length_of_upstream(const sl_reader *r, void *state, uint64_t *n) {
+  (void)state;
+  return sl__upstream_length(r, 0, n);
 }
 
 void sl__reader_view_of(const sl_reader *r, sl__reader_view *v) {

@@ -88,6 +88,23 @@ int sl__reader_share(sl_reader *r);
 void sl__reader_link(sl_reader *r, sl_reader *const *ups, size_t n,
                      const sl__stage_counters *c);
 
+/* Lengths (sl_reader_length).  A stage that knows how many samples one pass
+ * of it yields without reading the pass sets a length function once, right
+ * after construction (after sl__reader_link when it uses its upstreams'
+ * lengths).  The function gets the reader and its state, stores the count
+ * in *n and returns SL_OK, or returns an error with a message
+ * (SL_EUNSUPPORTED: not known).  It must only read what does not change
+ * after construction (it may run beside next on another thread).  A stage
+ * without one has no known length: filters, generators, parsers that may
+ * skip lines, policies that skip bad input. */
+typedef int (*sl__length_fn)(const sl_reader *r, void *state, uint64_t *n);
+void sl__reader_set_length(sl_reader *r, sl__length_fn fn); /* NULL-safe r */
+/* The length of upstream i of r (its statistics link), or SL_EUNSUPPORTED. */
+int sl__upstream_length(const sl_reader *r, size_t i, uint64_t *n);
+/* A length function for stages yielding exactly one sample per sample of
+ * their one upstream (map, prefetch, shuffle, cache, threaded, ...). */
+int sl__length_of_upstream(const sl_reader *r, void *state, uint64_t *n);
+
 /* A snapshot of one reader's statistics and links (readers/stats.c). */
 typedef struct sl__reader_view {
   const char *name;
@@ -107,6 +124,18 @@ static inline int sl__decorator_make(const sl_reader_vtable *vt, void *state,
                                      sl_reader **out) {
   int rc = sl__reader_make(vt, state, schema, out);
   if (rc == SL_OK) sl__reader_link(*out, up_slot, 1, c);
+  return rc;
+}
+
+/* sl__decorator_make for a stage yielding one sample per upstream sample:
+ * also sets sl__length_of_upstream as its length. */
+static inline int sl__decorator_make_1to1(const sl_reader_vtable *vt,
+                                          void *state, sl_schema *schema,
+                                          sl_reader *const *up_slot,
+                                          const sl__stage_counters *c,
+                                          sl_reader **out) {
+  int rc = sl__decorator_make(vt, state, schema, up_slot, c, out);
+  if (rc == SL_OK) sl__reader_set_length(*out, sl__length_of_upstream);
   return rc;
 }
 

@@ -42,6 +42,14 @@ static void repeat_destroy(void *st) {
   sl__free(r);
 }
 
+/* n, or 0 when upstream is empty (or n is 0). */
+static int repeat_length(const sl_reader *r, void *st, uint64_t *n) {
+  uint64_t up = 0, k = ((repeat_state *)st)->n;
+  if (k > 0) SL_FORWARD_IF_ERROR(sl__upstream_length(r, 0, &up));
+  *n = up > 0 ? k : 0;
+  return SL_OK;
+}
+
 static const sl_reader_vtable repeat_vt = {"repeat_first", repeat_next,
                                            repeat_reset, repeat_destroy};
 
@@ -57,5 +65,6 @@ int sl_repeat_first(sl_reader *up, uint64_t n, sl_reader **out) {
   sl_schema *schema = sl_schema_retain((sl_schema *)sl_reader_schema(up));
   int rc = sl__decorator_make(&repeat_vt, r, schema, &r->up, NULL, out);
   sl_schema_release(schema);
+  if (rc == SL_OK) sl__reader_set_length(*out, repeat_length);
   return rc;
 }

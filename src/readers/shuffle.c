@@ -126,7 +126,7 @@ int sl_shuffle(sl_reader *up, size_t buffer_size, uint64_t seed,
   seed_pass(s);
   /* Hold the schema ourselves: a failing sl_reader_new destroys `up`. */
   sl_schema *schema = sl_schema_retain((sl_schema *)sl_reader_schema(up));
-  int rc = sl__decorator_make(&shuffle_vt, s, schema, &s->up, NULL, out);
+  int rc = sl__decorator_make_1to1(&shuffle_vt, s, schema, &s->up, NULL, out);
   sl_schema_release(schema);
   return rc;
 }

@@ -39,6 +39,14 @@ static void skip_destroy(void *st) {
   sl__free(k);
 }
 
+static int skip_length(const sl_reader *r, void *st, uint64_t *n) {
+  uint64_t up;
+  SL_FORWARD_IF_ERROR(sl__upstream_length(r, 0, &up));
+  uint64_t k = ((skip_state *)st)->n;
+  *n = up > k ? up - k : 0;
+  return SL_OK;
+}
+
 static const sl_reader_vtable skip_vt = {"skip", skip_next, skip_reset,
                                          skip_destroy};
 
@@ -54,5 +62,6 @@ int sl_skip(sl_reader *up, uint64_t n, sl_reader **out) {
   sl_schema *schema = sl_schema_retain((sl_schema *)sl_reader_schema(up));
   int rc = sl__decorator_make(&skip_vt, k, schema, &k->up, NULL, out);
   sl_schema_release(schema);
+  if (rc == SL_OK) sl__reader_set_length(*out, skip_length);
   return rc;
 }

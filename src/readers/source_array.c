@@ -27,6 +27,11 @@ static void array_destroy(void *st) {
   sl__free(a);
 }
 
+static int array_length(const sl_reader *r, void *st, uint64_t *n) {
+  *n = ((array_state *)st)->n;
+  return SL_OK;
+}
+
 static const sl_reader_vtable array_vt = {"array", array_next, array_reset,
                                           array_destroy};
 
@@ -60,5 +65,7 @@ int sl_reader_from_array(sl_sample *const *samples, size_t n, sl_schema *schema,
     copy[i] = sl_sample_retain(samples[i]);
   a->samples = copy;
   a->n = n;
-  return sl__reader_make(&array_vt, a, (sl_schema *)want, out);
+  SL_FORWARD_IF_ERROR(sl__reader_make(&array_vt, a, (sl_schema *)want, out));
+  sl__reader_set_length(*out, array_length);
+  return SL_OK;
 }

@@ -34,6 +34,11 @@ static void range_destroy(void *st) {
   sl__free(r);
 }
 
+static int range_length(const sl_reader *r, void *st, uint64_t *n) {
+  *n = (uint64_t)((range_state *)st)->n;
+  return SL_OK;
+}
+
 static const sl_reader_vtable range_vt = {"range", range_next, range_reset,
                                           range_destroy};
 
@@ -50,5 +55,7 @@ int sl_reader_range(int64_t n, sl_reader **out) {
     range_destroy(r);
     return sl_last_error_code() ? sl_last_error_code() : SL_ENOMEM;
   }
-  return sl__reader_make(&range_vt, r, r->schema, out);
+  SL_FORWARD_IF_ERROR(sl__reader_make(&range_vt, r, r->schema, out));
+  sl__reader_set_length(*out, range_length);
+  return SL_OK;
 }

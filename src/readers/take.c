@@ -35,6 +35,15 @@ static void take_destroy(void *st) {
   sl__free(t);
 }
 
+/* min(n, upstream's); n alone when upstream's is not known but n is 0. */
+static int take_length(const sl_reader *r, void *st, uint64_t *n) {
+  take_state *t = st;
+  uint64_t up = 0;
+  if (t->n > 0) SL_FORWARD_IF_ERROR(sl__upstream_length(r, 0, &up));
+  *n = up < t->n ? up : t->n;
+  return SL_OK;
+}
+
 static const sl_reader_vtable take_vt = {"take", take_next, take_reset,
                                          take_destroy};
 
@@ -50,5 +59,6 @@ int sl_take(sl_reader *up, uint64_t n, sl_reader **out) {
   sl_schema *schema = sl_schema_retain((sl_schema *)sl_reader_schema(up));
   int rc = sl__decorator_make(&take_vt, t, schema, &t->up, NULL, out);
   sl_schema_release(schema);
+  if (rc == SL_OK) sl__reader_set_length(*out, take_length);
   return rc;
 }

@@ -55,7 +55,7 @@ int sl_threaded(sl_reader *up, sl_reader **out) {
   t->up = up;
   /* The schema is frozen and refcounted atomically: retaining it through the
    * const accessor is safe. */
-  SL_FORWARD_IF_ERROR(sl__decorator_make(
+  SL_FORWARD_IF_ERROR(sl__decorator_make_1to1(
       &threaded_vt, t, (sl_schema *)sl_reader_schema(up), &t->up, NULL, out));
   int rc = sl__reader_share(*out);
   if (rc < 0) {

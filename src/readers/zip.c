@@ -107,6 +107,28 @@ static void zip_destroy(void *st) {
   sl__free(z);
 }
 
+/* The readers' common length; with truncate, the shortest.  Different
+ * lengths without truncate are SL_ELENGTH, as the pass would end. */
+static int zip_length(const sl_reader *r, void *st, uint64_t *n) {
+  const zip_state *z = st;
+  uint64_t len = 0;
+  for (size_t i = 0; i < z->n; i++) {
+    uint64_t k;
+    SL_FORWARD_IF_ERROR(sl_reader_length(z->readers[i], &k));
+    if (i == 0 || (z->truncate && k < len)) {
+      len = k;
+    } else if (!z->truncate && k != len) {
+      return sl_set_error(SL_ELENGTH,
+                          "zip: reader %zu yields %llu samples but reader 0 "
+                          "yields %llu (zip them with truncate to end with "
+                          "the shortest)",
+                          i, (unsigned long long)k, (unsigned long long)len);
+    }
+  }
+  *n = len;
+  return SL_OK;
+}
+
 static const sl_reader_vtable zip_vt = {"zip", zip_next, zip_reset,
                                         zip_destroy};
 
@@ -181,6 +203,9 @@ int sl_zip(sl_reader **readers, size_t n, int truncate, sl_reader **out) {
   z->schema = schema;
   rc = sl__reader_make(&zip_vt, z, schema, out);
   sl_schema_release(schema);
-  if (rc == SL_OK) sl__reader_link(*out, z->readers, z->n, NULL);
+  if (rc == SL_OK) {
+    sl__reader_link(*out, z->readers, z->n, NULL);
+    sl__reader_set_length(*out, zip_length);
+  }
   return rc;
 }

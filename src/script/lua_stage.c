@@ -854,6 +854,11 @@ int sl__lua_stage(sl_reader *up, sl__lua_kind kind, sl__shipped *fn,
     st->schema = sl_schema_retain(s);
     atomic_store_explicit(&st->check_schema, st->schema, memory_order_release);
   }
-  return sl__decorator_make(kind == SL__LUA_FILTER ? &filter_vt : &map_vt, st,
-                            st->schema, &st->up, &st->stats, out);
+  /* A map yields one sample per sample (it cannot drop one): its length is
+   * upstream's; a filter's is not known. */
+  if (kind == SL__LUA_FILTER)
+    return sl__decorator_make(&filter_vt, st, st->schema, &st->up, &st->stats,
+                              out);
+  return sl__decorator_make_1to1(&map_vt, st, st->schema, &st->up, &st->stats,
+                                 out);
 }

@@ -283,6 +283,11 @@ const sl_schema *sl_pipeline_schema(const sl_pipeline *p) {
   return p ? sl_reader_schema(p->r) : NULL;
 }
 
+int sl_pipeline_length(const sl_pipeline *p, uint64_t *n) {
+  SL_RETURN_ERROR_IF(!p, SL_EINVAL, "pipeline: NULL pipeline");
+  return sl_reader_length(p->r, n);
+}
+
 int sl_pipeline_stats(const sl_pipeline *p, sl_stage_stats *out, size_t cap,
                       size_t *count) {
   SL_RETURN_ERROR_IF(!p, SL_EINVAL, "stats: NULL pipeline");
