@@ -6,8 +6,12 @@
  *
  * Options come before SCRIPT; everything after SCRIPT goes to the script
  * (its `...` and `arg`), options included, so a script can take its own.
- * A batch's samples are the leading dimension of its first field (1 for a
- * scalar first field, i.e. a pipeline without batch()).
+ * Samples are counted as samples: when the chain has a batch stage (its
+ * statistics name one), each item is a batch of as many samples as its
+ * first field's LoD has sequences, or else its leading dimension; without
+ * one, each item is one sample, whatever its shape (a 28x28 image is one
+ * sample, not 28).  When the pipeline knows its length (sl_pipeline_length)
+ * it is printed, and the progress line shows the share done and an ETA.
  *
  * `--stats` turns timing on (sl_stats_enable) before the pipeline is opened
  * and prints, after the run, the table of sl_stats_format over the run's
@@ -28,14 +32,17 @@ static const char synopsis[] =
 static const char help[] =
     "Runs the Lua pipeline script SCRIPT (it returns a pipeline; ARGS reach\n"
     "it as `...` and as the table `arg`), iterates the batches and prints,\n"
-    "per epoch and in total, batches, samples (the sum of each batch's\n"
-    "leading dimension), samples/s and batches/s.  A progress line goes to\n"
-    "stderr when it is a terminal.  Options must come before SCRIPT:\n"
+    "per epoch and in total, batches, samples (with a batch stage, the\n"
+    "samples in each batch; without one, each item is one sample),\n"
+    "samples/s and batches/s.  When the pipeline knows its length, it is\n"
+    "printed and the progress line (on stderr, when it is a terminal)\n"
+    "shows the share done and an ETA.  Options must come before SCRIPT:\n"
     "everything after it is the script's.\n"
     "\n"
-    "The script runs in a Lua state of its own: `require \"sluice\"` needs\n"
-    "LUA_PATH / LUA_CPATH when sluice is not installed under /usr/local\n"
-    "(docs/EMBEDDING.md).\n"
+    "The script runs in a Lua state of its own; `require \"sluice\"` finds\n"
+    "the Lua modules installed beside the libsluice this command loaded\n"
+    "(<libdir>/lua/5.1, <prefix>/share/lua/5.1), or where LUA_PATH /\n"
+    "LUA_CPATH say when they are set (docs/EMBEDDING.md).\n"
     "\n"
     "Options:\n"
     "  -e, --epochs N  passes over the pipeline (default 1), reset between\n"
@@ -57,16 +64,49 @@ static const cli_opt opts[] = {
     {NULL, 0, false, 0},
 };
 
-/* Samples of one batch: the leading dimension of its first field. */
-static int64_t batch_samples(sl_sample *b) {
-  if (sl_sample_nfields(b) < 1) return 0;
-  const sl_tensor *t = sl_sample_at(b, 0);
+static double rate(double n, double dt) {
+  return dt > 0 ? n / dt : 0.0;
+}
+
+/* Samples in one item: 1 without a batch stage; in a batch, the sequences
+ * of its first field's LoD (a merged ragged field: its leading dimension
+ * counts rows of all samples), else its leading dimension. */
+static int64_t item_samples(sl_sample *b, bool batched) {
+  if (!batched) return 1;
+  const sl_tensor *t = sl_sample_nfields(b) > 0 ? sl_sample_at(b, 0) : NULL;
   if (!t || sl_tensor_rank(t) < 1) return 1;
+  if (t->lod && t->lod_len > 0) return t->lod_len - 1;
   return sl_tensor_shape(t)[0];
 }
 
-static double rate(double n, double dt) {
-  return dt > 0 ? n / dt : 0.0;
+/* Whether the pipeline's chain has a batch stage (its items are batches). */
+static bool has_batch_stage(const sl_pipeline *pl) {
+  size_t n = 0;
+  if (sl_pipeline_stats(pl, NULL, 0, &n) != SL_OK || n == 0) return false;
+  sl_stage_stats *st = calloc(n, sizeof *st);
+  bool found = false;
+  if (st && sl_pipeline_stats(pl, st, n, &n) == SL_OK)
+    for (size_t i = 0; i < n && !found; i++)
+      found = st[i].name && strcmp(st[i].name, "batch") == 0;
+  free(st);
+  return found;
+}
+
+/* "\r<progress>" on stderr: done/target with the share and an ETA when the
+ * target is known (target 0: not known). */
+static void progress(uint64_t e, uint64_t batches, int64_t samples,
+                     uint64_t target, double dt) {
+  fprintf(stderr, "\r\033[Kepoch %" PRIu64 ": %" PRIu64, e, batches);
+  if (target > 0) {
+    uint64_t left = target > batches ? target - batches : 0;
+    double eta = batches > 0 ? dt / (double)batches * (double)left : 0.0;
+    fprintf(stderr, "/%" PRIu64 " batches (%.0f%%, ETA %.1f s)", target,
+            100.0 * (double)batches / (double)target, eta);
+  } else {
+    fprintf(stderr, " batches");
+  }
+  fprintf(stderr, ", %" PRId64 " samples, %.0f samples/s", samples,
+          rate((double)samples, dt));
 }
 
 static void report(const char *what, uint64_t batches, int64_t samples,
@@ -149,6 +189,14 @@ int cmd_run(int argc, char **argv) {
   printf("pipeline: %s yields %s (opened in %.3f s)\n", script,
          sl_schema_describe(sl_pipeline_schema(pl), desc, sizeof desc),
          cli_now() - t0);
+  const bool batched = has_batch_stage(pl);
+  uint64_t length = 0;
+  bool known = sl_pipeline_length(pl, &length) == SL_OK;
+  if (known)
+    printf("length: %" PRIu64 " %s per epoch\n", length,
+           batched ? "batches" : "samples");
+  else
+    printf("length: not known (%s)\n", sl_last_error());
   fflush(stdout);
 
   uint64_t total_batches = 0;
@@ -165,21 +213,22 @@ int cmd_run(int argc, char **argv) {
     }
     uint64_t batches = 0;
     int64_t samples = 0;
-    double last_progress = e0;
+    double last_progress = -1.0; /* the first item shows it at once */
+    /* What this epoch will yield, for the share and the ETA (0: unknown). */
+    uint64_t target = known ? length : 0;
+    if (known && limit && limit - total_batches < target)
+      target = limit - total_batches;
     sl_sample *b = NULL;
     while ((rc = sl_pipeline_next(pl, &b)) == SL_OK) {
       batches++;
-      samples += batch_samples(b);
+      samples += item_samples(b, batched);
       sl_sample_release(b);
       b = NULL;
       if (tty) {
         double now = cli_now();
-        if (now - last_progress >= 0.2) {
+        if (last_progress < 0 || now - last_progress >= 0.2) {
           last_progress = now;
-          fprintf(stderr,
-                  "\r\033[Kepoch %" PRIu64 ": %" PRIu64 " batches, %" PRId64
-                  " samples, %.0f samples/s",
-                  e, batches, samples, rate((double)samples, now - e0));
+          progress(e, batches, samples, target, now - e0);
         }
       }
       if (limit && total_batches + batches >= limit) {

@@ -219,6 +219,7 @@ int sl_reader_has_next(sl_reader *r);
 int sl_reader_reset(sl_reader *r);
 const sl_schema *sl_reader_schema(const sl_reader *r);
 const char *sl_reader_name(const sl_reader *r);
+int sl_reader_length(const sl_reader *r, uint64_t *n);
 void sl_reader_destroy(sl_reader *r);
 
 int sl_reader_from_array(sl_sample *const *samples, size_t n,

@@ -200,6 +200,25 @@ function Pipeline:reset()
   if rc < 0 then error(c_message(rc), 0) end
 end
 
+-- p:length(): the samples (batches, after :batch()) one pass yields, or
+-- nil and the reason when the pipeline cannot know before reading (a
+-- filter, a Lua reader, text files, a skip policy: sl_reader_length).
+-- `#p` is the same where the Lua honours __len on tables (LuaJIT does only
+-- when built with Lua 5.2 compatibility; there `#p` is 0: use p:length()).
+local LENGTH = ffi.new("uint64_t[1]")
+function Pipeline:length()
+  local rc = C.sl_reader_length(live(self, ":length()", 2), LENGTH)
+  if rc == 0 then return tonumber(LENGTH[0]) end
+  if rc == -9 then return nil, c_message(rc) end -- SL_EUNSUPPORTED
+  error(c_message(rc), 2)
+end
+
+Pipeline.__len = function(p)
+  local n, why = Pipeline.length(p)
+  if not n then error(why, 2) end
+  return n
+end
+
 function Pipeline:close()
   if not is_pipeline(self) then live(self, ":close()", 2) end
   local r = self._r

@@ -1,6 +1,8 @@
 # run.sh - `sluice run`: a Lua pipeline script with arguments, --epochs,
 # --limit, a failing script (exit 1, the Lua message), --stats (the
-# per-stage table naming the limiting stage) and --help.  The scripts
+# per-stage table naming the limiting stage), sample counts with and without
+# a batch stage, the length and the progress line's share and ETA, and
+# --help.  The scripts
 # require "sluice": LUA_PATH / LUA_CPATH point at the source lua/ and the
 # build's lua/ (beside tools/).
 . "$(dirname "$0")/lib.bash"
@@ -69,6 +71,60 @@ contains "$OUT" "limiting stage: map (busy "
 sl run --stats --epochs 2 "$S/range_batches.lua" 10 5
 expect_rc 0 "run --stats over 2 epochs"
 contains "$OUT" "  range "
+
+# Samples are counted as samples: without a batch stage each item is one,
+# whatever its shape (t10k: 10000 images of 28x28, not 280000 rows; text:
+# lines, not bytes); with one, the samples in each batch (a ragged field's
+# LoD sequences, not its rows).  A known length is printed.
+need_data
+cat >"$TMP/t10k.lua" <<'LUA'
+local data = ...
+return require("sluice").open("idx:" .. data .. "/t10k-images-idx3-ubyte.gz")
+LUA
+sl run "$TMP/t10k.lua" "$DATA"
+expect_rc 0 "run t10k.lua (unbatched idx)"
+contains "$OUT" "length: 10000 samples per epoch"
+contains "$OUT" "total (1 epoch): 10000 batches, 10000 samples in "
+printf 'one\ntwo two\nthree three three\n' >"$TMP/lines.txt"
+cat >"$TMP/lines.lua" <<'LUA'
+local path, batch = ...
+local p = require("sluice").open("text:" .. path)
+if batch then p = p:batch(tonumber(batch)) end
+return p
+LUA
+sl run "$TMP/lines.lua" "$TMP/lines.txt"
+expect_rc 0 "run lines.lua (unbatched text)"
+contains "$OUT" "total (1 epoch): 3 batches, 3 samples in "
+contains "$OUT" "length: not known (text"
+sl run "$TMP/lines.lua" "$TMP/lines.txt" 2
+expect_rc 0 "run lines.lua (text batched by 2: LoD)"
+contains "$OUT" "total (1 epoch): 2 batches, 3 samples in "
+sl run "$S/range_batches.lua" 100 8
+contains "$OUT" "length: 13 batches per epoch"
+cat >"$TMP/filtered.lua" <<'LUA'
+return require("sluice").range(10):filter(function(s) return s.i % 2 == 0 end)
+LUA
+sl run "$TMP/filtered.lua"
+expect_rc 0 "run filtered.lua"
+contains "$OUT" "length: not known (filter: "
+contains "$OUT" "total (1 epoch): 5 batches, 5 samples in "
+
+# On a terminal the progress line shows the share done and an ETA when the
+# length is known (it is drawn at the first batch, then every 0.2 s).
+if command -v script >/dev/null; then
+  run script -qec "'$SLUICE' run '$S/range_batches.lua' 100 8" /dev/null
+  expect_rc 0 "run range_batches.lua on a terminal"
+  contains "$OUT" "epoch 1: 1/13 batches (8%, ETA "
+  contains "$OUT" " samples/s"
+  run script -qec "'$SLUICE' run --limit 5 '$S/range_batches.lua' 100 8" \
+    /dev/null
+  contains "$OUT" "epoch 1: 1/5 batches (20%, ETA "
+  run script -qec "'$SLUICE' run '$TMP/filtered.lua'" /dev/null
+  contains "$OUT" "epoch 1: 1 batches, 1 samples"
+  not_contains "$OUT" "ETA"
+else
+  fail "the util-linux 'script' command is missing (a terminal for the progress line)"
+fi
 
 # Usage errors and --help.
 for bad in "" "--epochs 0 x.lua" "--limit x x.lua" "--bogus x.lua"; do
