@@ -38,6 +38,9 @@ build = {
     CMAKE_INSTALL_LIBDIR = "lib",
     SLUICE_INSTALL_LUA_CDIR = "$(LIBDIR)",
     SLUICE_INSTALL_LUA_DIR = "$(LUADIR)",
+    -- LuaRocks deploys the rock's lib/ (libsluice.so) into the tree's
+    -- lib/lua/5.1 and bin/ into bin/: the command's $ORIGIN RPATH.
+    SLUICE_CLI_LIBDIR_FROM_BIN = "../lib/lua/5.1",
     SLUICE_INSTALL_DEVEL = "OFF",
     SLUICE_BUILD_TESTS = "OFF",
     SLUICE_BUILD_BENCH = "OFF",
