@@ -603,8 +603,15 @@ typedef struct sl_slr_open_opts {
   sl_corrupt_policy policy;
   uint32_t max_bad_chunks;  /* skip_chunk: fail when more are skipped in
                                one pass (0 = 16) */
-  uint64_t max_chunk_bytes; /* limit on stored and raw chunk sizes
-                               (0 = 1 GiB) */
+  uint64_t max_chunk_bytes; /* limit on a chunk's raw (decompressed) size;
+                               its stored size may be zstd's bound of it.
+                               0 = the largest chunk the writer recorded in
+                               the file (metadata sluice.max_chunk_raw, at
+                               most 1 GiB), or 256 MiB for files that record
+                               none, which also may not claim more than
+                               1024 times the stored size above 16 MiB.  A
+                               chunk above the limit is SL_ECORRUPT, refused
+                               before anything is allocated for it. */
 } sl_slr_open_opts;
 
 /* Opens an SLR file and validates header, footer, schema and index (not the

@@ -580,3 +580,282 @@ TEST(golden_v1_file_still_reads) {
   }
   sl_slr_close(f);
 }
+
+/* --- crafted files: hostile sizes and values (issue 13, items 7, 8, 14) -----
+ * craft_slr writes a file from a schema block body and stored chunk
+ * payloads, with every CRC, the index and the footer made valid, so the
+ * reader's checks behind the checksums are what is tested. */
+
+#include <zstd.h>
+
+typedef struct cbuf {
+  unsigned char *b;
+  size_t n, cap;
+} cbuf;
+
+static void cb_put(cbuf *c, const void *p, size_t n) {
+  if (c->n + n > c->cap) {
+    c->cap = (c->n + n) * 2 + 64;
+    c->b = realloc(c->b, c->cap);
+    ASSERT_NOT_NULL(c->b);
+  }
+  if (n) memcpy(c->b + c->n, p, n);
+  c->n += n;
+}
+static void cb_le(cbuf *c, uint64_t v, int bytes) {
+  unsigned char b[8];
+  for (int i = 0; i < bytes; i++)
+    b[i] = (unsigned char)(v >> (8 * i));
+  cb_put(c, b, (size_t)bytes);
+}
+
+/* A field of a schema block body: name bytes (len 0 = strlen), dtype, rank,
+ * dims. */
+typedef struct cfield {
+  const char *name;
+  size_t name_len;
+  int dtype, rank;
+  int64_t dims[4];
+} cfield;
+
+/* Schema block body (field count .. metadata entries): nf fields, nm
+ * key/value pairs in meta (2 * nm strings). */
+static void craft_schema(cbuf *c, const cfield *fs, int nf,
+                         const char *const *meta, int nm) {
+  cb_le(c, (uint64_t)nf, 4);
+  for (int i = 0; i < nf; i++) {
+    size_t nl = fs[i].name_len ? fs[i].name_len : strlen(fs[i].name);
+    cb_le(c, nl, 2);
+    cb_put(c, fs[i].name, nl);
+    cb_le(c, (uint64_t)fs[i].dtype, 1);
+    cb_le(c, (uint64_t)fs[i].rank, 1);
+    for (int d = 0; d < fs[i].rank; d++)
+      cb_le(c, (uint64_t)fs[i].dims[d], 8);
+  }
+  cb_le(c, (uint64_t)nm, 4);
+  for (int i = 0; i < 2 * nm; i++) {
+    cb_le(c, strlen(meta[i]), 4);
+    cb_put(c, meta[i], strlen(meta[i]));
+  }
+}
+
+typedef struct cchunk {
+  uint32_t records;
+  const unsigned char *stored; /* the zstd frame */
+  size_t stored_len;
+  uint64_t raw_size; /* as declared in the chunk header */
+} cchunk;
+
+static void craft_slr(const char *path, const cbuf *schema_body,
+                      const cchunk *ch, int n) {
+  cbuf f = {0};
+  unsigned char h[32] = {0x89, 'S', 'L', 'R', '\r', '\n', 0x1a, '\n', 1, 0};
+  sl__put32(h + 28, sl__crc32c(0, h, 28));
+  cb_put(&f, h, 32);
+  uint64_t *offs = calloc((size_t)n + 1, sizeof *offs);
+  uint32_t *hcrc = calloc((size_t)n + 1, sizeof *hcrc);
+  uint64_t records = 0;
+  for (int i = 0; i < n; i++) {
+    unsigned char c[40];
+    sl__put32(c, 0x4B434C53u);
+    sl__put32(c + 4, ch[i].records);
+    sl__put64(c + 8, ch[i].stored_len);
+    sl__put64(c + 16, ch[i].raw_size);
+    sl__put32(c + 24, (uint32_t)i);
+    sl__put32(c + 28, 1);
+    sl__put32(c + 32, sl__crc32c(0, ch[i].stored, ch[i].stored_len));
+    hcrc[i] = sl__crc32c(0, c, 36);
+    sl__put32(c + 36, hcrc[i]);
+    offs[i] = f.n;
+    cb_put(&f, c, 40);
+    cb_put(&f, ch[i].stored, ch[i].stored_len);
+  }
+  uint64_t so = f.n, ss = 12 + schema_body->n;
+  size_t s0 = f.n;
+  cb_le(&f, 0x43534C53u, 4);
+  cb_le(&f, ss, 4);
+  cb_put(&f, schema_body->b, schema_body->n);
+  cb_le(&f, sl__crc32c(0, f.b + s0, f.n - s0), 4);
+  uint64_t io = f.n, is = 20 + 24 * (uint64_t)n;
+  size_t i0 = f.n;
+  cb_le(&f, 0x58494C53u, 4);
+  cb_le(&f, 0, 4);
+  cb_le(&f, (uint64_t)n, 8);
+  for (int i = 0; i < n; i++) {
+    cb_le(&f, offs[i], 8);
+    cb_le(&f, records, 8);
+    cb_le(&f, ch[i].records, 4);
+    cb_le(&f, hcrc[i], 4);
+    records += ch[i].records;
+  }
+  cb_le(&f, sl__crc32c(0, f.b + i0, f.n - i0), 4);
+  unsigned char ft[64] = {0};
+  sl__put64(ft, so);
+  sl__put64(ft + 8, ss);
+  sl__put64(ft + 16, io);
+  sl__put64(ft + 24, is);
+  sl__put64(ft + 32, records);
+  sl__put64(ft + 40, (uint64_t)n);
+  sl__put32(ft + 52, sl__crc32c(0, ft, 52));
+  memcpy(ft + 56, "SLREND01", 8);
+  cb_put(&f, ft, 64);
+  spill(path, f.b, f.n);
+  free(f.b);
+  free(offs);
+  free(hcrc);
+}
+
+/* A zstd frame declaring hlen + zeros bytes: `head` in a raw block, then
+ * the zeros as RLE blocks of 128 KiB (4 bytes each: 32768:1). */
+static void rle_frame(cbuf *out, const unsigned char *head, size_t hlen,
+                      uint64_t zeros) {
+  cb_le(out, 0xFD2FB528u, 4);
+  cb_le(out, 0xE0, 1); /* 8-byte content size, single segment */
+  cb_le(out, hlen + zeros, 8);
+  cb_le(out, (uint64_t)hlen << 3 | (zeros ? 0 : 1), 3); /* raw block */
+  cb_put(out, head, hlen);
+  while (zeros) {
+    uint64_t k = SL_MIN(zeros, (uint64_t)128 << 10);
+    zeros -= k;
+    cb_le(out, k << 3 | 1 << 1 | (zeros ? 0 : 1), 3); /* RLE block */
+    cb_le(out, 0, 1);
+  }
+}
+
+/* One chunk of one record of {blob: u8[-1]} holding `zeros` zero bytes (a
+ * multiple of 8), as an RLE bomb; raw size 16 + zeros. */
+static void blob_bomb(cbuf *frame, uint64_t zeros) {
+  unsigned char head[16] = {0};
+  sl__put32(head, (uint32_t)(8 + zeros)); /* end of record 0 */
+  sl__put64(head + 8, zeros);             /* its dim */
+  rle_frame(frame, head, sizeof head, zeros);
+}
+
+static const cfield blob_field = {"blob", 0, SL_U8, 1, {SL_DIM_VAR}};
+
+/* Item 8: 4 chunks of ~1 GiB zeros in a 131 KB file (valid CRCs, valid
+ * frames) are refused before anything of their size is allocated. */
+TEST(gigabyte_bomb_chunks_are_refused_before_allocating) {
+  const char *path = tmppath("bomb.slr");
+  cbuf schema = {0}, frame = {0};
+  craft_schema(&schema, &blob_field, 1, NULL, 0);
+  blob_bomb(&frame, ((uint64_t)1 << 30) - 16);
+  cchunk ch[4];
+  for (int i = 0; i < 4; i++)
+    ch[i] = (cchunk){1, frame.b, frame.n, (uint64_t)1 << 30};
+  craft_slr(path, &schema, ch, 4);
+  sl_slr_file *f;
+  ASSERT_OK(sl_slr_open(path, NULL, &f));
+  sl__alloc_largest();
+  ASSERT_RC(sl_slr_verify(f), SL_ECORRUPT);
+  ASSERT_LE(sl__alloc_largest(), (size_t)1 << 20);
+  ASSERT_CONTAINS(sl_last_error(), "bomb.slr: chunk 0 at offset 32");
+  ASSERT_CONTAINS(sl_last_error(), "exceeds the limit of 268435456 bytes");
+  ASSERT_CONTAINS(sl_last_error(), "max_chunk_bytes");
+  sl_slr_close(f);
+  /* The same through the reader stage, under skip_chunk: every chunk is
+   * refused, none allocated. */
+  sl_slr_open_opts o = {SL_CORRUPT_SKIP_CHUNK, 8, 0};
+  sl_reader *r;
+  ASSERT_OK(sl_slr_reader(path, &o, 0, UINT64_MAX, &r));
+  sl_sample *s;
+  ASSERT_RC(sl_reader_next(r, &s), SL_EOF);
+  ASSERT_LE(sl__alloc_largest(), (size_t)1 << 20);
+  sl_reader_destroy(r);
+  free(schema.b);
+  free(frame.b);
+}
+
+/* Item 8: a file that records no chunk size may not claim more than 1024:1
+ * above 16 MiB; the max_chunk_bytes option reads it. */
+TEST(unrecorded_chunk_size_is_bounded_by_a_ratio) {
+  const char *path = tmppath("ratio.slr");
+  cbuf schema = {0}, frame = {0};
+  craft_schema(&schema, &blob_field, 1, NULL, 0);
+  uint64_t zeros = (uint64_t)64 << 20;
+  blob_bomb(&frame, zeros);
+  cchunk ch = {1, frame.b, frame.n, 16 + zeros};
+  craft_slr(path, &schema, &ch, 1);
+  sl_slr_file *f;
+  ASSERT_OK(sl_slr_open(path, NULL, &f));
+  sl__alloc_largest();
+  ASSERT_RC(sl_slr_verify(f), SL_ECORRUPT);
+  ASSERT_LE(sl__alloc_largest(), (size_t)1 << 20);
+  ASSERT_CONTAINS(sl_last_error(), "ratio.slr: chunk 0");
+  ASSERT_CONTAINS(sl_last_error(), "a ratio above 1024:1");
+  sl_slr_close(f);
+  sl_slr_open_opts o = {SL_CORRUPT_FAIL, 0, (uint64_t)128 << 20};
+  ASSERT_OK(sl_slr_open(path, &o, &f));
+  ASSERT_OK(sl_slr_verify(f));
+  sl_sample *s;
+  ASSERT_OK(sl_slr_read(f, 0, &s));
+  ASSERT_EQ(sl_sample_at_const(s, 0)->shape[0], (int64_t)zeros);
+  sl_sample_release(s);
+  sl_slr_close(f);
+  free(schema.b);
+  free(frame.b);
+}
+
+/* Item 8: sluice.max_chunk_raw, recorded by the writer, is the default
+ * limit: all-zero data it records reads (no ratio bound), a chunk above it
+ * is corrupt, and a recorded value that is not a size up to 1 GiB is
+ * corrupt at open. */
+TEST(recorded_max_chunk_raw_is_the_default_limit) {
+  const char *path = tmppath("recorded.slr");
+  uint64_t zeros = (uint64_t)32 << 20;
+  cbuf frame = {0};
+  blob_bomb(&frame, zeros);
+  cchunk ch = {1, frame.b, frame.n, 16 + zeros};
+  char fits[32], small[32];
+  snprintf(fits, sizeof fits, "%llu", (unsigned long long)(16 + zeros));
+  snprintf(small, sizeof small, "%llu", (unsigned long long)(8 + zeros));
+  const char *vals[] = {fits, small, "1073741825", "12x", ""};
+  for (int i = 0; i < 5; i++) {
+    cbuf schema = {0};
+    const char *meta[] = {"sluice.max_chunk_raw", vals[i]};
+    craft_schema(&schema, &blob_field, 1, meta, 1);
+    craft_slr(path, &schema, &ch, 1);
+    free(schema.b);
+    sl_slr_file *f;
+    int rc = sl_slr_open(path, NULL, &f);
+    if (i >= 2) {
+      ASSERT_RC(rc, SL_ECORRUPT);
+      ASSERT_CONTAINS(sl_last_error(), "recorded.slr: schema block");
+      ASSERT_CONTAINS(sl_last_error(), "sluice.max_chunk_raw");
+      continue;
+    }
+    ASSERT_OK(rc);
+    rc = sl_slr_verify(f);
+    if (i == 0) {
+      ASSERT_OK(rc);
+    } else {
+      ASSERT_RC(rc, SL_ECORRUPT);
+      ASSERT_CONTAINS(sl_last_error(), "exceeds the limit of");
+      ASSERT_CONTAINS(sl_last_error(), "largest chunk its writer recorded");
+    }
+    sl_slr_close(f);
+  }
+  free(frame.b);
+}
+
+/* Item 8: running out of memory while a chunk is read names the file and
+ * the chunk. */
+TEST(allocation_failures_name_the_file_and_chunk) {
+  const char *path = tmppath("oom.slr");
+  write_file(path, 40, 8, 1);
+  int failures = 0;
+  for (long n = 0; n < 64; n++) {
+    sl_slr_file *f;
+    ASSERT_OK(sl_slr_open(path, NULL, &f));
+    sl__alloc_fail_after(n);
+    int rc = sl_slr_verify(f);
+    sl__alloc_fail_after(-1);
+    sl_slr_close(f);
+    if (rc == SL_OK) continue;
+    failures++;
+    ASSERT_RC(rc, SL_ENOMEM);
+    ASSERT_CONTAINS(sl_last_error(), "oom.slr: ");
+    ASSERT_CONTAINS(sl_last_error(), "chunk ");
+  }
+  ASSERT_GE(failures, 2);
+}

@@ -30,6 +30,9 @@ char *sl__strdup(const char *s);
  * (n < 0 disables).  Returns the number of allocations made since the last
  * call.  Process-wide; for single-threaded fault tests. */
 long sl__alloc_fail_after(long n);
+/* Test hook: the largest single allocation requested (through the sl__
+ * allocators) since the last call, which resets it.  Process-wide. */
+size_t sl__alloc_largest(void);
 
 /* --- errors ---------------------------------------------------------------
  * Written once so that every failure path says what and where.  The message

@@ -13,6 +13,20 @@
 
 #include <zstd.h>
 
+/* Chunk size limits (docs/FORMAT.md, "Chunk size limits").  Without an
+ * explicit max_chunk_bytes the limit on a chunk's raw size is what the
+ * writer recorded as sluice.max_chunk_raw (at most SLR_MAX_CHUNK_RAW), or
+ * SLR_DEFAULT_CHUNK_LIMIT for files that record none; such files also may
+ * not claim a raw size above SLR_RATIO_FREE bytes that is more than
+ * SLR_MAX_RATIO times the stored size (zstd's RLE blocks reach 32768:1, so
+ * the frame's own bound does not stop a small file from asking for
+ * gigabytes). */
+#define SLR_DEFAULT_CHUNK_LIMIT ((uint64_t)256 << 20)
+#define SLR_MAX_CHUNK_RAW ((uint64_t)1 << 30)
+#define SLR_RATIO_FREE ((uint64_t)16 << 20)
+#define SLR_MAX_RATIO 1024
+#define SLR_META_MAX_CHUNK_RAW "sluice.max_chunk_raw"
+
 typedef struct index_entry {
   uint64_t offset, first_record;
   uint32_t records, header_crc;
@@ -28,6 +42,10 @@ struct sl_slr_file {
   ZSTD_DCtx *dctx;
   unsigned char *stored; /* reused buffer for compressed payloads */
   size_t stored_cap;
+  uint64_t raw_limit;       /* largest raw chunk size accepted */
+  uint64_t stored_limit;    /* largest stored size: zstd's bound of it */
+  const char *limit_from;   /* where raw_limit comes from, for messages */
+  bool ratio_bound;         /* no recorded limit: check the ratio too */
   slr_chunk cache;          /* the last chunk decoded (cache.raw != NULL) */
   uint64_t bad_chunks;      /* skipped over the file's life */
   uint64_t pass_bad_chunks; /* skipped this pass: what the cap limits */
@@ -231,6 +249,43 @@ static int parse_schema(sl_slr_file *f, const unsigned char *b, uint64_t len) {
 #undef NEED
 }
 
+/* Sets the chunk size limits: the max_chunk_bytes option, else the size
+ * the writer recorded, else the default with the ratio bound. */
+static int chunk_limits(sl_slr_file *f) {
+  const char *rec = sl_schema_meta(f->schema, SLR_META_MAX_CHUNK_RAW);
+  if (f->opts.max_chunk_bytes) {
+    f->raw_limit = f->opts.max_chunk_bytes;
+    f->limit_from = "the max_chunk_bytes option";
+  } else if (rec) {
+    uint64_t v = 0;
+    size_t n = strlen(rec);
+    bool ok = n > 0 && n <= 10;
+    for (size_t i = 0; ok && i < n; i++) {
+      ok = rec[i] >= '0' && rec[i] <= '9';
+      v = v * 10 + (uint64_t)(rec[i] - '0');
+    }
+    SL_RETURN_ERROR_IF(!ok || v > SLR_MAX_CHUNK_RAW, SL_ECORRUPT,
+                       "%s: schema block at offset %llu: metadata %s = '%.40s' "
+                       "is not a size of at most %llu bytes",
+                       WHERE(f), (unsigned long long)f->schema_off,
+                       SLR_META_MAX_CHUNK_RAW, rec,
+                       (unsigned long long)SLR_MAX_CHUNK_RAW);
+    f->raw_limit = v;
+    f->limit_from = "the largest chunk its writer recorded (" SLR_META_MAX_CHUNK_RAW
+                    "); set max_chunk_bytes to override";
+  } else {
+    f->raw_limit = SLR_DEFAULT_CHUNK_LIMIT;
+    f->limit_from = "the default for files that do not record "
+                    SLR_META_MAX_CHUNK_RAW "; set max_chunk_bytes to raise it";
+    f->ratio_bound = true;
+  }
+  /* A zstd frame of n bytes may take up to ZSTD_compressBound(n) bytes. */
+  uint64_t l = SL_MIN(f->raw_limit, (uint64_t)SIZE_MAX / 2);
+  f->stored_limit = (uint64_t)ZSTD_compressBound((size_t)l);
+  if (f->stored_limit < l) f->stored_limit = l;
+  return SL_OK;
+}
+
 static int parse_index(sl_slr_file *f, const unsigned char *b, uint64_t len) {
   /* magic, reserved, chunk_count, crc: 20 bytes before any entry (the
    * block reader only guarantees magic and CRC). */
@@ -292,7 +347,6 @@ int sl__slr_open_source(sl__source *src, const sl_slr_open_opts *opts,
   f->src = src;
   if (opts) f->opts = *opts;
   if (!f->opts.max_bad_chunks) f->opts.max_bad_chunks = 16;
-  if (!f->opts.max_chunk_bytes) f->opts.max_chunk_bytes = (uint64_t)1 << 30;
   int rc = SL_OK;
   unsigned char *blk = NULL;
   if (f->src->size < SLR_HEADER_SIZE + SLR_FOOTER_SIZE) {
@@ -309,7 +363,7 @@ int sl__slr_open_source(sl__source *src, const sl_slr_open_opts *opts,
   rc = parse_schema(f, blk, f->index_off - f->schema_off);
   sl__free(blk);
   blk = NULL;
-  if (rc < 0) goto fail;
+  if (rc < 0 || (rc = chunk_limits(f)) < 0) goto fail;
   if ((rc = read_block(f, "index", SLR_INDEX_MAGIC, f->index_off,
                        f->footer_off - f->index_off, &blk)) < 0)
     goto fail;
@@ -430,10 +484,24 @@ static int chunk_header(sl_slr_file *f, uint64_t c, uint64_t *stored,
   *payload_crc = sl__get32(h + 32);
   uint64_t end,
       want_end = c + 1 < f->nchunks ? f->index[c + 1].offset : f->schema_off;
-  if (*stored > f->opts.max_chunk_bytes || *raw > f->opts.max_chunk_bytes)
-    CHUNK_FAIL("stored size %llu or raw size %llu exceeds the limit of %llu",
-               (unsigned long long)*stored, (unsigned long long)*raw,
-               (unsigned long long)f->opts.max_chunk_bytes);
+  if (*raw > f->raw_limit)
+    CHUNK_FAIL("raw size %llu exceeds the limit of %llu bytes, %s",
+               (unsigned long long)*raw, (unsigned long long)f->raw_limit,
+               f->limit_from);
+  if (*stored > f->stored_limit)
+    CHUNK_FAIL("stored size %llu exceeds the limit of %llu bytes (a zstd "
+               "frame of at most %llu bytes), %s",
+               (unsigned long long)*stored,
+               (unsigned long long)f->stored_limit,
+               (unsigned long long)f->raw_limit, f->limit_from);
+  if (f->ratio_bound && *raw > SLR_RATIO_FREE &&
+      *raw / SLR_MAX_RATIO > *stored)
+    CHUNK_FAIL("raw size %llu from %llu stored bytes is a ratio above "
+               "%d:1, which a file that does not record "
+               SLR_META_MAX_CHUNK_RAW " may not claim above %llu bytes; set "
+               "max_chunk_bytes to read it",
+               (unsigned long long)*raw, (unsigned long long)*stored,
+               SLR_MAX_RATIO, (unsigned long long)SLR_RATIO_FREE);
   if (!sl__add_ok(x->offset + SLR_CHUNK_HEADER_SIZE, *stored, &end) ||
       end != want_end)
     CHUNK_FAIL("payload of %llu bytes does not end where the next structure "
@@ -525,7 +593,12 @@ int sl__slr_load_chunk(sl_slr_file *f, uint64_t c, const slr_chunk **out) {
     f->cache.raw = NULL;
   } else {
     buf = sl_buffer_new((size_t)raw);
-    if (!buf) return SL_ENOMEM;
+    if (!buf)
+      return sl_wrap_error(SL_ENOMEM,
+                           "%s: chunk %llu at offset %llu: %llu raw bytes",
+                           WHERE(f), (unsigned long long)c,
+                           (unsigned long long)x->offset,
+                           (unsigned long long)raw);
   }
   size_t got = ZSTD_decompressDCtx(f->dctx, sl_buffer_data(buf), (size_t)raw,
                                    f->stored, (size_t)stored);
