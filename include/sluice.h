@@ -261,8 +261,13 @@ SL_API sl_schema *sl_schema_new(void);
  * SL_ESTATE (schema frozen) or SL_ENOMEM. */
 SL_API int sl_schema_add(sl_schema *s, const char *name, sl_dtype dtype,
                          int rank, const int64_t *shape);
+/* At most this many metadata entries per schema (a file's schema block
+ * with more is corrupt). */
+#define SL_MAX_META 65536
 /* Sets a user metadata entry (both strings copied; an existing key is
- * replaced).  Returns SL_OK, SL_ESTATE (frozen) or SL_ENOMEM. */
+ * replaced).  O(1) on average (keys are hashed).  Returns SL_OK, SL_ESTATE
+ * (frozen), SL_EINVAL (a new key beyond SL_MAX_META entries) or
+ * SL_ENOMEM. */
 SL_API int sl_schema_set_meta(sl_schema *s, const char *key, const char *value);
 /* The metadata value for `key` (borrowed, lives as long as the schema), or
  * NULL. */

@@ -344,3 +344,36 @@ TEST(allocation_failures_in_core_are_reported) {
   }
   sl_schema_release(s);
 }
+
+/* Issue 13 item 7: metadata keys are hashed (65 536 entries set and found
+ * in linear time, insertion order kept by sl_schema_meta_at), replacing a
+ * key keeps one entry, and a new key beyond SL_MAX_META is refused. */
+TEST(schema_metadata_is_indexed_and_bounded) {
+  sl_schema *s = sl_schema_new();
+  char k[32], v[32];
+  for (int i = 0; i < SL_MAX_META; i++) {
+    snprintf(k, sizeof k, "k%d", i);
+    snprintf(v, sizeof v, "%d", i * 3);
+    ASSERT_OK(sl_schema_set_meta(s, k, v));
+  }
+  ASSERT_EQ(sl_schema_meta_count(s), SL_MAX_META);
+  for (int i = 0; i < SL_MAX_META; i += 997) {
+    snprintf(k, sizeof k, "k%d", i);
+    snprintf(v, sizeof v, "%d", i * 3);
+    ASSERT_STREQ(sl_schema_meta(s, k), v);
+    const char *ki, *vi;
+    ASSERT_OK(sl_schema_meta_at(s, i, &ki, &vi));
+    ASSERT_STREQ(ki, k);
+  }
+  ASSERT_NULL(sl_schema_meta(s, "k65536"));
+  ASSERT_RC(sl_schema_set_meta(s, "one-more", "x"), SL_EINVAL);
+  ASSERT_CONTAINS(sl_last_error(), "at most 65536 entries");
+  ASSERT_OK(sl_schema_set_meta(s, "k7", "seven")); /* replacing is fine */
+  ASSERT_STREQ(sl_schema_meta(s, "k7"), "seven");
+  ASSERT_EQ(sl_schema_meta_count(s), SL_MAX_META);
+  sl_schema *c = sl_schema_copy(s);
+  ASSERT_NOT_NULL(c);
+  ASSERT_STREQ(sl_schema_meta(c, "k65535"), "196605");
+  sl_schema_release(c);
+  sl_schema_release(s);
+}

@@ -5,6 +5,8 @@
  */
 #include "internal.h"
 
+#include <time.h>
+
 #define SL_NAME_MAX 63
 
 typedef struct field {
@@ -18,8 +20,14 @@ typedef struct field {
 typedef struct meta {
   char *key;
   char *value;
+  uint64_t hash;
 } meta;
 
+/* Metadata keys are found through an open-addressing hash table (linear
+ * probing, at most half full) keyed by a hash seeded per schema, so setting
+ * or finding a key is O(1) on average and a file's keys cannot be chosen to
+ * collide without knowing the seed: reading 65 536 entries is linear, not
+ * quadratic. */
 struct sl_schema {
   sl__refcnt refs;
   atomic_bool frozen;
@@ -27,7 +35,58 @@ struct sl_schema {
   field *fields;
   int nmeta, meta_cap;
   meta *meta;
+  uint32_t *slots; /* meta index + 1, 0 = empty; slot_cap entries */
+  uint32_t slot_cap;
+  uint64_t seed;
 };
+
+static uint64_t mix64(uint64_t x) {
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ull;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+static uint64_t key_hash(const sl_schema *s, const char *key) {
+  uint64_t h = s->seed;
+  for (const unsigned char *p = (const unsigned char *)key; *p; p++)
+    h = (h ^ *p) * 0x100000001b3ull;
+  return mix64(h);
+}
+
+/* The index of `key` in s->meta, or -1. */
+static int meta_find(const sl_schema *s, const char *key, uint64_t h) {
+  if (!s->slot_cap) return -1;
+  uint32_t mask = s->slot_cap - 1;
+  for (uint32_t i = (uint32_t)h & mask;; i = (i + 1) & mask) {
+    uint32_t v = s->slots[i];
+    if (!v) return -1;
+    const meta *m = &s->meta[v - 1];
+    if (m->hash == h && strcmp(m->key, key) == 0) return (int)(v - 1);
+  }
+}
+
+static void slot_put(uint32_t *slots, uint32_t cap, uint64_t h, uint32_t v) {
+  uint32_t mask = cap - 1, i = (uint32_t)h & mask;
+  while (slots[i])
+    i = (i + 1) & mask;
+  slots[i] = v;
+}
+
+/* Makes room in the table for one more entry. */
+static int slots_reserve(sl_schema *s) {
+  if ((uint64_t)(s->nmeta + 1) * 2 <= s->slot_cap) return SL_OK;
+  uint32_t cap = s->slot_cap ? s->slot_cap * 2 : 16;
+  uint32_t *t = sl__calloc(cap, sizeof *t);
+  SL_RETURN_ERROR_IF(!t, SL_ENOMEM, "schema: cannot grow the metadata index");
+  for (int i = 0; i < s->nmeta; i++)
+    slot_put(t, cap, s->meta[i].hash, (uint32_t)i + 1);
+  sl__free(s->slots);
+  s->slots = t;
+  s->slot_cap = cap;
+  return SL_OK;
+}
 
 sl_schema *sl_schema_new(void) {
   sl_schema *s = sl__calloc(1, sizeof *s);
@@ -37,6 +96,10 @@ sl_schema *sl_schema_new(void) {
   }
   sl__ref_init(&s->refs);
   atomic_init(&s->frozen, false);
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  s->seed = mix64((uint64_t)(uintptr_t)s ^ mix64((uint64_t)ts.tv_nsec ^
+                                                  (uint64_t)ts.tv_sec << 32));
   return s;
 }
 
@@ -92,14 +155,22 @@ int sl_schema_set_meta(sl_schema *s, const char *key, const char *value) {
   SL_RETURN_ERROR_IF(is_frozen(s), SL_ESTATE,
                      "schema: cannot set metadata '%s' on a frozen schema",
                      key);
+  uint64_t h = key_hash(s, key);
+  int at = meta_find(s, key, h);
+  SL_RETURN_ERROR_IF(at < 0 && s->nmeta >= SL_MAX_META, SL_EINVAL,
+                     "schema: cannot add metadata '%.64s': at most %d entries",
+                     key, SL_MAX_META);
   char *v = sl__strdup(value);
-  SL_RETURN_ERROR_IF(!v, SL_ENOMEM, "schema: cannot copy metadata '%s'", key);
-  for (int i = 0; i < s->nmeta; i++) {
-    if (strcmp(s->meta[i].key, key) == 0) {
-      sl__free(s->meta[i].value);
-      s->meta[i].value = v;
-      return SL_OK;
-    }
+  SL_RETURN_ERROR_IF(!v, SL_ENOMEM, "schema: cannot copy metadata '%.64s'",
+                     key);
+  if (at >= 0) {
+    sl__free(s->meta[at].value);
+    s->meta[at].value = v;
+    return SL_OK;
+  }
+  if (slots_reserve(s) < 0) {
+    sl__free(v);
+    return SL_ENOMEM;
   }
   char *k = sl__strdup(key);
   if (!k) {
@@ -119,15 +190,16 @@ int sl_schema_set_meta(sl_schema *s, const char *key, const char *value) {
   }
   s->meta[s->nmeta].key = k;
   s->meta[s->nmeta].value = v;
+  s->meta[s->nmeta].hash = h;
   s->nmeta++;
+  slot_put(s->slots, s->slot_cap, h, (uint32_t)s->nmeta);
   return SL_OK;
 }
 
 const char *sl_schema_meta(const sl_schema *s, const char *key) {
   if (!s || !key) return NULL;
-  for (int i = 0; i < s->nmeta; i++)
-    if (strcmp(s->meta[i].key, key) == 0) return s->meta[i].value;
-  return NULL;
+  int i = meta_find(s, key, key_hash(s, key));
+  return i < 0 ? NULL : s->meta[i].value;
 }
 
 int sl_schema_meta_count(const sl_schema *s) {
@@ -268,6 +340,7 @@ void sl_schema_release(sl_schema *s) {
     sl__free(s->meta[i].value);
   }
   sl__free(s->meta);
+  sl__free(s->slots);
   sl__free(s->fields);
   sl__free(s);
 }

@@ -29,7 +29,8 @@ extern const unsigned char sl__slr_end_magic[8]; /* footer */
 
 /* Where each field of a record lives, computed once from the schema. */
 typedef struct slr_field_layout {
-  bool var; /* has a -1 dimension */
+  bool var;     /* has a -1 dimension */
+  bool boolean; /* dtype bool: every byte must be 0 or 1 */
   int rank;
   int64_t shape[SL_MAX_RANK];
   int first_dim_slot; /* index of its first -1 dim in the dims block */
@@ -57,7 +58,8 @@ size_t sl__slr_record_size(const slr_layout *l, const sl_sample *s);
 void sl__slr_record_encode(const slr_layout *l, const sl_sample *s,
                            unsigned char *dst);
 /* Checks a record of `len` bytes at `rec` (8-aligned) against the layout:
- * dims within limits, size equal to what the dims imply.  Returns SL_OK or
+ * dims within limits, size equal to what the dims imply, alignment and
+ * final padding zero, bool elements 0 or 1.  Returns SL_OK or
  * SL_ECORRUPT with a message (without the "where", which the caller adds). */
 int sl__slr_record_check(const slr_layout *l, const unsigned char *rec,
                          uint64_t len);

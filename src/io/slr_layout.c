@@ -28,6 +28,7 @@ int sl__slr_layout_init(slr_layout *l, const sl_schema *schema) {
     f->esize = sl_dtype_size(sl_schema_field_dtype(schema, i));
     f->align = f->esize < 8 ? f->esize : 8;
     f->var = sl_schema_field_is_var(schema, i);
+    f->boolean = sl_schema_field_dtype(schema, i) == SL_BOOL;
     f->first_dim_slot = slot;
     for (int d = 0; d < f->rank; d++)
       if (f->shape[d] == SL_DIM_VAR) slot++;
@@ -113,31 +114,64 @@ static bool var_shape(const slr_field_layout *f, const unsigned char *rec,
   return true;
 }
 
+/* SL_OK when rec[from, to) is all zero (padding), else SL_ECORRUPT. */
+static int zero_gap(const unsigned char *rec, uint64_t from, uint64_t to) {
+  for (uint64_t i = from; i < to; i++)
+    SL_RETURN_ERROR_IF(rec[i], SL_ECORRUPT,
+                       "non-zero padding byte 0x%02x at record offset %llu",
+                       rec[i], (unsigned long long)i);
+  return SL_OK;
+}
+
+/* SL_OK when every byte of bool field i's data is 0 or 1. */
+static int bool_check(const unsigned char *rec, uint64_t off, uint64_t n,
+                      int i) {
+  for (uint64_t k = 0; k < n; k++)
+    SL_RETURN_ERROR_IF(rec[off + k] > 1, SL_ECORRUPT,
+                       "bool field %d: element %llu is %u (bool bytes are 0 "
+                       "or 1)",
+                       i, (unsigned long long)k, rec[off + k]);
+  return SL_OK;
+}
+
 int sl__slr_record_check(const slr_layout *l, const unsigned char *rec,
                          uint64_t len) {
   SL_RETURN_ERROR_IF(len < l->fixed_end, SL_ECORRUPT,
                      "record of %llu bytes is shorter than its fixed part "
                      "(%zu bytes)",
                      (unsigned long long)len, l->fixed_end);
-  uint64_t off = l->fixed_end;
+  /* The fixed part: the gaps the alignment leaves are zero. */
+  uint64_t off = (uint64_t)l->ndims * 8;
+  for (int i = 0; i < l->nfields; i++) {
+    const slr_field_layout *f = &l->f[i];
+    if (f->var) continue;
+    SL_FORWARD_IF_ERROR(zero_gap(rec, off, f->offset));
+    if (f->boolean) SL_FORWARD_IF_ERROR(bool_check(rec, f->offset, f->nbytes, i));
+    off = f->offset + f->nbytes;
+  }
+  SL_FORWARD_IF_ERROR(zero_gap(rec, off, l->fixed_end));
+  off = l->fixed_end;
   for (int i = 0; i < l->nfields; i++) {
     const slr_field_layout *f = &l->f[i];
     if (!f->var) continue;
     int64_t shape[SL_MAX_RANK];
-    uint64_t bytes;
+    uint64_t bytes, prev = off, start = sl__align_up(off, f->align);
     SL_RETURN_ERROR_IF(!var_shape(f, rec, shape, &bytes), SL_ECORRUPT,
                        "field %d declares an absurd dimension", i);
-    off = sl__align_up(off, f->align);
-    SL_RETURN_ERROR_IF(!sl__add_ok(off, bytes, &off) || off > len, SL_ECORRUPT,
+    SL_RETURN_ERROR_IF(start > len || !sl__add_ok(start, bytes, &off) ||
+                           off > len,
+                       SL_ECORRUPT,
                        "field %d (%llu bytes) runs past the record end "
                        "(%llu bytes)",
                        i, (unsigned long long)bytes, (unsigned long long)len);
+    SL_FORWARD_IF_ERROR(zero_gap(rec, prev, start));
+    if (f->boolean) SL_FORWARD_IF_ERROR(bool_check(rec, start, bytes, i));
   }
   SL_RETURN_ERROR_IF(sl__align_up(off, 8) != len, SL_ECORRUPT,
                      "record is %llu bytes but its fields take %llu",
                      (unsigned long long)len,
                      (unsigned long long)sl__align_up(off, 8));
-  return SL_OK;
+  return zero_gap(rec, off, len);
 }
 
 int sl__slr_record_decode(const slr_layout *l, sl_schema *schema,

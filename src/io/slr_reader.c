@@ -152,6 +152,39 @@ static int read_block(sl_slr_file *f, const char *what, uint32_t magic,
   return SL_OK;
 }
 
+/* Strict UTF-8 (RFC 3629): no overlong forms, no surrogates, at most
+ * U+10FFFF. */
+static bool utf8_valid(const unsigned char *p, size_t n) {
+  size_t i = 0;
+  while (i < n) {
+    unsigned c = p[i];
+    size_t k;
+    unsigned lo = 0x80, hi = 0xBF;
+    if (c < 0x80) {
+      i++;
+      continue;
+    } else if (c >= 0xC2 && c <= 0xDF) {
+      k = 1;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      k = 2;
+      if (c == 0xE0) lo = 0xA0;
+      if (c == 0xED) hi = 0x9F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      k = 3;
+      if (c == 0xF0) lo = 0x90;
+      if (c == 0xF4) hi = 0x8F;
+    } else {
+      return false;
+    }
+    if (n - i - 1 < k) return false;
+    if (p[i + 1] < lo || p[i + 1] > hi) return false;
+    for (size_t j = 2; j <= k; j++)
+      if ((p[i + j] & 0xC0) != 0x80) return false;
+    i += k + 1;
+  }
+  return true;
+}
+
 static int parse_schema(sl_slr_file *f, const unsigned char *b, uint64_t len) {
 #define NEED(n)                                                                \
   SL_RETURN_ERROR_IF((uint64_t)(p - b) + (n) > len - 4, SL_ECORRUPT,           \
@@ -176,6 +209,10 @@ static int parse_schema(sl_slr_file *f, const unsigned char *b, uint64_t len) {
     char name[64];
     SL_RETURN_ERROR_IF(nl == 0 || nl > 63 || memchr(p, 0, nl), SL_ECORRUPT,
                        "%s: schema field %u has a bad name", WHERE(f), i);
+    SL_RETURN_ERROR_IF(!utf8_valid(p, nl), SL_ECORRUPT,
+                       "%s: schema block at offset %llu: field %u's name is "
+                       "not valid UTF-8",
+                       WHERE(f), (unsigned long long)f->schema_off, i);
     memcpy(name, p, nl);
     name[nl] = 0;
     p += nl;
@@ -187,6 +224,12 @@ static int parse_schema(sl_slr_file *f, const unsigned char *b, uint64_t len) {
     int64_t shape[SL_MAX_RANK];
     for (int d = 0; d < rank; d++, p += 8)
       shape[d] = (int64_t)sl__get64(p);
+    SL_RETURN_ERROR_IF(
+        dt == SL_BYTES && (rank != 1 || shape[0] != SL_DIM_VAR), SL_ECORRUPT,
+        "%s: schema block at offset %llu: field '%s' is bytes of rank %d%s "
+        "(bytes fields are bytes[-1])",
+        WHERE(f), (unsigned long long)f->schema_off, name, rank,
+        rank == 1 ? " with a fixed size" : "");
     int rc = sl_schema_add(f->schema, name, (sl_dtype)dt, rank, shape);
     /* Wrap, not set: the cause is the current message itself.  Running
      * out of memory is not corruption. */
@@ -199,6 +242,11 @@ static int parse_schema(sl_slr_file *f, const unsigned char *b, uint64_t len) {
   NEED(4);
   uint32_t nm = sl__get32(p);
   p += 4;
+  SL_RETURN_ERROR_IF(nm > SL_MAX_META, SL_ECORRUPT,
+                     "%s: schema block at offset %llu: %u metadata entries, "
+                     "more than the maximum of %d",
+                     WHERE(f), (unsigned long long)f->schema_off, nm,
+                     SL_MAX_META);
   for (uint32_t i = 0; i < nm; i++) {
     /* Both strings are located and checked before anything is allocated,
      * so no failure path holds memory. */
@@ -225,6 +273,16 @@ static int parse_schema(sl_slr_file *f, const unsigned char *b, uint64_t len) {
     for (int j = 0; j < 2; j++) {
       memcpy(kv[j], at[j], l[j]);
       kv[j][l[j]] = 0;
+    }
+    if (sl_schema_meta(f->schema, kv[0])) {
+      int rc = sl_set_error(SL_ECORRUPT,
+                            "%s: schema block at offset %llu: metadata entry "
+                            "%u repeats the key '%.200s'",
+                            WHERE(f), (unsigned long long)f->schema_off, i,
+                            kv[0]);
+      sl__free(kv[0]);
+      sl__free(kv[1]);
+      return rc;
     }
     int rc = sl_schema_set_meta(f->schema, kv[0], kv[1]);
     sl__free(kv[0]);
