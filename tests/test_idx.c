@@ -485,3 +485,106 @@ TEST(pack_more_shards_than_records) {
   }
   rm_tmpdir();
 }
+
+/* --- hostile sizes and trailing bytes (issue 13, items 8 and 14) --------- */
+
+/* The bytes of file `name` in the test folder (malloc'd). */
+static unsigned char *read_back(const char *name, size_t *n) {
+  FILE *f = fopen(path_of(name), "rb");
+  ASSERT_NOT_NULL(f);
+  fseek(f, 0, SEEK_END);
+  *n = (size_t)ftell(f);
+  fseek(f, 0, SEEK_SET);
+  unsigned char *b = malloc(*n + 64);
+  ASSERT_EQ(fread(b, 1, *n, f), *n);
+  fclose(f);
+  return b;
+}
+
+/* A gzip file whose header declares 2 GB (under the 8 GiB limit) over 2 MiB
+ * of data fails before any buffer for the data is allocated, naming the
+ * declared and the real size; one declaring more than deflate can expand
+ * its size to fails at once. */
+TEST(gzip_declaring_gigabytes_fails_before_allocating) {
+  tmpdir();
+  size_t data = (size_t)2 << 20, n = 16 + data;
+  unsigned char *buf = malloc(n);
+  test_idx_header(buf, 0x08, 3, (uint32_t[]){2000, 1000, 1000});
+  uint32_t x = 7;
+  for (size_t i = 16; i < n; i++) {
+    x = x * 1103515245u + 12345u;
+    buf[i] = (unsigned char)(x >> 23); /* incompressible */
+  }
+  test_write_gz(path_of("liar.gz"), buf, n);
+  sl__alloc_largest();
+  expect_fail(path_of("liar.gz"), SL_ECORRUPT, "2000x1000x1000 u8 elements");
+  ASSERT_LE(sl__alloc_largest(), (size_t)1 << 20);
+  ASSERT_CONTAINS(sl_last_error(), "2000000000 data bytes");
+  ASSERT_CONTAINS(sl_last_error(), "found 2097152 in the gzip data");
+  /* More data than declared: found before allocating too. */
+  test_idx_header(buf, 0x08, 3, (uint32_t[]){1, 1000, 1000});
+  test_write_gz(path_of("more.gz"), buf, n);
+  expect_fail(path_of("more.gz"), SL_ECORRUPT, "found more than 1000000");
+  ASSERT_LE(sl__alloc_largest(), (size_t)1 << 20);
+  /* 2 GB declared in a file of a few KB: beyond deflate's 1032:1. */
+  test_idx_header(buf, 0x08, 3, (uint32_t[]){2000, 1000, 1000});
+  memset(buf + 16, 0, 4096);
+  test_write_gz(path_of("bomb.gz"), buf, 16 + 4096);
+  expect_fail(path_of("bomb.gz"), SL_ECORRUPT,
+              "more than a gzip file of");
+  ASSERT_CONTAINS(sl_last_error(), "2000000000 data bytes");
+  ASSERT_LE(sl__alloc_largest(), (size_t)1 << 20);
+  /* A plain file is compared with its size at once. */
+  test_write_file(path_of("plain"), buf, 16 + 4096);
+  expect_fail(path_of("plain"), SL_ECORRUPT, "found 4096");
+  ASSERT_LE(sl__alloc_largest(), (size_t)1 << 20);
+  free(buf);
+  rm_tmpdir();
+}
+
+/* Bytes after the last gzip member that are not another member are
+ * corrupt (whether or not the file's last 4 bytes look like the ISIZE the
+ * header implies); concatenated members are one stream. */
+TEST(gzip_trailing_garbage_is_corrupt) {
+  tmpdir();
+  unsigned char buf[64];
+  size_t n = images_2x3x2(buf);
+  test_write_gz(path_of("a.gz"), buf, 10);
+  test_write_gz(path_of("b.gz"), buf + 10, n - 10);
+  size_t na, nb;
+  unsigned char *a = read_back("a.gz", &na), *b = read_back("b.gz", &nb);
+  /* Two members: loads. */
+  unsigned char *two = malloc(na + nb + 64);
+  memcpy(two, a, na);
+  memcpy(two + na, b, nb);
+  test_write_file(path_of("two.gz"), two, na + nb);
+  sl__idx x;
+  ASSERT_OK(sl__idx_load(path_of("two.gz"), &x));
+  check_2x3x2(&x);
+  sl__idx_free(&x);
+  /* A whole file, then garbage. */
+  test_write_gz(path_of("one.gz"), buf, n);
+  size_t n1;
+  unsigned char *one = read_back("one.gz", &n1);
+  memcpy(one + n1, "garbage!", 8);
+  test_write_file(path_of("g1.gz"), one, n1 + 8);
+  expect_fail(path_of("g1.gz"), SL_ECORRUPT, "trailing garbage");
+  ASSERT_CONTAINS(sl_last_error(), "8 bytes at offset");
+  /* Garbage ending in the right ISIZE (28): the fast path reads it. */
+  memcpy(one + n1, "zz\x1c\x00\x00\x00", 6);
+  test_write_file(path_of("g2.gz"), one, n1 + 6);
+  expect_fail(path_of("g2.gz"), SL_ECORRUPT, "trailing garbage");
+  /* One stray byte that starts like a member. */
+  one[n1] = 0x1f;
+  test_write_file(path_of("g3.gz"), one, n1 + 1);
+  expect_fail(path_of("g3.gz"), SL_ECORRUPT, "trailing garbage");
+  /* Garbage after two members. */
+  memcpy(two + na + nb, "\x00\x00\x00\x00", 4);
+  test_write_file(path_of("g4.gz"), two, na + nb + 4);
+  expect_fail(path_of("g4.gz"), SL_ECORRUPT, "trailing garbage");
+  free(a);
+  free(b);
+  free(two);
+  free(one);
+  rm_tmpdir();
+}

@@ -1,26 +1,39 @@
 /*
  * idx.c - reads idx files (MNIST's format), plain or gzip-compressed.
  *
- * Everything goes through zlib's gzread, which passes plain files through
- * unchanged, so one code path serves both.  The header is decoded byte by
- * byte (big-endian), checked, and only then is the data read - into a
- * buffer grown as bytes actually arrive, because a gzip file's decompressed
- * size is not known in advance and a corrupt header must not be able to
- * make us allocate gigabytes for a file of a few bytes.
+ * A plain file is read as it is; a gzip file (1f 8b magic) is inflated here
+ * with zlib's inflate, member by member, so that bytes after the last
+ * member that are not another member are seen (gzread ignores them).  The
+ * header is decoded byte by byte (big-endian) and checked, then the size it
+ * declares is checked against the file before anything is allocated: a
+ * plain file's size must match; a gzip file may hold at most 1032 times its
+ * size, and when its trailer's ISIZE (the last member's size modulo 2^32)
+ * does not match, the data is first inflated without being kept and
+ * counted.  The data is then read into a buffer grown as bytes actually
+ * arrive, so a corrupt header cannot make us allocate gigabytes for a file
+ * of a few bytes.
  */
 #include "io/idx.h"
 
 #include "io/bytes.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 /* First allocation for the data; doubled up to the declared size (realloc
  * of large blocks moves pages, not bytes, so doubling is cheap). */
 #define IDX_FIRST_CAP ((size_t)4 << 20)
-/* gzread takes an unsigned length and, on an error, does not say how much
- * it produced: read in pieces of this, so errors are placed within 1 MiB. */
+/* Inflate in pieces of this (zlib takes unsigned lengths), so errors are
+ * placed within 1 MiB. */
 #define IDX_READ_STEP ((size_t)1 << 20)
+/* Compressed bytes read at a time. */
+#define IDX_IN_BUF ((size_t)256 << 10)
+/* Deflate's largest expansion: a gzip file of n bytes holds at most
+ * 1032 n bytes. */
+#define IDX_GZIP_MAX_RATIO 1032
 
 typedef struct idx_type {
   unsigned code;
@@ -40,35 +53,132 @@ static const idx_type *find_type(unsigned code) {
   return NULL;
 }
 
-/* Reads up to n bytes; returns the count read (< n only at the end of the
- * data) or -1 on a zlib error, with the error text in *why and the bytes
- * read before the failing piece in *done. */
-static int64_t read_some(gzFile gz, void *buf, size_t n, const char **why,
-                         size_t *done) {
-  size_t got = 0;
-  while (got < n) {
-    size_t step = SL_MIN(n - got, IDX_READ_STEP);
-    int k = gzread(gz, (char *)buf + got, (unsigned)step);
+/* The input: a plain file read as it is, or a gzip file inflated here
+ * member by member (zlib's gzread skips what follows the last member, so
+ * trailing garbage would pass unseen). */
+typedef struct idx_in {
+  int fd;
+  uint64_t file_size;
+  uint64_t in_off; /* file offset of the next byte read into buf */
+  bool gzip;
+  bool zinit;       /* zs initialised */
+  bool member_end;  /* the current member ended (trailer checked) */
+  bool eof;         /* no more data */
+  uint64_t members; /* gzip members met */
+  z_stream zs;
+  unsigned char buf[IDX_IN_BUF];
+  /* The last problem: a message (why) and whether it is trailing garbage
+   * after the last member (garbage_at, its file offset). */
+  const char *why;
+  char why_buf[160];
+  bool garbage;
+  uint64_t garbage_at;
+} idx_in;
+
+/* Reads more compressed bytes into the input buffer; false at the end of
+ * the file or on a read error (in->why set for the latter). */
+static bool refill(idx_in *in) {
+  if (in->zs.avail_in) memmove(in->buf, in->zs.next_in, in->zs.avail_in);
+  size_t have = in->zs.avail_in;
+  for (;;) {
+    ssize_t k = pread(in->fd, in->buf + have, sizeof in->buf - have,
+                      (off_t)in->in_off);
+    if (k < 0 && errno == EINTR) continue;
     if (k < 0) {
-      int zerr = Z_OK;
-      *why = gzerror(gz, &zerr);
-      *done = got;
-      return -1;
+      snprintf(in->why_buf, sizeof in->why_buf, "read error: %s",
+               strerror(errno));
+      in->why = in->why_buf;
+      return false;
     }
-    if (k == 0) {
-      /* A gzip stream cut short is reported as an error by gzerror, not
-       * by the return value: check so it reads as truncation, not EOF. */
-      int zerr = Z_OK;
-      const char *msg = gzerror(gz, &zerr);
-      if (zerr != Z_OK && zerr != Z_STREAM_END) {
-        *why = msg;
-        if (zerr == Z_BUF_ERROR) return (int64_t)got; /* truncated stream */
+    in->in_off += (uint64_t)k;
+    in->zs.next_in = in->buf;
+    in->zs.avail_in = (uInt)(have + (size_t)k);
+    return k > 0;
+  }
+}
+
+/* After a member's end: another member must follow, or nothing.  Returns
+ * false (in->garbage set) when other bytes follow. */
+static bool next_member(idx_in *in) {
+  while (in->zs.avail_in < 2 && refill(in)) {
+  }
+  if (in->why) return false;
+  if (in->zs.avail_in == 0) {
+    in->eof = true;
+    return true;
+  }
+  if (in->zs.avail_in < 2 || in->zs.next_in[0] != 0x1f ||
+      in->zs.next_in[1] != 0x8b) {
+    in->garbage = true;
+    in->garbage_at = in->in_off - in->zs.avail_in;
+    snprintf(in->why_buf, sizeof in->why_buf,
+             "%llu bytes at offset %llu after the gzip data are not another "
+             "gzip member (trailing garbage)",
+             (unsigned long long)(in->file_size - in->garbage_at),
+             (unsigned long long)in->garbage_at);
+    in->why = in->why_buf;
+    return false;
+  }
+  inflateReset(&in->zs);
+  in->member_end = false;
+  in->members++;
+  return true;
+}
+
+/* Reads up to n bytes; returns the count read (< n only at the end of the
+ * data) or -1 on an error, with the error text in in->why and the bytes
+ * read before it in *done.  A gzip stream cut short ends the data with
+ * in->why set ("unexpected end of file"), so it reads as truncation. */
+static int64_t read_some(idx_in *in, void *buf, size_t n, size_t *done) {
+  size_t got = 0;
+  if (!in->gzip) {
+    while (got < n) {
+      ssize_t k = pread(in->fd, (char *)buf + got, n - got, (off_t)in->in_off);
+      if (k < 0 && errno == EINTR) continue;
+      if (k < 0) {
+        snprintf(in->why_buf, sizeof in->why_buf, "read error: %s",
+                 strerror(errno));
+        in->why = in->why_buf;
         *done = got;
         return -1;
       }
+      if (k == 0) break;
+      in->in_off += (uint64_t)k;
+      got += (size_t)k;
+    }
+    return (int64_t)got;
+  }
+  while (got < n && !in->eof) {
+    if (in->member_end) {
+      if (!next_member(in)) {
+        *done = got;
+        return -1;
+      }
+      continue;
+    }
+    if (in->zs.avail_in == 0 && !refill(in)) {
+      if (in->why) {
+        *done = got;
+        return -1;
+      }
+      in->why = "unexpected end of file";
+      in->eof = true;
       break;
     }
-    got += (size_t)k;
+    size_t step = SL_MIN(n - got, IDX_READ_STEP);
+    in->zs.next_out = (Bytef *)buf + got;
+    in->zs.avail_out = (uInt)step;
+    int z = inflate(&in->zs, Z_NO_FLUSH);
+    got += step - in->zs.avail_out;
+    if (z == Z_STREAM_END) {
+      in->member_end = true;
+    } else if (z != Z_OK && z != Z_BUF_ERROR) {
+      snprintf(in->why_buf, sizeof in->why_buf, "%s",
+               in->zs.msg ? in->zs.msg : zError(z));
+      in->why = in->why_buf;
+      *done = got;
+      return -1;
+    }
   }
   return (int64_t)got;
 }
@@ -113,16 +223,99 @@ char *sl__idx_dims_text(const sl__idx *x, int from, char *buf, size_t size) {
   return buf;
 }
 
+/* Discards the rest of the data, counting it: the real size of a gzip
+ * file's data without keeping it.  Stops past `stop` bytes.  -1 on an
+ * error (in->why). */
+static int64_t count_rest(idx_in *in, uint64_t stop) {
+  unsigned char scratch[64 << 10];
+  uint64_t total = 0;
+  for (;;) {
+    size_t done = 0;
+    int64_t k = read_some(in, scratch, sizeof scratch, &done);
+    if (k < 0) return -1;
+    total += (uint64_t)k;
+    if ((size_t)k < sizeof scratch || total > stop) return (int64_t)total;
+  }
+}
+
+/* Back to the start of the data after a header of hdr bytes. */
+static int rewind_to(idx_in *in, size_t hdr) {
+  in->in_off = 0;
+  in->eof = in->member_end = false;
+  in->why = NULL;
+  in->zs.avail_in = 0;
+  in->members = 1;
+  inflateReset(&in->zs);
+  unsigned char h[4 + 4 * SL_MAX_RANK];
+  size_t done;
+  return read_some(in, h, hdr, &done) == (int64_t)hdr ? SL_OK : -1;
+}
+
+/* Before anything is allocated: does the file hold the size its header
+ * declares?  A plain file is compared with its size.  A gzip file can
+ * hold at most 1032 times its size (deflate's limit); its trailer's ISIZE
+ * is the last member's size modulo 2^32, and when it does not match, the
+ * data is counted (inflated without being kept) and compared. */
+static int check_declared(idx_in *in, const char *path, const char *what,
+                          size_t hdr, uint64_t total) {
+  uint64_t want = hdr + total;
+  if (!in->gzip) {
+    uint64_t have = in->file_size > hdr ? in->file_size - hdr : 0;
+    if (in->file_size == want) return SL_OK;
+    return sl_set_error(SL_ECORRUPT,
+                        in->file_size < want
+                            ? "%s: truncated: the idx header declares %s "
+                              "(%llu data bytes after the %zu-byte header), "
+                              "found %llu"
+                            : "%s: unexpected bytes after the data the idx "
+                              "header declares: %s (%llu data bytes after the "
+                              "%zu-byte header), the file holds %llu",
+                        path, what, (unsigned long long)total, hdr,
+                        (unsigned long long)have);
+  }
+  if (want / IDX_GZIP_MAX_RATIO > in->file_size)
+    return sl_set_error(SL_ECORRUPT,
+                        "%s: the idx header declares %s (%llu data bytes), "
+                        "more than a gzip file of %llu bytes can hold "
+                        "(deflate expands at most %d:1)",
+                        path, what, (unsigned long long)total,
+                        (unsigned long long)in->file_size, IDX_GZIP_MAX_RATIO);
+  unsigned char t[4];
+  if (in->file_size >= 8 &&
+      pread(in->fd, t, 4, (off_t)(in->file_size - 4)) == 4 &&
+      ((uint32_t)t[0] | (uint32_t)t[1] << 8 | (uint32_t)t[2] << 16 |
+       (uint32_t)t[3] << 24) == (uint32_t)want)
+    return SL_OK;
+  int64_t have = count_rest(in, total);
+  if (have < 0) {
+    if (in->garbage) return sl_set_error(SL_ECORRUPT, "%s: %s", path, in->why);
+    return sl_set_error(SL_ECORRUPT, "%s: corrupt gzip data (zlib: %s)", path,
+                        in->why);
+  }
+  if ((uint64_t)have != total)
+    return sl_set_error(SL_ECORRUPT,
+                        "%s: %sthe idx header declares %s (%llu data bytes "
+                        "after the %zu-byte header), found %s%llu in the gzip "
+                        "data",
+                        path, (uint64_t)have < total ? "truncated: " : "",
+                        what, (unsigned long long)total, hdr,
+                        (uint64_t)have > total ? "more than " : "",
+                        (unsigned long long)SL_MIN((uint64_t)have, total));
+  if (rewind_to(in, hdr) < 0)
+    return sl_set_error(SL_EIO, "%s: cannot read the file again: %s", path,
+                        in->why ? in->why : "short read");
+  return SL_OK;
+}
+
 /* The body of sl__idx_load_limit once the file is open. */
-static int load(gzFile gz, const char *path, uint64_t max_bytes, sl__idx *x) {
-  const char *why = NULL;
+static int load(idx_in *in, const char *path, uint64_t max_bytes, sl__idx *x) {
   unsigned char h[4 + 4 * SL_MAX_RANK];
   size_t done = 0;
-  int64_t got = read_some(gz, h, 4, &why, &done);
+  int64_t got = read_some(in, h, 4, &done);
   if (got < 0)
     return sl_set_error(SL_ECORRUPT, "%s: cannot read the idx header: %s", path,
-                        why);
-  x->gzip = !gzdirect(gz);
+                        in->why);
+  x->gzip = in->gzip;
   if (got == 0)
     return sl_set_error(SL_ECORRUPT,
                         "%s: the file is empty (expected an idx "
@@ -147,10 +340,10 @@ static int load(gzFile gz, const char *path, uint64_t max_bytes, sl__idx *x) {
     return sl_set_error(SL_ECORRUPT, "%s: idx rank %d is outside 1..%d", path,
                         rank, SL_MAX_RANK);
   size_t dim_bytes = 4 * (size_t)rank;
-  got = read_some(gz, h + 4, dim_bytes, &why, &done);
+  got = read_some(in, h + 4, dim_bytes, &done);
   if (got < 0)
     return sl_set_error(SL_ECORRUPT, "%s: cannot read the idx header: %s", path,
-                        why);
+                        in->why);
   if ((size_t)got < dim_bytes)
     return sl_set_error(SL_ECORRUPT,
                         "%s: truncated idx header: expected %d "
@@ -179,28 +372,33 @@ static int load(gzFile gz, const char *path, uint64_t max_bytes, sl__idx *x) {
                         path, dims, sl_dtype_name(t->dtype),
                         (unsigned long long)max_bytes);
   x->item_bytes = (size_t)item;
+  size_t hdr = 4 + dim_bytes;
+  char what[200];
+  snprintf(what, sizeof what, "%s %s elements", dims, sl_dtype_name(t->dtype));
+  SL_FORWARD_IF_ERROR(check_declared(in, path, what, hdr, total));
   /* Grow as data arrives: the declared size is not trusted with memory.
-   * One spare byte past the data: the last read asks for it, so zlib has to
-   * go on through the gzip trailer (CRC and length) and reports a trailer
-   * that is missing or wrong - a read that exactly fills the buffer can stop
-   * before the trailer and miss it.  Getting the spare byte means the file
-   * holds more than its header declares. */
+   * One spare byte past the data: the last read asks for it, so the gzip
+   * trailer (CRC and length) and what follows the last member are read and
+   * checked; getting the spare byte means the file holds more than its
+   * header declares. */
   size_t cap = (size_t)SL_MIN(total, (uint64_t)IDX_FIRST_CAP), len = 0;
   unsigned char *data = sl__malloc(cap + 1);
   if (!data)
     return sl_set_error(SL_ENOMEM, "%s: cannot allocate %zu bytes", path, cap);
   for (;;) {
     size_t want = cap - len + (cap == total ? 1 : 0);
-    got = read_some(gz, data + len, want, &why, &done);
+    got = read_some(in, data + len, want, &done);
     if (got < 0) {
       sl__free(data);
+      if (in->garbage)
+        return sl_set_error(SL_ECORRUPT, "%s: %s", path, in->why);
       return sl_set_error(SL_ECORRUPT,
                           "%s: %s %zu+ of the %llu data bytes "
                           "(zlib: %s)",
                           path,
                           len + done >= total ? "corrupt gzip trailer after"
                                               : "corrupt gzip data after",
-                          len + done, (unsigned long long)total, why);
+                          len + done, (unsigned long long)total, in->why);
     }
     len += (size_t)got;
     if (len < cap || cap == total) break;
@@ -214,23 +412,21 @@ static int load(gzFile gz, const char *path, uint64_t max_bytes, sl__idx *x) {
     data = p;
     cap = ncap;
   }
-  size_t hdr = 4 + dim_bytes;
   const char *err = NULL;
   char msg[400];
   if (len < total) {
     snprintf(msg, sizeof msg,
-             "truncated: the idx header declares %s %s "
-             "elements (%llu data bytes after the %zu-byte header), found %zu",
-             dims, sl_dtype_name(t->dtype), (unsigned long long)total, hdr,
-             len);
+             "truncated: the idx header declares %s "
+             "(%llu data bytes after the %zu-byte header), found %zu",
+             what, (unsigned long long)total, hdr, len);
     err = msg;
   } else if (len > total) {
     snprintf(msg, sizeof msg,
              "unexpected bytes after the %llu data bytes "
-             "the idx header declares (%s %s elements)",
-             (unsigned long long)total, dims, sl_dtype_name(t->dtype));
+             "the idx header declares (%s)",
+             (unsigned long long)total, what);
     err = msg;
-  } else if (why) {
+  } else if (in->why) {
     snprintf(msg, sizeof msg,
              "truncated gzip stream: all %llu data bytes "
              "arrived but not the gzip trailer",
@@ -239,9 +435,9 @@ static int load(gzFile gz, const char *path, uint64_t max_bytes, sl__idx *x) {
   }
   if (err) {
     sl__free(data);
-    /* zlib's own text (it starts with the path) says what it saw. */
     return sl_set_error(SL_ECORRUPT, "%s: %s%s%s%s", path, err,
-                        why ? " (zlib: " : "", why ? why : "", why ? ")" : "");
+                        in->why ? " (zlib: " : "", in->why ? in->why : "",
+                        in->why ? ")" : "");
   }
   to_host_order(data, total / esize, esize);
   x->data = sl_buffer_wrap(data, (size_t)total, free_data, NULL);
@@ -257,14 +453,38 @@ int sl__idx_load_limit(const char *path, uint64_t max_bytes, sl__idx *out) {
   memset(out, 0, sizeof *out);
   SL_RETURN_ERROR_IF(!path, SL_EINVAL, "idx: NULL path");
   if (max_bytes == 0) max_bytes = SL__IDX_MAX_BYTES;
-  errno = 0;
-  gzFile gz = gzopen(path, "rb");
-  if (!gz)
-    return sl_set_error(errno ? SL_EIO : SL_ENOMEM, "%s: cannot open: %s", path,
-                        errno ? strerror(errno) : "out of memory");
-  gzbuffer(gz, 256 << 10);
-  int rc = load(gz, path, max_bytes, out);
-  gzclose_r(gz);
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  SL_RETURN_ERROR_IF(fd < 0, SL_EIO, "%s: cannot open: %s", path,
+                     strerror(errno));
+  struct stat st;
+  bool stat_ok = fstat(fd, &st) == 0;
+  if (!stat_ok || !S_ISREG(st.st_mode)) {
+    const char *why = stat_ok ? "not a regular file" : strerror(errno);
+    close(fd);
+    return sl_set_error(SL_EIO, "%s: cannot open: %s", path, why);
+  }
+  idx_in *in = sl__calloc(1, sizeof *in);
+  if (!in) {
+    close(fd);
+    return sl_set_error(SL_ENOMEM, "%s: cannot allocate a reader", path);
+  }
+  in->fd = fd;
+  in->file_size = (uint64_t)st.st_size;
+  unsigned char magic[2];
+  in->gzip = pread(fd, magic, 2, 0) == 2 && magic[0] == 0x1f &&
+             magic[1] == 0x8b;
+  int rc = SL_OK;
+  if (in->gzip) {
+    in->members = 1;
+    if (inflateInit2(&in->zs, 15 + 16) != Z_OK)
+      rc = sl_set_error(SL_ENOMEM, "%s: cannot start zlib", path);
+    else
+      in->zinit = true;
+  }
+  if (rc == SL_OK) rc = load(in, path, max_bytes, out);
+  if (in->zinit) inflateEnd(&in->zs);
+  sl__free(in);
+  close(fd);
   if (rc == SL_OK) {
     out->path = sl__strdup(path);
     if (!out->path) rc = sl_set_error(SL_ENOMEM, "%s: cannot allocate", path);

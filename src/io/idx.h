@@ -35,11 +35,15 @@ typedef struct sl__idx {
  * `out`.  Every failure names the file: SL_EIO (cannot open or read),
  * SL_ECORRUPT (bad magic, unknown type code, rank 0 or above SL_MAX_RANK,
  * truncated header or data, bytes past the declared data, a gzip stream
- * error) or SL_EINVAL (declared size above max_bytes; 0 means
- * SL__IDX_MAX_BYTES).  The buffer grows as data arrives (from 4 MiB, at
- * most doubling), so a header lying about its size in a small file cannot
- * make this allocate gigabytes.  On failure `out` is zeroed (sl__idx_free on
- * it is harmless). */
+ * error, bytes after the last gzip member that are not another member) or
+ * SL_EINVAL (declared size above max_bytes; 0 means SL__IDX_MAX_BYTES).  The
+ * declared size is checked before anything is allocated for the data (a
+ * plain file's size; a gzip file's size times 1032, then its ISIZE
+ * trailer, or the data counted without being kept when that does not
+ * match), and the buffer grows as data arrives (from 4 MiB, at most
+ * doubling), so a header lying about its size cannot make this allocate
+ * more than the file really holds.  Only regular files (SL_EIO otherwise).
+ * On failure `out` is zeroed (sl__idx_free on it is harmless). */
 int sl__idx_load_limit(const char *path, uint64_t max_bytes, sl__idx *out);
 static inline int sl__idx_load(const char *path, sl__idx *out) {
   return sl__idx_load_limit(path, 0, out);
