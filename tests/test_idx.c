@@ -311,6 +311,12 @@ TEST(size_bounds) {
   n = test_idx_header(buf, 0x08, 3, (uint32_t[]){0, 0xFFFFFFFFu, 0xFFFFFFFFu});
   test_write_file(path_of("zero_huge"), buf, n);
   expect_fail(path_of("zero_huge"), SL_EINVAL, "limit");
+  /* So are absurd dimensions beside a zero one (no tensor shape holds
+   * them; found by the idx fuzzer). */
+  n = test_idx_header(buf, 0x08, 4,
+                      (uint32_t[]){2, 0x2f70726fu, 0x632f7365u, 0});
+  test_write_file(path_of("zero_dim_huge"), buf, n);
+  expect_fail(path_of("zero_dim_huge"), SL_EINVAL, "limit");
   /* Under the limit but lying: 1 GB declared, 10 bytes present.  Fails as
    * truncated after reading what is there. */
   n = test_idx_header(buf, 0x08, 3, (uint32_t[]){1000, 1000, 1000});

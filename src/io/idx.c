@@ -353,18 +353,22 @@ static int load(idx_in *in, const char *path, uint64_t max_bytes, sl__idx *x) {
   x->dtype = t->dtype;
   x->rank = rank;
   size_t esize = sl_dtype_size(t->dtype);
-  uint64_t item = esize, total;
+  /* span: an item's size with its zero dimensions counted as 1, so that
+   * dimensions no tensor shape can hold are refused even beside a 0. */
+  uint64_t item = esize, span = esize, total;
   for (int d = 0; d < rank; d++) {
     x->dims[d] = (uint32_t)h[4 + 4 * d] << 24 | (uint32_t)h[5 + 4 * d] << 16 |
                  (uint32_t)h[6 + 4 * d] << 8 | (uint32_t)h[7 + 4 * d];
     if (d > 0 && !sl__mul_ok(item, x->dims[d], &item)) item = UINT64_MAX;
+    if (d > 0 && x->dims[d] && !sl__mul_ok(span, x->dims[d], &span))
+      span = UINT64_MAX;
   }
   x->count = x->dims[0];
   char dims[160];
   sl__idx_dims_text(x, 0, dims, sizeof dims);
   /* The item size is bounded on its own too: with zero items the total is
    * 0 whatever the other dimensions claim. */
-  if (item > max_bytes || !sl__mul_ok(item, x->count, &total) ||
+  if (span > max_bytes || !sl__mul_ok(item, x->count, &total) ||
       total > max_bytes)
     return sl_set_error(SL_EINVAL,
                         "%s: idx header declares %s %s elements, "
