@@ -9,6 +9,7 @@
 #include "sluice.h"
 
 #include <assert.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -75,6 +76,29 @@ static inline bool sl__ref_dec(sl__refcnt *r) {
 /* The current refcount of `b` (acquire).  1 means the caller holds the only
  * reference, so it may write into the buffer again. */
 int sl__buffer_refcount(const sl_buffer *b);
+
+/* --- worker threads (threads.c) -------------------------------------------
+ * Every stage that owns threads checks its thread count and starts them
+ * here.  The hard bound of any `threads` option; the usable limit is lower
+ * (sl__thread_limit). */
+#define SL__THREADS_HARD_MAX 1024
+/* Online CPUs (at least 1). */
+long sl__cpu_count(void);
+/* SLUICE_MAX_THREADS when set to 1..SL__THREADS_HARD_MAX, else 4 x the
+ * online CPUs, at least 8.  Thread-safe (reads the environment). */
+long sl__thread_limit(void);
+/* SL_OK when 1 <= threads <= sl__thread_limit(); else SL_EINVAL with a
+ * message naming `stage`, the count, the limit and how to raise it. */
+int sl__threads_check(const char *stage, long threads);
+/* pthread_create + a thread name (at most 15 characters, e.g.
+ * "sl-prefetch").  SL_OK, or SL_ENOMEM with a message naming `stage` and
+ * the reason; *tid is then unset and nothing runs. */
+int sl__thread_start(pthread_t *tid, const char *stage, const char *name,
+                     void *(*fn)(void *), void *arg);
+/* Test hook: after `n` more successful sl__thread_start calls, every call
+ * fails with EAGAIN (n < 0 disables).  Returns the previous setting.
+ * Process-wide. */
+long sl__thread_fail_after(long n);
 
 /* --- buffer pools (buffer_pool.c) ------------------------------------------
  * Buffers that go back to a pool when their last reference is released and

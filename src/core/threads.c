@@ -1,0 +1,103 @@
+/*
+ * threads.c - how many worker threads a stage may ask for, and starting one.
+ *
+ * Every stage that owns threads (prefetch, open_files, decode_image, the Lua
+ * map/filter and reader, double_buffer) starts them here, so that:
+ *
+ *   - a request for more threads than the machine can use is refused with
+ *     one message naming the stage and the limit, instead of creating
+ *     thousands of threads (each with its own stack, and for Lua stages its
+ *     own Lua state) that only contend;
+ *   - a thread that cannot be created is an error the stage reports, never a
+ *     stage that silently runs with fewer threads than it was asked for;
+ *   - every thread carries a name (`sl-<stage>`) in ps, top and gdb.
+ *
+ * The limit is SLUICE_MAX_THREADS when that is set to an integer in
+ * 1..SL__THREADS_HARD_MAX, else 4 x the online CPUs, at least 8.  It is read
+ * at every check (stages are built rarely), so a test or a launcher can set
+ * it before building a pipeline.
+ */
+#include "core/internal.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+/* The variable that overrides the limit. */
+#define LIMIT_ENV "SLUICE_MAX_THREADS"
+
+long sl__cpu_count(void) {
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? n : 1;
+}
+
+/* The limit from the environment: 0 when unset or not a valid number. */
+static long env_limit(void) {
+  const char *s = getenv(LIMIT_ENV);
+  if (!s || !*s) return 0;
+  char *end = NULL;
+  errno = 0;
+  long v = strtol(s, &end, 10);
+  if (errno || *end || v < 1 || v > SL__THREADS_HARD_MAX) return 0;
+  return v;
+}
+
+long sl__thread_limit(void) {
+  long v = env_limit();
+  if (v) return v;
+  v = 4 * sl__cpu_count();
+  return v < 8 ? 8 : v;
+}
+
+int sl__threads_check(const char *stage, long threads) {
+  SL_RETURN_ERROR_IF(threads < 1, SL_EINVAL,
+                     "%s: threads must be >= 1 (got %ld)", stage, threads);
+  long limit = sl__thread_limit();
+  if (threads <= limit) return SL_OK;
+  if (env_limit())
+    return sl_set_error(SL_EINVAL,
+                        "%s: threads = %ld is more than the limit of %ld "
+                        "set by " LIMIT_ENV,
+                        stage, threads, limit);
+  return sl_set_error(SL_EINVAL,
+                      "%s: threads = %ld is more than the limit of %ld "
+                      "(4 x %ld CPUs, at least 8); set " LIMIT_ENV
+                      " to raise it",
+                      stage, threads, limit, sl__cpu_count());
+}
+
+/* Test hook state: starts left before every start fails (< 0: off). */
+static atomic_long fail_after = -1;
+
+long sl__thread_fail_after(long n) {
+  return atomic_exchange(&fail_after, n);
+}
+
+/* True when the test hook says this start fails (EAGAIN, as pthread_create
+ * reports a lack of resources). */
+static bool hook_fails(void) {
+  long left = atomic_load(&fail_after);
+  while (left >= 0) {
+    if (left == 0) return true;
+    if (atomic_compare_exchange_weak(&fail_after, &left, left - 1))
+      return false;
+  }
+  return false;
+}
+
+int sl__thread_start(pthread_t *tid, const char *stage, const char *name,
+                     void *(*fn)(void *), void *arg) {
+  int err = hook_fails() ? EAGAIN : pthread_create(tid, NULL, fn, arg);
+  if (err)
+    return sl_set_error(SL_ENOMEM, "%s: cannot start a worker thread: %s",
+                        stage, strerror(err));
+#if defined(__linux__)
+  /* From the creating thread: the name is there before the thread runs
+   * anything worth seeing.  A failure (name too long) only loses the name. */
+  (void)pthread_setname_np(*tid, name);
+#else
+  (void)name;
+#endif
+  return SL_OK;
+}
