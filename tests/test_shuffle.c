@@ -245,3 +245,29 @@ TEST(invalid_arguments_are_einval_and_take_upstream) {
   ASSERT_RC(sl_shuffle(src, 4, 1, NULL), SL_EINVAL); /* src destroyed */
   ASSERT_CONTAINS(sl_last_error(), "shuffle");
 }
+
+long sl__alloc_fail_after(long n);
+
+/* Out of memory while the window fills: the samples the shuffle holds are
+ * what took the memory, so the error names the shuffle (and its buffer),
+ * not only the stage whose allocation happened to fail (issue 13). */
+TEST(out_of_memory_while_filling_names_the_shuffle) {
+  int hits = 0;
+  for (long k = 0; k < 400; k += 7) {
+    sl_reader *r = shuffled_range(1000, 500, 3);
+    sl_sample *s = NULL;
+    sl__alloc_fail_after(k);
+    int rc = sl_reader_next(r, &s);
+    sl__alloc_fail_after(-1);
+    if (rc == SL_OK) {
+      sl_sample_release(s);
+    } else {
+      ASSERT_RC(rc, SL_ENOMEM);
+      ASSERT_CONTAINS(sl_last_error(), "shuffle: ");
+      ASSERT_CONTAINS(sl_last_error(), "buffer_size 500");
+      hits++;
+    }
+    sl_reader_destroy(r);
+  }
+  ASSERT_GE(hits, 10);
+}

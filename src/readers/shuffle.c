@@ -18,7 +18,10 @@
  * Cost: the window grows geometrically up to buffer_size (a huge bound costs
  * nothing for small data); after that a sample costs one upstream pull, one
  * draw and two pointer moves.  Errors from upstream are returned as soon as
- * they are read; the window keeps its samples until reset or destroy.
+ * they are read, unchanged except SL_ENOMEM, which gets "shuffle: out of
+ * memory holding N samples (buffer_size B ...): " in front (the window's
+ * samples are what used the memory); the window keeps its samples until
+ * reset or destroy.
  */
 #include "core/rng.h"
 #include "readers/reader_impl.h"
@@ -61,10 +64,14 @@ static int grow(shuffle_state *s) {
   size_t cap = s->cap ? s->cap * 2 : 64;
   if (cap > s->size || cap < s->cap) cap = s->size;
   SL_RETURN_ERROR_IF(cap > SIZE_MAX / sizeof *s->win, SL_ENOMEM,
-                     "shuffle: cannot grow the buffer to %zu samples", cap);
+                     "shuffle: cannot grow the window to %zu samples "
+                     "(buffer_size %zu)",
+                     cap, s->size);
   sl_sample **win = sl__realloc(s->win, cap * sizeof *win);
   SL_RETURN_ERROR_IF(!win, SL_ENOMEM,
-                     "shuffle: cannot grow the buffer to %zu samples", cap);
+                     "shuffle: cannot grow the window to %zu samples "
+                     "(buffer_size %zu)",
+                     cap, s->size);
   s->win = win;
   s->cap = cap;
   return SL_OK;
@@ -79,6 +86,14 @@ static int shuffle_next(void *st, sl_sample **out) {
       s->up_ended = true;
       break;
     }
+    /* Out of memory while filling: the samples held here took it, so the
+     * error names the shuffle, not only the stage whose allocation failed
+     * (upstream's message follows).  Other errors pass unchanged. */
+    if (rc == SL_ENOMEM)
+      return sl_wrap_error(rc,
+                           "shuffle: out of memory holding %zu samples "
+                           "(buffer_size %zu; a smaller buffer holds less)",
+                           s->count, s->size);
     if (rc < 0) return rc; /* upstream's message is already set */
     s->count++;
   }
