@@ -108,7 +108,9 @@ SL_API int sl_last_error_code(void);
 /* Sets the calling thread's detail message to the formatted text and returns
  * `code`, so custom readers and callbacks can write
  * `return sl_set_error(SL_EINVAL, "my_reader: bad row %d", i);`.
- * Messages longer than 1023 bytes are truncated.  Thread-safe. */
+ * A message longer than 1023 bytes loses its middle, not its end: its first
+ * 320 bytes, "...", then its end (the reason), so a long path cannot push
+ * the reason out.  Thread-safe. */
 SL_API int sl_set_error(int code, const char *fmt, ...) SL_PRINTF(2, 3);
 /* Like sl_set_error, prepending "<what>: " to the current detail message; used
  * to add context while an error travels up.  Returns `code`. */

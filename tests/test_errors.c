@@ -368,3 +368,67 @@ TEST(allocation_failures_leave_no_leaks_zip) {
   sweep_allocation_failures(build_zip);
   sl_schema_release(g_j_schema);
 }
+
+/* A message longer than the 1023-byte slot loses its middle, not its end:
+ * the stage stays at the start and the reason at the end, also for a
+ * 2000-byte path and through sl_wrap_error (issue 13). */
+TEST(long_messages_keep_their_reason) {
+  char path[2001];
+  memset(path, 'd', 2000);
+  for (int i = 100; i < 2000; i += 100)
+    path[i] = '/';
+  memcpy(path + 1990, "/file.slr", 10); /* ends the string */
+  ASSERT_RC(sl_set_error(SL_EIO, "open: %s: cannot open: %s", path,
+                         "No such file or directory"),
+            SL_EIO);
+  const char *m = sl_last_error();
+  ASSERT_EQ(strlen(m), 1023);
+  ASSERT_TRUE(strncmp(m, "open: dddd", 10) == 0);
+  ASSERT_CONTAINS(m, "...");
+  const char *want = "/file.slr: cannot open: No such file or directory";
+  ASSERT_STREQ(m + strlen(m) - strlen(want), want);
+  ASSERT_EQ(sl_last_error_code(), SL_EIO);
+
+  /* Wrapped: the new prefix is kept, and the old reason still ends it. */
+  ASSERT_RC(sl_wrap_error(SL_EIO, "open_files: epoch 0, sample 5"), SL_EIO);
+  m = sl_last_error();
+  ASSERT_EQ(strlen(m), 1023);
+  ASSERT_TRUE(strncmp(m, "open_files: epoch 0, sample 5: open: d", 38) == 0);
+  ASSERT_STREQ(m + strlen(m) - strlen(want), want);
+
+  /* A long prefix too. */
+  ASSERT_RC(sl_set_error(SL_ECORRUPT, "bad chunk"), SL_ECORRUPT);
+  ASSERT_RC(sl_wrap_error(SL_ECORRUPT, "%s", path), SL_ECORRUPT);
+  m = sl_last_error();
+  ASSERT_EQ(strlen(m), 1023);
+  ASSERT_TRUE(strncmp(m, "dddd", 4) == 0);
+  want = "/file.slr: bad chunk";
+  ASSERT_STREQ(m + strlen(m) - strlen(want), want);
+
+  /* Multi-byte characters are never cut in two. */
+  char u[3001] = "";
+  for (int i = 0; i < 1000; i++)
+    strcat(u, "\xc3\xa9"); /* e-acute, 2 bytes */
+  sl_set_error(SL_EINVAL, "x%s", u);
+  m = sl_last_error();
+  ASSERT_LE(strlen(m), 1023);
+  const char *dots = strstr(m, "...");
+  ASSERT_NOT_NULL(dots);
+  ASSERT_EQ((dots - m - 1) % 2, 0);        /* head: 'x' + whole pairs */
+  ASSERT_EQ(strlen(dots + 3) % 2, 0);      /* tail: whole pairs */
+  ASSERT_TRUE((unsigned char)dots[3] == 0xc3);
+
+  /* Short messages are as before. */
+  sl_set_error(SL_EINVAL, "short %d", 7);
+  ASSERT_STREQ(sl_last_error(), "short 7");
+
+  /* Through a real open: the file's reason ends the message. */
+  char *deep = malloc(4200);
+  snprintf(deep, 4200, "/nonexistent-dir-%s/x.slr", path + 1000);
+  sl_slr_file *f;
+  ASSERT_RC(sl_slr_open(deep, NULL, &f), SL_EIO);
+  want = "/x.slr: cannot open: No such file or directory";
+  m = sl_last_error();
+  ASSERT_STREQ(m + strlen(m) - strlen(want), want);
+  free(deep);
+}

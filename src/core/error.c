@@ -46,27 +46,93 @@ void sl_clear_error(void) {
   t_code = SL_OK;
 }
 
+/* --- long messages ---------------------------------------------------------
+ * The slot holds 1023 bytes.  A longer message (a deep path, a path wrapped
+ * several times) loses its middle, not its end: the stage is at the start and
+ * the reason at the end ("x: /very/long/...ong/path/f.slr: cannot open: No
+ * such file or directory"), and a path cut in the middle still names its
+ * file.  The full text is formatted into a heap buffer first; when that
+ * allocation fails the message is cut at the end as snprintf does. */
+
+#define SL_ELIDE_MARK "..."
+#define SL_ELIDE_HEAD 320 /* bytes kept before the mark; the rest is tail */
+
+static bool utf8_cont(char c) {
+  return ((unsigned char)c & 0xC0) == 0x80;
+}
+
+/* Stores `full` (n bytes, n >= SL_ERRMSG_MAX) with its middle elided. */
+static void store_elided(const char *full, size_t n) {
+  const size_t mark = sizeof SL_ELIDE_MARK - 1;
+  size_t head = SL_ELIDE_HEAD;
+  size_t tail = SL_ERRMSG_MAX - 1 - head - mark;
+  while (head > 0 && utf8_cont(full[head])) /* whole characters only */
+    head--;
+  size_t from = n - tail;
+  while (from < n && utf8_cont(full[from]))
+    from++;
+  memcpy(t_msg, full, head);
+  memcpy(t_msg + head, SL_ELIDE_MARK, mark);
+  memcpy(t_msg + head + mark, full + from, n - from);
+  t_msg[head + mark + (n - from)] = '\0';
+}
+
+/* Formats into the slot, eliding the middle of a message that does not fit.
+ * Consumes `ap`. */
+static void store_v(const char *fmt, va_list ap) {
+  va_list again;
+  va_copy(again, ap);
+  int n = vsnprintf(t_msg, sizeof t_msg, fmt, ap);
+  if (n >= (int)sizeof t_msg) {
+    char *full = sl__malloc((size_t)n + 1);
+    if (full) {
+      vsnprintf(full, (size_t)n + 1, fmt, again);
+      store_elided(full, (size_t)n);
+      sl__free(full);
+    }
+  }
+  va_end(again);
+}
+
+static void store(const char *fmt, ...) SL_PRINTF(1, 2);
+static void store(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  store_v(fmt, ap);
+  va_end(ap);
+}
+
 int sl_set_error(int code, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(t_msg, sizeof t_msg, fmt, ap);
+  store_v(fmt, ap);
   va_end(ap);
   t_code = code;
   return code;
 }
 
 int sl_wrap_error(int code, const char *fmt, ...) {
-  char prefix[SL_ERRMSG_MAX];
+  /* The old message is copied out first: the prefix's arguments may point
+   * into it, and it is overwritten. */
   char old[SL_ERRMSG_MAX];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(prefix, sizeof prefix, fmt, ap);
-  va_end(ap);
   memcpy(old, t_msg, sizeof old);
-  if (old[0])
-    snprintf(t_msg, sizeof t_msg, "%s: %s", prefix, old);
-  else
-    snprintf(t_msg, sizeof t_msg, "%s: %s", prefix, sl_strerror(code));
+  va_list ap, again;
+  va_start(ap, fmt);
+  va_copy(again, ap);
+  char small[SL_ERRMSG_MAX];
+  char *prefix = small;
+  int n = vsnprintf(small, sizeof small, fmt, ap);
+  if (n >= (int)sizeof small) {
+    char *big = sl__malloc((size_t)n + 1);
+    if (big) {
+      vsnprintf(big, (size_t)n + 1, fmt, again);
+      prefix = big;
+    }
+  }
+  va_end(again);
+  va_end(ap);
+  store("%s: %s", prefix, old[0] ? old : sl_strerror(code));
+  if (prefix != small) sl__free(prefix);
   t_code = code;
   return code;
 }

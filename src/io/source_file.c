@@ -62,18 +62,40 @@ static void file_close(sl__source *s) {
   sl__free(f);
 }
 
+/* What a path that is not a regular file is, for messages. */
+static const char *file_kind(mode_t m) {
+  if (S_ISDIR(m)) return "is a directory";
+  if (S_ISCHR(m)) return "is a character device";
+  if (S_ISBLK(m)) return "is a block device";
+  if (S_ISFIFO(m)) return "is a FIFO (named pipe)";
+  if (S_ISSOCK(m)) return "is a socket";
+  return "is of an unknown type";
+}
+
 int sl__source_open_file(const char *path, sl__source **out) {
   *out = NULL;
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  /* O_NONBLOCK: opening a FIFO for reading would otherwise wait for a
+   * writer forever; it is refused below, and cleared for a regular file. */
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   SL_RETURN_ERROR_IF(fd < 0, SL_EIO, "%s: cannot open: %s", path,
                      strerror(errno));
   struct stat st;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+  if (fstat(fd, &st) != 0) {
     int e = errno;
     close(fd);
-    return sl_set_error(SL_EIO, "%s: %s", path,
-                        e && !S_ISREG(st.st_mode) ? "not a regular file"
-                                                  : strerror(e));
+    return sl_set_error(SL_EIO, "%s: cannot stat: %s", path, strerror(e));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    close(fd);
+    return sl_set_error(SL_EIO, "%s: %s, not a regular file", path,
+                        file_kind(st.st_mode));
+  }
+  int fl = fcntl(fd, F_GETFL);
+  if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) < 0) {
+    int e = errno;
+    close(fd);
+    return sl_set_error(SL_EIO, "%s: cannot clear O_NONBLOCK: %s", path,
+                        strerror(e));
   }
   file_source *f = sl__calloc(1, sizeof *f);
   char *name = sl__strdup(path);
