@@ -931,6 +931,160 @@ TEST(corrupt_record_in_slr_names_the_sample) {
   free_bad_set(&b);
 }
 
+/* --- the skip policy after a JPEG cut inside its headers ---------------------
+ * Issue 13 item 4: a JPEG cut to 300 bytes (inside its Huffman tables, before
+ * any scan) made the worker's TurboJPEG handle fail the next good JPEG too,
+ * with the broken file's message.  Every good image must come through, and
+ * each counted failure must name the broken file. */
+
+#define CUT_BYTES 300
+
+/* A flat folder `tag` of JPEGs named "<k>.jpg" for k in [0, n): file k is
+ * Fashion-MNIST image 20 + k, cut to CUT_BYTES when cut[k]; packed into
+ * *slr ("<tag>.slr") too. */
+static const char *cut_jpeg_folder(const char *tag, int n, const bool *cut,
+                                   const char **slr) {
+  need_data();
+  static char dir[1100];
+  snprintf(dir, sizeof dir, "%s", tmppath(tag));
+  ASSERT_EQ(mkdir(dir, 0777), 0);
+  for (int k = 0; k < n; k++) {
+    size_t len;
+    uint8_t *jpg =
+        fix_jpeg_encode(g_data.pixels + (size_t)(20 + k) * 784, 28, 28, 1, 95,
+                        &len);
+    ASSERT_NOT_NULL(jpg);
+    if (cut[k]) {
+      ASSERT_TRUE(len > CUT_BYTES);
+      /* The cut is inside the headers: no start of scan before it. */
+      for (size_t i = 0; i + 1 < CUT_BYTES; i++)
+        ASSERT_TRUE(!(jpg[i] == 0xFF && jpg[i + 1] == 0xDA));
+      len = CUT_BYTES;
+    }
+    char p[1200];
+    snprintf(p, sizeof p, "%s/%d.jpg", dir, k);
+    test_write_file(p, jpg, len);
+    free(jpg);
+  }
+  char name[80];
+  snprintf(name, sizeof name, "%s.slr", tag);
+  *slr = tmppath(name);
+  pack(dir, *slr);
+  return dir;
+}
+
+/* The image reader over `dir`, or when `slr` is given, that file (packed
+ * from `dir`) + decode_image, with `threads`; the skip policy with
+ * `max_bad` when `skip`. */
+static sl_reader *cut_reader(const char *dir, const char *slr,
+                             uint32_t threads, bool skip, uint32_t max_bad) {
+  sl_image_opts o = image_opts(threads);
+  if (skip) o.policy = SL_CORRUPT_SKIP_CHUNK;
+  o.max_bad = max_bad;
+  sl_reader *r;
+  if (slr) {
+    ASSERT_OK(sl_open(slr, NULL, &r));
+    ASSERT_OK(sl_decode_image(r, &o, &r));
+  } else {
+    ASSERT_OK(sl_image_reader(dir, &o, &r));
+  }
+  return r;
+}
+
+/* The next sample of `r` is file k of cut_jpeg_folder (within the JPEG
+ * bounds of its source pixels). */
+static void expect_jpeg_k(sl_reader *r, int k) {
+  sl_sample *s;
+  int rc = sl_reader_next(r, &s);
+  if (rc != SL_OK)
+    test_fail(__FILE__, __LINE__, "file %d.jpg: %s: %s", k, sl_err_name(rc),
+              sl_last_error());
+  const sl_tensor *img = sl_sample_field(s, "image");
+  ASSERT_EQ(img->shape[0], 28);
+  ASSERT_EQ(img->shape[1], 28);
+  ASSERT_EQ(img->shape[2], 1);
+  const uint8_t *got = img->data,
+                *want = g_data.pixels + (size_t)(20 + k) * 784;
+  uint64_t sum = 0;
+  for (int p = 0; p < 784; p++) {
+    int d = abs((int)got[p] - (int)want[p]);
+    ASSERT_LE(d, JPEG_MAX_BOUND);
+    sum += (uint64_t)d;
+  }
+  ASSERT_TRUE(sum / 784.0 <= 2 * JPEG_MAE_BOUND);
+  sl_sample_release(s);
+}
+
+TEST(skip_policy_keeps_every_good_jpeg_after_a_cut_one) {
+  /* 0.jpg cut, 1..4 good. */
+  const bool cut[5] = {true, false, false, false, false};
+  const char *slr;
+  const char *dir = cut_jpeg_folder("cut-one", 5, cut, &slr);
+  for (int packed = 0; packed <= 1; packed++)
+    for (uint32_t threads = 1; threads <= 2; threads++) {
+      sl_reader *r = cut_reader(dir, packed ? slr : NULL, threads, true, 0);
+      for (int pass = 0; pass < 2; pass++) {
+        for (int k = 1; k < 5; k++)
+          expect_jpeg_k(r, k);
+        sl_sample *s;
+        ASSERT_RC(sl_reader_next(r, &s), SL_EOF);
+        /* Exactly one left out: 5 in, 4 out (a pass at a time). */
+        sl_stage_stats st[4];
+        size_t n;
+        ASSERT_OK(sl_reader_stats(r, st, 4, &n));
+        ASSERT_EQ(st[0].samples_out, 4 * (pass + 1));
+        ASSERT_EQ(st[1].samples_out, 5 * (pass + 1));
+        ASSERT_OK(sl_reader_reset(r));
+      }
+      sl_reader_destroy(r);
+    }
+}
+
+TEST(skip_policy_names_each_cut_jpeg_it_counts) {
+  /* 0.jpg and 3.jpg cut; with max_bad 1 the pass fails at 3.jpg, the
+   * second failure, naming it, after 1.jpg and 2.jpg came through. */
+  const bool cut[6] = {true, false, false, true, false, false};
+  const char *slr;
+  const char *dir = cut_jpeg_folder("cut-two", 6, cut, &slr);
+  for (int packed = 0; packed <= 1; packed++)
+    for (uint32_t threads = 1; threads <= 2; threads++) {
+      sl_reader *r = cut_reader(dir, packed ? slr : NULL, threads, true, 1);
+      expect_jpeg_k(r, 1);
+      expect_jpeg_k(r, 2);
+      sl_sample *s;
+      ASSERT_RC(sl_reader_next(r, &s), SL_ECORRUPT);
+      char want[1400];
+      if (packed)
+        snprintf(want, sizeof want,
+                 "decode_image: 2 images failed to decode in this pass, more "
+                 "than max_bad (1); the last: decode_image: sample 3 of the "
+                 "pass (field 'image'): jpeg: ");
+      else
+        snprintf(want, sizeof want,
+                 "image: 2 images failed to decode in this pass, more than "
+                 "max_bad (1); the last: image: %s/3.jpg: jpeg: ",
+                 dir);
+      ASSERT_CONTAINS(sl_last_error(), want);
+      sl_reader_destroy(r);
+      /* Policy fail, through random_crop_flip: the decode error passes
+       * unchanged and names 0.jpg (record 0). */
+      r = cut_reader(dir, packed ? slr : NULL, threads, false, 0);
+      sl_crop_flip_opts co = SL_CROP_FLIP_OPTS_INIT;
+      co.height = co.width = 20;
+      ASSERT_OK(sl_random_crop_flip(r, &co, &r));
+      ASSERT_RC(sl_reader_next(r, &s), SL_ECORRUPT);
+      if (packed)
+        ASSERT_CONTAINS(sl_last_error(),
+                        "decode_image: sample 0 of the pass (field 'image'): "
+                        "jpeg: ");
+      else {
+        snprintf(want, sizeof want, "image: %s/0.jpg: jpeg: ", dir);
+        ASSERT_CONTAINS(sl_last_error(), want);
+      }
+      sl_reader_destroy(r);
+    }
+}
+
 TEST(folder_errors) {
   sl_reader *r;
   /* Empty folder. */

@@ -14,6 +14,8 @@
  * data: 3 extraneous bytes") fails the decode like an error: the pixels of
  * a damaged image are partly invented by the decoder, and training on them
  * silently is worse than skipping them (which the skip policy offers).
+ * A TurboJPEG handle that failed an image is destroyed, never reused: its
+ * libjpeg state and message would spill onto the next image (jpeg_fail).
  * Progressive JPEGs are limited to 500 scans (TJFLAG_LIMITSCANS), PNGs to
  * 64 MiB per chunk; either decoded size is bounded by SL__IMAGE_MAX_BYTES
  * before the output is allocated.
@@ -89,6 +91,30 @@ static int alloc_pixels(sl__buffer_pool *pool, const char *what, uint32_t h,
   return SL_OK;
 }
 
+/* Fails the JPEG being decoded with `code`: "<what>: jpeg: <found>
+ * (<TurboJPEG's message>)", or without `found` ("") the message alone; then
+ * drops the handle.  A failed tjDecompressHeader3 (libjpeg-turbo 2.1: it
+ * longjmps out without jpeg_abort_decompress) leaves libjpeg's state in the
+ * middle of a header, with the stream's "end of input reached" flag set:
+ * the next header read on that handle "succeeds" with a 0x0 image and the
+ * old message, so the next good JPEG failed too, blamed with the broken
+ * file's error (issue 13 item 4).  The handle's message is stale as well
+ * (tjGetErrorStr2 keeps the last error).  Failures are rare; a fresh handle
+ * for the next image costs one tjInitDecompress. */
+static int jpeg_fail(sl__image_decoder *d, int code, const char *what,
+                     const char *found) {
+  const char *msg = tjGetErrorStr2(d->tj);
+  int rc = msg && strcmp(msg, "No error") != 0
+               ? sl_set_error(code, "%s: jpeg: %s%s%s%s", what, found,
+                              *found ? " (" : "", msg,
+                              *found ? ")" : "")
+               : sl_set_error(code, "%s: jpeg: %s", what,
+                              *found ? found : "cannot decode");
+  tjDestroy(d->tj);
+  d->tj = NULL;
+  return rc;
+}
+
 static int decode_jpeg(sl__image_decoder *d, const unsigned char *data,
                        size_t size, int channels, const char *what,
                        sl_tensor *out) {
@@ -104,12 +130,10 @@ static int decode_jpeg(sl__image_decoder *d, const unsigned char *data,
   int w = 0, h = 0, subsamp = 0, colorspace = 0;
   if (tjDecompressHeader3(tj, data, (unsigned long)size, &w, &h, &subsamp,
                           &colorspace) < 0)
-    return sl_set_error(SL_ECORRUPT, "%s: jpeg: %s", what, tjGetErrorStr2(tj));
+    return jpeg_fail(d, SL_ECORRUPT, what, "");
   /* A stream that ends before its frame header "succeeds" with a warning
    * and no size. */
-  SL_RETURN_ERROR_IF(w <= 0 || h <= 0, SL_ECORRUPT,
-                     "%s: jpeg: no frame header (%s)", what,
-                     tjGetErrorStr2(tj));
+  if (w <= 0 || h <= 0) return jpeg_fail(d, SL_ECORRUPT, what, "no frame header");
   if (channels == 0) channels = subsamp == TJSAMP_GRAY ? 1 : 3;
   SL_FORWARD_IF_ERROR(
       alloc_pixels(d->pool, what, (uint32_t)h, (uint32_t)w, (uint32_t)channels,
@@ -121,10 +145,8 @@ static int decode_jpeg(sl__image_decoder *d, const unsigned char *data,
                     flags) < 0) {
     /* tjGetErrorCode: TJERR_WARNING for a damaged but decodable stream;
      * both are refused (see the banner). */
-    int rc =
-        sl_set_error(SL_ECORRUPT, "%s: jpeg: %s", what, tjGetErrorStr2(tj));
     sl_tensor_clear(out);
-    return rc;
+    return jpeg_fail(d, SL_ECORRUPT, what, "");
   }
   return SL_OK;
 }

@@ -16,7 +16,8 @@
 #define SL__IMAGE_MAX_BYTES ((uint64_t)256 << 20)
 
 /* One thread's decoders.  The TurboJPEG handle is made on the first JPEG
- * and reused (making one allocates libjpeg's tables); libspng contexts are
+ * and reused (making one allocates libjpeg's tables) until an image fails,
+ * then made again for the next one (decode.c); libspng contexts are
  * cheap and made per image.  Zero-initialise, then sl__image_decoder_fini.
  * Used by one thread at a time. */
 typedef struct sl__image_decoder {
