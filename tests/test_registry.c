@@ -509,3 +509,33 @@ TEST(registration_races_with_open) {
   ASSERT_EQ(drain_ids(r, 0), 3);
   sl_reader_destroy(r);
 }
+
+/* A file literally named like a pattern ("[a].slr") is opened as named
+ * when it exists, by sl_open and open_files; a pattern that names no
+ * existing file is still a pattern (issue 13). */
+TEST(literal_name_that_looks_like_a_pattern) {
+  ASSERT_EQ(mkdir(tmppath("lit"), 0755), 0);
+  test_write_ids_slr(tmppath("lit/[a].slr"), 100, 3, 4);
+  test_write_ids_slr(tmppath("lit/a.slr"), 0, 5, 4);
+  char name[600];
+  snprintf(name, sizeof name, "%s", tmppath("lit/[a].slr"));
+  sl_reader *r;
+  ASSERT_OK(sl_open(name, NULL, &r));
+  ASSERT_EQ(drain_ids(r, 100), 3);
+  sl_reader_destroy(r);
+  const char *names[] = {name};
+  ASSERT_OK(sl_open_files(names, 1, NULL, &r));
+  ASSERT_EQ(drain_ids(r, 100), 3);
+  sl_reader_destroy(r);
+  /* With a tag too. */
+  char tagged[620];
+  snprintf(tagged, sizeof tagged, "slr:%s", name);
+  ASSERT_OK(sl_open(tagged, NULL, &r));
+  ASSERT_EQ(drain_ids(r, 100), 3);
+  sl_reader_destroy(r);
+  /* Once the literal file is gone, the same name is a pattern again. */
+  ASSERT_EQ(unlink(name), 0);
+  ASSERT_OK(sl_open(name, NULL, &r));
+  ASSERT_EQ(drain_ids(r, 0), 5);
+  sl_reader_destroy(r);
+}

@@ -18,6 +18,9 @@
  * still be running in another thread; that is why the registry never frees
  * `ud` (see sl_format_register in sluice.h).
  *
+ * A name holding *, ? or [ is a pattern unless a file of exactly that name
+ * exists (lstat), so "[a].slr" can always be opened.
+ *
  * Expansion order is the caller's order of names, and within a pattern byte
  * order (strcmp).  glob(3) sorts with strcoll, which depends on LC_COLLATE;
  * the epoch plan numbers files by this order, so two ranks started with
@@ -29,6 +32,7 @@
 #include <glob.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 
 #define SLOTS 64
 
@@ -342,7 +346,9 @@ static int expand_one(const char *stage, file_list *l, const char *name) {
   }
   SL_RETURN_ERROR_IF(!path[0], SL_EINVAL, "%s: '%s' has an empty path", stage,
                      name);
-  if (is_pattern(path))
+  /* A file literally named like a pattern ("[a].slr") is that file. */
+  struct stat st;
+  if (is_pattern(path) && lstat(path, &st) != 0)
     return expand_pattern(stage, l, tagged ? tag : NULL, path);
   return add_file(stage, l, tagged ? tag : NULL, path);
 }
