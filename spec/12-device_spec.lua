@@ -164,6 +164,13 @@ describe("sluice.Pipeline", function()
                     or err:find("cannot load the CUDA runtime", 1, true)
                     or err:find("built without the CUDA engine", 1, true))
       assert.truthy(cuda_why:find(err, 1, true))
+      -- No driver (this project's build machine) or no device: said
+      -- plainly before the CUDA error.
+      if err:find("cudaErrorInsufficientDriver", 1, true)
+         or err:find("cudaErrorNoDevice", 1, true) then
+        assert.truthy(err:find("^double_buffer: cuda:0: no CUDA device or "
+                               .. "driver found %(cudaGetDeviceCount"))
+      end
     end)
 
     gpu_it("puts batches on the GPU (device pointers, not host memory)", function()

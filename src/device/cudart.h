@@ -76,6 +76,11 @@ int sl__cuda_check(const sl__cudart *cu, cudaError_t err, int device_id,
 #define SL_CUDA_CHECK(cu, dev, fn, ...)                                        \
   sl__cuda_check((cu), (cu)->fn(__VA_ARGS__), (dev), #fn "(" #__VA_ARGS__ ")", \
                  __FILE__, __LINE__)
+/* The same, storing the call's cudaError_t in *errp as well, for a caller
+ * that tells some errors apart (engine_cuda.c: no driver, no device). */
+#define SL_CUDA_CHECK_ERR(cu, dev, errp, fn, ...)                              \
+  sl__cuda_check((cu), (*(errp) = (cu)->fn(__VA_ARGS__)), (dev),               \
+                 #fn "(" #__VA_ARGS__ ")", __FILE__, __LINE__)
 
 #endif /* SLUICE_HAVE_CUDA_HEADERS */
 #endif

@@ -86,8 +86,14 @@ int sl__engine_host_open(sl__engine **out);
 /* The CUDA engine on device `device_id`, its consumer stream `stream`
  * (a cudaStream_t, NULL = legacy default).  SL_ECUDA naming the CUDA error
  * (or the loader's failure), SL_EUNSUPPORTED when built without the CUDA
- * headers, SL_ENOMEM.  Messages start with "cuda:N: ". */
-int sl__engine_cuda_open(int device_id, void *stream, sl__engine **out);
+ * headers, SL_ENOMEM.  Messages start with "cuda:N: "; without a driver or
+ * a device, "cuda:N: no CUDA device or driver found (<the CUDA error>)".
+ * *absent (required) is set, on failure, to a plain phrase when the
+ * machine (or this build) has no CUDA at all - "no CUDA device or driver
+ * found", "no CUDA runtime (libcudart) found", "this libsluice was built
+ * without CUDA" - else NULL (CUDA is there but failed: say it in full). */
+int sl__engine_cuda_open(int device_id, void *stream, sl__engine **out,
+                         const char **absent);
 /* 1 when this libsluice was built with the CUDA toolkit's headers (the CUDA
  * engine exists), else 0.  For tests and messages. */
 int sl__cuda_engine_built(void);

@@ -228,13 +228,47 @@ static const sl__engine_ops cuda_ops = {
     "cuda",       cuda_thread_init, cuda_reserve,   cuda_begin,  cuda_upload,
     cuda_acquire, cuda_release,     cuda_free_slot, cuda_destroy};
 
-int sl__engine_cuda_open(int device_id, void *stream, sl__engine **out) {
+/* cudaGetDeviceCount's failures that mean "this machine has no CUDA to
+ * offer": no driver (a toolkit alone: the runtime then says "CUDA driver
+ * version is insufficient", which reads like an upgrade is due), a stub
+ * driver, no device. */
+static bool means_no_cuda(cudaError_t err) {
+  return err == cudaErrorInsufficientDriver || err == cudaErrorNoDevice
+#if CUDART_VERSION >= 11010
+         || err == cudaErrorStubLibrary
+#endif
+      ;
+}
+
+int sl__engine_cuda_open(int device_id, void *stream, sl__engine **out,
+                         const char **absent) {
   *out = NULL;
+  *absent = NULL;
   const sl__cudart *cu = NULL;
-  if (sl__cudart_get(&cu) != SL_OK)
+  if (sl__cudart_get(&cu) != SL_OK) {
+    *absent = "no CUDA runtime (libcudart) found";
     return sl_wrap_error(SL_ECUDA, "cuda:%d", device_id);
+  }
   int n = 0;
-  SL_FORWARD_IF_ERROR(SL_CUDA_CHECK(cu, device_id, cudaGetDeviceCount, &n));
+  cudaError_t err = cudaSuccess;
+  int rc = SL_CUDA_CHECK_ERR(cu, device_id, &err, cudaGetDeviceCount, &n);
+  if (rc < 0 && means_no_cuda(err)) {
+    /* Said plainly first; the CUDA error and the call in the parentheses.
+     * The message is "cuda:N: <call> failed: ..." (sl__cuda_check). */
+    *absent = "no CUDA device or driver found";
+    const char *detail = strchr(sl_last_error(), ' ');
+    char *copy = sl__strdup(detail ? detail + 1 : sl_last_error());
+    sl_set_error(SL_ECUDA, "cuda:%d: %s (%s)", device_id, *absent,
+                 copy ? copy : "?");
+    sl__free(copy);
+    return SL_ECUDA;
+  }
+  SL_FORWARD_IF_ERROR(rc);
+  if (n == 0) {
+    *absent = "no CUDA device or driver found";
+    return sl_set_error(SL_ECUDA, "cuda:%d: %s (cudaGetDeviceCount: 0 devices)",
+                        device_id, *absent);
+  }
   SL_RETURN_ERROR_IF(device_id >= n, SL_ECUDA,
                      "cuda:%d: no such device: this machine has %d CUDA "
                      "device%s (cuda:0 .. cuda:%d)",
@@ -249,7 +283,7 @@ int sl__engine_cuda_open(int device_id, void *stream, sl__engine **out) {
   e->cu = cu;
   e->consumer = (cudaStream_t)stream;
   int prev;
-  int rc = enter_device(e, &prev);
+  rc = enter_device(e, &prev);
   if (rc == SL_OK) {
     rc = CHECK(cudaStreamCreateWithFlags, &e->copy, cudaStreamNonBlocking);
     leave_device(e, prev);
@@ -268,9 +302,11 @@ int sl__cuda_engine_built(void) {
 
 #else /* no CUDA headers at build time */
 
-int sl__engine_cuda_open(int device_id, void *stream, sl__engine **out) {
+int sl__engine_cuda_open(int device_id, void *stream, sl__engine **out,
+                         const char **absent) {
   (void)stream;
   *out = NULL;
+  *absent = "this libsluice was built without CUDA";
   return sl_set_error(SL_EUNSUPPORTED,
                       "cuda:%d: this libsluice was built without the CUDA "
                       "engine (CMake did not find the CUDA toolkit's "

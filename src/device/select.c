@@ -57,6 +57,7 @@ int sl__engine_open(const char *stage, const char *name, void *stream,
                     sl__engine **out) {
   sl__device_req req;
   int id;
+  const char *absent = NULL;
   *out = NULL;
   SL_FORWARD_IF_ERROR(sl__device_parse(stage, name, &req, &id));
   int rc;
@@ -65,22 +66,31 @@ int sl__engine_open(const char *stage, const char *name, void *stream,
     rc = sl__engine_host_open(out);
     return rc == SL_OK ? rc : sl_wrap_error(rc, "%s", stage);
   case SL__DEV_CUDA:
-    rc = sl__engine_cuda_open(id, stream, out);
+    rc = sl__engine_cuda_open(id, stream, out, &absent);
     return rc == SL_OK ? rc : sl_wrap_error(rc, "%s", stage);
   case SL__DEV_AUTO:
     break;
   }
-  rc = sl__engine_cuda_open(0, stream, out);
+  rc = sl__engine_cuda_open(0, stream, out, &absent);
   if (rc == SL_OK) return rc;
   if (rc == SL_ENOMEM) return sl_wrap_error(rc, "%s", stage);
-  /* No usable CUDA (not built, no runtime, no driver, no device): the host
-   * engine, said once per process so a loop of pipelines does not flood
-   * stderr. */
-  if (atomic_fetch_add(&fallbacks, 1) == 0)
-    fprintf(stderr,
-            "sluice: %s: device \"auto\": CUDA is not usable (%s); using the "
-            "host engine\n",
-            stage, sl_last_error());
+  /* No usable CUDA: the host engine, said once per process so a loop of
+   * pipelines does not flood stderr.  A machine without CUDA (no driver or
+   * device, no runtime, a build without it) is told so plainly - the
+   * runtime's own words for "no driver" are "CUDA driver version is
+   * insufficient", which reads like an upgrade is due; device "cuda:0"
+   * gives the CUDA error in full.  Other failures are given in full. */
+  if (atomic_fetch_add(&fallbacks, 1) == 0) {
+    if (absent)
+      fprintf(stderr,
+              "sluice: %s: device \"auto\": %s; using the host engine\n",
+              stage, absent);
+    else
+      fprintf(stderr,
+              "sluice: %s: device \"auto\": CUDA is not usable (%s); using "
+              "the host engine\n",
+              stage, sl_last_error());
+  }
   rc = sl__engine_host_open(out);
   if (rc == SL_OK) sl_clear_error();
   return rc == SL_OK ? rc : sl_wrap_error(rc, "%s", stage);
