@@ -37,16 +37,18 @@ static const int64_t k_sizes[NF] = {37, 120, 5, 64, 91};
 static char *g_paths[NF];
 static const char *g_names[NF];
 
-/* {id: i64, x: f32[2] = (id, -id)} */
-static sl_schema *id_schema(void) {
+/* {a: i64, b: f32[2] = (a, -a)}: with ("id", "x") the files' schema; other
+ * names give another schema of the same layout (the same bytes). */
+static sl_schema *named_schema(const char *a, const char *b) {
   sl_schema *s = sl_schema_new();
-  ASSERT_OK(sl_schema_add(s, "id", SL_I64, 0, NULL));
-  ASSERT_OK(sl_schema_add(s, "x", SL_F32, 1, (int64_t[]){2}));
+  ASSERT_OK(sl_schema_add(s, a, SL_I64, 0, NULL));
+  ASSERT_OK(sl_schema_add(s, b, SL_F32, 1, (int64_t[]){2}));
   return s;
 }
 
-static void write_ids(const char *path, int64_t first, int64_t n) {
-  sl_schema *s = id_schema();
+/* Writes records first .. first + n - 1 with schema `s` (borrowed). */
+static void write_ids_with(const char *path, sl_schema *s, int64_t first,
+                           int64_t n) {
   sl_slr_writer *w;
   sl_slr_writer_opts o = {1, 0, PER_CHUNK};
   ASSERT_OK(sl_slr_writer_open(path, s, &o, &w));
@@ -63,7 +65,18 @@ static void write_ids(const char *path, int64_t first, int64_t n) {
     sl_sample_release(r);
   }
   ASSERT_OK(sl_slr_writer_close(w));
+}
+
+static void write_ids_named(const char *path, const char *a, const char *b,
+                            int64_t first, int64_t n) {
+  sl_schema *s = named_schema(a, b);
+  write_ids_with(path, s, first, n);
   sl_schema_release(s);
+}
+
+/* {id: i64, x: f32[2] = (id, -id)} */
+static void write_ids(const char *path, int64_t first, int64_t n) {
+  write_ids_named(path, "id", "x", first, n);
 }
 
 static int64_t base_of(int f) {
@@ -827,4 +840,107 @@ TEST(samples_outlive_the_reader) {
                 (float)id);
     sl_sample_release(keep[i]);
   }
+}
+
+/* --- files replaced while open (issue 13, item 5) ----------------------------
+ */
+
+/* Reads a pass, failing the test when a sample's schema is not the
+ * reader's; returns the final code and the count in *n. */
+static int read_checked(sl_reader *r, int64_t *n) {
+  sl_sample *s;
+  int rc;
+  *n = 0;
+  while ((rc = sl_reader_next(r, &s)) == SL_OK) {
+    ASSERT_TRUE(sl_schema_equal(sl_sample_schema(s), sl_reader_schema(r)));
+    sl_sample_release(s);
+    ++*n;
+  }
+  return rc;
+}
+
+/* Over 64 files a worker closes the least recently used and reopens them by
+ * path: a file replaced between passes by one of the same layout (chunks,
+ * records, bytes) but another schema must fail with its name, never yield
+ * {text, y} samples from a reader that declares {id, x}. */
+TEST(more_than_64_files_replaced_by_another_schema_between_passes) {
+  clear_env();
+  enum { N = 70, PER = 9 };
+  char *paths[N];
+  for (int f = 0; f < N; f++) {
+    char name[32];
+    snprintf(name, sizeof name, "many/m%02d.slr", f);
+    if (f == 0) {
+      char *d = tmppath("many");
+      ASSERT_EQ(mkdir(d, 0755), 0);
+      free(d);
+    }
+    paths[f] = tmppath(name);
+    write_ids(paths[f], f * PER, PER);
+  }
+  sl_open_files_opts o = opts(1, false, 1);
+  sl_reader *r;
+  ASSERT_OK(sl_open_files((const char *const *)paths, N, &o, &r));
+  int64_t n;
+  ASSERT_RC(read_checked(r, &n), SL_EOF);
+  ASSERT_EQ(n, N * PER);
+  for (int f = 0; f < N; f++)
+    write_ids_named(paths[f], "text", "y", f * PER, PER);
+  ASSERT_OK(sl_reader_reset(r));
+  ASSERT_RC(read_checked(r, &n), SL_ECORRUPT);
+  ASSERT_EQ(n, 0);
+  char want[1024];
+  snprintf(want, sizeof want,
+           "open_files: epoch 1, sample 0: %s: the file changed since "
+           "open_files read it (schema {id: i64[], x: f32[2]} then, "
+           "{text: i64[], y: f32[2]} now)",
+           paths[0]);
+  ASSERT_STREQ(sl_last_error(), want);
+  sl_reader_destroy(r);
+  /* The same schema and counts, other records: still another file. */
+  for (int f = 0; f < N; f++)
+    write_ids(paths[f], f * PER, PER);
+  ASSERT_OK(sl_open_files((const char *const *)paths, N, &o, &r));
+  ASSERT_RC(read_checked(r, &n), SL_EOF);
+  write_ids(paths[1], 1000, PER);
+  ASSERT_OK(sl_reader_reset(r));
+  ASSERT_RC(read_checked(r, &n), SL_ECORRUPT);
+  ASSERT_EQ(n, PER);
+  ASSERT_CONTAINS(sl_last_error(), paths[1]);
+  ASSERT_CONTAINS(sl_last_error(), "the file changed since open_files read "
+                                   "it (it was replaced or rewritten:");
+  sl_reader_destroy(r);
+  for (int f = 0; f < N; f++)
+    free(paths[f]);
+}
+
+/* At most 64 files: a worker opens each file on first use, after
+ * construction read its index; a file replaced in between is refused the
+ * same way.  One thread and a budget of one sample keep the worker from
+ * reaching file 3 before it is replaced.  Handles kept open across passes
+ * keep reading the files as they were (the inode stays). */
+TEST(few_files_replaced_by_another_schema_before_first_use) {
+  clear_env();
+  make_files();
+  char *mine = tmppath("replaced3.slr");
+  write_ids(mine, base_of(3), k_sizes[3]);
+  const char *names[NF] = {g_names[0], g_names[1], g_names[2], mine,
+                           g_names[4]};
+  sl_open_files_opts o = opts(1, false, 1);
+  o.buffer = 1;
+  sl_reader *r;
+  ASSERT_OK(sl_open_files(names, NF, &o, &r));
+  write_ids_named(mine, "text", "y", base_of(3), k_sizes[3]);
+  int64_t n;
+  ASSERT_RC(read_checked(r, &n), SL_ECORRUPT);
+  ASSERT_EQ(n, base_of(3));
+  char want[1024];
+  snprintf(want, sizeof want,
+           "open_files: epoch 0, sample %lld: %s: the file changed since "
+           "open_files read it (schema {id: i64[], x: f32[2]} then, "
+           "{text: i64[], y: f32[2]} now)",
+           (long long)base_of(3), mine);
+  ASSERT_STREQ(sl_last_error(), want);
+  sl_reader_destroy(r);
+  free(mine);
 }

@@ -9,6 +9,20 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* What tells one file from another (or from itself rewritten): a file
+ * source's fstat at open; all zero for sources that are not files. */
+typedef struct sl__file_id {
+  uint64_t dev, ino, size;
+  int64_t mtime_s, mtime_ns;
+} sl__file_id;
+
+/* Whether a and b are the same file, unchanged. */
+static inline int sl__file_id_equal(const sl__file_id *a,
+                                    const sl__file_id *b) {
+  return a->dev == b->dev && a->ino == b->ino && a->size == b->size &&
+         a->mtime_s == b->mtime_s && a->mtime_ns == b->mtime_ns;
+}
+
 typedef struct sl__source sl__source;
 struct sl__source {
   /* Reads exactly n bytes at off into buf: SL_OK, or SL_EIO with a message
@@ -18,9 +32,12 @@ struct sl__source {
   void (*close)(sl__source *s);
   uint64_t size; /* bytes, fixed at open */
   char *name;    /* for messages; owned by the source */
+  sl__file_id id; /* fixed at open */
 };
 
-/* Opens `path` for reading.  SL_OK, SL_EIO (with strerror) or SL_ENOMEM. */
+/* Opens `path` for reading.  SL_OK, SL_EIO (with strerror, or saying what
+ * the path is when it is not a regular file: a directory, a device, a FIFO;
+ * a FIFO is never waited on) or SL_ENOMEM. */
 int sl__source_open_file(const char *path, sl__source **out);
 
 static inline void sl__source_close(sl__source *s) {

@@ -110,6 +110,9 @@ int sl__source_open_file(const char *path, sl__source **out) {
   f->base.close = file_close;
   f->base.size = (uint64_t)st.st_size;
   f->base.name = name;
+  f->base.id = (sl__file_id){(uint64_t)st.st_dev, (uint64_t)st.st_ino,
+                             (uint64_t)st.st_size, (int64_t)st.st_mtim.tv_sec,
+                             (int64_t)st.st_mtim.tv_nsec};
   *out = &f->base;
   return SL_OK;
 }
@@ -163,6 +166,7 @@ int sl__source_faulty(sl__source *inner, long fail_at, size_t short_step,
   f->base.close = faulty_close;
   f->base.size = inner->size;
   f->base.name = inner->name;
+  f->base.id = inner->id;
   *out = &f->base;
   return SL_OK;
 }

@@ -32,6 +32,13 @@
  * counts and skips; because the consumer does the counting, in plan order,
  * the pass fails at the same place for any T.
  *
+ * Changed files.  Construction reads every file's index and records its
+ * identity (device, inode, size, mtime); a worker opens a file on first use
+ * and again after closing it (past 64 open files), and checks that it is
+ * still that file - same chunk count, same schema, same identity - before
+ * reading it: a replaced file fails with its name (SL_ECORRUPT), never
+ * yields records of another schema or layout.
+ *
  * Queues (one mutex, two conditions each, as the channel).  A result is
  * admitted when the queue holds no samples or the total stays within `cap`,
  * so a chunk larger than the budget still passes alone.  `live` counts the
@@ -46,7 +53,8 @@
  * everything.
  *
  * Ownership and threads:
- *   files, paths, counts, T, buffer, options   immutable after construction.
+ *   files, paths, counts, ids, schema, T, buffer, options   immutable after
+ *               construction.
  *   plan        written by the consumer only while no worker runs (build,
  *               reset); read-only to workers; thread create and join order
  *               the two.
@@ -60,6 +68,7 @@
  */
 #include "io/registry.h"
 #include "io/slr_file.h"
+#include "io/source.h"
 #include "readers/epoch_plan.h"
 #include "readers/reader_impl.h"
 
@@ -111,6 +120,8 @@ typedef struct of_state {
   size_t nfiles;
   char **paths;
   sl__plan_file *pf; /* chunk record counts per file */
+  sl__file_id *ids;  /* each file as construction read it */
+  sl_schema *schema; /* the reader's (file 0's), retained */
   sl_slr_open_opts slr;
   uint32_t max_bad;
   size_t T, buffer;
@@ -233,9 +244,55 @@ static void close_file(worker *w, size_t f) {
   w->nopen--;
 }
 
-/* The worker's handle of file f, opened on first use.  The plan was made
- * from the index read at construction; a file replaced since then must not
- * be read with it (record numbers would point past the chunks). */
+/* Opens file f, with its identity (device, inode, size, mtime) as opened. */
+static int open_file(const of_state *o, size_t f, sl_slr_file **h,
+                     sl__file_id *id) {
+  sl__source *src;
+  SL_FORWARD_IF_ERROR(sl__source_open_file(o->paths[f], &src));
+  *id = src->id;
+  return sl__slr_open_source(src, &o->slr, h); /* takes src */
+}
+
+/* Whether handle h, just opened, is still the file construction read: the
+ * plan was made from that index and the reader declares that schema, so a
+ * file replaced since must not be read (record numbers would point past the
+ * chunks, or samples would carry another schema).  The identity check also
+ * catches a replacement of the same layout and schema but other records. */
+static int check_unchanged(const of_state *o, size_t f, sl_slr_file *h,
+                           const sl__file_id *id) {
+  const char *path = o->paths[f];
+  if (sl_slr_chunks(h) != o->pf[f].nchunks)
+    return sl_set_error(SL_ECORRUPT,
+                        "%s: the file changed since open_files read it (%llu "
+                        "chunks then, %llu now)",
+                        path, (unsigned long long)o->pf[f].nchunks,
+                        (unsigned long long)sl_slr_chunks(h));
+  if (!sl_schema_equal(sl_slr_schema(h), o->schema)) {
+    char then[256], now[256];
+    sl_schema_describe(o->schema, then, sizeof then);
+    sl_schema_describe(sl_slr_schema(h), now, sizeof now);
+    return sl_set_error(SL_ECORRUPT,
+                        "%s: the file changed since open_files read it "
+                        "(schema %s then, %s now)",
+                        path, then, now);
+  }
+  if (!sl__file_id_equal(id, &o->ids[f]))
+    return sl_set_error(
+        SL_ECORRUPT,
+        "%s: the file changed since open_files read it (it was replaced or "
+        "rewritten: inode %llu, %llu bytes, mtime %lld.%09lld then; inode "
+        "%llu, %llu bytes, mtime %lld.%09lld now)",
+        path, (unsigned long long)o->ids[f].ino,
+        (unsigned long long)o->ids[f].size, (long long)o->ids[f].mtime_s,
+        (long long)o->ids[f].mtime_ns, (unsigned long long)id->ino,
+        (unsigned long long)id->size, (long long)id->mtime_s,
+        (long long)id->mtime_ns);
+  return SL_OK;
+}
+
+/* The worker's handle of file f, opened on first use (and again after the
+ * least recently used handles were closed), checked to be the file
+ * construction read. */
 static int get_file(worker *w, size_t f, sl_slr_file **out) {
   of_state *o = w->o;
   w->used[f] = ++w->clock;
@@ -250,15 +307,12 @@ static int get_file(worker *w, size_t f, sl_slr_file **out) {
     close_file(w, lru);
   }
   sl_slr_file *h;
-  SL_FORWARD_IF_ERROR(sl_slr_open(o->paths[f], &o->slr, &h));
-  if (sl_slr_chunks(h) != o->pf[f].nchunks) {
-    uint64_t now = sl_slr_chunks(h);
+  sl__file_id id;
+  SL_FORWARD_IF_ERROR(open_file(o, f, &h, &id));
+  int rc = check_unchanged(o, f, h, &id);
+  if (rc < 0) {
     sl_slr_close(h);
-    return sl_set_error(SL_ECORRUPT,
-                        "%s: the file changed since open_files read it (%llu "
-                        "chunks then, %llu now)",
-                        o->paths[f], (unsigned long long)o->pf[f].nchunks,
-                        (unsigned long long)now);
+    return rc;
   }
   w->fh[f] = h;
   w->nopen++;
@@ -582,6 +636,8 @@ static void of_destroy(void *st) {
   }
   sl__free(o->paths);
   sl__free(o->pf);
+  sl__free(o->ids);
+  sl_schema_release(o->schema);
   sl__free(o);
 }
 
@@ -631,11 +687,12 @@ static int check_opts(sl_open_files_opts *p) {
  * first file's (*schema, retained from file 0). */
 static int read_index(of_state *o, size_t f, sl_schema **schema) {
   sl_slr_file *h;
-  SL_FORWARD_IF_ERROR(sl_slr_open(o->paths[f], &o->slr, &h));
+  SL_FORWARD_IF_ERROR(open_file(o, f, &h, &o->ids[f]));
   int rc = SL_OK;
   const sl_schema *s = sl_slr_schema(h);
   if (f == 0) {
     *schema = sl_schema_retain((sl_schema *)s);
+    o->schema = sl_schema_retain((sl_schema *)s);
   } else if (!sl_schema_equal(*schema, s)) {
     char a[256], b[256];
     sl_schema_describe(s, a, sizeof a);
@@ -689,7 +746,8 @@ static int make_state(const sl_open_files_opts *p, sl__named_file *files,
                                 p->rank, p->world, p->remainder};
   o->paths = sl__calloc(nfiles, sizeof *o->paths);
   o->pf = sl__calloc(nfiles, sizeof *o->pf);
-  SL_RETURN_ERROR_IF(!o->paths || !o->pf, SL_ENOMEM,
+  o->ids = sl__calloc(nfiles, sizeof *o->ids);
+  SL_RETURN_ERROR_IF(!o->paths || !o->pf || !o->ids, SL_ENOMEM,
                      "open_files: cannot allocate %zu files", nfiles);
   o->nfiles = nfiles;
   for (size_t f = 0; f < nfiles; f++) { /* take the expanded paths */
