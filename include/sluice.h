@@ -454,12 +454,22 @@ typedef struct sl_batch_opts {
   int drop_last; /* drop a last partial batch */
   int pad;       /* ragged fields: padded [B, max, ...] + "<name>_len" i64[B]
                     instead of concatenated values + LoD */
+  int lod;       /* fields with a variable dimension after the first (images
+                    of unknown size, u8[-1,-1,-1]): concatenate them along
+                    dim 0 with LoD offsets anyway; without lod or pad such a
+                    field is SL_EINVAL.  Excludes pad.  Added last: zero-
+                    initialise the struct ({0} or a designated initialiser)
+                    so code written before it keeps its meaning. */
 } sl_batch_opts;
 /* Groups `n` samples into one.  Fixed-shape fields stack along a new leading
- * dimension; variable fields (schema dims SL_DIM_VAR) concatenate along dim 0
- * with LoD offsets, or pad (opts->pad).  Mismatched dtypes or trailing shapes
- * are SL_ESHAPE naming the field.  `opts` may be NULL (defaults: keep the last
- * partial batch, LoD).  n 0 is SL_EINVAL. */
+ * dimension; variable fields (schema dims SL_DIM_VAR) whose only variable
+ * dimension is the first (ragged sequences, i32[-1]) concatenate along dim 0
+ * with LoD offsets, or pad (opts->pad).  A field with a variable dimension
+ * after the first is SL_EINVAL naming it unless opts->lod or opts->pad asks
+ * for one of those (LoD would otherwise merge 4 images of 40x40 into one of
+ * 160x40 without a word).  Mismatched dtypes or trailing shapes are SL_ESHAPE
+ * naming the field.  `opts` may be NULL (defaults: keep the last partial
+ * batch, LoD for a variable first dimension).  n 0 is SL_EINVAL. */
 SL_API int sl_batch(sl_reader *up, size_t n, const sl_batch_opts *opts,
                     sl_reader **out);
 

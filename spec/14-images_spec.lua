@@ -130,6 +130,34 @@ describe("sluice images", function()
                      .. "shape is 32x32", err)
     end)
 
+    it("refuses to batch images of unknown size unless lod or pad is asked",
+       function()
+      -- u8[-1,-1,-1]: concatenating along the height (LoD) used to turn 4
+      -- images of 28x28 into one of 112x28 without a word.
+      local p = sluice.open("image:" .. dir .. "/png")
+      local ok, err = pcall(p.batch, p, 4)
+      assert.is_false(ok)
+      assert.matches("batch: field 'image' is u8[-1,-1,-1]: a dimension "
+                     .. "after the first varies", err, 1, true)
+      assert.matches("lod = true", err, 1, true)
+      -- Asked for: today's LoD merge, each image's rows marked.
+      local b = sluice.open("image:" .. dir .. "/png"):batch(4, {lod = true})
+        :next()
+      assert.same({112, 28, 1}, b.image.shape)
+      assert.same({0, 28, 56, 84, 112}, b.image.lod)
+      -- Padding: [4, 28, 28, 1] and image_len.
+      b = sluice.open("image:" .. dir .. "/png"):batch(4, {pad = true}):next()
+      assert.same({4, 28, 28, 1}, b.image.shape)
+      -- A fixed shape (declared size and channels) stacks without asking.
+      b = sluice.open("image:" .. dir .. "/png",
+                      {shape = {28, 28}, channels = 1}):batch(4):next()
+      assert.same({4, 28, 28, 1}, b.image.shape)
+      assert.equal("sluice: :batch(): option 'lod' must be a boolean (got "
+                   .. "a number)", H.misuse(function()
+                     sluice.range(3):batch(2, {lod = 1})
+                   end))
+    end)
+
     it("names the file and the decoder's message for a damaged image",
        function()
       local bad = dir .. "/bad"

@@ -60,7 +60,7 @@ static sl_reader *xy_reader(int count) {
 }
 
 static sl_reader *xy_batch(int count, size_t n, int drop_last) {
-  sl_batch_opts o = {drop_last, 0};
+  sl_batch_opts o = {.drop_last = drop_last};
   sl_reader *b = NULL;
   ASSERT_OK(sl_batch(xy_reader(count), n, &o, &b));
   return b;
@@ -118,14 +118,17 @@ static sl_sample *sample_with(sl_schema *s, int rank, const int64_t *shape,
   return smp;
 }
 
-/* The array reader over `smp` (released here), batched. */
+/* The array reader over `smp` (released here), batched; `pad` 1 sets pad,
+ * LOD (2) sets lod. */
+enum { LOD = 2 };
 static sl_reader *batch_over(sl_sample **smp, size_t count, sl_schema *s,
                              size_t n, int drop_last, int pad) {
   sl_reader *r = NULL;
   ASSERT_OK(sl_reader_from_array(smp, count, s, &r));
   for (size_t k = 0; k < count; k++)
     sl_sample_release(smp[k]);
-  sl_batch_opts o = {drop_last, pad};
+  sl_batch_opts o = {
+      .drop_last = drop_last, .pad = pad == 1, .lod = pad == LOD};
   sl_reader *b = NULL;
   ASSERT_OK(sl_batch(r, n, &o, &b));
   return b;
@@ -269,7 +272,7 @@ TEST(output_schema_shapes) {
     int drop = mode & 1, pad = mode >> 1;
     sl_reader *r = NULL;
     ASSERT_OK(sl_reader_from_array(NULL, 0, s, &r));
-    sl_batch_opts o = {drop, pad};
+    sl_batch_opts o = {.drop_last = drop, .pad = pad};
     sl_reader *b = NULL;
     ASSERT_OK(sl_batch(r, 8, &o, &b));
     const sl_schema *os = sl_reader_schema(b);
@@ -439,12 +442,13 @@ TEST(ragged_trailing_dims) {
 
 TEST(ragged_trailing_mismatch) {
   /* Both dims variable in the schema, so the array reader accepts the
-   * samples; within one batch only dim 0 may differ. */
+   * samples (LoD or pad asked for: a variable dim 1); within one batch only
+   * dim 0 may differ. */
   int64_t vv[2] = {SL_DIM_VAR, SL_DIM_VAR};
   sl_schema *s = schema1("seq", SL_I32, 2, vv);
   const int32_t z[6] = {0};
   int64_t s22[2] = {2, 2}, s13[2] = {1, 3};
-  for (int pad = 0; pad < 2; pad++) {
+  for (int pad = 1; pad <= LOD; pad++) {
     sl_sample *smp[2] = {sample_with(s, 2, s22, z, 4 * sizeof(int32_t)),
                          sample_with(s, 2, s13, z, 3 * sizeof(int32_t))};
     sl_reader *b = batch_over(smp, 2, s, 2, 0, pad);
@@ -460,7 +464,7 @@ TEST(ragged_trailing_mismatch) {
   /* The same samples in separate batches are fine: [2,2] then [1,3]. */
   sl_sample *smp[2] = {sample_with(s, 2, s22, z, 4 * sizeof(int32_t)),
                        sample_with(s, 2, s13, z, 3 * sizeof(int32_t))};
-  sl_reader *b = batch_over(smp, 2, s, 1, 0, 0);
+  sl_reader *b = batch_over(smp, 2, s, 1, 0, LOD);
   sl_sample *out = NULL;
   ASSERT_OK(sl_reader_next(b, &out));
   ASSERT_EQ(sl_sample_at(out, 0)->shape[1], 2);
@@ -716,7 +720,7 @@ TEST(pad_name_collision) {
   ASSERT_OK(sl_schema_add(s, "x_len", SL_I64, 0, NULL));
   sl_reader *r = NULL, *b = NULL;
   ASSERT_OK(sl_reader_from_array(NULL, 0, s, &r));
-  sl_batch_opts pad = {0, 1};
+  sl_batch_opts pad = {.pad = 1};
   ASSERT_RC(sl_batch(r, 2, &pad, &b), SL_EINVAL);
   ASSERT_NULL(b);
   ASSERT_CONTAINS(sl_last_error(), "batch:");
@@ -949,7 +953,7 @@ TEST(allocation_failures) {
     for (long k = 0; k < 1000 && !completed; k++) {
       sl_reader *r = NULL;
       ASSERT_OK(sl_reader_from_array(smp, 3, s, &r));
-      sl_batch_opts o = {0, pad};
+      sl_batch_opts o = {.pad = pad};
       sl_reader *b = NULL;
       sl__alloc_fail_after(k);
       int rc = sl_batch(r, 2, &o, &b);
@@ -977,5 +981,128 @@ TEST(allocation_failures) {
     ASSERT_EQ(sl_sample_refcount(smp[k]), 1);
     sl_sample_release(smp[k]);
   }
+  sl_schema_release(s);
+}
+
+/* --- variable dimensions after the first (issue 13 item 21) ----------------
+ * Images of unknown size, u8[-1,-1,-1]: concatenating them along dim 0 (LoD)
+ * used to turn 4 images of 40x40 into one 160x40 image without a word.
+ * Such a field is refused unless LoD (lod) or padding (pad) is asked for;
+ * a variable leading dimension alone (ragged sequences) merges as before. */
+
+/* Four 40x40x3 u8 images (image k filled with k + 1) in {image:
+ * u8[-1,-1,-1]}, batched by 4 with `o`; *rc receives sl_batch's code. */
+static sl_reader *images_batched(const sl_batch_opts *o, int *rc) {
+  int64_t var3[3] = {SL_DIM_VAR, SL_DIM_VAR, SL_DIM_VAR};
+  sl_schema *s = schema1("image", SL_U8, 3, var3);
+  int64_t shape[3] = {40, 40, 3};
+  uint8_t px[40 * 40 * 3];
+  sl_sample *smp[4];
+  for (int k = 0; k < 4; k++) {
+    memset(px, k + 1, sizeof px);
+    smp[k] = sample_with(s, 3, shape, px, sizeof px);
+  }
+  sl_reader *r = NULL, *b = (sl_reader *)1;
+  ASSERT_OK(sl_reader_from_array(smp, 4, s, &r));
+  for (int k = 0; k < 4; k++)
+    sl_sample_release(smp[k]);
+  sl_schema_release(s);
+  *rc = sl_batch(r, 4, o, &b);
+  if (*rc < 0) ASSERT_NULL(b);
+  return b;
+}
+
+TEST(variable_inner_dims_are_refused_unless_lod_or_pad) {
+  int rc;
+  /* Refused at construction, naming the field, its shape and the options
+   * (upstream destroyed with the failed stage). */
+  ASSERT_NULL(images_batched(NULL, &rc));
+  ASSERT_RC(rc, SL_EINVAL);
+  ASSERT_CONTAINS(sl_last_error(), "batch: field 'image' is u8[-1,-1,-1]");
+  ASSERT_CONTAINS(sl_last_error(), "lod = true");
+  ASSERT_CONTAINS(sl_last_error(), "pad = true");
+  sl_batch_opts o = {0};
+  o.drop_last = 1;
+  ASSERT_NULL(images_batched(&o, &rc));
+  ASSERT_RC(rc, SL_EINVAL);
+
+  /* lod: today's LoD merge, asked for: 160x40x3 with offsets 0,40,..160. */
+  o = (sl_batch_opts){0};
+  o.lod = 1;
+  sl_reader *b = images_batched(&o, &rc);
+  ASSERT_OK(rc);
+  char desc[128];
+  ASSERT_STREQ(sl_schema_describe(sl_reader_schema(b), desc, sizeof desc),
+               "{image: u8[-1,-1,-1]}");
+  sl_sample *out;
+  ASSERT_OK(sl_reader_next(b, &out));
+  const sl_tensor *t = sl_sample_at_const(out, 0);
+  ASSERT_EQ(t->rank, 3);
+  ASSERT_EQ(t->shape[0], 160);
+  ASSERT_EQ(t->shape[1], 40);
+  ASSERT_EQ(t->shape[2], 3);
+  ASSERT_EQ(t->lod_len, 5);
+  for (int k = 0; k <= 4; k++)
+    ASSERT_EQ(t->lod[k], 40 * k);
+  for (int k = 0; k < 4; k++)
+    ASSERT_EQ(((const uint8_t *)t->data)[(size_t)k * 40 * 40 * 3], k + 1);
+  sl_sample_release(out);
+  expect_eof(b);
+  sl_reader_destroy(b);
+
+  /* pad: [4, 40, 40, 3] and image_len. */
+  o = (sl_batch_opts){0};
+  o.pad = 1;
+  b = images_batched(&o, &rc);
+  ASSERT_OK(rc);
+  ASSERT_OK(sl_reader_next(b, &out));
+  t = sl_sample_at_const(out, 0);
+  ASSERT_EQ(t->rank, 4);
+  ASSERT_EQ(t->shape[0], 4);
+  ASSERT_EQ(t->shape[1], 40);
+  ASSERT_NULL(t->lod);
+  ASSERT_EQ(((const int64_t *)sl_sample_field(out, "image_len")->data)[3], 40);
+  sl_sample_release(out);
+  sl_reader_destroy(b);
+
+  /* Both: they exclude each other. */
+  o.lod = 1;
+  ASSERT_NULL(images_batched(&o, &rc));
+  ASSERT_RC(rc, SL_EINVAL);
+  ASSERT_CONTAINS(sl_last_error(), "lod and pad");
+}
+
+TEST(variable_leading_dim_alone_still_merges_with_lod) {
+  /* Ragged token lists i32[-1] and rows f32[-1, 2]: LoD without asking. */
+  int64_t var = SL_DIM_VAR;
+  sl_schema *s = schema1("ids", SL_I32, 1, &var);
+  int32_t v[3] = {1, 2, 3};
+  int64_t n2 = 2, n1 = 1;
+  sl_sample *smp[2] = {sample_with(s, 1, &n2, v, 8),
+                       sample_with(s, 1, &n1, v + 2, 4)};
+  sl_reader *b = batch_over(smp, 2, s, 2, 0, 0);
+  sl_sample *out;
+  ASSERT_OK(sl_reader_next(b, &out));
+  const sl_tensor *t = sl_sample_at_const(out, 0);
+  ASSERT_EQ(t->shape[0], 3);
+  ASSERT_EQ(t->lod_len, 3);
+  ASSERT_EQ(t->lod[1], 2);
+  ASSERT_EQ(((const int32_t *)t->data)[2], 3);
+  sl_sample_release(out);
+  sl_reader_destroy(b);
+  sl_schema_release(s);
+
+  int64_t rows[2] = {SL_DIM_VAR, 2};
+  s = schema1("rows", SL_F32, 2, rows);
+  float f[4] = {1, 2, 3, 4};
+  int64_t sh1[2] = {1, 2}, sh2[2] = {1, 2};
+  sl_sample *smp2[2] = {sample_with(s, 2, sh1, f, 8),
+                        sample_with(s, 2, sh2, f + 2, 8)};
+  b = batch_over(smp2, 2, s, 2, 0, 0);
+  ASSERT_OK(sl_reader_next(b, &out));
+  ASSERT_EQ(sl_sample_at_const(out, 0)->shape[0], 2);
+  ASSERT_EQ(sl_sample_at_const(out, 0)->lod_len, 3);
+  sl_sample_release(out);
+  sl_reader_destroy(b);
   sl_schema_release(s);
 }

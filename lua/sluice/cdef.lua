@@ -59,6 +59,7 @@ declare("sl_batch_opts", [[
 typedef struct sl_batch_opts {
   int drop_last;
   int pad;
+  int lod;
 } sl_batch_opts;
 ]])
 

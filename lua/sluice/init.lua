@@ -320,7 +320,7 @@ function Pipeline:shuffle(n, opts)
   return result
 end
 
-local BATCH_OPTS = set("drop_last", "pad")
+local BATCH_OPTS = set("drop_last", "pad", "lod")
 function Pipeline:batch(n, opts)
   live(self, ":batch()", 2)
   check_int(n, 1, ":batch()", "batch size", 2)
@@ -329,6 +329,7 @@ function Pipeline:batch(n, opts)
   o.drop_last = check_bool(opts.drop_last, ":batch()", "drop_last", false, 2)
     and 1 or 0
   o.pad = check_bool(opts.pad, ":batch()", "pad", false, 2) and 1 or 0
+  o.lod = check_bool(opts.lod, ":batch()", "lod", false, 2) and 1 or 0
   local result = made(C.sl_batch(take(self, ":batch()"), n, o, OUT), 2)
   return result
 end

@@ -14,6 +14,11 @@
  *     lod[i+1] = lod[i] + len(sample i), B+1 entries (Paddle's LoDTensor
  *     merge).  The offsets live in the same buffer as the values, after them
  *     at an 8-byte-aligned offset, so a ragged field costs one allocation.
+ *     Only for a field whose variable dimension is the first alone (ragged
+ *     sequences), or when asked (opts->lod): a field with a variable
+ *     dimension after the first (images of unknown size, u8[-1,-1,-1]) is
+ *     SL_EINVAL at construction without lod or pad, since merging 4 images
+ *     of 40x40 into one "image" of 160x40 is rarely what was meant.
  *   - Pad (opts->pad).  A variable field [v, t...] becomes [B, SL_DIM_VAR,
  *     t...]: every sample zero-padded along dim 0 to the longest one in the
  *     batch, followed directly by an extra field "<name>_len" i64[B] holding
@@ -64,7 +69,7 @@ typedef struct batch_state {
   const sl_schema *in; /* upstream's schema, borrowed from `up` */
   sl_schema *out;      /* retained (the reader holds another reference) */
   size_t n;
-  int drop_last, pad;
+  int drop_last, pad, lod;
   int nfields;      /* upstream field count */
   field_plan *plan; /* nfields entries */
   sl_sample **held; /* n slots: the samples of the batch being built */
@@ -374,6 +379,33 @@ static int add_field(sl_schema *s, const char *name, sl_dtype dt, int rank,
                 : rc;
 }
 
+/* SL_EINVAL for field i (a LoD-merged one) when a dimension after the
+ * first varies and LoD was not asked for: see the banner. */
+static int check_inner_dims(const batch_state *b, int i) {
+  int rank = sl_schema_field_rank(b->in, i);
+  const int64_t *dims = sl_schema_field_shape(b->in, i);
+  bool inner_var = false;
+  for (int d = 1; d < rank; d++)
+    inner_var = inner_var || dims[d] == SL_DIM_VAR;
+  if (!inner_var || b->lod) return SL_OK;
+  char type[16 + 21 * SL_MAX_RANK];
+  int k = snprintf(type, sizeof type, "%s[",
+                   sl_dtype_name(sl_schema_field_dtype(b->in, i)));
+  for (int d = 0; d < rank; d++)
+    k += snprintf(type + k, sizeof type - (size_t)k, "%s%lld", d ? "," : "",
+                  (long long)dims[d]);
+  snprintf(type + k, sizeof type - (size_t)k, "]");
+  return sl_set_error(
+      SL_EINVAL,
+      "batch: field '%s' is %s: a dimension after the first varies, so "
+      "concatenating its samples along dim 0 would merge them (4 images of "
+      "40x40 would become one of 160x40); ask for that with lod = true "
+      "(C: sl_batch_opts.lod; LoD offsets mark each sample), or pad = true, "
+      "or give the field a fixed shape (images: channels and a declared "
+      "shape or resize)",
+      sl_schema_field_name(b->in, i), type);
+}
+
 /* Fills b->plan and b->out from the upstream schema b->in. */
 static int build_schema(batch_state *b) {
   const sl_schema *in = b->in;
@@ -391,6 +423,7 @@ static int build_schema(batch_state *b) {
                                               : K_CONCAT;
     int64_t shape[SL_MAX_RANK];
     int out_rank, rc;
+    if (kind == K_CONCAT) SL_FORWARD_IF_ERROR(check_inner_dims(b, i));
     SL_RETURN_ERROR_IF(kind != K_CONCAT && rank >= SL_MAX_RANK, SL_EINVAL,
                        "batch: field '%s' has rank %d; batching it adds a "
                        "dimension and the maximum rank is %d",
@@ -456,10 +489,16 @@ int sl_batch(sl_reader *up, size_t n, const sl_batch_opts *opts,
   b->n = n;
   b->drop_last = opts ? opts->drop_last != 0 : 0;
   b->pad = opts ? opts->pad != 0 : 0;
+  b->lod = opts ? opts->lod != 0 : 0;
   b->nfields = sl_schema_nfields(b->in);
   b->plan = sl__calloc(b->nfields ? (size_t)b->nfields : 1, sizeof *b->plan);
   b->held = sl__malloc(n * sizeof *b->held);
-  int rc = (!b->plan || !b->held)
+  int rc = b->pad && b->lod
+               ? sl_set_error(SL_EINVAL,
+                              "batch: lod and pad exclude each other (lod "
+                              "concatenates variable fields with LoD "
+                              "offsets, pad pads them)")
+           : (!b->plan || !b->held)
                ? sl_set_error(SL_ENOMEM,
                               "batch: cannot allocate state for %zu samples", n)
                : build_schema(b);

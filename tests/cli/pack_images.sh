@@ -58,7 +58,8 @@ done
 # Records decode on read, in a pipeline run by the CLI.
 cat > decode.lua <<'LUA'
 local sluice = require "sluice"
-return sluice.open(arg[1]):decode_image{threads = 2, channels = 1}:batch(50)
+return sluice.open(arg[1])
+  :decode_image{threads = 2, channels = 1, shape = {28, 28}}:batch(50)
 LUA
 sl run decode.lua png.slr
 expect_rc 0 "run decode.lua"
