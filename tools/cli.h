@@ -65,6 +65,16 @@ int cli_fail(const char *cmd, int rc);
  * junk, a sign, overflow or an empty string. */
 bool cli_parse_u64(const char *s, bool suffixes, uint64_t *out);
 
+/* --max-chunk-bytes N of verify, inspect and cat: the reader's limit on a
+ * chunk's raw size (sl_slr_open_opts.max_chunk_bytes), 1..4G with a K, M or
+ * G suffix.  Sets *out and returns CLI_OK, or prints the usage error and
+ * returns CLI_USAGE. */
+#define CLI_MAX_CHUNK_HELP                                                     \
+  "  --max-chunk-bytes N  refuse chunks above N raw bytes (suffix K, M, G;\n" \
+  "               default: the size the file records, else 256M)\n"
+int cli_max_chunk_bytes(const char *cmd, const char *synopsis, const char *v,
+                        uint64_t *out);
+
 /* --- output -----------------------------------------------------------------
  */
 

@@ -113,6 +113,16 @@ int cli_next(cli_parser *p, const char **val) {
   return o->id;
 }
 
+int cli_max_chunk_bytes(const char *cmd, const char *synopsis, const char *v,
+                        uint64_t *out) {
+  if (!cli_parse_u64(v, true, out) || *out < 1 || *out > ((uint64_t)4 << 30))
+    return cli_usage_error(cmd, synopsis,
+                           "--max-chunk-bytes wants 1..4G bytes (suffix K, M "
+                           "or G), not '%s'",
+                           v);
+  return CLI_OK;
+}
+
 bool cli_parse_u64(const char *s, bool suffixes, uint64_t *out) {
   if (!s || !isdigit((unsigned char)s[0])) return false;
   errno = 0;

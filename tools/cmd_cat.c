@@ -16,7 +16,8 @@
 #include <string.h>
 
 static const char synopsis[] =
-    "  sluice cat [--from K] [--count N] [--json] FILE\n";
+    "  sluice cat [--from K] [--count N] [--json] [--max-chunk-bytes N] "
+    "FILE\n";
 
 static const char help[] =
     "Prints records of an SLR file, starting at record K (default 0), at\n"
@@ -37,12 +38,13 @@ static const char help[] =
     "Options:\n"
     "  --from K      first record (default 0)\n"
     "  --count N     at most N records (default all)\n"
-    "  -j, --json    JSON lines instead of text\n"
+    "  -j, --json    JSON lines instead of text\n" CLI_MAX_CHUNK_HELP
     "  -h, --help    this help\n";
 
-enum { OPT_FROM = 1, OPT_COUNT, OPT_JSON, OPT_HELP };
+enum { OPT_FROM = 1, OPT_COUNT, OPT_JSON, OPT_HELP, OPT_MAX_CHUNK };
 
 static const cli_opt opts[] = {
+    {"max-chunk-bytes", 0, true, OPT_MAX_CHUNK},
     {"from", 0, true, OPT_FROM},
     {"count", 'n', true, OPT_COUNT},
     {"json", 'j', false, OPT_JSON},
@@ -276,6 +278,7 @@ int cmd_cat(int argc, char **argv) {
   const char *path = NULL;
   uint64_t from = 0, count = UINT64_MAX;
   bool json = false;
+  sl_slr_open_opts oo = {0};
   for (;;) {
     const char *v;
     int id = cli_next(&p, &v);
@@ -296,6 +299,11 @@ int cmd_cat(int argc, char **argv) {
     case OPT_JSON:
       json = true;
       break;
+    case OPT_MAX_CHUNK:
+      if (cli_max_chunk_bytes("cat", synopsis, v, &oo.max_chunk_bytes) !=
+          CLI_OK)
+        return CLI_USAGE;
+      break;
     case OPT_HELP:
       printf("Usage:\n%s\n%s", synopsis, help);
       return CLI_OK;
@@ -310,7 +318,7 @@ int cmd_cat(int argc, char **argv) {
   if (!path) return cli_usage_error("cat", synopsis, "no file given");
 
   sl_slr_file *f = NULL;
-  int rc = sl_slr_open(path, NULL, &f);
+  int rc = sl_slr_open(path, &oo, &f);
   if (rc < 0) return cli_fail("cat", rc);
   uint64_t n = sl_slr_records(f);
   if (from > n) {

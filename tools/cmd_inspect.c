@@ -13,7 +13,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-static const char synopsis[] = "  sluice inspect [--json] [--chunks] FILE\n";
+static const char synopsis[] =
+    "  sluice inspect [--json] [--chunks] [--max-chunk-bytes N] FILE\n";
 
 static const char help[] =
     "Shows the schema (fields with dtype and shape, metadata), the record\n"
@@ -25,14 +26,16 @@ static const char help[] =
     "  --json       one JSON object: file, file_bytes, records, chunks,\n"
     "               fields [{name, dtype, shape}] (-1 = variable dimension),\n"
     "               metadata {key: value}, raw_bytes, stored_bytes, ratio\n"
+    CLI_MAX_CHUNK_HELP
     "  --chunks     also list every chunk (offset, first record, records,\n"
     "               stored and raw bytes); with --json, a \"chunk_list\" "
     "array\n"
     "  -h, --help   this help\n";
 
-enum { OPT_JSON = 1, OPT_CHUNKS, OPT_HELP };
+enum { OPT_JSON = 1, OPT_CHUNKS, OPT_HELP, OPT_MAX_CHUNK };
 
 static const cli_opt opts[] = {
+    {"max-chunk-bytes", 0, true, OPT_MAX_CHUNK},
     {"json", 'j', false, OPT_JSON},
     {"chunks", 0, false, OPT_CHUNKS},
     {"help", 'h', false, OPT_HELP},
@@ -151,6 +154,7 @@ int cmd_inspect(int argc, char **argv) {
   cli_parser_init(&p, argc, argv, "inspect", synopsis, opts);
   const char *path = NULL;
   bool json = false, chunks = false;
+  sl_slr_open_opts oo = {0};
   for (;;) {
     const char *v;
     int id = cli_next(&p, &v);
@@ -158,6 +162,10 @@ int cmd_inspect(int argc, char **argv) {
     if (id == CLI_ARG_BAD) return CLI_USAGE;
     if (id == OPT_JSON) json = true;
     if (id == OPT_CHUNKS) chunks = true;
+    if (id == OPT_MAX_CHUNK &&
+        cli_max_chunk_bytes("inspect", synopsis, v, &oo.max_chunk_bytes) !=
+            CLI_OK)
+      return CLI_USAGE;
     if (id == OPT_HELP) {
       printf("Usage:\n%s\n%s", synopsis, help);
       return CLI_OK;
@@ -172,7 +180,7 @@ int cmd_inspect(int argc, char **argv) {
   if (!path) return cli_usage_error("inspect", synopsis, "no file given");
 
   sl_slr_file *f = NULL;
-  int rc = sl_slr_open(path, NULL, &f);
+  int rc = sl_slr_open(path, &oo, &f);
   if (rc < 0) return cli_fail("inspect", rc);
   struct stat st;
   uint64_t file_bytes = stat(path, &st) == 0 ? (uint64_t)st.st_size : 0;

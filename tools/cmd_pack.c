@@ -5,18 +5,24 @@
  *
  * The work is done by the library's internal importers (src/io/import_*.c),
  * the same functions the tests call; this file parses options, shows a
- * progress line when stderr is a terminal, and turns Ctrl-C into a clean
- * abort (the importers then remove their temporary files, so an interrupted
- * pack leaves nothing that looks finished).
+ * progress line when stderr is a terminal, and turns signals into a clean
+ * abort: SIGINT, SIGTERM and SIGHUP set the cancel flag the writers check
+ * between compression blocks (the importers then remove their temporary
+ * files); a second one, or any other catchable signal that ends the
+ * process (SIGPIPE, SIGALRM, SIGXFSZ, ...), removes the temporary files in
+ * the handler and ends the process by that signal.  The summary is printed
+ * (and flushed) before the outputs are renamed, so a stdout that cannot
+ * take it fails the pack and leaves the old outputs.
  */
 #include "cli.h"
 #include "image/image.h"
 #include "io/import.h"
 
+#include <errno.h>
 #include <signal.h>
+#include <stdio_ext.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 static const char synopsis[] =
@@ -46,7 +52,8 @@ static const char help[] =
     "Options:\n"
     "  -o, --output FILE       the output file (required)\n"
     "  --level N               zstd level, 1..22 (default 3)\n"
-    "  --chunk-bytes N         target raw bytes per chunk; suffix K, M or G\n"
+    "  --chunk-bytes N         target raw bytes per chunk (record table\n"
+    "                          included); suffix K, M or G\n"
     "                          (powers of 1024; default 1M, at most 1G)\n"
     "  --records-per-chunk N   exactly N records per chunk (the last may\n"
     "                          have fewer); overrides --chunk-bytes\n"
@@ -63,10 +70,13 @@ static const char help[] =
     "  -q, --quiet             no progress line and no summary\n"
     "  -h, --help              this help\n"
     "\n"
-    "Each file is written under a temporary name (NAME.tmp-PID) and renamed\n"
-    "when complete; on any failure or interruption no output is left under\n"
-    "the final name(s).  A progress line (records, MB/s) is shown on stderr\n"
-    "when it is a terminal.\n";
+    "Each file is written under a unique temporary name\n"
+    "(NAME.tmp-PID-XXXXXX); the files are renamed only once all of them are\n"
+    "complete and synced and the summary line is written, so on any failure\n"
+    "or signal the files under the final name(s) are left as they were.  A\n"
+    "missing output folder is created.  An output that is one of the inputs\n"
+    "is refused.  A progress line (records, MB/s) is shown on stderr when it\n"
+    "is a terminal.\n";
 
 enum {
   OPT_OUT = 1,
@@ -95,14 +105,63 @@ static const cli_opt opts[] = {
 
 static volatile sig_atomic_t g_interrupted;
 
-static void on_signal(int sig) {
-  g_interrupted = sig;
+/* Removes every temporary file and ends the process by `sig`. */
+static void die_by(int sig) {
+  sl__slr_writer_remove_temps();
+  signal(sig, SIG_DFL);
+  raise(sig); /* delivered when the handler returns */
+}
+
+/* SIGINT, SIGTERM, SIGHUP: the first asks the pack to stop (it cleans up
+ * and exits 128 + sig); a second ends it now. */
+static void on_interrupt(int sig) {
+  if (g_interrupted)
+    die_by(sig);
+  else
+    g_interrupted = sig;
+}
+
+static void on_fatal(int sig) {
+  die_by(sig);
+}
+
+static const int interrupt_sigs[] = {SIGINT, SIGTERM, SIGHUP};
+static const int fatal_sigs[] = {SIGPIPE, SIGALRM,   SIGXFSZ,   SIGQUIT,
+                                 SIGUSR1, SIGUSR2,   SIGVTALRM, SIGPROF,
+                                 SIGXCPU};
+#define N_SIGS                                                                 \
+  (sizeof interrupt_sigs / sizeof *interrupt_sigs +                            \
+   sizeof fatal_sigs / sizeof *fatal_sigs)
+
+/* Installs the handlers (not over a signal the caller ignores, as nohup
+ * does), saving the old actions in `old`. */
+static void catch_signals(struct sigaction old[N_SIGS]) {
+  size_t ni = sizeof interrupt_sigs / sizeof *interrupt_sigs;
+  for (size_t i = 0; i < N_SIGS; i++) {
+    int sig = i < ni ? interrupt_sigs[i] : fatal_sigs[i - ni];
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = i < ni ? on_interrupt : on_fatal;
+    sa.sa_flags = SA_RESTART; /* I/O in progress continues; the flag is
+                                 seen between compression blocks */
+    sigemptyset(&sa.sa_mask);
+    sigaction(sig, NULL, &old[i]);
+    if (old[i].sa_handler != SIG_IGN) sigaction(sig, &sa, NULL);
+  }
+}
+
+static void restore_signals(const struct sigaction old[N_SIGS]) {
+  size_t ni = sizeof interrupt_sigs / sizeof *interrupt_sigs;
+  for (size_t i = 0; i < N_SIGS; i++)
+    sigaction(i < ni ? interrupt_sigs[i] : fatal_sigs[i - ni], &old[i], NULL);
 }
 
 typedef struct progress {
-  bool tty;
+  bool tty, quiet;
   double start, last;
   int width; /* characters of the line on screen, to clear it */
+  const char *out;
+  uint32_t shards;
 } progress;
 
 static int on_progress(void *ud, uint64_t records, uint64_t bytes) {
@@ -128,20 +187,40 @@ static void clear_progress(progress *p) {
   p->width = 0;
 }
 
-/* Bytes of the finished output(s), for the summary. */
-static uint64_t output_bytes(const char *out, uint32_t shards) {
-  uint64_t total = 0;
-  struct stat st;
-  if (!shards) return stat(out, &st) == 0 ? (uint64_t)st.st_size : 0;
-  size_t cap = strlen(out) + 32;
-  char *name = malloc(cap);
-  if (!name) return 0;
-  for (uint32_t i = 0; i < shards; i++)
-    if (sl__shard_name(out, i, shards, name, cap) == SL_OK &&
-        stat(name, &st) == 0)
-      total += (uint64_t)st.st_size;
-  free(name);
-  return total;
+/* Prints the summary once every file is complete, before any is renamed
+ * (sl__commit_fn): when stdout cannot take it, the pack fails and the old
+ * outputs stay, so the exit status and the files agree. */
+static int print_summary(void *ud, uint64_t records, uint64_t file_bytes) {
+  progress *p = ud;
+  clear_progress(p);
+  if (p->quiet) return SL_OK;
+  double dt = cli_now() - p->start;
+  char size[32];
+  cli_human_bytes(file_bytes, size, sizeof size);
+  if (p->shards) {
+    char first[4096];
+    sl__shard_name(p->out, 0, p->shards, first, sizeof first);
+    printf("packed %llu records into %u shard%s (%s, ...; %s) in %.2f s\n",
+           (unsigned long long)records, p->shards, p->shards == 1 ? "" : "s",
+           first, size, dt);
+  } else {
+    printf("packed %llu records into %s (%s) in %.2f s\n",
+           (unsigned long long)records, p->out, size, dt);
+  }
+  errno = 0;
+  if (fflush(stdout) != 0 || ferror(stdout)) {
+    int e = errno;
+    /* Drop what could not be written: this message is the one report. */
+    __fpurge(stdout);
+    clearerr(stdout);
+    errno = e;
+    return sl_set_error(SL_EIO,
+                        "cannot write the summary to stdout: %s; nothing was "
+                        "renamed, %s%s is as it was",
+                        errno ? strerror(errno) : "write error", p->out,
+                        p->shards ? " (its shards)" : "");
+  }
+  return SL_OK;
 }
 
 int cmd_pack(int argc, char **argv) {
@@ -267,45 +346,26 @@ int cmd_pack(int argc, char **argv) {
     goto done;
   }
 
-  progress prog = {.tty = !quiet && isatty(STDERR_FILENO) == 1};
+  progress prog = {.tty = !quiet && isatty(STDERR_FILENO) == 1,
+                   .quiet = quiet,
+                   .out = out,
+                   .shards = po.shards};
   prog.start = prog.last = cli_now();
   po.progress = on_progress;
   po.progress_ud = &prog;
-  /* SA_RESTART: reads and writes in progress just continue; the flag is
-   * seen at the next progress call and the pack aborts cleanly. */
-  struct sigaction sa, old_int, old_term;
-  memset(&sa, 0, sizeof sa);
-  sa.sa_handler = on_signal;
-  sa.sa_flags = SA_RESTART;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGINT, &sa, &old_int);
-  sigaction(SIGTERM, &sa, &old_term);
+  po.before_commit = print_summary;
+  po.cancel = &g_interrupted;
+  struct sigaction old[N_SIGS];
+  catch_signals(old);
   uint64_t records = 0;
   int src = idx      ? sl__pack_idx(in[0], in[1], out, &po, &records)
             : images ? sl__pack_images(in[0], out, &po, &records)
                      : sl__pack_text(in, nin, out, &po, &records);
-  sigaction(SIGINT, &old_int, NULL);
-  sigaction(SIGTERM, &old_term, NULL);
+  restore_signals(old);
   clear_progress(&prog);
   if (src < 0) {
     rc = cli_fail("pack", src);
     if (g_interrupted) rc = 128 + (int)g_interrupted;
-    goto done;
-  }
-  if (!quiet) {
-    double dt = cli_now() - prog.start;
-    char size[32];
-    cli_human_bytes(output_bytes(out, po.shards), size, sizeof size);
-    if (po.shards) {
-      char first[4096];
-      sl__shard_name(out, 0, po.shards, first, sizeof first);
-      printf("packed %llu records into %u shard%s (%s, ...; %s) in %.2f s\n",
-             (unsigned long long)records, po.shards, po.shards == 1 ? "" : "s",
-             first, size, dt);
-    } else {
-      printf("packed %llu records into %s (%s) in %.2f s\n",
-             (unsigned long long)records, out, size, dt);
-    }
   }
 done:
   free(in);

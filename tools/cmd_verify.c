@@ -9,7 +9,8 @@
 
 #include <inttypes.h>
 
-static const char synopsis[] = "  sluice verify FILE...\n";
+static const char synopsis[] =
+    "  sluice verify [-q] [--max-chunk-bytes N] FILE...\n";
 
 static const char help[] =
     "Checks each SLR file completely: header, footer, schema and index\n"
@@ -22,21 +23,23 @@ static const char help[] =
     "Exit status: 0 when every file is sound, 1 otherwise, 2 on bad usage.\n"
     "\n"
     "Options:\n"
-    "  -q, --quiet  print nothing for sound files\n"
+    "  -q, --quiet  print nothing for sound files\n" CLI_MAX_CHUNK_HELP
     "  -h, --help   this help\n";
 
-enum { OPT_QUIET = 1, OPT_HELP };
+enum { OPT_QUIET = 1, OPT_HELP, OPT_MAX_CHUNK };
 
 static const cli_opt opts[] = {
     {"quiet", 'q', false, OPT_QUIET},
+    {"max-chunk-bytes", 0, true, OPT_MAX_CHUNK},
     {"help", 'h', false, OPT_HELP},
     {NULL, 0, false, 0},
 };
 
 /* Opens and verifies one file; prints its line. */
-static bool verify_one(const char *path, bool quiet) {
+static bool verify_one(const char *path, bool quiet,
+                       const sl_slr_open_opts *o) {
   sl_slr_file *f = NULL;
-  int rc = sl_slr_open(path, NULL, &f);
+  int rc = sl_slr_open(path, o, &f);
   if (rc == SL_OK) rc = sl_slr_verify(f);
   if (rc < 0) {
     cli_fail("verify", rc);
@@ -53,6 +56,7 @@ int cmd_verify(int argc, char **argv) {
   cli_parser p;
   cli_parser_init(&p, argc, argv, "verify", synopsis, opts);
   bool quiet = false;
+  sl_slr_open_opts oo = {0};
   /* Options may follow the files: collect the files first. */
   int nfiles = 0;
   for (;;) {
@@ -61,6 +65,10 @@ int cmd_verify(int argc, char **argv) {
     if (id == CLI_ARG_END) break;
     if (id == CLI_ARG_BAD) return CLI_USAGE;
     if (id == OPT_QUIET) quiet = true;
+    if (id == OPT_MAX_CHUNK &&
+        cli_max_chunk_bytes("verify", synopsis, v, &oo.max_chunk_bytes) !=
+            CLI_OK)
+      return CLI_USAGE;
     if (id == OPT_HELP) {
       printf("Usage:\n%s\n%s", synopsis, help);
       return CLI_OK;
@@ -70,6 +78,6 @@ int cmd_verify(int argc, char **argv) {
   if (nfiles == 0) return cli_usage_error("verify", synopsis, "no file given");
   bool all_ok = true;
   for (int i = 1; i <= nfiles; i++)
-    if (!verify_one(argv[i], quiet)) all_ok = false;
+    if (!verify_one(argv[i], quiet, &oo)) all_ok = false;
   return all_ok ? CLI_OK : CLI_FAIL;
 }

@@ -76,7 +76,9 @@ int sl__pack_images(const char *root, const char *out,
   }
   if (rc < 0) rc = sl_set_error(rc, "pack images: cannot build the schema");
   sl__pack_sink *sink = NULL;
-  if (rc >= 0) rc = sl__sink_open(out, schema, l.n, o, &sink);
+  if (rc >= 0)
+    rc = sl__sink_open(out, schema, l.n, o, (const char *const *)l.paths, l.n,
+                       &sink);
   if (rc >= 0) {
     sl_sample *s = sl_sample_new(schema);
     unsigned char *buf = NULL;

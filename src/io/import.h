@@ -8,6 +8,41 @@
 
 #include "core/internal.h"
 
+#include <signal.h>
+
+/* --- what the SLR writer records about a file and its set (FORMAT.md) ---- */
+#define SL__META_MAX_CHUNK_RAW "sluice.max_chunk_raw"
+#define SL__META_SET_ID "sluice.set_id"       /* 32 lowercase hex digits */
+#define SL__META_SET_SIZE "sluice.set_size"   /* K, decimal */
+#define SL__META_SET_INDEX "sluice.set_index" /* 0..K-1, decimal */
+#define SL__SET_ID_LEN 32
+
+/* A new random set id (32 lowercase hex digits and a NUL). */
+void sl__new_set_id(char out[SL__SET_ID_LEN + 1]);
+/* n random bytes (getrandom; a clock-seeded fallback, never fails). */
+void sl__random_bytes(void *buf, size_t n);
+
+/* Makes `w` shard `index` of a set of `size` files named by `set_id` (a
+ * writer opened alone is a set of one with an id of its own). */
+void sl__slr_writer_set_member(sl_slr_writer *w, const char *set_id,
+                               uint32_t size, uint32_t index);
+/* While *flag is non-zero, compression stops between blocks (ZSTD's 128
+ * KiB) with SL_EKILLED: signal handlers set it.  NULL: never. */
+void sl__slr_writer_set_cancel(sl_slr_writer *w,
+                               const volatile sig_atomic_t *flag);
+/* Close, step 1: the last chunk, schema, index and footer written and
+ * synced under the temporary name; nothing is renamed.  On failure the
+ * temporary file is removed (abort the writer).  Idempotent. */
+int sl__slr_writer_finish(sl_slr_writer *w);
+/* Close, step 2: finishes if needed, renames to the final name, frees the
+ * writer (also on failure).  sl_slr_writer_close is this. */
+int sl__slr_writer_commit(sl_slr_writer *w);
+/* Bytes written to the file so far (its size once finished). */
+uint64_t sl__slr_writer_bytes(const sl_slr_writer *w);
+/* Removes the temporary file of every writer of the process that has one:
+ * async-signal-safe (unlink only), for the CLI's signal handlers. */
+SL_API void sl__slr_writer_remove_temps(void);
+
 /* How records are dealt to shards. */
 typedef enum sl__shard_mode {
   SL__SHARD_ROUND_ROBIN = 0, /* record i goes to shard i mod K */
@@ -19,6 +54,12 @@ typedef enum sl__shard_mode {
  * negative return stops the pack with that code (the callback sets the
  * message), e.g. on Ctrl-C. */
 typedef int (*sl__progress_fn)(void *ud, uint64_t records, uint64_t bytes);
+/* Called once every file is complete and synced under its temporary name,
+ * before any is renamed: records packed and the files' total size.  A
+ * negative return fails the pack and removes every temporary file, so the
+ * outputs under their final names are untouched (the CLI prints and
+ * flushes its summary here: a stdout that cannot take it fails the pack). */
+typedef int (*sl__commit_fn)(void *ud, uint64_t records, uint64_t file_bytes);
 
 typedef struct sl__pack_opts {
   sl_slr_writer_opts writer;
@@ -26,7 +67,10 @@ typedef struct sl__pack_opts {
                       named by sl__shard_name */
   sl__shard_mode mode;
   sl__progress_fn progress; /* may be NULL */
-  void *progress_ud;
+  void *progress_ud;        /* for progress and before_commit */
+  sl__commit_fn before_commit;         /* may be NULL */
+  const volatile sig_atomic_t *cancel; /* non-zero: stop (SL_EKILLED)
+                                          within one compression block */
 } sl__pack_opts;
 
 /* Largest K accepted (the name has 5 digits). */
@@ -47,18 +91,25 @@ typedef struct sl__pack_sink sl__pack_sink;
 /* Total unknown (round-robin and single files do not need it). */
 #define SL__TOTAL_UNKNOWN UINT64_MAX
 
-/* Opens the writer(s) for `out` (each writes to a temporary name until
- * close).  Contiguous sharding needs `total`, the number of records that will
- * be appended.  Retains `schema`. */
+/* Opens the writer(s) for `out` (each writes to a unique temporary name
+ * until close).  Contiguous sharding needs `total`, the number of records
+ * that will be appended.  Retains `schema`.  An output name that is one of
+ * the `n_inputs` files `inputs` (same device and inode, through links) is
+ * refused before anything is written; missing folders of `out` are created
+ * (and removed again when the pack fails). */
 int sl__sink_open(const char *out, sl_schema *schema, uint64_t total,
-                  const sl__pack_opts *o, sl__pack_sink **sink);
+                  const sl__pack_opts *o, const char *const *inputs,
+                  size_t n_inputs, sl__pack_sink **sink);
 /* Appends one record to the shard whose turn it is (borrows `s`). */
 int sl__sink_append(sl__pack_sink *sink, const sl_sample *s);
 /* Records appended so far. */
 uint64_t sl__sink_records(const sl__pack_sink *sink);
-/* Finishes every file.  When any close fails, the files already finished are
- * removed too, so a failed pack leaves no complete-looking output.  Frees the
- * sink.  NULL-safe. */
+/* Finishes every file under its temporary name (written and synced), calls
+ * before_commit, then renames them all.  Until the first rename any failure
+ * removes every temporary file and leaves the outputs as they were; a rename
+ * that fails after others succeeded never removes the files already renamed
+ * (they replaced the old ones): the set recorded in them (sluice.set_id)
+ * tells readers it is mixed.  Frees the sink.  NULL-safe. */
 int sl__sink_close(sl__pack_sink *sink);
 /* Discards every file (temporary names removed) and frees the sink. */
 void sl__sink_abort(sl__pack_sink *sink);

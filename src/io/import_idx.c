@@ -85,7 +85,9 @@ int sl__pack_idx(const char *images, const char *labels, const char *out,
       dst[i] = src[i];
     rc = make_schema(&im, images, labels, &schema);
   }
-  if (rc == SL_OK) rc = sl__sink_open(out, schema, im.count, o, &sink);
+  const char *inputs[2] = {images, labels};
+  if (rc == SL_OK)
+    rc = sl__sink_open(out, schema, im.count, o, inputs, 2, &sink);
   if (rc == SL_OK) {
     rc = pack_records(&im, lab, schema, sink);
     uint64_t n = sl__sink_records(sink);

@@ -127,7 +127,7 @@ int sl__pack_text(const char *const *files, size_t n, const char *out,
   if (rc >= 0) rc = sl_schema_set_meta(schema, "files", meta);
   sl__free(meta);
   sl__pack_sink *sink = NULL;
-  if (rc >= 0) rc = sl__sink_open(out, schema, total, o, &sink);
+  if (rc >= 0) rc = sl__sink_open(out, schema, total, o, files, n, &sink);
   if (rc >= 0) {
     sl_sample *s = sl_sample_new(schema);
     rc = s ? SL_OK : SL_ENOMEM;

@@ -9,15 +9,41 @@
  * written.  Close writes the schema block, the index and the footer, syncs,
  * and renames the temporary file to the final name: until then the final
  * name does not exist, so a crash never leaves a complete-looking file.
+ *
+ * The temporary name is unique ("PATH.tmp-PID-XXXXXX", created with
+ * O_EXCL | O_NOFOLLOW), so two writers of one path never share a file and a
+ * planted symlink is never followed.  Live temporary names are kept in a
+ * lock-free table that sl__slr_writer_remove_temps walks from a signal
+ * handler.  Close is two steps for the shard sink (import_sink.c): finish
+ * (everything written and synced under the temporary name) and commit (the
+ * rename), so a set of files is renamed only once every file is complete.
+ *
+ * Compression is fed in ZSTD_BLOCKSIZE_MAX slices with the cancel flag
+ * (sl__slr_writer_set_cancel) checked between them, so a chunk of 256 MiB at
+ * level 19 stops within one block's time.  Chunks count their record table
+ * against the target and never exceed SLR_WRITER_MAX_RAW; the largest raw
+ * size written is recorded as sluice.max_chunk_raw, with the set identity
+ * (sluice.set_id, sluice.set_size, sluice.set_index).
  */
 #include "io/crc32c.h"
 #include "io/io_faults.h"
 #include "io/slr_format.h"
 
+#include "io/import.h"
+
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/random.h>
+#include <time.h>
 #include <unistd.h>
 #include <zstd.h>
+
+/* A chunk's raw size (record table + body) never exceeds this: what every
+ * reader accepts (docs/FORMAT.md, "Chunk size limits"). */
+#define SLR_WRITER_MAX_RAW ((uint64_t)1 << 30)
+/* Compression input per step between two checks of the cancel flag. */
+#define CANCEL_SLICE ((size_t)ZSTD_BLOCKSIZE_MAX)
 
 typedef struct index_entry {
   uint64_t offset, first_record;
@@ -27,6 +53,12 @@ typedef struct index_entry {
 struct sl_slr_writer {
   char *path, *tmp_path;
   int fd;
+  _Atomic(char *) *temp_slot; /* its entry in the temporary-name table */
+  bool finished;              /* finish() done: complete under tmp_path */
+  const volatile sig_atomic_t *cancel; /* non-zero: stop (may be NULL) */
+  char set_id[SL__SET_ID_LEN + 1];
+  uint32_t set_size, set_index;
+  uint64_t max_raw; /* largest chunk raw size written */
   sl_schema *schema;
   slr_layout layout;
   int level;
@@ -79,6 +111,118 @@ static int write_all(sl_slr_writer *w, const void *data, size_t n) {
   return SL_OK;
 }
 
+/* --- the table of live temporary names ------------------------------------
+ * Blocks of slots, linked and never freed; a slot holds a writer's
+ * tmp_path while that file exists.  Registration claims a free slot with a
+ * CAS, so the table needs no lock and a signal handler may walk it. */
+#define TEMP_SLOTS 256
+typedef struct temp_block {
+  _Atomic(char *) slot[TEMP_SLOTS];
+  _Atomic(struct temp_block *) next;
+} temp_block;
+
+static temp_block g_temps;
+static _Atomic(temp_block *) g_temps_hint = &g_temps;
+
+static _Atomic(char *) *claim_in(temp_block *b, temp_block *stop, char *path) {
+  for (; b && b != stop; b = atomic_load(&b->next))
+    for (int i = 0; i < TEMP_SLOTS; i++) {
+      char *expect = NULL;
+      if (atomic_load_explicit(&b->slot[i], memory_order_relaxed) == NULL &&
+          atomic_compare_exchange_strong(&b->slot[i], &expect, path)) {
+        atomic_store(&g_temps_hint, b);
+        return &b->slot[i];
+      }
+    }
+  return NULL;
+}
+
+static int temp_register(sl_slr_writer *w) {
+  temp_block *hint = atomic_load(&g_temps_hint);
+  for (;;) {
+    _Atomic(char *) *slot = claim_in(hint, NULL, w->tmp_path);
+    if (!slot) slot = claim_in(&g_temps, hint, w->tmp_path);
+    if (slot) {
+      w->temp_slot = slot;
+      return SL_OK;
+    }
+    /* Every slot taken: append a block after the last one. */
+    temp_block *last = hint;
+    for (temp_block *n; (n = atomic_load(&last->next)) != NULL;)
+      last = n;
+    temp_block *nb = sl__calloc(1, sizeof *nb), *expect = NULL;
+    SL_RETURN_ERROR_IF(!nb, SL_ENOMEM, "slr writer: %s: cannot allocate",
+                       w->path);
+    if (!atomic_compare_exchange_strong(&last->next, &expect, nb))
+      sl__free(nb); /* another thread appended one: use that */
+    hint = atomic_load(&last->next);
+  }
+}
+
+static void temp_unregister(sl_slr_writer *w) {
+  if (w->temp_slot) atomic_store(w->temp_slot, NULL);
+  w->temp_slot = NULL;
+}
+
+void sl__slr_writer_remove_temps(void) {
+  for (temp_block *b = &g_temps; b; b = atomic_load(&b->next))
+    for (int i = 0; i < TEMP_SLOTS; i++) {
+      char *p = atomic_load(&b->slot[i]);
+      if (p) unlink(p);
+    }
+}
+
+/* n random bytes: getrandom, else the clock and a counter (never fails). */
+void sl__random_bytes(void *buf, size_t n) {
+  unsigned char *b = buf;
+  size_t got = 0;
+  while (got < n) {
+    ssize_t k = getrandom(b + got, n - got, GRND_NONBLOCK);
+    if (k <= 0) break;
+    got += (size_t)k;
+  }
+  if (got == n) return;
+  static atomic_ulong counter;
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  uint64_t x = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 30) ^
+               ((uint64_t)getpid() << 16) ^ atomic_fetch_add(&counter, 1);
+  for (; got < n; got++) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17; /* xorshift64 */
+    b[got] = (unsigned char)(x >> 24);
+  }
+}
+
+void sl__new_set_id(char out[SL__SET_ID_LEN + 1]) {
+  unsigned char r[SL__SET_ID_LEN / 2];
+  sl__random_bytes(r, sizeof r);
+  for (size_t i = 0; i < sizeof r; i++)
+    snprintf(out + 2 * i, 3, "%02x", r[i]);
+  out[SL__SET_ID_LEN] = 0;
+}
+
+/* Creates a new unique temporary file next to w->path: O_EXCL, so an
+ * existing name (another writer's, or a planted symlink) is never opened. */
+static int create_temp(sl_slr_writer *w, size_t cap) {
+  static const char alnum[] =
+      "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+  for (int attempt = 0; attempt < 100; attempt++) {
+    unsigned char r[6];
+    char sfx[7];
+    sl__random_bytes(r, sizeof r);
+    for (int i = 0; i < 6; i++)
+      sfx[i] = alnum[r[i] % (sizeof alnum - 1)];
+    sfx[6] = 0;
+    snprintf(w->tmp_path, cap, "%s.tmp-%ld-%s", w->path, (long)getpid(), sfx);
+    w->fd = open(w->tmp_path,
+                 O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (w->fd >= 0) return SL_OK;
+    if (errno != EEXIST) break;
+  }
+  return sl_set_error(SL_EIO, "slr writer: cannot create %s: %s", w->tmp_path,
+                      strerror(errno));
+}
+
 static void writer_free(sl_slr_writer *w) {
   if (w->fd >= 0) close(w->fd);
   ZSTD_freeCCtx(w->cctx);
@@ -98,7 +242,10 @@ void sl_slr_writer_abort(sl_slr_writer *w) {
   if (w->fd >= 0) {
     close(w->fd);
     w->fd = -1;
+  }
+  if (w->temp_slot) {
     unlink(w->tmp_path);
+    temp_unregister(w);
   }
   writer_free(w);
 }
@@ -129,23 +276,28 @@ int sl_slr_writer_open(const char *path, sl_schema *schema,
   sl_schema_freeze(schema);
   w->schema = sl_schema_retain(schema);
   w->path = sl__strdup(path);
-  size_t tl = strlen(path) + 32;
+  size_t tl = strlen(path) + 48;
   w->tmp_path = sl__malloc(tl);
   w->cctx = ZSTD_createCCtx();
   if (!w->path || !w->tmp_path || !w->cctx) {
     writer_free(w);
     return sl_set_error(SL_ENOMEM, "slr writer: %s: cannot allocate", path);
   }
-  snprintf(w->tmp_path, tl, "%s.tmp-%ld", path, (long)getpid());
+  sl__new_set_id(w->set_id); /* a set of one until told otherwise */
+  w->set_size = 1;
   int rc = sl__slr_layout_init(&w->layout, schema);
   if (rc < 0) {
     writer_free(w);
     return sl_wrap_error(rc, "slr writer: %s", path);
   }
-  w->fd = open(w->tmp_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (w->fd < 0) {
-    rc = sl_set_error(SL_EIO, "slr writer: cannot create %s: %s", w->tmp_path,
-                      strerror(errno));
+  if ((rc = create_temp(w, tl)) < 0) {
+    writer_free(w);
+    return rc;
+  }
+  if ((rc = temp_register(w)) < 0) {
+    close(w->fd);
+    w->fd = -1;
+    unlink(w->tmp_path);
     writer_free(w);
     return rc;
   }
@@ -176,6 +328,11 @@ static int grow(void **p, size_t *cap, size_t need, size_t elem) {
   return SL_OK;
 }
 
+/* Raw size of a chunk of n records whose bodies take `body` bytes. */
+static uint64_t chunk_raw(uint64_t n, uint64_t body) {
+  return sl__align_up(n * 4, 8) + body;
+}
+
 static int flush_chunk(sl_slr_writer *w) {
   if (w->nrec == 0) return SL_OK;
   size_t table = sl__align_up((uint64_t)w->nrec * 4, 8);
@@ -198,15 +355,28 @@ static int flush_chunk(sl_slr_writer *w) {
   ZSTD_CCtx_setParameter(w->cctx, ZSTD_c_contentSizeFlag, 1);
   ZSTD_CCtx_setPledgedSrcSize(w->cctx, raw);
   ZSTD_outBuffer ob = {w->out, w->out_cap, 0};
-  ZSTD_inBuffer in1 = {tab, table, 0};
-  ZSTD_inBuffer in2 = {w->body, w->body_len, 0};
-  size_t zr = 0;
-  while (in1.pos < in1.size && !ZSTD_isError(zr))
-    zr = ZSTD_compressStream2(w->cctx, &ob, &in1, ZSTD_e_continue);
-  do {
-    if (ZSTD_isError(zr)) break;
-    zr = ZSTD_compressStream2(w->cctx, &ob, &in2, ZSTD_e_end);
-  } while (zr != 0);
+  const void *part[2] = {tab, w->body};
+  size_t part_len[2] = {table, w->body_len}, zr = 0;
+  /* Slice by slice, the cancel flag checked between slices. */
+  for (int k = 0; k < 2 && !ZSTD_isError(zr); k++) {
+    ZSTD_inBuffer in = {part[k], 0, 0};
+    while (in.pos < part_len[k] && !ZSTD_isError(zr)) {
+      if (w->cancel && *w->cancel) {
+        sl__free(tab);
+        return sl_set_error(SL_EKILLED,
+                            "slr writer: %s: chunk %llu: interrupted while "
+                            "compressing",
+                            w->path, (unsigned long long)w->nchunks);
+      }
+      in.size = SL_MIN(part_len[k], in.pos + CANCEL_SLICE);
+      zr = ZSTD_compressStream2(w->cctx, &ob, &in, ZSTD_e_continue);
+    }
+  }
+  ZSTD_inBuffer none = {NULL, 0, 0};
+  while (!ZSTD_isError(zr) &&
+         (zr = ZSTD_compressStream2(w->cctx, &ob, &none, ZSTD_e_end)) != 0 &&
+         !ZSTD_isError(zr))
+    ;
   sl__free(tab);
   if (ZSTD_isError(zr)) {
     w->failed = true;
@@ -231,6 +401,7 @@ static int flush_chunk(sl_slr_writer *w) {
       (index_entry){w->offset, w->records - w->nrec, w->nrec, hcrc};
   SL_FORWARD_IF_ERROR(write_all(w, h, sizeof h));
   SL_FORWARD_IF_ERROR(write_all(w, w->out, ob.pos));
+  if (raw > w->max_raw) w->max_raw = raw;
   w->nchunks++;
   w->nrec = 0;
   w->body_len = 0;
@@ -271,13 +442,16 @@ int sl_slr_writer_append(sl_slr_writer *w, const sl_sample *s) {
                               sn, d);
   }
   size_t size = sl__slr_record_size(&w->layout, s);
-  SL_RETURN_ERROR_IF(size > ((size_t)1 << 30), SL_EINVAL,
-                     "slr writer: %s: record %llu is %zu bytes (max 1 GiB)",
-                     w->path, (unsigned long long)w->records, size);
-  /* Start a new chunk first if this record would overflow the target. */
-  if (w->nrec && !w->records_per_chunk && w->body_len + size > w->chunk_bytes)
-    SL_FORWARD_IF_ERROR(flush_chunk(w));
-  if ((uint64_t)w->body_len + size > UINT32_MAX)
+  SL_RETURN_ERROR_IF(size > SLR_WRITER_MAX_RAW - 8, SL_EINVAL,
+                     "slr writer: %s: record %llu is %zu bytes (a chunk "
+                     "holds at most %llu bytes with its record table)",
+                     w->path, (unsigned long long)w->records, size,
+                     (unsigned long long)SLR_WRITER_MAX_RAW);
+  /* Start a new chunk first if this record would take the chunk, record
+   * table included, past the target, or past what readers accept. */
+  uint64_t raw_with = chunk_raw(w->nrec + 1, (uint64_t)w->body_len + size);
+  if (w->nrec && ((!w->records_per_chunk && raw_with > w->chunk_bytes) ||
+                  raw_with > SLR_WRITER_MAX_RAW))
     SL_FORWARD_IF_ERROR(flush_chunk(w));
   SL_FORWARD_IF_ERROR(
       grow((void **)&w->body, &w->body_cap, w->body_len + size, 1));
@@ -289,7 +463,7 @@ int sl_slr_writer_append(sl_slr_writer *w, const sl_sample *s) {
   w->ends[w->nrec++] = (uint32_t)w->body_len;
   w->records++;
   if ((w->records_per_chunk && w->nrec == w->records_per_chunk) ||
-      (!w->records_per_chunk && w->body_len >= w->chunk_bytes))
+      (!w->records_per_chunk && chunk_raw(w->nrec, w->body_len) >= w->chunk_bytes))
     SL_FORWARD_IF_ERROR(flush_chunk(w));
   return SL_OK;
 }
@@ -298,17 +472,56 @@ uint64_t sl_slr_writer_records(const sl_slr_writer *w) {
   return w ? w->records : 0;
 }
 
+/* The writer's own metadata: keys and values. */
+enum { OWN_META = 4 };
+static void own_meta(const sl_slr_writer *w, char vals[OWN_META][24],
+                     const char *keys[OWN_META], const char *v[OWN_META]) {
+  keys[0] = SL__META_MAX_CHUNK_RAW;
+  snprintf(vals[0], 24, "%llu", (unsigned long long)w->max_raw);
+  keys[1] = SL__META_SET_ID;
+  keys[2] = SL__META_SET_SIZE;
+  snprintf(vals[2], 24, "%u", w->set_size);
+  keys[3] = SL__META_SET_INDEX;
+  snprintf(vals[3], 24, "%u", w->set_index);
+  for (int i = 0; i < OWN_META; i++)
+    v[i] = vals[i];
+  v[1] = w->set_id;
+}
+
+/* Metadata entry i of the block: the schema's entries except its
+ * "sluice." keys (those are the writer's, and describe another file when
+ * the schema came from one), then the writer's own. */
+static bool meta_entry(const sl_slr_writer *w, const char *own_k[],
+                       const char *own_v[], int i, const char **k,
+                       const char **v) {
+  int nm = sl_schema_meta_count(w->schema);
+  if (i >= nm) {
+    *k = own_k[i - nm];
+    *v = own_v[i - nm];
+    return true;
+  }
+  sl_schema_meta_at(w->schema, i, k, v);
+  return strncmp(*k, "sluice.", 7) != 0;
+}
+
 /* Serialises the schema block into a new buffer. */
-static int schema_block(const sl_schema *s, unsigned char **out, size_t *len) {
+static int schema_block(const sl_slr_writer *w, unsigned char **out,
+                        size_t *len) {
+  const sl_schema *s = w->schema;
+  char own_buf[OWN_META][24];
+  const char *own_k[OWN_META], *own_v[OWN_META];
+  own_meta(w, own_buf, own_k, own_v);
   /* magic, size, field count, meta count, CRC */
   size_t n = 20;
-  int nf = sl_schema_nfields(s), nm = sl_schema_meta_count(s);
+  int nf = sl_schema_nfields(s), nm = sl_schema_meta_count(s) + OWN_META;
+  uint32_t kept = 0;
   for (int i = 0; i < nf; i++)
     n += 4 + strlen(sl_schema_field_name(s, i)) +
          8 * (size_t)sl_schema_field_rank(s, i);
   for (int i = 0; i < nm; i++) {
     const char *k, *v;
-    sl_schema_meta_at(s, i, &k, &v);
+    if (!meta_entry(w, own_k, own_v, i, &k, &v)) continue;
+    kept++;
     SL_RETURN_ERROR_IF(strlen(k) > (1u << 20) || strlen(v) > (1u << 20),
                        SL_EINVAL, "slr writer: metadata '%.40s' exceeds 1 MiB",
                        k);
@@ -332,11 +545,11 @@ static int schema_block(const sl_schema *s, unsigned char **out, size_t *len) {
     for (int d = 0; d < rank; d++, p += 8)
       sl__put64(p, (uint64_t)sl_schema_field_shape(s, i)[d]);
   }
-  sl__put32(p, (uint32_t)nm);
+  sl__put32(p, kept);
   p += 4;
   for (int i = 0; i < nm; i++) {
     const char *k, *v;
-    sl_schema_meta_at(s, i, &k, &v);
+    if (!meta_entry(w, own_k, own_v, i, &k, &v)) continue;
     size_t kl = strlen(k), vl = strlen(v);
     sl__put32(p, (uint32_t)kl);
     memcpy(p + 4, k, kl);
@@ -375,7 +588,7 @@ static int finish(sl_slr_writer *w) {
   uint64_t schema_off = w->offset;
   unsigned char *sb = NULL;
   size_t sl = 0;
-  SL_FORWARD_IF_ERROR(schema_block(w->schema, &sb, &sl));
+  SL_FORWARD_IF_ERROR(schema_block(w, &sb, &sl));
   int rc = write_all(w, sb, sl);
   sl__free(sb);
   SL_FORWARD_IF_ERROR(rc);
@@ -410,28 +623,57 @@ static int finish(sl_slr_writer *w) {
                      w->tmp_path, strerror(errno));
   int fd = w->fd;
   w->fd = -1;
-  if (close(fd) != 0) {
-    unlink(w->tmp_path);
-    return sl_set_error(SL_EIO, "slr writer: %s: close: %s", w->tmp_path,
-                        strerror(errno));
-  }
-  if (rename(w->tmp_path, w->path) != 0) {
-    rc = sl_set_error(SL_EIO, "slr writer: cannot rename %s to %s: %s",
-                      w->tmp_path, w->path, strerror(errno));
-    unlink(w->tmp_path);
-    return rc;
-  }
-  sync_dir(w->path);
+  SL_RETURN_ERROR_IF(close(fd) != 0, SL_EIO, "slr writer: %s: close: %s",
+                     w->tmp_path, strerror(errno));
+  w->finished = true;
   return SL_OK;
 }
 
-int sl_slr_writer_close(sl_slr_writer *w) {
-  if (!w) return SL_OK;
+int sl__slr_writer_finish(sl_slr_writer *w) {
+  SL_RETURN_ERROR_IF(!w, SL_EINVAL, "slr writer: NULL writer");
+  if (w->finished) return SL_OK;
   int rc = finish(w);
   if (rc < 0) {
-    sl_slr_writer_abort(w);
-    return rc;
+    /* The temporary file is removed now; the writer stays for abort. */
+    if (w->fd >= 0) close(w->fd);
+    w->fd = -1;
+    unlink(w->tmp_path);
+    temp_unregister(w);
+    w->failed = true;
   }
+  return rc;
+}
+
+uint64_t sl__slr_writer_bytes(const sl_slr_writer *w) {
+  return w ? w->offset : 0;
+}
+
+int sl__slr_writer_commit(sl_slr_writer *w) {
+  if (!w) return SL_OK;
+  int rc = sl__slr_writer_finish(w);
+  if (rc == SL_OK && rename(w->tmp_path, w->path) != 0) {
+    rc = sl_set_error(SL_EIO, "slr writer: cannot rename %s to %s: %s",
+                      w->tmp_path, w->path, strerror(errno));
+    unlink(w->tmp_path);
+  }
+  temp_unregister(w);
+  if (rc == SL_OK) sync_dir(w->path);
   writer_free(w);
-  return SL_OK;
+  return rc;
+}
+
+void sl__slr_writer_set_member(sl_slr_writer *w, const char *set_id,
+                               uint32_t size, uint32_t index) {
+  snprintf(w->set_id, sizeof w->set_id, "%s", set_id);
+  w->set_size = size;
+  w->set_index = index;
+}
+
+void sl__slr_writer_set_cancel(sl_slr_writer *w,
+                               const volatile sig_atomic_t *flag) {
+  w->cancel = flag;
+}
+
+int sl_slr_writer_close(sl_slr_writer *w) {
+  return sl__slr_writer_commit(w);
 }

@@ -31,7 +31,8 @@ expect_rc 0 "inspect --json"
 contains "$OUT" '{"name":"v","dtype":"i32","shape":[-1,2]}'
 contains "$OUT" '{"name":"s","dtype":"bytes","shape":[-1]}'
 contains "$OUT" '{"name":"z","dtype":"u16","shape":[2,0]}'
-contains "$OUT" '"metadata":{"note":"tab\there"}'
+# (then the writer's own sluice.* entries: FORMAT.md)
+contains "$OUT" '"metadata":{"note":"tab\there","sluice.max_chunk_raw":'
 contains "$OUT" '"records":2,"chunks":1,'
 sl verify types.slr
 expect_rc 0 "verify"

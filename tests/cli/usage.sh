@@ -102,9 +102,10 @@ sl pack idx img img -o fail.slr
 expect_rc 1 "pack idx with images as labels"
 contains "$ERR" "img: expected labels"
 [ -z "$(ls -A | grep -e fail -e tmp)" ] || fail "a failed pack left files: $(ls -A)"
-# Not a directory: the writer cannot create its temporary file.
+# Below a file: no folder can be made there (a missing folder is created).
+printf x > nodir
 sl pack text in.txt -o nodir/out.slr
-expect_rc 1 "pack into a missing directory"
+expect_rc 1 "pack below a file"
 contains "$ERR" "sluice: pack: "
 contains "$ERR" "nodir/out.slr"
 echo "usage: ok"
