@@ -10,7 +10,8 @@
  *                    nil)) before calling and never has to guess.
  *       shipped      a "sluice.shipped" (core.ship)
  *       env          a "sluice.env" (core.env)
- *       opts         nil or {kind = "map"|"filter" (default "map"),
+ *       opts         nil or {kind = "map"|"filter"|"parse" (default "map";
+ *                    "parse": a text file's Lua parser, lua_host.h),
  *                    threads = n >= 1 (1), ordered = bool (true),
  *                    queue = n >= 0 (0: the stage's default),
  *                    deadline = seconds >= 0 per call (0: none)}
@@ -132,8 +133,11 @@ static sl__lua_kind opt_kind_field(lua_State *L, int idx) {
       kind = SL__LUA_MAP;
     else if (strcmp(s, "filter") == 0)
       kind = SL__LUA_FILTER;
+    else if (strcmp(s, "parse") == 0)
+      kind = SL__LUA_PARSE;
     else
-      luaL_argerror(L, idx, "opts.kind must be \"map\" or \"filter\"");
+      luaL_argerror(L, idx,
+                    "opts.kind must be \"map\", \"filter\" or \"parse\"");
   }
   lua_pop(L, 1);
   return kind;

@@ -37,6 +37,25 @@ function H.collect(p, field)
   return out
 end
 
+-- A new empty folder (remove it with H.rmdir).
+function H.tmpdir()
+  local dir = os.tmpname()
+  os.remove(dir)
+  assert(os.execute("mkdir -p '" .. dir .. "'"))
+  return dir
+end
+
+function H.rmdir(dir)
+  os.execute("rm -rf '" .. dir .. "'")
+end
+
+-- Writes `text` to the file at `path`.
+function H.write(path, text)
+  local f = assert(io.open(path, "wb"))
+  f:write(text)
+  f:close()
+end
+
 -- Where a function was defined, as lua_host.h's messages write it.
 function H.where(fn)
   local info = debug.getinfo(fn, "S")

@@ -285,6 +285,21 @@ int sl_stats_format(const sl_stage_stats *stats, size_t n, double wall_s,
                     char *buf, size_t cap);
 ]]
 
+-- Internal, exported for this module (src/script/lua_host.h): what the
+-- samples a Lua state sees pin (Pipeline:next), and compact copies
+-- (sluice.clone).
+declare("sl__lua_pins", [[
+typedef struct sl__lua_pins {
+  const void *last[8];
+  unsigned next;
+  double *total;
+} sl__lua_pins;
+]])
+ffi.cdef [[
+size_t sl__lua_sample_account(const sl_sample *s, sl__lua_pins *pins);
+sl_sample *sl__lua_sample_clone(const sl_sample *s);
+]]
+
 if pcall(function() return ffi.C.sl_version end) then
   return ffi.C
 end

@@ -33,7 +33,7 @@ local c_message = sample.c_message
 local Sample, info_for = sample.Sample, sample.info_for
 local reader_next, sample_schema = C.sl_reader_next, C.sl_sample_schema
 local sample_release, reader_destroy = C.sl_sample_release, C.sl_reader_destroy
-local sample_nbytes = C.sl_sample_nbytes
+local account = C.sl__lua_sample_account
 local new_block, BLOCK, SMALL = sample.new_block, sample.BLOCK, sample.SMALL_BYTES
 
 local core_module
@@ -100,10 +100,43 @@ local SAMPLE_OUT = ffi.typeof("sl_sample *[1]")
 -- Out-parameter of the reader constructors (filled and read back at once).
 local OUT = ffi.new("sl_reader *[1]")
 
+-- What the samples pin.  Samples are views into buffers that may be far
+-- larger than their fields (a decoded chunk of megabytes behind a record of
+-- a few bytes), and the collector sees none of that C memory: a loop whose
+-- Lua garbage is a few small tables could hold gigabytes before a cycle.
+-- So Pipeline:next adds the size of each buffer its samples view, once per
+-- buffer (sl__lua_sample_account remembers the last ones per pipeline), to
+-- PINNED, shared by every pipeline of the state; every PIN_STEP bytes the
+-- collector takes a step sized so that a full cycle runs about once per
+-- max(PIN_CYCLE, 4 x the Lua heap) of C memory seen - C memory then weighs
+-- like Lua memory, at a discount that keeps the collector's work small
+-- (docs/LUA.md, "Lifetime").
+local PINS = ffi.typeof("sl__lua_pins")
+local PINNED = ffi.new("double[1]")
+local PIN_STEP = 4 * 2^20
+local PIN_CYCLE_KB = 32 * 1024
+local ceil = math.ceil
+
+local function pin_pressure()
+  local kb = PINNED[0] / 1024
+  PINNED[0] = 0
+  local heap = collectgarbage("count")
+  local limit = 4 * heap
+  if limit < PIN_CYCLE_KB then limit = PIN_CYCLE_KB end
+  collectgarbage("step", ceil(kb * heap / limit))
+end
+
+-- sluice.pinned(): bytes counted since the last collector step (tests).
+function sluice.pinned()
+  return PINNED[0]
+end
+
 local function new_pipeline(r)
   r = ffi_gc(r, reader_destroy)
+  local pins = PINS()
+  pins.total = PINNED
   return setmetatable({_r = r, _out = SAMPLE_OUT(), _dead = false,
-                       _blk = false, _bk = BLOCK}, Pipeline)
+                       _blk = false, _bk = BLOCK, _pins = pins}, Pipeline)
 end
 
 -- The result of a C constructor: a new pipeline, or a raise with the C
@@ -152,7 +185,8 @@ end
 
 -- The hot path: one FFI call for the sample, one cdata, one small table,
 -- and for a small sample a slot in a release block instead of a finalizer
--- of its own (sluice.sample explains why).
+-- of its own (sluice.sample explains why); one call to account for what it
+-- pins (see PINNED).
 function Pipeline:next()
   local r = self._r
   if not r then live(self, ":next()", 2) end
@@ -166,7 +200,9 @@ function Pipeline:next()
       info = info_for(sp)
       self._sp, self._info = sp, info
     end
-    if sample_nbytes(p) <= SMALL then
+    local nb = account(p, self._pins)
+    if PINNED[0] >= PIN_STEP then pin_pressure() end
+    if nb <= SMALL then
       local b, k = self._blk, self._bk
       if k >= BLOCK then
         b, k = new_block(), 0
@@ -619,20 +655,6 @@ local function check_string(v, where, what, level)
   return v
 end
 
--- A Lua parser for text files runs as a map in worker states: it gets the
--- line (a string) and returns a sample or a table row.  `parse` is an
--- upvalue of the shipped function, so it must be shippable itself.
-local function lua_parser(parse)
-  return function(s)
-    local row = parse(s.line)
-    if row == nil then
-      error("parser returned nothing (it must return a sample or a table "
-            .. "of fields)", 0)
-    end
-    return require("sluice").sample(row)
-  end
-end
-
 -- --- images (docs/IMAGES.md) ---------------------------------------------------------
 
 local FILTERS = {nearest = 1, bilinear = 2}
@@ -741,7 +763,7 @@ end
 local OPEN_OPTS = set("policy", "max_bad_chunks", "max_chunk_bytes", "first",
                       "count", "chunks", "labels", "mmap", "parser",
                       "parser_options", "threads", "channels", "resize",
-                      "shape", "ordered", "window", "max_bad")
+                      "shape", "ordered", "window", "max_bad", "schema")
 
 -- sluice.open: any name sl_open understands ("tag:path", a known extension,
 -- a glob); first/count/chunks select records of one slr file.
@@ -768,6 +790,11 @@ function sluice.open(name, opts)
   o.labels = check_string(opts.labels, where, "labels", 2)
   o.text_mmap = check_bool(opts.mmap, where, "mmap", false, 2) and 1 or 0
   local parse = opts.parser
+  if opts.schema ~= nil and type(parse) ~= "function" then
+    error(("sluice: %s: option 'schema' is for a Lua parser (for other "
+           .. "formats the file declares it)"):format(where), 2)
+  end
+  local parse_sp = schema_option(opts.schema, where, 2)
   if type(parse) == "string" then
     o.parser = parse
     o.parser_options = check_string(opts.parser_options, where,
@@ -783,6 +810,8 @@ function sluice.open(name, opts)
   local io = ffi.new("sl_image_opts")
   image_options(io, opts, where, 2)
   o.image = io
+  local shipped, env
+  if parse then shipped, env = ship(parse, "parser", where, 2) end
   local p = made(C.sl_open(name, o, OUT), 2)
   if parse then
     if tonumber(C.sl_schema_find(C.sl_reader_schema(p._r), "line")) < 0 then
@@ -790,7 +819,14 @@ function sluice.open(name, opts)
       error(("sluice: %s: a Lua parser needs a text file (samples with a "
              .. "'line' field): '%s'"):format(where, name), 2)
     end
-    p = lua_stage(p, "map", lua_parser(parse), {threads = threads})
+    -- The parser stage (lua_host.h, SL__LUA_PARSE): fn(line) -> row,
+    -- sample or nil (skip); errors name the file and line.
+    local up = addr(take(p, where))
+    local ok, lud = pcall(core().map, up, shipped, env,
+                          {kind = "parse", threads = threads},
+                          parse_sp and addr(parse_sp) or nil, parse_sp)
+    if not ok then error(lud, 2) end
+    p = new_pipeline(ffi_cast("sl_reader *", lud))
   end
   return p
 end
@@ -920,6 +956,21 @@ sluice.release = sample.release
 sluice.totable = sample.totable
 sluice.device = device.device
 sluice.dlpack = device.dlpack
+
+-- sluice.clone(s): a copy of sample s whose fields live in one new buffer
+-- of their own size, pinning nothing of s's (a record viewed in its chunk
+-- pins the whole chunk: keep clones of samples held beyond the loop).
+function sluice.clone(s)
+  if not sample.is(s) then
+    error(("sluice: sluice.clone(): expected a sample (got a %s)")
+          :format(type(s)), 2)
+  end
+  local p = s[1]
+  if not p then error("sluice: this sample was released", 2) end
+  local q = C.sl__lua_sample_clone(p)
+  if q == nil then error(c_message(), 2) end
+  return sample.wrap(q, s[2])
+end
 
 function sluice.version()
   return ffi_string(C.sl_version())

@@ -990,7 +990,7 @@ function M.infer(rows)
         dt = F64
       end
     end
-    spec[f] = {name, DT_NAME[dt], dims}
+    spec[f] = {name, DT_NAME[dt], dims, kind}
   end
   return spec
 end
@@ -998,11 +998,18 @@ end
 -- The schema inferred from rows (see M.infer), shared through the
 -- signature cache so that rows of one shape give one sl_schema.  Returns
 -- the schema, or nil and a message.
-function M.inferred_schema(rows)
+-- With `vary`, the leading dimension of every array (a Lua table made a
+-- tensor) is -1: a text parser infers from one line what later lines of
+-- other lengths must fit.
+function M.inferred_schema(rows, vary)
   local spec, why = M.infer(rows)
   if not spec then return nil, why end
   local entries = {}
-  for k, e in ipairs(spec) do entries[k] = {e[1], DT_ID[e[2]], e[3]} end
+  for k, e in ipairs(spec) do
+    local dims = e[3]
+    if vary and e[4] == "array" and #dims > 0 then dims[1] = -1 end
+    entries[k] = {e[1], DT_ID[e[2]], dims}
+  end
   return schema_for_entries(entries, nil)
 end
 

@@ -8,6 +8,7 @@
 --   worker.map(fn, sample, slot)
 --   worker.filter(fn, sample)
 --   worker.export(value, slot, schema)
+--   worker.parser(fn, line_ptr, line_len, slot, schema)
 --
 -- `sample` is an sl_sample* whose reference is handed to Lua; `slot` an
 -- sl_sample** receiving a result with a reference for C; `schema` an
@@ -85,6 +86,44 @@ function M.filter(fn, ptr)
   local keep = fn(s)
   drop(s)
   return keep and true or false
+end
+
+-- The Lua parser of text files (lua_host.h, SL__LUA_PARSE): fn(line)
+-- returns a table of fields, a sample, or nil to skip the line.  `schema`
+-- is the stage's once known (every row is built against it, so a row that
+-- does not fit is an error at its line); before, the row's own schema is
+-- inferred with a variable leading dimension for arrays (later lines may
+-- be longer or shorter).  Returns true with a sample in *slot, or false to
+-- skip.
+local ffi_string = ffi.string
+local CHARS = ffi.typeof("const char *")
+local SCHEMA_PTR = ffi.typeof("sl_schema *")
+
+function M.parser(fn, ptr, len, slot, schema)
+  local row = fn(ffi_string(ffi_cast(CHARS, ptr), len))
+  if row == nil then return false end
+  if getmetatable(row) == Sample then
+    local p = row[1]
+    if not p then error("parser returned a released sample", 0) end
+    ffi_cast(SLOT, slot)[0] = sample_retain(p)
+    return true
+  end
+  if type(row) ~= "table" then
+    error(("parser returned a %s (it must return a table of fields, a "
+           .. "sample, or nil to skip the line)"):format(type(row)), 0)
+  end
+  local sp, why
+  if schema ~= nil then
+    sp = ffi_cast(SCHEMA_PTR, schema)
+  else
+    sp, why = sample.inferred_schema({row}, true)
+    if not sp then error("parser returned a row without a schema: " .. why, 0) end
+  end
+  local q
+  q, why = sample.build_row(row, info_for(sp), "the returned row")
+  if not q then error(why, 0) end
+  ffi_cast(SLOT, slot)[0] = ffi_gc(q, nil)
+  return true
 end
 
 function M.export(value, slot, schema)

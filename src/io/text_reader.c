@@ -216,12 +216,15 @@ static int map_file(text_state *s, const struct stat *st) {
   return SL_OK;
 }
 
-/* {line: bytes[-1]} */
+/* {line: bytes[-1]}, with metadata sluice.path = the path: each file has a
+ * schema object of its own, so a stage after a glob's chain (the Lua
+ * parser, lua_stage.c) can tell the files apart and name them. */
 static int line_schema(text_state *s) {
   s->schema = sl_schema_new();
   int64_t var[1] = {SL_DIM_VAR};
   int rc = s->schema ? sl_schema_add(s->schema, "line", SL_BYTES, 1, var)
                      : SL_ENOMEM;
+  if (rc >= 0) rc = sl_schema_set_meta(s->schema, "sluice.path", s->path);
   if (rc == SL_ENOMEM)
     return sl_set_error(SL_ENOMEM, "%s: cannot allocate a schema", s->ctx);
   return rc < 0 ? rc : SL_OK;

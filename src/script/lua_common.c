@@ -21,11 +21,56 @@ typedef struct setup_args {
   int rc;
 } setup_args;
 
+/* --- process-wide calls ---------------------------------------------------
+ * Worker states run on sluice's threads inside the trainer's process, so
+ * the standard library functions whose effect is the whole process are
+ * replaced there by functions raising an error that names the decorator
+ * (docs/LUA.md, "What a worker state cannot do"):
+ *   os.exit       ends the process (the trainer, with no message);
+ *   os.execute    system(3): ignores SIGINT/SIGQUIT and blocks SIGCHLD in
+ *                 the whole process while the command runs;
+ *   os.setlocale  changes the locale of every thread (number formatting
+ *                 and parsing in the trainer and the other workers).
+ * They are replaced in the `os` table itself before the function is
+ * rebuilt, so `local exit = os.exit` shipped as an upvalue gets the
+ * replacement too.  (The FFI can still call anything: that is not
+ * guarded.) */
+static const char *const FORBIDDEN[][2] = {
+    {"exit", "it would end the whole process"},
+    {"execute", "system() changes signal handling for the whole process"},
+    {"setlocale", "the locale is shared by every thread of the process"},
+};
+
+static int forbidden_call(lua_State *L) {
+  luaL_where(L, 1);
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_concat(L, 2);
+  return lua_error(L);
+}
+
+static void forbid_process_calls(lua_State *L, const setup_args *a) {
+  lua_getfield(L, LUA_GLOBALSINDEX, "os");
+  if (!lua_istable(L, -1)) {
+    lua_pop(L, 1);
+    return;
+  }
+  for (size_t i = 0; i < sizeof FORBIDDEN / sizeof FORBIDDEN[0]; i++) {
+    lua_pushfstring(L,
+                    "os.%s cannot be called in a worker state of %s (%s): "
+                    "%s (raise an error instead)",
+                    FORBIDDEN[i][0], a->what, a->where, FORBIDDEN[i][1]);
+    lua_pushcclosure(L, forbidden_call, 1);
+    lua_setfield(L, -2, FORBIDDEN[i][0]);
+  }
+  lua_pop(L, 1);
+}
+
 /* Runs under lua_cpcall, so a memory error while building the state's
  * registry entries is caught rather than fatal. */
 static int setup_state(lua_State *L) {
   setup_args *a = lua_touserdata(L, 1);
   lua_settop(L, 0);
+  forbid_process_calls(L, a);
   lua_getfield(L, LUA_REGISTRYINDEX, "sluice.worker");
   if (!lua_istable(L, -1)) {
     lua_pop(L, 1);
@@ -91,10 +136,37 @@ int sl__lua_worker_setup(const sl__lua_env *env, const sl__shipped *fn,
 
 /* --- checking produced samples -------------------------------------------- */
 
-int sl__lua_check_sample(const sl_schema *want, const sl_sample *s,
+/* When sample s has want's field names in another order, a sample of
+ * schema `want` sharing s's tensors (their buffers retained, nothing
+ * copied) replaces *sp; s's reference is released.  One sample allocation,
+ * made only for such samples; the permutation is found by name, O(n^2) for
+ * n fields, without allocating.  Returns 1 when reordered, 0 when the names
+ * are not a permutation of want's (nothing changed), or SL_ENOMEM. */
+static int reorder(const sl_schema *want, sl_sample **sp) {
+  sl_sample *s = *sp;
+  const sl_schema *got = sl_sample_schema(s);
+  int nf = sl_schema_nfields(want);
+  if (sl_schema_nfields(got) != nf) return 0;
+  for (int i = 0; i < nf; i++)
+    if (sl_schema_find(got, sl_schema_field_name(want, i)) < 0) return 0;
+  sl_sample *q = sl_sample_new((sl_schema *)want);
+  if (!q) return sl_set_error(SL_ENOMEM, "cannot allocate a sample");
+  for (int i = 0; i < nf; i++) {
+    int j = sl_schema_find(got, sl_schema_field_name(want, i));
+    sl_tensor *t = sl_sample_at(q, i);
+    /* Not sl_sample_set: the tensor is checked against want by the caller,
+     * with the message naming the field and the sample. */
+    sl_tensor_copy_ref(t, sl_sample_at_const(s, j));
+  }
+  sl_sample_release(s);
+  *sp = q;
+  return 1;
+}
+
+int sl__lua_check_sample(const sl_schema *want, sl_sample **sp,
                          uint64_t index, const sl__lua_check_words *w) {
   unsigned long long n = (unsigned long long)index;
-  const sl_schema *got = sl_sample_schema(s);
+  const sl_schema *got = sl_sample_schema(*sp);
   int nf = sl_schema_nfields(want);
   if (got != want) {
     bool same = sl_schema_nfields(got) == nf;
@@ -102,13 +174,22 @@ int sl__lua_check_sample(const sl_schema *want, const sl_sample *s,
       same = strcmp(sl_schema_field_name(got, i),
                     sl_schema_field_name(want, i)) == 0;
     if (!same) {
-      char a[256], b[256];
-      return sl_set_error(
-          SL_ESHAPE, "%s (%s): %s %llu: %s %s do not match %s %s", w->what,
-          w->where, w->item, n, w->fields, sl_schema_describe(got, a, sizeof a),
-          w->whose, sl_schema_describe(want, b, sizeof b));
+      int rc = reorder(want, sp);
+      if (rc < 0)
+        return sl_wrap_error(rc, "%s (%s): %s %llu: reordering its fields",
+                             w->what, w->where, w->item, n);
+      if (rc == 0) {
+        char a[256], b[256];
+        return sl_set_error(SL_ESHAPE,
+                            "%s (%s): %s %llu: %s %s do not match %s %s "
+                            "(the same names are accepted in any order)",
+                            w->what, w->where, w->item, n, w->fields,
+                            sl_schema_describe(got, a, sizeof a), w->whose,
+                            sl_schema_describe(want, b, sizeof b));
+      }
     }
   }
+  const sl_sample *s = *sp;
   for (int i = 0; i < nf; i++) {
     const sl_tensor *t = sl_sample_at_const(s, i);
     int rc = sl_schema_check(want, i, t);
@@ -121,6 +202,71 @@ int sl__lua_check_sample(const sl_schema *want, const sl_sample *s,
           SL_ESHAPE, "%s (%s): %s %llu: field '%s' was not filled", w->what,
           w->where, w->item, n, sl_schema_field_name(want, i));
   }
+  return SL_OK;
+}
+
+/* The field of `up` named `name` with dtype dt and rank `rank` that tensor
+ * t fits, or -1.  A dimension becomes variable where up's is (-1) and the
+ * first output's is fixed; nothing else changes. */
+static int fitting_field(const sl_schema *up, const char *name, sl_dtype dt,
+                         int rank, const sl_tensor *t) {
+  if (!up) return -1;
+  int j = sl_schema_find(up, name);
+  if (j < 0 || sl_schema_field_dtype(up, j) != dt ||
+      sl_schema_field_rank(up, j) != rank)
+    return -1;
+  return sl_schema_check(up, j, t) == SL_OK ? j : -1;
+}
+
+int sl__lua_infer_schema(const sl_schema *up, const sl_sample *first,
+                         sl_schema **out) {
+  const sl_schema *got = sl_sample_schema(first);
+  *out = NULL;
+  int nf = sl_schema_nfields(got);
+  bool widen = false;
+  for (int i = 0; i < nf && !widen; i++) {
+    int j = fitting_field(up, sl_schema_field_name(got, i),
+                          sl_schema_field_dtype(got, i),
+                          sl_schema_field_rank(got, i),
+                          sl_sample_at_const(first, i));
+    if (j < 0) continue;
+    const int64_t *a = sl_schema_field_shape(got, i);
+    const int64_t *b = sl_schema_field_shape(up, j);
+    for (int d = 0; d < sl_schema_field_rank(got, i); d++)
+      if (b[d] == SL_DIM_VAR && a[d] != SL_DIM_VAR) widen = true;
+  }
+  if (!widen) {
+    *out = sl_schema_retain((sl_schema *)got);
+    return SL_OK;
+  }
+  sl_schema *s = sl_schema_new();
+  if (!s) return sl_set_error(SL_ENOMEM, "cannot allocate a schema");
+  int rc = SL_OK;
+  for (int i = 0; i < nf && rc >= 0; i++) {
+    const char *name = sl_schema_field_name(got, i);
+    sl_dtype dt = sl_schema_field_dtype(got, i);
+    int rank = sl_schema_field_rank(got, i);
+    int j = fitting_field(up, name, dt, rank, sl_sample_at_const(first, i));
+    int64_t shape[SL_MAX_RANK];
+    const int64_t *a = sl_schema_field_shape(got, i);
+    for (int d = 0; d < rank; d++)
+      shape[d] = j >= 0 && sl_schema_field_shape(up, j)[d] == SL_DIM_VAR
+                     ? SL_DIM_VAR
+                     : a[d];
+    rc = sl_schema_add(s, name, dt, rank, shape);
+  }
+  int nm = sl_schema_meta_count(got);
+  for (int k = 0; k < nm && rc >= 0; k++) {
+    const char *key, *value;
+    if (sl_schema_meta_at(got, k, &key, &value) == SL_OK)
+      rc = sl_schema_set_meta(s, key, value);
+  }
+  if (rc < 0) {
+    sl_schema_release(s);
+    return rc;
+  }
+  sl_schema_freeze(s);
+  *out = s;
   return SL_OK;
 }
 

@@ -114,7 +114,21 @@ SL_API int sl__lua_pcall(lua_State *W, int nargs, int nres, const char *what,
 /* --- stages
  * --------------------------------------------------------------------- */
 
-typedef enum sl__lua_kind { SL__LUA_MAP, SL__LUA_FILTER } sl__lua_kind;
+/* SL__LUA_PARSE: the Lua parser of text files (sluice.open{parser = fn}).
+ * Its upstream yields {line: bytes[-1]} samples, one per line of each file
+ * (the text reader: every line, so the N-th sample since the file's schema
+ * last changed is line N, and the schema's "sluice.path" metadata names the
+ * file).  fn(line) returns a row, a sample, or nil to skip the line:
+ *   worker.parser(fn, line_ptr, line_len, slot, schema) -> true (a sample in *slot) or
+ *   false (skip); schema: the stage schema once known, else nil (the row's
+ *   is inferred with variable leading dimensions).
+ * Errors read "parser (<where>): <file>:<line>: <message + traceback>".
+ * Its length is not known (lines may be skipped). */
+typedef enum sl__lua_kind {
+  SL__LUA_MAP,
+  SL__LUA_FILTER,
+  SL__LUA_PARSE
+} sl__lua_kind;
 
 typedef struct sl__lua_stage_opts {
   int threads;  /* worker threads (>= 1) */
@@ -139,6 +153,28 @@ typedef struct sl__lua_stage_opts {
 SL_API int sl__lua_stage(sl_reader *up, sl__lua_kind kind, sl__shipped *fn,
                          sl__lua_env *env, const sl__lua_stage_opts *opts,
                          sl_schema *schema, sl_reader **out);
+
+/* --- what a Lua sample pins (lua_pin.c) -------------------------------------
+ * A sample's fields are views into buffers that may be far larger than the
+ * fields (a decoded SLR chunk).  The consumer's Lua state accounts the
+ * buffers its samples pin, so that its collector runs in proportion to the
+ * C memory its garbage holds (docs/LUA.md, "Lifetime"). */
+#define SL__LUA_PIN_SLOTS 8
+typedef struct sl__lua_pins {
+  const void *last[SL__LUA_PIN_SLOTS]; /* buffers counted lately (a ring) */
+  unsigned next;                       /* the ring's next slot */
+  double *total; /* where new bytes are added (shared by a Lua state) */
+} sl__lua_pins;
+
+/* sl_sample_nbytes(s), and adds to *pins->total the size of every buffer of
+ * s's fields (data and LoD) not among pins->last, which then remembers it:
+ * the samples of one chunk count its buffer once. */
+SL_API size_t sl__lua_sample_account(const sl_sample *s, sl__lua_pins *pins);
+
+/* A copy of s whose fields (data and LoD offsets) live in one new buffer
+ * of their own size: it pins nothing of s.  Same schema.  NULL with
+ * SL_ENOMEM (or SL_EINVAL for a NULL s) set. */
+SL_API sl_sample *sl__lua_sample_clone(const sl_sample *s);
 
 /* A source running the Lua reader creator `fn` (Paddle's reader creator:
  * fn() returns an iterator; each call of the iterator returns a sample or

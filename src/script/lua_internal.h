@@ -55,12 +55,26 @@ typedef struct sl__lua_check_words {
   bool require_filled; /* also reject tensors whose data was not filled */
 } sl__lua_check_words;
 
-/* Checks sample `s` (number `index`, for messages) against `want`: the same
- * field names in the same order, and every tensor fits its field (and, with
- * w->require_filled, holds numel * dtype size bytes).  SL_OK, or SL_ESHAPE
- * (or sl_schema_check's code) with the message above. */
-int sl__lua_check_sample(const sl_schema *want, const sl_sample *s,
-                         uint64_t index, const sl__lua_check_words *w);
+/* Checks sample *s (number `index`, for messages) against `want`: the same
+ * field names, and every tensor fits its field (and, with
+ * w->require_filled, holds numel * dtype size bytes).  The same names in
+ * another order are accepted: *s is then replaced by a sample of schema
+ * `want` sharing the tensors (the old reference released; one sample
+ * allocation, no copy).  SL_OK, or SL_ESHAPE (or sl_schema_check's code,
+ * or SL_ENOMEM) with the message above; *s is the caller's to release
+ * either way. */
+int sl__lua_check_sample(const sl_schema *want, sl_sample **s, uint64_t index,
+                         const sl__lua_check_words *w);
+
+/* The schema of a stage that learns it from its first output `first`
+ * (map without `schema`): first's own schema, except that a field which
+ * upstream's schema `up` (may be NULL) also has, with the same dtype and
+ * rank and a declaration `first`'s tensor fits, keeps up's shape - so the
+ * variable dimensions (-1) upstream declared stay variable instead of
+ * freezing to the first sample's sizes.  Metadata: first's.  SL_OK with a
+ * reference in *out (frozen), or SL_ENOMEM / sl_schema_add's error. */
+int sl__lua_infer_schema(const sl_schema *up, const sl_sample *first,
+                         sl_schema **out);
 
 /* --- the per-sample deadline (lua_deadline.c) ------------------------------
  */

@@ -80,9 +80,10 @@ typedef struct lua_reader {
 
 /* --- the thread ----------------------------------------------------------- */
 
-/* Checks row `s` against `want`: same field names, tensors that fit. */
+/* Checks row *s against `want`: same field names (in any order: *s is then
+ * replaced by a sample in want's order), tensors that fit. */
 static int check_row(const lua_reader *r, const sl_schema *want,
-                     const sl_sample *s, uint64_t row) {
+                     sl_sample **s, uint64_t row) {
   const sl__lua_check_words words = {.what = "reader",
                                      .where = r->where,
                                      .item = "row",
@@ -160,7 +161,7 @@ static void run_pass(lua_reader *r) {
       break;
     }
     if (r->pass_schema) {
-      rc = check_row(r, r->pass_schema, s, row);
+      rc = check_row(r, r->pass_schema, &s, row);
       if (rc < 0) {
         sl_sample_release(s);
         kill_with_error(r, rc);

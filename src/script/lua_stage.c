@@ -156,6 +156,10 @@ typedef struct result {
   bool checked; /* R_SAMPLE: checked against the stage schema */
   uint64_t seq; /* R_SAMPLE: its sequence number, for messages */
   sl_sample *s; /* R_SAMPLE: owned */
+  /* parser, R_SAMPLE not checked: the input line's schema (retained: its
+   * "sluice.path" names the file) and line number, for messages */
+  sl_schema *file;
+  uint64_t line;
   char *msg;    /* R_ERROR: owned heap copy of the message, may be NULL */
 } result;
 
@@ -170,6 +174,7 @@ typedef struct lua_worker {
   sl_sample *slot;      /* map's output slot handed to Lua */
   double ns_per_sample; /* running estimate of a sample's cost, 0: none */
   sl_sample *in[BATCH_MAX];
+  uint64_t line[BATCH_MAX]; /* parser: in[k]'s line number in its file */
   result out[BATCH_MAX];
 } lua_worker;
 
@@ -188,6 +193,10 @@ typedef struct lua_stage {
   sl_schema *schema; /* the stage schema (retained), NULL until known */
   _Atomic(const sl_schema *) check_schema;
   sl_reader *up;
+  /* parser: the file being pulled (its schema's address: the text reader
+   * makes one per file) and the last line number given; the puller's. */
+  const sl_schema *line_file;
+  uint64_t line_no;
 
   pthread_mutex_t mu;
   pthread_cond_t work_cv; /* workers: room in the window, pull turn free */
@@ -217,6 +226,7 @@ typedef struct lua_stage {
 
 static void result_clear(result *r) {
   if (r->kind == R_SAMPLE) sl_sample_release(r->s);
+  sl_schema_release(r->file);
   if (r->kind == R_ERROR) sl__free(r->msg);
   memset(r, 0, sizeof *r);
 }
@@ -305,10 +315,11 @@ static void record_terminal(lua_stage *st, int rc, char *msg, wakes *wk) {
 
 /* --- checking map outputs ------------------------------------------------- */
 
-/* Checks output `s` (sequence `seq`) against the stage schema `want`:
- * same field names in the same order, and every tensor fits its field. */
+/* Checks output *s (sequence `seq`) against the stage schema `want`: the
+ * same field names (another order is accepted: *s is then replaced by a
+ * sample in want's order), and every tensor fits its field. */
 static int check_output(const lua_stage *st, const sl_schema *want,
-                        const sl_sample *s, uint64_t seq) {
+                        sl_sample **s, uint64_t seq) {
   const sl__lua_check_words words = {.what = st->what,
                                      .where = st->where,
                                      .item = "sample",
@@ -320,14 +331,90 @@ static int check_output(const lua_stage *st, const sl_schema *want,
 
 /* --- the worker thread ---------------------------------------------------- */
 
+static void finish_output(lua_stage *st, sl_sample *o, uint64_t seq,
+                          const sl_schema *file, uint64_t line, result *r);
+
+/* A parser's error: this thread's message ("parser (<where>): <text>")
+ * with the file (`file`'s sluice.path) and line inserted after the
+ * prefix. */
+static int parse_error(const lua_stage *st, const sl_schema *file,
+                       uint64_t line, int rc) {
+  const char *path = sl_schema_meta(file, "sluice.path");
+  char *msg = sl__error_dup();
+  const char *text = msg ? msg : sl_strerror(rc);
+  size_t np = strlen(st->what) + strlen(st->where) + 5; /* "w (x): " */
+  if (msg && strlen(msg) >= np && strncmp(msg, st->what, strlen(st->what)) == 0)
+    text = msg + np;
+  rc = sl_set_error(rc, "%s (%s): %s:%llu: %s", st->what, st->where,
+                    path ? path : "?", (unsigned long long)line, text);
+  sl__free(msg);
+  return rc;
+}
+
+/* The parser on one line (sample s, a reference the worker owns and
+ * releases here): worker.parser(fn, line_ptr, line_len, slot, schema). */
+static void run_parse(lua_stage *st, lua_worker *w, uint64_t seq,
+                      sl_sample *s, uint64_t line, result *r) {
+  lua_State *L = w->L;
+  int top = lua_gettop(L);
+  int fi = sl_sample_index(s, "line");
+  const sl_tensor *t = fi >= 0 ? sl_sample_at_const(s, fi) : NULL;
+  if (!t || sl_tensor_dtype(t) != SL_BYTES) {
+    sl_set_error(SL_EINVAL, "%s (%s): sample %llu has no 'line' field", st->what,
+                 st->where, (unsigned long long)seq);
+    sl_sample_release(s);
+    result_error(r, SL_EINVAL);
+    return;
+  }
+  const sl_schema *want =
+      atomic_load_explicit(&st->check_schema, memory_order_acquire);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, w->op_ref);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, w->fn_ref);
+  sl__lua_push_ptr(L, t->data);
+  lua_pushnumber(L, (lua_Number)t->nbytes);
+  w->slot = NULL;
+  sl__lua_push_ptr(L, &w->slot);
+  if (want)
+    sl__lua_push_ptr(L, want);
+  else
+    lua_pushnil(L);
+  int rc = sl__lua_pcall(L, 5, 1, st->what, st->where);
+  bool keep = rc == SL_OK && lua_toboolean(L, -1);
+  lua_settop(L, top);
+  if (rc < 0) {
+    if (sl_last_error_code() != rc || !sl_last_error()[0])
+      sl_set_error(rc, "%s (%s): %s", st->what, st->where, sl_strerror(rc));
+    parse_error(st, sl_sample_schema(s), line, rc);
+    sl_sample_release(w->slot);
+    w->slot = NULL;
+    sl_sample_release(s);
+    result_error(r, rc);
+    return;
+  }
+  sl_sample *o = w->slot;
+  w->slot = NULL;
+  if (!keep || !o) {
+    sl_sample_release(o);
+    sl_sample_release(s);
+    r->kind = R_DROP;
+    return;
+  }
+  finish_output(st, o, seq, sl_sample_schema(s), line, r);
+  sl_sample_release(s);
+}
+
 /* Runs the function on one sample (a reference the worker owned; it is
  * handed over) and stores the outcome in *r. */
 static void run_one(lua_stage *st, lua_worker *w, uint64_t seq, sl_sample *s,
-                    result *r) {
+                    uint64_t line, result *r) {
   lua_State *L = w->L;
   int top = lua_gettop(L);
   bool map = st->kind == SL__LUA_MAP;
   memset(r, 0, sizeof *r);
+  if (st->kind == SL__LUA_PARSE) {
+    run_parse(st, w, seq, s, line, r);
+    return;
+  }
   lua_rawgeti(L, LUA_REGISTRYINDEX, w->op_ref);
   lua_rawgeti(L, LUA_REGISTRYINDEX, w->fn_ref);
   sl__lua_push_ptr(L, s); /* this reference now belongs to Lua */
@@ -377,15 +464,28 @@ static void run_one(lua_stage *st, lua_worker *w, uint64_t seq, sl_sample *s,
     result_error(r, SL_ELUA);
     return;
   }
+  finish_output(st, o, seq, NULL, 0, r);
+}
+
+/* Checks map (or parser) output o, taken from w->slot, against the stage
+ * schema when it is known, and stores it in *r.  A parser passes the
+ * line's schema `file` and number, which its messages name. */
+static void finish_output(lua_stage *st, sl_sample *o, uint64_t seq,
+                          const sl_schema *file, uint64_t line, result *r) {
+  int rc;
   const sl_schema *want =
       atomic_load_explicit(&st->check_schema, memory_order_acquire);
   if (want) {
-    rc = check_output(st, want, o, seq);
+    rc = check_output(st, want, &o, seq);
     if (rc < 0) {
+      if (file) parse_error(st, file, line, rc);
       sl_sample_release(o);
       result_error(r, rc);
       return;
     }
+  } else if (file) {
+    r->file = sl_schema_retain((sl_schema *)file);
+    r->line = line;
   }
   r->kind = R_SAMPLE;
   r->s = o;
@@ -462,6 +562,15 @@ static size_t pull_batch(lua_stage *st, lua_worker *w, uint64_t base,
       if (rc != SL_EOF) msg = sl__error_dup();
       break;
     }
+    if (st->kind == SL__LUA_PARSE) {
+      /* Every line is a sample and each file has its own schema object. */
+      const sl_schema *f = sl_sample_schema(s);
+      if (f != st->line_file) {
+        st->line_file = f;
+        st->line_no = 0;
+      }
+      w->line[got] = ++st->line_no;
+    }
     w->in[got++] = s;
   }
   wakes wk = {false, false, false};
@@ -490,7 +599,7 @@ static bool process_batch(lua_stage *st, lua_worker *w, uint64_t base,
     }
     sl_sample *s = w->in[j];
     w->in[j] = NULL;
-    run_one(st, w, base + j, s, &w->out[j]);
+    run_one(st, w, base + j, s, w->line[j], &w->out[j]);
     if (w->out[j].kind == R_ERROR) {
       /* The pass ends here: the rest of the batch would never be seen. */
       for (size_t k = j + 1; k < got; k++) {
@@ -632,6 +741,8 @@ static void drop_pending(lua_stage *st) {
   st->pull_seq = st->next_out = st->term_seq = 0;
   st->pulling = st->pull_done = false;
   st->idle = st->woken = 0;
+  st->line_file = NULL;
+  st->line_no = 0;
   st->consumer_sleeping = false;
 }
 
@@ -723,12 +834,15 @@ static int stage_next(void *state, sl_sample **out) {
     return rc;
   }
   if (!r.checked) {
-    int rc = check_output(st, st->schema, r.s, r.seq);
+    int rc = check_output(st, st->schema, &r.s, r.seq);
     if (rc < 0) {
-      sl_sample_release(r.s);
+      if (r.file) rc = parse_error(st, r.file, r.line, rc);
+      r.kind = R_SAMPLE;
+      result_clear(&r);
       return rc;
     }
   }
+  sl_schema_release(r.file);
   *out = r.s;
   return SL_OK;
 }
@@ -768,11 +882,15 @@ static const sl_reader_vtable map_vt = {"map", stage_next, stage_reset,
                                         stage_destroy};
 static const sl_reader_vtable filter_vt = {"filter", stage_next, stage_reset,
                                            stage_destroy};
+static const sl_reader_vtable parse_vt = {"parser", stage_next, stage_reset,
+                                          stage_destroy};
 
 int sl__lua_stage(sl_reader *up, sl__lua_kind kind, sl__shipped *fn,
                   sl__lua_env *env, const sl__lua_stage_opts *opts,
                   sl_schema *schema, sl_reader **out) {
-  const char *what = kind == SL__LUA_FILTER ? "filter" : "map";
+  const char *what = kind == SL__LUA_FILTER  ? "filter"
+                     : kind == SL__LUA_PARSE ? "parser"
+                                             : "map";
   if (!out) {
     sl_reader_destroy(up);
     return sl_set_error(SL_EINVAL, "%s: NULL out pointer", what);
@@ -781,7 +899,8 @@ int sl__lua_stage(sl_reader *up, sl__lua_kind kind, sl__shipped *fn,
   if (!up) return sl_set_error(SL_EINVAL, "%s: NULL upstream reader", what);
   if (!fn || !env || !opts || opts->threads < 1 ||
       !(opts->deadline >= 0 && opts->deadline < 1e9) ||
-      (kind != SL__LUA_MAP && kind != SL__LUA_FILTER))
+      (kind != SL__LUA_MAP && kind != SL__LUA_FILTER &&
+       kind != SL__LUA_PARSE))
     return sl__fail_with_upstream(
         up, sl_set_error(SL_EINVAL, "%s: %s", what,
                          !fn                 ? "NULL function"
@@ -848,16 +967,30 @@ int sl__lua_stage(sl_reader *up, sl__lua_kind kind, sl__shipped *fn,
   if (!st->schema) {
     fill_cache(st);
     const result *first = &st->cache[0];
-    sl_schema *s = first->kind == R_SAMPLE
-                       ? (sl_schema *)sl_sample_schema(first->s)
-                       : (sl_schema *)sl_reader_schema(up);
-    st->schema = sl_schema_retain(s);
+    if (first->kind == R_SAMPLE) {
+      /* A map keeps the variable dimensions upstream declared (a parser's
+       * rows are inferred with variable lengths already). */
+      rc = sl__lua_infer_schema(
+          kind == SL__LUA_MAP ? sl_reader_schema(st->up) : NULL, first->s,
+          &st->schema);
+      if (rc < 0) {
+        sl_wrap_error(rc, "%s (%s): the schema of the first output", what,
+                      st->where);
+        stage_destroy(st);
+        return rc;
+      }
+    } else {
+      st->schema = sl_schema_retain((sl_schema *)sl_reader_schema(st->up));
+    }
     atomic_store_explicit(&st->check_schema, st->schema, memory_order_release);
   }
   /* A map yields one sample per sample (it cannot drop one): its length is
    * upstream's; a filter's is not known. */
   if (kind == SL__LUA_FILTER)
     return sl__decorator_make(&filter_vt, st, st->schema, &st->up, &st->stats,
+                              out);
+  if (kind == SL__LUA_PARSE) /* skipped lines: its length is not known */
+    return sl__decorator_make(&parse_vt, st, st->schema, &st->up, &st->stats,
                               out);
   return sl__decorator_make_1to1(&map_vt, st, st->schema, &st->up, &st->stats,
                                  out);
