@@ -111,7 +111,7 @@ tsan: deps
 	cmake --build $(BUILD_TSAN) -j$(JOBS)
 	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
 	  ctest --test-dir $(BUILD_TSAN) --output-on-failure -j$(JOBS) \
-	  --no-tests=error -R '^(channel|prefetch|threaded|double_buffer|errors|lua_ship|lua_stage|open_files|registry|plan|pipeline|stats|image|faults|lua_faults|shutdown|buffer_pool)\.'
+	  --no-tests=error -R '^(channel|prefetch|threaded|double_buffer|errors|lua_ship|lua_stage|open_files|registry|plan|pipeline|stats|image|faults|lua_faults|shutdown|buffer_pool|engine|parallel|threads)\.'
 
 # The fuzz targets (fuzz/fuzz_*.c) as libFuzzer binaries: clang, everything
 # instrumented with ASan+UBSan (SLUICE_FUZZ).  `make fuzz` then runs each for

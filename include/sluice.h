@@ -496,6 +496,38 @@ SL_API int sl_filter(sl_reader *up, sl_filter_fn fn, void *ud,
 SL_API int sl_map(sl_reader *up, sl_map_fn fn, void *ud, sl_free_fn free_ud,
                   sl_schema *schema, sl_reader **out);
 
+/* Options of sl_map_parallel / sl_filter_parallel.  Extensible: `size` must
+ * be sizeof(sl_parallel_opts) (SL_PARALLEL_OPTS_INIT sets it and the
+ * defaults). */
+typedef struct sl_parallel_opts {
+  size_t size;      /* sizeof(sl_parallel_opts) */
+  uint32_t threads; /* worker threads, 1..the thread limit (0 = 1): 4 x the
+                       online CPUs, at least 8, or SLUICE_MAX_THREADS */
+  int unordered;    /* 0: upstream's order, identical for any number of
+                       threads; 1: samples as soon as they are ready */
+  uint32_t queue;   /* samples in flight (0: max(128, 32 x threads)) */
+} sl_parallel_opts;
+/* clang-format off */
+#define SL_PARALLEL_OPTS_INIT {sizeof(sl_parallel_opts), 1, 0, 0}
+/* clang-format on */
+/* sl_map and sl_filter run by `opts->threads` worker threads of the stage
+ * (the parallel-stage engine, docs/ARCHITECTURE.md): the workers take
+ * samples from `up` in turns, in runs, and call `fn` concurrently, so `fn`
+ * must be thread-safe.  Outputs are checked on the workers.  In order
+ * (default) the results are exactly sl_map's / sl_filter's; an error (a
+ * callback's, upstream's) arrives at its position with its message, sticky
+ * until reset.  Unordered, each result comes once, as it is ready; an error
+ * ends the pass when it is reached.  `opts` may be NULL (1 thread, in
+ * order).  SL_EINVAL for bad options (threads beyond the limit, a `size`
+ * this library does not know: SL_EUNSUPPORTED for a larger one), SL_ENOMEM
+ * when a thread cannot be started.  Ownership as sl_map / sl_filter. */
+SL_API int sl_map_parallel(sl_reader *up, sl_map_fn fn, void *ud,
+                           sl_free_fn free_ud, sl_schema *schema,
+                           const sl_parallel_opts *opts, sl_reader **out);
+SL_API int sl_filter_parallel(sl_reader *up, sl_filter_fn fn, void *ud,
+                              sl_free_fn free_ud,
+                              const sl_parallel_opts *opts, sl_reader **out);
+
 /* The readers one after another as one pass.  Takes all `n` readers (also on
  * failure).  Their schemas must be equal: SL_ESHAPE otherwise. */
 SL_API int sl_chain(sl_reader **readers, size_t n, sl_reader **out);

@@ -18,9 +18,7 @@ typedef struct filter_state {
   uint64_t index; /* upstream samples seen in this pass */
 } filter_state;
 
-/* Turns a callback's non-keep, non-drop result into the error the consumer
- * sees, keeping the callback's own message when it set one. */
-static int callback_error(int rc, uint64_t index) {
+int sl__filter_callback_error(int rc, uint64_t index) {
   if (rc == SL_EOF)
     return sl_set_error(SL_EINVAL,
                         "filter: callback returned SL_EOF for sample %llu "
@@ -48,7 +46,7 @@ static int filter_next(void *st, sl_sample **out) {
       return SL_OK;
     }
     sl_sample_release(s);
-    if (rc < 0) return callback_error(rc, index);
+    if (rc < 0) return sl__filter_callback_error(rc, index);
   }
 }
 

@@ -37,28 +37,51 @@ static int callback_error(int rc, uint64_t index) {
   return rc;
 }
 
-/* Checks a result against the output schema.  The pointer comparison inside
- * sl_schema_equal makes the common case (the callback reused the schema)
- * cheap; the per-field check catches fields the callback left unfilled or
- * filled with the wrong dims. */
-static int check_output(const map_state *m, const sl_sample *s,
+/* Checks a result against the output schema `want`.  The pointer comparison
+ * inside sl_schema_equal makes the common case (the callback reused the
+ * schema) cheap; the per-field check catches fields the callback left
+ * unfilled or filled with the wrong dims. */
+static int check_output(const sl_schema *want, const sl_sample *s,
                         uint64_t index) {
   const sl_schema *got = sl_sample_schema(s);
-  if (!sl_schema_equal(got, m->schema)) {
+  if (!sl_schema_equal(got, want)) {
     char a[256], b[256];
     return sl_set_error(SL_ESHAPE,
                         "map: sample %llu: output schema %s does not match "
                         "the declared %s",
                         (unsigned long long)index,
                         sl_schema_describe(got, a, sizeof a),
-                        sl_schema_describe(m->schema, b, sizeof b));
+                        sl_schema_describe(want, b, sizeof b));
   }
-  int n = sl_schema_nfields(m->schema);
+  int n = sl_schema_nfields(want);
   for (int i = 0; i < n; i++) {
-    int rc = sl_schema_check(m->schema, i, sl_sample_at_const(s, i));
+    int rc = sl_schema_check(want, i, sl_sample_at_const(s, i));
     if (rc < 0)
       return sl_wrap_error(rc, "map: sample %llu", (unsigned long long)index);
   }
+  return SL_OK;
+}
+
+int sl__map_call(sl_map_fn fn, void *ud, const sl_schema *want,
+                 sl_sample *in, uint64_t index, sl_sample **out) {
+  sl_sample *res = NULL;
+  /* Cleared so that a stale message with the same code is never taken for
+   * the callback's. */
+  sl_clear_error();
+  int rc = fn(ud, in, &res);
+  /* On failure the callback has released `in`; `res` is ignored. */
+  if (rc != SL_OK) return callback_error(rc, index);
+  if (!res)
+    return sl_set_error(SL_EINVAL,
+                        "map: sample %llu: callback returned SL_OK without a "
+                        "sample",
+                        (unsigned long long)index);
+  rc = check_output(want, res, index);
+  if (rc < 0) {
+    sl_sample_release(res);
+    return rc;
+  }
+  *out = res;
   return SL_OK;
 }
 
@@ -67,26 +90,7 @@ static int map_next(void *st, sl_sample **out) {
   sl_sample *in;
   int rc = sl_reader_next(m->up, &in);
   if (rc != SL_OK) return rc;
-  uint64_t index = m->index++;
-  sl_sample *res = NULL;
-  /* Cleared so that a stale message with the same code is never taken for
-   * the callback's. */
-  sl_clear_error();
-  rc = m->fn(m->ud, in, &res);
-  /* On failure the callback has released `in`; `res` is ignored. */
-  if (rc != SL_OK) return callback_error(rc, index);
-  if (!res)
-    return sl_set_error(SL_EINVAL,
-                        "map: sample %llu: callback returned SL_OK without a "
-                        "sample",
-                        (unsigned long long)index);
-  rc = check_output(m, res, index);
-  if (rc < 0) {
-    sl_sample_release(res);
-    return rc;
-  }
-  *out = res;
-  return SL_OK;
+  return sl__map_call(m->fn, m->ud, m->schema, in, m->index++, out);
 }
 
 static int map_reset(void *st) {

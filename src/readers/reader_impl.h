@@ -105,6 +105,18 @@ int sl__upstream_length(const sl_reader *r, size_t i, uint64_t *n);
  * their one upstream (map, prefetch, shuffle, cache, threaded, ...). */
 int sl__length_of_upstream(const sl_reader *r, void *state, uint64_t *n);
 
+/* The C map and filter (map.c, filter.c), shared with their parallel form
+ * (parallel.c).
+ *   sl__map_call: runs fn on `in` (handed over), sample `index` of the
+ *     pass, and checks its output against `want`: SL_OK with *out set, or
+ *     the error the consumer sees (the callback's own message kept when it
+ *     set one; "map: sample N: ..." otherwise and for a bad output).
+ *   sl__filter_callback_error: a filter callback's negative rc (or SL_EOF)
+ *     on sample `index` as the consumer sees it. */
+int sl__map_call(sl_map_fn fn, void *ud, const sl_schema *want,
+                 sl_sample *in, uint64_t index, sl_sample **out);
+int sl__filter_callback_error(int rc, uint64_t index);
+
 /* A snapshot of one reader's statistics and links (readers/stats.c). */
 typedef struct sl__reader_view {
   const char *name;

@@ -1,0 +1,137 @@
+/*
+ * parallel.c - sl_map_parallel and sl_filter_parallel: the C map and filter
+ * on the parallel-stage engine (sync/engine.c).
+ *
+ * The engine's workers pull from `up` in turns and call the callback
+ * concurrently; a map output is checked against the stage schema on the
+ * worker (sl__map_call), so the consumer only takes results.  The
+ * messages are sl_map's / sl_filter's, with the sample numbered from 0 in
+ * each pass (the engine's sequence number: upstream's order, whatever the
+ * thread).  reset = stop the engine (join), reset upstream, start it again;
+ * destroy = stop, destroy upstream, free_ud.
+ */
+#include "io/registry.h" /* sl__opts_copy */
+#include "readers/reader_impl.h"
+#include "sync/engine.h"
+
+typedef struct par_state {
+  sl_reader *up;
+  sl_map_fn map;       /* one of map / filter */
+  sl_filter_fn filter;
+  void *ud;
+  sl_free_fn free_ud;
+  sl_schema *schema; /* map: the output schema (retained) */
+  sl__engine *engine;
+} par_state;
+
+static int par_pull(void *ud, sl_sample **out) {
+  return sl_reader_next(((par_state *)ud)->up, out);
+}
+
+static int par_process(void *ud, void *wctx, uint64_t seq, sl_sample *in,
+                       sl_sample **out) {
+  par_state *p = ud;
+  (void)wctx;
+  if (p->filter) {
+    int rc = p->filter(p->ud, in);
+    if (rc > 0) {
+      *out = in;
+      return SL__ENGINE_OUT;
+    }
+    sl_sample_release(in);
+    return rc == 0 ? SL__ENGINE_DROP : sl__filter_callback_error(rc, seq);
+  }
+  int rc = sl__map_call(p->map, p->ud, p->schema, in, seq, out);
+  return rc < 0 ? rc : SL__ENGINE_OUT;
+}
+
+static const sl__engine_ops par_ops = {par_pull, NULL, NULL, par_process,
+                                       NULL};
+
+static int par_next(void *st, sl_sample **out) {
+  return sl__engine_next(((par_state *)st)->engine, out);
+}
+
+static int par_reset(void *st) {
+  par_state *p = st;
+  sl__engine_stop(p->engine);
+  SL_FORWARD_IF_ERROR(sl_reader_reset(p->up));
+  return sl__engine_start(p->engine);
+}
+
+static void par_destroy(void *st) {
+  par_state *p = st;
+  if (!p) return;
+  sl__engine_destroy(p->engine);
+  sl_reader_destroy(p->up);
+  if (p->free_ud) p->free_ud(p->ud);
+  sl_schema_release(p->schema);
+  sl__free(p);
+}
+
+static const sl_reader_vtable map_vt = {"map", par_next, par_reset,
+                                        par_destroy};
+static const sl_reader_vtable filter_vt = {"filter", par_next, par_reset,
+                                           par_destroy};
+
+/* Both constructors: `what` is "map" or "filter", exactly one of map /
+ * filter is set. */
+static int make(const char *what, sl_reader *up, sl_map_fn map,
+                sl_filter_fn filter, void *ud, sl_free_fn free_ud,
+                sl_schema *schema, const sl_parallel_opts *opts,
+                sl_reader **out) {
+  /* The stage owns ud from the start, so every early failure frees it. */
+  if ((!out || !up || !(map || filter)) && free_ud) free_ud(ud);
+  if (!out) {
+    sl_reader_destroy(up);
+    return sl_set_error(SL_EINVAL, "%s: NULL out pointer", what);
+  }
+  *out = NULL;
+  SL_RETURN_ERROR_IF(!up, SL_EINVAL, "%s: NULL upstream reader", what);
+  int rc = SL_OK;
+  sl_parallel_opts o = SL_PARALLEL_OPTS_INIT;
+  if (!(map || filter))
+    rc = sl_set_error(SL_EINVAL, "%s: NULL callback", what);
+  else if (opts)
+    rc = sl__opts_copy("sl_parallel_opts", &o, sizeof o, opts);
+  par_state *p = rc < 0 ? NULL : sl__calloc(1, sizeof *p);
+  if (!p) {
+    if (rc == SL_OK) rc = sl_set_error(SL_ENOMEM, "%s: cannot allocate", what);
+    if (map || filter) {
+      if (free_ud) free_ud(ud);
+    }
+    return sl__fail_with_upstream(up, rc);
+  }
+  p->up = up;
+  p->map = map;
+  p->filter = filter;
+  p->ud = ud;
+  p->free_ud = free_ud;
+  p->schema =
+      sl_schema_retain(schema ? schema : (sl_schema *)sl_reader_schema(up));
+  const sl__engine_opts eo = {what, map ? "sl-map" : "sl-filter",
+                              o.threads ? (int)SL_MIN(o.threads, 1u << 20) : 1,
+                              !o.unordered, o.queue};
+  rc = sl__engine_create(&par_ops, p, &eo, &p->engine);
+  if (rc == SL_OK) rc = sl__engine_start(p->engine);
+  if (rc < 0) {
+    par_destroy(p);
+    return rc;
+  }
+  const sl__stage_counters *c = sl__engine_counters(p->engine);
+  if (map)
+    return sl__decorator_make_1to1(&map_vt, p, p->schema, &p->up, c, out);
+  return sl__decorator_make(&filter_vt, p, p->schema, &p->up, c, out);
+}
+
+int sl_map_parallel(sl_reader *up, sl_map_fn fn, void *ud, sl_free_fn free_ud,
+                    sl_schema *schema, const sl_parallel_opts *opts,
+                    sl_reader **out) {
+  return make("map", up, fn, NULL, ud, free_ud, schema, opts, out);
+}
+
+int sl_filter_parallel(sl_reader *up, sl_filter_fn fn, void *ud,
+                       sl_free_fn free_ud, const sl_parallel_opts *opts,
+                       sl_reader **out) {
+  return make("filter", up, NULL, fn, ud, free_ud, NULL, opts, out);
+}

@@ -1,0 +1,707 @@
+/*
+ * engine.c - the parallel-stage engine (engine.h): N workers over one
+ * upstream, one consumer.
+ *
+ * Protocol:
+ *
+ *   pull      Upstream is single-consumer, so the workers take turns: under
+ *             `mu`, a worker waits until nobody is pulling and the window has
+ *             room, sets `pulling`, reserves up to its batch size of sequence
+ *             numbers (base = pull_seq) and drops the lock; it then pulls
+ *             that many items, retakes the lock, advances pull_seq by what it
+ *             got and clears `pulling`.  Upstream EOF or an error becomes
+ *             the "terminal" at the next sequence number (the error's code
+ *             and message copied) and sets `pull_done`: nobody pulls again
+ *             this pass.
+ *   batch     A worker's batch is about BATCH_WORK_NS of work, from its
+ *             running estimate of an item's cost (pull + process): 1 at
+ *             first (so the first result comes quickly), up to batch_max =
+ *             min(BATCH_MAX, window / (threads + 1)), which leaves room in
+ *             the window for one batch per worker plus the one being
+ *             consumed.  A cheap callback thus costs one lock round trip and
+ *             at most one wake-up per batch (items are handed over in bulk),
+ *             a slow one is handed over item by item.
+ *   process   Outside the lock, each item goes through ops.process.  An
+ *             error becomes an error result (its message copied) and also
+ *             sets `pull_done`; the rest of that batch is released
+ *             unprocessed.
+ *   deposit   Results are kept in the worker's local batch and deposited
+ *             together under `mu` at the end of the batch.
+ *   window    Sequence numbers [next_out, pull_seq) are "in flight": pulled
+ *             and not yet consumed; pull_seq - next_out <= window always
+ *             (workers wait while the window is full: backpressure).
+ *             ordered:   result seq lives in win[seq % window]; the terminal
+ *                        too (it takes a slot).  The consumer takes
+ *                        win[next_out] once filled, skipping dropped items.
+ *             unordered: results are pushed into a FIFO ring (the same
+ *                        array) as they are deposited; a dropped item is
+ *                        consumed at once (next_out++); next_out counts
+ *                        consumed sequences.  An upstream EOF or error (at
+ *                        term_seq) is delivered once every sequence before
+ *                        it has been consumed.  A processing error is
+ *                        delivered when it is reached, in completion order:
+ *                        results deposited before it come out first; those
+ *                        in flight or deposited after it are never delivered
+ *                        and are released by the next stop.
+ *   consumer  Takes up to CACHE consecutive ready results per lock round
+ *             trip into a private cache, and returns them one by one; an
+ *             error or EOF is returned at its place.  The cache lets the
+ *             workers run up to CACHE items further ahead than the window.
+ *   signals   Decided under `mu`, sent after unlocking it (so the woken
+ *             thread does not run into the mutex its waker still holds).
+ *             The consumer sleeps on out_cv only when nothing is ready; a
+ *             depositing worker signals it only when it sleeps and what it
+ *             needs is there, once per sleep (`consumer_sleeping` is
+ *             cleared by the waker).  Workers sleep on work_cv when the
+ *             window is full or another worker is pulling; the consumer
+ *             wakes one idle worker after a fill that left room (at most
+ *             once per fill, never per item), a worker leaving the pull turn
+ *             hands it to one idle worker; `woken` counts signals not yet
+ *             taken, so no idle worker is signalled twice.  Ending a pass
+ *             and stopping broadcast.  When both sides are busy nobody
+ *             sleeps and nothing is signalled.  Before sleeping, a consumer
+ *             with a spare CPU spins briefly on `published`: waking a
+ *             sleeping thread costs tens of microseconds, a busy worker
+ *             lands its next batch in a few.
+ *   stop      Set `stop` under mu, broadcast both conditions (that much is
+ *             sl__engine_signal_stop, safe from any thread), join every
+ *             thread.  A worker checks `stop` between items and between
+ *             pulls: one in the middle of a callback finishes that call,
+ *             releases what it holds and exits.  Then every result not
+ *             delivered is released and the counters rewound.
+ *
+ * Liveness: the consumer sleeps only while nothing it may take is ready and
+ * the terminal is not due.  Then either a worker holds an unfinished batch
+ * with that sequence (it will deposit and signal), or next_out == pull_seq
+ * and the window is empty, so a worker that is not busy can pull: the fill
+ * or pull turn that made the room signalled it.  A worker whose
+ * worker_init fails records that error as the terminal, so a pass always
+ * ends.
+ *
+ * Shared fields and what protects them:
+ *   mu protects: win, ring_head, ring_len, pull_seq, next_out, term,
+ *     term_seq, pulling, pull_done, idle, woken, consumer_sleeping.
+ *   ops.pull: the worker holding the pull turn (`pulling`, handed over
+ *     under mu); nobody while stopped.
+ *   stop: atomic, written under mu; read by workers without it between
+ *     items, and under it before every wait, so no wake-up is lost.
+ *   published: atomic counter bumped under mu when results land, read
+ *     unlocked by the spinning consumer.
+ *   worker wctx, ready, ns_per_item, in[], out[]: that worker's thread while
+ *     it runs, the consumer otherwise (pthread_create / join order them).
+ *   cache, cache_pos, cache_len, running, thread: consumer-only.
+ *   ops, ud, stage, ordered, window, batch_max, nthreads, spin: immutable.
+ */
+#include "sync/engine.h"
+
+#include <pthread.h>
+#include <time.h>
+
+#define BATCH_MAX 64          /* items pulled per turn, at most */
+#define BATCH_WORK_NS 50000.0 /* aim: this much work per batch */
+#define CACHE 16              /* results the consumer takes per lock trip */
+#define CONSUMER_SPIN 4000    /* pause iterations (~20-40 us) before a sleep */
+
+static inline void cpu_pause(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
+
+enum { R_EMPTY = 0, R_SAMPLE, R_DROP, R_ERROR, R_EOF };
+
+typedef struct result {
+  int kind;     /* R_* */
+  int code;     /* R_ERROR: the error code */
+  bool checked; /* R_SAMPLE: needs no ops.check */
+  uint64_t seq; /* R_SAMPLE: its sequence number, for ops.check */
+  sl_sample *s; /* R_SAMPLE: owned */
+  char *msg;    /* R_ERROR: owned heap copy of the message, may be NULL */
+} result;
+
+typedef struct worker {
+  sl__engine *e;
+  int index;
+  pthread_t thread;
+  bool running;       /* consumer-only: started, not yet joined */
+  bool ready;         /* worker_init succeeded (or there is none) */
+  void *wctx;         /* what worker_init stored */
+  double ns_per_item; /* running estimate of an item's cost, 0: none */
+  sl_sample *in[BATCH_MAX];
+  result out[BATCH_MAX];
+} worker;
+
+struct sl__engine {
+  /* immutable */
+  const sl__engine_ops *ops;
+  void *ud;
+  const char *stage, *thread_name;
+  bool ordered;
+  bool spin; /* a spare CPU for the consumer to spin on */
+  int nthreads;
+  size_t window, batch_max;
+
+  pthread_mutex_t mu;
+  pthread_cond_t work_cv; /* workers: room in the window, pull turn free */
+  pthread_cond_t out_cv;  /* consumer: a result is ready */
+  result *win;            /* `window` slots */
+  size_t ring_head, ring_len;
+  uint64_t pull_seq, next_out;
+  result term; /* unordered: the upstream EOF / error, at term_seq */
+  uint64_t term_seq;
+  bool pulling, pull_done;
+  int idle;               /* workers waiting on work_cv */
+  int woken;              /* of those, signalled and not yet running */
+  bool consumer_sleeping; /* the consumer waits on out_cv */
+  atomic_uint published;
+  atomic_bool stop;
+  sl__stage_counters stats; /* busy: running batches; wait_up: for the pull
+                               turn; wait_down: for room in the window */
+
+  /* consumer-only */
+  result end; /* the EOF / error delivered, returned again until a stop */
+  result cache[CACHE];
+  int cache_pos, cache_len;
+  worker *w; /* nthreads */
+};
+
+/* --- results -------------------------------------------------------------- */
+
+static void result_clear(result *r) {
+  if (r->kind == R_SAMPLE) sl_sample_release(r->s);
+  if (r->kind == R_ERROR) sl__free(r->msg);
+  memset(r, 0, sizeof *r);
+}
+
+/* An error result carrying this thread's detail message. */
+static void result_error(result *r, int code) {
+  memset(r, 0, sizeof *r);
+  r->kind = R_ERROR;
+  r->code = code;
+  r->msg = sl__error_dup();
+}
+
+/* Room for more sequence numbers in the window.  Caller holds mu. */
+static size_t room(const sl__engine *e) {
+  return e->window - (size_t)(e->pull_seq - e->next_out);
+}
+
+/* Whether the consumer has something to take.  Caller holds mu. */
+static bool consumer_ready(const sl__engine *e) {
+  if (e->ordered) return e->win[e->next_out % e->window].kind != R_EMPTY;
+  return e->ring_len > 0 ||
+         (e->term.kind != R_EMPTY && e->next_out == e->term_seq);
+}
+
+/* Signals decided under mu and sent after unlocking it. */
+typedef struct wakes {
+  bool consumer, worker, all_workers;
+} wakes;
+
+static void send_wakes(sl__engine *e, const wakes *wk) {
+  if (wk->consumer) pthread_cond_signal(&e->out_cv);
+  if (wk->all_workers)
+    pthread_cond_broadcast(&e->work_cv);
+  else if (wk->worker)
+    pthread_cond_signal(&e->work_cv);
+}
+
+/* Wakes the consumer when it sleeps and its result is there; one signal per
+ * sleep.  Caller holds mu. */
+static void wake_consumer(sl__engine *e, wakes *wk) {
+  atomic_fetch_add_explicit(&e->published, 1, memory_order_release);
+  if (e->consumer_sleeping && consumer_ready(e)) {
+    e->consumer_sleeping = false;
+    wk->consumer = true;
+  }
+}
+
+/* Wakes one idle worker when the window has room and the pull turn is free;
+ * one signal per idle worker.  Caller holds mu. */
+static void wake_worker(sl__engine *e, wakes *wk) {
+  if (e->idle > e->woken && !e->pulling && !e->pull_done && room(e) > 0) {
+    e->woken++;
+    wk->worker = true;
+  }
+}
+
+/* Ends the pulling of this pass: every idle worker leaves.  Caller holds
+ * mu. */
+static void set_pull_done(sl__engine *e, wakes *wk) {
+  if (e->pull_done) return;
+  e->pull_done = true;
+  if (e->idle > 0) {
+    e->woken = e->idle;
+    wk->all_workers = true;
+  }
+}
+
+/* Records upstream's end (rc = SL_EOF or an error, msg owned) at sequence
+ * pull_seq.  Caller holds mu and the window has room for it. */
+static void record_terminal(sl__engine *e, int rc, char *msg, wakes *wk) {
+  result *r = e->ordered ? &e->win[e->pull_seq % e->window] : &e->term;
+  assert(r->kind == R_EMPTY);
+  r->kind = rc == SL_EOF ? R_EOF : R_ERROR;
+  r->code = rc;
+  r->msg = msg;
+  if (e->ordered)
+    e->pull_seq++;
+  else
+    e->term_seq = e->pull_seq;
+  set_pull_done(e, wk);
+  wake_consumer(e, wk);
+}
+
+/* --- the worker thread ---------------------------------------------------- */
+
+/* Runs ops.process on item `seq` (handed over) and stores the outcome. */
+static void run_one(sl__engine *e, worker *w, uint64_t seq, sl_sample *in,
+                    result *r) {
+  memset(r, 0, sizeof *r);
+  sl_sample *o = NULL;
+  sl_clear_error();
+  int rc = e->ops->process(e->ud, w->wctx, seq, in, &o);
+  if (rc < 0) {
+    if (sl_last_error_code() != rc || !sl_last_error()[0])
+      sl_set_error(rc, "%s: item %llu: %s", e->stage, (unsigned long long)seq,
+                   sl_strerror(rc));
+    result_error(r, rc);
+    return;
+  }
+  if (rc == SL__ENGINE_DROP) {
+    r->kind = R_DROP;
+    return;
+  }
+  if ((rc != SL__ENGINE_OUT && rc != SL__ENGINE_UNCHECKED) || !o) {
+    sl_sample_release(o);
+    sl_set_error(SL_EINVAL, "%s: item %llu: %s", e->stage,
+                 (unsigned long long)seq,
+                 o ? "the callback returned an unknown value"
+                   : "the callback returned no sample");
+    result_error(r, SL_EINVAL);
+    return;
+  }
+  r->kind = R_SAMPLE;
+  r->s = o;
+  r->seq = seq;
+  r->checked = rc == SL__ENGINE_OUT || !e->ops->check;
+}
+
+/* Deposits results w->out[0, n) of the batch starting at `base`. */
+static void deposit(sl__engine *e, worker *w, uint64_t base, size_t n) {
+  if (n == 0) return;
+  wakes wk = {false, false, false};
+  pthread_mutex_lock(&e->mu);
+  for (size_t k = 0; k < n; k++) {
+    result *r = &w->out[k];
+    if (r->kind == R_ERROR) set_pull_done(e, &wk);
+    if (e->ordered) {
+      result *slot = &e->win[(base + k) % e->window];
+      assert(slot->kind == R_EMPTY);
+      *slot = *r;
+    } else if (r->kind == R_DROP) {
+      e->next_out++; /* consumed at once */
+    } else {
+      assert(e->ring_len < e->window);
+      e->win[(e->ring_head + e->ring_len++) % e->window] = *r;
+    }
+    memset(r, 0, sizeof *r);
+  }
+  wake_consumer(e, &wk);
+  if (!e->ordered) wake_worker(e, &wk); /* drops made room */
+  pthread_mutex_unlock(&e->mu);
+  send_wakes(e, &wk);
+}
+
+/* Waits for the pull turn.  Returns false when the worker should exit, else
+ * holds the turn and the reserved range [*base, *base + *n). */
+static bool take_turn(sl__engine *e, size_t want, uint64_t *base, size_t *n) {
+  pthread_mutex_lock(&e->mu);
+  for (;;) {
+    if (atomic_load_explicit(&e->stop, memory_order_relaxed) || e->pull_done) {
+      pthread_mutex_unlock(&e->mu);
+      return false;
+    }
+    if (!e->pulling && room(e) > 0) break;
+    atomic_uint_least64_t *why =
+        room(e) == 0 ? &e->stats.wait_down_ns : &e->stats.wait_up_ns;
+    uint64_t t0 = sl__stat_start();
+    e->idle++;
+    pthread_cond_wait(&e->work_cv, &e->mu);
+    e->idle--;
+    sl__stat_since(why, t0);
+    if (e->woken > 0) e->woken--;
+  }
+  e->pulling = true;
+  *base = e->pull_seq;
+  *n = SL_MIN(want, room(e));
+  pthread_mutex_unlock(&e->mu);
+  return true;
+}
+
+/* Pulls up to n items into w->in, then gives the turn back.  Returns how
+ * many were pulled. */
+static size_t pull_batch(sl__engine *e, worker *w, uint64_t base, size_t n) {
+  size_t got = 0;
+  int rc = SL_OK;
+  char *msg = NULL;
+  while (got < n) {
+    if (atomic_load_explicit(&e->stop, memory_order_relaxed)) break;
+    sl_sample *s = NULL;
+    rc = e->ops->pull(e->ud, &s);
+    if (rc != SL_OK) {
+      if (rc != SL_EOF) msg = sl__error_dup();
+      break;
+    }
+    w->in[got++] = s;
+  }
+  wakes wk = {false, false, false};
+  pthread_mutex_lock(&e->mu);
+  e->pull_seq = base + got;
+  e->pulling = false;
+  if (rc != SL_OK)
+    record_terminal(e, rc, msg, &wk);
+  else
+    wake_worker(e, &wk); /* the next worker's turn */
+  pthread_mutex_unlock(&e->mu);
+  send_wakes(e, &wk);
+  return got;
+}
+
+/* Runs the batch and deposits its results.  Returns false when stopped. */
+static bool process_batch(sl__engine *e, worker *w, uint64_t base,
+                          size_t got) {
+  for (size_t j = 0; j < got; j++) {
+    if (atomic_load_explicit(&e->stop, memory_order_relaxed)) {
+      for (size_t k = j; k < got; k++)
+        sl_sample_release(w->in[k]);
+      for (size_t k = 0; k < j; k++)
+        result_clear(&w->out[k]);
+      return false;
+    }
+    sl_sample *s = w->in[j];
+    w->in[j] = NULL;
+    run_one(e, w, base + j, s, &w->out[j]);
+    if (w->out[j].kind == R_ERROR) {
+      /* The pass ends here: the rest of the batch would never be seen. */
+      for (size_t k = j + 1; k < got; k++) {
+        sl_sample_release(w->in[k]);
+        w->in[k] = NULL;
+      }
+      deposit(e, w, base, j + 1);
+      return true;
+    }
+  }
+  deposit(e, w, base, got);
+  return true;
+}
+
+/* A worker that cannot run records its error (this thread's detail) where
+ * the next pulled item would have gone, so the consumer gets it in order. */
+static void fail_pass(sl__engine *e, int rc) {
+  char *msg = sl__error_dup();
+  uint64_t base;
+  size_t n;
+  if (!take_turn(e, 1, &base, &n)) {
+    sl__free(msg);
+    return;
+  }
+  wakes wk = {false, false, false};
+  pthread_mutex_lock(&e->mu);
+  e->pulling = false;
+  record_terminal(e, rc, msg, &wk);
+  pthread_mutex_unlock(&e->mu);
+  send_wakes(e, &wk);
+}
+
+/* Items to pull at the next turn: about BATCH_WORK_NS of work (one at first,
+ * while the cost is unknown), at most batch_max. */
+static size_t batch_size(const sl__engine *e, const worker *w) {
+  if (w->ns_per_item <= 0) return 1;
+  double n = BATCH_WORK_NS / w->ns_per_item;
+  if (n <= 1) return 1;
+  return n >= (double)e->batch_max ? e->batch_max : (size_t)n;
+}
+
+static void *worker_main(void *arg) {
+  worker *w = arg;
+  sl__engine *e = w->e;
+  if (!w->ready) {
+    int rc = e->ops->worker_init ? e->ops->worker_init(e->ud, w->index,
+                                                       &w->wctx)
+                                 : SL_OK;
+    if (rc < 0) {
+      fail_pass(e, rc);
+      return NULL;
+    }
+    w->ready = true;
+  }
+  for (;;) {
+    uint64_t base;
+    size_t n;
+    if (!take_turn(e, batch_size(e, w), &base, &n)) break;
+    uint64_t t0 = sl__now_ns();
+    size_t got = pull_batch(e, w, base, n);
+    uint64_t t1 = sl__stat_start();
+    bool more = process_batch(e, w, base, got);
+    sl__stat_since(&e->stats.busy_ns, t1);
+    if (!more) break;
+    if (got > 0) {
+      double per = (double)(sl__now_ns() - t0) / (double)got;
+      w->ns_per_item =
+          w->ns_per_item > 0 ? 0.75 * w->ns_per_item + 0.25 * per : per;
+    }
+  }
+  return NULL;
+}
+
+/* --- consumer side -------------------------------------------------------- */
+
+void sl__engine_signal_stop(sl__engine *e) {
+  pthread_mutex_lock(&e->mu);
+  atomic_store_explicit(&e->stop, true, memory_order_relaxed);
+  pthread_cond_broadcast(&e->work_cv);
+  pthread_cond_broadcast(&e->out_cv);
+  pthread_mutex_unlock(&e->mu);
+}
+
+/* Releases every pending result and rewinds the counters.  No worker may
+ * run. */
+static void drop_pending(sl__engine *e) {
+  for (size_t i = 0; i < e->window; i++)
+    result_clear(&e->win[i]);
+  result_clear(&e->term);
+  while (e->cache_pos < e->cache_len)
+    result_clear(&e->cache[e->cache_pos++]);
+  result_clear(&e->end);
+  e->cache_pos = e->cache_len = 0;
+  e->ring_head = e->ring_len = 0;
+  e->pull_seq = e->next_out = e->term_seq = 0;
+  e->pulling = e->pull_done = false;
+  e->idle = e->woken = 0;
+  e->consumer_sleeping = false;
+}
+
+/* Joins every started worker (after a signal_stop). */
+static void join_workers(sl__engine *e) {
+  for (int i = 0; i < e->nthreads; i++) {
+    if (!e->w[i].running) continue;
+    pthread_join(e->w[i].thread, NULL);
+    e->w[i].running = false;
+  }
+}
+
+void sl__engine_stop(sl__engine *e) {
+  sl__engine_signal_stop(e);
+  join_workers(e);
+  drop_pending(e);
+}
+
+int sl__engine_start(sl__engine *e) {
+  atomic_store_explicit(&e->stop, false, memory_order_relaxed);
+  for (int i = 0; i < e->nthreads; i++) {
+    worker *w = &e->w[i];
+    int rc = sl__thread_start(&w->thread, e->stage, e->thread_name,
+                              worker_main, w);
+    if (rc < 0) {
+      char *msg = sl__error_dup();
+      sl__engine_stop(e);
+      rc = sl_set_error(rc, "%s", msg ? msg : "cannot start a worker thread");
+      sl__free(msg);
+      return rc;
+    }
+    w->running = true;
+  }
+  return SL_OK;
+}
+
+/* Moves ready results into the cache, waiting while there are none. */
+static void fill_cache(sl__engine *e) {
+  int n = 0;
+  bool spun = false;
+  pthread_mutex_lock(&e->mu);
+  for (;;) {
+    if (e->ordered) {
+      while (n < CACHE) {
+        result *r = &e->win[e->next_out % e->window];
+        if (r->kind == R_EMPTY) break;
+        if (r->kind == R_DROP) {
+          r->kind = R_EMPTY;
+          e->next_out++;
+          continue;
+        }
+        e->cache[n++] = *r;
+        memset(r, 0, sizeof *r);
+        if (e->cache[n - 1].kind != R_SAMPLE) break; /* the end */
+        e->next_out++;
+      }
+    } else {
+      while (n < CACHE && e->ring_len > 0) {
+        result *r = &e->win[e->ring_head];
+        e->cache[n++] = *r;
+        memset(r, 0, sizeof *r);
+        e->ring_head = (e->ring_head + 1) % e->window;
+        e->ring_len--;
+        e->next_out++;
+        if (e->cache[n - 1].kind != R_SAMPLE) break;
+      }
+      if (n == 0 && e->term.kind != R_EMPTY && e->next_out == e->term_seq) {
+        e->cache[n++] = e->term;
+        memset(&e->term, 0, sizeof e->term);
+      }
+    }
+    if (n > 0) break;
+    /* Skipped drops may have made room: idle workers must not wait for a
+     * consumer that is about to sleep. */
+    wakes wk0 = {false, false, false};
+    wake_worker(e, &wk0);
+    send_wakes(e, &wk0);
+    if (!spun && e->spin) {
+      spun = true;
+      unsigned p0 = atomic_load_explicit(&e->published, memory_order_acquire);
+      pthread_mutex_unlock(&e->mu);
+      for (int i = 0; i < CONSUMER_SPIN; i++) {
+        if (atomic_load_explicit(&e->published, memory_order_acquire) != p0 ||
+            atomic_load_explicit(&e->stop, memory_order_relaxed))
+          break;
+        cpu_pause();
+      }
+      pthread_mutex_lock(&e->mu);
+      continue;
+    }
+    e->consumer_sleeping = true;
+    pthread_cond_wait(&e->out_cv, &e->mu);
+    e->consumer_sleeping = false;
+  }
+  /* Room was made: wake an idle worker, at most once per fill. */
+  wakes wk = {false, false, false};
+  wake_worker(e, &wk);
+  pthread_mutex_unlock(&e->mu);
+  send_wakes(e, &wk);
+  e->cache_pos = 0;
+  e->cache_len = n;
+}
+
+/* The result the consumer sees next: the end already delivered, or the
+ * cache's next (filled, waiting if need be). */
+static result *next_result(sl__engine *e) {
+  if (e->end.kind != R_EMPTY) return &e->end;
+  if (e->cache_pos == e->cache_len) fill_cache(e);
+  return &e->cache[e->cache_pos];
+}
+
+int sl__engine_peek(sl__engine *e, const sl_sample **first) {
+  const result *r = next_result(e);
+  *first = r->kind == R_SAMPLE ? r->s : NULL;
+  return r->kind == R_SAMPLE ? SL_OK : r->kind == R_EOF ? SL_EOF : r->code;
+}
+
+int sl__engine_next(sl__engine *e, sl_sample **out) {
+  result *rp = next_result(e);
+  if (rp->kind != R_SAMPLE) {
+    /* The end of the pass: kept (moved out of the cache) and returned again
+     * until a stop. */
+    if (rp != &e->end) {
+      e->end = *rp;
+      memset(rp, 0, sizeof *rp);
+      e->cache_pos++;
+    }
+    if (e->end.kind == R_EOF) return SL_EOF;
+    return sl_set_error(e->end.code, "%s",
+                        e->end.msg ? e->end.msg
+                                   : "(error message lost: out of memory)");
+  }
+  result r = *rp;
+  memset(rp, 0, sizeof r);
+  e->cache_pos++;
+  if (!r.checked) {
+    int rc = e->ops->check(e->ud, r.seq, r.s);
+    if (rc < 0) {
+      sl_sample_release(r.s);
+      return rc;
+    }
+  }
+  *out = r.s;
+  return SL_OK;
+}
+
+const atomic_bool *sl__engine_stop_flag(const sl__engine *e) {
+  return &e->stop;
+}
+
+sl__stage_counters *sl__engine_counters(sl__engine *e) {
+  return &e->stats;
+}
+
+/* --- life ----------------------------------------------------------------- */
+
+void sl__engine_destroy(sl__engine *e) {
+  if (!e) return;
+  if (e->w) {
+    sl__engine_stop(e);
+    for (int i = 0; i < e->nthreads; i++)
+      if (e->w[i].ready && e->ops->worker_fini)
+        e->ops->worker_fini(e->ud, i, e->w[i].wctx);
+    sl__free(e->w);
+  }
+  sl__free(e->win);
+  pthread_cond_destroy(&e->work_cv);
+  pthread_cond_destroy(&e->out_cv);
+  pthread_mutex_destroy(&e->mu);
+  sl__free(e);
+}
+
+int sl__engine_create(const sl__engine_ops *ops, void *ud,
+                      const sl__engine_opts *opts, sl__engine **out) {
+  SL_RETURN_ERROR_IF(!out, SL_EINVAL, "engine: NULL out pointer");
+  *out = NULL;
+  SL_RETURN_ERROR_IF(!ops || !opts || !opts->stage || !opts->thread_name ||
+                         !ops->pull || !ops->process,
+                     SL_EINVAL, "engine: NULL %s",
+                     !ops || !opts                         ? "options"
+                     : !opts->stage || !opts->thread_name ? "name"
+                                                           : "callback");
+  SL_FORWARD_IF_ERROR(sl__threads_check(opts->stage, opts->threads));
+  SL_RETURN_ERROR_IF(opts->window > ((size_t)1 << 24), SL_EINVAL,
+                     "%s: queue must be at most %zu items (got %zu)",
+                     opts->stage, (size_t)1 << 24, opts->window);
+  sl__engine *e = sl__calloc(1, sizeof *e);
+  SL_RETURN_ERROR_IF(!e, SL_ENOMEM, "%s: cannot allocate", opts->stage);
+  pthread_mutex_init(&e->mu, NULL);
+  pthread_cond_init(&e->work_cv, NULL);
+  pthread_cond_init(&e->out_cv, NULL);
+  atomic_init(&e->stop, false);
+  atomic_init(&e->published, 0);
+  e->ops = ops;
+  e->ud = ud;
+  e->stage = opts->stage;
+  e->thread_name = opts->thread_name;
+  e->ordered = opts->ordered;
+  e->nthreads = opts->threads;
+  /* Spinning only pays when the workers leave a CPU free for it. */
+  e->spin = sl__cpu_count() > opts->threads;
+  /* 128+ in flight: enough to amortise a hand-off over many items
+   * (docs/PERFORMANCE.md, the Lua layer). */
+  size_t dflt = (size_t)opts->threads * 32;
+  e->window = opts->window ? opts->window : (dflt > 128 ? dflt : 128);
+  /* Batches small enough that the window holds one per worker plus one
+   * being consumed, so pulling never waits for the consumer to drain it. */
+  e->batch_max =
+      SL_MAX(1, SL_MIN(BATCH_MAX, e->window / (size_t)(e->nthreads + 1)));
+  e->win = sl__calloc(e->window, sizeof *e->win);
+  e->w = sl__calloc((size_t)e->nthreads, sizeof *e->w);
+  if (!e->win || !e->w) {
+    sl__engine_destroy(e);
+    return sl_set_error(SL_ENOMEM, "%s: cannot allocate %d workers",
+                        opts->stage, opts->threads);
+  }
+  for (int i = 0; i < e->nthreads; i++) {
+    e->w[i].e = e;
+    e->w[i].index = i;
+  }
+  e->stats.threads = e->nthreads;
+  *out = e;
+  return SL_OK;
+}

@@ -1,0 +1,103 @@
+/*
+ * engine.h - the parallel-stage engine: N worker threads that take items
+ * from one upstream in turn, process them, and hand the results to one
+ * consumer in order (or as they finish).  Every stage whose work runs on
+ * several threads (a C or Lua map/filter, decode_image) is this engine plus
+ * a `process` callback; engine.c holds the protocol, its invariants and the
+ * shutdown rules.
+ *
+ * Threads: sl__engine_create, _start, _stop, _next, _peek and _destroy are
+ * the consumer's (one thread at a time, as a reader's calls are).  The
+ * callbacks run on the threads named below.  sl__engine_signal_stop may be
+ * called from any thread.
+ */
+#ifndef SLUICE_SYNC_ENGINE_H
+#define SLUICE_SYNC_ENGINE_H
+
+#include "core/internal.h"
+#include "core/stats.h"
+
+typedef struct sl__engine sl__engine;
+
+/* What `process` returns besides an error. */
+enum {
+  SL__ENGINE_OUT = 0,       /* *out holds the result, already checked */
+  SL__ENGINE_UNCHECKED = 1, /* *out holds the result; ops.check runs on it
+                               on the consumer's thread before delivery */
+  SL__ENGINE_DROP = 2       /* no result for this item (filtered, skipped) */
+};
+
+typedef struct sl__engine_ops {
+  /* Upstream's next item: SL_OK (*out is the engine's), SL_EOF, or an error
+   * with its message set.  Called by one worker at a time (the pull turn),
+   * or by nobody while the engine is stopped. */
+  int (*pull)(void *ud, sl_sample **out);
+  /* Optional.  On worker `worker`'s thread, before its first item; the
+   * context it stores lives across passes until sl__engine_destroy.  An
+   * error (message set) ends the pass at its next position; the next start
+   * tries again. */
+  int (*worker_init)(void *ud, int worker, void **wctx);
+  /* Optional.  On the destroying thread, once for each worker whose
+   * worker_init succeeded, after every thread has been joined. */
+  void (*worker_fini)(void *ud, int worker, void *wctx);
+  /* Processes item `seq` (0-based in the pass) on a worker thread.  `in` is
+   * handed over (release it, or return it in *out).  Returns an SL__ENGINE_*
+   * value or an error (message set, `in` released): the pass ends at this
+   * item. */
+  int (*process)(void *ud, void *wctx, uint64_t seq, sl_sample *in,
+                 sl_sample **out);
+  /* Optional.  On the consumer's thread, for results returned UNCHECKED:
+   * SL_OK, or an error (message set) delivered in the result's place. */
+  int (*check)(void *ud, uint64_t seq, const sl_sample *s);
+} sl__engine_ops;
+
+typedef struct sl__engine_opts {
+  const char *stage;       /* names the stage in messages, e.g. "map" */
+  const char *thread_name; /* at most 15 characters, e.g. "sl-map" */
+  int threads;             /* 1..sl__thread_limit() */
+  bool ordered;            /* results in upstream order; else as finished */
+  size_t window;           /* items in flight; 0: max(128, 32 x threads) */
+} sl__engine_opts;
+
+/* Makes a stopped engine (no thread runs until sl__engine_start).  `ops` and
+ * `ud` are borrowed for the engine's life; `opts->stage` and
+ * `opts->thread_name` too.  SL_EINVAL for bad options (threads beyond the
+ * limit included), SL_ENOMEM. */
+int sl__engine_create(const sl__engine_ops *ops, void *ud,
+                      const sl__engine_opts *opts, sl__engine **out);
+
+/* Starts a pass: every worker thread.  When one cannot be started, those
+ * started are stopped again and the error (SL_ENOMEM, naming the stage) is
+ * returned: a stage never runs with fewer threads than it was asked for. */
+int sl__engine_start(sl__engine *e);
+
+/* Asks the workers to stop (they finish the item in hand) without waiting
+ * for them.  Any thread, any time; idempotent until the next start. */
+void sl__engine_signal_stop(sl__engine *e);
+
+/* Stops the pass: signals, joins every worker, releases every result not
+ * yet delivered and rewinds the sequence numbers.  Upstream may then be
+ * reset, and the engine started again. */
+void sl__engine_stop(sl__engine *e);
+
+/* The next result: SL_OK (*out is the caller's), SL_EOF at the end of the
+ * pass, or the error that ended it (its message set); the end is returned
+ * again by every later call until sl__engine_stop. */
+int sl__engine_next(sl__engine *e, sl_sample **out);
+
+/* Waits for the next result without taking it: SL_OK with *first borrowed
+ * (valid until the next sl__engine_next / _stop), else the EOF or error
+ * code the next sl__engine_next will return (no message set). */
+int sl__engine_peek(sl__engine *e, const sl_sample **first);
+
+/* The stop flag (true while stopping), for code that must end a long call
+ * early (the Lua deadline hook). */
+const atomic_bool *sl__engine_stop_flag(const sl__engine *e);
+
+/* The engine's run counters (busy, wait_up, wait_down; threads). */
+sl__stage_counters *sl__engine_counters(sl__engine *e);
+
+/* Stops, runs worker_fini for each worker, frees.  NULL-safe. */
+void sl__engine_destroy(sl__engine *e);
+
+#endif /* SLUICE_SYNC_ENGINE_H */

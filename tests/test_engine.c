@@ -1,0 +1,412 @@
+/* test_engine.c - the parallel-stage engine (src/sync/engine.c) driven by C
+ * callbacks over a range upstream: order (and completeness when
+ * unordered), drops, errors at their position from upstream, from process
+ * and from a worker's setup, checks on the consumer's thread, peeking,
+ * stopping and restarting mid-pass with a full window, thread limits and
+ * start failures.  Under TSan (make tsan) it is the engine's race test. */
+#include "test.h"
+#include "test_util.h"
+
+#include "sync/engine.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+/* What the callbacks do, per test. */
+typedef struct job {
+  sl_reader *up;
+  int64_t drop_mod;      /* > 0: drop values with v % drop_mod == 1 */
+  int64_t fail_at;       /* >= 0: process fails on this value */
+  int64_t check_fail_at; /* >= 0: check fails on this value */
+  long sleep_us;         /* per item */
+  int init_fail_worker;  /* >= 0: this worker's setup fails */
+  bool unchecked;        /* process returns UNCHECKED */
+  atomic_int per_worker[8];
+  atomic_int inits, finis, checks;
+} job;
+
+static void job_init(job *j, int64_t n) {
+  memset(j, 0, sizeof *j);
+  j->up = test_range_reader(n);
+  j->fail_at = j->check_fail_at = -1;
+  j->init_fail_worker = -1;
+}
+
+static int pull(void *ud, sl_sample **out) {
+  job *j = ud;
+  return sl_reader_next(j->up, out);
+}
+
+static int worker_init(void *ud, int worker, void **wctx) {
+  job *j = ud;
+  atomic_fetch_add(&j->inits, 1);
+  if (worker == j->init_fail_worker)
+    return sl_set_error(SL_ELUA, "setup of worker %d failed", worker);
+  *wctx = &j->per_worker[worker];
+  return SL_OK;
+}
+
+static void worker_fini(void *ud, int worker, void *wctx) {
+  job *j = ud;
+  ASSERT_PTR_EQ(wctx, &j->per_worker[worker]);
+  atomic_fetch_add(&j->finis, 1);
+}
+
+/* v -> 10 v, dropping or failing as the job says. */
+static int process(void *ud, void *wctx, uint64_t seq, sl_sample *in,
+                   sl_sample **out) {
+  job *j = ud;
+  atomic_fetch_add((atomic_int *)wctx, 1);
+  int64_t v = test_sample_i64(in, 0);
+  if ((uint64_t)v != seq) {
+    sl_sample_release(in);
+    return sl_set_error(SL_EINVAL, "item %llu holds %lld",
+                        (unsigned long long)seq, (long long)v);
+  }
+  if (j->sleep_us) test_sleep_us(j->sleep_us);
+  if (v == j->fail_at) {
+    sl_sample_release(in);
+    return sl_set_error(SL_ELUA, "process failed at %lld", (long long)v);
+  }
+  if (j->drop_mod > 0 && v % j->drop_mod == 1) {
+    sl_sample_release(in);
+    return SL__ENGINE_DROP;
+  }
+  int rc = test_i64_sample(sl_sample_schema(in), 10 * v, out);
+  sl_sample_release(in);
+  if (rc < 0) return rc;
+  return j->unchecked ? SL__ENGINE_UNCHECKED : SL__ENGINE_OUT;
+}
+
+static int check(void *ud, uint64_t seq, const sl_sample *s) {
+  job *j = ud;
+  atomic_fetch_add(&j->checks, 1);
+  if (test_sample_i64(s, 0) == 10 * j->check_fail_at)
+    return sl_set_error(SL_ESHAPE, "check failed at item %llu",
+                        (unsigned long long)seq);
+  return SL_OK;
+}
+
+static const sl__engine_ops ops = {pull, worker_init, worker_fini, process,
+                                   check};
+
+static sl__engine *engine(job *j, int threads, bool ordered, size_t window) {
+  sl__engine_opts o = {"test stage", "sl-test", threads, ordered, window};
+  sl__engine *e = NULL;
+  ASSERT_OK(sl__engine_create(&ops, j, &o, &e));
+  ASSERT_OK(sl__engine_start(e));
+  return e;
+}
+
+/* Drains one pass: values into v (at most cap), returns the ending code. */
+static int drain(sl__engine *e, int64_t *v, size_t cap, size_t *n) {
+  *n = 0;
+  for (;;) {
+    sl_sample *s = NULL;
+    int rc = sl__engine_next(e, &s);
+    if (rc != SL_OK) return rc;
+    ASSERT_TRUE(*n < cap);
+    v[(*n)++] = test_sample_i64(s, 0);
+    sl_sample_release(s);
+  }
+}
+
+static void job_free(job *j, sl__engine *e) {
+  sl__engine_destroy(e);
+  sl_reader_destroy(j->up);
+}
+
+TEST(ordered_results_come_in_upstream_order_over_passes) {
+  enum { N = 5000 };
+  static int64_t v[N];
+  for (int threads = 1; threads <= 4; threads++) {
+    for (size_t window = 1; window <= 256; window *= 16) {
+      job j;
+      job_init(&j, N);
+      sl__engine *e = engine(&j, threads, true, window);
+      for (int pass = 0; pass < 2; pass++) {
+        size_t n;
+        ASSERT_RC(drain(e, v, N, &n), SL_EOF);
+        ASSERT_EQ(n, N);
+        for (size_t i = 0; i < n; i++)
+          ASSERT_EQ(v[i], 10 * (int64_t)i);
+        sl__engine_stop(e);
+        ASSERT_OK(sl_reader_reset(j.up));
+        ASSERT_OK(sl__engine_start(e));
+      }
+      job_free(&j, e);
+      ASSERT_EQ(j.inits, threads);
+      ASSERT_EQ(j.finis, threads);
+    }
+  }
+}
+
+TEST(unordered_results_are_each_item_exactly_once) {
+  enum { N = 5000 };
+  static int64_t v[N];
+  static char seen[N];
+  job j;
+  job_init(&j, N);
+  sl__engine *e = engine(&j, 3, false, 64);
+  size_t n;
+  ASSERT_RC(drain(e, v, N, &n), SL_EOF);
+  ASSERT_EQ(n, N);
+  memset(seen, 0, sizeof seen);
+  for (size_t i = 0; i < n; i++) {
+    ASSERT_EQ(v[i] % 10, 0);
+    ASSERT_TRUE(v[i] / 10 >= 0 && v[i] / 10 < N);
+    ASSERT_EQ(seen[v[i] / 10]++, 0);
+  }
+  job_free(&j, e);
+}
+
+TEST(dropped_items_leave_no_gap_ordered_or_not) {
+  enum { N = 3000 };
+  static int64_t v[N];
+  for (int ordered = 0; ordered <= 1; ordered++) {
+    job j;
+    job_init(&j, N);
+    j.drop_mod = 3; /* drops 1, 4, 7, ... */
+    sl__engine *e = engine(&j, 2, ordered, 32);
+    size_t n;
+    ASSERT_RC(drain(e, v, N, &n), SL_EOF);
+    ASSERT_EQ(n, N - N / 3);
+    int64_t sum = 0, want = 0;
+    for (size_t i = 0; i < n; i++) {
+      ASSERT_TRUE((v[i] / 10) % 3 != 1);
+      if (ordered && i > 0) ASSERT_TRUE(v[i] > v[i - 1]);
+      sum += v[i];
+    }
+    for (int64_t k = 0; k < N; k++)
+      if (k % 3 != 1) want += 10 * k;
+    ASSERT_EQ(sum, want);
+    job_free(&j, e);
+  }
+}
+
+TEST(a_process_error_comes_after_every_earlier_item_with_its_message) {
+  enum { N = 2000 };
+  static int64_t v[N];
+  job j;
+  job_init(&j, N);
+  j.fail_at = 777;
+  sl__engine *e = engine(&j, 4, true, 128);
+  size_t n;
+  ASSERT_RC(drain(e, v, N, &n), SL_ELUA);
+  ASSERT_STREQ(sl_last_error(), "process failed at 777");
+  ASSERT_EQ(n, 777);
+  for (size_t i = 0; i < n; i++)
+    ASSERT_EQ(v[i], 10 * (int64_t)i);
+  /* A new pass after stop + upstream reset runs again to the error. */
+  sl__engine_stop(e);
+  ASSERT_OK(sl_reader_reset(j.up));
+  ASSERT_OK(sl__engine_start(e));
+  ASSERT_RC(drain(e, v, N, &n), SL_ELUA);
+  ASSERT_EQ(n, 777);
+  job_free(&j, e);
+}
+
+TEST(an_unordered_process_error_is_delivered_never_lost) {
+  enum { N = 2000 };
+  static int64_t v[N];
+  job j;
+  job_init(&j, N);
+  j.fail_at = 5;
+  sl__engine *e = engine(&j, 2, false, 16);
+  size_t n;
+  ASSERT_RC(drain(e, v, N, &n), SL_ELUA);
+  ASSERT_STREQ(sl_last_error(), "process failed at 5");
+  ASSERT_TRUE(n < N);
+  job_free(&j, e);
+}
+
+/* A C map upstream that fails on value 120. */
+static int fail_120(void *ud, sl_sample *in, sl_sample **out) {
+  (void)ud;
+  if (test_sample_i64(in, 0) == 120) {
+    sl_sample_release(in);
+    return sl_set_error(SL_EIO, "upstream broke at 120");
+  }
+  *out = in;
+  return SL_OK;
+}
+
+TEST(upstream_end_and_errors_arrive_at_their_position) {
+  enum { N = 300 };
+  static int64_t v[N];
+  for (int ordered = 0; ordered <= 1; ordered++) {
+    for (int err = 0; err <= 1; err++) {
+      job j;
+      job_init(&j, N);
+      sl_reader *t = NULL;
+      if (err)
+        ASSERT_OK(sl_map(j.up, fail_120, NULL, NULL, NULL, &t));
+      else
+        ASSERT_OK(sl_take(j.up, 120, &t));
+      j.up = t;
+      sl__engine *e = engine(&j, 3, ordered, 8);
+      size_t n;
+      ASSERT_RC(drain(e, v, N, &n), err ? SL_EIO : SL_EOF);
+      if (err) ASSERT_STREQ(sl_last_error(), "upstream broke at 120");
+      /* Every item before the end came first, each once. */
+      ASSERT_EQ(n, 120);
+      int64_t sum = 0;
+      for (size_t i = 0; i < n; i++)
+        sum += v[i];
+      ASSERT_EQ(sum, 10 * 119 * 120 / 2);
+      job_free(&j, e);
+    }
+  }
+}
+
+TEST(check_runs_on_the_consumer_for_unchecked_results) {
+  enum { N = 500 };
+  static int64_t v[N];
+  job j;
+  job_init(&j, N);
+  j.unchecked = true;
+  j.check_fail_at = 321;
+  sl__engine *e = engine(&j, 2, true, 64);
+  size_t n;
+  ASSERT_RC(drain(e, v, N, &n), SL_ESHAPE);
+  ASSERT_STREQ(sl_last_error(), "check failed at item 321");
+  ASSERT_EQ(n, 321);
+  ASSERT_EQ(j.checks, 322);
+  job_free(&j, e);
+}
+
+TEST(a_worker_whose_setup_fails_ends_the_pass_with_its_message) {
+  enum { N = 100 };
+  static int64_t v[N];
+  job j;
+  job_init(&j, N);
+  j.init_fail_worker = 0;
+  sl__engine *e = engine(&j, 1, true, 8);
+  size_t n;
+  ASSERT_RC(drain(e, v, N, &n), SL_ELUA);
+  ASSERT_STREQ(sl_last_error(), "setup of worker 0 failed");
+  ASSERT_EQ(n, 0);
+  /* The next pass tries the setup again (and it succeeds now). */
+  sl__engine_stop(e);
+  j.init_fail_worker = -1;
+  ASSERT_OK(sl_reader_reset(j.up));
+  ASSERT_OK(sl__engine_start(e));
+  ASSERT_RC(drain(e, v, N, &n), SL_EOF);
+  ASSERT_EQ(n, N);
+  job_free(&j, e);
+  ASSERT_EQ(j.inits, 2);
+  ASSERT_EQ(j.finis, 1);
+}
+
+TEST(peek_shows_the_next_result_without_taking_it) {
+  job j;
+  job_init(&j, 3);
+  sl__engine *e = engine(&j, 2, true, 8);
+  const sl_sample *first = NULL;
+  ASSERT_OK(sl__engine_peek(e, &first));
+  ASSERT_EQ(test_sample_i64(first, 0), 0);
+  ASSERT_OK(sl__engine_peek(e, &first));
+  ASSERT_EQ(test_sample_i64(first, 0), 0);
+  int64_t v[4];
+  size_t n;
+  ASSERT_RC(drain(e, v, 4, &n), SL_EOF);
+  ASSERT_EQ(n, 3);
+  ASSERT_EQ(v[0], 0);
+  /* After the end, next and peek keep returning it (never a hang). */
+  ASSERT_EQ(sl__engine_peek(e, &first), SL_EOF);
+  ASSERT_NULL(first);
+  sl_sample *s = NULL;
+  ASSERT_RC(sl__engine_next(e, &s), SL_EOF);
+  job_free(&j, e);
+  /* So does an error, with its message. */
+  job_init(&j, 10);
+  j.fail_at = 2;
+  e = engine(&j, 2, true, 8);
+  ASSERT_RC(drain(e, v, 4, &n), SL_ELUA);
+  sl_clear_error();
+  ASSERT_RC(sl__engine_next(e, &s), SL_ELUA);
+  ASSERT_STREQ(sl_last_error(), "process failed at 2");
+  ASSERT_RC(sl__engine_peek(e, &first), SL_ELUA);
+  job_free(&j, e);
+}
+
+TEST(slow_items_are_spread_over_every_worker) {
+  job j;
+  job_init(&j, 200);
+  j.sleep_us = 500;
+  sl__engine *e = engine(&j, 4, true, 64);
+  int64_t v[200];
+  size_t n;
+  ASSERT_RC(drain(e, v, 200, &n), SL_EOF);
+  ASSERT_EQ(n, 200);
+  for (int i = 0; i < 4; i++)
+    ASSERT_TRUE(atomic_load(&j.per_worker[i]) > 0);
+  job_free(&j, e);
+}
+
+TEST(stopping_with_a_full_window_and_busy_workers_releases_everything) {
+  /* The consumer takes a few results and walks away: the window is full,
+   * workers are blocked or mid-item; stop/destroy must join them and
+   * release every result (ASan's leak check is the judge). */
+  for (int round = 0; round < 50; round++) {
+    job j;
+    job_init(&j, 100000);
+    j.sleep_us = round % 2 ? 50 : 0;
+    sl__engine *e = engine(&j, 1 + round % 4, round % 3 != 0, 4 + round);
+    for (int k = 0; k < round % 7; k++) {
+      sl_sample *s = NULL;
+      ASSERT_OK(sl__engine_next(e, &s));
+      sl_sample_release(s);
+    }
+    if (round % 2) {
+      sl__engine_signal_stop(e); /* a signal first, as a chain would */
+      sl__engine_stop(e);
+      ASSERT_OK(sl_reader_reset(j.up));
+      ASSERT_OK(sl__engine_start(e));
+      sl_sample *s = NULL;
+      ASSERT_OK(sl__engine_next(e, &s));
+      if (round % 3 != 0) /* ordered: a fresh pass starts at 0 */
+        ASSERT_EQ(test_sample_i64(s, 0), 0);
+      sl_sample_release(s);
+    }
+    job_free(&j, e);
+  }
+  ASSERT_TRUE(!test_leaked());
+}
+
+TEST(thread_counts_beyond_the_limit_are_refused) {
+  job j;
+  job_init(&j, 10);
+  sl__engine_opts o = {"map (x.lua:1)", "sl-test", 0, true, 0};
+  sl__engine *e = NULL;
+  o.threads = (int)sl__thread_limit() + 1;
+  ASSERT_RC(sl__engine_create(&ops, &j, &o, &e), SL_EINVAL);
+  ASSERT_CONTAINS(sl_last_error(), "map (x.lua:1): threads = ");
+  ASSERT_NULL(e);
+  o.threads = 0;
+  ASSERT_RC(sl__engine_create(&ops, &j, &o, &e), SL_EINVAL);
+  ASSERT_NULL(e);
+  sl_reader_destroy(j.up);
+}
+
+TEST(a_thread_that_cannot_start_fails_the_start_and_runs_nothing) {
+  job j;
+  job_init(&j, 1000);
+  sl__engine_opts o = {"test stage", "sl-test", 4, true, 0};
+  sl__engine *e = NULL;
+  ASSERT_OK(sl__engine_create(&ops, &j, &o, &e));
+  sl__thread_fail_after(2);
+  ASSERT_RC(sl__engine_start(e), SL_ENOMEM);
+  sl__thread_fail_after(-1);
+  ASSERT_STREQ(sl_last_error(),
+               "test stage: cannot start a worker thread: Resource "
+               "temporarily unavailable");
+  /* The two started workers were stopped; a later start works. */
+  ASSERT_OK(sl_reader_reset(j.up));
+  ASSERT_OK(sl__engine_start(e));
+  int64_t v[1000];
+  size_t n;
+  ASSERT_RC(drain(e, v, 1000, &n), SL_EOF);
+  ASSERT_EQ(n, 1000);
+  job_free(&j, e);
+}
