@@ -36,6 +36,15 @@ static const char *path(const char *name) {
   return test_tmppath(TAG, name);
 }
 
+/* test_tmppath_dup kept reachable for the process's life. */
+static char *g_kept[64];
+static int g_nkept;
+
+static const char *keep_path(const char *name) {
+  ASSERT_LE(g_nkept + 1, 64);
+  return g_kept[g_nkept++] = test_tmppath_dup(TAG, name);
+}
+
 static void spill(const char *p, const char *data, size_t n) {
   FILE *f = fopen(p, "wb");
   ASSERT_NOT_NULL(f);
@@ -97,12 +106,13 @@ static sl_sample *text_record(sl_schema *s, const char *text, size_t n) {
   return r;
 }
 
-/* --- item 1: a failed re-pack keeps the old set ---------------------------- */
+/* --- item 1: a failed re-pack keeps the old set ----------------------------
+ */
 
 TEST(failed_repack_keeps_the_old_set) {
-  const char *old_in = test_tmppath_dup(TAG, "old.txt");
-  const char *new_in = test_tmppath_dup(TAG, "new.txt");
-  const char *out = test_tmppath_dup(TAG, "set.slr");
+  const char *old_in = keep_path("old.txt");
+  const char *new_in = keep_path("new.txt");
+  const char *out = keep_path("set.slr");
   lines_file(old_in, "old", 2000);
   lines_file(new_in, "new", 2400);
   sl__pack_opts o = {.shards = 4, .writer = {.records_per_chunk = 100}};
@@ -137,8 +147,8 @@ TEST(failed_repack_keeps_the_old_set) {
         char *now = slurp(name[s], &n);
         if (!now || n != old_n[s] || memcmp(now, old[s], n) != 0)
           test_fail(__FILE__, __LINE__,
-                    "write %ld failed: %s is %s, not the old shard", k,
-                    name[s], now ? "changed" : "gone");
+                    "write %ld failed: %s is %s, not the old shard", k, name[s],
+                    now ? "changed" : "gone");
         free(now);
       }
     }
@@ -157,8 +167,8 @@ TEST(failed_repack_keeps_the_old_set) {
 /* Every shard of a run records one random set id, the set size and its
  * index; the next run has another id; a single file is a set of one. */
 TEST(every_shard_records_its_set) {
-  const char *in = test_tmppath_dup(TAG, "ids.txt");
-  const char *out = test_tmppath_dup(TAG, "ids.slr");
+  const char *in = keep_path("ids.txt");
+  const char *out = keep_path("ids.slr");
   lines_file(in, "x", 10);
   const char *ins[] = {in};
   char first_id[2][SL__SET_ID_LEN + 1];
@@ -221,7 +231,8 @@ TEST(sluice_keys_of_the_schema_are_replaced_by_the_writers) {
   sl_schema_release(s);
 }
 
-/* --- item 3: temporary files ----------------------------------------------- */
+/* --- item 3: temporary files -----------------------------------------------
+ */
 
 TEST(two_writers_of_one_path_do_not_share_a_temporary) {
   sl_schema *s = text_schema();
@@ -257,8 +268,8 @@ TEST(two_writers_of_one_path_do_not_share_a_temporary) {
 
 TEST(planted_symlink_is_not_followed) {
   sl_schema *s = text_schema();
-  const char *victim = test_tmppath_dup(TAG, "victim.txt");
-  const char *p = test_tmppath_dup(TAG, "planted.slr");
+  const char *victim = keep_path("victim.txt");
+  const char *p = keep_path("planted.slr");
   spill(victim, "precious\n", 9);
   /* The names a writer of this process used to take. */
   char planted[700];
@@ -287,7 +298,8 @@ TEST(planted_symlink_is_not_followed) {
   sl_schema_release(s);
 }
 
-/* --- item 6: chunk sizes --------------------------------------------------- */
+/* --- item 6: chunk sizes ---------------------------------------------------
+ */
 
 TEST(chunks_count_the_record_table_against_the_target) {
   sl_schema *s = text_schema();
@@ -316,14 +328,14 @@ TEST(chunks_count_the_record_table_against_the_target) {
   ASSERT_EQ(max_raw, 4080);
   char want[32];
   snprintf(want, sizeof want, "%llu", (unsigned long long)max_raw);
-  ASSERT_STREQ(sl_schema_meta(sl_slr_schema(f), "sluice.max_chunk_raw"),
-               want);
+  ASSERT_STREQ(sl_schema_meta(sl_slr_schema(f), "sluice.max_chunk_raw"), want);
   ASSERT_OK(sl_slr_verify(f));
   sl_slr_close(f);
   sl_schema_release(s);
 }
 
-/* --- item 2: an output that is an input ------------------------------------ */
+/* --- item 2: an output that is an input ------------------------------------
+ */
 
 static void refused(const char *const *ins, size_t n, const char *out,
                     uint32_t shards) {
@@ -333,12 +345,12 @@ static void refused(const char *const *ins, size_t n, const char *out,
 }
 
 TEST(output_that_is_an_input_is_refused) {
-  const char *in = test_tmppath_dup(TAG, "in.txt");
-  const char *other = test_tmppath_dup(TAG, "other.txt");
-  const char *hard = test_tmppath_dup(TAG, "hard.txt");
-  const char *soft = test_tmppath_dup(TAG, "soft.txt");
-  const char *in_link = test_tmppath_dup(TAG, "in-link.txt");
-  const char *shard = test_tmppath_dup(TAG, "s-00001-of-00002.slr");
+  const char *in = keep_path("in.txt");
+  const char *other = keep_path("other.txt");
+  const char *hard = keep_path("hard.txt");
+  const char *soft = keep_path("soft.txt");
+  const char *in_link = keep_path("in-link.txt");
+  const char *shard = keep_path("s-00001-of-00002.slr");
   spill(in, "keep me\n", 8);
   spill(other, "other\n", 6);
   ASSERT_EQ(link(in, hard), 0);
@@ -346,9 +358,9 @@ TEST(output_that_is_an_input_is_refused) {
   ASSERT_EQ(symlink(shard, in_link), 0);
   spill(shard, "shard\n", 6);
   const char *a[] = {other, in};
-  refused(a, 2, in, 0);   /* -o in.txt */
-  refused(a, 2, hard, 0); /* a hard link of it */
-  refused(a, 2, soft, 0); /* a symlink to it */
+  refused(a, 2, in, 0);        /* -o in.txt */
+  refused(a, 2, hard, 0);      /* a hard link of it */
+  refused(a, 2, soft, 0);      /* a symlink to it */
   const char *b[] = {in_link}; /* an input that is a link to a shard */
   refused(b, 1, test_tmppath(TAG, "s.slr"), 2);
   size_t n = 0;
@@ -362,13 +374,14 @@ TEST(output_that_is_an_input_is_refused) {
   ASSERT_EQ(count_named(".tmp-"), 0);
 }
 
-/* --- item 22: missing folders ---------------------------------------------- */
+/* --- item 22: missing folders ----------------------------------------------
+ */
 
 TEST(missing_output_folders_are_created) {
-  const char *in = test_tmppath_dup(TAG, "mk.txt");
+  const char *in = keep_path("mk.txt");
   lines_file(in, "m", 5);
   const char *ins[] = {in};
-  const char *out = test_tmppath_dup(TAG, "new/deeper/out.slr");
+  const char *out = keep_path("new/deeper/out.slr");
   ASSERT_OK(sl__pack_text(ins, 1, out, NULL, NULL));
   sl_slr_file *f;
   ASSERT_OK(sl_slr_open(out, NULL, &f));
@@ -378,20 +391,20 @@ TEST(missing_output_folders_are_created) {
   rmdir(test_tmppath(TAG, "new/deeper"));
   rmdir(test_tmppath(TAG, "new"));
   /* A pack that fails removes the folders it made. */
-  const char *missing[] = {test_tmppath_dup(TAG, "no-such-input.txt")};
+  const char *missing[] = {keep_path("no-such-input.txt")};
   sl__pack_opts o = {.shards = 2};
   ASSERT_RC(sl__pack_text(missing, 1, out, &o, NULL), SL_EIO);
   struct stat st;
   ASSERT_TRUE(stat(test_tmppath(TAG, "new"), &st) != 0);
   /* A file where a folder should be is named. */
   spill(test_tmppath(TAG, "afile"), "x", 1);
-  ASSERT_RC(sl__pack_text(ins, 1, test_tmppath(TAG, "afile/x.slr"), NULL,
-                          NULL),
+  ASSERT_RC(sl__pack_text(ins, 1, test_tmppath(TAG, "afile/x.slr"), NULL, NULL),
             SL_EIO);
   ASSERT_CONTAINS(sl_last_error(), "is not a folder");
 }
 
-/* --- item 13: the commit hook ---------------------------------------------- */
+/* --- item 13: the commit hook ----------------------------------------------
+ */
 
 static int g_hook_calls;
 static uint64_t g_hook_bytes;
@@ -405,8 +418,8 @@ static int failing_hook(void *ud, uint64_t records, uint64_t bytes) {
 }
 
 TEST(failing_before_commit_leaves_the_old_outputs) {
-  const char *in = test_tmppath_dup(TAG, "hook.txt");
-  const char *out = test_tmppath_dup(TAG, "hook.slr");
+  const char *in = keep_path("hook.txt");
+  const char *out = keep_path("hook.slr");
   lines_file(in, "h", 50);
   const char *ins[] = {in};
   ASSERT_OK(sl__pack_text(ins, 1, out, NULL, NULL));
@@ -425,7 +438,8 @@ TEST(failing_before_commit_leaves_the_old_outputs) {
   free(after);
 }
 
-/* --- item 10: cancellation within a compression block ---------------------- */
+/* --- item 10: cancellation within a compression block ----------------------
+ */
 
 static volatile sig_atomic_t g_cancel;
 static double g_cancel_at;

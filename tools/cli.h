@@ -70,7 +70,7 @@ bool cli_parse_u64(const char *s, bool suffixes, uint64_t *out);
  * G suffix.  Sets *out and returns CLI_OK, or prints the usage error and
  * returns CLI_USAGE. */
 #define CLI_MAX_CHUNK_HELP                                                     \
-  "  --max-chunk-bytes N  refuse chunks above N raw bytes (suffix K, M, G;\n" \
+  "  --max-chunk-bytes N  refuse chunks above N raw bytes (suffix K, M, G;\n"  \
   "               default: the size the file records, else 256M)\n"
 int cli_max_chunk_bytes(const char *cmd, const char *synopsis, const char *v,
                         uint64_t *out);

@@ -66,8 +66,8 @@ typedef struct sl__pack_opts {
   uint32_t shards; /* 0: one file named `out`; K >= 1: K files
                       named by sl__shard_name */
   sl__shard_mode mode;
-  sl__progress_fn progress; /* may be NULL */
-  void *progress_ud;        /* for progress and before_commit */
+  sl__progress_fn progress;            /* may be NULL */
+  void *progress_ud;                   /* for progress and before_commit */
   sl__commit_fn before_commit;         /* may be NULL */
   const volatile sig_atomic_t *cancel; /* non-zero: stop (SL_EKILLED)
                                           within one compression block */
