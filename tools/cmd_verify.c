@@ -6,8 +6,10 @@
  * sound.
  */
 #include "cli.h"
+#include "io/shard_set.h"
 
 #include <inttypes.h>
+#include <stdlib.h>
 
 static const char synopsis[] =
     "  sluice verify [-q] [--max-chunk-bytes N] FILE...\n";
@@ -19,6 +21,8 @@ static const char help[] =
     "against the schema).  Prints 'FILE: ok (N records, C chunks)' on\n"
     "stdout for a sound file, and 'sluice: verify: <problem>' on stderr for\n"
     "a bad one, naming the chunk and byte offset of the first problem.\n"
+    "Then checks that the sound files do not mix shards of two pack runs\n"
+    "under one name (a failed re-pack), naming the odd file.\n"
     "\n"
     "Exit status: 0 when every file is sound, 1 otherwise, 2 on bad usage.\n"
     "\n"
@@ -35,9 +39,10 @@ static const cli_opt opts[] = {
     {NULL, 0, false, 0},
 };
 
-/* Opens and verifies one file; prints its line. */
+/* Opens and verifies one file; prints its line.  A sound file's schema
+ * (its metadata) is retained in *keep for the shard set check. */
 static bool verify_one(const char *path, bool quiet,
-                       const sl_slr_open_opts *o) {
+                       const sl_slr_open_opts *o, sl_schema **keep) {
   sl_slr_file *f = NULL;
   int rc = sl_slr_open(path, o, &f);
   if (rc == SL_OK) rc = sl_slr_verify(f);
@@ -48,6 +53,7 @@ static bool verify_one(const char *path, bool quiet,
            sl_slr_records(f), sl_slr_chunks(f));
     fflush(stdout); /* keep the order of stdout and stderr lines */
   }
+  if (rc == SL_OK) *keep = sl_schema_retain((sl_schema *)sl_slr_schema(f));
   sl_slr_close(f);
   return rc == SL_OK;
 }
@@ -77,7 +83,19 @@ int cmd_verify(int argc, char **argv) {
   }
   if (nfiles == 0) return cli_usage_error("verify", synopsis, "no file given");
   bool all_ok = true;
+  sl_schema **keep = calloc((size_t)nfiles + 1, sizeof *keep);
+  if (!keep) return cli_fail("verify", SL_ENOMEM);
   for (int i = 1; i <= nfiles; i++)
-    if (!verify_one(argv[i], quiet, &oo)) all_ok = false;
+    if (!verify_one(argv[i], quiet, &oo, &keep[i])) all_ok = false;
+  int rc = sl__shard_set_check(NULL, (const char *const *)argv + 1,
+                               (const sl_schema *const *)keep + 1,
+                               (size_t)nfiles);
+  if (rc < 0) {
+    cli_fail("verify", rc);
+    all_ok = false;
+  }
+  for (int i = 1; i <= nfiles; i++)
+    sl_schema_release(keep[i]);
+  free(keep);
   return all_ok ? CLI_OK : CLI_FAIL;
 }

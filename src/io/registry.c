@@ -27,6 +27,7 @@
  * different locales would otherwise split different file lists.
  */
 #include "io/registry.h"
+#include "io/shard_set.h"
 
 #include <errno.h>
 #include <glob.h>
@@ -443,6 +444,27 @@ static int open_file(const sl__named_file *f, const sl_open_opts *o,
   return rc;
 }
 
+/* A pattern's files must not mix two pack runs' shards (shard_set.c); the
+ * readers' schemas carry the files' metadata. */
+static int check_set(const sl__named_file *files, sl_reader *const *readers,
+                     size_t n) {
+  const char **paths = sl__calloc(n, sizeof *paths);
+  const sl_schema **schemas = sl__calloc(n, sizeof *schemas);
+  int rc = SL_OK;
+  if (!paths || !schemas) {
+    rc = sl_set_error(SL_ENOMEM, "open: cannot allocate %zu files", n);
+  } else {
+    for (size_t i = 0; i < n; i++) {
+      paths[i] = files[i].path;
+      schemas[i] = sl_reader_schema(readers[i]);
+    }
+    rc = sl__shard_set_check("open", paths, schemas, n);
+  }
+  sl__free(paths);
+  sl__free(schemas);
+  return rc;
+}
+
 int sl_open(const char *name, const sl_open_opts *opts, sl_reader **out) {
   SL_RETURN_ERROR_IF(!out, SL_EINVAL, "open: NULL out pointer");
   *out = NULL;
@@ -462,6 +484,7 @@ int sl_open(const char *name, const sl_open_opts *opts, sl_reader **out) {
   size_t made = 0;
   for (; made < n && rc == SL_OK; made++)
     rc = open_file(&files[made], &o, &readers[made]);
+  if (rc == SL_OK && n > 1) rc = check_set(files, readers, n);
   sl__named_files_free(files, n);
   if (rc < 0) {
     for (size_t i = 0; i < made; i++)

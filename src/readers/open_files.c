@@ -32,6 +32,9 @@
  * counts and skips; because the consumer does the counting, in plan order,
  * the pass fails at the same place for any T.
  *
+ * Shard sets.  Construction refuses a mixed shard set (files of two pack
+ * runs under one name, src/io/shard_set.c) before any worker starts.
+ *
  * Changed files.  Construction reads every file's index and records its
  * identity (device, inode, size, mtime); a worker opens a file on first use
  * and again after closing it (past 64 open files), and checks that it is
@@ -67,6 +70,7 @@
  *   running     consumer-only.
  */
 #include "io/registry.h"
+#include "io/shard_set.h"
 #include "io/slr_file.h"
 #include "io/source.h"
 #include "readers/epoch_plan.h"
@@ -684,12 +688,15 @@ static int check_opts(sl_open_files_opts *p) {
 }
 
 /* Opens file f once to read its index; checks its schema against the
- * first file's (*schema, retained from file 0). */
-static int read_index(of_state *o, size_t f, sl_schema **schema) {
+ * first file's (*schema, retained from file 0) and keeps it retained in
+ * *keep (for the shard set check). */
+static int read_index(of_state *o, size_t f, sl_schema **schema,
+                      sl_schema **keep) {
   sl_slr_file *h;
   SL_FORWARD_IF_ERROR(open_file(o, f, &h, &o->ids[f]));
   int rc = SL_OK;
   const sl_schema *s = sl_slr_schema(h);
+  *keep = sl_schema_retain((sl_schema *)s);
   if (f == 0) {
     *schema = sl_schema_retain((sl_schema *)s);
     o->schema = sl_schema_retain((sl_schema *)s);
@@ -727,6 +734,25 @@ static int read_index(of_state *o, size_t f, sl_schema **schema) {
   return rc;
 }
 
+/* Every file's index, then the shard set check over their metadata: a
+ * mixed set (two pack runs under one name) is refused before any record is
+ * read (src/io/shard_set.c). */
+static int read_indexes(of_state *o, sl_schema **schema) {
+  sl_schema **keep = sl__calloc(o->nfiles, sizeof *keep);
+  SL_RETURN_ERROR_IF(!keep, SL_ENOMEM, "open_files: cannot allocate %zu files",
+                     o->nfiles);
+  int rc = SL_OK;
+  for (size_t f = 0; f < o->nfiles && rc == SL_OK; f++)
+    rc = read_index(o, f, schema, &keep[f]);
+  if (rc == SL_OK)
+    rc = sl__shard_set_check("open_files", (const char *const *)o->paths,
+                             (const sl_schema *const *)keep, o->nfiles);
+  for (size_t f = 0; f < o->nfiles; f++)
+    sl_schema_release(keep[f]);
+  sl__free(keep);
+  return rc;
+}
+
 static int make_state(const sl_open_files_opts *p, sl__named_file *files,
                       size_t nfiles, of_state **out, sl_schema **schema) {
   of_state *o = sl__calloc(1, sizeof *o);
@@ -754,8 +780,7 @@ static int make_state(const sl_open_files_opts *p, sl__named_file *files,
     o->paths[f] = files[f].path;
     files[f].path = NULL;
   }
-  for (size_t f = 0; f < nfiles; f++)
-    SL_FORWARD_IF_ERROR(read_index(o, f, schema));
+  SL_FORWARD_IF_ERROR(read_indexes(o, schema));
   SL_FORWARD_IF_ERROR(build_plan(o));
   o->w = sl__calloc(o->T, sizeof *o->w);
   SL_RETURN_ERROR_IF(!o->w, SL_ENOMEM,
