@@ -611,18 +611,21 @@ typedef struct sl_slr_writer sl_slr_writer;
 
 typedef struct sl_slr_writer_opts {
   int level;                  /* zstd level, 1..19 (0 = default 3) */
-  size_t chunk_bytes;         /* target raw bytes per chunk (0 = 1 MiB) */
+  size_t chunk_bytes;         /* target raw bytes per chunk, record table
+                                 included (0 = 1 MiB, at most 1 GiB) */
   uint32_t records_per_chunk; /* if > 0, exactly this many per chunk
                                  (the last may have fewer); overrides
                                  chunk_bytes */
 } sl_slr_writer_opts;
 
 /* Starts writing `path` with `schema` (retained and frozen).  Data goes to a
- * temporary file "PATH.tmp-PID" that sl_slr_writer_close renames to `path`
- * once the footer is written, so a crash never leaves a complete-looking
- * file.  `opts` may be NULL.  Returns SL_OK and *out, SL_EINVAL (bad options,
- * or a schema with no fields) or SL_EIO (with the OS error).  One writer is
- * used by one thread at a time. */
+ * new unique temporary file "PATH.tmp-PID-XXXXXX" (O_EXCL | O_NOFOLLOW) that
+ * sl_slr_writer_close renames to `path` once the footer is written and
+ * synced, so a crash never leaves a complete-looking file.  The file's
+ * metadata gets the writer's own sluice.* entries (docs/FORMAT.md) in place
+ * of any the schema holds.  `opts` may be NULL.  Returns SL_OK and *out,
+ * SL_EINVAL (bad options, or a schema with no fields) or SL_EIO (with the OS
+ * error).  One writer is used by one thread at a time. */
 SL_API int sl_slr_writer_open(const char *path, sl_schema *schema,
                               const sl_slr_writer_opts *opts,
                               sl_slr_writer **out);
