@@ -177,7 +177,8 @@ describe("sluice.core", function()
                        .. "got userdata)")
       assert.has_error(function()
         core.map(range_addr(1), fn, env, { kind = "reduce" }, nil)
-      end, "bad argument #4 to 'map' (opts.kind must be \"map\" or \"filter\")")
+      end, "bad argument #4 to 'map' (opts.kind must be \"map\", \"filter\" or "
+            .. "\"parse\")")
       assert.has_error(function()
         core.map(range_addr(1), fn, env, { threads = 0 }, nil)
       end, "bad argument #4 to 'map' (opts.threads must be an integer in "

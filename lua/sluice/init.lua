@@ -126,11 +126,6 @@ local function pin_pressure()
   collectgarbage("step", ceil(kb * heap / limit))
 end
 
--- sluice.pinned(): bytes counted since the last collector step (tests).
-function sluice.pinned()
-  return PINNED[0]
-end
-
 local function new_pipeline(r)
   r = ffi_gc(r, reader_destroy)
   local pins = PINS()

@@ -104,8 +104,21 @@
  *
  * Map's schema: given, or the first output's (the constructor starts the
  * workers and waits for result 0, which stays in the cache and is yielded
- * first); if result 0 is an error or EOF the upstream schema is used and the
- * error / EOF is delivered normally.  `check_schema` is published (release)
+ * first), with the variable dimensions upstream declared for the same
+ * fields kept (sl__lua_infer_schema); if result 0 is an error or EOF the
+ * upstream schema is used and the error / EOF is delivered normally.
+ * Outputs with the stage's field names in another order are rebuilt in its
+ * order by the check (sl__lua_check_sample).
+ *
+ * Parser (SL__LUA_PARSE, lua_host.h): a map over text lines whose function
+ * may skip a line (R_DROP, as a filter's) and whose messages name the file
+ * and line.  The puller numbers the lines as it pulls them (it holds the
+ * pull turn, so numbering is sequential): a new file is a new schema
+ * address (the text reader makes one per file, its "sluice.path" naming
+ * it).  The line reaches Lua as (pointer, length), the sample kept by the
+ * worker until the call returns.  Outputs made before the stage schema was
+ * known keep the line's schema and number in their result, so the
+ * consumer's late check names the line too.  `check_schema` is published (release)
  * once known; a worker checks its outputs against it (SL_ESHAPE "map
  * (<where>): sample N: field ...") and marks them checked; the few outputs
  * made before it was known are checked by the consumer.
