@@ -81,21 +81,34 @@ describe("what samples pin", function()
     collectgarbage()
     local before = rss_mb()
     local peak = before
+    local alive = setmetatable({}, {__mode = "k"}) -- samples not collected
+    local most = 0
     for i = 1, 300 do
       local p = sluice.open_files({path}, {shuffle = true, seed = i})
       local s = p:next()
       assert.equal(RECORD, s.x.nbytes)
+      alive[s] = true
       p:close()
       -- no collectgarbage() here: the point is what happens without it
-      local now = rss_mb()
+      local now, n = rss_mb(), 0
       if now > peak then peak = now end
+      for _ in pairs(alive) do n = n + 1 end
+      if n > most then most = n end
     end
     -- Each iteration leaves one sample pinning one 1 MiB chunk: 300 MiB
     -- without the accounting.  With it the collector runs about once per
     -- 32 MiB of chunks seen.
     local growth = peak - before
-    print(("\n  300 pipelines: RSS grew by %.1f MiB at most"):format(growth))
-    assert.is_true(growth < 96, ("RSS grew by %.1f MiB"):format(growth))
+    print(("\n  300 pipelines: at most %d samples not yet collected, RSS "
+           .. "grew by %.1f MiB at most"):format(most, growth))
+    assert.is_true(most <= 100,
+                   ("%d samples (chunks) were held at once"):format(most))
+    -- A sanitizer's allocator keeps freed memory in quarantine: RSS says
+    -- nothing there.
+    local preload = os.getenv("LD_PRELOAD") or ""
+    if not preload:match("san") then
+      assert.is_true(growth < 96, ("RSS grew by %.1f MiB"):format(growth))
+    end
   end)
 
   it("is what sluice.clone avoids for samples kept beyond the loop", function()
@@ -148,7 +161,9 @@ describe("what samples pin", function()
     local after = rss_mb()
     print(("\n  cache of %d chunks: %.1f MiB held, %.1f MiB after close()")
           :format(CHUNKS, full - before, after - before))
-    assert.is_true(full - before > CHUNKS * 0.5)
-    assert.is_true(after - before < (full - before) / 4)
+    if not (os.getenv("LD_PRELOAD") or ""):match("san") then
+      assert.is_true(full - before > CHUNKS * 0.5)
+      assert.is_true(after - before < (full - before) / 4)
+    end
   end)
 end)
