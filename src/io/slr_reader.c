@@ -26,6 +26,15 @@
 #define SLR_RATIO_FREE ((uint64_t)16 << 20)
 #define SLR_MAX_RATIO 1024
 #define SLR_META_MAX_CHUNK_RAW "sluice.max_chunk_raw"
+/* Idle decoded-chunk buffers a file keeps for reuse.  Behind a shuffle a
+ * chunk's buffer stays pinned until its last record leaves the window,
+ * which for a 10 000-sample window is most of an epoch: the buffers come
+ * back together at the end of a pass and the next pass needs as many
+ * again.  So the pool keeps up to what one pass had out, bounded by
+ * SLR_POOL_IDLE_BYTES (idle memory never exceeds the pipeline's own
+ * earlier peak; it is freed when the file closes). */
+#define SLR_POOL_IDLE 64
+#define SLR_POOL_IDLE_BYTES ((size_t)64 << 20)
 
 typedef struct index_entry {
   uint64_t offset, first_record;
@@ -47,6 +56,7 @@ struct sl_slr_file {
   const char *limit_from;   /* where raw_limit comes from, for messages */
   bool ratio_bound;         /* no recorded limit: check the ratio too */
   slr_chunk cache;          /* the last chunk decoded (cache.raw != NULL) */
+  sl__buffer_pool *pool;    /* decoded chunk buffers, made on first need */
   uint64_t bad_chunks;      /* skipped over the file's life */
   uint64_t pass_bad_chunks; /* skipped this pass: what the cap limits */
 };
@@ -62,6 +72,7 @@ static void file_free(sl_slr_file *f) {
   ZSTD_freeDCtx(f->dctx);
   sl__free(f->stored);
   sl_buffer_release(f->cache.raw);
+  sl__buffer_pool_release(f->pool); /* buffers still held stay valid */
   sl__free(f);
 }
 
@@ -642,15 +653,22 @@ int sl__slr_load_chunk(sl_slr_file *f, uint64_t c, const slr_chunk **out) {
                (unsigned long long)raw);
   }
   /* Decode into the previous chunk's buffer when no sample holds it any
-   * more: a fresh 1 MiB buffer per chunk costs its page faults (about a
-   * tenth of the decode time), a reused one is warm. */
+   * more, else into one from the file's pool: the buffers of chunks whose
+   * samples were all released (behind a shuffle, on any thread) go back to
+   * it.  A fresh 1 MiB buffer per chunk costs its page faults (about a
+   * tenth of the decode time, docs/PERFORMANCE.md), a reused one is warm.
+   * Without a pool (out of memory making it) buffers are plain ones. */
   sl_buffer *buf = NULL;
   if (f->cache.raw && sl__buffer_refcount(f->cache.raw) == 1 &&
       sl_buffer_size(f->cache.raw) >= raw) {
     buf = f->cache.raw;
     f->cache.raw = NULL;
   } else {
-    buf = sl_buffer_new((size_t)raw);
+    if (!f->pool) {
+      f->pool = sl__buffer_pool_new(SLR_POOL_IDLE, SLR_POOL_IDLE_BYTES);
+      if (!f->pool) sl_clear_error();
+    }
+    buf = sl__buffer_pool_get(f->pool, (size_t)raw);
     if (!buf)
       return sl_wrap_error(SL_ENOMEM,
                            "%s: chunk %llu at offset %llu: %llu raw bytes",
