@@ -271,3 +271,45 @@ TEST(out_of_memory_while_filling_names_the_shuffle) {
   }
   ASSERT_GE(hits, 10);
 }
+
+/* The order the protocol defines, computed here with plain draws: the stage
+ * draws each slot one call early (to prefetch the sample), and that must
+ * not change a single position, wherever upstream ends. */
+#include "core/rng.h"
+static void reference_order(size_t n, size_t buffer, uint64_t seed,
+                            uint64_t pass, int64_t *out) {
+  static int64_t win[MAXN];
+  uint64_t p = pass, x = seed ^ sl__splitmix64(&p), rng[4];
+  for (int i = 0; i < 4; i++)
+    rng[i] = sl__splitmix64(&x);
+  size_t count = 0, next = 0, k = 0;
+  for (;;) {
+    while (next < n && count < buffer)
+      win[count++] = (int64_t)next++;
+    if (count == 0) break;
+    size_t j = (size_t)sl__rng_bounded(rng, count);
+    out[k++] = win[j];
+    win[j] = win[--count];
+  }
+}
+
+TEST(order_is_the_plain_draws_order_for_every_window_and_length) {
+  static int64_t want[MAXN], got[MAXN];
+  const size_t ns[] = {0, 1, 2, 7, 100, 1000, 4000};
+  const size_t bufs[] = {1, 2, 3, 64, 999, 1000, 1001, 5000};
+  for (size_t a = 0; a < sizeof ns / sizeof *ns; a++) {
+    for (size_t b = 0; b < sizeof bufs / sizeof *bufs; b++) {
+      sl_reader *r = shuffled_range((int64_t)ns[a], bufs[b], 42);
+      for (uint64_t pass = 0; pass < 3; pass++) {
+        if (pass) ASSERT_OK(sl_reader_reset(r));
+        size_t n;
+        ASSERT_RC(test_drain_i64(r, got, MAXN, &n), SL_EOF);
+        ASSERT_EQ(n, ns[a]);
+        reference_order(ns[a], bufs[b], 42, pass, want);
+        for (size_t i = 0; i < n; i++)
+          ASSERT_EQ(got[i], want[i]);
+      }
+      sl_reader_destroy(r);
+    }
+  }
+}

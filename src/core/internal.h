@@ -142,6 +142,18 @@ void sl__buffer_free_pooled(sl_buffer *b);
 #define SL_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define SL_MAX(a, b) ((a) > (b) ? (a) : (b))
 
+/* Asks the CPU to start loading the cache lines of [p, p + n) for reading;
+ * a hint only (nothing on compilers without the builtin). */
+static inline void sl__prefetch(const void *p, size_t n) {
+#if defined(__GNUC__) || defined(__clang__)
+  for (size_t k = 0; k < n; k += 64)
+    __builtin_prefetch((const char *)p + k);
+#else
+  (void)p;
+  (void)n;
+#endif
+}
+
 #ifdef SL_DEBUG
 #define SL_DEBUGLOG(...)                                                       \
   do {                                                                         \

@@ -139,6 +139,10 @@ static int check_sample(const batch_state *b, size_t j) {
                           sl_tensor_describe(t, got, sizeof got), t->nbytes,
                           t->data ? "" : ", no data");
     }
+    /* The sample came out of a shuffle's window, its bytes long out of
+     * the caches: start loading them now, to be copied when the batch is
+     * full (a batch of small rows fits the L2 cache). */
+    if (b->plan[i].kind == K_STACK) sl__prefetch(t->data, SL_MIN(want, 2048));
     if (b->plan[i].kind != K_STACK && j > 0) {
       const sl_tensor *t0 = field_of(b, 0, i);
       for (int d = 1; d < t->rank; d++) {

@@ -17,7 +17,13 @@
  *
  * Cost: the window grows geometrically up to buffer_size (a huge bound costs
  * nothing for small data); after that a sample costs one upstream pull, one
- * draw and two pointer moves.  Errors from upstream are returned as soon as
+ * draw and two pointer moves.  The sample drawn is one that arrived long
+ * ago, so its header is no longer in the CPU's caches: each call therefore
+ * also draws the *next* call's slot ahead of time, on a copy of the
+ * generator, with the bound the window will have then if upstream does not
+ * end, and prefetches that sample.  The next call uses the early draw (and
+ * the copy's state) only when its bound turned out right, else it draws
+ * afresh from the untouched generator, so the order is exactly the same.  Errors from upstream are returned as soon as
  * they are read, unchanged except SL_ENOMEM, which gets "shuffle: out of
  * memory holding N samples (buffer_size B ...): " in front (the window's
  * samples are what used the memory); the window keeps its samples until
@@ -34,6 +40,10 @@ typedef struct shuffle_state {
   bool up_ended;     /* upstream returned SL_EOF this pass */
   uint64_t seed, pass;
   uint64_t rng[4]; /* xoshiro256** state */
+  /* The next draw made early (see Cost): valid while ahead_ok. */
+  bool ahead_ok;
+  size_t ahead_bound, ahead_j;
+  uint64_t ahead_rng[4]; /* rng after that draw */
 } shuffle_state;
 
 /* --- random numbers ----------------------------------------------------------
@@ -77,6 +87,19 @@ static int grow(shuffle_state *s) {
   return SL_OK;
 }
 
+/* Draws the next call's slot early and prefetches its sample (the header
+ * and the tensors after it); a slot at or past `count` will hold a sample
+ * that has yet to arrive (and will be warm). */
+static void draw_ahead(shuffle_state *s) {
+  size_t bound = s->up_ended ? s->count : s->size;
+  s->ahead_ok = bound > 0;
+  if (!s->ahead_ok) return;
+  memcpy(s->ahead_rng, s->rng, sizeof s->rng);
+  s->ahead_bound = bound;
+  s->ahead_j = (size_t)sl__rng_bounded(s->ahead_rng, bound);
+  if (s->ahead_j < s->count) sl__prefetch(s->win[s->ahead_j], 256);
+}
+
 static int shuffle_next(void *st, sl_sample **out) {
   shuffle_state *s = st;
   while (!s->up_ended && s->count < s->size) {
@@ -98,9 +121,16 @@ static int shuffle_next(void *st, sl_sample **out) {
     s->count++;
   }
   if (s->count == 0) return SL_EOF;
-  size_t j = (size_t)sl__rng_bounded(s->rng, s->count);
+  size_t j;
+  if (s->ahead_ok && s->ahead_bound == s->count) {
+    j = s->ahead_j;
+    memcpy(s->rng, s->ahead_rng, sizeof s->rng);
+  } else {
+    j = (size_t)sl__rng_bounded(s->rng, s->count);
+  }
   *out = s->win[j];
   s->win[j] = s->win[--s->count];
+  draw_ahead(s);
   return SL_OK;
 }
 
@@ -108,6 +138,7 @@ static int shuffle_reset(void *st) {
   shuffle_state *s = st;
   release_window(s);
   s->up_ended = false;
+  s->ahead_ok = false;
   s->pass++;
   seed_pass(s);
   return sl_reader_reset(s->up);
