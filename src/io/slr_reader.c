@@ -655,8 +655,8 @@ int sl__slr_load_chunk(sl_slr_file *f, uint64_t c, const slr_chunk **out) {
   /* Decode into the previous chunk's buffer when no sample holds it any
    * more, else into one from the file's pool: the buffers of chunks whose
    * samples were all released (behind a shuffle, on any thread) go back to
-   * it.  A fresh 1 MiB buffer per chunk costs its page faults (about a
-   * tenth of the decode time, docs/PERFORMANCE.md), a reused one is warm.
+   * it.  A fresh 1 MiB buffer per chunk costs its page faults, a reused
+   * one is warm (docs/PERFORMANCE.md, "The per-sample path").
    * Without a pool (out of memory making it) buffers are plain ones. */
   sl_buffer *buf = NULL;
   if (f->cache.raw && sl__buffer_refcount(f->cache.raw) == 1 &&
