@@ -256,7 +256,12 @@ static double epoch_pass(sl_reader *r, uint64_t want_records, double *cpu) {
   int rc;
   uint64_t n = 0;
   while ((rc = sl_reader_next(r, &b)) == SL_OK) {
-    n += epoch_batch ? (uint64_t)sl_sample_at(b, 0)->shape[0] : 1;
+    /* A batch's samples: dim 0 of a stacked field, the LoD's length less
+     * one for a concatenated (variable) one. */
+    const sl_tensor *t = sl_sample_at(b, 0);
+    n += !epoch_batch ? 1
+         : t->lod     ? (uint64_t)t->lod_len - 1
+                      : (uint64_t)t->shape[0];
     sl_sample_release(b);
   }
   CHECK(rc == SL_EOF ? SL_OK : rc);
