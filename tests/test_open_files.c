@@ -9,7 +9,7 @@
 #include "test_util.h"
 
 #include "core/internal.h"
-#include "readers/epoch_plan.h"
+#include "open/epoch_plan.h"
 
 #include <dirent.h>
 #include <pthread.h>

@@ -6,7 +6,7 @@
 #include "test_util.h"
 
 #include "core/internal.h"
-#include "io/registry.h"
+#include "open/registry.h"
 
 #include <pthread.h>
 #include <sys/stat.h>

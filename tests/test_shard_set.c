@@ -8,7 +8,7 @@
 #include "test_util.h"
 
 #include "core/internal.h"
-#include "io/shard_set.h"
+#include "open/shard_set.h"
 
 #include <sys/stat.h>
 #include <unistd.h>

@@ -6,7 +6,7 @@
  * sound.
  */
 #include "cli.h"
-#include "io/shard_set.h"
+#include "open/shard_set.h"
 
 #include <inttypes.h>
 #include <stdlib.h>

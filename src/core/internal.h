@@ -137,6 +137,20 @@ void sl__buffer_pool_drop(sl__buffer_pool *p);
 /* Frees idle buffer b and drops its pool reference. */
 void sl__buffer_free_pooled(sl_buffer *b);
 
+/* --- options structs (opts.c) -------------------------------------------- */
+/* Copies a caller's extensible options struct (first member: size_t size)
+ * into `dst`, which holds this library's defaults and is `dst_size` bytes:
+ * min(size, dst_size) bytes are copied, the rest keep their defaults.
+ * SL_EINVAL when size is 0 or smaller than a size_t; SL_EUNSUPPORTED when
+ * the caller's struct is larger and its extra bytes are not all zero.
+ * `what` names the struct in messages.  dst->size is set to dst_size. */
+int sl__opts_copy(const char *what, void *dst, size_t dst_size,
+                  const void *src);
+
+/* --- paths (path.c) --------------------------------------------------------- */
+/* The last path component of `path` (a pointer into it). */
+const char *sl__basename(const char *path);
+
 /* --- misc ----------------------------------------------------------------- */
 #define SL_UNUSED(x) ((void)(x))
 #define SL_MIN(a, b) ((a) < (b) ? (a) : (b))

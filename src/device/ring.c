@@ -65,7 +65,6 @@
  *   nslots, release_wait_ms, device.
  */
 #include "device/device.h"
-#include "io/registry.h" /* sl__opts_copy */
 #include "readers/reader_impl.h"
 
 #include <errno.h>

@@ -19,7 +19,6 @@
  */
 #include "core/rng.h"
 #include "image/image.h"
-#include "io/registry.h"
 #include "readers/reader_impl.h"
 
 typedef struct crop_state {

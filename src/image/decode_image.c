@@ -50,7 +50,6 @@
  * the consumer.  Each decoder context belongs to its worker.
  */
 #include "image/image.h"
-#include "io/registry.h"
 #include "readers/reader_impl.h"
 
 #include <pthread.h>

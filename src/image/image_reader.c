@@ -18,7 +18,6 @@
  * metadata "classes"; a class name holding ',' or a newline is refused.
  */
 #include "image/image.h"
-#include "io/registry.h"
 #include "readers/reader_impl.h"
 
 #include <dirent.h>

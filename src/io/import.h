@@ -82,8 +82,6 @@ typedef struct sl__pack_opts {
 SL_API int sl__shard_name(const char *out, uint32_t shard, uint32_t shards,
                           char *buf, size_t size);
 
-/* The last path component of `path` (a pointer into it). */
-const char *sl__basename(const char *path);
 
 /* --- the sink: one writer, or K writers with records dealt among them ---- */
 typedef struct sl__pack_sink sl__pack_sink;

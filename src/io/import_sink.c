@@ -40,11 +40,6 @@ struct sl__pack_sink {
   uint32_t n_made_dirs;
 };
 
-const char *sl__basename(const char *path) {
-  const char *s = strrchr(path, '/');
-  return s ? s + 1 : path;
-}
-
 int sl__shard_name(const char *out, uint32_t shard, uint32_t shards, char *buf,
                    size_t size) {
   size_t n = strlen(out);

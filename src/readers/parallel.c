@@ -10,7 +10,6 @@
  * thread).  reset = stop the engine (join), reset upstream, start it again;
  * destroy = stop, destroy upstream, free_ud.
  */
-#include "io/registry.h" /* sl__opts_copy */
 #include "readers/reader_impl.h"
 #include "sync/engine.h"
 

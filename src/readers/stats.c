@@ -1,7 +1,7 @@
 /*
- * stats.c - run statistics over a reader chain: the timing switch, the walk
- * (sl_reader_stats), the verdict (sl_stats_limiting) and the table
- * (sl_stats_format).
+ * stats.c - run statistics over a reader chain: the walk (sl_reader_stats),
+ * the verdict (sl_stats_limiting) and the table (sl_stats_format).  The
+ * timing switch (sl_stats_enable) is core/stats.c.
  *
  * Where the figures come from (see core/stats.h):
  *   samples_out  the reader base's count of samples its implementation gave.
@@ -29,16 +29,6 @@
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
-
-atomic_int sl__stats_on;
-
-void sl_stats_enable(int on) {
-  atomic_store_explicit(&sl__stats_on, on ? 1 : 0, memory_order_relaxed);
-}
-
-int sl_stats_enabled(void) {
-  return sl__stats_timing() ? 1 : 0;
-}
 
 #define MAX_DEPTH 256 /* chains are short; this bounds the recursion */
 

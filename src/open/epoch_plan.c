@@ -50,7 +50,7 @@
  * the windows it meets; memory: the units, plus two 32-bit words per record
  * when shuffling (record numbers and slots).
  */
-#include "readers/epoch_plan.h"
+#include "open/epoch_plan.h"
 #include "core/rng.h"
 
 #include <stdlib.h>

@@ -28,7 +28,7 @@
  * two sets of different prefixes (train and validation) read together.
  * Cost: O(n log n) (a sort of the members by group), no I/O.
  */
-#include "io/shard_set.h"
+#include "open/shard_set.h"
 
 #include <stdlib.h>
 

@@ -33,7 +33,7 @@
  * the pass fails at the same place for any T.
  *
  * Shard sets.  Construction refuses a mixed shard set (files of two pack
- * runs under one name, src/io/shard_set.c) before any worker starts.
+ * runs under one name, src/open/shard_set.c) before any worker starts.
  *
  * Changed files.  Construction reads every file's index and records its
  * identity (device, inode, size, mtime); a worker opens a file on first use
@@ -69,11 +69,11 @@
  *   cur, pos, gbuf, glen, gpos, group, popped, delivered, bad, pass,
  *   running     consumer-only.
  */
-#include "io/registry.h"
-#include "io/shard_set.h"
+#include "open/registry.h"
+#include "open/shard_set.h"
 #include "io/slr_file.h"
 #include "io/source.h"
-#include "readers/epoch_plan.h"
+#include "open/epoch_plan.h"
 #include "readers/reader_impl.h"
 
 #include <pthread.h>
@@ -736,7 +736,7 @@ static int read_index(of_state *o, size_t f, sl_schema **schema,
 
 /* Every file's index, then the shard set check over their metadata: a
  * mixed set (two pack runs under one name) is refused before any record is
- * read (src/io/shard_set.c). */
+ * read (src/open/shard_set.c). */
 static int read_indexes(of_state *o, sl_schema **schema) {
   sl_schema **keep = sl__calloc(o->nfiles, sizeof *keep);
   SL_RETURN_ERROR_IF(!keep, SL_ENOMEM, "open_files: cannot allocate %zu files",

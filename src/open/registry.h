@@ -1,6 +1,5 @@
 /* registry.h - the format registry's interface to the rest of libsluice:
- * expanding names (tags, extensions, globs) into tagged paths, and reading
- * the caller's extensible option structs. */
+ * expanding names (tags, extensions, globs) into tagged paths. */
 #ifndef SLUICE_REGISTRY_H
 #define SLUICE_REGISTRY_H
 
@@ -21,14 +20,5 @@ typedef struct sl__named_file {
 int sl__names_expand(const char *stage, const char *const *names, size_t n,
                      sl__named_file **out, size_t *count);
 void sl__named_files_free(sl__named_file *files, size_t count);
-
-/* Copies a caller's extensible options struct (first member: size_t size)
- * into `dst`, which holds this library's defaults and is `dst_size` bytes:
- * min(size, dst_size) bytes are copied, the rest keep their defaults.
- * SL_EINVAL when size is 0 or smaller than a size_t; SL_EUNSUPPORTED when
- * the caller's struct is larger and its extra bytes are not all zero.
- * `what` names the struct in messages.  dst->size is set to dst_size. */
-int sl__opts_copy(const char *what, void *dst, size_t dst_size,
-                  const void *src);
 
 #endif
