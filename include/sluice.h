@@ -1215,10 +1215,12 @@ typedef struct sl_image_opts {
   const char *field;        /* sl_decode_image: the field of encoded images,
                                bytes or u8 (NULL = "image"); the reader's field
                                is always "image".  Borrowed for the call. */
-  uint32_t threads;         /* decoding worker threads, 0..1024 (0 = 1) */
+  uint32_t threads;         /* decoding worker threads, 1..the thread limit
+                               (0 = 1): 4 x the CPUs, at least 8;
+                               SLUICE_MAX_THREADS sets it */
   uint32_t window;          /* samples in flight, pulled and not yet consumed:
-                               the bound on decoded images held (0 = 4 x
-                               threads; at least threads) */
+                               the bound on decoded images held, 0..65536
+                               (0 = 4 x threads; at least threads) */
   int unordered;            /* 0: upstream's order, identical for any number
                                of threads; 1: as soon as decoded */
   sl_corrupt_policy policy; /* SL_CORRUPT_FAIL: an image that fails to
@@ -1244,7 +1246,9 @@ typedef struct sl_image_opts {
  * metadata kept); every other field is passed on by reference.  At most
  * opts->window samples are in flight.  Workers start at the first next of
  * a pass and keep decoding ahead of the consumer; reset and destroy stop
- * and join them first, and are safe at any moment.
+ * and join them first, and are safe at any moment.  A worker thread that
+ * cannot be started fails that next with SL_ENOMEM ("decode_image: cannot
+ * start a worker thread: ..."); the stage never runs with fewer threads.
  *
  * Errors arrive in order (ordered mode), after the samples before them: a
  * decode failure is "decode_image: sample N of the pass (field 'image'):

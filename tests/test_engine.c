@@ -410,3 +410,198 @@ TEST(a_thread_that_cannot_start_fails_the_start_and_runs_nothing) {
   ASSERT_EQ(n, 1000);
   job_free(&j, e);
 }
+
+/* --- skipped items and the consumer's cache (sl__engine_on_skip,
+ * sl__engine_set_cache) --------------------------------------------------- */
+
+/* Values with v % 7 == 3 are skipped with the note "skip <v>"; the handler
+ * records them (on the consumer's thread) and fails at the `fail_at`-th. */
+typedef struct skip_job {
+  sl_reader *up;
+  pthread_t consumer;
+  int64_t notes[1000];
+  int nnotes;
+  int fail_at; /* > 0: the handler fails at this many skips */
+  atomic_long pulled;
+} skip_job;
+
+static int skip_pull(void *ud, sl_sample **out) {
+  skip_job *j = ud;
+  atomic_fetch_add(&j->pulled, 1);
+  return sl_reader_next(j->up, out);
+}
+
+static int skip_process(void *ud, void *wctx, uint64_t seq, sl_sample *in,
+                        sl_sample **out) {
+  (void)ud;
+  (void)wctx;
+  (void)seq;
+  int64_t v = test_sample_i64(in, 0);
+  if (v % 7 == 3) {
+    sl_sample_release(in);
+    sl_set_error(SL_ECORRUPT, "skip %lld", (long long)v);
+    return SL__ENGINE_SKIP;
+  }
+  *out = in;
+  return SL__ENGINE_OUT;
+}
+
+static int skip_handler(void *ud, uint64_t seq, const char *note) {
+  skip_job *j = ud;
+  ASSERT_TRUE(pthread_equal(pthread_self(), j->consumer));
+  long long v = -1;
+  ASSERT_EQ(sscanf(note, "skip %lld", &v), 1);
+  ASSERT_EQ((uint64_t)v, seq);
+  ASSERT_TRUE(j->nnotes < 1000);
+  j->notes[j->nnotes++] = v;
+  if (j->nnotes == j->fail_at)
+    return sl_set_error(SL_ECORRUPT, "too many skips, the last: %s", note);
+  return SL_OK;
+}
+
+static const sl__engine_ops skip_ops = {skip_pull, NULL, NULL, skip_process,
+                                        NULL};
+
+static sl__engine *skip_engine(skip_job *j, int64_t n, int threads,
+                               bool ordered, bool handler) {
+  memset(j, 0, sizeof *j);
+  j->up = test_range_reader(n);
+  j->consumer = pthread_self();
+  sl__engine_opts o = {"skip stage", "sl-test", threads, ordered, 16};
+  sl__engine *e = NULL;
+  ASSERT_OK(sl__engine_create(&skip_ops, j, &o, &e));
+  if (handler) sl__engine_on_skip(e, skip_handler);
+  ASSERT_OK(sl__engine_start(e));
+  return e;
+}
+
+TEST(skipped_items_reach_the_handler_on_the_consumer_in_order) {
+  enum { N = 700 };
+  static int64_t v[N];
+  for (int threads = 1; threads <= 4; threads++) {
+    for (int ordered = 0; ordered <= 1; ordered++) {
+      skip_job j;
+      sl__engine *e = skip_engine(&j, N, threads, ordered, true);
+      size_t n;
+      ASSERT_RC(drain(e, v, N, &n), SL_EOF);
+      ASSERT_EQ(n, N - N / 7);
+      ASSERT_EQ(j.nnotes, N / 7); /* each exactly once */
+      int64_t sum = 0;
+      for (int k = 0; k < j.nnotes; k++) {
+        ASSERT_EQ(j.notes[k] % 7, 3);
+        if (ordered) ASSERT_EQ(j.notes[k], 7 * k + 3);
+        sum += j.notes[k];
+      }
+      ASSERT_EQ(sum, 7 * (int64_t)(N / 7) * (N / 7 - 1) / 2 + 3 * (N / 7));
+      sl__engine_destroy(e);
+      sl_reader_destroy(j.up);
+    }
+  }
+}
+
+TEST(a_failing_skip_handler_ends_the_pass_at_that_item) {
+  enum { N = 700 };
+  static int64_t v[N];
+  for (int threads = 1; threads <= 4; threads++) {
+    for (int ordered = 0; ordered <= 1; ordered++) {
+      skip_job j;
+      sl__engine *e = skip_engine(&j, N, threads, ordered, true);
+      j.fail_at = 5; /* value 31 */
+      size_t n;
+      ASSERT_RC(drain(e, v, N, &n), SL_ECORRUPT);
+      ASSERT_EQ(j.nnotes, 5);
+      if (ordered) {
+        ASSERT_STREQ(sl_last_error(), "too many skips, the last: skip 31");
+        ASSERT_EQ(n, 31 - 4); /* 0..30 less the 4 skipped */
+        for (size_t i = 0; i < n; i++)
+          ASSERT_TRUE(v[i] < 31);
+      } else {
+        ASSERT_CONTAINS(sl_last_error(), "too many skips, the last: skip ");
+      }
+      /* The end stays, for next and peek. */
+      sl_sample *s = NULL;
+      ASSERT_RC(sl__engine_next(e, &s), SL_ECORRUPT);
+      const sl_sample *first = NULL;
+      ASSERT_RC(sl__engine_peek(e, &first), SL_ECORRUPT);
+      /* A new pass counts again. */
+      sl__engine_stop(e);
+      ASSERT_OK(sl_reader_reset(j.up));
+      j.nnotes = 0;
+      j.fail_at = 0;
+      ASSERT_OK(sl__engine_start(e));
+      ASSERT_RC(drain(e, v, N, &n), SL_EOF);
+      ASSERT_EQ(j.nnotes, N / 7);
+      sl__engine_destroy(e);
+      sl_reader_destroy(j.up);
+    }
+  }
+}
+
+TEST(peek_hands_skips_to_the_handler_first) {
+  skip_job j;
+  sl__engine *e = skip_engine(&j, 5, 2, true, true);
+  sl_sample *s = NULL;
+  for (int k = 0; k < 3; k++) { /* 0, 1, 2 */
+    ASSERT_OK(sl__engine_next(e, &s));
+    sl_sample_release(s);
+  }
+  const sl_sample *first = NULL;
+  ASSERT_OK(sl__engine_peek(e, &first)); /* 3 skipped: 4 */
+  ASSERT_EQ(test_sample_i64(first, 0), 4);
+  ASSERT_EQ(j.nnotes, 1);
+  ASSERT_OK(sl__engine_next(e, &s));
+  ASSERT_EQ(test_sample_i64(s, 0), 4);
+  sl_sample_release(s);
+  ASSERT_RC(sl__engine_next(e, &s), SL_EOF);
+  ASSERT_EQ(j.nnotes, 1);
+  sl__engine_destroy(e);
+  sl_reader_destroy(j.up);
+}
+
+TEST(without_a_handler_skip_is_drop) {
+  enum { N = 300 };
+  static int64_t v[N];
+  skip_job j;
+  sl__engine *e = skip_engine(&j, N, 3, true, false);
+  size_t n;
+  ASSERT_RC(drain(e, v, N, &n), SL_EOF);
+  ASSERT_EQ(n, N - N / 7 - (N % 7 > 3));
+  ASSERT_EQ(j.nnotes, 0);
+  sl__engine_destroy(e);
+  sl_reader_destroy(j.up);
+  ASSERT_TRUE(!test_leaked()); /* the notes were freed */
+}
+
+TEST(a_cache_of_one_makes_the_window_the_bound_on_results_held) {
+  for (int threads = 1; threads <= 3; threads++) {
+    for (int ordered = 0; ordered <= 1; ordered++) {
+      skip_job j;
+      memset(&j, 0, sizeof j);
+      j.up = test_range_reader(100000);
+      sl__engine_opts o = {"cache stage", "sl-test", threads, ordered, 8};
+      sl__engine *e = NULL;
+      ASSERT_OK(sl__engine_create(&skip_ops, &j, &o, &e));
+      sl__engine_set_cache(e, 1);
+      ASSERT_OK(sl__engine_start(e));
+      /* The consumer takes one at a time and lets the workers fill the
+       * window: pulled items not yet taken (the drops, made by skips
+       * without a handler, aside) never exceed it.  With the default cache
+       * they would reach window + 7: the consumer takes all 8 it finds. */
+      long taken = 0;
+      for (int k = 0; k < 40; k++) {
+        sl_sample *s = NULL;
+        ASSERT_OK(sl__engine_next(e, &s));
+        sl_sample_release(s);
+        taken++;
+        test_sleep_us(2000); /* the workers fill the window */
+        long pulled = atomic_load(&j.pulled);
+        long dropped = 0;
+        for (long v = 0; v < pulled; v++)
+          dropped += v % 7 == 3;
+        ASSERT_LE(pulled - dropped - taken, 8);
+      }
+      sl__engine_destroy(e);
+      sl_reader_destroy(j.up);
+    }
+  }
+}

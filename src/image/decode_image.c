@@ -4,114 +4,66 @@
  * the upstream's order by default.  The image reader (image_reader.c) is
  * this stage on top of a source of file bytes.
  *
- * Protocol (one mutex `mu`, two conditions: workers sleep on work_cv, the
- * consumer on out_cv):
+ * The threads are the parallel-stage engine's (sync/engine.c: the window of
+ * sequence numbers, the pull turn, ordered or unordered delivery, the end
+ * of a pass at its position, stop at any moment); this file is what one
+ * image takes:
  *
- *   pull      Upstream is single-consumer, so workers take turns: under mu
- *             a worker waits until nobody is pulling (`pulling`) and the
- *             window has room (pull_seq - next_out < qcap), takes sequence
- *             number pull_seq, sets `pulling`, and drops the lock to call
- *             sl_reader_next; it retakes the lock, advances pull_seq and
- *             hands the turn on (signal work_cv).  EOF or an upstream error
- *             becomes the terminal at that sequence (code and message
- *             copied) and sets pull_done: nobody pulls again this pass.
- *   decode    Outside the lock, with the worker's own decoder context; the
- *             result (a sample, an error with its message, or "skipped")
- *             goes into win[seq % qcap] under mu, and the consumer is
- *             signalled when it sleeps.
- *   window    Sequences [next_out, pull_seq) are in flight; at most qcap,
- *             so at most qcap decoded images wait for the consumer (the
- *             memory bound).  Ordered: the consumer takes win[next_out]
- *             once it is READY.  Unordered: any READY slot of the window;
- *             taken slots are marked TAKEN and next_out moves over them.
- *             The terminal is delivered once next_out reaches term_seq,
- *             i.e. after every sample pulled before it.
- *   skip      Under SL_CORRUPT_SKIP_CHUNK, an image that fails to decode
- *             with SL_ECORRUPT (damaged, truncated, not an image) or
- *             SL_ESHAPE is a SKIPPED result: the consumer counts it in
- *             `bad` (per pass, on the consumer's thread, so the count and
- *             where the cap trips are the same for any thread count in
- *             ordered mode) and fails the pass with SL_ECORRUPT once more
- *             than max_bad were skipped.  Other errors (SL_ENOMEM, upstream
- *             errors) always end the pass.
- *   stop      (reset, destroy) set `stop` under mu, broadcast work_cv,
- *             join.  A worker finishes the image it is decoding, deposits
- *             it and exits; a worker inside sl_reader_next finishes that
- *             call.  Reset then releases every pending result, resets
- *             upstream and clears the pass state; workers are started
- *             again by the next call to next.
+ *   worker    worker_init gives each worker its decoder context (the
+ *             TurboJPEG handle it reuses, the stage's buffer pool for the
+ *             pixels); worker_fini ends it when the stage is destroyed.
+ *   process   Decodes the image field of one sample into a new sample of
+ *             the output schema, naming the image (the file, or "sample N
+ *             of the pass") in every message.
+ *   skip      Under SL_CORRUPT_SKIP_CHUNK, an image that fails with
+ *             SL_ECORRUPT (damaged, truncated, not an image) or SL_ESHAPE is
+ *             SL__ENGINE_SKIP with its message as the note; the engine
+ *             hands the notes to dec_skipped on the consumer's thread in
+ *             delivery order, which counts them in `bad` (per pass) and
+ *             fails the pass with SL_ECORRUPT once more than max_bad were
+ *             skipped.  So the count and where the cap trips are the same
+ *             for any number of threads in ordered mode, and exact in
+ *             unordered mode.  Other errors (SL_ENOMEM, upstream errors)
+ *             always end the pass.
+ *   window    At most `window` samples are pulled and not yet handed out
+ *             (the engine's window, with a consumer cache of 1): the bound
+ *             on decoded images held.
  *
  * Workers start on the first next of each pass (not at construction: an
- * unread stage costs no threads), then run ahead of the consumer until the
- * window is full.  Shared fields, protected by mu: win[*], pull_seq,
- * next_out, pulling, pull_done, stop, term_*, consumer_waiting.  `up` is used
- * by the worker holding the pull turn, or by the consumer while no worker
- * runs (reset, destroy).  `bad`, `running` and the thread handles belong to
- * the consumer.  Each decoder context belongs to its worker.
+ * unread stage costs no threads); reset stops (joins) them, resets upstream
+ * and leaves the next pass to start them again.  `bad` and `started` are
+ * the consumer's; each decoder context belongs to its worker.
  */
 #include "image/image.h"
 #include "readers/reader_impl.h"
+#include "sync/engine.h"
 
-#include <pthread.h>
 #include <stdlib.h>
 
 /* The buffer pool of decoded images: idle buffers beyond the window and
  * the workers, and the bytes they may hold in all. */
 #define POOL_SPARE 16
 #define POOL_IDLE_BYTES ((size_t)256 << 20)
+/* The largest window. */
+#define WINDOW_MAX 65536u
 
-enum { SLOT_EMPTY = 0, SLOT_READY, SLOT_TAKEN };
-enum { RES_SAMPLE = 0, RES_ERROR, RES_SKIPPED };
-
-typedef struct slot {
-  int state; /* SLOT_* */
-  int kind;  /* RES_* */
-  int rc;
-  sl_sample *s; /* RES_SAMPLE */
-  char *msg;    /* RES_ERROR, RES_SKIPPED: the message (owned) */
-} slot;
-
-typedef struct dec_state dec_state;
-
-typedef struct worker {
-  dec_state *d;
-  pthread_t tid;
-  sl__image_decoder dec;
-} worker;
-
-struct dec_state {
+typedef struct dec_state {
   sl_reader *up;
   sl_schema *schema; /* the output schema */
   const char *stage; /* "decode_image" or "image" */
   int field;         /* index of the image field */
   char field_name[64];
   sl_image_shape shape;
-  bool unordered;
   sl_corrupt_policy policy;
   uint32_t max_bad;
   const char *const *names; /* borrowed; nnames entries, or NULL */
   size_t nnames;
-  uint32_t nworkers, qcap;
-  worker *workers;
   sl__buffer_pool *pool; /* the decoded pixels' buffers (buffer_pool.c) */
-  sl__stage_counters counters;
+  sl__engine *engine;
 
-  pthread_mutex_t mu;
-  pthread_cond_t work_cv, out_cv;
-  slot *win;               /* qcap slots (mu) */
-  uint64_t pull_seq;       /* mu */
-  uint64_t next_out;       /* mu */
-  bool pulling, pull_done; /* mu */
-  bool stop;               /* mu */
-  bool consumer_waiting;   /* mu */
-  bool have_term;          /* mu */
-  int term_rc;             /* mu */
-  char *term_msg;          /* mu */
-  uint64_t term_seq;       /* mu */
-
-  bool running; /* consumer: workers started this pass */
+  bool started; /* consumer: the engine runs this pass */
   uint64_t bad; /* consumer: images skipped this pass */
-};
+} dec_state;
 
 /* --- the work of one image ---------------------------------------------- */
 
@@ -153,210 +105,84 @@ static int decode_one(dec_state *d, sl__image_decoder *dec, sl_sample *in,
   return rc;
 }
 
-/* --- workers -------------------------------------------------------------- */
+/* --- the engine's callbacks --------------------------------------------- */
 
-static void *worker_main(void *arg) {
-  worker *w = arg;
-  dec_state *d = w->d;
-  pthread_mutex_lock(&d->mu);
-  for (;;) {
-    while (!d->stop && !d->pull_done &&
-           (d->pulling || d->pull_seq - d->next_out >= d->qcap))
-      pthread_cond_wait(&d->work_cv, &d->mu);
-    if (d->stop || d->pull_done) break;
-    d->pulling = true;
-    uint64_t seq = d->pull_seq;
-    pthread_mutex_unlock(&d->mu);
-
-    sl_sample *in = NULL;
-    int rc = sl_reader_next(d->up, &in);
-    char *msg = rc < 0 ? sl__error_dup() : NULL;
-
-    pthread_mutex_lock(&d->mu);
-    d->pulling = false;
-    if (rc != SL_OK) {
-      d->have_term = true;
-      d->term_rc = rc;
-      d->term_msg = msg;
-      d->term_seq = seq;
-      d->pull_done = true;
-      pthread_cond_broadcast(&d->work_cv);
-      if (d->consumer_waiting) pthread_cond_signal(&d->out_cv);
-      break;
-    }
-    d->pull_seq++;
-    pthread_cond_signal(&d->work_cv); /* the pull turn is free */
-    pthread_mutex_unlock(&d->mu);
-
-    uint64_t t0 = sl__stat_start();
-    sl_sample *res = NULL;
-    rc = decode_one(d, &w->dec, in, seq, &res);
-    slot r = {SLOT_READY, RES_SAMPLE, rc, res, NULL};
-    if (rc < 0) {
-      bool skip = d->policy == SL_CORRUPT_SKIP_CHUNK &&
-                  (rc == SL_ECORRUPT || rc == SL_ESHAPE);
-      r.kind = skip ? RES_SKIPPED : RES_ERROR;
-      r.msg = sl__error_dup();
-    }
-    sl__stat_since(&d->counters.busy_ns, t0);
-
-    pthread_mutex_lock(&d->mu);
-    d->win[seq % d->qcap] = r;
-    if (d->consumer_waiting) pthread_cond_signal(&d->out_cv);
-  }
-  pthread_mutex_unlock(&d->mu);
-  return NULL;
+static int dec_pull(void *ud, sl_sample **out) {
+  return sl_reader_next(((dec_state *)ud)->up, out);
 }
 
-/* Stops and joins the workers (consumer thread). */
-static void stop_workers(dec_state *d) {
-  if (!d->running) return;
-  pthread_mutex_lock(&d->mu);
-  d->stop = true;
-  pthread_cond_broadcast(&d->work_cv);
-  pthread_mutex_unlock(&d->mu);
-  for (uint32_t i = 0; i < d->nworkers; i++)
-    if (d->workers[i].d) pthread_join(d->workers[i].tid, NULL);
-  for (uint32_t i = 0; i < d->nworkers; i++)
-    d->workers[i].d = NULL;
-  d->stop = false;
-  d->running = false;
-}
-
-static int start_workers(dec_state *d) {
-  d->running = true;
-  for (uint32_t i = 0; i < d->nworkers; i++) {
-    worker *w = &d->workers[i];
-    w->d = d;
-    int err = pthread_create(&w->tid, NULL, worker_main, w);
-    if (err) {
-      w->d = NULL;
-      stop_workers(d);
-      return sl_set_error(SL_ENOMEM, "%s: cannot start worker %u: %s", d->stage,
-                          i, strerror(err));
-    }
-  }
+static int dec_worker_init(void *ud, int worker, void **wctx) {
+  dec_state *d = ud;
+  sl__image_decoder *dec = sl__calloc(1, sizeof *dec);
+  SL_RETURN_ERROR_IF(!dec, SL_ENOMEM, "%s: worker %d: cannot allocate",
+                     d->stage, worker);
+  dec->pool = d->pool;
+  *wctx = dec;
   return SL_OK;
 }
 
-/* Releases every pending result and clears the pass state (no worker
- * running). */
-static void clear_pass(dec_state *d) {
-  for (uint32_t i = 0; i < d->qcap; i++) {
-    sl_sample_release(d->win[i].s);
-    sl__free(d->win[i].msg);
-    memset(&d->win[i], 0, sizeof d->win[i]);
-  }
-  sl__free(d->term_msg);
-  d->term_msg = NULL;
-  d->have_term = d->pull_done = d->pulling = false;
-  d->pull_seq = d->next_out = 0;
-  d->bad = 0;
+static void dec_worker_fini(void *ud, int worker, void *wctx) {
+  (void)ud;
+  (void)worker;
+  sl__image_decoder_fini(wctx);
+  sl__free(wctx);
 }
 
-/* --- the consumer -----------------------------------------------------------
- */
-
-/* Takes a READY result (or the due terminal) under mu into *r; returns
- * true for a result, false for the terminal. */
-static bool take_locked(dec_state *d, slot *r) {
-  for (;;) {
-    uint64_t end = d->pull_seq;
-    for (uint64_t seq = d->next_out; seq < end; seq++) {
-      slot *s = &d->win[seq % d->qcap];
-      if (s->state == SLOT_READY) {
-        *r = *s;
-        s->state = SLOT_TAKEN;
-        s->s = NULL;
-        s->msg = NULL;
-        bool moved = false;
-        while (d->next_out < d->pull_seq &&
-               d->win[d->next_out % d->qcap].state == SLOT_TAKEN) {
-          d->win[d->next_out % d->qcap].state = SLOT_EMPTY;
-          d->next_out++;
-          moved = true;
-        }
-        if (moved) pthread_cond_signal(&d->work_cv); /* room in the window */
-        return true;
-      }
-      if (!d->unordered) break; /* ordered: only next_out will do */
-    }
-    if (d->have_term && d->next_out == d->term_seq) return false;
-    d->consumer_waiting = true;
-    pthread_cond_wait(&d->out_cv, &d->mu);
-    d->consumer_waiting = false;
-  }
+static int dec_process(void *ud, void *wctx, uint64_t seq, sl_sample *in,
+                       sl_sample **out) {
+  dec_state *d = ud;
+  int rc = decode_one(d, wctx, in, seq, out);
+  if (rc == SL_OK) return SL__ENGINE_OUT;
+  if (d->policy == SL_CORRUPT_SKIP_CHUNK &&
+      (rc == SL_ECORRUPT || rc == SL_ESHAPE))
+    return SL__ENGINE_SKIP; /* the message is the note */
+  return rc;
 }
+
+/* A skipped image, on the consumer's thread in delivery order. */
+static int dec_skipped(void *ud, uint64_t seq, const char *note) {
+  dec_state *d = ud;
+  (void)seq;
+  d->bad++;
+  if (d->bad > d->max_bad)
+    return sl_set_error(SL_ECORRUPT,
+                        "%s: %llu images failed to decode in this pass, "
+                        "more than max_bad (%u); the last: %s",
+                        d->stage, (unsigned long long)d->bad, d->max_bad,
+                        note);
+  SL_DEBUGLOG("%s: skipped: %s", d->stage, note);
+  return SL_OK;
+}
+
+static const sl__engine_ops dec_ops = {dec_pull, dec_worker_init,
+                                       dec_worker_fini, dec_process, NULL};
+
+/* --- the stage ------------------------------------------------------------ */
 
 static int dec_next(void *st, sl_sample **out) {
   dec_state *d = st;
-  if (!d->running) SL_FORWARD_IF_ERROR(start_workers(d));
-  for (;;) {
-    slot r;
-    pthread_mutex_lock(&d->mu);
-    bool got = take_locked(d, &r);
-    int term_rc = d->term_rc;
-    char *term_msg = NULL;
-    if (!got && term_rc != SL_EOF && d->term_msg)
-      term_msg = sl__strdup(d->term_msg);
-    pthread_mutex_unlock(&d->mu);
-    if (!got) {
-      if (term_rc == SL_EOF) return SL_EOF;
-      sl_set_error(term_rc, "%s", term_msg ? term_msg : sl_strerror(term_rc));
-      sl__free(term_msg);
-      return term_rc;
-    }
-    if (r.kind == RES_SAMPLE) {
-      *out = r.s;
-      return SL_OK;
-    }
-    if (r.kind == RES_ERROR) {
-      sl_set_error(r.rc, "%s", r.msg ? r.msg : sl_strerror(r.rc));
-      sl__free(r.msg);
-      return r.rc;
-    }
-    /* RES_SKIPPED */
-    d->bad++;
-    if (d->bad > d->max_bad) {
-      int rc = sl_set_error(SL_ECORRUPT,
-                            "%s: %llu images failed to decode in this pass, "
-                            "more than max_bad (%u); the last: %s",
-                            d->stage, (unsigned long long)d->bad, d->max_bad,
-                            r.msg ? r.msg : "?");
-      sl__free(r.msg);
-      return rc;
-    }
-    SL_DEBUGLOG("%s: skipped: %s", d->stage, r.msg ? r.msg : "?");
-    sl__free(r.msg);
+  if (!d->started) {
+    SL_FORWARD_IF_ERROR(sl__engine_start(d->engine));
+    d->started = true;
   }
+  return sl__engine_next(d->engine, out);
 }
 
 static int dec_reset(void *st) {
   dec_state *d = st;
-  stop_workers(d);
-  clear_pass(d);
+  sl__engine_stop(d->engine);
+  d->started = false;
+  d->bad = 0;
   return sl_reader_reset(d->up);
 }
 
 static void dec_destroy(void *st) {
   dec_state *d = st;
   if (!d) return;
-  if (d->win) {
-    stop_workers(d);
-    clear_pass(d);
-  }
-  for (uint32_t i = 0; d->workers && i < d->nworkers; i++)
-    sl__image_decoder_fini(&d->workers[i].dec);
+  sl__engine_destroy(d->engine); /* joins, then each worker's fini */
   sl__buffer_pool_release(d->pool); /* images still held stay valid */
   sl_reader_destroy(d->up);
   sl_schema_release(d->schema);
-  if (d->win) {
-    pthread_cond_destroy(&d->work_cv);
-    pthread_cond_destroy(&d->out_cv);
-    pthread_mutex_destroy(&d->mu);
-  }
-  sl__free(d->win);
-  sl__free(d->workers);
   sl__free(d);
 }
 
@@ -425,11 +251,9 @@ int sl__decode_image_make(sl_reader *up, const sl_image_opts *opts,
                       "(bytes or u8)",
                       stage, fname,
                       sl_dtype_name(sl_schema_field_dtype(us, field)));
-  } else if (rc == SL_OK && (o.threads > 1024 || o.window > 65536)) {
-    rc = sl_set_error(SL_EINVAL,
-                      "%s: threads must be 0..1024 and window 0..65536 (got "
-                      "%u and %u)",
-                      stage, o.threads, o.window);
+  } else if (rc == SL_OK && o.window > WINDOW_MAX) {
+    rc = sl_set_error(SL_EINVAL, "%s: window must be 0..%u (got %u)", stage,
+                      WINDOW_MAX, o.window);
   } else if (rc == SL_OK && o.policy != SL_CORRUPT_FAIL &&
              o.policy != SL_CORRUPT_SKIP_CHUNK) {
     rc = sl_set_error(SL_EINVAL, "%s: unknown corrupt policy %d", stage,
@@ -446,46 +270,41 @@ int sl__decode_image_make(sl_reader *up, const sl_image_opts *opts,
   d->field = field;
   snprintf(d->field_name, sizeof d->field_name, "%s", fname);
   d->shape = o.shape;
-  d->unordered = o.unordered != 0;
   d->policy = o.policy;
   d->max_bad = o.max_bad ? o.max_bad : 16;
   d->names = names;
   d->nnames = nnames;
-  d->nworkers = o.threads ? o.threads : 1;
-  d->qcap = o.window ? o.window : 4 * d->nworkers;
-  if (d->qcap < d->nworkers) d->qcap = d->nworkers;
-  d->counters.threads = (int)d->nworkers;
-  d->workers = sl__calloc(d->nworkers, sizeof *d->workers);
-  slot *win = sl__calloc(d->qcap, sizeof *win);
-  /* Idle buffers kept for reuse: enough for the window, the images being
-   * decoded and some the consumer holds, at most POOL_IDLE_BYTES. */
-  d->pool = sl__buffer_pool_new((size_t)d->qcap + d->nworkers + POOL_SPARE,
-                                POOL_IDLE_BYTES);
-  for (uint32_t i = 0; d->workers && i < d->nworkers; i++)
-    d->workers[i].dec.pool = d->pool;
-  int64_t dims[3];
-  sl__image_schema_dims(&o.shape, dims);
-  rc = d->workers && win && d->pool ? SL_OK
-                                    : sl_set_error(SL_ENOMEM,
-                                                   "%s: cannot allocate the "
-                                                   "window",
-                                                   stage);
+  /* The engine checks the thread count (sl__threads_check). */
+  int threads = o.threads ? (int)SL_MIN(o.threads, 1u << 20) : 1;
+  size_t window = o.window ? o.window : 4 * (size_t)threads;
+  if (window < (size_t)threads) window = (size_t)threads;
+  const sl__engine_opts eo = {stage, "sl-decode", threads, !o.unordered,
+                              window};
+  rc = sl__engine_create(&dec_ops, d, &eo, &d->engine);
   if (rc == SL_OK) {
+    sl__engine_on_skip(d->engine, dec_skipped);
+    sl__engine_set_cache(d->engine, 1); /* window: the exact bound */
+    /* Idle buffers kept for reuse: enough for the window, the images being
+     * decoded and some the consumer holds, at most POOL_IDLE_BYTES. */
+    d->pool = sl__buffer_pool_new(window + (size_t)threads + POOL_SPARE,
+                                  POOL_IDLE_BYTES);
+    if (!d->pool)
+      rc = sl_set_error(SL_ENOMEM, "%s: cannot allocate the buffer pool",
+                        stage);
+  }
+  if (rc == SL_OK) {
+    int64_t dims[3];
+    sl__image_schema_dims(&o.shape, dims);
     rc = sl__schema_with_field(us, field, SL_U8, 3, dims, &d->schema);
     if (rc < 0) sl_wrap_error(rc, "%s", stage);
   }
-  if (rc == SL_OK) {
-    pthread_mutex_init(&d->mu, NULL);
-    pthread_cond_init(&d->work_cv, NULL);
-    pthread_cond_init(&d->out_cv, NULL);
-    d->win = win;
-  } else {
-    sl__free(win);
+  if (rc < 0) {
     dec_destroy(d);
     return rc;
   }
   return sl__decorator_make(strcmp(stage, "image") == 0 ? &image_vt : &dec_vt,
-                            d, d->schema, &d->up, &d->counters, out);
+                            d, d->schema, &d->up, sl__engine_counters(d->engine),
+                            out);
 }
 
 int sl_decode_image(sl_reader *up, const sl_image_opts *opts, sl_reader **out) {

@@ -43,10 +43,17 @@
  *                        results deposited before it come out first; those
  *                        in flight or deposited after it are never delivered
  *                        and are released by the next stop.
- *   consumer  Takes up to CACHE consecutive ready results per lock round
- *             trip into a private cache, and returns them one by one; an
- *             error or EOF is returned at its place.  The cache lets the
- *             workers run up to CACHE items further ahead than the window.
+ *   consumer  Takes up to cache_max (CACHE unless set lower) consecutive
+ *             ready results per lock round trip into a private cache, and
+ *             returns them one by one; an error or EOF is returned at its
+ *             place.  The cache lets the workers run up to cache_max - 1
+ *             items further ahead than the window.
+ *   skip      An item processed to SL__ENGINE_SKIP is a result like a
+ *             sample (a window slot, a ring entry) holding its note (the
+ *             message copied); the consumer hands it to `skipped` when it
+ *             reaches it in the cache and goes on, or, when the handler
+ *             fails, turns it into the error that ends the pass.  So the
+ *             handler sees the skips in delivery order, on one thread.
  *   signals   Decided under `mu`, sent after unlocking it (so the woken
  *             thread does not run into the mutex its waker still holds).
  *             The consumer sleeps on out_cv only when nothing is ready; a
@@ -110,15 +117,19 @@ static inline void cpu_pause(void) {
 #endif
 }
 
-enum { R_EMPTY = 0, R_SAMPLE, R_DROP, R_ERROR, R_EOF };
+enum { R_EMPTY = 0, R_SAMPLE, R_DROP, R_SKIP, R_ERROR, R_EOF };
+
+/* The end of a pass: EOF or an error. */
+#define R_IS_END(kind) ((kind) == R_ERROR || (kind) == R_EOF)
 
 typedef struct result {
   int kind;     /* R_* */
   int code;     /* R_ERROR: the error code */
   bool checked; /* R_SAMPLE: needs no ops.check */
-  uint64_t seq; /* R_SAMPLE: its sequence number, for ops.check */
+  uint64_t seq; /* R_SAMPLE, R_SKIP: its sequence number */
   sl_sample *s; /* R_SAMPLE: owned */
-  char *msg;    /* R_ERROR: owned heap copy of the message, may be NULL */
+  char *msg;    /* R_ERROR, R_SKIP: owned heap copy of the message (the
+                   note), may be NULL */
 } result;
 
 typedef struct worker {
@@ -138,6 +149,8 @@ struct sl__engine {
   const sl__engine_ops *ops;
   void *ud;
   const char *stage, *thread_name;
+  sl__engine_skip_fn skipped; /* set before the first start */
+  int cache_max;              /* 1..CACHE, set before the first start */
   bool ordered;
   bool spin; /* a spare CPU for the consumer to spin on */
   int nthreads;
@@ -171,7 +184,7 @@ struct sl__engine {
 
 static void result_clear(result *r) {
   if (r->kind == R_SAMPLE) sl_sample_release(r->s);
-  if (r->kind == R_ERROR) sl__free(r->msg);
+  if (r->kind == R_ERROR || r->kind == R_SKIP) sl__free(r->msg);
   memset(r, 0, sizeof *r);
 }
 
@@ -270,8 +283,14 @@ static void run_one(sl__engine *e, worker *w, uint64_t seq, sl_sample *in,
     result_error(r, rc);
     return;
   }
-  if (rc == SL__ENGINE_DROP) {
+  if (rc == SL__ENGINE_DROP || (rc == SL__ENGINE_SKIP && !e->skipped)) {
     r->kind = R_DROP;
+    return;
+  }
+  if (rc == SL__ENGINE_SKIP) {
+    r->kind = R_SKIP;
+    r->seq = seq;
+    r->msg = sl__error_dup();
     return;
   }
   if ((rc != SL__ENGINE_OUT && rc != SL__ENGINE_UNCHECKED) || !o) {
@@ -524,7 +543,7 @@ static void fill_cache(sl__engine *e) {
   pthread_mutex_lock(&e->mu);
   for (;;) {
     if (e->ordered) {
-      while (n < CACHE) {
+      while (n < e->cache_max) {
         result *r = &e->win[e->next_out % e->window];
         if (r->kind == R_EMPTY) break;
         if (r->kind == R_DROP) {
@@ -534,18 +553,18 @@ static void fill_cache(sl__engine *e) {
         }
         e->cache[n++] = *r;
         memset(r, 0, sizeof *r);
-        if (e->cache[n - 1].kind != R_SAMPLE) break; /* the end */
+        if (R_IS_END(e->cache[n - 1].kind)) break; /* stays at next_out */
         e->next_out++;
       }
     } else {
-      while (n < CACHE && e->ring_len > 0) {
+      while (n < e->cache_max && e->ring_len > 0) {
         result *r = &e->win[e->ring_head];
         e->cache[n++] = *r;
         memset(r, 0, sizeof *r);
         e->ring_head = (e->ring_head + 1) % e->window;
         e->ring_len--;
         e->next_out++;
-        if (e->cache[n - 1].kind != R_SAMPLE) break;
+        if (R_IS_END(e->cache[n - 1].kind)) break;
       }
       if (n == 0 && e->term.kind != R_EMPTY && e->next_out == e->term_seq) {
         e->cache[n++] = e->term;
@@ -585,11 +604,29 @@ static void fill_cache(sl__engine *e) {
 }
 
 /* The result the consumer sees next: the end already delivered, or the
- * cache's next (filled, waiting if need be). */
+ * cache's next (filled, waiting if need be).  Skipped items on the way go
+ * to the skip handler; one it fails becomes the error result. */
 static result *next_result(sl__engine *e) {
-  if (e->end.kind != R_EMPTY) return &e->end;
-  if (e->cache_pos == e->cache_len) fill_cache(e);
-  return &e->cache[e->cache_pos];
+  for (;;) {
+    if (e->end.kind != R_EMPTY) return &e->end;
+    if (e->cache_pos == e->cache_len) fill_cache(e);
+    result *r = &e->cache[e->cache_pos];
+    if (r->kind != R_SKIP) return r;
+    uint64_t seq = r->seq;
+    sl_clear_error();
+    int rc = e->skipped(e->ud, seq,
+                        r->msg ? r->msg : "(note lost: out of memory)");
+    result_clear(r);
+    if (rc >= 0) {
+      e->cache_pos++;
+      continue;
+    }
+    if (sl_last_error_code() != rc || !sl_last_error()[0])
+      sl_set_error(rc, "%s: item %llu: %s", e->stage, (unsigned long long)seq,
+                   sl_strerror(rc));
+    result_error(r, rc);
+    return r;
+  }
 }
 
 int sl__engine_peek(sl__engine *e, const sl_sample **first) {
@@ -609,6 +646,7 @@ int sl__engine_next(sl__engine *e, sl_sample **out) {
       e->cache_pos++;
     }
     if (e->end.kind == R_EOF) return SL_EOF;
+    assert(e->end.kind == R_ERROR);
     return sl_set_error(e->end.code, "%s",
                         e->end.msg ? e->end.msg
                                    : "(error message lost: out of memory)");
@@ -625,6 +663,14 @@ int sl__engine_next(sl__engine *e, sl_sample **out) {
   }
   *out = r.s;
   return SL_OK;
+}
+
+void sl__engine_on_skip(sl__engine *e, sl__engine_skip_fn skipped) {
+  e->skipped = skipped;
+}
+
+void sl__engine_set_cache(sl__engine *e, int cache) {
+  e->cache_max = cache >= 1 && cache < CACHE ? cache : CACHE;
 }
 
 const atomic_bool *sl__engine_stop_flag(const sl__engine *e) {
@@ -679,6 +725,7 @@ int sl__engine_create(const sl__engine_ops *ops, void *ud,
   e->stage = opts->stage;
   e->thread_name = opts->thread_name;
   e->ordered = opts->ordered;
+  e->cache_max = CACHE;
   e->nthreads = opts->threads;
   /* Spinning only pays when the workers leave a CPU free for it. */
   e->spin = sl__cpu_count() > opts->threads;

@@ -24,7 +24,11 @@ enum {
   SL__ENGINE_OUT = 0,       /* *out holds the result, already checked */
   SL__ENGINE_UNCHECKED = 1, /* *out holds the result; ops.check runs on it
                                on the consumer's thread before delivery */
-  SL__ENGINE_DROP = 2       /* no result for this item (filtered, skipped) */
+  SL__ENGINE_DROP = 2,      /* no result for this item (filtered, skipped) */
+  SL__ENGINE_SKIP = 3       /* no result; the message this thread set (its
+                               note) goes to the skip handler on the
+                               consumer's thread at the item's place
+                               (sl__engine_on_skip; without one: DROP) */
 };
 
 typedef struct sl__engine_ops {
@@ -59,12 +63,33 @@ typedef struct sl__engine_opts {
   size_t window;           /* items in flight; 0: max(128, 32 x threads) */
 } sl__engine_opts;
 
+/* The handler of SL__ENGINE_SKIP items: on the consumer's thread, at the
+ * item's place in delivery order (upstream order when ordered), inside
+ * sl__engine_next / _peek, with the note (the message process set, or a
+ * placeholder when it could not be copied).  Returns SL_OK (the item stays
+ * left out) or an error (message set) that ends the pass there, as a
+ * process error would.  So a stage counts what it skips, and caps it, in
+ * one order whatever the thread count. */
+typedef int (*sl__engine_skip_fn)(void *ud, uint64_t seq, const char *note);
+
 /* Makes a stopped engine (no thread runs until sl__engine_start).  `ops` and
  * `ud` are borrowed for the engine's life; `opts->stage` and
  * `opts->thread_name` too.  SL_EINVAL for bad options (threads beyond the
  * limit included), SL_ENOMEM. */
 int sl__engine_create(const sl__engine_ops *ops, void *ud,
                       const sl__engine_opts *opts, sl__engine **out);
+
+/* Optional settings of a stopped engine, before its first start (functions
+ * rather than fields, so that the positional initialisers of sl__engine_ops
+ * and sl__engine_opts stay complete):
+ *   on_skip:  the skip handler (above); NULL: SKIP is DROP.
+ *   set_cache: results the consumer takes per lock round trip, 1..16 (0 or
+ *     more: 16).  Taken results wait in the consumer's cache while the
+ *     workers refill the window, so up to window + cache - 1 results can be
+ *     held; 1 makes `window` the exact bound (a stage whose results are
+ *     large, e.g. decoded images). */
+void sl__engine_on_skip(sl__engine *e, sl__engine_skip_fn skipped);
+void sl__engine_set_cache(sl__engine *e, int cache);
 
 /* Starts a pass: every worker thread.  When one cannot be started, those
  * started are stopped again and the error (SL_ENOMEM, naming the stage) is
