@@ -591,6 +591,42 @@ TEST(allocation_failures_leak_nothing) {
   ASSERT_TRUE(created > 0);
 }
 
+TEST(a_thread_that_cannot_start_fails_the_stage_and_leaks_nothing) {
+  /* At construction: SL_ENOMEM naming the stage, the upstream freed. */
+  gen g;
+  sl_reader *r = (sl_reader *)1;
+  sl_double_buffer_opts o = SL_DOUBLE_BUFFER_OPTS_INIT;
+  o.device = "cpu";
+  sl_reader *up = gen_reader(&g, 5, -1);
+  sl__thread_fail_after(0);
+  int rc = sl_double_buffer(up, &o, &r);
+  sl__thread_fail_after(-1);
+  ASSERT_RC(rc, SL_ENOMEM);
+  ASSERT_NULL(r);
+  ASSERT_STREQ(sl_last_error(), "double_buffer: cannot start a worker "
+                                "thread: Resource temporarily unavailable");
+  gen_done(&g);
+  /* At a reset: the reset's error; the reader can still be destroyed, or
+   * reset again once threads start. */
+  r = dbuf(gen_reader(&g, 5, -1), "cpu", 2);
+  sl_sample *s = next_ok(r);
+  ASSERT_EQ(first_i64(s), 0);
+  sl_sample_release(s);
+  sl__thread_fail_after(0);
+  rc = sl_reader_reset(r);
+  sl__thread_fail_after(-1);
+  ASSERT_RC(rc, SL_ENOMEM);
+  ASSERT_CONTAINS(sl_last_error(),
+                  "double_buffer: cannot start a worker thread");
+  ASSERT_OK(sl_reader_reset(r));
+  s = next_ok(r);
+  ASSERT_EQ(first_i64(s), 0);
+  sl_sample_release(s);
+  sl_reader_destroy(r);
+  gen_done(&g);
+  ASSERT_TRUE(!test_leaked());
+}
+
 /* --- CUDA on this machine, and "auto" ---------------------------------------
  */
 

@@ -171,6 +171,36 @@ TEST(allocation_failures_leak_nothing) {
   }
 }
 
+TEST(a_thread_that_cannot_start_fails_the_stage_and_leaks_nothing) {
+  /* At construction: SL_ENOMEM naming the stage, the upstream freed. */
+  gen g;
+  gen_init(&g, 10, -1, 0);
+  sl_reader *r = (sl_reader *)1;
+  sl__thread_fail_after(0);
+  int rc = sl_prefetch(gen_reader(&g, 1), 4, &r);
+  sl__thread_fail_after(-1);
+  ASSERT_RC(rc, SL_ENOMEM);
+  ASSERT_NULL(r);
+  ASSERT_STREQ(sl_last_error(), "prefetch: cannot start a worker thread: "
+                                "Resource temporarily unavailable");
+  gen_done(&g);
+  /* At a reset: the reset's error; the reader can still be destroyed, or
+   * reset again once threads start. */
+  gen_init(&g, 10, -1, 0);
+  r = prefetch(gen_reader(&g, 1), 4);
+  read_n(r, 3);
+  sl__thread_fail_after(0);
+  rc = sl_reader_reset(r);
+  sl__thread_fail_after(-1);
+  ASSERT_RC(rc, SL_ENOMEM);
+  ASSERT_CONTAINS(sl_last_error(), "prefetch: cannot start a worker thread");
+  ASSERT_OK(sl_reader_reset(r));
+  expect_pass(r, 0, 10);
+  sl_reader_destroy(r);
+  gen_done(&g);
+  ASSERT_TRUE(!test_leaked());
+}
+
 #ifdef __linux__
 /* True when some thread of this process is named `name`. */
 static int thread_named(const char *name) {

@@ -327,11 +327,6 @@ static slot *find_free(ring *r) {
 static void *worker_main(void *arg) {
   dbuf_state *p = arg;
   ring *r = p->r;
-#if defined(__linux__)
-  (void)pthread_setname_np(pthread_self(), "sl-dbuf");
-#elif defined(__APPLE__)
-  (void)pthread_setname_np("sl-dbuf");
-#endif
   int rc = r->eng->ops->thread_init(r->eng);
   if (rc != SL_OK) {
     sl_wrap_error(rc, STAGE ": copy thread");
@@ -402,10 +397,8 @@ static void *worker_main(void *arg) {
 }
 
 static int start_worker(dbuf_state *p) {
-  int err = pthread_create(&p->thread, NULL, worker_main, p);
-  if (err)
-    return sl_set_error(SL_ENOMEM, STAGE ": cannot start the copy thread: %s",
-                        strerror(err));
+  SL_FORWARD_IF_ERROR(
+      sl__thread_start(&p->thread, STAGE, "sl-dbuf", worker_main, p));
   p->running = true;
   return SL_OK;
 }

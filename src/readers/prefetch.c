@@ -44,11 +44,8 @@
  * to PREFETCH_CACHE samples further ahead than `n`.  It pays off when the
  * consumer is the slower side, which is what prefetch is for: one recv_many
  * frees many slots, so a worker blocked on a full channel is woken once per
- * batch instead of once per sample.  Measured on a 2-vCPU VM, range upstream,
- * consumer spending ~1.3 us per sample, median of 5: n = 64, 0.49M samples/s
- * with the cache vs 0.18M/s without (context switches 90k vs 280k per 400k
- * samples); n = 4, 0.10 vs 0.06M/s.  With an idle consumer both are equal
- * within noise (~0.8M/s), bounded by the channel's sleep/wake hand-offs.
+ * batch instead of once per sample (docs/PERFORMANCE.md, "prefetch's
+ * consumer cache", has the figures).
  */
 #include "readers/reader_impl.h"
 
@@ -69,11 +66,6 @@ typedef struct prefetch_state {
 
 static void *worker_main(void *arg) {
   prefetch_state *p = arg;
-#if defined(__linux__)
-  (void)pthread_setname_np(pthread_self(), "sl-prefetch");
-#elif defined(__APPLE__)
-  (void)pthread_setname_np("sl-prefetch");
-#endif
   while (!atomic_load_explicit(&p->stop, memory_order_relaxed)) {
     sl_sample *s = NULL;
     int rc = sl_reader_next(p->up, &s);
@@ -102,17 +94,13 @@ static void *worker_main(void *arg) {
   return NULL;
 }
 
-/* Returns 0 or pthread_create's error number. */
+/* SL_OK, or SL_ENOMEM naming the stage (sl__thread_start's message). */
 static int start_worker(prefetch_state *p) {
   atomic_store_explicit(&p->stop, false, memory_order_relaxed);
-  int err = pthread_create(&p->thread, NULL, worker_main, p);
-  if (err == 0) p->running = true;
-  return err;
-}
-
-static int thread_error(int err) {
-  return sl_set_error(SL_ENOMEM, "prefetch: cannot start worker thread: %s",
-                      strerror(err));
+  SL_FORWARD_IF_ERROR(
+      sl__thread_start(&p->thread, "prefetch", "sl-prefetch", worker_main, p));
+  p->running = true;
+  return SL_OK;
 }
 
 static void stop_worker(prefetch_state *p) {
@@ -147,8 +135,7 @@ static int prefetch_reset(void *st) {
   drop_cache(p);
   sl_channel_reopen(p->ch);
   SL_FORWARD_IF_ERROR(sl_reader_reset(p->up));
-  int err = start_worker(p);
-  return err ? thread_error(err) : SL_OK;
+  return start_worker(p);
 }
 
 static void prefetch_destroy(void *st) {
@@ -187,11 +174,10 @@ int sl_prefetch(sl_reader *up, size_t n, sl_reader **out) {
   SL_FORWARD_IF_ERROR(sl__decorator_make_1to1(&prefetch_vt, p,
                                               (sl_schema *)sl_reader_schema(up),
                                               &p->up, &p->stats, out));
-  int err = start_worker(p);
-  if (err) {
-    sl_reader_destroy(*out); /* destroys up too: we own it */
+  int rc = start_worker(p);
+  if (rc != SL_OK) {
+    sl_reader_destroy(*out); /* destroys up too: we own it; keeps the error */
     *out = NULL;
-    return thread_error(err);
   }
-  return SL_OK;
+  return rc;
 }
