@@ -38,6 +38,7 @@
  */
 #include "bindings.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -160,7 +161,8 @@ static int stage_map(lua_State *L) {
   if (!lua_isnil(L, 4)) {
     luaL_checktype(L, 4, LUA_TTABLE);
     kind = opt_kind_field(L, 4);
-    opts.threads = (int)opt_int_field(L, 4, "threads", 1, 1, 1 << 16);
+    /* The range is checked by the stage (sl__threads_check), the one place. */
+    opts.threads = (int)opt_int_field(L, 4, "threads", 1, 1, INT_MAX);
     opts.ordered = opt_bool_field(L, 4, "ordered", 1);
     opts.queue = (size_t)opt_int_field(L, 4, "queue", 0, 0, 1 << 30);
     opts.deadline = (double)opt_num_field(L, 4, "deadline", 0, 0, 1e6);

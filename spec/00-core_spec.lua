@@ -182,7 +182,12 @@ describe("sluice.core", function()
       assert.has_error(function()
         core.map(range_addr(1), fn, env, { threads = 0 }, nil)
       end, "bad argument #4 to 'map' (opts.threads must be an integer in "
-           .. "[1, 65536])")
+           .. "[1, 2147483647])")
+      -- The upper bound is the stage's (sl__threads_check), not the binding's.
+      local ok, err = pcall(core.map, range_addr(1), fn, env,
+                            { threads = 100000 }, nil)
+      assert.is_false(ok)
+      assert.matches("threads = 100000 is more than the limit of", err, 1, true)
       collectgarbage()
     end)
   end)

@@ -311,6 +311,21 @@ describe("sluice.Pipeline", function()
                    misuse(function() p:filter(id, {schema = {}}) end))
       assert.same({0, 1, 2}, collect(p))
     end)
+
+    it("refuses more threads than the limit with the engine's message", function()
+      -- The thread count is checked in one place (sync/engine.c,
+      -- sl__threads_check): 4 x the CPUs, at least 8, SLUICE_MAX_THREADS.
+      local id = function(s) return s end
+      for _, kind in ipairs {"map", "filter"} do
+        local p = sluice.range(3)
+        local ok, err = pcall(p[kind], p, id, {threads = 10000})
+        assert.is_false(ok)
+        assert.matches("^" .. kind .. " %(" .. where(id):gsub("%p", "%%%0")
+                       .. "%): threads = 10000 is more than the limit of %d+",
+                       err)
+        assert.matches("SLUICE_MAX_THREADS", err, 1, true)
+      end
+    end)
   end)
 
   describe(":filter()", function()

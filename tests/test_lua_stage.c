@@ -649,6 +649,47 @@ TEST(bad_arguments) {
   sl__shipped_release(f);
 }
 
+/* A thread that cannot be started fails the stage: at construction (the
+ * workers start there) and at a reset, never a stage with fewer threads
+ * (issue 13 item 12); the count itself is checked against the limit. */
+TEST(thread_start_failure_fails_the_stage) {
+  sl__shipped *f = ship("times10", "map");
+  sl__lua_env *e = test_env();
+  for (long ok = 0; ok < 3; ok++) {
+    sl__lua_stage_opts o = {4, 1, 0, 0};
+    sl_reader *r = (sl_reader *)1;
+    sl__thread_fail_after(ok);
+    int rc = sl__lua_stage(range(100), SL__LUA_MAP, f, e, &o, NULL, &r);
+    sl__thread_fail_after(-1);
+    ASSERT_RC(rc, SL_ENOMEM);
+    ASSERT_NULL(r);
+    ASSERT_CONTAINS(sl_last_error(), "map (test_fns.lua:");
+    ASSERT_CONTAINS(sl_last_error(), "thread");
+  }
+  /* At a reset: the reset fails; once threads can start, the next works. */
+  sl_reader *r = map(range(100), "times10", 2, 1);
+  sl_sample *s = NULL;
+  ASSERT_OK(sl_reader_next(r, &s));
+  sl_sample_release(s);
+  sl__thread_fail_after(1);
+  int rc = sl_reader_reset(r);
+  sl__thread_fail_after(-1);
+  ASSERT_RC(rc, SL_ENOMEM);
+  ASSERT_CONTAINS(sl_last_error(), "thread");
+  ASSERT_OK(sl_reader_reset(r));
+  expect_pass(r, 0, 100, 10);
+  sl_reader_destroy(r);
+  /* Beyond the limit: the engine's message, the upstream taken. */
+  sl__lua_stage_opts o = {(int)sl__thread_limit() + 1, 1, 0, 0};
+  r = (sl_reader *)1;
+  ASSERT_RC(sl__lua_stage(range(10), SL__LUA_MAP, f, e, &o, NULL, &r),
+            SL_EINVAL);
+  ASSERT_NULL(r);
+  ASSERT_CONTAINS(sl_last_error(), "more than the limit");
+  sl__lua_env_release(e);
+  sl__shipped_release(f);
+}
+
 /* --- reset and destroy --------------------------------------------------- */
 
 TEST(reset_mid_pass) {

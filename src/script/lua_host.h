@@ -131,8 +131,10 @@ typedef enum sl__lua_kind {
 } sl__lua_kind;
 
 typedef struct sl__lua_stage_opts {
-  int threads;  /* worker threads (>= 1) */
-  int ordered;  /* 1: keep upstream order (default); 0: as soon as ready */
+  int threads;  /* worker threads, 1..the thread limit (sl__threads_check:
+                   4 x the CPUs, at least 8; SLUICE_MAX_THREADS) */
+  int ordered;  /* 1: keep upstream order (default); 0: as soon as ready
+                   (a parser is always ordered) */
   size_t queue; /* samples in flight, 0 = max(128, 32 * threads) */
   /* Seconds one call of fn (one sample) may run, 0 = no limit (the
    * default).  A call past it fails with SL_ELUA "... deadline of S s
@@ -143,7 +145,10 @@ typedef struct sl__lua_stage_opts {
 } sl__lua_stage_opts;
 
 /* A map or filter stage running `fn` (retained) in `opts->threads` worker
- * states created from `env` (retained), over `up` (taken, also on failure).
+ * states created from `env` (retained), over `up` (taken, also on failure),
+ * on the parallel-stage engine (sync/engine.h).  A worker thread that cannot
+ * be started fails the construction or the reset with SL_ENOMEM: the stage
+ * never runs with fewer threads.
  * Output schema: `schema` when given (retained); else, for filter, the
  * upstream's; for map, the schema of the first output (construction pulls
  * and maps the first sample, which is then yielded first - so map's schema
@@ -178,8 +183,9 @@ SL_API sl_sample *sl__lua_sample_clone(const sl_sample *s);
 
 /* A source running the Lua reader creator `fn` (Paddle's reader creator:
  * fn() returns an iterator; each call of the iterator returns a sample or
- * a table row, nil at the end) in one worker thread with its own state,
- * prefetching into a channel of `buffer` samples.  `schema` (may be NULL;
+ * a table row, nil at the end) in a worker state of its own, under
+ * sl_prefetch(.., buffer): prefetch's thread runs it, `buffer` samples
+ * ahead.  `schema` (may be NULL;
  * retained) is what every row must match; without it the first row's schema
  * is used (known at construction: the first row is produced then).  Each
  * reset calls fn() again for a fresh iterator. */
