@@ -21,6 +21,7 @@ BUILD      ?= build
 BUILD_ASAN ?= build-asan
 BUILD_TSAN ?= build-tsan
 BUILD_FUZZ ?= build-fuzz
+BUILD_C_ONLY ?= build-c-only
 FUZZ_CC    ?= clang-14
 # Seconds each fuzz target runs in `make fuzz` (CI: 60).
 FUZZ_SECONDS ?= 60
@@ -38,7 +39,7 @@ FORMAT_DIRS := src include tests bench examples tools
 # Keep the nested make run by `cmake --build` from printing directory noise.
 MAKEFLAGS += --no-print-directory
 
-.PHONY: help deps configure build test demo asan tsan fuzz fuzz-build bench bench-peers format clean
+.PHONY: help deps configure build test demo asan tsan c-only fuzz fuzz-build bench bench-peers format clean
 
 help:
 	@echo "sluice make targets:"
@@ -47,11 +48,12 @@ help:
 	@echo "  make build   configure and build into $(BUILD)/ ($(BUILD_TYPE))"
 	@echo "  make asan    AddressSanitizer + UBSan build in $(BUILD_ASAN)/, run CTest"
 	@echo "  make tsan    ThreadSanitizer build in $(BUILD_TSAN)/, run the threaded suites"
+	@echo "  make c-only  C-only build (no LuaJIT, TurboJPEG, libspng) in $(BUILD_C_ONLY)/, run CTest"
 	@echo "  make fuzz    libFuzzer build in $(BUILD_FUZZ)/ ($(FUZZ_CC)), each target FUZZ_SECONDS=$(FUZZ_SECONDS) s"
 	@echo "  make bench   build and run every benchmark (bench/run; peers if set up)"
 	@echo "  make bench-peers  set up the peers' venv, then sluice vs its peers"
 	@echo "  make format  clang-format -i over $(FORMAT_DIRS)"
-	@echo "  make clean   remove $(BUILD)/ $(BUILD_ASAN)/ $(BUILD_TSAN)/ $(BUILD_FUZZ)/"
+	@echo "  make clean   remove $(BUILD)/ $(BUILD_ASAN)/ $(BUILD_TSAN)/ $(BUILD_FUZZ)/ $(BUILD_C_ONLY)/"
 	@echo "  make deps    only install the apt packages"
 	@echo "variables: EPOCHS=$(EPOCHS) DATA=$(DATA) JOBS=$(JOBS)"
 
@@ -113,6 +115,19 @@ tsan: deps
 	  ctest --test-dir $(BUILD_TSAN) --output-on-failure -j$(JOBS) \
 	  --no-tests=error -R '^(channel|prefetch|threaded|double_buffer|errors|lua_ship|lua_stage|open_files|registry|plan|pipeline|stats|image|faults|lua_faults|shutdown|buffer_pool|engine|parallel|threads)\.'
 
+# The C-only library: -DSLUICE_WITH_LUA=OFF -DSLUICE_WITH_IMAGES=OFF leave
+# out src/script/ and src/image/ and their libraries; the suites that need
+# them are not built, cli.without_layers checks the answers that replace
+# them.  A target of its own rather than a CTest test of every build: a
+# second full build inside each `make test`, `asan` and `tsan` would cost
+# each of them a build and its tests again (`make c-only`: about 45 s on 2
+# CPUs).
+c-only: deps
+	cmake -S . -B $(BUILD_C_ONLY) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) \
+	  -DSLUICE_WITH_LUA=OFF -DSLUICE_WITH_IMAGES=OFF
+	cmake --build $(BUILD_C_ONLY) -j$(JOBS)
+	ctest --test-dir $(BUILD_C_ONLY) --output-on-failure -j$(JOBS)
+
 # The fuzz targets (fuzz/fuzz_*.c) as libFuzzer binaries: clang, everything
 # instrumented with ASan+UBSan (SLUICE_FUZZ).  `make fuzz` then runs each for
 # FUZZ_SECONDS from the committed corpus (fuzz/run.sh); a crash, leak,
@@ -147,4 +162,4 @@ format:
 	  xargs -0 -r clang-format -i
 
 clean:
-	rm -rf $(BUILD) $(BUILD_ASAN) $(BUILD_TSAN) $(BUILD_FUZZ)
+	rm -rf $(BUILD) $(BUILD_ASAN) $(BUILD_TSAN) $(BUILD_FUZZ) $(BUILD_C_ONLY)

@@ -539,3 +539,31 @@ TEST(literal_name_that_looks_like_a_pattern) {
   ASSERT_EQ(drain_ids(r, 0), 5);
   sl_reader_destroy(r);
 }
+
+/* The image tag stays registered in a build without image decoding
+ * (cmake -DSLUICE_WITH_IMAGES=OFF) and says how the library was built, by
+ * tag and by extension; a full build never says it. */
+TEST(image_tag_says_when_built_without_images) {
+  ASSERT_EQ(mkdir(tmppath("img"), 0755), 0);
+  FILE *f = fopen(tmppath("img/x.jpg"), "wb");
+  ASSERT_TRUE(f != NULL);
+  fputs("\xff\xd8\xff", f);
+  fclose(f);
+  char tagged[600];
+  snprintf(tagged, sizeof tagged, "image:%s", tmppath("img"));
+  const char *names[] = {tagged, tmppath("img/x.jpg")};
+  for (int i = 0; i < 2; i++) {
+    sl_reader *r = NULL;
+    int rc = sl_open(names[i], NULL, &r);
+#if SLUICE_WITH_IMAGES
+    if (rc == SL_OK) sl_reader_destroy(r);
+    else
+      ASSERT_TRUE(strstr(sl_last_error(), "built without image") == NULL);
+#else
+    ASSERT_RC(rc, SL_EUNSUPPORTED);
+    ASSERT_TRUE(r == NULL);
+    ASSERT_CONTAINS(sl_last_error(), "was built without image support "
+                                     "(cmake -DSLUICE_WITH_IMAGES=OFF");
+#endif
+  }
+}
