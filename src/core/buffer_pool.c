@@ -5,10 +5,9 @@
  *
  * Why: freeing and reallocating such buffers makes the C library hand the
  * memory back to the kernel and fault it in again, zero-filled, page by
- * page.  Measured on the image reader (bench/bench_image.c): a third of
- * its page faults and ~15% of its CPU time per image, and more with two
- * decoding threads (two allocator arenas trimming in turn) - the largest
- * cost of the second thread.  A pooled buffer keeps its pages.
+ * page: on the image reader, the largest cost of a second decoding thread
+ * (two allocator arenas trimming in turn; figures in docs/PERFORMANCE.md,
+ * image decoding).  A pooled buffer keeps its pages.
  *
  * Protocol:
  *   get       takes an idle buffer whose capacity fits the request (at
