@@ -506,3 +506,74 @@ TEST(reset_while_worker_inside_slow_upstream) {
   sl_reader_destroy(r);
   gen_done(&g);
 }
+
+/* --- over a batch: deferred row copies ------------------------------------ */
+
+/* Reads batches of `b` rows of 0..n-1 (the last may be short) up to `stop`
+ * batches (-1: the whole pass, then EOF), sleeping every `sleep_every`-th
+ * batch so that both the worker (consumer busy) and the consumer (waiting)
+ * copy rows. */
+static void expect_batches(sl_reader *r, int64_t n, int64_t b, int64_t stop,
+                           int sleep_every) {
+  int64_t next = 0, k = 0;
+  for (; next < n && (stop < 0 || k < stop); k++) {
+    sl_sample *s = NULL;
+    ASSERT_RC(sl_reader_next(r, &s), SL_OK);
+    const sl_tensor *t = sl_sample_at(s, 0);
+    int64_t rows = SL_MIN(b, n - next);
+    ASSERT_EQ(t->shape[0], rows);
+    for (int64_t j = 0; j < rows; j++)
+      ASSERT_EQ(((int64_t *)t->data)[j], next + j);
+    next += rows;
+    if (sleep_every && k % sleep_every == 0) test_sleep_us(2000);
+    sl_sample_release(s);
+  }
+  if (stop < 0) {
+    sl_sample *s = NULL;
+    ASSERT_RC(sl_reader_next(r, &s), SL_EOF);
+  }
+}
+
+static sl_reader *batch_of(sl_reader *up, size_t n) {
+  sl_reader *r;
+  ASSERT_OK(sl_batch(up, n, NULL, &r));
+  return r;
+}
+
+TEST(over_a_batch_every_batch_is_whole_whoever_copies_its_rows) {
+  for (int sleep_every = 0; sleep_every <= 3; sleep_every++) {
+    sl_reader *r = prefetch(batch_of(range(1000), 7), 2);
+    expect_batches(r, 1000, 7, -1, sleep_every);
+    /* resets mid-pass, with batches queued and rows still to copy */
+    for (int k = 0; k < 5; k++) {
+      ASSERT_OK(sl_reader_reset(r));
+      expect_batches(r, 1000, 7, k * 11, sleep_every);
+    }
+    ASSERT_OK(sl_reader_reset(r));
+    expect_batches(r, 1000, 7, -1, sleep_every);
+    sl_reader_destroy(r);
+  }
+  ASSERT_TRUE(!test_leaked());
+}
+
+TEST(over_a_batch_destroy_at_any_moment_and_errors_in_order) {
+  for (int k = 0; k < 40; k++) { /* batches queued, rows still to copy */
+    sl_reader *r = prefetch(batch_of(range(5000), 16), 1 + k % 4);
+    expect_batches(r, 5000, 16, k % 7, 0);
+    if (k % 2) test_sleep_us(500);
+    sl_reader_destroy(r);
+  }
+  gen g;
+  gen_init(&g, 100, 50, 0); /* fails at record 50: batch 6 of 8 rows */
+  sl_reader *r = prefetch(batch_of(gen_reader(&g, 1), 8), 3);
+  expect_batches(r, 48, 8, 6, 1);
+  sl_sample *s = NULL;
+  ASSERT_RC(sl_reader_next(r, &s), SL_EIO);
+  ASSERT_STREQ(sl_last_error(), "gen: read failed at record 50");
+  ASSERT_RC(sl_reader_next(r, &s), SL_EIO);
+  ASSERT_OK(sl_reader_reset(r));
+  expect_batches(r, 48, 8, 6, 0);
+  sl_reader_destroy(r);
+  gen_done(&g);
+  ASSERT_TRUE(!test_leaked());
+}

@@ -51,10 +51,24 @@
  * per output field (sizes computed before anything is copied), never
  * anything per input sample.  Between calls no sample is held.
  *
- * Threading: single consumer, like every reader.
+ * Deferred copies (prefetch).  sl_prefetch over a batch asks for them
+ * (sl__batch_defer): batch_next then collects and checks the rows and
+ * allocates the output (every error it can have is found there), but leaves
+ * the row bytes to copy: the output goes out with its rows recorded in a
+ * pending table, and sl__batch_fill copies them, on whichever thread gets to
+ * it first: prefetch's worker when the consumer is behind, the consumer when
+ * it is waiting anyway (it would otherwise sleep while the worker copies).
+ * Until filled, such an output has never been seen outside batch and
+ * prefetch; it is filled before prefetch hands it out, so samples are
+ * immutable once published as ever.  The table is guarded by `mu`; the copy
+ * reads only what construction fixed (plan, schemas), so it may run beside
+ * the next batch_next.
+ *
+ * Threading: single consumer, like every reader (sl__batch_fill aside).
  */
 #include "readers/reader_impl.h"
 
+#include <pthread.h>
 #include <stdint.h>
 
 enum { K_STACK, K_CONCAT, K_PAD };
@@ -63,6 +77,13 @@ typedef struct field_plan {
   int kind; /* K_* */
   int out;  /* index of the field in the output schema */
 } field_plan;
+
+/* An output whose row bytes are still to be copied (deferred mode). */
+typedef struct pending {
+  sl_sample *out;   /* NULL: the entry is free */
+  sl_sample **rows; /* n slots, held references */
+  size_t nrows;
+} pending;
 
 typedef struct batch_state {
   sl_reader *up;
@@ -75,6 +96,10 @@ typedef struct batch_state {
   sl_sample **held; /* n slots: the samples of the batch being built */
   size_t nheld;
   unsigned long long batch_no; /* batches emitted in this pass */
+  /* deferred mode (sl__batch_defer); mu guards pend[*] */
+  pthread_mutex_t mu;
+  pending *pend; /* npend entries, NULL when not deferred */
+  size_t npend;
 } batch_state;
 
 /* --- helpers -------------------------------------------------------------- */
@@ -104,6 +129,10 @@ static bool shape_bytes(const sl_tensor *t, size_t *r) {
 
 static const sl_tensor *field_of(const batch_state *b, size_t j, int i) {
   return sl_sample_at_const(b->held[j], i);
+}
+
+static const sl_tensor *row_field(sl_sample *const *rows, size_t j, int i) {
+  return sl_sample_at_const(rows[j], i);
 }
 
 /* --- per-sample checks ---------------------------------------------------- */
@@ -182,13 +211,17 @@ static int stack_field(const batch_state *b, int i, sl_sample *o) {
   if (rc < 0)
     return sl_wrap_error(rc, "batch: field '%s'",
                          sl_schema_field_name(b->in, i));
-  size_t row = t0->nbytes; /* every sample has exactly the schema shape */
-  if (row) {
-    char *dst = t.data;
-    for (size_t j = 0; j < b->nheld; j++, dst += row)
-      memcpy(dst, field_of(b, j, i)->data, row);
-  }
   return put(o, b->plan[i].out, &t);
+}
+
+/* The row bytes of a stacked field. */
+static void stack_copy(sl_sample *const *rows, size_t nrows, int i,
+                       sl_tensor *t) {
+  size_t row = row_field(rows, 0, i)->nbytes; /* the schema shape, all rows */
+  char *dst = t->data;
+  if (row)
+    for (size_t j = 0; j < nrows; j++, dst += row)
+      memcpy(dst, row_field(rows, j, i)->data, row);
 }
 
 /* [sum of lengths, t...] + LoD, values and offsets in one buffer. */
@@ -231,14 +264,9 @@ static int concat_field(const batch_state *b, int i, sl_sample *o) {
   }
   char *base = sl_buffer_data(buf);
   int64_t *lod = (int64_t *)(void *)(base + lod_off);
-  char *dst = base;
   lod[0] = 0;
-  for (size_t j = 0; j < b->nheld; j++) {
-    const sl_tensor *tj = field_of(b, j, i);
-    if (tj->nbytes) memcpy(dst, tj->data, tj->nbytes);
-    dst += tj->nbytes;
-    lod[j + 1] = lod[j] + tj->shape[0];
-  }
+  for (size_t j = 0; j < b->nheld; j++)
+    lod[j + 1] = lod[j] + field_of(b, j, i)->shape[0];
   rc = sl_tensor_set_lod(&t, buf, lod, (int64_t)b->nheld + 1);
   sl_buffer_release(buf); /* the tensor holds its own references now */
   if (rc < 0) {
@@ -246,6 +274,17 @@ static int concat_field(const batch_state *b, int i, sl_sample *o) {
     return sl_wrap_error(rc, "batch: field '%s'", name);
   }
   return put(o, b->plan[i].out, &t);
+}
+
+/* The row bytes of a concatenated field, one after the other. */
+static void concat_copy(sl_sample *const *rows, size_t nrows, int i,
+                        sl_tensor *t) {
+  char *dst = t->data;
+  for (size_t j = 0; j < nrows; j++) {
+    const sl_tensor *tj = row_field(rows, j, i);
+    if (tj->nbytes) memcpy(dst, tj->data, tj->nbytes);
+    dst += tj->nbytes;
+  }
 }
 
 /* [B, longest, t...] zero-padded, then "<name>_len" i64[B]. */
@@ -271,20 +310,9 @@ static int pad_field(const batch_state *b, int i, sl_sample *o) {
     sl_tensor_clear(&t);
     return sl_wrap_error(rc, "batch: field '%s_len'", name);
   }
-  /* Each sample gets a slot of `slot` bytes: its values, then zeros.  Only
-   * the tail is cleared, so every byte is written once. */
-  size_t slot = t.nbytes / b->nheld;
-  char *dst = t.data;
   int64_t *len = lens.data;
-  for (size_t j = 0; j < b->nheld; j++) {
-    const sl_tensor *tj = field_of(b, j, i);
-    if (slot) {
-      if (tj->nbytes) memcpy(dst, tj->data, tj->nbytes);
-      memset(dst + tj->nbytes, 0, slot - tj->nbytes);
-      dst += slot;
-    }
-    len[j] = tj->shape[0];
-  }
+  for (size_t j = 0; j < b->nheld; j++)
+    len[j] = field_of(b, j, i)->shape[0];
   rc = put(o, b->plan[i].out, &t);
   if (rc < 0) {
     sl_tensor_clear(&lens);
@@ -293,6 +321,44 @@ static int pad_field(const batch_state *b, int i, sl_sample *o) {
   return put(o, b->plan[i].out + 1, &lens);
 }
 
+/* The row bytes of a padded field: each sample gets a slot of `slot` bytes,
+ * its values, then zeros.  Only the tail is cleared, so every byte is
+ * written once. */
+static void pad_copy(sl_sample *const *rows, size_t nrows, int i,
+                     sl_tensor *t) {
+  size_t slot = t->nbytes / nrows;
+  char *dst = t->data;
+  if (slot)
+    for (size_t j = 0; j < nrows; j++, dst += slot) {
+      const sl_tensor *tj = row_field(rows, j, i);
+      if (tj->nbytes) memcpy(dst, tj->data, tj->nbytes);
+      memset(dst + tj->nbytes, 0, slot - tj->nbytes);
+    }
+}
+
+/* Copies the row bytes of every field into `o`, whose fields assemble
+ * allocated.  Reads only what construction fixed, so it may run on another
+ * thread than batch_next. */
+static void copy_rows(const batch_state *b, sl_sample *const *rows,
+                      size_t nrows, sl_sample *o) {
+  for (int i = 0; i < b->nfields; i++) {
+    sl_tensor *t = sl_sample_at(o, b->plan[i].out);
+    switch (b->plan[i].kind) {
+    case K_STACK:
+      stack_copy(rows, nrows, i, t);
+      break;
+    case K_CONCAT:
+      concat_copy(rows, nrows, i, t);
+      break;
+    default:
+      pad_copy(rows, nrows, i, t);
+      break;
+    }
+  }
+}
+
+/* Allocates the output for the held samples (every field's shape, LoD
+ * offsets and lengths set; the row bytes not yet copied). */
 static int assemble(const batch_state *b, sl_sample **out) {
   sl_sample *o = sl_sample_new(b->out);
   if (!o) return sl_wrap_error(SL_ENOMEM, "batch");
@@ -318,6 +384,85 @@ static int assemble(const batch_state *b, sl_sample **out) {
   return SL_OK;
 }
 
+/* --- deferred copies (sl__batch_defer) ------------------------------------ */
+
+/* Records `o` with the held rows as pending (they move to the entry) and
+ * returns true; false when the table is full (the caller copies now). */
+static bool defer(batch_state *b, sl_sample *o) {
+  pending *e = NULL;
+  pthread_mutex_lock(&b->mu);
+  for (size_t k = 0; k < b->npend && !e; k++)
+    if (!b->pend[k].out) e = &b->pend[k];
+  if (e) {
+    sl_sample **rows = e->rows;
+    e->rows = b->held; /* swap the arrays: no copy of the pointers */
+    b->held = rows;
+    e->nrows = b->nheld;
+    e->out = o;
+    b->nheld = 0;
+  }
+  pthread_mutex_unlock(&b->mu);
+  return e != NULL;
+}
+
+static void drop_pending(batch_state *b) {
+  if (!b->pend) return;
+  pthread_mutex_lock(&b->mu);
+  for (size_t k = 0; k < b->npend; k++) {
+    pending *e = &b->pend[k];
+    for (size_t j = 0; j < e->nrows; j++)
+      sl_sample_release(e->rows[j]);
+    e->nrows = 0;
+    e->out = NULL;
+  }
+  pthread_mutex_unlock(&b->mu);
+}
+
+static const sl_reader_vtable batch_vt;
+
+void *sl__batch_defer(sl_reader *r, size_t max_pending) {
+  batch_state *b = sl__reader_state_of(r, &batch_vt);
+  if (!b || b->pend || max_pending == 0) return NULL;
+  pending *pend = sl__calloc(max_pending, sizeof *pend);
+  bool ok = pend != NULL;
+  for (size_t k = 0; ok && k < max_pending; k++)
+    ok = (pend[k].rows = sl__malloc(b->n * sizeof *pend[k].rows)) != NULL;
+  if (!ok || pthread_mutex_init(&b->mu, NULL) != 0) {
+    for (size_t k = 0; pend && k < max_pending; k++)
+      sl__free(pend[k].rows);
+    sl__free(pend);
+    return NULL; /* no deferred copies: batch copies as before */
+  }
+  b->pend = pend;
+  b->npend = max_pending;
+  return b;
+}
+
+void sl__batch_fill(void *h, sl_sample *s) {
+  batch_state *b = h;
+  sl_sample **rows = NULL;
+  size_t nrows = 0;
+  pthread_mutex_lock(&b->mu);
+  pending *e = NULL;
+  for (size_t k = 0; k < b->npend && !e; k++)
+    if (b->pend[k].out == s) e = &b->pend[k];
+  if (e) { /* take the rows out: the copy runs unlocked */
+    rows = e->rows;
+    nrows = e->nrows;
+    e->rows = NULL;
+  }
+  pthread_mutex_unlock(&b->mu);
+  if (!e) return; /* not pending: filled already */
+  copy_rows(b, rows, nrows, s);
+  for (size_t j = 0; j < nrows; j++)
+    sl_sample_release(rows[j]);
+  pthread_mutex_lock(&b->mu);
+  e->rows = rows; /* e stays reserved until here: out is still s */
+  e->nrows = 0;
+  e->out = NULL;
+  pthread_mutex_unlock(&b->mu);
+}
+
 /* --- the reader ----------------------------------------------------------- */
 
 static int batch_next(void *st, sl_sample **out) {
@@ -338,7 +483,10 @@ static int batch_next(void *st, sl_sample **out) {
     goto done;
   }
   rc = assemble(b, out);
-  if (rc == SL_OK) b->batch_no++;
+  if (rc < 0) goto done;
+  b->batch_no++;
+  if (b->pend && defer(b, *out)) return SL_OK; /* the rows went with it */
+  copy_rows(b, b->held, b->nheld, *out);
 done:
   release_held(b);
   return rc;
@@ -347,6 +495,7 @@ done:
 static int batch_reset(void *st) {
   batch_state *b = st;
   release_held(b);
+  drop_pending(b);
   b->batch_no = 0;
   return sl_reader_reset(b->up); /* its error, if any, as it is */
 }
@@ -356,6 +505,13 @@ static void batch_destroy(void *st) {
   if (!b) return;
   if (b->held) release_held(b);
   sl__free(b->held);
+  if (b->pend) {
+    drop_pending(b);
+    for (size_t k = 0; k < b->npend; k++)
+      sl__free(b->pend[k].rows);
+    sl__free(b->pend);
+    pthread_mutex_destroy(&b->mu);
+  }
   sl__free(b->plan);
   sl_schema_release(b->out);
   sl_reader_destroy(b->up);

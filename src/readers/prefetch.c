@@ -36,6 +36,9 @@
  *            (possibly slow) upstream pull after the abort.
  *   thread, running, cache, cache_pos, cache_len
  *            consumer-only.
+ *   batch    set at construction (NULL unless up is a batch), then read-only;
+ *            batch's table has its own lock.
+ *   waiting  atomic: written by the consumer, read by the worker.
  *
  * Cache: the consumer takes up to PREFETCH_CACHE samples per lock round trip
  * with sl_channel_recv_many.  The channel is FIFO and recv_many returns an
@@ -46,12 +49,24 @@
  * frees many slots, so a worker blocked on a full channel is woken once per
  * batch instead of once per sample (docs/PERFORMANCE.md, "prefetch's
  * consumer cache", has the figures).
+ *
+ * Over a batch (sl__batch_defer, batch.c): batch's outputs leave the worker
+ * with their rows still to copy unless the worker copies them itself, which
+ * it does when the consumer is not waiting (`waiting`, set by the consumer
+ * around its recv_many with an empty cache: a hint, read relaxed; either
+ * answer is correct).  The consumer calls sl__batch_fill on every sample
+ * before handing it out, so whatever leaves prefetch is whole: a waiting
+ * consumer copies the rows instead of sleeping, a busy one is spared the
+ * copy.  Outputs dropped unfilled (stop, the cache) leave their rows in
+ * batch's table until the reset or destroy that follows, which drops them.
  */
 #include "readers/reader_impl.h"
 
 #include <pthread.h>
 
 #define PREFETCH_CACHE 16
+/* At most this many batches out with their rows still to copy. */
+#define PREFETCH_MAX_DEFERRED 64
 
 typedef struct prefetch_state {
   sl_reader *up;
@@ -62,6 +77,8 @@ typedef struct prefetch_state {
   sl_sample *cache[PREFETCH_CACHE];
   int cache_pos, cache_len;
   sl__stage_counters stats; /* wait_down: the worker blocked in send */
+  void *batch;              /* sl__batch_defer's handle, or NULL */
+  atomic_bool waiting;      /* the consumer has nothing cached: it waits */
 } prefetch_state;
 
 static void *worker_main(void *arg) {
@@ -70,6 +87,10 @@ static void *worker_main(void *arg) {
     sl_sample *s = NULL;
     int rc = sl_reader_next(p->up, &s);
     if (rc == SL_OK) {
+      /* A consumer that waits copies the rows itself (it would sleep
+       * meanwhile); one that is busy gets them copied here. */
+      if (p->batch && !atomic_load_explicit(&p->waiting, memory_order_relaxed))
+        sl__batch_fill(p->batch, s);
       uint64_t t0 = sl__stat_start();
       int sent = sl_channel_send(p->ch, s);
       sl__stat_since(&p->stats.wait_down_ns, t0);
@@ -120,12 +141,15 @@ static void drop_cache(prefetch_state *p) {
 static int prefetch_next(void *st, sl_sample **out) {
   prefetch_state *p = st;
   if (p->cache_pos == p->cache_len) {
+    atomic_store_explicit(&p->waiting, true, memory_order_relaxed);
     int n = sl_channel_recv_many(p->ch, p->cache, PREFETCH_CACHE);
+    atomic_store_explicit(&p->waiting, false, memory_order_relaxed);
     if (n <= 0) return n; /* SL_EOF, or the kill code with its message */
     p->cache_pos = 0;
     p->cache_len = n;
   }
   *out = p->cache[p->cache_pos++];
+  if (p->batch) sl__batch_fill(p->batch, *out); /* its rows, if still due */
   return SL_OK;
 }
 
@@ -163,6 +187,12 @@ int sl_prefetch(sl_reader *up, size_t n, sl_reader **out) {
   p->up = up;
   p->stats.threads = 1;
   atomic_init(&p->stop, false);
+  atomic_init(&p->waiting, false);
+  /* Over a batch, the rows of a batch may be left for the consumer to
+   * copy while it waits (see batch.c).  At most every batch the channel,
+   * the cache and the worker can hold at once. */
+  p->batch = sl__batch_defer(
+      up, SL_MIN(n + PREFETCH_CACHE + 1, (size_t)PREFETCH_MAX_DEFERRED));
   p->ch = sl_channel_new(n, 0);
   if (!p->ch) {
     int rc = sl_wrap_error(sl_last_error_code(), "prefetch");

@@ -32,7 +32,7 @@ struct sl_reader {
   sl_sample *peeked;     /* a sample taken by has_next, not yet returned */
   pthread_mutex_t *lock; /* non-NULL for shared readers; guards all above */
   /* statistics: links set once after construction (sl__reader_link) */
-  sl_reader *const *ups;        /* borrowed from the state, nups entries */
+  sl_reader *const *ups; /* borrowed from the state, nups entries */
   size_t nups;
   const sl__stage_counters *counters; /* NULL: a stage without threads */
   sl__length_fn length;               /* NULL: length not known */
@@ -251,6 +251,10 @@ int sl_reader_reset(sl_reader *r) {
 
 const sl_schema *sl_reader_schema(const sl_reader *r) {
   return r ? r->schema : NULL;
+}
+
+void *sl__reader_state_of(sl_reader *r, const sl_reader_vtable *vt) {
+  return (r && r->vt == vt && !r->lock) ? r->state : NULL;
 }
 
 const char *sl_reader_name(const sl_reader *r) {

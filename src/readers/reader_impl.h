@@ -113,9 +113,28 @@ int sl__length_of_upstream(const sl_reader *r, void *state, uint64_t *n);
  *     set one; "map: sample N: ..." otherwise and for a bad output).
  *   sl__filter_callback_error: a filter callback's negative rc (or SL_EOF)
  *     on sample `index` as the consumer sees it. */
-int sl__map_call(sl_map_fn fn, void *ud, const sl_schema *want,
-                 sl_sample *in, uint64_t index, sl_sample **out);
+int sl__map_call(sl_map_fn fn, void *ud, const sl_schema *want, sl_sample *in,
+                 uint64_t index, sl_sample **out);
 int sl__filter_callback_error(int rc, uint64_t index);
+
+/* r's state when r is a built-in stage of vtable `vt` that is not shared
+ * (sl__reader_share); else NULL.  For stages that cooperate with the stage
+ * they wrap (prefetch over batch). */
+void *sl__reader_state_of(sl_reader *r, const sl_reader_vtable *vt);
+
+/* Batch's deferred copies, for prefetch (batch.c; see its banner).
+ *   sl__batch_defer: when r is a batch, from now on its outputs may leave
+ *     with their row bytes still to copy (at most max_pending at once;
+ *     beyond that batch copies them itself); returns a handle, or NULL when
+ *     r is not a batch or memory is short (nothing changes then).  Call it
+ *     before any thread pulls r.
+ *   sl__batch_fill: copies the rows of output s if they are still to copy
+ *     (nothing otherwise); any thread, once per output before it is
+ *     published.  Pending outputs that are dropped unfilled must be followed
+ *     by a reset or destroy of the batch (which drop their rows) before the
+ *     next pull. */
+void *sl__batch_defer(sl_reader *r, size_t max_pending);
+void sl__batch_fill(void *h, sl_sample *s);
 
 /* A snapshot of one reader's statistics and links (readers/stats.c). */
 typedef struct sl__reader_view {
