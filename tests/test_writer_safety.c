@@ -25,6 +25,7 @@
 
 #include <dirent.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -450,11 +451,17 @@ static double now_s(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* The flag is set as sluice pack sets it: by a signal handler on the
+ * writing thread (so the test has no data race for TSan to see). */
+static void on_usr1(int sig) {
+  (void)sig;
+  g_cancel = 2;
+}
+
 static void *cancel_later(void *arg) {
-  (void)arg;
   usleep(300 * 1000);
   g_cancel_at = now_s();
-  g_cancel = 2;
+  pthread_kill(*(pthread_t *)arg, SIGUSR1);
   return NULL;
 }
 
@@ -477,11 +484,19 @@ TEST(cancel_stops_compression_within_a_block) {
     ASSERT_OK(sl_slr_writer_append(w, r));
     sl_sample_release(r);
   }
-  pthread_t t;
-  ASSERT_EQ(pthread_create(&t, NULL, cancel_later, NULL), 0);
+  struct sigaction sa, old;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_usr1;
+  sa.sa_flags = SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  ASSERT_EQ(sigaction(SIGUSR1, &sa, &old), 0);
+  pthread_t t, self = pthread_self();
+  ASSERT_EQ(pthread_create(&t, NULL, cancel_later, &self), 0);
   int rc = sl_slr_writer_close(w);
-  double took = now_s() - g_cancel_at;
-  pthread_join(t, NULL);
+  double end = now_s();
+  pthread_join(t, NULL); /* orders g_cancel_at's write before our read */
+  double took = end - g_cancel_at;
+  sigaction(SIGUSR1, &old, NULL);
   ASSERT_RC(rc, SL_EKILLED);
   ASSERT_CONTAINS(sl_last_error(), "interrupted");
   printf("stopped %.3f s after the cancel flag was set\n", took);
