@@ -727,6 +727,16 @@ TEST(bad_arguments_and_options) {
   ASSERT_RC(sl_open_files(g_names, NF, &o, &r), SL_EINVAL);
   ASSERT_STREQ(sl_last_error(),
                "open_files: threads must be at most 1024, got 1025");
+  /* The limit every threaded stage shares (the engine checks it). */
+  setenv("SLUICE_MAX_THREADS", "2", 1);
+  o.threads = 3;
+  ASSERT_RC(sl_open_files(g_names, NF, &o, &r), SL_EINVAL);
+  ASSERT_STREQ(sl_last_error(), "open_files: threads = 3 is more than the "
+                                "limit of 2 set by SLUICE_MAX_THREADS");
+  o.threads = 2;
+  ASSERT_OK(sl_open_files(g_names, NF, &o, &r));
+  sl_reader_destroy(r);
+  unsetenv("SLUICE_MAX_THREADS");
   o = opts(1, false, 3);
   o.rank = 3;
   ASSERT_RC(sl_open_files(g_names, NF, &o, &r), SL_EINVAL);

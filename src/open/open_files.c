@@ -3,34 +3,33 @@
  * following the epoch plan (epoch_plan.c), delivered as one reader.
  *
  * Work.  The plan is a list of units (some records of one chunk) grouped by
- * shuffle window.  A worker processes a unit by decoding its chunk with its
- * own file handle (one zstd context per open file per worker) and making
- * every sample the unit needs; the unit's samples then travel together as
- * one `result`, so a queue operation moves a chunk's worth of samples and
- * the consumer's per-sample cost is an array read.
+ * shuffle window.  The units are the items of a parallel-stage engine
+ * (sync/engine.h) with a process_many callback: pull hands out unit numbers
+ * (no upstream: each item is NULL and its sequence number is the unit's
+ * index), a worker processes unit k by decoding its chunk with its own file
+ * handles (one zstd context per open file per worker) and making every
+ * sample the unit needs, and the unit's samples travel together as one
+ * result, so a hand-off moves a chunk's worth of samples and the consumer's
+ * per-sample cost is an array read.  The engine's window counts units; it
+ * is sized from `buffer` and the largest chunk (window_units).
  *
- * Ordered mode (the default).  Unit k is processed by worker k mod T, which
- * takes its units in increasing order and appends their results to its own
- * queue.  The consumer walks the plan's groups in order and takes unit k's
- * result from queue k mod T: the results arrive in plan order whatever the
- * threads' timing, so the output is the same for any T.  A group of one unit
- * is delivered as it stands; a group of several (a shuffle window wider than
- * one chunk) is first scattered into the group buffer by the units' slots,
- * restoring the window's permuted order.
+ * Ordered mode (the default).  The engine delivers units in plan order
+ * whatever the threads' timing, so the output is the same for any T.  A
+ * unit alone in its group is delivered as it stands; the units of a group
+ * of several (a shuffle window wider than one chunk) are scattered into the
+ * group buffer by their slots, restoring the window's permuted order.
  *
- * Unordered mode.  Workers take the next unit from an atomic counter and
- * append results to one shared queue; the consumer delivers results in
- * arrival order and stops after as many results as there are units.
+ * Unordered mode.  The engine delivers units as they are finished; their
+ * samples go out in arrival order.
  *
- * Errors.  A unit that fails carries its code and the worker's message (the
- * file's path, chunk and offset) in its result, in its place.  The worker
- * then stops, and records the unit in `fail_unit` so that the others do not
- * start units after it (the consumer will never read past it).  When the
- * consumer reaches the result it stops and joins every worker, then returns
- * the error with "open_files: epoch E, sample S: " in front.  Under
- * SL_CORRUPT_SKIP_CHUNK a corrupt chunk's result is an ECORRUPT the consumer
- * counts and skips; because the consumer does the counting, in plan order,
- * the pass fails at the same place for any T.
+ * Errors.  A unit that fails is the engine's error at its position: the
+ * samples of every unit before it are delivered first (a group it belongs
+ * to is dropped: its samples are interleaved), then the error with
+ * "open_files: epoch E, sample S: " in front.  Under SL_CORRUPT_SKIP_CHUNK a
+ * corrupt chunk is an SL__ENGINE_SKIP item, which the engine hands to
+ * of_skipped on the consumer's thread in delivery order: it counts it and
+ * fails the pass past max_bad, so the pass fails at the same place for any
+ * T.
  *
  * Shard sets.  Construction refuses a mixed shard set (files of two pack
  * runs under one name, src/open/shard_set.c) before any worker starts.
@@ -42,18 +41,10 @@
  * reading it: a replaced file fails with its name (SL_ECORRUPT), never
  * yields records of another schema or layout.
  *
- * Queues (one mutex, two conditions each, as the channel).  A result is
- * admitted when the queue holds no samples or the total stays within `cap`,
- * so a chunk larger than the budget still passes alone.  `live` counts the
- * workers that may still push: a consumer finding the queue empty with no
- * live producer reports an internal error instead of waiting forever.
- *
- * Stop (reset, destroy, delivered error) is flag, wake, join: set `stop`,
- * mark every queue stopped and broadcast (a worker blocked in push wakes and
- * gives up; one inside a chunk decode finishes it and then gives up), join
- * all threads, then free every queued result.  Reset then recomputes the
- * plan for the next epoch and starts fresh workers; destroy frees
- * everything.
+ * Stop (reset, destroy) is the engine's: flag, wake, join, release what
+ * was not delivered.  Reset then recomputes the plan for the next epoch and
+ * starts the workers again; destroy closes the workers' files
+ * (worker_fini) and frees everything.
  *
  * Ownership and threads:
  *   files, paths, counts, ids, schema, T, buffer, options   immutable after
@@ -61,13 +52,13 @@
  *   plan        written by the consumer only while no worker runs (build,
  *               reset); read-only to workers; thread create and join order
  *               the two.
- *   worker.fh, used, nopen, clock   the worker's file handles: its thread
- *               only while it runs, the consumer otherwise (destroy).
- *   queues      protected by their mutex (head, tail, samples, stopped,
- *               live); cap immutable.
- *   stop, next_unit, fail_unit      atomics.
- *   cur, pos, gbuf, glen, gpos, group, popped, delivered, bad, pass,
- *   running     consumer-only.
+ *   worker.fh, used, nopen, clock   the worker's file handles (its
+ *               engine context): its thread only while it runs, the
+ *               destroying thread in worker_fini.
+ *   next_unit   the engine's pull turn (one worker at a time), the consumer
+ *               while the engine is stopped.
+ *   cur, pos, pend, gbuf, glen, gpos, group, seen, delivered, bad, pass
+ *               consumer-only (of_skipped runs on the consumer's thread).
  */
 #include "open/registry.h"
 #include "open/shard_set.h"
@@ -75,50 +66,28 @@
 #include "io/source.h"
 #include "open/epoch_plan.h"
 #include "readers/reader_impl.h"
+#include "sync/engine.h"
 
-#include <pthread.h>
-
-#define MAX_THREADS 1024
+#define MAX_THREADS SL__THREADS_HARD_MAX
 #define DEFAULT_BUFFER 1024
 /* File handles a worker keeps open; past this the least recently used is
  * closed, so thousands of shards times T workers stay under fd limits. */
 #define MAX_OPEN_PER_WORKER 64
 
-/* The samples of one unit, or its error. */
-typedef struct result {
-  struct result *next;
-  size_t unit;    /* index in the plan */
-  uint32_t n;     /* samples in s (0 on error) */
-  int rc;         /* SL_OK, or the unit's error code */
-  char *msg;      /* the error's message (heap), NULL if none or no memory */
-  sl_sample *s[]; /* owned; slots set to NULL once handed on */
-} result;
-
-typedef struct rqueue {
-  pthread_mutex_t mu;
-  pthread_cond_t not_empty, not_full;
-  result *head, *tail; /* mu */
-  size_t samples;      /* mu: samples in the queued results */
-  size_t cap;          /* immutable */
-  int live;            /* mu: workers that may still push here */
-  bool stopped;        /* mu: the consumer is stopping the workers */
-} rqueue;
-
-struct of_state;
-
+/* A worker's engine context: its file handles. */
 typedef struct worker {
-  struct of_state *o;
-  size_t id;
-  pthread_t thread;
-  bool running; /* consumer-only: started and not joined */
-  rqueue *q;    /* where results go: &own (ordered) or the shared queue */
-  rqueue own;
   sl_slr_file **fh; /* [nfiles] open handles, NULL where closed */
   uint64_t *used;   /* [nfiles] last use, for closing the least recent */
   size_t nopen;
   uint64_t clock;
-  result *spare; /* reported when a result cannot be allocated */
 } worker;
+
+/* A unit's samples as the engine hands them over: v[pos, n) still owned. */
+typedef struct unit_out {
+  sl_sample **v; /* heap, NULL when none is held */
+  size_t n, pos;
+  uint64_t seq; /* the unit */
+} unit_out;
 
 typedef struct of_state {
   size_t nfiles;
@@ -133,110 +102,23 @@ typedef struct of_state {
   sl__plan_params params; /* params.epoch is the current pass's */
   uint64_t epoch0, pass;
   sl__plan plan;
-  worker *w; /* [T] */
-  rqueue shared;
-  atomic_bool stop;
-  atomic_size_t next_unit; /* unordered: the next unit to take */
-  atomic_size_t fail_unit; /* the first unit that failed, SIZE_MAX if none */
-  sl__stage_counters stats; /* busy: decoding units; wait_down: full queue */
+  sl__engine *eng;
+  size_t next_unit; /* the pull turn's: the next unit to hand out */
   /* consumer-only */
-  result *cur;
-  uint32_t pos;
+  unit_out cur;  /* the unit being delivered */
+  unit_out pend; /* taken from the engine, not yet placed */
   sl_sample **gbuf;
   size_t gcap, glen, gpos;
-  size_t group, popped;
+  size_t group;
+  uint64_t seen; /* units delivered or skipped, ordered: all below it */
   uint64_t delivered, bad;
 } of_state;
 
-/* --- results and queues ----------------------------------------------------
- */
-
-static void result_free(result *r) {
-  if (!r) return;
-  for (uint32_t i = 0; i < r->n; i++)
-    sl_sample_release(r->s[i]);
-  sl__free(r->msg);
-  sl__free(r);
-}
-
-static void queue_init(rqueue *q, size_t cap) {
-  pthread_mutex_init(&q->mu, NULL);
-  pthread_cond_init(&q->not_empty, NULL);
-  pthread_cond_init(&q->not_full, NULL);
-  q->cap = cap;
-}
-
-/* Frees what is queued.  No worker may be running. */
-static void queue_clear(rqueue *q) {
-  while (q->head) {
-    result *r = q->head;
-    q->head = r->next;
-    result_free(r);
-  }
-  q->tail = NULL;
-  q->samples = 0;
-  q->live = 0;
-  q->stopped = false;
-}
-
-static void queue_destroy(rqueue *q) {
-  queue_clear(q);
-  pthread_cond_destroy(&q->not_empty);
-  pthread_cond_destroy(&q->not_full);
-  pthread_mutex_destroy(&q->mu);
-}
-
-/* Appends r, waiting for room.  false: the consumer is stopping (the caller
- * still owns r). */
-static bool queue_push(rqueue *q, result *r) {
-  pthread_mutex_lock(&q->mu);
-  while (!q->stopped && q->samples > 0 && q->samples + r->n > q->cap)
-    pthread_cond_wait(&q->not_full, &q->mu);
-  bool ok = !q->stopped;
-  if (ok) {
-    r->next = NULL;
-    if (q->tail)
-      q->tail->next = r;
-    else
-      q->head = r;
-    q->tail = r;
-    q->samples += r->n;
-    pthread_cond_signal(&q->not_empty);
-  }
-  pthread_mutex_unlock(&q->mu);
-  return ok;
-}
-
-/* The oldest result, waiting for one; NULL when none can come any more. */
-static result *queue_pop(rqueue *q) {
-  pthread_mutex_lock(&q->mu);
-  while (!q->head && q->live > 0)
-    pthread_cond_wait(&q->not_empty, &q->mu);
-  result *r = q->head;
-  if (r) {
-    q->head = r->next;
-    if (!q->head) q->tail = NULL;
-    q->samples -= r->n;
-    /* Several producers may wait on the shared queue. */
-    pthread_cond_broadcast(&q->not_full);
-  }
-  pthread_mutex_unlock(&q->mu);
-  return r;
-}
-
-/* A worker leaves: the consumer must not wait on it any more. */
-static void queue_leave(rqueue *q) {
-  pthread_mutex_lock(&q->mu);
-  q->live--;
-  pthread_cond_broadcast(&q->not_empty);
-  pthread_mutex_unlock(&q->mu);
-}
-
-static void queue_stop(rqueue *q) {
-  pthread_mutex_lock(&q->mu);
-  q->stopped = true;
-  pthread_cond_broadcast(&q->not_full);
-  pthread_mutex_unlock(&q->mu);
+static void unit_out_free(unit_out *u) {
+  for (size_t i = u->pos; i < u->n; i++)
+    sl_sample_release(u->v[i]);
+  sl__free(u->v);
+  memset(u, 0, sizeof *u);
 }
 
 /* --- workers ---------------------------------------------------------------
@@ -297,8 +179,7 @@ static int check_unchanged(const of_state *o, size_t f, sl_slr_file *h,
 /* The worker's handle of file f, opened on first use (and again after the
  * least recently used handles were closed), checked to be the file
  * construction read. */
-static int get_file(worker *w, size_t f, sl_slr_file **out) {
-  of_state *o = w->o;
+static int get_file(of_state *o, worker *w, size_t f, sl_slr_file **out) {
   w->used[f] = ++w->clock;
   if (w->fh[f]) {
     *out = w->fh[f];
@@ -324,29 +205,69 @@ static int get_file(worker *w, size_t f, sl_slr_file **out) {
   return SL_OK;
 }
 
-/* Decodes unit k.  Never NULL: on failure the result carries the error. */
-static result *process(worker *w, size_t k) {
-  of_state *o = w->o;
-  const sl__plan_unit *u = &o->plan.units[k];
-  result *r = sl__malloc(sizeof *r + (size_t)u->count * sizeof(sl_sample *));
-  int rc = SL_OK;
-  if (!r) {
-    r = w->spare;
-    w->spare = NULL;
-    rc =
-        sl_set_error(SL_ENOMEM,
-                     "open_files: cannot allocate the %u samples "
-                     "of chunk %llu of %s",
-                     u->count, (unsigned long long)u->chunk, o->paths[u->file]);
+static bool skippable(const of_state *o, int rc) {
+  return rc == SL_ECORRUPT && o->slr.policy == SL_CORRUPT_SKIP_CHUNK;
+}
+
+/* The engine's pull: the next unit number (as a NULL item), or the end. */
+static int of_pull(void *ud, sl_sample **out) {
+  of_state *o = ud;
+  if (o->next_unit >= o->plan.nunits) return SL_EOF;
+  o->next_unit++;
+  *out = NULL;
+  return SL_OK;
+}
+
+static int of_worker_init(void *ud, int index, void **wctx) {
+  of_state *o = ud;
+  worker *w = sl__calloc(1, sizeof *w);
+  if (w) {
+    w->fh = sl__calloc(o->nfiles, sizeof *w->fh);
+    w->used = sl__calloc(o->nfiles, sizeof *w->used);
   }
-  r->next = NULL;
-  r->unit = k;
-  r->n = 0;
-  r->rc = SL_OK;
-  r->msg = NULL;
+  if (!w || !w->fh || !w->used) {
+    if (w) {
+      sl__free(w->fh);
+      sl__free(w->used);
+    }
+    sl__free(w);
+    return sl_set_error(SL_ENOMEM, "open_files: cannot allocate worker %d",
+                        index);
+  }
+  *wctx = w;
+  return SL_OK;
+}
+
+static void of_worker_fini(void *ud, int index, void *wctx) {
+  of_state *o = ud;
+  worker *w = wctx;
+  SL_UNUSED(index);
+  for (size_t f = 0; f < o->nfiles; f++)
+    if (w->fh[f]) close_file(w, f);
+  sl__free(w->fh);
+  sl__free(w->used);
+  sl__free(w);
+}
+
+/* Decodes unit k (the engine's item k) into *out, *n samples. */
+static int of_process(void *ud, void *wctx, uint64_t k, sl_sample *in,
+                      sl_sample ***out, size_t *n) {
+  of_state *o = ud;
+  worker *w = wctx;
+  SL_UNUSED(in); /* NULL: the unit is k */
+  const sl__plan_unit *u = &o->plan.units[k];
+  if (u->count == 0) return SL__ENGINE_DROP;
+  sl_sample **v = sl__malloc((size_t)u->count * sizeof *v);
+  if (!v)
+    return sl_set_error(SL_ENOMEM,
+                        "open_files: cannot allocate the %u samples of "
+                        "chunk %llu of %s",
+                        u->count, (unsigned long long)u->chunk,
+                        o->paths[u->file]);
+  uint32_t got = 0;
   sl_slr_file *f = NULL;
   const slr_chunk *ch = NULL;
-  if (rc == SL_OK) rc = get_file(w, u->file, &f);
+  int rc = get_file(o, w, u->file, &f);
   if (rc == SL_OK) rc = sl__slr_load_chunk(f, u->chunk, &ch);
   if (rc == SL_OK && ch->records != o->pf[u->file].records[u->chunk])
     rc = sl_set_error(SL_ECORRUPT,
@@ -354,193 +275,87 @@ static result *process(worker *w, size_t k) {
                       "read it (%u records then, %u now)",
                       o->paths[u->file], (unsigned long long)u->chunk,
                       o->pf[u->file].records[u->chunk], ch->records);
-  for (uint32_t j = 0; j < u->count && rc == SL_OK; j++) {
-    uint32_t rec = u->recs ? u->recs[j] : u->first + j;
-    rc = sl__slr_chunk_record(f, ch, rec, &r->s[j]);
-    if (rc == SL_OK) r->n++;
+  for (; got < u->count && rc == SL_OK; got++) {
+    uint32_t rec = u->recs ? u->recs[got] : u->first + got;
+    rc = sl__slr_chunk_record(f, ch, rec, &v[got]);
+    if (rc < 0) break;
   }
   if (rc < 0) {
-    for (uint32_t j = 0; j < r->n; j++)
-      sl_sample_release(r->s[j]);
-    r->n = 0;
-    r->rc = rc;
-    r->msg = sl__error_dup();
+    for (uint32_t j = 0; j < got; j++)
+      sl_sample_release(v[j]);
+    sl__free(v);
+    return skippable(o, rc) ? SL__ENGINE_SKIP : rc; /* message set */
   }
-  return r;
+  *out = v;
+  *n = got;
+  return SL__ENGINE_OUT;
 }
 
-static bool skippable(const of_state *o, int rc) {
-  return rc == SL_ECORRUPT && o->slr.policy == SL_CORRUPT_SKIP_CHUNK;
+/* A skipped corrupt chunk, on the consumer's thread in delivery order:
+ * counted, and the end of the pass past max_bad. */
+static int of_skipped(void *ud, uint64_t k, const char *note) {
+  of_state *o = ud;
+  o->seen = k + 1;
+  if (++o->bad <= o->max_bad) return SL_OK;
+  return sl_set_error(SL_ECORRUPT,
+                      "%llu corrupt chunks skipped, more than the cap of %u; "
+                      "last: %s",
+                      (unsigned long long)o->bad, o->max_bad, note);
 }
 
-/* fail_unit = min(fail_unit, k). */
-static void note_failure(of_state *o, size_t k) {
-  size_t cur = atomic_load(&o->fail_unit);
-  while (k < cur && !atomic_compare_exchange_weak(&o->fail_unit, &cur, k)) {
-  }
-}
-
-static void *worker_main(void *arg) {
-  worker *w = arg;
-  of_state *o = w->o;
-#if defined(__linux__)
-  (void)pthread_setname_np(pthread_self(), "sl-open-files");
-#endif
-  size_t n = o->plan.nunits;
-  for (size_t k = w->id;; k += o->T) {
-    if (o->unordered) k = atomic_fetch_add(&o->next_unit, 1);
-    if (k >= n || atomic_load(&o->stop) || k > atomic_load(&o->fail_unit))
-      break;
-    uint64_t t0 = sl__stat_start();
-    result *r = process(w, k);
-    sl__stat_since(&o->stats.busy_ns, t0);
-    bool fatal = r->rc < 0 && !skippable(o, r->rc);
-    if (fatal) note_failure(o, k);
-    t0 = sl__stat_start();
-    bool pushed = queue_push(w->q, r);
-    sl__stat_since(&o->stats.wait_down_ns, t0);
-    if (!pushed) {
-      result_free(r);
-      break;
-    }
-    if (fatal) break;
-  }
-  queue_leave(w->q);
-  return NULL;
-}
-
-static void stop_workers(of_state *o) {
-  atomic_store(&o->stop, true);
-  queue_stop(&o->shared);
-  for (size_t i = 0; i < o->T; i++)
-    queue_stop(&o->w[i].own);
-  for (size_t i = 0; i < o->T; i++) {
-    if (!o->w[i].running) continue;
-    pthread_join(o->w[i].thread, NULL);
-    o->w[i].running = false;
-  }
-  queue_clear(&o->shared);
-  for (size_t i = 0; i < o->T; i++)
-    queue_clear(&o->w[i].own);
-}
+static const sl__engine_ops of_ops = {of_pull, of_worker_init, of_worker_fini,
+                                      NULL, NULL};
 
 /* Releases what the consumer holds of the current pass. */
 static void drop_consumer(of_state *o) {
-  result_free(o->cur);
-  o->cur = NULL;
-  o->pos = 0;
+  unit_out_free(&o->cur);
+  unit_out_free(&o->pend);
   for (size_t i = o->gpos; i < o->glen; i++)
     sl_sample_release(o->gbuf[i]);
   o->glen = o->gpos = 0;
 }
 
 static int start_workers(of_state *o) {
-  atomic_store(&o->stop, false);
-  atomic_store(&o->next_unit, 0);
-  atomic_store(&o->fail_unit, SIZE_MAX);
-  o->group = o->popped = 0;
-  o->delivered = o->bad = 0;
-  for (size_t i = 0; i < o->T; i++) {
-    worker *w = &o->w[i];
-    if (!w->spare) w->spare = sl__malloc(sizeof(result));
-    if (!w->spare) {
-      stop_workers(o);
-      return sl_set_error(SL_ENOMEM, "open_files: cannot allocate a worker");
-    }
-    w->q = o->unordered ? &o->shared : &w->own;
-    pthread_mutex_lock(&w->q->mu);
-    w->q->live++;
-    pthread_mutex_unlock(&w->q->mu);
-    int err = pthread_create(&w->thread, NULL, worker_main, w);
-    if (err) {
-      pthread_mutex_lock(&w->q->mu);
-      w->q->live--;
-      pthread_mutex_unlock(&w->q->mu);
-      stop_workers(o);
-      return sl_set_error(SL_ENOMEM,
-                          "open_files: cannot start worker thread %zu: %s", i,
-                          strerror(err));
-    }
-    w->running = true;
-  }
-  return SL_OK;
+  o->next_unit = 0;
+  o->group = 0;
+  o->seen = o->delivered = o->bad = 0;
+  return sl__engine_start(o->eng);
 }
 
 /* --- the consumer ----------------------------------------------------------
  */
 
-/* Turns a failed result into the pass's error: stops every worker first. */
-static int fail_with(of_state *o, result *r) {
-  int rc;
-  const char *msg = r->msg ? r->msg : sl_strerror(r->rc);
-  if (skippable(o, r->rc))
-    rc = sl_set_error(SL_ECORRUPT,
-                      "open_files: epoch %llu, sample %llu: %llu corrupt "
-                      "chunks skipped, more than the cap of %u; last: %s",
-                      (unsigned long long)o->params.epoch,
-                      (unsigned long long)o->delivered,
-                      (unsigned long long)o->bad, o->max_bad, msg);
-  else
-    rc = sl_set_error(r->rc, "open_files: epoch %llu, sample %llu: %s",
-                      (unsigned long long)o->params.epoch,
-                      (unsigned long long)o->delivered, msg);
-  result_free(r);
+/* The next unit's samples into o->pend (unless one is there already):
+ * SL_OK, SL_EOF, or the pass's error with the position in front. */
+static int take_unit(of_state *o) {
+  if (o->pend.v) return SL_OK;
+  int rc = sl__engine_next_many(o->eng, &o->pend.v, &o->pend.n, &o->pend.seq);
+  if (rc == SL_OK || rc == SL_EOF) return rc;
   drop_consumer(o);
-  stop_workers(o);
-  return rc;
+  return sl_wrap_error(rc, "open_files: epoch %llu, sample %llu",
+                       (unsigned long long)o->params.epoch,
+                       (unsigned long long)o->delivered);
 }
 
-/* 1: use r; 0: r was a skipped corrupt chunk (freed); < 0: the error. */
-static int accept(of_state *o, result *r) {
-  if (r->rc == SL_OK) return 1;
-  if (skippable(o, r->rc) && ++o->bad <= o->max_bad) {
-    result_free(r);
-    return 0;
-  }
-  return fail_with(o, r);
-}
-
-static result *take(of_state *o, rqueue *q, size_t unit) {
-  result *r = queue_pop(q);
-  if (!r) {
-    sl_set_error(SL_ESTATE,
-                 "open_files: epoch %llu: the result of unit %zu never came "
-                 "(internal error)",
-                 (unsigned long long)o->params.epoch, unit);
-    drop_consumer(o);
-    stop_workers(o);
-  }
-  assert(!r || o->unordered || r->unit == unit);
-  return r;
-}
-
-/* Unordered: the next result to arrive. */
-static int load_any(of_state *o) {
-  if (o->popped == o->plan.nunits) return SL_EOF;
-  result *r = take(o, &o->shared, o->popped);
-  if (!r) return SL_ESTATE;
-  o->popped++;
-  int rc = accept(o, r);
-  if (rc == 1) o->cur = r;
-  return rc < 0 ? rc : SL_OK;
-}
-
-/* Ordered: the next group, as `cur` (one unit) or scattered into gbuf. */
+/* Ordered: the group of the next unit, as `cur` (a unit alone in its
+ * group) or scattered into gbuf. */
 static int load_group(of_state *o) {
-  if (o->group == o->plan.ngroups) return SL_EOF;
+  SL_FORWARD_IF_ERROR(take_unit(o)); /* SL_EOF too */
+  while (o->plan.groups[o->group].first_unit +
+             o->plan.groups[o->group].nunits <=
+         o->pend.seq)
+    o->group++; /* groups whose units were all skipped */
   const sl__plan_group *g = &o->plan.groups[o->group++];
   if (g->nunits == 1) {
-    result *r = take(o, &o->w[g->first_unit % o->T].own, g->first_unit);
-    if (!r) return SL_ESTATE;
-    int rc = accept(o, r);
-    if (rc == 1) o->cur = r;
-    return rc < 0 ? rc : SL_OK;
+    o->cur = o->pend;
+    memset(&o->pend, 0, sizeof o->pend);
+    o->seen = o->cur.seq + 1;
+    return SL_OK;
   }
   if (g->records > o->gcap) {
     sl_sample **b = sl__realloc(o->gbuf, (size_t)g->records * sizeof *b);
     if (!b) {
       drop_consumer(o);
-      stop_workers(o);
       return sl_set_error(SL_ENOMEM,
                           "open_files: cannot allocate a window of %llu "
                           "samples",
@@ -552,38 +367,41 @@ static int load_group(of_state *o) {
   memset(o->gbuf, 0, (size_t)g->records * sizeof *o->gbuf);
   o->glen = (size_t)g->records; /* holes (skipped chunks) stay NULL */
   o->gpos = 0;
-  for (size_t k = g->first_unit; k < g->first_unit + g->nunits; k++) {
-    result *r = take(o, &o->w[k % o->T].own, k);
-    if (!r) return SL_ESTATE;
-    int rc = accept(o, r);
-    if (rc < 0) return rc;
-    if (rc == 0) continue;
-    const uint32_t *slots = o->plan.units[k].slots;
-    for (uint32_t j = 0; j < r->n; j++) {
-      o->gbuf[slots[j]] = r->s[j];
-      r->s[j] = NULL;
-    }
-    r->n = 0;
-    result_free(r);
+  const uint64_t end = g->first_unit + g->nunits;
+  /* Every unit of the group is placed or was skipped (of_skipped moves
+   * `seen` past it): the next unit taken is then of a later group. */
+  while (o->seen < end) {
+    int rc = take_unit(o);
+    if (rc == SL_EOF) break; /* the group's last units were skipped */
+    if (rc < 0) return rc;   /* inside the group: its samples are dropped */
+    if (o->pend.seq >= end) break; /* kept for the next group */
+    const uint32_t *slots = o->plan.units[o->pend.seq].slots;
+    for (size_t j = 0; j < o->pend.n; j++)
+      o->gbuf[slots[j]] = o->pend.v[j];
+    o->pend.pos = o->pend.n; /* every sample was handed on */
+    o->seen = o->pend.seq + 1;
+    unit_out_free(&o->pend);
   }
+  return SL_OK;
+}
+
+/* Unordered: the next unit to arrive. */
+static int load_any(of_state *o) {
+  SL_FORWARD_IF_ERROR(take_unit(o));
+  o->cur = o->pend;
+  memset(&o->pend, 0, sizeof o->pend);
   return SL_OK;
 }
 
 static int of_next(void *st, sl_sample **out) {
   of_state *o = st;
   for (;;) {
-    if (o->cur) {
-      if (o->pos < o->cur->n) {
-        *out = o->cur->s[o->pos];
-        o->cur->s[o->pos++] = NULL;
-        o->delivered++;
-        return SL_OK;
-      }
-      o->cur->n = 0; /* every slot was handed on */
-      result_free(o->cur);
-      o->cur = NULL;
-      o->pos = 0;
+    if (o->cur.pos < o->cur.n) {
+      *out = o->cur.v[o->cur.pos++];
+      o->delivered++;
+      return SL_OK;
     }
+    if (o->cur.v) unit_out_free(&o->cur);
     while (o->gpos < o->glen) {
       sl_sample *s = o->gbuf[o->gpos];
       o->gbuf[o->gpos++] = NULL;
@@ -606,7 +424,7 @@ static int build_plan(of_state *o) {
 
 static int of_reset(void *st) {
   of_state *o = st;
-  stop_workers(o);
+  sl__engine_stop(o->eng);
   drop_consumer(o);
   o->pass++;
   o->params.epoch = o->epoch0 + o->pass;
@@ -617,21 +435,8 @@ static int of_reset(void *st) {
 static void of_destroy(void *st) {
   of_state *o = st;
   if (!o) return;
-  if (o->w) {
-    stop_workers(o);
-    for (size_t i = 0; i < o->T; i++) {
-      worker *w = &o->w[i];
-      for (size_t f = 0; w->fh && f < o->nfiles; f++)
-        if (w->fh[f]) close_file(w, f);
-      sl__free(w->fh);
-      sl__free(w->used);
-      sl__free(w->spare);
-      queue_destroy(&w->own);
-    }
-    sl__free(o->w);
-  }
+  sl__engine_destroy(o->eng); /* closes the workers' files */
   drop_consumer(o);
-  queue_destroy(&o->shared);
   sl__free(o->gbuf);
   sl__plan_free(&o->plan);
   for (size_t f = 0; f < o->nfiles; f++) {
@@ -753,15 +558,24 @@ static int read_indexes(of_state *o, sl_schema **schema) {
   return rc;
 }
 
+/* The engine's window, in units: `buffer` decoded samples ready per worker
+ * (at least one unit) plus the unit each decodes, counted in the largest
+ * chunk, so the samples held stay within T x (buffer + largest chunk) as
+ * with a queue of `buffer` samples per worker. */
+static size_t window_units(const of_state *o) {
+  uint64_t largest = 1;
+  for (size_t f = 0; f < o->nfiles; f++)
+    for (uint64_t c = 0; c < o->pf[f].nchunks; c++)
+      largest = SL_MAX(largest, (uint64_t)o->pf[f].records[c]);
+  uint64_t ready = SL_MAX(1, o->buffer / largest);
+  return (size_t)SL_MIN(o->T * (1 + ready), (uint64_t)1 << 24);
+}
+
 static int make_state(const sl_open_files_opts *p, sl__named_file *files,
                       size_t nfiles, of_state **out, sl_schema **schema) {
   of_state *o = sl__calloc(1, sizeof *o);
   SL_RETURN_ERROR_IF(!o, SL_ENOMEM, "open_files: cannot allocate");
   *out = o;
-  queue_init(&o->shared, (size_t)p->buffer * p->threads);
-  atomic_init(&o->stop, false);
-  atomic_init(&o->next_unit, 0);
-  atomic_init(&o->fail_unit, SIZE_MAX);
   o->slr = p->slr;
   o->max_bad = p->slr.max_bad_chunks ? p->slr.max_bad_chunks : 16;
   o->T = p->threads;
@@ -782,22 +596,13 @@ static int make_state(const sl_open_files_opts *p, sl__named_file *files,
   }
   SL_FORWARD_IF_ERROR(read_indexes(o, schema));
   SL_FORWARD_IF_ERROR(build_plan(o));
-  o->w = sl__calloc(o->T, sizeof *o->w);
-  SL_RETURN_ERROR_IF(!o->w, SL_ENOMEM,
-                     "open_files: cannot allocate %zu "
-                     "workers",
-                     o->T);
-  for (size_t i = 0; i < o->T; i++) /* first, so destroy can count on them */
-    queue_init(&o->w[i].own, o->buffer);
-  for (size_t i = 0; i < o->T; i++) {
-    worker *w = &o->w[i];
-    w->o = o;
-    w->id = i;
-    w->fh = sl__calloc(nfiles, sizeof *w->fh);
-    w->used = sl__calloc(nfiles, sizeof *w->used);
-    SL_RETURN_ERROR_IF(!w->fh || !w->used, SL_ENOMEM,
-                       "open_files: cannot allocate worker %zu", i);
-  }
+  sl__engine_opts eo = {"open_files", "sl-open-files", (int)o->T, !o->unordered,
+                        window_units(o)};
+  SL_FORWARD_IF_ERROR(sl__engine_create(&of_ops, o, &eo, &o->eng));
+  sl__engine_process_many(o->eng, of_process);
+  sl__engine_on_skip(o->eng, of_skipped);
+  sl__engine_set_cache(o->eng, 1); /* the window is the exact bound */
+  sl__engine_set_spin(o->eng, false); /* a unit is a chunk's decode */
   return SL_OK;
 }
 
@@ -837,8 +642,7 @@ int sl_open_files(const char *const *names, size_t n,
   rc = sl__reader_make(&of_vt, o, schema, out); /* destroys o on failure */
   sl_schema_release(schema);
   if (rc < 0) return rc;
-  o->stats.threads = (int)o->T;
-  sl__reader_link(*out, NULL, 0, &o->stats);
+  sl__reader_link(*out, NULL, 0, sl__engine_counters(o->eng));
   sl__reader_set_length(*out, of_length);
   rc = start_workers(o);
   if (rc < 0) {

@@ -70,6 +70,12 @@
  *             with a spare CPU spins briefly on `published`: waking a
  *             sleeping thread costs tens of microseconds, a busy worker
  *             lands its next batch in a few.
+ *   many      With a process_many callback an item's results are one
+ *             R_MANY result (an array of samples) in the item's one slot:
+ *             the window, the ring and the cache count items.  The consumer
+ *             hands its samples out one by one (`pos`; the result leaves
+ *             the cache after its last) or the rest at once
+ *             (sl__engine_next_many).
  *   stop      Set `stop` under mu, broadcast both conditions (that much is
  *             sl__engine_signal_stop, safe from any thread), join every
  *             thread.  A worker checks `stop` between items and between
@@ -107,7 +113,7 @@
 #define BATCH_MAX 64          /* items pulled per turn, at most */
 #define BATCH_WORK_NS 50000.0 /* aim: this much work per batch */
 #define CACHE 16              /* results the consumer takes per lock trip */
-#define CONSUMER_SPIN 4000    /* pause iterations (~20-40 us) before a sleep */
+#define CONSUMER_SPIN 4000    /* pause iterations before a sleep */
 
 static inline void cpu_pause(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -117,7 +123,7 @@ static inline void cpu_pause(void) {
 #endif
 }
 
-enum { R_EMPTY = 0, R_SAMPLE, R_DROP, R_SKIP, R_ERROR, R_EOF };
+enum { R_EMPTY = 0, R_SAMPLE, R_DROP, R_SKIP, R_ERROR, R_EOF, R_MANY };
 
 /* The end of a pass: EOF or an error. */
 #define R_IS_END(kind) ((kind) == R_ERROR || (kind) == R_EOF)
@@ -130,6 +136,8 @@ typedef struct result {
   sl_sample *s; /* R_SAMPLE: owned */
   char *msg;    /* R_ERROR, R_SKIP: owned heap copy of the message (the
                    note), may be NULL */
+  sl_sample **v; /* R_MANY: owned array; v[pos, n) are owned, n >= 1 */
+  size_t n, pos;
 } result;
 
 typedef struct worker {
@@ -150,6 +158,7 @@ struct sl__engine {
   void *ud;
   const char *stage, *thread_name;
   sl__engine_skip_fn skipped; /* set before the first start */
+  sl__engine_many_fn many;    /* set before the first start, or NULL */
   int cache_max;              /* 1..CACHE, set before the first start */
   bool ordered;
   bool spin; /* a spare CPU for the consumer to spin on */
@@ -184,6 +193,11 @@ struct sl__engine {
 
 static void result_clear(result *r) {
   if (r->kind == R_SAMPLE) sl_sample_release(r->s);
+  if (r->kind == R_MANY) {
+    for (size_t i = r->pos; i < r->n; i++)
+      sl_sample_release(r->v[i]);
+    sl__free(r->v);
+  }
   if (r->kind == R_ERROR || r->kind == R_SKIP) sl__free(r->msg);
   memset(r, 0, sizeof *r);
 }
@@ -269,17 +283,61 @@ static void record_terminal(sl__engine *e, int rc, char *msg, wakes *wk) {
 
 /* --- the worker thread ---------------------------------------------------- */
 
+/* The message of an error a callback returned without setting one. */
+static void name_error(sl__engine *e, uint64_t seq, int rc) {
+  if (sl_last_error_code() != rc || !sl_last_error()[0])
+    sl_set_error(rc, "%s: item %llu: %s", e->stage, (unsigned long long)seq,
+                 sl_strerror(rc));
+}
+
+/* Runs ops.process_many on item `seq` (handed over). */
+static void run_many(sl__engine *e, worker *w, uint64_t seq, sl_sample *in,
+                     result *r) {
+  sl_sample **v = NULL;
+  size_t n = 0;
+  sl_clear_error();
+  int rc = e->many(e->ud, w->wctx, seq, in, &v, &n);
+  if (rc < 0) {
+    name_error(e, seq, rc);
+    result_error(r, rc);
+  } else if (rc == SL__ENGINE_SKIP && e->skipped) {
+    r->kind = R_SKIP;
+    r->seq = seq;
+    r->msg = sl__error_dup();
+  } else if (rc == SL__ENGINE_OUT || rc == SL__ENGINE_UNCHECKED) {
+    if (n > 0) {
+      r->kind = R_MANY;
+      r->seq = seq;
+      r->v = v;
+      r->n = n;
+      return; /* v is the result's */
+    }
+    r->kind = R_DROP;
+  } else if (rc == SL__ENGINE_DROP || rc == SL__ENGINE_SKIP) {
+    r->kind = R_DROP;
+  } else {
+    for (size_t i = 0; i < n; i++)
+      sl_sample_release(v[i]);
+    sl_set_error(SL_EINVAL, "%s: item %llu: the callback returned an unknown "
+                 "value", e->stage, (unsigned long long)seq);
+    result_error(r, SL_EINVAL);
+  }
+  sl__free(v);
+}
+
 /* Runs ops.process on item `seq` (handed over) and stores the outcome. */
 static void run_one(sl__engine *e, worker *w, uint64_t seq, sl_sample *in,
                     result *r) {
   memset(r, 0, sizeof *r);
+  if (e->many) {
+    run_many(e, w, seq, in, r);
+    return;
+  }
   sl_sample *o = NULL;
   sl_clear_error();
   int rc = e->ops->process(e->ud, w->wctx, seq, in, &o);
   if (rc < 0) {
-    if (sl_last_error_code() != rc || !sl_last_error()[0])
-      sl_set_error(rc, "%s: item %llu: %s", e->stage, (unsigned long long)seq,
-                   sl_strerror(rc));
+    name_error(e, seq, rc);
     result_error(r, rc);
     return;
   }
@@ -519,6 +577,8 @@ void sl__engine_stop(sl__engine *e) {
 }
 
 int sl__engine_start(sl__engine *e) {
+  SL_RETURN_ERROR_IF(!e->ops->process && !e->many, SL_EINVAL,
+                     "%s: no process callback", e->stage);
   atomic_store_explicit(&e->stop, false, memory_order_relaxed);
   for (int i = 0; i < e->nthreads; i++) {
     worker *w = &e->w[i];
@@ -631,26 +691,72 @@ static result *next_result(sl__engine *e) {
 
 int sl__engine_peek(sl__engine *e, const sl_sample **first) {
   const result *r = next_result(e);
+  if (r->kind == R_MANY) {
+    *first = r->v[r->pos];
+    return SL_OK;
+  }
   *first = r->kind == R_SAMPLE ? r->s : NULL;
   return r->kind == R_SAMPLE ? SL_OK : r->kind == R_EOF ? SL_EOF : r->code;
 }
 
+/* Takes the end of the pass at rp (EOF or an error): kept (moved out of the
+ * cache) and returned again until a stop. */
+static int take_end(sl__engine *e, result *rp) {
+  if (rp != &e->end) {
+    e->end = *rp;
+    memset(rp, 0, sizeof *rp);
+    e->cache_pos++;
+  }
+  if (e->end.kind == R_EOF) return SL_EOF;
+  assert(e->end.kind == R_ERROR);
+  return sl_set_error(e->end.code, "%s",
+                      e->end.msg ? e->end.msg
+                                 : "(error message lost: out of memory)");
+}
+
+int sl__engine_next_many(sl__engine *e, sl_sample ***v, size_t *n,
+                         uint64_t *seq) {
+  *v = NULL;
+  *n = 0;
+  result *rp = next_result(e);
+  if (rp->kind == R_SAMPLE) {
+    sl_sample **one = sl__malloc(sizeof *one);
+    if (!one) return sl_set_error(SL_ENOMEM, "%s: cannot allocate", e->stage);
+    sl_sample *s = NULL;
+    *seq = rp->seq;
+    int rc = sl__engine_next(e, &s); /* runs the check */
+    if (rc < 0) {
+      sl__free(one);
+      return rc;
+    }
+    one[0] = s;
+    *v = one;
+    *n = 1;
+    return SL_OK;
+  }
+  if (rp->kind != R_MANY) return take_end(e, rp);
+  if (rp->pos > 0)
+    memmove(rp->v, rp->v + rp->pos, (rp->n - rp->pos) * sizeof *rp->v);
+  *v = rp->v;
+  *n = rp->n - rp->pos;
+  *seq = rp->seq;
+  memset(rp, 0, sizeof *rp);
+  e->cache_pos++;
+  return SL_OK;
+}
+
 int sl__engine_next(sl__engine *e, sl_sample **out) {
   result *rp = next_result(e);
-  if (rp->kind != R_SAMPLE) {
-    /* The end of the pass: kept (moved out of the cache) and returned again
-     * until a stop. */
-    if (rp != &e->end) {
-      e->end = *rp;
+  if (rp->kind == R_MANY) {
+    *out = rp->v[rp->pos++];
+    if (rp->pos == rp->n) { /* the item's last sample */
+      sl__free(rp->v);
       memset(rp, 0, sizeof *rp);
       e->cache_pos++;
     }
-    if (e->end.kind == R_EOF) return SL_EOF;
-    assert(e->end.kind == R_ERROR);
-    return sl_set_error(e->end.code, "%s",
-                        e->end.msg ? e->end.msg
-                                   : "(error message lost: out of memory)");
+    return SL_OK;
   }
+  if (rp->kind != R_SAMPLE) return take_end(e, rp);
   result r = *rp;
   memset(rp, 0, sizeof r);
   e->cache_pos++;
@@ -667,6 +773,14 @@ int sl__engine_next(sl__engine *e, sl_sample **out) {
 
 void sl__engine_on_skip(sl__engine *e, sl__engine_skip_fn skipped) {
   e->skipped = skipped;
+}
+
+void sl__engine_set_spin(sl__engine *e, bool spin) {
+  e->spin = spin && sl__cpu_count() > e->nthreads;
+}
+
+void sl__engine_process_many(sl__engine *e, sl__engine_many_fn many) {
+  e->many = many;
 }
 
 void sl__engine_set_cache(sl__engine *e, int cache) {
@@ -704,7 +818,7 @@ int sl__engine_create(const sl__engine_ops *ops, void *ud,
   SL_RETURN_ERROR_IF(!out, SL_EINVAL, "engine: NULL out pointer");
   *out = NULL;
   SL_RETURN_ERROR_IF(!ops || !opts || !opts->stage || !opts->thread_name ||
-                         !ops->pull || !ops->process,
+                         !ops->pull,
                      SL_EINVAL, "engine: NULL %s",
                      !ops || !opts                         ? "options"
                      : !opts->stage || !opts->thread_name ? "name"

@@ -2,9 +2,10 @@
  * engine.h - the parallel-stage engine: N worker threads that take items
  * from one upstream in turn, process them, and hand the results to one
  * consumer in order (or as they finish).  Every stage whose work runs on
- * several threads (a C or Lua map/filter, decode_image) is this engine plus
- * a `process` callback; engine.c holds the protocol, its invariants and the
- * shutdown rules.
+ * several threads (a C or Lua map/filter, decode_image, open_files) is this
+ * engine plus a `process` callback (open_files: process_many, a chunk's
+ * records from one item); engine.c holds the protocol, its invariants and
+ * the shutdown rules.
  *
  * Threads: sl__engine_create, _start, _stop, _next, _peek and _destroy are
  * the consumer's (one thread at a time, as a reader's calls are).  The
@@ -47,7 +48,7 @@ typedef struct sl__engine_ops {
   /* Processes item `seq` (0-based in the pass) on a worker thread.  `in` is
    * handed over (release it, or return it in *out).  Returns an SL__ENGINE_*
    * value or an error (message set, `in` released): the pass ends at this
-   * item. */
+   * item.  May be NULL when sl__engine_process_many sets the callback. */
   int (*process)(void *ud, void *wctx, uint64_t seq, sl_sample *in,
                  sl_sample **out);
   /* Optional.  On the consumer's thread, for results returned UNCHECKED:
@@ -90,10 +91,32 @@ int sl__engine_create(const sl__engine_ops *ops, void *ud,
  *     large, e.g. decoded images). */
 void sl__engine_on_skip(sl__engine *e, sl__engine_skip_fn skipped);
 void sl__engine_set_cache(sl__engine *e, int cache);
+/* Whether the consumer, finding nothing ready, spins briefly (~20-40 us)
+ * before it sleeps (default: when the CPUs outnumber the workers).  Off
+ * for a stage whose items take far longer than that (open_files: a chunk
+ * each), where the spin seldom meets a result and only burns CPU. */
+void sl__engine_set_spin(sl__engine *e, bool spin);
+
+/* Item `seq` giving any number of results (open_files: one chunk in, its
+ * records out), on a worker thread.  On SL__ENGINE_OUT (or UNCHECKED:
+ * ops.check is not run on these) *out is a heap array (sl__malloc) of *n
+ * owned samples, handed over with the array; n == 0 is a DROP.  DROP, SKIP
+ * and errors as for ops.process (nothing left in *out). */
+typedef int (*sl__engine_many_fn)(void *ud, void *wctx, uint64_t seq,
+                                  sl_sample *in, sl_sample ***out, size_t *n);
+
+/* Optional setting of a stopped engine, before its first start: `many`
+ * processes every item instead of ops.process (which may then be NULL).
+ * The window still counts items, so a stage bounds the samples it holds by
+ * choosing the window from its largest item.  The consumer takes the
+ * samples one by one (sl__engine_next, _peek) or an item's at once
+ * (sl__engine_next_many). */
+void sl__engine_process_many(sl__engine *e, sl__engine_many_fn many);
 
 /* Starts a pass: every worker thread.  When one cannot be started, those
  * started are stopped again and the error (SL_ENOMEM, naming the stage) is
- * returned: a stage never runs with fewer threads than it was asked for. */
+ * returned: a stage never runs with fewer threads than it was asked for.
+ * SL_EINVAL when there is neither ops.process nor a process_many. */
 int sl__engine_start(sl__engine *e);
 
 /* Asks the workers to stop (they finish the item in hand) without waiting
@@ -109,6 +132,14 @@ void sl__engine_stop(sl__engine *e);
  * pass, or the error that ended it (its message set); the end is returned
  * again by every later call until sl__engine_stop. */
 int sl__engine_next(sl__engine *e, sl_sample **out);
+
+/* The rest of the next item's results at once (an engine with
+ * process_many; with process, an array of one): SL_OK with *v (heap: the
+ * caller sl__free()s it and owns the samples), *n >= 1 and *seq the item's
+ * sequence number, or the same EOF / error as sl__engine_next.  After
+ * sl__engine_next took some of an item's samples, it returns the others. */
+int sl__engine_next_many(sl__engine *e, sl_sample ***v, size_t *n,
+                         uint64_t *seq);
 
 /* Waits for the next result without taking it: SL_OK with *first borrowed
  * (valid until the next sl__engine_next / _stop), else the EOF or error
