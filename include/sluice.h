@@ -1469,6 +1469,83 @@ SL_API int sl_stats_limiting(const sl_stage_stats *stats, size_t n,
 SL_API int sl_stats_format(const sl_stage_stats *stats, size_t n,
                            double wall_s, char *buf, size_t cap);
 
+/* ======================================================================== */
+/* BEGIN UNSTABLE                                                           */
+/* Unstable: for sluice's own CLI and Lua module; may change in any release. */
+/* ======================================================================== */
+/* libsluice is built with hidden visibility: it exports the SL_API
+ * functions above and, besides them, only the sl__ functions of this
+ * section.  They are internal (their types and full documentation are in
+ * the src/ header named with each group), not part of the API or ABI that
+ * the version number describes: a program or plugin outside this source
+ * tree must not call them.  They are exported rather than linked statically
+ * because their users load libsluice.so itself: the `sluice` command's
+ * `run` executes scripts that load sluice.core, and a second, static copy
+ * of the library in the process would have its own error slots and
+ * registries (docs/EMBEDDING.md, "ABI").  CTest `abi` fails when
+ * libsluice.so exports an sl__ symbol this section does not name, or this
+ * section names one it does not export. */
+
+struct lua_State;
+struct sl__pack_opts;
+struct sl__lua_stage_opts;
+struct sl__lua_pins;
+typedef struct sl__lua_env sl__lua_env;
+typedef struct sl__shipped sl__shipped;
+
+/* The `sluice` command (tools/): pack, verify, signal handling.
+ * src/io/import.h, src/image/image.h, src/open/shard_set.h. */
+SL_API int sl__pack_idx(const char *images, const char *labels,
+                        const char *out, const struct sl__pack_opts *o,
+                        uint64_t *records);
+SL_API int sl__pack_text(const char *const *files, size_t n, const char *out,
+                         const struct sl__pack_opts *o, uint64_t *records);
+SL_API int sl__pack_images(const char *root, const char *out,
+                           const struct sl__pack_opts *o, uint64_t *records);
+SL_API int sl__shard_name(const char *out, uint32_t shard, uint32_t shards,
+                          char *buf, size_t size);
+SL_API void sl__slr_writer_remove_temps(void);
+SL_API int sl__shard_set_check(const char *stage, const char *const *paths,
+                               const sl_schema *const *schemas, size_t n);
+
+/* The Lua module sluice.core (bindings/): shipping Lua functions, the Lua
+ * stages.  src/script/lua_host.h (absent from a build without the Lua
+ * layer).  `kind` is an sl__lua_kind (an enum of non-negative values,
+ * unsigned int to GCC and Clang; lua_host.h's prototype is checked against
+ * this one wherever both are seen). */
+SL_API sl__lua_env *sl__lua_env_capture(struct lua_State *L);
+SL_API void sl__lua_env_release(sl__lua_env *e);
+SL_API int sl__lua_ship(struct lua_State *L, int idx, const char *what,
+                        sl__shipped **out);
+SL_API void sl__shipped_release(sl__shipped *f);
+SL_API const char *sl__shipped_where(const sl__shipped *f);
+SL_API int sl__lua_stage(sl_reader *up, unsigned kind, sl__shipped *fn,
+                         sl__lua_env *env,
+                         const struct sl__lua_stage_opts *opts,
+                         sl_schema *schema, sl_reader **out);
+SL_API int sl__lua_reader(sl__shipped *fn, sl__lua_env *env, size_t buffer,
+                          sl_schema *schema, sl_reader **out);
+
+/* The Lua facade through the FFI (lua/sluice/cdef.lua): what a Lua sample
+ * pins, compact copies, pooled tensor buffers.  src/script/lua_host.h. */
+SL_API size_t sl__lua_sample_account(const sl_sample *s,
+                                     struct sl__lua_pins *pins);
+SL_API sl_sample *sl__lua_sample_clone(const sl_sample *s);
+SL_API sl_buffer *sl__lua_buffer_new(size_t size, int zero);
+
+/* Exported only because src/script/lua_host.h still marks them SL_API; no
+ * user outside the library calls them (the C tests link the static
+ * library), so they are not declared here and are to lose that mark:
+ *   sl__lua_env_new() sl__lua_env_retain() sl__lua_env_set_preload()
+ *   sl__lua_worker_new() sl__shipped_retain() sl__lua_unship()
+ *   sl__lua_pcall()
+ * and, for a spec only (the C side of the struct layouts):
+ *   sl__lua_layouts() */
+
+/* ======================================================================== */
+/* END UNSTABLE                                                             */
+/* ======================================================================== */
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,171 @@
+/*
+ * layouts.c - the C side of spec/20-layouts_spec.lua (built as
+ * sluice_test_layouts): the size and alignment of every struct of
+ * include/sluice.h, of the internal ones the Lua layer declares
+ * (sl__lua_pins) and of DLPack's DLManagedTensor (lua/sluice/device.lua),
+ * and the offset of each of their fields, as lines
+ *
+ *   struct NAME SIZE ALIGN
+ *   field NAME FIELD OFFSET      (FIELD may be a path: dl_tensor.device)
+ *
+ * The spec compares them with ffi.sizeof/alignof/offsetof of the structs
+ * the Lua sources declare, and checks that every struct and field of
+ * sluice.h is listed here: a struct added to the header needs its lines.
+ */
+#include "sluice.h"
+
+#include "script/lua_host.h"
+
+#include <dlpack/dlpack.h>
+#include <stdalign.h>
+#include <stddef.h>
+#include <stdio.h>
+
+#define S(T) printf("struct %s %zu %zu\n", #T, sizeof(T), alignof(T))
+#define F(T, f) printf("field %s %s %zu\n", #T, #f, offsetof(T, f))
+
+int main(void) {
+  S(sl_tensor);
+  F(sl_tensor, dtype);
+  F(sl_tensor, rank);
+  F(sl_tensor, shape);
+  F(sl_tensor, data);
+  F(sl_tensor, nbytes);
+  F(sl_tensor, buf);
+  F(sl_tensor, lod);
+  F(sl_tensor, lod_len);
+  F(sl_tensor, lod_buf);
+
+  S(sl_reader_vtable);
+  F(sl_reader_vtable, name);
+  F(sl_reader_vtable, next);
+  F(sl_reader_vtable, reset);
+  F(sl_reader_vtable, destroy);
+
+  S(sl_batch_opts);
+  F(sl_batch_opts, drop_last);
+  F(sl_batch_opts, pad);
+  F(sl_batch_opts, lod);
+
+  S(sl_parallel_opts);
+  F(sl_parallel_opts, size);
+  F(sl_parallel_opts, threads);
+  F(sl_parallel_opts, unordered);
+  F(sl_parallel_opts, queue);
+
+  S(sl_slr_writer_opts);
+  F(sl_slr_writer_opts, level);
+  F(sl_slr_writer_opts, chunk_bytes);
+  F(sl_slr_writer_opts, records_per_chunk);
+
+  S(sl_slr_open_opts);
+  F(sl_slr_open_opts, policy);
+  F(sl_slr_open_opts, max_bad_chunks);
+  F(sl_slr_open_opts, max_chunk_bytes);
+
+  S(sl_slr_chunk_info);
+  F(sl_slr_chunk_info, offset);
+  F(sl_slr_chunk_info, first_record);
+  F(sl_slr_chunk_info, records);
+  F(sl_slr_chunk_info, stored_size);
+  F(sl_slr_chunk_info, raw_size);
+
+  S(sl_open_opts);
+  F(sl_open_opts, size);
+  F(sl_open_opts, slr);
+  F(sl_open_opts, labels);
+  F(sl_open_opts, text_mmap);
+  F(sl_open_opts, parser);
+  F(sl_open_opts, parser_options);
+  F(sl_open_opts, image);
+
+  S(sl_open_files_opts);
+  F(sl_open_files_opts, size);
+  F(sl_open_files_opts, slr);
+  F(sl_open_files_opts, threads);
+  F(sl_open_files_opts, buffer);
+  F(sl_open_files_opts, unordered);
+  F(sl_open_files_opts, shuffle);
+  F(sl_open_files_opts, seed);
+  F(sl_open_files_opts, epoch);
+  F(sl_open_files_opts, window);
+  F(sl_open_files_opts, rank);
+  F(sl_open_files_opts, world);
+  F(sl_open_files_opts, remainder);
+
+  S(sl_parser_api);
+  F(sl_parser_api, abi_version);
+  F(sl_parser_api, name);
+  F(sl_parser_api, init);
+  F(sl_parser_api, parse);
+  F(sl_parser_api, destroy);
+
+  S(sl_double_buffer_opts);
+  F(sl_double_buffer_opts, size);
+  F(sl_double_buffer_opts, device);
+  F(sl_double_buffer_opts, slots);
+  F(sl_double_buffer_opts, stream);
+  F(sl_double_buffer_opts, release_wait_ms);
+
+  S(sl_image_shape);
+  F(sl_image_shape, channels);
+  F(sl_image_shape, height);
+  F(sl_image_shape, width);
+  F(sl_image_shape, resize);
+
+  S(sl_image_opts);
+  F(sl_image_opts, size);
+  F(sl_image_opts, shape);
+  F(sl_image_opts, field);
+  F(sl_image_opts, threads);
+  F(sl_image_opts, window);
+  F(sl_image_opts, unordered);
+  F(sl_image_opts, policy);
+  F(sl_image_opts, max_bad);
+
+  S(sl_crop_flip_opts);
+  F(sl_crop_flip_opts, size);
+  F(sl_crop_flip_opts, field);
+  F(sl_crop_flip_opts, height);
+  F(sl_crop_flip_opts, width);
+  F(sl_crop_flip_opts, flip);
+  F(sl_crop_flip_opts, seed);
+  F(sl_crop_flip_opts, epoch);
+
+  S(sl_stage_stats);
+  F(sl_stage_stats, name);
+  F(sl_stage_stats, depth);
+  F(sl_stage_stats, downstream);
+  F(sl_stage_stats, threads);
+  F(sl_stage_stats, samples_in);
+  F(sl_stage_stats, samples_out);
+  F(sl_stage_stats, next_s);
+  F(sl_stage_stats, busy_s);
+  F(sl_stage_stats, wait_up_s);
+  F(sl_stage_stats, wait_down_s);
+
+  /* Internal, declared by lua/sluice/cdef.lua (src/script/lua_host.h). */
+  S(sl__lua_pins);
+  F(sl__lua_pins, last);
+  F(sl__lua_pins, next);
+  F(sl__lua_pins, total);
+
+  /* DLPack (dlpack/dlpack.h), declared by lua/sluice/device.lua. */
+  S(DLManagedTensor);
+  F(DLManagedTensor, dl_tensor);
+  F(DLManagedTensor, dl_tensor.data);
+  F(DLManagedTensor, dl_tensor.device);
+  F(DLManagedTensor, dl_tensor.device.device_type);
+  F(DLManagedTensor, dl_tensor.device.device_id);
+  F(DLManagedTensor, dl_tensor.ndim);
+  F(DLManagedTensor, dl_tensor.dtype);
+  F(DLManagedTensor, dl_tensor.dtype.code);
+  F(DLManagedTensor, dl_tensor.dtype.bits);
+  F(DLManagedTensor, dl_tensor.dtype.lanes);
+  F(DLManagedTensor, dl_tensor.shape);
+  F(DLManagedTensor, dl_tensor.strides);
+  F(DLManagedTensor, dl_tensor.byte_offset);
+  F(DLManagedTensor, manager_ctx);
+  F(DLManagedTensor, deleter);
+  return ferror(stdout) ? 1 : 0;
+}
