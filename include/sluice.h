@@ -859,7 +859,9 @@ typedef struct sl_open_files_opts {
   sl_slr_open_opts slr; /* how the files are opened; under
                            SL_CORRUPT_SKIP_CHUNK the cap counts bad chunks
                            over all files, per pass */
-  uint32_t threads;     /* worker threads, 1..1024 (0 = 1) */
+  uint32_t threads;     /* worker threads (0 = 1), at most the thread
+                           limit: 4 x the online CPUs, at least 8, or
+                           SLUICE_MAX_THREADS (1..1024) */
   uint32_t buffer;      /* decoded samples each worker may hold ready ahead
                            of the consumer (0 = 1024); a chunk's records
                            travel together, so a larger chunk is still
