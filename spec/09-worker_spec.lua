@@ -89,8 +89,22 @@ describe("sluice.worker", function()
       assert.equal("f32", view.dtype)
       assert.equal(2, refs(q)) -- C's + the view's owner
       view = nil -- luacheck: ignore 311
+      -- A small sample whose view was taken shares a release block
+      -- (sample.lua) with the next ones: it goes once the block is full
+      -- and unreachable.
+      coroutine.wrap(function()
+        for _ = 1, require("sluice.sample").BLOCK do
+          worker.map(function(s)
+            s.v = sluice.tensor("f32", {2})
+            local v = s.v
+            return v and s
+          end, lud(raw_sample(1)), slot)
+          C.sl_sample_release(slot[0])
+        end
+      end)()
       collectgarbage()
       collectgarbage()
+      require("sluice.sample").flush()
       assert.equal(1, refs(q))
       assert.equal(1, refs(p)) -- the input (copied on write) was released
       C.sl_sample_release(q)

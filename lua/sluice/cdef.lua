@@ -298,6 +298,7 @@ typedef struct sl__lua_pins {
 ffi.cdef [[
 size_t sl__lua_sample_account(const sl_sample *s, sl__lua_pins *pins);
 sl_sample *sl__lua_sample_clone(const sl_sample *s);
+sl_buffer *sl__lua_buffer_new(size_t size, int zero);
 ]]
 
 if pcall(function() return ffi.C.sl_version end) then

@@ -16,6 +16,8 @@
 --        from then on the object neither changes that sl_sample in place
 --        nor releases it eagerly; false otherwise
 --   [4]  the release block holding [1]'s reference, or false
+--   [5]  true for the objects sluice.worker makes (worker states): their
+--        first view moves a small sample's reference into a block (to_block)
 --
 -- The owner a view keeps alive is [4] when it is a block, else [1].
 --
@@ -48,7 +50,7 @@ local M = {}
 
 local ffi_gc, ffi_string, ffi_cast = ffi.gc, ffi.string, ffi.cast
 local type, error, pairs, tostring, tonumber = type, error, pairs, tostring, tonumber
-local setmetatable, getmetatable = setmetatable, getmetatable
+local setmetatable, getmetatable, rawget = setmetatable, getmetatable, rawget
 local concat, sort = table.concat, table.sort
 
 local DT_NAME, DT_ID, DT_PTR = tensor.DT_NAME, tensor.DT_ID, tensor.DT_PTR
@@ -88,7 +90,15 @@ local function scalar_getter(dt)
   end
 end
 
+-- In a worker state (objects made by sluice.worker, [5] true), the first
+-- view of a small sample moves its reference into a release block
+-- (to_block, below): from then on only the collector can release it, and a
+-- finalizer per sample would run in the interpreter and abort the traces
+-- being recorded (a map reading s.image per sample).
+local to_block
+
 local function view_getter(s, p, i)
+  if not s[3] and not s[4] and rawget(s, 5) then to_block(s, p) end
   s[3] = true
   return tensor.view(C.sl_sample_at(p, i), s[4] or p)
 end
@@ -98,6 +108,7 @@ local function bytes_getter(s, p, i)
   if t.rank == 1 and t.lod == nil then
     return ffi_string(t.data, t.nbytes)
   end
+  if not s[3] and not s[4] and rawget(s, 5) then to_block(s, p) end
   s[3] = true
   return tensor.view(t, s[4] or p)
 end
@@ -195,12 +206,19 @@ local in_flush = false -- a flush is under way (the hook must not start one)
 local flushed = false  -- a flush ran since the last GC cycle
 local closing = false  -- the state is closing: release at once
 
+-- Blocks of the buffers of tensors made in Lua (tensor.lua's new_owned:
+-- a map's per-sample output) work the same way.
+local BUF_BLOCK_T = ffi.typeof("sl_buffer *[16]")
+local buffer_release = C.sl_buffer_release
+
 local function release_refs(b)
+  local release = ffi.istype(BUF_BLOCK_T, b) and buffer_release
+                  or sample_release
   for k = 0, BLOCK - 1 do
     local p = b[k]
     if p ~= nil then
       b[k] = nil
-      sample_release(p)
+      release(p)
     end
   end
 end
@@ -252,6 +270,29 @@ end)
 function M.new_block()
   if queue.n > 0 then flush() end
   return ffi_gc(BLOCK_T(), block_gc)
+end
+
+-- Moves object s's reference (p, ffi.gc'd, in no block) into the shared
+-- block of late moves when s is small.
+local late_blk, late_k = false, BLOCK
+local sample_nbytes = C.sl_sample_nbytes
+to_block = function(s, p)
+  if sample_nbytes(p) > M.SMALL_BYTES then return end
+  local b, k = late_blk, late_k
+  if k >= BLOCK then
+    b, k = M.new_block(), 0
+    late_blk = b
+  end
+  ffi_gc(p, nil)
+  b[k] = p
+  late_k = k + 1
+  s[4] = b
+end
+
+-- For tensor.set_buffer_blocks (sluice.worker installs it).
+function M.new_buffer_block()
+  if queue.n > 0 then flush() end
+  return ffi_gc(BUF_BLOCK_T(), block_gc)
 end
 
 -- Takes one reference to p out of block b (p may sit in several slots when
@@ -468,6 +509,32 @@ local function derive(info, name, t)
   return d
 end
 
+-- derive() behind a one-entry cache per (info, field): a map that sets a
+-- field to a tensor of one dtype and shape per sample (u8 image -> f32)
+-- finds its derived info without building the signature string.
+local function derive_cached(info, name, t)
+  local dc = info.dcache
+  if not dc then
+    dc = {}
+    info.dcache = dc
+  end
+  local c = dc[name]
+  local dt, rank = tonumber(t.dtype), t.rank
+  if c and c.dt == dt and c.rank == rank then
+    local shape, same = c.shape, true
+    for d = 0, rank - 1 do
+      if shape[d + 1] ~= tonumber(t.shape[d]) then
+        same = false
+        break
+      end
+    end
+    if same then return c.d end
+  end
+  local d, why = derive(info, name, t)
+  if d then dc[name] = {dt = dt, rank = rank, shape = shape_of(t), d = d} end
+  return d, why
+end
+
 -- --- assignment -------------------------------------------------------------------
 
 -- Scratch tensor for values made from Lua numbers and strings: filled by
@@ -634,7 +701,7 @@ local function set_field(s, name, v)
     end
     q, qinfo = rebuild(p, info, identity_map(info, i), src, moved), info
   else
-    local d, why = derive(info, name, src)
+    local d, why = derive_cached(info, name, src)
     if not d then
       if moved then C.sl_tensor_clear(T) end
       error(why, 2)

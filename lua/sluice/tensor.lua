@@ -5,8 +5,10 @@
 --   _t  the sl_tensor: a pointer into a sample's field array (a view of a
 --       sample field), or an sl_tensor struct of our own (an owned tensor)
 --   _o  what keeps the data alive: the sample cdata for a field view (the
---       sample owns the tensor and its buffers), the buffer cdata for an
---       owned tensor (ffi.gc'd with sl_buffer_release)
+--       sample owns the tensor and its buffers); for an owned tensor the
+--       release block holding its buffer's reference (buffers up to
+--       BUF_SMALL bytes, see sample.lua) or the buffer cdata (ffi.gc'd
+--       with sl_buffer_release)
 --   _l  the LoD buffer of an owned tensor that has offsets, else false
 --   _w  true while the tensor may be written through v[i] = x: owned
 --       tensors, until they are assigned to a sample
@@ -275,24 +277,49 @@ function METHODS.totable(v)
 end
 M.totable = totable
 
+-- Release blocks for small buffers (sluice.worker installs the maker): a
+-- map's per-sample output tensor would otherwise bring a finalizer per
+-- sample, run in the interpreter.  The view keeps the block alive (_o).
+local new_buffer_block, BUF_BLOCK = nil, 16
+local BUF_SMALL = 16384
+local bblk, bbk = false, 16
+
+function M.set_buffer_blocks(maker, n)
+  new_buffer_block, BUF_BLOCK, bbk = maker, n, n
+end
+
 -- A new owned tensor struct over a zero-filled (or copied) buffer.
 -- shape[d + base] is dimension d: a Lua array (base 1) or a C array (base
 -- 0).  No closure here: LuaJIT cannot compile closure creation, and a
 -- decorator making tensors per sample should stay compiled.
 local function new_owned(dt, rank, shape, base, nbytes, zero)
-  local buf = zero and C.sl_buffer_new_zero(nbytes) or C.sl_buffer_new(nbytes)
+  -- Pooled (sl__lua_buffer_new): a map's per-sample tensors are released
+  -- by the pipeline on another thread.
+  local buf = C.sl__lua_buffer_new(nbytes, zero and 1 or 0)
   if buf == nil then
     error(ffi_string(C.sl_last_error()), 3)
   end
-  buf = ffi.gc(buf, C.sl_buffer_release)
+  local owner
+  if new_buffer_block and nbytes <= BUF_SMALL then
+    local b, k = bblk, bbk
+    if k >= BUF_BLOCK then
+      b, k = new_buffer_block(), 0
+      bblk = b
+    end
+    b[k] = buf
+    bbk = k + 1
+    owner = b
+  else
+    owner = ffi.gc(buf, C.sl_buffer_release)
+  end
   local t = ffi.new("sl_tensor")
   t.dtype = dt
   t.rank = rank
   for d = 0, rank - 1 do t.shape[d] = shape[d + base] end
   t.data = C.sl_buffer_data(buf)
   t.nbytes = nbytes
-  t.buf = buf -- borrowed from the buffer cdata the view keeps in _o
-  return setmetatable({_t = t, _o = buf, _l = false, _w = true, _f = false},
+  t.buf = buf -- borrowed from what the view keeps in _o (its block or it)
+  return setmetatable({_t = t, _o = owner, _l = false, _w = true, _f = false},
                       View)
 end
 

@@ -51,9 +51,14 @@ local function wrap(ptr)
     info = info_for(sp)
     last_sp, last_info = sp, info
   end
-  return setmetatable({p, info, false, false}, Sample)
+  return setmetatable({p, info, false, false, true}, Sample)
 end
 M.wrap = wrap
+
+-- Tensors made here (a map's per-sample output) share release blocks of
+-- their buffers instead of a finalizer each (sample.lua, tensor.lua).
+require("sluice.tensor").set_buffer_blocks(sample.new_buffer_block,
+                                           sample.BLOCK)
 
 local function returned_error(r)
   if r == nil then

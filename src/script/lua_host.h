@@ -181,6 +181,15 @@ SL_API size_t sl__lua_sample_account(const sl_sample *s, sl__lua_pins *pins);
  * SL_ENOMEM (or SL_EINVAL for a NULL s) set. */
 SL_API sl_sample *sl__lua_sample_clone(const sl_sample *s);
 
+/* A buffer of `size` bytes for a tensor made by Lua code (sluice.tensor,
+ * v:clone()), zero-filled when `zero`: from one process-wide pool, so that
+ * the tensors a map makes per sample come back to it when the pipeline
+ * releases them, often on another thread, instead of going through the C
+ * library's allocator arenas (whose locks two threads then fight over).
+ * At most LUA_POOL_IDLE idle buffers of LUA_POOL_IDLE_BYTES in all are
+ * kept; larger buffers are plain.  NULL with SL_ENOMEM. */
+SL_API sl_buffer *sl__lua_buffer_new(size_t size, int zero);
+
 /* A source running the Lua reader creator `fn` (Paddle's reader creator:
  * fn() returns an iterator; each call of the iterator returns a sample or
  * a table row, nil at the end) in a worker state of its own, under

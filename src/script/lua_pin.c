@@ -17,9 +17,35 @@
  *
  * sl__lua_sample_clone is sluice.clone: one buffer holding every field's
  * data and LoD offsets, each at a 64-byte aligned offset.
+ *
+ * sl__lua_buffer_new: the buffers of Lua-made tensors, from one pool
+ * (core/buffer_pool.c) made at the first call and kept for the process.
  */
 #include "core/internal.h"
 #include "script/lua_host.h"
+
+#include <pthread.h>
+
+#define LUA_POOL_IDLE 1024
+#define LUA_POOL_IDLE_BYTES ((size_t)32 << 20)
+#define LUA_POOL_MAX_BUFFER ((size_t)1 << 20) /* larger: plain buffers */
+
+static sl__buffer_pool *lua_pool;
+static pthread_once_t lua_pool_once = PTHREAD_ONCE_INIT;
+
+static void lua_pool_make(void) {
+  lua_pool = sl__buffer_pool_new(LUA_POOL_IDLE, LUA_POOL_IDLE_BYTES);
+}
+
+sl_buffer *sl__lua_buffer_new(size_t size, int zero) {
+  if (size == 0 || size > LUA_POOL_MAX_BUFFER)
+    return zero ? sl_buffer_new_zero(size) : sl_buffer_new(size);
+  pthread_once(&lua_pool_once, lua_pool_make);
+  if (!lua_pool) return zero ? sl_buffer_new_zero(size) : sl_buffer_new(size);
+  sl_buffer *b = sl__buffer_pool_get(lua_pool, size);
+  if (b && zero) memset(sl_buffer_data(b), 0, size);
+  return b;
+}
 
 #define ALIGN 64
 
