@@ -14,7 +14,8 @@
  *                    "parse": a text file's Lua parser, lua_host.h),
  *                    threads = n >= 1 (1), ordered = bool (true),
  *                    queue = n >= 0 (0: the stage's default),
- *                    deadline = seconds >= 0 per call (0: none)}
+ *                    deadline = seconds per call (0: none)}; the
+ *                    ranges are checked by sl__lua_stage (one place)
  *       schema_addr  nil, or an sl_schema* as a number (borrowed; the stage
  *                    retains it)
  *     Returns the new sl_reader* as a lightuserdata, owned by the caller
@@ -94,7 +95,8 @@ static lua_Integer opt_int_field(lua_State *L, int idx, const char *name,
 }
 
 /* Number field `name` of the options table at `idx`, or `def`; raises an
- * argument error naming the field unless it is a number in [min, max]. */
+ * argument error naming the field unless it is a number in [min, max] (or
+ * NaN, which the caller checks). */
 static lua_Number opt_num_field(lua_State *L, int idx, const char *name,
                                 lua_Number def, lua_Number min,
                                 lua_Number max) {
@@ -102,7 +104,7 @@ static lua_Number opt_num_field(lua_State *L, int idx, const char *name,
   lua_Number v = def;
   if (!lua_isnil(L, -1)) {
     v = lua_tonumber(L, -1);
-    if (lua_type(L, -1) != LUA_TNUMBER || !(v >= min && v <= max))
+    if (lua_type(L, -1) != LUA_TNUMBER || v < min || v > max)
       luaL_argerror(L, idx,
                     lua_pushfstring(L, "opts.%s must be a number in [%f, %f]",
                                     name, min, max));
@@ -161,11 +163,13 @@ static int stage_map(lua_State *L) {
   if (!lua_isnil(L, 4)) {
     luaL_checktype(L, 4, LUA_TTABLE);
     kind = opt_kind_field(L, 4);
-    /* The range is checked by the stage (sl__threads_check), the one place. */
+    /* Only what the C types need: the ranges are the stage's (one place:
+     * sl__lua_stage and its engine). */
     opts.threads = (int)opt_int_field(L, 4, "threads", 1, 1, INT_MAX);
     opts.ordered = opt_bool_field(L, 4, "ordered", 1);
-    opts.queue = (size_t)opt_int_field(L, 4, "queue", 0, 0, 1 << 30);
-    opts.deadline = (double)opt_num_field(L, 4, "deadline", 0, 0, 1e6);
+    opts.queue = (size_t)opt_int_field(L, 4, "queue", 0, 0, INT_MAX);
+    opts.deadline =
+        (double)opt_num_field(L, 4, "deadline", 0, -HUGE_VAL, HUGE_VAL);
   }
   sl_schema *schema = opt_addr(L, 5, "sl_schema*");
 

@@ -1535,15 +1535,6 @@ SL_API size_t sl__lua_sample_account(const sl_sample *s,
 SL_API sl_sample *sl__lua_sample_clone(const sl_sample *s);
 SL_API sl_buffer *sl__lua_buffer_new(size_t size, int zero);
 
-/* Exported only because src/script/lua_host.h still marks them SL_API; no
- * user outside the library calls them (the C tests link the static
- * library), so they are not declared here and are to lose that mark:
- *   sl__lua_env_new() sl__lua_env_retain() sl__lua_env_set_preload()
- *   sl__lua_worker_new() sl__shipped_retain() sl__lua_unship()
- *   sl__lua_pcall()
- * and, for a spec only (the C side of the struct layouts):
- *   sl__lua_layouts() */
-
 /* ======================================================================== */
 /* END UNSTABLE                                                             */
 /* ======================================================================== */

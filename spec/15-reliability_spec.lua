@@ -60,14 +60,18 @@ describe("sluice.Pipeline", function()
       assert.matches("deadline of 0.1 s exceeded", err, 1, true)
     end)
 
-    it("refuses a deadline that is not a positive number", function()
-      for _, bad in ipairs {0, -1, "1", 1e7} do
+    it("refuses a deadline that is not a number of seconds in [0, 1e6]", function()
+      -- The range is checked in one place (sl__lua_stage); 0 is no deadline.
+      for _, bad in ipairs {-1, "1", 1e7, 0 / 0} do
         local msg = misuse(function()
           sluice.range(3):map(function(s) return s end, {deadline = bad})
         end)
         assert.matches("option 'deadline' must be a number of seconds", msg,
                        1, true)
       end
+      assert.same({0, 1, 2}, H.collect(sluice.range(3):map(function(s)
+        return s
+      end, {deadline = 0})))
     end)
   end)
 

@@ -447,13 +447,15 @@ TEST(deadline_option_is_checked) {
   sl__shipped *f = ship("spin", "map");
   sl__lua_env *e = sl__lua_env_new(SLUICE_SOURCE_DIR "/tests/lua/?.lua", NULL);
   ASSERT_NOT_NULL(e);
-  double bad[] = {-1, 1e12};
-  for (int i = 0; i < 2; i++) {
+  double bad[] = {-1, 1e12, 1e6 + 1, 0.0 / 0.0};
+  for (int i = 0; i < 4; i++) {
     sl__lua_stage_opts o = {.threads = 1, .ordered = 1, .deadline = bad[i]};
     sl_reader *r = NULL;
     ASSERT_RC(sl__lua_stage(numbers(5), SL__LUA_MAP, f, e, &o, NULL, &r),
               SL_EINVAL);
-    ASSERT_CONTAINS(sl_last_error(), "deadline must be a number of seconds");
+    ASSERT_CONTAINS(sl_last_error(),
+                    "option 'deadline' must be a number of seconds in [0, "
+                    "1e+06]");
     ASSERT_NULL(r);
   }
   sl__shipped_release(f);

@@ -42,9 +42,11 @@
 
 #include <lua.h>
 
-/* The functions below are internal, but the Lua binding (bindings/, the
- * separate shared object sluice/core.so) calls them, so libsluice.so exports
- * them: marked SL_API. */
+/* The functions below are internal.  Those the Lua binding (bindings/, the
+ * separate shared object sluice/core.so) or the Lua facade (through the FFI)
+ * calls are exported (marked SL_API) and declared again in the unstable
+ * section of include/sluice.h; the others are not exported (the C tests
+ * link the static library). */
 
 /* --- the environment a worker state starts from --------------------------- */
 
@@ -57,20 +59,20 @@ typedef struct sl__lua_env sl__lua_env;
 SL_API sl__lua_env *sl__lua_env_capture(lua_State *L);
 /* An environment from explicit strings (either may be NULL = LuaJIT's
  * default).  Used by the embedding API. */
-SL_API sl__lua_env *sl__lua_env_new(const char *path, const char *cpath);
-SL_API sl__lua_env *sl__lua_env_retain(sl__lua_env *e);
+sl__lua_env *sl__lua_env_new(const char *path, const char *cpath);
+sl__lua_env *sl__lua_env_retain(sl__lua_env *e);
 SL_API void sl__lua_env_release(sl__lua_env *e);
 /* What sl__lua_worker_new preloads: 1 (the default) = `ffi`, `sluice` and
  * `sluice.worker`; 0 = a bare state with the standard libraries and `ffi`
  * only (the C tests of the host itself, which must not depend on the Lua
  * package).  Call it before the env is shared: it is the one mutation an
  * env allows.  SL_OK, or SL_EINVAL for a NULL env. */
-SL_API int sl__lua_env_set_preload(sl__lua_env *e, int load_sluice);
+int sl__lua_env_set_preload(sl__lua_env *e, int load_sluice);
 
 /* A new worker state: standard libraries, package.path/cpath from `env`,
  * globals `ffi` and `sluice` (require "sluice"), and `sluice.worker`
  * loaded.  SL_OK, SL_ENOMEM or SL_ELUA (require failed: message says why). */
-SL_API int sl__lua_worker_new(const sl__lua_env *env, lua_State **out);
+int sl__lua_worker_new(const sl__lua_env *env, lua_State **out);
 
 /* --- shipped functions -------------------------------------------------------
  * A Lua function turned into bytes: its bytecode (string.dump, with debug
@@ -90,7 +92,7 @@ typedef struct sl__shipped sl__shipped;
  * inner function's line).  Does not raise; leaves L's stack as it was. */
 SL_API int sl__lua_ship(lua_State *L, int idx, const char *what,
                         sl__shipped **out);
-SL_API sl__shipped *sl__shipped_retain(sl__shipped *f);
+sl__shipped *sl__shipped_retain(sl__shipped *f);
 SL_API void sl__shipped_release(sl__shipped *f);
 /* "<source>:<line>" of the shipped function (or the module.function name),
  * for messages.  Borrowed. */
@@ -99,7 +101,7 @@ SL_API const char *sl__shipped_where(const sl__shipped *f);
 /* Pushes the function onto worker state W (rebuilding upvalues, or
  * requiring the named module).  SL_OK, or SL_ELUA with the message (then
  * nothing is pushed). */
-SL_API int sl__lua_unship(lua_State *W, const sl__shipped *f);
+int sl__lua_unship(lua_State *W, const sl__shipped *f);
 
 /* Calls the function at the top of W's stack area set up by the caller with
  * `nargs` arguments and `nres` results under debug.traceback; on error
@@ -108,8 +110,8 @@ SL_API int sl__lua_unship(lua_State *W, const sl__shipped *f);
  * for a Lua memory error, which has no traceback) and pops the error.  Like
  * lua_pcall otherwise.  In a state with a deadline (sl__lua_deadline_set)
  * the call is bounded by it. */
-SL_API int sl__lua_pcall(lua_State *W, int nargs, int nres, const char *what,
-                         const char *where);
+int sl__lua_pcall(lua_State *W, int nargs, int nres, const char *what,
+                  const char *where);
 
 /* --- stages
  * --------------------------------------------------------------------- */
@@ -119,16 +121,18 @@ SL_API int sl__lua_pcall(lua_State *W, int nargs, int nres, const char *what,
  * (the text reader: every line, so the N-th sample since the file's schema
  * last changed is line N, and the schema's "sluice.path" metadata names the
  * file).  fn(line) returns a row, a sample, or nil to skip the line:
- *   worker.parser(fn, line_ptr, line_len, slot, schema) -> true (a sample in *slot) or
- *   false (skip); schema: the stage schema once known, else nil (the row's
- *   is inferred with variable leading dimensions).
- * Errors read "parser (<where>): <file>:<line>: <message + traceback>".
- * Its length is not known (lines may be skipped). */
+ *   worker.parser(fn, line_ptr, line_len, slot, schema) -> true (a sample in
+ * *slot) or false (skip); schema: the stage schema once known, else nil (the
+ * row's is inferred with variable leading dimensions). Errors read "parser
+ * (<where>): <file>:<line>: <message + traceback>". Its length is not known
+ * (lines may be skipped). */
 typedef enum sl__lua_kind {
   SL__LUA_MAP,
   SL__LUA_FILTER,
   SL__LUA_PARSE
 } sl__lua_kind;
+
+#define SL__LUA_DEADLINE_MAX 1e6 /* seconds: the largest deadline */
 
 typedef struct sl__lua_stage_opts {
   int threads;  /* worker threads, 1..the thread limit (sl__threads_check:
@@ -140,7 +144,8 @@ typedef struct sl__lua_stage_opts {
    * default).  A call past it fails with SL_ELUA "... deadline of S s
    * exceeded (the call was running SOURCE:LINE)" at that sample's place;
    * the worker states then run without the JIT compiler (lua_deadline.c).
-   * With a deadline, destroy and reset also interrupt a running call. */
+   * With a deadline, destroy and reset also interrupt a running call.
+   * At most SL__LUA_DEADLINE_MAX. */
   double deadline;
 } sl__lua_stage_opts;
 

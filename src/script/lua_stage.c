@@ -435,17 +435,22 @@ int sl__lua_stage(sl_reader *up, sl__lua_kind kind, sl__shipped *fn,
   }
   *out = NULL;
   if (!up) return sl_set_error(SL_EINVAL, "%s: NULL upstream reader", what);
-  if (!fn || !env || !opts || !(opts->deadline >= 0 && opts->deadline < 1e9) ||
+  if (!fn || !env || !opts ||
       (kind != SL__LUA_MAP && kind != SL__LUA_FILTER && kind != SL__LUA_PARSE))
+    return sl__fail_with_upstream(up, sl_set_error(SL_EINVAL, "%s: %s", what,
+                                                   !fn     ? "NULL function"
+                                                   : !env  ? "NULL environment"
+                                                   : !opts ? "NULL options"
+                                                           : "unknown kind"));
+  /* The options' one check (the Lua facade passes them on unchecked);
+   * threads and queue are the engine's. */
+  if (!(opts->deadline >= 0 && opts->deadline <= SL__LUA_DEADLINE_MAX))
     return sl__fail_with_upstream(
-        up, sl_set_error(SL_EINVAL, "%s: %s", what,
-                         !fn     ? "NULL function"
-                         : !env  ? "NULL environment"
-                         : !opts ? "NULL options"
-                         : !(opts->deadline >= 0 && opts->deadline < 1e9)
-                             ? "deadline must be a number of seconds >= 0 "
-                               "(0: none)"
-                             : "unknown kind"));
+        up, sl_set_error(SL_EINVAL,
+                         "%s (%s): option 'deadline' must be a number of "
+                         "seconds in [0, %g] (0: none; got %g)",
+                         what, sl__shipped_where(fn), SL__LUA_DEADLINE_MAX,
+                         opts->deadline));
   lua_stage *st = sl__calloc(1, sizeof *st);
   if (!st)
     return sl__fail_with_upstream(
