@@ -56,7 +56,8 @@ static void usage(FILE *to) {
           "  --threads LIST   comma-separated thread counts (default 1,2,4)\n"
           "  --unordered      deliver as ready instead of in plan order\n"
           "  --shuffle        shuffle chunks and records (window --window)\n"
-          "  --window N       shuffle window in chunks (default 1)\n"
+          "  --window N       shuffle window in chunks (default 0: the\n"
+          "                   library's default, 32)\n"
           "  --help           this text\n"
           "Prints one JSON line per thread count on stdout (medians of the\n"
           "interleaved runs, and the CPU seconds a pass used) and a table\n"
@@ -178,7 +179,7 @@ static int remove_entry(const char *p, const struct stat *st, int flag,
 }
 
 int main(int argc, char **argv) {
-  config c = {8, 16000, 256, 256 * 1024, 3, 5, {1, 2, 4}, 3, 0, 0, 1};
+  config c = {8, 16000, 256, 256 * 1024, 3, 5, {1, 2, 4}, 3, 0, 0, 0};
   parse_args(argc, argv, &c);
   char dir[] = "/tmp/sluice-bench-open-files-XXXXXX";
   if (!mkdtemp(dir)) {

@@ -874,7 +874,8 @@ typedef struct sl_open_files_opts {
   uint64_t epoch;       /* the epoch of the first pass; each reset adds 1 */
   uint32_t window;      /* with shuffle: records are permuted within windows
                            of this many consecutive (permuted) chunks
-                           (0 = 1) */
+                           (0 = 32: mixes class-sorted files; holds up to
+                           32 decoded chunks, docs/DATA.md) */
   int rank, world;      /* world <= 0 (SL_RANK_FROM_ENV): both from
                            sl_shard_env; else 0 <= rank < world */
   sl_shard_policy remainder;

@@ -209,7 +209,8 @@ describe("sluice images", function()
     local slr
     setup(function()
       slr = dir .. "/jpeg.slr"
-      sh(("'%s/tools/sluice' pack images -q '%s/jpeg' -o '%s'")
+      -- --order sorted: record k is image k of the folder (compared below)
+      sh(("'%s/tools/sluice' pack images -q --order sorted '%s/jpeg' -o '%s'")
          :format(build, dir, slr))
     end)
 

@@ -4,11 +4,13 @@
  * next epoch; 4 ranks x 3 epochs; errors at their position (corrupt chunk,
  * missing file, changed file, schema mismatch, bad options) with every
  * worker stopped; destroy at any moment; rank and world from the
- * environment. */
+ * environment; the default shuffle window mixing class-sorted Fashion-MNIST
+ * (one file and 4 shards: >= 8 of 10 classes per batch of 64). */
 #include "test.h"
 #include "test_util.h"
 
 #include "core/internal.h"
+#include "io/import.h"
 #include "open/epoch_plan.h"
 
 #include <dirent.h>
@@ -953,4 +955,145 @@ TEST(few_files_replaced_by_another_schema_before_first_use) {
   ASSERT_STREQ(sl_last_error(), want);
   sl_reader_destroy(r);
   free(mine);
+}
+
+/* --- mixing class-sorted data (issue 15 item 4) -----------------------------
+ */
+
+#define FMNIST_DIR "/usr/share/datasets/fashion-mnist"
+#define MIX_BATCH 64
+
+/* Fashion-MNIST's 60 000 training images sorted by label (stable), written
+ * as `sluice pack` writes them (1 MiB chunks) to `out`: one file (shards
+ * 0) or K round-robin shards, each of them class-sorted. */
+static void write_sorted_fmnist(const char *out, uint32_t shards) {
+  const char *img = FMNIST_DIR "/train-images-idx3-ubyte.gz",
+             *lab = FMNIST_DIR "/train-labels-idx1-ubyte.gz";
+  if (access(img, R_OK) != 0 || access(lab, R_OK) != 0)
+    test_fail(__FILE__, __LINE__,
+              "Fashion-MNIST not found at " FMNIST_DIR
+              ": install the Debian package dataset-fashion-mnist "
+              "(make deps)");
+  char *raw = tmppath("fmnist-idx-order.slr");
+  sl__pack_opts po = {0};
+  uint64_t n = 0;
+  ASSERT_OK(sl__pack_idx(img, lab, raw, &po, &n));
+  ASSERT_EQ(n, 60000);
+  sl_open_files_opts o = SL_OPEN_FILES_OPTS_INIT;
+  o.rank = 0;
+  o.world = 1;
+  sl_reader *r;
+  const char *names[] = {raw};
+  ASSERT_OK(sl_open_files(names, 1, &o, &r));
+  sl_sample **all = malloc(60000 * sizeof *all);
+  size_t k = 0;
+  sl_sample *s;
+  while (sl_reader_next(r, &s) == SL_OK) {
+    ASSERT_TRUE(k < 60000);
+    all[k++] = s;
+  }
+  ASSERT_EQ(k, 60000);
+  po.shards = shards;
+  sl__pack_sink *sink;
+  ASSERT_OK(sl__sink_open(out, (sl_schema *)sl_reader_schema(r),
+                          SL__TOTAL_UNKNOWN, &po, NULL, 0, &sink));
+  for (int64_t c = 0; c < 10; c++)
+    for (size_t i = 0; i < k; i++)
+      if (*(const int64_t *)sl_sample_at_const(all[i], 1)->data == c)
+        ASSERT_OK(sl__sink_append(sink, all[i]));
+  ASSERT_OK(sl__sink_close(sink));
+  for (size_t i = 0; i < k; i++)
+    sl_sample_release(all[i]);
+  free(all);
+  sl_reader_destroy(r);
+  unlink(raw);
+  free(raw);
+}
+
+/* The average number of distinct labels in the full batches of 64 of one
+ * pass; *n gets the samples read. */
+static double classes_per_batch(sl_reader *r, int64_t *n) {
+  int seen[10] = {0}, in_batch = 0, distinct = 0;
+  int64_t batches = 0, sum = 0;
+  sl_sample *s;
+  *n = 0;
+  while (sl_reader_next(r, &s) == SL_OK) {
+    int64_t c = *(const int64_t *)sl_sample_at_const(s, 1)->data;
+    ASSERT_TRUE(c >= 0 && c < 10);
+    distinct += !seen[c];
+    seen[c] = 1;
+    sl_sample_release(s);
+    ++*n;
+    if (++in_batch == MIX_BATCH) {
+      sum += distinct;
+      batches++;
+      memset(seen, 0, sizeof seen);
+      in_batch = distinct = 0;
+    }
+  }
+  return batches ? (double)sum / (double)batches : 0;
+}
+
+/* With the default options and shuffle on, class-sorted files (one file,
+ * and 4 shards) give batches of 64 holding at least 8 of the 10 classes on
+ * average, every epoch, for 1 and 2 threads; unshuffled, one class.  The
+ * explicit window = 1 (the default before issue 15) shows what the test
+ * guards against. */
+TEST(defaults_mix_class_sorted_fashion_mnist) {
+  clear_env();
+  char *one = tmppath("fmnist-sorted.slr");
+  char *set = tmppath("fmnist-sorted4.slr");
+  char *glob = tmppath("fmnist-sorted4-*-of-00004.slr");
+  write_sorted_fmnist(one, 0);
+  write_sorted_fmnist(set, 4);
+  const char *cases[2] = {one, glob};
+  for (int ci = 0; ci < 2; ci++) {
+    for (uint32_t window = 0; window <= 1; window++) {
+      for (uint32_t t = 1; t <= 2; t++) {
+        sl_open_files_opts o = SL_OPEN_FILES_OPTS_INIT;
+        o.shuffle = 1;
+        o.seed = 1234;
+        o.threads = t;
+        o.window = window; /* 0: the default */
+        o.rank = 0;
+        o.world = 1;
+        sl_reader *r;
+        ASSERT_OK(sl_open_files(&cases[ci], 1, &o, &r));
+        for (int e = 0; e < 2; e++) {
+          int64_t n;
+          double avg = classes_per_batch(r, &n);
+          ASSERT_EQ(n, 60000);
+          if (t == 1 && e == 0)
+            fprintf(stderr, "    %s, window %s: %.2f classes per batch of %d\n",
+                    ci ? "4 shards" : "one file", window ? "1" : "default", avg,
+                    MIX_BATCH);
+          if (window == 0)
+            ASSERT_TRUE(avg >= 8.0);
+          else
+            ASSERT_TRUE(avg < 3.0);
+          ASSERT_OK(sl_reader_reset(r));
+        }
+        sl_reader_destroy(r);
+      }
+    }
+    sl_open_files_opts o = SL_OPEN_FILES_OPTS_INIT;
+    o.rank = 0;
+    o.world = 1;
+    sl_reader *r;
+    ASSERT_OK(sl_open_files(&cases[ci], 1, &o, &r));
+    int64_t n;
+    double avg = classes_per_batch(r, &n);
+    ASSERT_EQ(n, 60000);
+    ASSERT_TRUE(avg < (ci ? 1.2 : 1.1));
+    sl_reader_destroy(r);
+  }
+  unlink(one);
+  for (uint32_t i = 0; i < 4; i++) {
+    char p[1024];
+    ASSERT_OK(sl__shard_name(set, i, 4, p, sizeof p));
+    unlink(p);
+  }
+  free(one);
+  free(set);
+  free(glob);
 }

@@ -41,13 +41,14 @@ static const char help[] =
     "  text   one record {text: bytes[-1]} per line of each FILE, in order;\n"
     "         the newline and one trailing \\r are removed, an empty line is\n"
     "         an empty record, a last line without a newline counts.\n"
-    "  images every *.jpg, *.jpeg and *.png file below FOLDER, sorted by\n"
-    "         path, becomes a record {image: bytes (the file, unchanged),\n"
-    "         label: i64}; the label is the index of the image's first-level\n"
-    "         sub-folder (its class) in sorted order, and the sorted class\n"
-    "         names, joined by ',', are the schema metadata \"classes\"\n"
-    "         (docs/IMAGES.md).  Decode on read: sl_decode_image, or\n"
-    "         :decode_image{} in Lua.\n"
+    "  images every *.jpg, *.jpeg and *.png file below FOLDER becomes a\n"
+    "         record {image: bytes (the file, unchanged), label: i64}; the\n"
+    "         label is the index of the image's first-level sub-folder (its\n"
+    "         class) in sorted order, and the sorted class names, joined by\n"
+    "         ',', are the schema metadata \"classes\" (docs/IMAGES.md).\n"
+    "         Records are written in a seeded random order (--order,\n"
+    "         --seed), so that classes are mixed in every chunk.  Decode on\n"
+    "         read: sl_decode_image, or :decode_image{} in Lua.\n"
     "\n"
     "Options:\n"
     "  -o, --output FILE       the output file (required)\n"
@@ -67,6 +68,12 @@ static const char help[] =
     "                          contiguous: shard s holds one consecutive\n"
     "                            range; sizes differ by at most 1, the first\n"
     "                            shards holding the extra records\n"
+    "  --order ORDER           images only: random (default): the files in\n"
+    "                          a random order drawn from --seed (the same\n"
+    "                          folder and seed give the same file); sorted:\n"
+    "                          sorted by path, i.e. by class\n"
+    "  --seed N                images only: the seed of --order random\n"
+    "                          (default 0)\n"
     "  -q, --quiet             no progress line and no summary\n"
     "  -h, --help              this help\n"
     "\n"
@@ -85,6 +92,8 @@ enum {
   OPT_RPC,
   OPT_SHARDS,
   OPT_SHARD_MODE,
+  OPT_ORDER,
+  OPT_SEED,
   OPT_QUIET,
   OPT_HELP
 };
@@ -96,6 +105,8 @@ static const cli_opt opts[] = {
     {"records-per-chunk", 0, true, OPT_RPC},
     {"shards", 0, true, OPT_SHARDS},
     {"shard-mode", 0, true, OPT_SHARD_MODE},
+    {"order", 0, true, OPT_ORDER},
+    {"seed", 0, true, OPT_SEED},
     {"quiet", 'q', false, OPT_QUIET},
     {"help", 'h', false, OPT_HELP},
     {NULL, 0, false, 0},
@@ -226,8 +237,8 @@ static int print_summary(void *ud, uint64_t records, uint64_t file_bytes) {
 int cmd_pack(int argc, char **argv) {
   cli_parser p;
   cli_parser_init(&p, argc, argv, "pack", synopsis, opts);
-  sl__pack_opts po = {0};
-  const char *out = NULL, *fmt = NULL;
+  sl__pack_opts po = {.shuffle = true};
+  const char *out = NULL, *fmt = NULL, *order_opt = NULL;
   const char **in = calloc((size_t)argc, sizeof *in);
   size_t nin = 0;
   bool quiet = false;
@@ -305,6 +316,27 @@ int cmd_pack(int argc, char **argv) {
         goto done;
       }
       break;
+    case OPT_ORDER:
+      if (strcmp(v, "random") == 0) {
+        po.shuffle = true;
+      } else if (strcmp(v, "sorted") == 0) {
+        po.shuffle = false;
+      } else {
+        rc = cli_usage_error("pack", synopsis,
+                             "--order is random or sorted, not '%s'", v);
+        goto done;
+      }
+      order_opt = "--order";
+      break;
+    case OPT_SEED:
+      if (!cli_parse_u64(v, false, &n)) {
+        rc = cli_usage_error("pack", synopsis,
+                             "--seed wants an integer 0..2^64-1, not '%s'", v);
+        goto done;
+      }
+      po.seed = n;
+      order_opt = "--seed";
+      break;
     case OPT_QUIET:
       quiet = true;
       break;
@@ -323,6 +355,13 @@ int cmd_pack(int argc, char **argv) {
     rc =
         cli_usage_error("pack", synopsis,
                         "unknown input format '%s' (idx, text or images)", fmt);
+    goto done;
+  }
+  if (!images && order_opt) {
+    rc = cli_usage_error("pack", synopsis,
+                         "%s is for pack images (idx and text keep their "
+                         "input's order)",
+                         order_opt);
     goto done;
   }
   if (images && nin != 1) {

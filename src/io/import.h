@@ -71,6 +71,10 @@ typedef struct sl__pack_opts {
   sl__commit_fn before_commit;         /* may be NULL */
   const volatile sig_atomic_t *cancel; /* non-zero: stop (SL_EKILLED)
                                           within one compression block */
+  bool shuffle;  /* sl__pack_images: records in the seeded random order of
+                    sl__pack_order instead of sorted by path (the CLI's
+                    default; `--order sorted` clears it) */
+  uint64_t seed; /* of that order */
 } sl__pack_opts;
 
 /* Largest K accepted (the name has 5 digits). */

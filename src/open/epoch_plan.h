@@ -12,6 +12,11 @@ typedef struct sl__plan_file {
   const uint32_t *records; /* [nchunks] */
 } sl__plan_file;
 
+/* The window of sl_open_files_opts.window == 0: chunks whose records are
+ * permuted together.  32 makes batches of 64 from class-sorted files hold
+ * ~9.8 of 10 classes (docs/DATA.md, "What the shuffle options trade"). */
+#define SL__PLAN_DEFAULT_WINDOW 32u
+
 typedef struct sl__plan_params {
   uint64_t seed, epoch;
   bool shuffle;

@@ -488,7 +488,7 @@ static int check_opts(sl_open_files_opts *p) {
   }
   if (p->threads == 0) p->threads = 1;
   if (p->buffer == 0) p->buffer = DEFAULT_BUFFER;
-  if (p->window == 0) p->window = 1;
+  if (p->window == 0) p->window = SL__PLAN_DEFAULT_WINDOW;
   return SL_OK;
 }
 

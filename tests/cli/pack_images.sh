@@ -1,8 +1,10 @@
 # pack_images.sh - `sluice pack images` on Fashion-MNIST images written here
 # as PNG and JPEG class folders (by sluice_test_mkimages, built beside the
-# sluice binary): records, schema, classes metadata, labels in order,
-# verify; then the failures (a file that is not an image, a missing folder,
-# usage errors), which leave no output behind.
+# sluice binary): records, schema, classes metadata, labels in a seeded
+# random order by default (the same for the same seed, mixed classes in
+# every chunk) and in folder order with --order sorted, verify; then the
+# failures (a file that is not an image, a missing folder, usage errors),
+# which leave no output behind.
 . "$(dirname "$0")/lib.bash"
 need_data
 # `sluice run` scripts require "sluice" (as tests/cli/run.sh does).
@@ -24,7 +26,7 @@ for kind in png jpeg; do
     fail "mkimages $kind failed"
   [ "$(wc -l < "want-$kind.txt")" -eq 200 ] || fail "mkimages wrote no labels"
 
-  sl pack images "$kind" -o "$kind.slr" --records-per-chunk 50
+  sl pack images "$kind" -o "$kind.slr" --records-per-chunk 50 --order sorted
   expect_rc 0 "pack images $kind"
   [ -z "$ERR" ] || fail "pack wrote to stderr when it is not a terminal"
   contains "$OUT" "packed 200 records into $kind.slr"
@@ -53,6 +55,34 @@ for kind in png jpeg; do
   expect_rc 0 "cat"
   if [ "$kind" = png ]; then magic='#0 image="\x89PNG'; else magic='#0 image="\xff\xd8\xff'; fi
   contains "$OUT" "$magic"
+
+  # The default order: a permutation of the folder's, drawn from --seed
+  # (default 0), so every chunk of 50 holds most of the 10 classes (sorted:
+  # 2 to 4); the same seed gives the same order, another seed another.
+  sl pack images "$kind" -o "r0-$kind.slr" --records-per-chunk 50
+  expect_rc 0 "pack images $kind in random order"
+  contains "$OUT" "packed 200 records into r0-$kind.slr"
+  slr_labels "r0-$kind.slr" > "r0-$kind.txt"
+  cmp -s "r0-$kind.txt" "want-$kind.txt" &&
+    fail "the default order is the folder's order"
+  [ "$(sort "r0-$kind.txt")" = "$(sort "want-$kind.txt")" ] ||
+    fail "the random order is not a permutation of the folder's records"
+  for c in 0 1 2 3; do
+    k=$(sed -n "$((c * 50 + 1)),$((c * 50 + 50))p" "r0-$kind.txt" | sort -u | wc -l)
+    [ "$k" -ge 7 ] || fail "chunk $c of r0-$kind.slr holds $k classes (want >= 7)"
+    k=$(sed -n "$((c * 50 + 1)),$((c * 50 + 50))p" "want-$kind.txt" | sort -u | wc -l)
+    [ "$k" -le 4 ] || fail "chunk $c of the sorted order holds $k classes"
+  done
+  sl pack images "$kind" -o "r0b-$kind.slr" --records-per-chunk 50 --seed 0 --order random
+  expect_rc 0 "pack images $kind --seed 0"
+  slr_labels "r0b-$kind.slr" | cmp -s - "r0-$kind.txt" ||
+    fail "--seed 0 --order random is not the default order"
+  sl cat --json "r0-$kind.slr" > a.json && sl cat --json "r0b-$kind.slr" > b.json
+  cmp -s a.json b.json || fail "the same seed gave other records"
+  sl pack images "$kind" -o "r7-$kind.slr" --records-per-chunk 50 --seed 7
+  expect_rc 0 "pack images $kind --seed 7"
+  slr_labels "r7-$kind.slr" | cmp -s - "r0-$kind.txt" &&
+    fail "--seed 7 gave the order of seed 0"
 done
 
 # Records decode on read, in a pipeline run by the CLI.
@@ -88,4 +118,14 @@ expect_rc 2 "pack images with two folders"
 contains "$ERR" "pack images wants one FOLDER (got 2)"
 sl pack images -o none.slr
 expect_rc 2 "pack images without a folder"
+sl pack images png -o o.slr --order shuffled
+expect_rc 2 "pack images --order shuffled"
+contains "$ERR" "--order is random or sorted, not 'shuffled'"
+sl pack images png -o o.slr --seed -1
+expect_rc 2 "pack images --seed -1"
+contains "$ERR" "--seed wants an integer 0..2^64-1, not '-1'"
+sl pack text want-png.txt -o o.slr --seed 3
+expect_rc 2 "pack text --seed"
+contains "$ERR" "--seed is for pack images (idx and text keep their input's order)"
+[ ! -e o.slr ] || fail "a refused pack wrote o.slr"
 exit 0
