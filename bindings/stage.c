@@ -14,7 +14,9 @@
  *                    "parse": a text file's Lua parser, lua_host.h),
  *                    threads = n >= 1 (1), ordered = bool (true),
  *                    queue = n >= 0 (0: the stage's default),
- *                    deadline = seconds per call (0: none)}; the
+ *                    deadline = seconds per call (0: none),
+ *                    seed_hi, seed_lo = ctx.seed's halves (0),
+ *                    epoch = ctx's first epoch (0)}; the
  *                    ranges are checked by sl__lua_stage (one place)
  *       schema_addr  nil, or an sl_schema* as a number (borrowed; the stage
  *                    retains it)
@@ -170,6 +172,16 @@ static int stage_map(lua_State *L) {
     opts.queue = (size_t)opt_int_field(L, 4, "queue", 0, 0, INT_MAX);
     opts.deadline =
         (double)opt_num_field(L, 4, "deadline", 0, -HUGE_VAL, HUGE_VAL);
+    /* ctx.seed in two 32-bit halves (a Lua number holds 53 bits); ctx's
+     * first epoch (its range is the stage's). */
+    const lua_Integer hi = opt_int_field(L, 4, "seed_hi", 0, 0, 0xFFFFFFFF);
+    const lua_Integer lo = opt_int_field(L, 4, "seed_lo", 0, 0, 0xFFFFFFFF);
+    opts.seed = ((uint64_t)hi << 32) | (uint64_t)lo;
+    const lua_Number ep =
+        opt_num_field(L, 4, "epoch", 0, 0, 18446744073709551615.0);
+    if (ep != floor(ep))
+      luaL_argerror(L, 4, "opts.epoch must be an integer");
+    opts.epoch = ep < 18446744073709551615.0 ? (uint64_t)ep : UINT64_MAX;
   }
   sl_schema *schema = opt_addr(L, 5, "sl_schema*");
 

@@ -23,21 +23,12 @@ local function write(path, text)
   f:close()
 end
 
--- The cpath entry that holds sluice/core.so locates the build tree, hence
--- the CLI and the example plugins.
-local function build_dir()
-  for entry in package.cpath:gmatch("[^;]+") do
-    local dir = entry:match("^(.*)/lua/%?%.so$")
-    if dir and io.open(dir .. "/lua/sluice/core.so") then return dir end
-  end
-  error("cannot find the build tree on package.cpath")
-end
 
 describe("sluice files", function()
   local dir, build
   setup(function()
     dir = tmpdir()
-    build = build_dir()
+    build = H.build_dir()
   end)
   teardown(function() os.execute("rm -rf '" .. dir .. "'") end)
 

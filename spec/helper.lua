@@ -49,6 +49,16 @@ function H.rmdir(dir)
   os.execute("rm -rf '" .. dir .. "'")
 end
 
+-- The build tree: the folder whose lua/sluice/core.so is on package.cpath
+-- (hence the CLI, tools/sluice, and the example plugins).
+function H.build_dir()
+  for entry in package.cpath:gmatch("[^;]+") do
+    local dir = entry:match("^(.*)/lua/%?%.so$")
+    if dir and io.open(dir .. "/lua/sluice/core.so") then return dir end
+  end
+  error("cannot find the build tree on package.cpath")
+end
+
 -- Writes `text` to the file at `path`.
 function H.write(path, text)
   local f = assert(io.open(path, "wb"))

@@ -105,6 +105,11 @@ static const char FNS[] =
     "  ffi.C.clock_gettime(1, ts)\n" /* CLOCK_MONOTONIC */             /* 77 */
     "  return { i = s.i * 10, x_t = tonumber(ts.s) + tonumber(ts.ns) * 1e-9 }\n"
     "end\n" /* 79 */
+    "function T.ctx_note(s, ctx)\n"                                    /* 80 */
+    "  return { i = s.i, ix = ctx.index, ep = ctx.epoch,\n"             /* 81 */
+    "           sd = ctx.seed }\n"                                      /* 82 */
+    "end\n"                                                            /* 83 */
+    "function T.ctx_third(s, ctx) return ctx.index % 3 == 0 end\n"      /* 84 */
     "return T\n";
 
 static lua_State *g_decl; /* the declaring state (this thread only) */
@@ -155,7 +160,7 @@ static sl_reader *lua_stage(sl_reader *up, sl__lua_kind kind, const char *fn,
                             sl_schema *schema) {
   sl__shipped *f = ship(fn, kind == SL__LUA_MAP ? "map" : "filter");
   sl__lua_env *e = test_env();
-  sl__lua_stage_opts o = {threads, ordered, queue, 0};
+  sl__lua_stage_opts o = {.threads = threads, .ordered = ordered, .queue = queue};
   sl_reader *r = NULL;
   int rc = sl__lua_stage(up, kind, f, e, &o, schema, &r);
   sl__shipped_release(f);
@@ -593,7 +598,7 @@ TEST(worker_state_failure_reaches_the_consumer) {
   for (int threads = 1; threads <= 3; threads++) {
     sl_reader *up = range(100);
     const sl_schema *us = sl_reader_schema(up);
-    sl__lua_stage_opts o = {threads, threads != 2, 0, 0};
+    sl__lua_stage_opts o = {.threads = threads, .ordered = threads != 2};
     sl_reader *r = NULL;
     ASSERT_OK(sl__lua_stage(up, SL__LUA_MAP, f, bad, &o, NULL, &r));
     ASSERT_PTR_EQ(sl_reader_schema(r), us);
@@ -630,7 +635,7 @@ TEST(worker_state_failure_reaches_the_consumer) {
 TEST(bad_arguments) {
   sl__shipped *f = ship("times10", "map");
   sl__lua_env *e = test_env();
-  sl__lua_stage_opts o = {0, 1, 0, 0};
+  sl__lua_stage_opts o = {.threads = 0, .ordered = 1};
   sl_reader *r = (sl_reader *)1;
   /* threads 0: SL_EINVAL, and the upstream is taken (ASan: no leak). */
   ASSERT_RC(sl__lua_stage(range(10), SL__LUA_MAP, f, e, &o, NULL, &r),
@@ -656,7 +661,7 @@ TEST(thread_start_failure_fails_the_stage) {
   sl__shipped *f = ship("times10", "map");
   sl__lua_env *e = test_env();
   for (long ok = 0; ok < 3; ok++) {
-    sl__lua_stage_opts o = {4, 1, 0, 0};
+    sl__lua_stage_opts o = {.threads = 4, .ordered = 1};
     sl_reader *r = (sl_reader *)1;
     sl__thread_fail_after(ok);
     int rc = sl__lua_stage(range(100), SL__LUA_MAP, f, e, &o, NULL, &r);
@@ -680,7 +685,7 @@ TEST(thread_start_failure_fails_the_stage) {
   expect_pass(r, 0, 100, 10);
   sl_reader_destroy(r);
   /* Beyond the limit: the engine's message, the upstream taken. */
-  sl__lua_stage_opts o = {(int)sl__thread_limit() + 1, 1, 0, 0};
+  sl__lua_stage_opts o = {.threads = (int)sl__thread_limit() + 1, .ordered = 1};
   r = (sl_reader *)1;
   ASSERT_RC(sl__lua_stage(range(10), SL__LUA_MAP, f, e, &o, NULL, &r),
             SL_EINVAL);
@@ -713,6 +718,65 @@ TEST(reset_mid_pass) {
       expect_multiset(r, 10000, 10);
     sl_reader_destroy(r);
   }
+}
+
+/* A function with a second parameter gets ctx (lua_host.h,
+ * sl__lua_stage_opts.seed/epoch): index = the sample's sequence number in
+ * the pass (after a filter upstream: its position among the kept ones),
+ * epoch = opts.epoch + the resets, seed = opts.seed; for any thread count,
+ * ordered or not. */
+TEST(ctx_index_epoch_seed_for_1_2_4_threads) {
+  for (int threads = 1; threads <= 4; threads *= 2) {
+    for (int ordered = 0; ordered < 2; ordered++) {
+      sl__shipped *fkeep = ship("ctx_third", "filter");
+      sl__shipped *fnote = ship("ctx_note", "map");
+      sl__lua_env *e = test_env();
+      sl__lua_stage_opts fo = {.threads = threads, .ordered = 1, .seed = 1};
+      sl__lua_stage_opts mo = {.threads = threads,
+                               .ordered = ordered,
+                               .queue = 16,
+                               .seed = ((uint64_t)5 << 32) | 7,
+                               .epoch = 3};
+      sl_reader *f = NULL, *r = NULL;
+      ASSERT_OK(sl__lua_stage(range(300), SL__LUA_FILTER, fkeep, e, &fo, NULL,
+                              &f));
+      ASSERT_OK(sl__lua_stage(f, SL__LUA_MAP, fnote, e, &mo, NULL, &r));
+      sl__shipped_release(fkeep);
+      sl__shipped_release(fnote);
+      sl__lua_env_release(e);
+      for (int pass = 0; pass < 3; pass++) {
+        bool seen[100] = {false};
+        sl_sample *s = NULL;
+        int n = 0, rc;
+        while ((rc = sl_reader_next(r, &s)) == SL_OK) {
+          int64_t i = field_i64(s, "i"), ix = field_i64(s, "ix");
+          ASSERT_EQ(i % 3, 0);
+          ASSERT_EQ(ix, i / 3); /* its position among the kept samples */
+          ASSERT_TRUE(ix >= 0 && ix < 100 && !seen[ix]);
+          seen[ix] = true;
+          ASSERT_EQ(field_i64(s, "ep"), 3 + pass);
+          ASSERT_EQ(field_i64(s, "sd"), ((int64_t)5 << 32) + 7);
+          if (ordered) ASSERT_EQ(ix, n);
+          n++;
+          sl_sample_release(s);
+        }
+        ASSERT_RC(rc, SL_EOF);
+        ASSERT_EQ(n, 100);
+        ASSERT_OK(sl_reader_reset(r));
+      }
+      sl_reader_destroy(r);
+    }
+  }
+  /* Out of range: the stage's one check. */
+  sl__shipped *fnote = ship("ctx_note", "map");
+  sl__lua_env *e = test_env();
+  sl__lua_stage_opts o = {.threads = 1, .ordered = 1, .epoch = (uint64_t)1 << 53};
+  sl_reader *r = NULL;
+  ASSERT_RC(sl__lua_stage(range(3), SL__LUA_MAP, fnote, e, &o, NULL, &r),
+            SL_EINVAL);
+  ASSERT_CONTAINS(sl_last_error(), "option 'epoch' must be an integer");
+  sl__shipped_release(fnote);
+  sl__lua_env_release(e);
 }
 
 TEST(destroy_mid_pass_200_times) {

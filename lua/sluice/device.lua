@@ -172,7 +172,8 @@ function M.install(Pipeline, h)
     o.slots = slots
     o.stream = stream and ffi.cast("void *", stream) or nil
     o.release_wait_ms = wait
-    local p = h.made(C.sl_double_buffer(h.take(self, where), o, h.OUT), 2)
+    local p = h.made(C.sl_double_buffer(h.take(self, where), o, h.OUT), 2,
+                     self)
     reclaiming(p, slots, h.live)
     return p
   end

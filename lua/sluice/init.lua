@@ -126,23 +126,28 @@ local function pin_pressure()
   collectgarbage("step", ceil(kb * heap / limit))
 end
 
-local function new_pipeline(r)
+-- The pipeline seed and first epoch (_flow = {seed =, epoch =}, or false):
+-- set by open_files, passed from each pipeline to the one a decorator
+-- makes of it (`from`), and taken by the stages that draw random numbers
+-- when they are not given their own (docs/LUA.md, "Randomness").
+local function new_pipeline(r, from)
   r = ffi_gc(r, reader_destroy)
   local pins = PINS()
   pins.total = PINNED
   return setmetatable({_r = r, _out = SAMPLE_OUT(), _dead = false,
-                       _blk = false, _bk = BLOCK, _pins = pins}, Pipeline)
+                       _blk = false, _bk = BLOCK, _pins = pins,
+                       _flow = from and from._flow or false}, Pipeline)
 end
 
 -- The result of a C constructor: a new pipeline, or a raise with the C
 -- message pointing at the declaring line.  Callers never tail-call it (nor
 -- anything else that raises with a level): a tail call drops the frame the
 -- level counts.
-local function made(rc, level)
+local function made(rc, level, from)
   if rc < 0 then error(c_message(rc), level + 1) end
   local r = OUT[0]
   OUT[0] = nil
-  return new_pipeline(r)
+  return new_pipeline(r, from)
 end
 
 local function is_pipeline(x)
@@ -339,7 +344,7 @@ function Pipeline:shuffle(n, opts)
   live(self, ":shuffle()", 2)
   check_int(n, 1, ":shuffle()", "buffer size", 2)
   opts = check_opts(opts, ":shuffle()", SHUFFLE_OPTS, 2)
-  local seed = opts.seed or 0
+  local seed = opts.seed or (self._flow and self._flow.seed) or 0
   if not (type(seed) == "cdata" and ffi.istype("uint64_t", seed)) then
     if type(seed) ~= "number" or seed ~= floor(seed) or seed < 0
        or seed >= 2^64 then
@@ -347,7 +352,8 @@ function Pipeline:shuffle(n, opts)
              .. "[0, 2^64) (got %s)"):format(tostring(seed)), 2)
     end
   end
-  local result = made(C.sl_shuffle(take(self, ":shuffle()"), n, seed, OUT), 2)
+  local result = made(C.sl_shuffle(take(self, ":shuffle()"), n, seed, OUT), 2,
+                      self)
   return result
 end
 
@@ -361,7 +367,7 @@ function Pipeline:batch(n, opts)
     and 1 or 0
   o.pad = check_bool(opts.pad, ":batch()", "pad", false, 2) and 1 or 0
   o.lod = check_bool(opts.lod, ":batch()", "lod", false, 2) and 1 or 0
-  local result = made(C.sl_batch(take(self, ":batch()"), n, o, OUT), 2)
+  local result = made(C.sl_batch(take(self, ":batch()"), n, o, OUT), 2, self)
   return result
 end
 
@@ -370,7 +376,7 @@ local function count_decorator(name, cfn, min, what)
   return function(self, n)
     live(self, where, 2)
     check_int(n, min, where, what, 2)
-    local result = made(cfn(take(self, where), n, OUT), 2)
+    local result = made(cfn(take(self, where), n, OUT), 2, self)
     return result
   end
 end
@@ -386,7 +392,7 @@ Pipeline.prefetch = count_decorator("prefetch", C.sl_prefetch, 1,
 
 function Pipeline:cache()
   live(self, ":cache()", 2)
-  local result = made(C.sl_cache(take(self, ":cache()"), OUT), 2)
+  local result = made(C.sl_cache(take(self, ":cache()"), OUT), 2, self)
   return result
 end
 
@@ -422,9 +428,17 @@ local function pipelines_arg(where, list, level)
   return arr, n
 end
 
+-- The first of `list` that carries a pipeline seed.
+local function flow_of(list)
+  for i = 1, #list do
+    if list[i]._flow then return list[i] end
+  end
+end
+
 function sluice.chain(...)
-  local arr, n = pipelines_arg("sluice.chain()", {...}, 2)
-  local result = made(C.sl_chain(arr, n, OUT), 2)
+  local list = {...}
+  local arr, n = pipelines_arg("sluice.chain()", list, 2)
+  local result = made(C.sl_chain(arr, n, OUT), 2, flow_of(list))
   return result
 end
 
@@ -440,7 +454,8 @@ function sluice.zip(...)
   local truncate = check_bool(opts.truncate, "sluice.zip()", "truncate",
                               false, 2)
   local arr, n = pipelines_arg("sluice.zip()", list, 2)
-  local result = made(C.sl_zip(arr, n, truncate and 1 or 0, OUT), 2)
+  local result = made(C.sl_zip(arr, n, truncate and 1 or 0, OUT), 2,
+                      flow_of(list))
   return result
 end
 
@@ -466,8 +481,38 @@ local function ship(fn, what, where, level)
   return shipped, c.env()
 end
 
-local MAP_OPTS = set("threads", "ordered", "queue", "schema", "deadline")
-local FILTER_OPTS = set("threads", "ordered", "queue", "deadline")
+local MAP_OPTS = set("threads", "ordered", "queue", "schema", "deadline",
+                     "seed", "epoch")
+local FILTER_OPTS = set("threads", "ordered", "queue", "deadline", "seed",
+                        "epoch")
+
+-- ctx.seed and ctx's first epoch of a Lua stage (docs/LUA.md,
+-- "Randomness"): the stage's options, else the pipeline's (_flow), else 0.
+-- Into stage options `o` as seed_hi, seed_lo (the binding takes numbers)
+-- and epoch.
+local rng = require "sluice.rng"
+local bit = require "bit"
+local function ctx_options(o, opts, flow, where, level)
+  flow = flow or {}
+  local seed = opts.seed
+  if seed == nil then seed = flow.seed or 0 end
+  local s = rng.seed_u64(seed)
+  if not s then
+    error(("sluice: %s: option 'seed' must be an integer in [0, 2^64) "
+           .. "(got %s)"):format(where, tostring(seed)), level + 1)
+  end
+  o.seed_hi = tonumber(bit.rshift(s, 32))
+  o.seed_lo = tonumber(bit.band(s, 0xFFFFFFFFULL))
+  local epoch = opts.epoch
+  if epoch == nil then epoch = flow.epoch or 0 end
+  if type(epoch) ~= "number" or epoch ~= floor(epoch) or epoch < 0 or
+     epoch >= 2^53 then
+    error(("sluice: %s: option 'epoch' must be an integer in [0, 2^53) "
+           .. "(got %s)"):format(where, tostring(epoch)), level + 1)
+  end
+  o.epoch = epoch
+  return o
+end
 
 -- deadline = seconds one call of the function may run (docs/RELIABILITY.md).
 -- Its range is checked by the stage (sl__lua_stage, the one place); here
@@ -492,17 +537,20 @@ local function lua_stage(self, kind, fn, opts)
     check_int(opts.queue, 1, where, "option 'queue'", 3) or nil
   local deadline = check_deadline(opts.deadline, where, 3)
   local sp = schema_option(opts.schema, where, 3)
+  local flow = self._flow
+  ctx_options({}, opts, flow, where, 3) -- checked before anything is taken
   local shipped, env = ship(fn, kind, where, 3)
   local c = core()
   local up = addr(take(self, where))
   -- sp rides along as an extra (ignored) argument so that it stays on the
   -- stack, hence alive, until core.map has retained the schema.
   local ok, lud = pcall(c.map, up, shipped, env,
-                        {kind = kind, threads = threads, ordered = ordered,
-                         queue = queue, deadline = deadline},
+                        ctx_options({kind = kind, threads = threads,
+                                     ordered = ordered, queue = queue,
+                                     deadline = deadline}, opts, flow),
                         sp and addr(sp) or nil, sp)
   if not ok then error(lud, 3) end
-  return new_pipeline(ffi_cast("sl_reader *", lud))
+  return new_pipeline(ffi_cast("sl_reader *", lud), self)
 end
 
 -- (Not tail calls: error levels count the method's frame.)
@@ -728,7 +776,7 @@ function Pipeline:decode_image(opts)
   opts = check_opts(opts, where, DECODE_OPTS, 2)
   local o = ffi.new("sl_image_opts")
   image_options(o, opts, where, 2)
-  local result = made(C.sl_decode_image(take(self, where), o, OUT), 2)
+  local result = made(C.sl_decode_image(take(self, where), o, OUT), 2, self)
   return result
 end
 
@@ -746,14 +794,16 @@ function Pipeline:random_crop_flip(opts)
     o.height, o.width = size_pair(opts.size, where, "size", 2)
   end
   o.flip = check_bool(opts.flip, where, "flip", true, 2) and 1 or 0
+  local flow = self._flow or {}
   o.seed = opts.seed and check_int(opts.seed, 0, where, "option 'seed'", 2)
-    or 0
+    or flow.seed or 0
   o.epoch = opts.epoch and check_int(opts.epoch, 0, where, "option 'epoch'", 2)
-    or 0
+    or flow.epoch or 0
   if opts.field ~= nil then
     o.field = check_string(opts.field, where, "field", 2)
   end
-  local result = made(C.sl_random_crop_flip(take(self, where), o, OUT), 2)
+  local result = made(C.sl_random_crop_flip(take(self, where), o, OUT), 2,
+                      self)
   return result
 end
 
@@ -901,6 +951,7 @@ function sluice.open_files(names, opts)
     end
   end
   local p = made(C.sl_open_files(arr, n, o, OUT), 2)
+  p._flow = {seed = o.seed, epoch = tonumber(o.epoch)}
   return p
 end
 
@@ -967,6 +1018,14 @@ function sluice.clone(s)
   local q = C.sl__lua_sample_clone(p)
   if q == nil then error(c_message(), 2) end
   return sample.wrap(q, s[2])
+end
+
+-- sluice.rng(seed, epoch, index): the generator ctx.rng is for sample
+-- `index` of epoch `epoch` of a stage with seed `seed` (the same draws,
+-- outside the pipeline; sluice.rng and docs/LUA.md, "Randomness").
+sluice.rng = function(seed, epoch, index)
+  local r = rng.new(seed, epoch, index)
+  return r
 end
 
 function sluice.version()

@@ -9,6 +9,11 @@
 --   worker.filter(fn, sample)
 --   worker.export(value, slot, schema)
 --   worker.parser(fn, line_ptr, line_len, slot, schema)
+--   worker.context(fn, seed_hi, seed_lo) -> the ctx variant of map, filter
+--       and parser when fn takes a second parameter (ctx), else false
+--   worker.map_ctx(fn, sample, slot, index, epoch)
+--   worker.filter_ctx(fn, sample, index, epoch)
+--   worker.parser_ctx(fn, line_ptr, line_len, slot, schema, index, epoch)
 --
 -- `sample` is an sl_sample* whose reference is handed to Lua; `slot` an
 -- sl_sample** receiving a result with a reference for C; `schema` an
@@ -93,6 +98,37 @@ function M.filter(fn, ptr)
   return keep and true or false
 end
 
+-- --- ctx: seed, epoch, index and a counter-based generator (sluice.rng) ----
+-- A worker state runs one stage, so its one ctx table and generator are
+-- reused for every sample (valid during the call only): each call stores
+-- the sample's index and epoch, and the generator seeds itself from them
+-- on its first draw (docs/LUA.md, "Randomness").
+local rng_mod = require "sluice.rng"
+local bit = require "bit"
+local ctx, ctx_rng, ctx_seed
+
+local function set_ctx(index, epoch)
+  local c, r = ctx, ctx_rng
+  c.index, c.epoch, c.seed, c.rng = index, epoch, ctx_seed, r
+  r._epoch, r._index, r._ready = epoch, index, false
+  return c
+end
+
+function M.map_ctx(fn, ptr, slot, index, epoch)
+  local s = wrap(ptr)
+  local r = fn(s, set_ctx(index, epoch))
+  if getmetatable(r) ~= Sample then returned_error(r) end
+  hand_over(r, slot)
+  if r ~= s then drop(s) end
+end
+
+function M.filter_ctx(fn, ptr, index, epoch)
+  local s = wrap(ptr)
+  local keep = fn(s, set_ctx(index, epoch))
+  drop(s)
+  return keep and true or false
+end
+
 -- The Lua parser of text files (lua_host.h, SL__LUA_PARSE): fn(line)
 -- returns a table of fields, a sample, or nil to skip the line.  `schema`
 -- is the stage's once known (every row is built against it, so a row that
@@ -104,8 +140,7 @@ local ffi_string = ffi.string
 local CHARS = ffi.typeof("const char *")
 local SCHEMA_PTR = ffi.typeof("sl_schema *")
 
-function M.parser(fn, ptr, len, slot, schema)
-  local row = fn(ffi_string(ffi_cast(CHARS, ptr), len))
+local function parsed(row, slot, schema)
   if row == nil then return false end
   if getmetatable(row) == Sample then
     local p = row[1]
@@ -129,6 +164,32 @@ function M.parser(fn, ptr, len, slot, schema)
   if not q then error(why, 0) end
   ffi_cast(SLOT, slot)[0] = ffi_gc(q, nil)
   return true
+end
+
+function M.parser(fn, ptr, len, slot, schema)
+  return parsed(fn(ffi_string(ffi_cast(CHARS, ptr), len)), slot, schema)
+end
+
+function M.parser_ctx(fn, ptr, len, slot, schema, index, epoch)
+  return parsed(fn(ffi_string(ffi_cast(CHARS, ptr), len),
+                   set_ctx(index, epoch)), slot, schema)
+end
+
+-- Whether fn takes ctx: a Lua function declaring a second parameter (or
+-- `...`).  If it does, sets this state's seed (two 32-bit halves) and
+-- returns the ctx variant of operation `op` ("map", "filter", "parser");
+-- else false (the plain operation, which passes nothing more).
+function M.context(fn, op, seed_hi, seed_lo)
+  if type(fn) ~= "function" then return false end
+  local info = debug.getinfo(fn, "Su")
+  if info.what == "C" or not (info.nparams >= 2 or info.isvararg) then
+    return false
+  end
+  local seed = bit.lshift(ffi.new("uint64_t", seed_hi), 32) + seed_lo
+  ctx_seed = seed_hi < 2^21 and seed_hi * 2^32 + seed_lo or seed
+  ctx_rng = rng_mod.new(seed, 0, 0)
+  ctx = {seed = ctx_seed, epoch = 0, index = 0, rng = ctx_rng}
+  return M[op .. "_ctx"]
 end
 
 function M.export(value, slot, schema)

@@ -147,6 +147,14 @@ typedef struct sl__lua_stage_opts {
    * With a deadline, destroy and reset also interrupt a running call.
    * At most SL__LUA_DEADLINE_MAX. */
   double deadline;
+  /* What a function taking a second parameter gets as ctx (docs/LUA.md,
+   * "Randomness"): ctx.seed = seed, ctx.epoch = epoch + the stage's resets
+   * since construction, ctx.index = the sample's sequence number in the
+   * pass (its position in what the stage receives), ctx.rng the
+   * counter-based generator keyed by the three (sluice.rng).  A function
+   * with one parameter gets none of it and pays nothing. */
+  uint64_t seed;
+  uint64_t epoch; /* at most 2^53 - 1 (a Lua number) */
 } sl__lua_stage_opts;
 
 /* A map or filter stage running `fn` (retained) in `opts->threads` worker

@@ -21,6 +21,10 @@
  *             ends the pass at that sample.  A map (parser) output is
  *             checked against the stage schema on the worker as soon as that
  *             is known (check_schema, published once with release order).
+ *             A function declaring a second parameter (asked once per state:
+ *             worker.context) is called through worker.<op>_ctx with the
+ *             sample's sequence number (ctx.index) and the epoch (opts'
+ *             epoch + the resets) after those arguments; ctx.seed is set once.
  *   unchecked Outputs made before the schema was known (the first ones of a
  *             map without `schema`) are noted in `pend` (by sample address,
  *             with their sequence number and, for a parser, the line's file
@@ -64,6 +68,7 @@ typedef struct lua_worker {
   lua_State *L;       /* NULL until its worker_init succeeds */
   int fn_ref, op_ref; /* registry refs: the function, worker.map/filter */
   sl_sample *slot;    /* map's output slot handed to Lua */
+  bool ctx;           /* fn takes ctx: op is worker.<op>_ctx */
 } lua_worker;
 
 /* An output made before the stage schema was known, checked when taken. */
@@ -83,6 +88,10 @@ typedef struct lua_stage {
   sl__shipped *fn;
   sl__lua_env *env;
   double deadline;   /* seconds per call, 0 = none (lua_deadline.c) */
+  uint64_t seed, epoch0; /* ctx.seed; ctx.epoch = epoch0 + pass */
+  uint64_t pass;         /* resets since construction (consumer's; read by
+                            the workers, which run only between a start and
+                            a stop) */
   sl_schema *schema; /* the stage schema (retained), NULL until known */
   _Atomic(const sl_schema *) check_schema;
   sl_reader *up;
@@ -201,6 +210,8 @@ static int stage_pull(void *ud, sl_sample **out) {
   return rc;
 }
 
+static int setup_ctx(const lua_stage *st, lua_worker *w, lua_State *L);
+
 static int stage_worker_init(void *ud, int index, void **wctx) {
   lua_stage *st = ud;
   lua_worker *w = &st->w[index];
@@ -208,16 +219,65 @@ static int stage_worker_init(void *ud, int index, void **wctx) {
     lua_State *L = NULL;
     int rc = sl__lua_worker_setup(st->env, st->fn, st->what, st->where,
                                   st->what, &w->op_ref, &w->fn_ref, &L);
-    if (rc == SL_OK && st->deadline > 0 &&
-        (rc = sl__lua_deadline_set(L, st->deadline,
-                                   sl__engine_stop_flag(st->engine), w->fn_ref,
-                                   st->what, st->where)) < 0)
-      lua_close(L);
+    if (rc == SL_OK && st->deadline > 0)
+      rc = sl__lua_deadline_set(L, st->deadline,
+                                sl__engine_stop_flag(st->engine), w->fn_ref,
+                                st->what, st->where);
+    if (rc == SL_OK) rc = setup_ctx(st, w, L);
+    if (rc < 0 && L) lua_close(L);
     if (rc < 0) return rc;
     w->L = L;
   }
   *wctx = w;
   return SL_OK;
+}
+
+/* lua_cpcall'd in a new worker state: asks sluice.worker whether the
+ * function takes ctx (worker.context), and if so replaces the operation by
+ * its ctx variant.  A host's own sluice.worker without `context` gives no
+ * ctx. */
+typedef struct ctx_args {
+  const lua_stage *st;
+  lua_worker *w;
+  int rc;
+} ctx_args;
+
+static int ctx_setup_cp(lua_State *L) {
+  ctx_args *a = lua_touserdata(L, 1);
+  const lua_stage *st = a->st;
+  lua_settop(L, 0);
+  lua_getfield(L, LUA_REGISTRYINDEX, "sluice.worker");
+  if (!lua_istable(L, -1)) {
+    lua_getfield(L, LUA_REGISTRYINDEX, "_LOADED");
+    if (!lua_istable(L, -1)) return 0;
+    lua_getfield(L, -1, "sluice.worker");
+    if (!lua_istable(L, -1)) return 0;
+  }
+  lua_getfield(L, -1, "context");
+  if (!lua_isfunction(L, -1)) return 0;
+  lua_rawgeti(L, LUA_REGISTRYINDEX, a->w->fn_ref);
+  lua_pushstring(L, st->what);
+  lua_pushnumber(L, (lua_Number)(st->seed >> 32));
+  lua_pushnumber(L, (lua_Number)(st->seed & 0xFFFFFFFFu));
+  a->rc = sl__lua_pcall(L, 4, 1, st->what, st->where);
+  if (a->rc == SL_OK && lua_isfunction(L, -1)) {
+    luaL_unref(L, LUA_REGISTRYINDEX, a->w->op_ref);
+    a->w->op_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    a->w->ctx = true;
+  }
+  lua_settop(L, 0);
+  return 0;
+}
+
+static int setup_ctx(const lua_stage *st, lua_worker *w, lua_State *L) {
+  ctx_args a = {st, w, SL_OK};
+  w->ctx = false;
+  if (lua_cpcall(L, ctx_setup_cp, &a) != 0) {
+    lua_pop(L, 1);
+    return sl_set_error(SL_ENOMEM, "%s: cannot set up a worker state",
+                        st->label);
+  }
+  return a.rc;
 }
 
 static void stage_worker_fini(void *ud, int index, void *wctx) {
@@ -226,6 +286,12 @@ static void stage_worker_fini(void *ud, int index, void *wctx) {
   (void)index;
   if (w->L) lua_close(w->L);
   w->L = NULL;
+}
+
+/* ctx's index and epoch, after the operation's arguments. */
+static void push_ctx(const lua_stage *st, lua_State *L, uint64_t seq) {
+  lua_pushnumber(L, (lua_Number)seq);
+  lua_pushnumber(L, (lua_Number)(st->epoch0 + st->pass));
 }
 
 /* The parser on one line (sample s, released here):
@@ -255,7 +321,8 @@ static int run_parse(lua_stage *st, lua_worker *w, uint64_t seq, sl_sample *s,
     sl__lua_push_ptr(L, want);
   else
     lua_pushnil(L);
-  int rc = sl__lua_pcall(L, 5, 1, st->what, st->where);
+  if (w->ctx) push_ctx(st, L, seq);
+  int rc = sl__lua_pcall(L, w->ctx ? 7 : 5, 1, st->what, st->where);
   bool keep = rc == SL_OK && lua_toboolean(L, -1);
   lua_settop(L, top);
   sl_sample *o = w->slot;
@@ -294,10 +361,12 @@ static int stage_process(void *ud, void *wctx, uint64_t seq, sl_sample *s,
   if (map) {
     w->slot = NULL;
     sl__lua_push_ptr(L, &w->slot);
-    rc = sl__lua_pcall(L, 3, 0, st->what, st->where);
+    if (w->ctx) push_ctx(st, L, seq);
+    rc = sl__lua_pcall(L, w->ctx ? 5 : 3, 0, st->what, st->where);
   } else {
     sl_sample_retain(s); /* ours, kept if the filter says so */
-    rc = sl__lua_pcall(L, 2, 1, st->what, st->where);
+    if (w->ctx) push_ctx(st, L, seq);
+    rc = sl__lua_pcall(L, w->ctx ? 4 : 2, 1, st->what, st->where);
   }
   if (rc < 0) {
     if (map) {
@@ -376,6 +445,7 @@ static void stop_pass(lua_stage *st) {
 static int stage_reset(void *state) {
   lua_stage *st = state;
   stop_pass(st);
+  st->pass++; /* counts even if the reset fails, as shuffle's passes */
   SL_FORWARD_IF_ERROR(sl_reader_reset(st->up));
   return sl__engine_start(st->engine);
 }
@@ -451,6 +521,13 @@ int sl__lua_stage(sl_reader *up, sl__lua_kind kind, sl__shipped *fn,
                          "seconds in [0, %g] (0: none; got %g)",
                          what, sl__shipped_where(fn), SL__LUA_DEADLINE_MAX,
                          opts->deadline));
+  if (opts->epoch >= ((uint64_t)1 << 53))
+    return sl__fail_with_upstream(
+        up, sl_set_error(SL_EINVAL,
+                         "%s (%s): option 'epoch' must be an integer in "
+                         "[0, 2^53) (got %llu)",
+                         what, sl__shipped_where(fn),
+                         (unsigned long long)opts->epoch));
   lua_stage *st = sl__calloc(1, sizeof *st);
   if (!st)
     return sl__fail_with_upstream(
@@ -465,6 +542,8 @@ int sl__lua_stage(sl_reader *up, sl__lua_kind kind, sl__shipped *fn,
   st->env = sl__lua_env_retain(env);
   st->where = sl__shipped_where(fn);
   st->deadline = opts->deadline;
+  st->seed = opts->seed;
+  st->epoch0 = opts->epoch;
   size_t nl = strlen(what) + strlen(st->where) + 4;
   st->label = sl__malloc(nl);
   if (!st->label) {

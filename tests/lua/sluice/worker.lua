@@ -170,6 +170,26 @@ function M.filter(fn, s)
   return keep and true or false
 end
 
+-- worker.context(fn, op, seed_hi, seed_lo): a function with a second
+-- parameter gets ctx = {seed, epoch, index} (the double has no generator):
+-- returns map_ctx / filter_ctx, else false.
+local ctx
+function M.context(fn, op, hi, lo)
+  if debug.getinfo(fn, "u").nparams < 2 then return false end
+  ctx = {seed = hi * 2^32 + lo}
+  return M[op .. "_ctx"]
+end
+
+function M.map_ctx(fn, s, slot, index, epoch)
+  ctx.index, ctx.epoch = index, epoch
+  return M.map(function(x) return fn(x, ctx) end, s, slot)
+end
+
+function M.filter_ctx(fn, s, index, epoch)
+  ctx.index, ctx.epoch = index, epoch
+  return M.filter(function(x) return fn(x, ctx) end, s)
+end
+
 -- worker.export(value, slot, schema): a table row -> *slot.
 function M.export(v, slot, schema)
   local sch = schema and ffi.cast("sl_schema *", schema) or nil
