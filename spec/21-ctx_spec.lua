@@ -303,6 +303,33 @@ describe("sluice.rng", function()
     end
   end)
 
+  it("is random_crop_flip's generator: the same draws for the same key", function()
+    local HT, W = 8, 10
+    local rows = {}
+    for k = 1, 30 do
+      local t = sluice.tensor("u8", {HT, W, 1})
+      for y = 0, HT - 1 do
+        for x = 0, W - 1 do t.data[y * W + x] = y * 16 + x end
+      end
+      rows[k] = {image = t}
+    end
+    local p = sluice.from_table(rows)
+      :random_crop_flip{size = {3, 4}, seed = 9, epoch = 2}
+    local i, flips = 0, 0
+    for s in p:iter() do
+      local r = sluice.rng(9, 2, i)
+      local top, left = r:random(0, HT - 3), r:random(0, W - 4)
+      local flip = bit.rshift(r:bits(), 63) == 1ULL
+      local d = s.image.data
+      assert.equal(top * 16 + left + (flip and 3 or 0), d[0])
+      assert.equal(top * 16 + left + (flip and 0 or 3), d[3])
+      if flip then flips = flips + 1 end
+      i = i + 1
+    end
+    assert.equal(30, i)
+    assert.is_true(flips > 5 and flips < 25)
+  end)
+
   it("draws in range and roughly uniformly", function()
     local K, counts = 60000, {}
     local sum, lo, hi = 0, 1, 0
