@@ -49,7 +49,14 @@
  * Memory.  The collected samples sit in an array of n pointers allocated at
  * construction; building a batch allocates the output sample and one buffer
  * per output field (sizes computed before anything is copied), never
- * anything per input sample.  Between calls no sample is held.
+ * anything per input sample.  Between calls no sample is held.  The values'
+ * buffers (stacked, concatenated, padded fields) come from the reader's
+ * pool (buffer_pool.c): a batch released by the trainer, on any thread,
+ * gives its buffer back for the next batch of about the same size, so a
+ * 400 KB f32 batch is not faulted in and zero-filled afresh each time.  The
+ * pool keeps at most POOL_IDLE buffers and POOL_IDLE_BYTES idle; every byte
+ * of a reused buffer is written before the batch goes out (rows, padding
+ * tails), so old contents never show.
  *
  * Deferred copies (prefetch).  sl_prefetch over a batch asks for them
  * (sl__batch_defer): batch_next then collects and checks the rows and
@@ -70,6 +77,11 @@
 
 #include <pthread.h>
 #include <stdint.h>
+
+/* Idle output buffers kept for reuse: what prefetch and a trainer hold at
+ * once, with room; at most 64 MiB. */
+#define POOL_IDLE 16
+#define POOL_IDLE_BYTES ((size_t)64 << 20)
 
 enum { K_STACK, K_CONCAT, K_PAD };
 
@@ -96,6 +108,7 @@ typedef struct batch_state {
   sl_sample **held; /* n slots: the samples of the batch being built */
   size_t nheld;
   unsigned long long batch_no; /* batches emitted in this pass */
+  sl__buffer_pool *pool;       /* values' buffers; NULL: plain ones */
   /* deferred mode (sl__batch_defer); mu guards pend[*] */
   pthread_mutex_t mu;
   pending *pend; /* npend entries, NULL when not deferred */
@@ -207,7 +220,7 @@ static int stack_field(const batch_state *b, int i, sl_sample *o) {
   for (int d = 0; d < t0->rank; d++)
     shape[d + 1] = t0->shape[d];
   sl_tensor t;
-  int rc = sl_tensor_alloc(&t, t0->dtype, t0->rank + 1, shape);
+  int rc = sl__tensor_alloc_pooled(b->pool, &t, t0->dtype, t0->rank + 1, shape);
   if (rc < 0)
     return sl_wrap_error(rc, "batch: field '%s'",
                          sl_schema_field_name(b->in, i));
@@ -249,7 +262,7 @@ static int concat_field(const batch_state *b, int i, sl_sample *o) {
                         "batch: field '%s': batch %llu is too "
                         "large to concatenate",
                         name, b->batch_no);
-  sl_buffer *buf = sl_buffer_new(lod_off + lod_bytes);
+  sl_buffer *buf = sl__buffer_pool_get(b->pool, lod_off + lod_bytes);
   if (!buf) return sl_wrap_error(SL_ENOMEM, "batch: field '%s'", name);
 
   int64_t shape[SL_MAX_RANK];
@@ -301,7 +314,7 @@ static int pad_field(const batch_state *b, int i, sl_sample *o) {
     shape[d + 1] = t0->shape[d];
   /* sl_tensor_alloc checks the whole size for overflow. */
   sl_tensor t;
-  int rc = sl_tensor_alloc(&t, t0->dtype, t0->rank + 1, shape);
+  int rc = sl__tensor_alloc_pooled(b->pool, &t, t0->dtype, t0->rank + 1, shape);
   if (rc < 0) return sl_wrap_error(rc, "batch: field '%s'", name);
   int64_t len_shape = (int64_t)b->nheld;
   sl_tensor lens;
@@ -513,6 +526,7 @@ static void batch_destroy(void *st) {
     pthread_mutex_destroy(&b->mu);
   }
   sl__free(b->plan);
+  sl__buffer_pool_release(b->pool); /* batches still out free theirs */
   sl_schema_release(b->out);
   sl_reader_destroy(b->up);
   sl__free(b);
@@ -653,12 +667,13 @@ int sl_batch(sl_reader *up, size_t n, const sl_batch_opts *opts,
   b->nfields = sl_schema_nfields(b->in);
   b->plan = sl__calloc(b->nfields ? (size_t)b->nfields : 1, sizeof *b->plan);
   b->held = sl__malloc(n * sizeof *b->held);
+  b->pool = sl__buffer_pool_new(POOL_IDLE, POOL_IDLE_BYTES);
   int rc = b->pad && b->lod
                ? sl_set_error(SL_EINVAL,
                               "batch: lod and pad exclude each other (lod "
                               "concatenates variable fields with LoD "
                               "offsets, pad pads them)")
-           : (!b->plan || !b->held)
+           : (!b->plan || !b->held || !b->pool)
                ? sl_set_error(SL_ENOMEM,
                               "batch: cannot allocate state for %zu samples", n)
                : build_schema(b);
