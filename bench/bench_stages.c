@@ -149,17 +149,48 @@ static sl_reader *b_zip(uint64_t n) { /* per output sample: two sources */
   CHECK(sl_zip(parts, 2, 0, &r));
   return r;
 }
+/* The parallel-stage engine (sl_map_parallel): an identity map on 1 and 2
+ * threads (the consumer is the slower side: its spin meets results), and
+ * a map of ~2 us a sample on 1 thread (the worker is the slower side: the
+ * consumer waits on every fill, the case the adaptive spin is for). */
+static int slow_map(void *ud, sl_sample *in, sl_sample **out) {
+  (void)ud;
+  double t0 = now_s();
+  while (now_s() - t0 < 2e-6) {
+  }
+  *out = in;
+  return SL_OK;
+}
+static sl_reader *parallel(uint64_t n, sl_map_fn fn, uint32_t threads) {
+  sl_parallel_opts o = SL_PARALLEL_OPTS_INIT;
+  o.threads = threads;
+  sl_reader *r;
+  CHECK(sl_map_parallel(source(n), fn, NULL, NULL, NULL, &o, &r));
+  return r;
+}
+static sl_reader *b_par1(uint64_t n) {
+  return parallel(n, identity_map, 1);
+}
+static sl_reader *b_par2(uint64_t n) {
+  return parallel(n, identity_map, 2);
+}
+static sl_reader *b_par1_slow(uint64_t n) {
+  return parallel(n, slow_map, 1);
+}
+
 static sl_reader *b_threaded(uint64_t n) {
   sl_reader *r;
   CHECK(sl_threaded(source(n), &r));
   return r;
 }
 
-/* Seconds to drain a freshly built pipeline (construction not timed). */
-static double drain(build_fn build, uint64_t n, uint64_t *count) {
+/* Seconds to drain a freshly built pipeline (construction not timed); the
+ * CPU seconds of every thread meanwhile in *cpu. */
+static double drain(build_fn build, uint64_t n, uint64_t *count, double *cpu) {
   sl_reader *r = build(n);
   sl_sample *s;
   uint64_t k = 0;
+  double c0 = cpu_s();
   double t0 = now_s();
   int rc;
   while ((rc = sl_reader_next(r, &s)) == SL_OK) {
@@ -167,6 +198,7 @@ static double drain(build_fn build, uint64_t n, uint64_t *count) {
     k++;
   }
   double t = now_s() - t0;
+  *cpu = cpu_s() - c0;
   if (rc != SL_EOF) die("sl_reader_next", rc);
   sl_reader_destroy(r);
   *count = k;
@@ -278,22 +310,29 @@ int main(int argc, char **argv) {
       {"cache", b_cache},
       {"chain", b_chain},
       {"zip", b_zip},
+      {"par1", b_par1},
+      {"par2", b_par2},
+      {"par1_slow", b_par1_slow},
   };
-  double times[101];
+  double times[101], cpus[101];
   double base_ns = 0;
-  fprintf(stderr, "%-12s %14s %14s\n", "stage", "ns/sample", "stage ns");
+  fprintf(stderr, "%-12s %14s %14s %14s\n", "stage", "ns/sample", "stage ns",
+          "CPU ns");
   for (size_t s = 0; s < sizeof stages / sizeof stages[0]; s++) {
     if (only && strcmp(only, stages[s].name) && s) continue;
     uint64_t count = 0;
     for (int r = 0; r < runs; r++)
-      times[r] = drain(stages[s].build, n, &count);
+      times[r] = drain(stages[s].build, n, &count, &cpus[r]);
     double ns = median(times, runs) * 1e9 / (double)n;
+    double cpu_ns = median(cpus, runs) * 1e9 / (double)n;
     if (s == 0) base_ns = ns;
     double stage_ns = s ? ns - base_ns : ns;
     printf("{\"bench\":\"stage\",\"stage\":\"%s\",\"samples\":%llu,\"runs\":%d,"
-           "\"ns_per_sample\":%.2f,\"stage_ns_per_sample\":%.2f}\n",
-           stages[s].name, (unsigned long long)n, runs, ns, stage_ns);
-    fprintf(stderr, "%-12s %14.2f %14.2f\n", stages[s].name, ns, stage_ns);
+           "\"ns_per_sample\":%.2f,\"stage_ns_per_sample\":%.2f,"
+           "\"cpu_ns_per_sample\":%.2f}\n",
+           stages[s].name, (unsigned long long)n, runs, ns, stage_ns, cpu_ns);
+    fprintf(stderr, "%-12s %14.2f %14.2f %14.2f\n", stages[s].name, ns,
+            stage_ns, cpu_ns);
   }
   if (!only || !strcmp(only, "channel")) {
     for (int many = 0; many <= 1; many++) {

@@ -55,8 +55,8 @@
  * gives its buffer back for the next batch of about the same size, so a
  * 400 KB f32 batch is not faulted in and zero-filled afresh each time.  The
  * pool keeps at most POOL_IDLE buffers and POOL_IDLE_BYTES idle; every byte
- * of a reused buffer is written before the batch goes out (rows, padding
- * tails), so old contents never show.
+ * a field shows is written before the batch goes out (rows, padding tails,
+ * LoD offsets), so old contents never show.
  *
  * Deferred copies (prefetch).  sl_prefetch over a batch asks for them
  * (sl__batch_defer): batch_next then collects and checks the rows and

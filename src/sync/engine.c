@@ -69,7 +69,12 @@
  *             sleeps and nothing is signalled.  Before sleeping, a consumer
  *             with a spare CPU spins briefly on `published`: waking a
  *             sleeping thread costs tens of microseconds, a busy worker
- *             lands its next batch in a few.
+ *             lands its next batch in a few.  The spin adapts: one that
+ *             ends without a result (the workers are the slower side, a
+ *             Lua map on one thread) makes the consumer sleep at once for
+ *             the next 1, 2, 4 ... SPIN_BACKOFF_MAX waits; one that meets a
+ *             result clears that.  So a consumer that is always waiting
+ *             probes with a spin once in SPIN_BACKOFF_MAX sleeps.
  *   many      With a process_many callback an item's results are one
  *             R_MANY result (an array of samples) in the item's one slot:
  *             the window, the ring and the cache count items.  The consumer
@@ -102,7 +107,8 @@
  *     unlocked by the spinning consumer.
  *   worker wctx, ready, ns_per_item, in[], out[]: that worker's thread while
  *     it runs, the consumer otherwise (pthread_create / join order them).
- *   cache, cache_pos, cache_len, running, thread: consumer-only.
+ *   cache, cache_pos, cache_len, spin_skip, spin_backoff, running, thread:
+ *     consumer-only.
  *   ops, ud, stage, ordered, window, batch_max, nthreads, spin: immutable.
  */
 #include "sync/engine.h"
@@ -114,6 +120,7 @@
 #define BATCH_WORK_NS 50000.0 /* aim: this much work per batch */
 #define CACHE 16              /* results the consumer takes per lock trip */
 #define CONSUMER_SPIN 4000    /* pause iterations before a sleep */
+#define SPIN_BACKOFF_MAX 64   /* waits without a spin after missed spins */
 
 static inline void cpu_pause(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -186,6 +193,9 @@ struct sl__engine {
   result end; /* the EOF / error delivered, returned again until a stop */
   result cache[CACHE];
   int cache_pos, cache_len;
+  unsigned spin_skip;    /* waits left to sleep through without a spin */
+  unsigned spin_backoff; /* 0 after a spin that met a result, else the
+                            last skip, doubling per miss */
   worker *w; /* nthreads */
 };
 
@@ -637,15 +647,30 @@ static void fill_cache(sl__engine *e) {
     wakes wk0 = {false, false, false};
     wake_worker(e, &wk0);
     send_wakes(e, &wk0);
+    if (!spun && e->spin && e->spin_skip > 0) {
+      spun = true; /* a spin missed lately: sleep at once */
+      e->spin_skip--;
+    }
     if (!spun && e->spin) {
       spun = true;
       unsigned p0 = atomic_load_explicit(&e->published, memory_order_acquire);
       pthread_mutex_unlock(&e->mu);
+      bool hit = false;
       for (int i = 0; i < CONSUMER_SPIN; i++) {
-        if (atomic_load_explicit(&e->published, memory_order_acquire) != p0 ||
-            atomic_load_explicit(&e->stop, memory_order_relaxed))
+        if (atomic_load_explicit(&e->published, memory_order_acquire) != p0) {
+          hit = true;
           break;
+        }
+        if (atomic_load_explicit(&e->stop, memory_order_relaxed)) break;
         cpu_pause();
+      }
+      if (hit) {
+        e->spin_backoff = 0;
+      } else {
+        e->spin_backoff = e->spin_backoff ? e->spin_backoff * 2 : 1;
+        if (e->spin_backoff > SPIN_BACKOFF_MAX)
+          e->spin_backoff = SPIN_BACKOFF_MAX;
+        e->spin_skip = e->spin_backoff;
       }
       pthread_mutex_lock(&e->mu);
       continue;
