@@ -514,7 +514,7 @@ TEST(length_through_map_prefetch_shuffle_threaded_batch) {
   /* batch: ceil(n / size) batches, floor with drop_last */
   ASSERT_OK(sl_batch(test_range_reader(10), 4, NULL, &r));
   ASSERT_EQ(length_of(r), 3);
-  sl_batch_opts drop = {1, 0};
+  sl_batch_opts drop = {.drop_last = 1};
   ASSERT_OK(sl_batch(test_range_reader(10), 4, &drop, &r));
   ASSERT_EQ(length_of(r), 2);
   ASSERT_OK(sl_batch(test_range_reader(8), 4, NULL, &r));
