@@ -218,25 +218,36 @@ TEST(a_slow_map_is_named_the_limiting_stage) {
 }
 
 TEST(a_slow_consumer_blocks_prefetch_downstream) {
+  /* Timing on a shared host: the consumer's own next time includes every
+   * moment it is descheduled inside next, so a loaded machine (CI beside
+   * other jobs, ctest -j2 beside busy loops) can push it past 10 % of a
+   * short run.  The consumer therefore sleeps 5 ms a sample (the pipeline
+   * has ~100 x the slack it needs) and the measurement gets three
+   * attempts; the attribution must hold in one of them. */
   sl_stats_enable(1);
   long none = 0;
-  sl_reader *r = prefetch(map_sleeping(test_range_reader(100), &none), 4);
-  double t0 = test_now_s();
-  ASSERT_EQ(drain(r, 2000), 100); /* the consumer: 2 ms per sample */
-  double wall = test_now_s() - t0;
-  sl_stage_stats st[MAXST];
-  size_t n = stats_of(r, st);
-  print_table(st, n, wall);
-  ASSERT_STREQ(st[0].name, "prefetch");
-  /* prefetch's thread spent most of the run waiting for room. */
-  ASSERT_TRUE(st[0].wait_down_s >= 0.5 * wall);
-  /* The consumer hardly waited: the pipeline keeps up. */
-  ASSERT_TRUE(st[0].next_s < 0.1 * wall);
-  ASSERT_EQ(sl_stats_limiting(st, n, wall), -1);
-  char buf[4096];
-  sl_stats_format(st, n, wall, buf, sizeof buf);
-  ASSERT_TRUE(strstr(buf, "the consumer") != NULL);
-  sl_reader_destroy(r);
+  bool held = false;
+  for (int attempt = 0; attempt < 3 && !held; attempt++) {
+    sl_reader *r = prefetch(map_sleeping(test_range_reader(100), &none), 4);
+    double t0 = test_now_s();
+    ASSERT_EQ(drain(r, 5000), 100); /* the consumer: 5 ms per sample */
+    double wall = test_now_s() - t0;
+    sl_stage_stats st[MAXST];
+    size_t n = stats_of(r, st);
+    print_table(st, n, wall);
+    ASSERT_STREQ(st[0].name, "prefetch");
+    char buf[4096];
+    sl_stats_format(st, n, wall, buf, sizeof buf);
+    /* prefetch's thread spent most of the run waiting for room; the
+     * consumer hardly waited: the pipeline keeps up, the verdict says the
+     * consumer is the limit. */
+    held = st[0].wait_down_s >= 0.5 * wall && st[0].next_s < 0.1 * wall &&
+           sl_stats_limiting(st, n, wall) == -1 &&
+           strstr(buf, "the consumer") != NULL;
+    if (!held) printf("attempt %d: the attribution did not hold\n", attempt);
+    sl_reader_destroy(r);
+  }
+  ASSERT_TRUE(held);
   sl_stats_enable(0);
 }
 
