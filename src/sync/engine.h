@@ -91,10 +91,12 @@ int sl__engine_create(const sl__engine_ops *ops, void *ud,
  *     large, e.g. decoded images). */
 void sl__engine_on_skip(sl__engine *e, sl__engine_skip_fn skipped);
 void sl__engine_set_cache(sl__engine *e, int cache);
-/* Whether the consumer, finding nothing ready, spins briefly (~20-40 us)
- * before it sleeps (default: when the CPUs outnumber the workers).  Off
- * for a stage whose items take far longer than that (open_files: a chunk
- * each), where the spin seldom meets a result and only burns CPU. */
+/* Whether the consumer, finding nothing ready, may spin briefly before it
+ * sleeps (default: when the CPUs outnumber the workers; a spin that meets
+ * no result makes the next 1, 2, 4 ... 64 waits sleep at once, engine.c).
+ * Off for a stage whose items take far longer than a wake-up (open_files:
+ * a chunk each), where the spin seldom meets a result and only burns
+ * CPU. */
 void sl__engine_set_spin(sl__engine *e, bool spin);
 
 /* Item `seq` giving any number of results (open_files: one chunk in, its
