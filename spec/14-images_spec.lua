@@ -10,22 +10,6 @@ local N = 60
 local CLASSES = "Ankle_boot,Bag,Coat,Dress,Pullover,Sandal,Shirt,Sneaker,"
   .. "T-shirt_top,Trouser"
 
-local function tmpdir()
-  local dir = os.tmpname()
-  os.remove(dir)
-  assert(os.execute("mkdir -p '" .. dir .. "'"))
-  return dir
-end
-
--- The cpath entry that holds sluice/core.so locates the build tree.
-local function build_dir()
-  for entry in package.cpath:gmatch("[^;]+") do
-    local dir = entry:match("^(.*)/lua/%?%.so$")
-    if dir and io.open(dir .. "/lua/sluice/core.so") then return dir end
-  end
-  error("cannot find the build tree on package.cpath")
-end
-
 local function sh(cmd)
   assert(os.execute(cmd) == 0, cmd)
 end
@@ -56,8 +40,8 @@ end
 describe("sluice images", function()
   local dir, build, want_labels, idx_images
   setup(function()
-    dir = tmpdir()
-    build = build_dir()
+    dir = H.tmpdir()
+    build = H.build_dir()
     local mk = build .. "/tools/sluice_test_mkimages"
     sh(("'%s' '%s/png' %d png > '%s/labels.txt'"):format(mk, dir, N, dir))
     sh(("'%s' '%s/jpeg' %d jpeg > /dev/null"):format(mk, dir, N))
