@@ -62,7 +62,8 @@ static bool exists(const char *path) {
   return stat(path, &st) == 0;
 }
 
-/* The writer's temporary name for `path` (slr_writer.c). */
+/* The start of the writer's temporary names for `path` in this process
+ * (slr_writer.c: NAME.tmp-PID-XXXXXX). */
 static const char *tmp_name(const char *path) {
   static char b[600];
   snprintf(b, sizeof b, "%s.tmp-%ld", path, (long)getpid());
@@ -284,7 +285,7 @@ TEST(alloc_failures_pack_read_shuffle_map_batch) {
       /* A failed pack leaves nothing: no file under the final name that
        * could be mistaken for a complete one, no temporary either. */
       ASSERT_TRUE(!exists(path));
-      ASSERT_TRUE(!exists(tmp_name(path)));
+      ASSERT_EQ(test_temporaries_of(path), 0);
     }
     if (rc < 0) {
       expect_failure(rc, SL_ENOMEM, "allocation", k, NULL);
@@ -387,7 +388,7 @@ TEST(write_faults_never_leave_a_file_that_looks_complete) {
         expect_failure(rc, SL_EIO, faults[f].name, k, faults[f].msg);
         ASSERT_CONTAINS(sl_last_error(), tmp_name(path));
         ASSERT_TRUE(!exists(path));
-        ASSERT_TRUE(!exists(tmp_name(path)));
+        ASSERT_EQ(test_temporaries_of(path), 0);
       } else {
         ASSERT_OK(read_path(path, RECORDS));
       }

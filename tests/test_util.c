@@ -1,6 +1,7 @@
 /* test_util.c - the helpers of test_util.h. */
 #include "test_util.h"
 
+#include <dirent.h>
 #include <ftw.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -179,4 +180,24 @@ bool test_leaked(void) {
 #else
   return false;
 #endif
+}
+
+int test_temporaries_of(const char *path) {
+  const char *slash = strrchr(path, '/');
+  char dir[4096], prefix[512];
+  if (slash) {
+    snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+    if (!dir[0]) snprintf(dir, sizeof dir, "/");
+  } else {
+    snprintf(dir, sizeof dir, ".");
+  }
+  snprintf(prefix, sizeof prefix, "%s.tmp-", slash ? slash + 1 : path);
+  DIR *d = opendir(dir);
+  if (!d) test_fail(__FILE__, __LINE__, "cannot list %s", dir);
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL)
+    if (strncmp(e->d_name, prefix, strlen(prefix)) == 0) n++;
+  closedir(d);
+  return n;
 }

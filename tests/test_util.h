@@ -104,6 +104,11 @@ double test_now_s(void);
 void test_write_ids_slr(const char *path, int64_t first, int64_t n,
                         uint32_t per_chunk);
 
+/* How many of the SLR writer's temporaries of `path` exist: entries of its
+ * folder named "<name>.tmp-" followed by anything (the writer's
+ * NAME.tmp-PID-XXXXXX, any process). */
+int test_temporaries_of(const char *path);
+
 /* Under ASan: runs LeakSanitizer now and returns whether it found leaks
  * (it prints them).  Elsewhere: false.  Only meaningful while every thread
  * the test started is joined. */
