@@ -311,7 +311,7 @@ TEST(unfinished_write_leaves_no_file_under_the_final_name) {
     sl_sample_release(r);
   }
   struct stat st;
-  ASSERT_TRUE(stat(final_path, &st) != 0); /* not there until close */
+  ASSERT_TRUE(stat(final_path, &st) != 0);       /* not there until close */
   ASSERT_EQ(test_temporaries_of(final_path), 1); /* the writer's temporary */
   sl_slr_writer_abort(w);
   ASSERT_TRUE(stat(final_path, &st) != 0);
@@ -959,8 +959,10 @@ TEST(bool_values_and_record_padding_are_checked) {
   } cases[] = {
       {1, 0, 0, 0, SL_OK, NULL},
       {1, 7, 0, 0, SL_ECORRUPT, "bool field 0: element 1 is 7"},
-      {0, 1, 5, 0, SL_ECORRUPT, "non-zero padding byte 0x05 at record offset 10"},
-      {0, 1, 0, 9, SL_ECORRUPT, "non-zero padding byte 0x09 at record offset 20"},
+      {0, 1, 5, 0, SL_ECORRUPT,
+       "non-zero padding byte 0x05 at record offset 10"},
+      {0, 1, 0, 9, SL_ECORRUPT,
+       "non-zero padding byte 0x09 at record offset 20"},
   };
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
     unsigned char raw[8 + 24] = {0};
@@ -991,9 +993,9 @@ TEST(bytes_shapes_and_non_utf8_names_are_corrupt) {
       {"b", 0, SL_BYTES, 2, {SL_DIM_VAR, 3}},
       {"b", 0, SL_BYTES, 0, {0}},
       {"\xff\xfe", 0, SL_U8, 0, {0}},
-      {"a\xc0\xaf", 0, SL_U8, 0, {0}},      /* overlong '/' */
-      {"\xed\xa0\x80", 0, SL_U8, 0, {0}},   /* a surrogate */
-      {"x\xe2\x82", 0, SL_U8, 0, {0}},      /* cut short */
+      {"a\xc0\xaf", 0, SL_U8, 0, {0}},    /* overlong '/' */
+      {"\xed\xa0\x80", 0, SL_U8, 0, {0}}, /* a surrogate */
+      {"x\xe2\x82", 0, SL_U8, 0, {0}},    /* cut short */
   };
   const char *why[] = {"field 'b' is bytes of rank 1 with a fixed size",
                        "field 'b' is bytes of rank 2",
@@ -1012,7 +1014,12 @@ TEST(bytes_shapes_and_non_utf8_names_are_corrupt) {
     ASSERT_CONTAINS(sl_last_error(), why[i]);
   }
   /* Multi-byte UTF-8 names and bytes[-1] are fine. */
-  const cfield good[] = {{"gr\xc3\xb6\xc3\x9f" "e \xf0\x9f\x93\x8f", 0, SL_U8, 0, {0}},
+  const cfield good[] = {{"gr\xc3\xb6\xc3\x9f"
+                          "e \xf0\x9f\x93\x8f",
+                          0,
+                          SL_U8,
+                          0,
+                          {0}},
                          {"b", 0, SL_BYTES, 1, {SL_DIM_VAR}}};
   cbuf schema = {0};
   craft_schema(&schema, good, 2, NULL, 0);
