@@ -241,7 +241,7 @@ TEST(two_writers_of_one_path_do_not_share_a_temporary) {
   sl_slr_writer *a, *b;
   ASSERT_OK(sl_slr_writer_open(p, s, NULL, &a));
   ASSERT_OK(sl_slr_writer_open(p, s, NULL, &b));
-  ASSERT_EQ(count_named("twice.slr.tmp-"), 2);
+  ASSERT_EQ(test_temporaries_of(p), 2);
   for (int i = 0; i < 300; i++) {
     char line[64];
     int n = snprintf(line, sizeof line, "writer a, record %d", i);
@@ -503,6 +503,6 @@ TEST(cancel_stops_compression_within_a_block) {
   ASSERT_TRUE(took < 1.0); /* a block takes ~50 ms; slack for a busy host */
   struct stat st;
   ASSERT_TRUE(stat(p, &st) != 0);
-  ASSERT_EQ(count_named("cancel.slr.tmp-"), 0);
+  ASSERT_EQ(test_temporaries_of(p), 0);
   sl_schema_release(s);
 }
