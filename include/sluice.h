@@ -1474,7 +1474,7 @@ SL_API int sl_stats_format(const sl_stage_stats *stats, size_t n,
 
 /* ======================================================================== */
 /* BEGIN UNSTABLE                                                           */
-/* Unstable: for sluice's own CLI and Lua module; may change in any release. */
+/* Unstable: for sluice's own CLI and Lua facade; may change in any release. */
 /* ======================================================================== */
 /* libsluice is built with hidden visibility: it exports the SL_API
  * functions above and, besides them, only the sl__ functions of this
@@ -1483,13 +1483,12 @@ SL_API int sl_stats_format(const sl_stage_stats *stats, size_t n,
  * the version number describes: a program or plugin outside this source
  * tree must not call them.  They are exported rather than linked statically
  * because their users load libsluice.so itself: the `sluice` command's
- * `run` executes scripts that load sluice.core, and a second, static copy
- * of the library in the process would have its own error slots and
- * registries (docs/EMBEDDING.md, "ABI").  CTest `abi` fails when
+ * `run` executes scripts whose Lua facade calls libsluice through the
+ * LuaJIT FFI, and a second, static copy of the library in the process
+ * would have its own error slots and registries (docs/EMBEDDING.md, "ABI").  CTest `abi` fails when
  * libsluice.so exports an sl__ symbol this section does not name, or this
  * section names one it does not export. */
 
-struct lua_State;
 struct sl__pack_opts;
 struct sl__lua_stage_opts;
 struct sl__lua_pins;
@@ -1511,17 +1510,18 @@ SL_API void sl__slr_writer_remove_temps(void);
 SL_API int sl__shard_set_check(const char *stage, const char *const *paths,
                                const sl_schema *const *schemas, size_t n);
 
-/* The Lua module sluice.core (bindings/): shipping Lua functions, the Lua
+/* The Lua facade through the FFI (lua/sluice/cdef.lua): shipped functions
+ * (bytes made by lua/sluice/ship.lua), worker environments, the Lua
  * stages.  src/script/lua_host.h (absent from a build without the Lua
  * layer).  `kind` is an sl__lua_kind (an enum of non-negative values,
  * unsigned int to GCC and Clang; lua_host.h's prototype is checked against
  * this one wherever both are seen). */
-SL_API sl__lua_env *sl__lua_env_capture(struct lua_State *L);
+SL_API sl__lua_env *sl__lua_env_new(const char *path, const char *cpath);
 SL_API void sl__lua_env_release(sl__lua_env *e);
-SL_API int sl__lua_ship(struct lua_State *L, int idx, const char *what,
-                        sl__shipped **out);
+SL_API int sl__shipped_new(const char *what, const char *where,
+                           const void *data, size_t size, const char *name,
+                           sl__shipped **out);
 SL_API void sl__shipped_release(sl__shipped *f);
-SL_API const char *sl__shipped_where(const sl__shipped *f);
 SL_API int sl__lua_stage(sl_reader *up, unsigned kind, sl__shipped *fn,
                          sl__lua_env *env,
                          const struct sl__lua_stage_opts *opts,

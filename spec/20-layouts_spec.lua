@@ -1,8 +1,9 @@
 -- 20-layouts_spec.lua: the structs the Lua layer declares by hand (ffi.cdef
 -- in lua/sluice/*.lua: cdef.lua, device.lua) have C's layout.  The C side is
 -- tests/layouts.c (sluice_test_layouts, $SLUICE_LAYOUTS): sizeof, alignof
--- and offsetof of every struct of include/sluice.h, of sl__lua_pins and of
--- DLPack's DLManagedTensor.  The Lua side is found by reading the sources,
+-- and offsetof of every struct of include/sluice.h, of sl__lua_pins and
+-- sl__lua_stage_opts (src/script/lua_host.h) and of DLPack's
+-- DLManagedTensor.  The Lua side is found by reading the sources,
 -- so a struct declared in Lua later without a line in layouts.c fails here,
 -- named; and every struct and field of sluice.h must be in layouts.c.
 local ffi = require "ffi"

@@ -2,7 +2,7 @@
  * layouts.c - the C side of spec/20-layouts_spec.lua (built as
  * sluice_test_layouts): the size and alignment of every struct of
  * include/sluice.h, of the internal ones the Lua layer declares
- * (sl__lua_pins) and of DLPack's DLManagedTensor (lua/sluice/device.lua),
+ * (sl__lua_pins, sl__lua_stage_opts) and of DLPack's DLManagedTensor (lua/sluice/device.lua),
  * and the offset of each of their fields, as lines
  *
  *   struct NAME SIZE ALIGN
@@ -149,6 +149,14 @@ int main(void) {
   F(sl__lua_pins, last);
   F(sl__lua_pins, next);
   F(sl__lua_pins, total);
+
+  S(sl__lua_stage_opts);
+  F(sl__lua_stage_opts, threads);
+  F(sl__lua_stage_opts, ordered);
+  F(sl__lua_stage_opts, queue);
+  F(sl__lua_stage_opts, deadline);
+  F(sl__lua_stage_opts, seed);
+  F(sl__lua_stage_opts, epoch);
 
   /* DLPack (dlpack/dlpack.h), declared by lua/sluice/device.lua. */
   S(DLManagedTensor);

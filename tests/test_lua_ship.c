@@ -362,10 +362,13 @@ TEST(named_function_in_a_module_on_package_path) {
   tmp_path(path, sizeof path);
 
   lua_State *A = new_state();
+  /* The scratch folder first, then the default path: it reaches lua/,
+   * where sl__lua_ship finds its encoder (sluice.ship). */
   lua_getglobal(A, "package");
-  lua_pushstring(A, path);
-  lua_setfield(A, -2, "path");
-  lua_pop(A, 1);
+  lua_getfield(A, -1, "path");
+  lua_pushfstring(A, "%s;%s", path, lua_tostring(A, -1));
+  lua_setfield(A, -3, "path");
+  lua_pop(A, 2);
   sl__shipped *named = NULL, *nested = NULL, *fn = NULL;
   lua_pushstring(A, "shipmod.twice");
   ASSERT_OK(sl__lua_ship(A, -1, "map", &named));

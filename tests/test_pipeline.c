@@ -5,8 +5,9 @@
  * (syntax, runtime error, wrong return value, Lua error during iteration,
  * missing file, missing field); closing mid-pass with busy workers.
  *
- * The scripts `require "sluice"`: CTest gives this test LUA_PATH/LUA_CPATH
- * pointing at the source tree's lua/ and the build's sluice/core.so.
+ * The scripts `require "sluice"`: CTest gives this test LUA_PATH pointing at
+ * the source tree's lua/ (their FFI finds libsluice as ffi.C: this test
+ * links the shared library).
  */
 #include "test.h"
 

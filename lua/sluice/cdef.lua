@@ -8,14 +8,22 @@
 -- trainer's own cdef, a spec) may have declared them first.  Function
 -- declarations may be repeated freely.
 --
--- Returns the namespace holding the sl_* symbols:
---   * ffi.C when the process already exports them (a C trainer linking
---     libsluice, a test executable, a worker state inside either);
---   * otherwise ffi.load(core.libpath()): the very copy of libsluice that the
---     C module sluice.core uses, so readers made by either side can be passed
---     to the other;
---   * otherwise (sluice.core not built or not on package.cpath)
---     ffi.load("sluice"), found by the dynamic linker's usual search.
+-- The FFI is Lua's only bridge to C (docs/ARCHITECTURE.md).  Returns the
+-- namespace holding the sl_* symbols, found in this order (docs/LUA.md,
+-- "Finding libsluice"):
+--   1. ffi.C when the process already exports them (a C trainer linking
+--      libsluice, the `sluice` command, a test executable, a worker state
+--      inside any of them): never a second copy of the library in one
+--      process (it would have its own thread-local error slots, and readers
+--      made by one copy would be freed by the other);
+--   2. ffi.load(os.getenv "SLUICE_LIBRARY") when that variable is set (an
+--      explicit choice: failing to load it is an error, not a fallback);
+--   3. ffi.load(require "sluice.library"): a file CMake generates next to
+--      the Lua modules - in a build tree, <build>/lua/sluice/library.lua
+--      returns the absolute path of the built libsluice; in an installed
+--      tree it returns the libsluice of its own prefix, from a path
+--      relative to its own location (debug.getinfo), so a prefix can move;
+--   4. ffi.load("sluice"), found by the dynamic linker's usual search.
 local ffi = require "ffi"
 
 local function declare(probe, decl)
@@ -301,19 +309,72 @@ sl_sample *sl__lua_sample_clone(const sl_sample *s);
 sl_buffer *sl__lua_buffer_new(size_t size, int zero);
 ]]
 
+-- Internal, exported for the facade (src/script/lua_host.h): shipped
+-- functions (the bytes of sluice.ship), worker environments and the stages
+-- that run Lua code in worker states.
+ffi.cdef [[
+typedef struct sl__shipped sl__shipped;
+typedef struct sl__lua_env sl__lua_env;
+]]
+declare("sl__lua_kind", [[
+typedef enum sl__lua_kind {
+  SL__LUA_MAP,
+  SL__LUA_FILTER,
+  SL__LUA_PARSE
+} sl__lua_kind;
+]])
+declare("sl__lua_stage_opts", [[
+typedef struct sl__lua_stage_opts {
+  int threads;
+  int ordered;
+  size_t queue;
+  double deadline;
+  uint64_t seed;
+  uint64_t epoch;
+} sl__lua_stage_opts;
+]])
+ffi.cdef [[
+int sl__shipped_new(const char *what, const char *where, const void *data,
+                    size_t size, const char *name, sl__shipped **out);
+void sl__shipped_release(sl__shipped *f);
+sl__lua_env *sl__lua_env_new(const char *path, const char *cpath);
+void sl__lua_env_release(sl__lua_env *e);
+int sl__lua_stage(sl_reader *up, sl__lua_kind kind, sl__shipped *fn,
+                  sl__lua_env *env, const sl__lua_stage_opts *opts,
+                  sl_schema *schema, sl_reader **out);
+int sl__lua_reader(sl__shipped *fn, sl__lua_env *env, size_t buffer,
+                   sl_schema *schema, sl_reader **out);
+]]
+
 if pcall(function() return ffi.C.sl_version end) then
   return ffi.C
 end
 
-local ok, core = pcall(require, "sluice.core")
-if ok then
-  return ffi.load(core.libpath())
-end
-
-local ok2, lib = pcall(ffi.load, "sluice")
-if ok2 then
+local explicit = os.getenv("SLUICE_LIBRARY")
+if explicit and explicit ~= "" then
+  local ok, lib = pcall(ffi.load, explicit)
+  if not ok then
+    error("sluice: cannot load SLUICE_LIBRARY=" .. explicit .. ": "
+          .. tostring(lib), 0)
+  end
   return lib
 end
+
+-- sluice.library returns the path (it resolves its own relative path).
+local tried = {}
+local found, path = pcall(require, "sluice.library")
+if found and type(path) == "string" then
+  local ok, lib = pcall(ffi.load, path)
+  if ok then return lib end
+  tried[#tried + 1] = tostring(lib)
+else
+  tried[#tried + 1] = "sluice.library did not load (" .. tostring(path) .. ")"
+end
+
+local ok, lib = pcall(ffi.load, "sluice")
+if ok then
+  return lib
+end
+tried[#tried + 1] = tostring(lib)
 error("sluice: cannot find libsluice: the process does not export it, "
-      .. "sluice.core did not load (" .. tostring(core) .. "), and "
-      .. tostring(lib), 0)
+      .. "SLUICE_LIBRARY is not set, and " .. table.concat(tried, "; "), 0)

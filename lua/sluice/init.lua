@@ -10,9 +10,9 @@
 --
 -- A pipeline is a Lua object owning one sl_reader* (ffi.gc'd with
 -- sl_reader_destroy).  Sources, decorators and consumption go straight to
--- libsluice through the FFI; only what needs the Lua C API (shipping Lua
--- functions to worker states: map, filter, reader) goes through the C
--- module sluice.core, loaded on first use.
+-- libsluice through the FFI, the only bridge from Lua to C; Lua functions
+-- (map, filter, reader) are turned into bytes for worker states by the
+-- pure-Lua encoder sluice.ship.
 --
 -- Decorators take their upstream, as in C: the upstream object is marked
 -- consumed and any later use of it raises.  Misuse (bad arguments) is checked
@@ -36,15 +36,7 @@ local sample_release, reader_destroy = C.sl_sample_release, C.sl_reader_destroy
 local account = C.sl__lua_sample_account
 local new_block, BLOCK, SMALL = sample.new_block, sample.BLOCK, sample.SMALL_BYTES
 
-local core_module
-local function core()
-  if not core_module then core_module = require "sluice.core" end
-  return core_module
-end
-
-local function addr(ptr)
-  return tonumber(ffi_cast("uintptr_t", ptr))
-end
+local shipper = require "sluice.ship"
 
 -- --- argument checks ------------------------------------------------------------------
 
@@ -99,6 +91,7 @@ sluice.Pipeline = Pipeline
 local SAMPLE_OUT = ffi.typeof("sl_sample *[1]")
 -- Out-parameter of the reader constructors (filled and read back at once).
 local OUT = ffi.new("sl_reader *[1]")
+local SHIPPED = ffi.new("sl__shipped *[1]")
 
 -- What the samples pin.  Samples are views into buffers that may be far
 -- larger than their fields (a decoded chunk of megabytes behind a record of
@@ -459,7 +452,7 @@ function sluice.zip(...)
   return result
 end
 
--- --- Lua decorators (worker states, through sluice.core) -----------------------------------
+-- --- Lua decorators (worker states, through sluice.ship and the FFI) ---------------------------
 
 local function schema_option(spec, where, level)
   if spec == nil then return nil end
@@ -475,10 +468,52 @@ local function ship(fn, what, where, level)
     error(("sluice: %s: expected a function or a \"module.function\" name "
            .. "(got a %s)"):format(where, type(fn)), level + 1)
   end
-  local c = core()
-  local ok, shipped = pcall(c.ship, fn, what)
-  if not ok then error(shipped, level + 1) end
-  return shipped, c.env()
+  if type(fn) == "string" and fn:find("\0", 1, true) then
+    error(("%s: '%s' is not a \"module.function\" name")
+          :format(what, fn:match("^[^%z]*")), level + 1)
+  end
+  local at, data, name = shipper.encode(fn, what)
+  if not at then error(data, level + 1) end
+  -- The object is owned by its cdata from the moment it exists; stages
+  -- take references of their own.
+  local rc = C.sl__shipped_new(what, at, data, data and #data or 0, name,
+                               SHIPPED)
+  if rc < 0 then error(c_message(rc), level + 1) end
+  local shipped = ffi_gc(SHIPPED[0], C.sl__shipped_release)
+  SHIPPED[0] = nil
+  -- The worker states' package paths: this state's, now (declaration time).
+  local path, cpath = package.path, package.cpath
+  local env = C.sl__lua_env_new(type(path) == "string" and path or nil,
+                                type(cpath) == "string" and cpath or nil)
+  if env == nil then error(c_message(), level + 1) end
+  return shipped, ffi_gc(env, C.sl__lua_env_release)
+end
+
+local KIND = {map = C.SL__LUA_MAP, filter = C.SL__LUA_FILTER,
+              parse = C.SL__LUA_PARSE}
+local INT_MAX = 0x7fffffff
+
+-- Runs sl__lua_stage over pipeline `p`'s reader (taken: disowned before the
+-- call, which owns it on every path) with options `o` (a table of
+-- sl__lua_stage_opts fields; their ranges are the stage's to check, the one
+-- place) and the optional schema cdata `sp` (retained by the stage).  The
+-- new reader gets its finalizer before anything can raise.
+local function new_lua_stage(p, kind, shipped, env, o, sp, where, level)
+  local opts = ffi.new("sl__lua_stage_opts")
+  -- A count past an int's range is still too many threads: saturate, so
+  -- the stage says so instead of the conversion wrapping around.
+  opts.threads = o.threads and (o.threads > INT_MAX and INT_MAX or o.threads) or 1
+  opts.ordered = o.ordered == false and 0 or 1
+  opts.queue = o.queue or 0
+  opts.deadline = o.deadline or 0
+  opts.seed = o.seed or 0
+  opts.epoch = o.epoch or 0
+  local up = take(p, where)
+  local rc = C.sl__lua_stage(up, KIND[kind], shipped, env, opts, sp, OUT)
+  if rc < 0 then error(c_message(rc), level + 1) end
+  local r = OUT[0]
+  OUT[0] = nil
+  return ffi_gc(r, reader_destroy)
 end
 
 local MAP_OPTS = set("threads", "ordered", "queue", "schema", "deadline",
@@ -488,10 +523,8 @@ local FILTER_OPTS = set("threads", "ordered", "queue", "deadline", "seed",
 
 -- ctx.seed and ctx's first epoch of a Lua stage (docs/LUA.md,
 -- "Randomness"): the stage's options, else the pipeline's (_flow), else 0.
--- Into stage options `o` as seed_hi, seed_lo (the binding takes numbers)
--- and epoch.
+-- Into stage options `o` as seed (a uint64_t cdata) and epoch.
 local rng = require "sluice.rng"
-local bit = require "bit"
 local function ctx_options(o, opts, flow, where, level)
   flow = flow or {}
   local seed = opts.seed
@@ -501,8 +534,7 @@ local function ctx_options(o, opts, flow, where, level)
     error(("sluice: %s: option 'seed' must be an integer in [0, 2^64) "
            .. "(got %s)"):format(where, tostring(seed)), level + 1)
   end
-  o.seed_hi = tonumber(bit.rshift(s, 32))
-  o.seed_lo = tonumber(bit.band(s, 0xFFFFFFFFULL))
+  o.seed = s
   local epoch = opts.epoch
   if epoch == nil then epoch = flow.epoch or 0 end
   if type(epoch) ~= "number" or epoch ~= floor(epoch) or epoch < 0 or
@@ -540,17 +572,11 @@ local function lua_stage(self, kind, fn, opts)
   local flow = self._flow
   ctx_options({}, opts, flow, where, 3) -- checked before anything is taken
   local shipped, env = ship(fn, kind, where, 3)
-  local c = core()
-  local up = addr(take(self, where))
-  -- sp rides along as an extra (ignored) argument so that it stays on the
-  -- stack, hence alive, until core.map has retained the schema.
-  local ok, lud = pcall(c.map, up, shipped, env,
-                        ctx_options({kind = kind, threads = threads,
-                                     ordered = ordered, queue = queue,
-                                     deadline = deadline}, opts, flow),
-                        sp and addr(sp) or nil, sp)
-  if not ok then error(lud, 3) end
-  return new_pipeline(ffi_cast("sl_reader *", lud), self)
+  local r = new_lua_stage(self, kind, shipped, env,
+                          ctx_options({threads = threads, ordered = ordered,
+                                       queue = queue, deadline = deadline},
+                                      opts, flow), sp, where, 3)
+  return new_pipeline(r, self)
 end
 
 -- (Not tail calls: error levels count the method's frame.)
@@ -868,12 +894,8 @@ function sluice.open(name, opts)
     end
     -- The parser stage (lua_host.h, SL__LUA_PARSE): fn(line) -> row,
     -- sample or nil (skip); errors name the file and line.
-    local up = addr(take(p, where))
-    local ok, lud = pcall(core().map, up, shipped, env,
-                          {kind = "parse", threads = threads},
-                          parse_sp and addr(parse_sp) or nil, parse_sp)
-    if not ok then error(lud, 2) end
-    p = new_pipeline(ffi_cast("sl_reader *", lud))
+    p = new_pipeline(new_lua_stage(p, "parse", shipped, env,
+                                   {threads = threads}, parse_sp, where, 2))
   end
   return p
 end
@@ -972,10 +994,8 @@ function sluice.reader(fn, opts)
     check_int(opts.buffer, 1, "sluice.reader()", "option 'buffer'", 2)
   local sp = schema_option(opts.schema, "sluice.reader()", 2)
   local shipped, env = ship(fn, "reader", "sluice.reader()", 2)
-  local ok, lud = pcall(core().reader, shipped, env, buffer,
-                        sp and addr(sp) or nil, sp) -- sp: see lua_stage
-  if not ok then error(lud, 2) end
-  return new_pipeline(ffi_cast("sl_reader *", lud))
+  local result = made(C.sl__lua_reader(shipped, env, buffer, sp, OUT), 2)
+  return result
 end
 
 -- --- samples and tensors ----------------------------------------------------------------------

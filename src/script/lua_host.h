@@ -1,8 +1,9 @@
 /*
  * lua_host.h - the Lua host inside libsluice: worker Lua states, shipping
  * Lua functions to them, and the stages that run Lua code on sluice's
- * threads (map, filter, reader).  Internal: the Lua binding (bindings/) and
- * the embedding API call these; users see them through `require "sluice"`.
+ * threads (map, filter, reader).  Internal: the Lua facade (through the
+ * LuaJIT FFI, lua/sluice/cdef.lua) and the embedding API call these; users
+ * see them through `require "sluice"`.
  *
  * Threading rule: a lua_State is only ever touched by one thread at a time.
  * The declaring (consumer) state is touched only during sl__lua_ship; after
@@ -42,11 +43,10 @@
 
 #include <lua.h>
 
-/* The functions below are internal.  Those the Lua binding (bindings/, the
- * separate shared object sluice/core.so) or the Lua facade (through the FFI)
- * calls are exported (marked SL_API) and declared again in the unstable
- * section of include/sluice.h; the others are not exported (the C tests
- * link the static library). */
+/* The functions below are internal.  Those the Lua facade calls through
+ * the FFI are exported (marked SL_API), declared again in the unstable
+ * section of include/sluice.h and in lua/sluice/cdef.lua; the others are
+ * not exported (the C tests link the static library). */
 
 /* --- the environment a worker state starts from --------------------------- */
 
@@ -55,11 +55,13 @@
  * (refcounted). */
 typedef struct sl__lua_env sl__lua_env;
 
-/* Captures package.path / package.cpath of L.  NULL on SL_ENOMEM. */
-SL_API sl__lua_env *sl__lua_env_capture(lua_State *L);
 /* An environment from explicit strings (either may be NULL = LuaJIT's
- * default).  Used by the embedding API. */
-sl__lua_env *sl__lua_env_new(const char *path, const char *cpath);
+ * default; both are copied).  The facade passes its package.path and
+ * package.cpath, read in Lua at declaration time.  NULL on SL_ENOMEM. */
+SL_API sl__lua_env *sl__lua_env_new(const char *path, const char *cpath);
+/* The same from package.path / package.cpath of L (C callers).  NULL on
+ * SL_ENOMEM. */
+sl__lua_env *sl__lua_env_capture(lua_State *L);
 sl__lua_env *sl__lua_env_retain(sl__lua_env *e);
 SL_API void sl__lua_env_release(sl__lua_env *e);
 /* What sl__lua_worker_new preloads: 1 (the default) = `ffi`, `sluice` and
@@ -75,8 +77,10 @@ int sl__lua_env_set_preload(sl__lua_env *e, int load_sluice);
 int sl__lua_worker_new(const sl__lua_env *env, lua_State **out);
 
 /* --- shipped functions -------------------------------------------------------
- * A Lua function turned into bytes: its bytecode (string.dump, with debug
- * info so tracebacks name the source line) plus its upvalues, recursively:
+ * A Lua function turned into bytes by the Lua encoder `sluice.ship`
+ * (lua/sluice/ship.lua; the format: src/script/lua_ship.c): its bytecode
+ * (string.dump, with debug info so tracebacks name the source line) plus
+ * its upvalues, recursively:
  * nil, booleans, numbers, strings, tables of those (copied; shared and
  * cyclic references preserved), other shippable Lua functions, and modules
  * (a table that is package.loaded[name] in the declaring state is shipped as
@@ -84,19 +88,29 @@ int sl__lua_worker_new(const sl__lua_env *env, lua_State **out);
  * ships as a name to require in the worker. */
 typedef struct sl__shipped sl__shipped;
 
+/* A shipped function from what `sluice.ship` made: `data`/`size` (the
+ * encoded bytes, copied) and `where` ("<source>:<line>", copied), or, when
+ * `name` is not NULL, the "module.function" name (copied; data and where
+ * are then ignored).  `what` names the decorator for messages.  SL_OK with
+ * a reference in *out; SL_EINVAL ("<what>: '<name>' is not a
+ * \"module.function\" name", or missing data) or SL_ENOMEM, *out NULL. */
+SL_API int sl__shipped_new(const char *what, const char *where,
+                           const void *data, size_t size, const char *name,
+                           sl__shipped **out);
 /* Ships the value at stack index `idx` of L (a Lua function or a
- * "module.function" string).  `what` names the decorator for messages
- * ("map", "filter", "reader").  On an unshippable upvalue: SL_ELUA with
- * "<what>: cannot ship upvalue '<name>' (a <type>) of the function defined
- * at <source>:<line>" (nested paths name the chain, e.g. 'cfg.f' or the
- * inner function's line).  Does not raise; leaves L's stack as it was. */
-SL_API int sl__lua_ship(lua_State *L, int idx, const char *what,
-                        sl__shipped **out);
+ * "module.function" string) by calling require("sluice.ship").encode in L
+ * (so L's package.path must reach lua/).  `what` names the decorator for
+ * messages ("map", "filter", "reader").  On an unshippable upvalue: SL_ELUA
+ * with "<what>: cannot ship upvalue '<name>' (a <type>) of the function
+ * defined at <source>:<line>" (nested paths name the chain, e.g. 'cfg.f' or
+ * the inner function's line); SL_EINVAL for a value of another type;
+ * SL_ENOMEM.  Does not raise; leaves L's stack as it was. */
+int sl__lua_ship(lua_State *L, int idx, const char *what, sl__shipped **out);
 sl__shipped *sl__shipped_retain(sl__shipped *f);
 SL_API void sl__shipped_release(sl__shipped *f);
 /* "<source>:<line>" of the shipped function (or the module.function name),
  * for messages.  Borrowed. */
-SL_API const char *sl__shipped_where(const sl__shipped *f);
+const char *sl__shipped_where(const sl__shipped *f);
 
 /* Pushes the function onto worker state W (rebuilding upvalues, or
  * requiring the named module).  SL_OK, or SL_ELUA with the message (then

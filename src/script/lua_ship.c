@@ -4,9 +4,16 @@
  * many worker states as a stage has threads.
  *
  * Two lua_States share nothing, so a function travels as bytes: its
- * bytecode (lua_dump; LuaJIT keeps the debug info, so tracebacks in the
+ * bytecode (string.dump; LuaJIT keeps the debug info, so tracebacks in the
  * worker still name the decorator's source line) and its upvalues encoded
- * in the tagged format below.  The blob is written once, never changed, and
+ * in the tagged format below.
+ *
+ * Who does what.  The ENCODER is Lua: lua/sluice/ship.lua (`sluice.ship`),
+ * the only one; the facade calls it and hands the bytes to
+ * sl__shipped_new through the FFI, and sl__lua_ship (for C callers: tests,
+ * embedders) calls it in the given state.  The DECODER is this file's
+ * sl__lua_unship, run by worker states.  Everything below describes the
+ * bytes both sides agree on; a change to it changes both files.  The blob is written once, never changed, and
  * only read afterwards, so several worker threads may unship it into their
  * own states at the same time; the only mutable word is the atomic
  * refcount.
@@ -21,7 +28,7 @@
  *             | TABLE_META varint(narr) varint(nrec) pair* END value
  *                                           (the last value: its metatable)
  *             | FUNCTION u32(n) byte*n varint(nups) upval*nups
- *                                           (n bytes of lua_dump output)
+ *                                           (n bytes of string.dump output)
  *             | MODULE  varint(n) name      require(name)
  *             | FIELD   varint(n) module varint(m) field
  *                                           require(module)[field]
@@ -41,7 +48,7 @@
  * their contents, so a table or function reached twice - through a cycle,
  * a shared sub-table, mutual or self recursion - is one object in the
  * worker: the reader creates the table / loads the closure, records it,
- * then fills it.  Upvalue cells are identified with lua_upvalueid: a cell
+ * then fills it.  Upvalue cells are identified with debug.upvalueid: a cell
  * already written (two closures over the same local) is a JOIN, rebuilt
  * with lua_upvaluejoin, so a counter shared by two shipped closures stays
  * shared.
@@ -63,8 +70,9 @@
  *
  * Functions run in the worker with the worker's globals as their
  * environment (a setfenv'd environment is not shipped).  Nesting deeper
- * than SHIP_MAX_DEPTH tables/functions is refused: the writer and reader
- * recurse on the C stack, and worker threads may have small stacks.
+ * than SHIP_MAX_DEPTH (200) tables/functions is refused by the encoder, with
+ * a message: the reader recurses on the C stack, and worker threads may
+ * have small stacks (it treats deeper data as corrupt).
  *
  * A string "module.function" (or "module:function") ships as a name: split
  * at the last '.' or ':', require the module in the worker, fetch the field,
@@ -74,7 +82,9 @@
  * Both directions run inside lua_pcall of a C function kept in the state's
  * registry (made once under lua_cpcall: making a closure allocates), so Lua
  * errors and memory errors become SL_ELUA / SL_ENOMEM, never a panic, and
- * the caller's stack is left as it was.
+ * the caller's stack is left as it was.  (sl__lua_ship's protected
+ * function requires "sluice.ship": the state's package.path must reach
+ * lua/, as every state that runs the facade's does.)
  */
 #include "core/internal.h"
 #include "script/lua_host.h"
@@ -82,15 +92,12 @@
 
 #include <lauxlib.h>
 
-#include <stdarg.h>
 #include <stdint.h>
+#include <string.h>
 
-/* lua_type() of an FFI cdata object in LuaJIT; lua.h has no name for it. */
-#define SL_LUA_TCDATA 10
-
+/* The decoder's bound on nesting; the encoder (sluice.ship) refuses deeper
+ * values with a message. */
 #define SHIP_MAX_DEPTH 200
-#define PATH_CAP 256
-#define WHERE_CAP (LUA_IDSIZE + 16)
 
 enum {
   TAG_NIL = 0,
@@ -108,10 +115,6 @@ enum {
   TAG_END = 12
 };
 
-/* An upvalue cell is remembered as fid * UPV_SCALE + k; LuaJIT allows at
- * most 60 upvalues a function. */
-#define UPV_SCALE 256.0
-
 struct sl__shipped {
   sl__refcnt ref;
   char *what;  /* "map", "filter", "reader": for messages */
@@ -123,546 +126,6 @@ struct sl__shipped {
   unsigned char *data;
   size_t size;
 };
-
-/* "<short_src>:<linedefined>" of the function at idx. */
-static void function_where(lua_State *L, int idx, char *buf, size_t cap) {
-  lua_Debug ar;
-  lua_pushvalue(L, idx);
-  if (lua_getinfo(L, ">S", &ar)) {
-    snprintf(buf, cap, "%s:%d", ar.short_src, ar.linedefined);
-  } else {
-    snprintf(buf, cap, "?");
-  }
-}
-
-/* The type name used in messages. */
-static const char *value_kind(lua_State *L, int idx) {
-  switch (lua_type(L, idx)) {
-  case LUA_TFUNCTION:
-    return lua_iscfunction(L, idx) ? "C function" : "function";
-  case LUA_TUSERDATA:
-  case LUA_TLIGHTUSERDATA:
-    return "userdata";
-  case LUA_TTHREAD:
-    return "thread";
-  case SL_LUA_TCDATA:
-    return "cdata";
-  default:
-    return lua_typename(L, lua_type(L, idx));
-  }
-}
-
-/* --- writing (in the declaring state) ------------------------------------- */
-
-typedef struct writer {
-  lua_State *L;
-  const char *what;
-  unsigned char *buf;
-  size_t len, cap;
-  uint32_t nrefs; /* reference ids handed out */
-  int depth;
-  int failed; /* an unshippable value: the error detail is set */
-  int nomem;  /* the byte buffer could not grow */
-  /* Stack slots of the ship_cp frame (see there). */
-  int memo, upmemo, loaded_inv, field_inv;
-  /* For messages: the innermost function being encoded and the path of
-   * the upvalue being encoded, which starts at path[pbase]. */
-  const char *fwhere;
-  size_t pbase, plen;
-  char path[PATH_CAP];
-  char root_where[WHERE_CAP];
-} writer;
-
-/* Unwinds to ship's lua_pcall; the flags in `w` say why. */
-static void w_raise(writer *w) {
-  lua_pushboolean(w->L, 0);
-  lua_error(w->L);
-}
-
-static int w_reserve(writer *w, size_t n) {
-  if (w->cap - w->len >= n) return 0;
-  size_t cap = w->cap ? w->cap : 256;
-  while (cap - w->len < n) {
-    if (cap > SIZE_MAX / 2) return -1;
-    cap *= 2;
-  }
-  unsigned char *b = sl__realloc(w->buf, cap);
-  if (!b) return -1;
-  w->buf = b;
-  w->cap = cap;
-  return 0;
-}
-
-static void put_bytes(writer *w, const void *p, size_t n) {
-  if (w_reserve(w, n) != 0) {
-    w->nomem = 1;
-    w_raise(w);
-    return;
-  }
-  if (n) memcpy(w->buf + w->len, p, n);
-  w->len += n;
-}
-
-static void put_u8(writer *w, unsigned v) {
-  unsigned char b = (unsigned char)v;
-  put_bytes(w, &b, 1);
-}
-
-static void put_varint(writer *w, uint64_t v) {
-  unsigned char b[10];
-  size_t n = 0;
-  do {
-    b[n] = (unsigned char)(v & 0x7f);
-    v >>= 7;
-    if (v) b[n] |= 0x80;
-    n++;
-  } while (v);
-  put_bytes(w, b, n);
-}
-
-static void put_lstring(writer *w, const char *s, size_t n) {
-  put_varint(w, n);
-  put_bytes(w, s, n);
-}
-
-/* lua_dump's writer: returns non-zero (which stops the dump) instead of
- * raising, since it runs inside LuaJIT's bytecode writer. */
-static int dump_writer(lua_State *L, const void *p, size_t n, void *ud) {
-  (void)L;
-  writer *w = ud;
-  if (w_reserve(w, n) != 0) {
-    w->nomem = 1;
-    return 1;
-  }
-  memcpy(w->buf + w->len, p, n);
-  w->len += n;
-  return 0;
-}
-
-/* --- the upvalue path, for messages --------------------------------------- */
-
-static void path_printf(writer *w, const char *fmt, ...) SL_PRINTF(2, 3);
-static void path_printf(writer *w, const char *fmt, ...) {
-  if (w->plen >= PATH_CAP - 1) return;
-  va_list ap;
-  va_start(ap, fmt);
-  int n = vsnprintf(w->path + w->plen, PATH_CAP - w->plen, fmt, ap);
-  va_end(ap);
-  if (n < 0) return;
-  if (w->plen + (size_t)n >= PATH_CAP - 1) {
-    /* Cut: say so, and let later appends do nothing. */
-    w->plen = PATH_CAP - 1;
-    memcpy(w->path + PATH_CAP - 4, "...", 4);
-    return;
-  }
-  w->plen += (size_t)n;
-}
-
-static void path_restore(writer *w, size_t len) {
-  w->plen = len;
-  w->path[len] = '\0';
-}
-
-static int is_identifier(const char *s, size_t n) {
-  static const char *const keywords[] = {
-      "and", "break",    "do",     "else", "elseif", "end",   "false",
-      "for", "function", "if",     "in",   "local",  "nil",   "not",
-      "or",  "repeat",   "return", "then", "true",   "until", "while"};
-  if (n == 0 || (s[0] >= '0' && s[0] <= '9')) return 0;
-  for (size_t i = 0; i < n; i++) {
-    char c = s[i];
-    if (!(c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-          (c >= '0' && c <= '9')))
-      return 0;
-  }
-  for (size_t i = 0; i < sizeof keywords / sizeof *keywords; i++)
-    if (strlen(keywords[i]) == n && memcmp(keywords[i], s, n) == 0) return 0;
-  return 1;
-}
-
-/* Appends the table key at kidx as Lua would write the access:
- * .name, ["any string"], [3], [true], or [?] for a table/function key. */
-static void path_push_key(writer *w, int kidx) {
-  lua_State *L = w->L;
-  switch (lua_type(L, kidx)) {
-  case LUA_TSTRING: {
-    size_t n;
-    const char *s = lua_tolstring(L, kidx, &n);
-    if (is_identifier(s, n)) {
-      path_printf(w, ".%.*s", (int)n, s);
-      return;
-    }
-    path_printf(w, "[\"");
-    for (size_t i = 0; i < n && w->plen < PATH_CAP - 1; i++) {
-      unsigned char c = (unsigned char)s[i];
-      if (c == '"' || c == '\\') {
-        path_printf(w, "\\%c", c);
-      } else if (c >= 0x20 && c < 0x7f) {
-        path_printf(w, "%c", c);
-      } else {
-        path_printf(w, "\\%u", c);
-      }
-    }
-    path_printf(w, "\"]");
-    return;
-  }
-  case LUA_TNUMBER:
-    path_printf(w, "[%.14g]", lua_tonumber(L, kidx));
-    return;
-  case LUA_TBOOLEAN:
-    path_printf(w, "[%s]", lua_toboolean(L, kidx) ? "true" : "false");
-    return;
-  default:
-    path_printf(w, "[?]");
-    return;
-  }
-}
-
-static void fail_unshippable(writer *w, int idx) {
-  sl_set_error(SL_ELUA,
-               "%s: cannot ship upvalue '%s' (a %s) of the function defined "
-               "at %s",
-               w->what, w->path + w->pbase, value_kind(w->L, idx), w->fwhere);
-  w->failed = 1;
-  w_raise(w);
-}
-
-/* Depth and stack space for one more nested table or function. */
-static void w_enter(writer *w) {
-  if (++w->depth > SHIP_MAX_DEPTH || !lua_checkstack(w->L, 8)) {
-    sl_set_error(SL_ELUA,
-                 "%s: cannot ship upvalue '%s' of the function defined at %s: "
-                 "nested more than %d tables/functions deep",
-                 w->what, w->path + w->pbase, w->fwhere, SHIP_MAX_DEPTH);
-    w->failed = 1;
-    w_raise(w);
-  }
-}
-
-/* --- identity ------------------------------------------------------------- */
-
-/* The reference id of the object at idx, or -1 if not seen yet. */
-static long memo_get(writer *w, int idx) {
-  lua_State *L = w->L;
-  lua_pushvalue(L, idx);
-  lua_rawget(L, w->memo);
-  long id = lua_type(L, -1) == LUA_TNUMBER ? (long)lua_tonumber(L, -1) : -1;
-  lua_pop(L, 1);
-  return id;
-}
-
-static uint32_t memo_add(writer *w, int idx) {
-  lua_State *L = w->L;
-  uint32_t id = w->nrefs++;
-  lua_pushvalue(L, idx);
-  lua_pushnumber(L, (lua_Number)id);
-  lua_rawset(L, w->memo);
-  return id;
-}
-
-/* --- names of loaded modules and their fields ----------------------------- */
-
-static int name_less(const char *a, size_t an, const char *b, size_t bn) {
-  int c = memcmp(a, b, SL_MIN(an, bn));
-  return c < 0 || (c == 0 && an < bn);
-}
-
-/* inv[value at vidx] = string at sidx, unless it has a smaller name. */
-static void inv_put(lua_State *L, int inv, int vidx, int sidx) {
-  lua_pushvalue(L, vidx);
-  lua_rawget(L, inv);
-  if (lua_type(L, -1) == LUA_TSTRING) {
-    size_t an, bn;
-    const char *a = lua_tolstring(L, sidx, &an);
-    const char *b = lua_tolstring(L, -1, &bn);
-    if (!name_less(a, an, b, bn)) {
-      lua_pop(L, 1);
-      return;
-    }
-  }
-  lua_pop(L, 1);
-  lua_pushvalue(L, vidx);
-  lua_pushvalue(L, sidx);
-  lua_rawset(L, inv);
-}
-
-static int is_uncopyable(int t) {
-  return t == LUA_TFUNCTION || t == LUA_TUSERDATA || t == LUA_TLIGHTUSERDATA ||
-         t == SL_LUA_TCDATA;
-}
-
-/* field_inv[v] = "module\0field" for every C function, userdata or cdata
- * field of the module table at midx (one level: that is what a decorator
- * captures with `local floor = math.floor`).  Lua functions are left out:
- * they ship as bytecode, as the contract says. */
-static void scan_fields(writer *w, int nidx, int midx) {
-  lua_State *L = w->L;
-  lua_pushnil(L);
-  while (lua_next(L, midx)) {
-    int t = lua_type(L, -1);
-    if (lua_type(L, -2) == LUA_TSTRING && is_uncopyable(t) &&
-        !(t == LUA_TFUNCTION && !lua_iscfunction(L, -1))) {
-      int v = lua_gettop(L);
-      lua_pushvalue(L, nidx);
-      lua_pushlstring(L, "", 1); /* the \0 separator */
-      lua_pushvalue(L, v - 1);
-      lua_concat(L, 3);
-      inv_put(L, w->field_inv, v, v + 1);
-      lua_pop(L, 1);
-    }
-    lua_pop(L, 1);
-  }
-}
-
-static void build_inverses(writer *w) {
-  lua_State *L = w->L;
-  lua_getfield(L, LUA_REGISTRYINDEX, "_LOADED"); /* package.loaded */
-  if (!lua_istable(L, -1)) {
-    lua_pop(L, 1);
-    return;
-  }
-  int loaded = lua_gettop(L);
-  lua_pushnil(L);
-  while (lua_next(L, loaded)) {
-    int t = lua_type(L, -1);
-    size_t n = 0;
-    const char *name =
-        lua_type(L, -2) == LUA_TSTRING ? lua_tolstring(L, -2, &n) : NULL;
-    if (name && (t == LUA_TTABLE || is_uncopyable(t)) &&
-        !memchr(name, '\0', n)) {
-      int v = lua_gettop(L);
-      inv_put(L, w->loaded_inv, v, v - 1);
-      if (t == LUA_TTABLE) scan_fields(w, v - 1, v);
-    }
-    lua_pop(L, 1);
-  }
-  lua_pop(L, 1);
-}
-
-/* Encodes MODULE or FIELD when the value at idx has a name in the declaring
- * state; returns 0 if it has none.  `name` (optional) receives the name as
- * "module" or "module.field". */
-static int encode_named(writer *w, int idx, char *name, size_t cap) {
-  lua_State *L = w->L;
-  size_t n;
-  lua_pushvalue(L, idx);
-  lua_rawget(L, w->loaded_inv);
-  if (lua_type(L, -1) == LUA_TSTRING) {
-    const char *s = lua_tolstring(L, -1, &n);
-    memo_add(w, idx);
-    put_u8(w, TAG_MODULE);
-    put_lstring(w, s, n);
-    if (name) snprintf(name, cap, "%s", s);
-    lua_pop(L, 1);
-    return 1;
-  }
-  lua_pop(L, 1);
-  if (lua_type(L, idx) == LUA_TTABLE ||
-      (lua_type(L, idx) == LUA_TFUNCTION && !lua_iscfunction(L, idx)))
-    return 0; /* copied, not named */
-  lua_pushvalue(L, idx);
-  lua_rawget(L, w->field_inv);
-  if (lua_type(L, -1) == LUA_TSTRING) {
-    const char *s = lua_tolstring(L, -1, &n);
-    size_t mn = strlen(s); /* the module part ends at the \0 */
-    memo_add(w, idx);
-    put_u8(w, TAG_FIELD);
-    put_lstring(w, s, mn);
-    put_lstring(w, s + mn + 1, n - mn - 1);
-    if (name) snprintf(name, cap, "%s.%s", s, s + mn + 1);
-    lua_pop(L, 1);
-    return 1;
-  }
-  lua_pop(L, 1);
-  return 0;
-}
-
-/* --- values --------------------------------------------------------------- */
-
-static void encode_value(writer *w, int idx);
-
-static void encode_table(writer *w, int idx) {
-  lua_State *L = w->L;
-  w_enter(w);
-  memo_add(w, idx);
-  int has_meta = lua_getmetatable(L, idx); /* pushes it when there is one */
-  put_u8(w, has_meta ? TAG_TABLE_META : TAG_TABLE);
-  size_t narr = lua_objlen(L, idx), total = 0;
-  lua_pushnil(L);
-  while (lua_next(L, idx)) {
-    total++;
-    lua_pop(L, 1);
-  }
-  put_varint(w, narr);
-  put_varint(w, total > narr ? total - narr : 0);
-  lua_pushnil(L);
-  while (lua_next(L, idx)) {
-    int k = lua_gettop(L) - 1;
-    size_t saved = w->plen;
-    path_push_key(w, k);
-    encode_value(w, k);
-    encode_value(w, k + 1);
-    path_restore(w, saved);
-    lua_pop(L, 1);
-  }
-  put_u8(w, TAG_END);
-  if (has_meta) {
-    /* The path becomes getmetatable(<path>). */
-    char inner[PATH_CAP];
-    size_t saved = w->plen;
-    memcpy(inner, w->path + w->pbase, saved - w->pbase + 1);
-    path_restore(w, w->pbase);
-    path_printf(w, "getmetatable(%s)", inner);
-    encode_value(w, lua_gettop(L));
-    memcpy(w->path + w->pbase, inner, saved - w->pbase + 1);
-    w->plen = saved;
-    lua_pop(L, 1);
-  }
-  w->depth--;
-}
-
-static void encode_function(writer *w, int idx) {
-  lua_State *L = w->L;
-  w_enter(w);
-  uint32_t fid = memo_add(w, idx);
-  char where[WHERE_CAP];
-  function_where(L, idx, where, sizeof where);
-
-  put_u8(w, TAG_FUNCTION);
-  size_t lenpos = w->len;
-  uint32_t blen = 0;
-  put_bytes(w, &blen, sizeof blen); /* patched after the dump */
-  lua_pushvalue(L, idx);
-  int rc = lua_dump(L, dump_writer, w);
-  lua_pop(L, 1);
-  if (w->nomem) w_raise(w);
-  if (rc != 0 || w->len - lenpos - sizeof blen > UINT32_MAX) {
-    sl_set_error(SL_ELUA, "%s: cannot dump the function defined at %s", w->what,
-                 where);
-    w->failed = 1;
-    w_raise(w);
-  }
-  blen = (uint32_t)(w->len - lenpos - sizeof blen);
-  memcpy(w->buf + lenpos, &blen, sizeof blen);
-
-  int nups = 0;
-  while (lua_getupvalue(L, idx, nups + 1)) {
-    lua_pop(L, 1);
-    nups++;
-  }
-  put_varint(w, (uint64_t)nups);
-
-  /* Upvalue paths of this function start after the current path, and
-   * messages name this function. */
-  const char *saved_fwhere = w->fwhere;
-  size_t saved_pbase = w->pbase, saved_plen = w->plen;
-  w->fwhere = where;
-  w->pbase = w->plen;
-  for (int k = 1; k <= nups; k++) {
-    void *cell = lua_upvalueid(L, idx, k);
-    lua_pushlightuserdata(L, cell);
-    lua_rawget(L, w->upmemo);
-    if (lua_type(L, -1) == LUA_TNUMBER) {
-      /* A cell shared with a closure already written. */
-      double code = lua_tonumber(L, -1);
-      uint64_t ofid = (uint64_t)(code / UPV_SCALE);
-      put_u8(w, TAG_JOIN);
-      put_varint(w, ofid);
-      put_varint(w, (uint64_t)(code - (double)ofid * UPV_SCALE));
-      lua_pop(L, 1);
-      continue;
-    }
-    lua_pop(L, 1);
-    lua_pushlightuserdata(L, cell);
-    lua_pushnumber(L, (double)fid * UPV_SCALE + k);
-    lua_rawset(L, w->upmemo);
-    const char *name = lua_getupvalue(L, idx, k);
-    path_restore(w, w->pbase);
-    path_printf(w, "%s", name && *name ? name : "?");
-    encode_value(w, lua_gettop(L));
-    lua_pop(L, 1);
-  }
-  w->fwhere = saved_fwhere;
-  w->pbase = saved_pbase;
-  path_restore(w, saved_plen);
-  w->depth--;
-}
-
-static void encode_value(writer *w, int idx) {
-  lua_State *L = w->L;
-  int t = lua_type(L, idx);
-  switch (t) {
-  case LUA_TNIL:
-    put_u8(w, TAG_NIL);
-    return;
-  case LUA_TBOOLEAN:
-    put_u8(w, lua_toboolean(L, idx) ? TAG_TRUE : TAG_FALSE);
-    return;
-  case LUA_TNUMBER: {
-    lua_Number d = lua_tonumber(L, idx);
-    put_u8(w, TAG_NUMBER);
-    put_bytes(w, &d, sizeof d);
-    return;
-  }
-  case LUA_TSTRING: {
-    size_t n;
-    const char *s = lua_tolstring(L, idx, &n);
-    put_u8(w, TAG_STRING);
-    put_lstring(w, s, n);
-    return;
-  }
-  default:
-    break;
-  }
-  long id = memo_get(w, idx);
-  if (id >= 0) {
-    put_u8(w, TAG_REF);
-    put_varint(w, (uint64_t)id);
-    return;
-  }
-  if (t != LUA_TTHREAD && encode_named(w, idx, NULL, 0)) return;
-  if (t == LUA_TTABLE) {
-    encode_table(w, idx);
-  } else if (t == LUA_TFUNCTION && !lua_iscfunction(L, idx)) {
-    encode_function(w, idx);
-  } else {
-    fail_unshippable(w, idx);
-  }
-}
-
-/* lua_pcall'd in the declaring state: 1 = the writer, 2 = the function.
- * Slots 3-6 hold the writer's tables:
- *   3 memo        object -> reference id
- *   4 upmemo      lua_upvalueid (light userdata) -> fid * UPV_SCALE + k
- *   5 loaded_inv  module value -> its name in package.loaded
- *   6 field_inv   C function / userdata / cdata -> "module\0field" */
-static int ship_cp(lua_State *L) {
-  writer *w = lua_touserdata(L, 1);
-  lua_settop(L, 2);
-  for (int i = 0; i < 4; i++)
-    lua_newtable(L);
-  w->memo = 3;
-  w->upmemo = 4;
-  w->loaded_inv = 5;
-  w->field_inv = 6;
-  build_inverses(w);
-  if (lua_iscfunction(L, 2)) {
-    /* `map(tostring)`: only a C function with a name can travel. */
-    if (!encode_named(w, 2, w->root_where, sizeof w->root_where)) {
-      sl_set_error(SL_ELUA,
-                   "%s: cannot ship a C function that is not a field of a "
-                   "loaded module",
-                   w->what);
-      w->failed = 1;
-      w_raise(w);
-    }
-    return 0;
-  }
-  function_where(L, 2, w->root_where, sizeof w->root_where);
-  w->fwhere = w->root_where;
-  encode_value(w, 2);
-  return 0;
-}
 
 /* --- the shipped object --------------------------------------------------- */
 
@@ -689,16 +152,13 @@ static sl__shipped *shipped_alloc(const char *what, const char *where) {
 }
 
 /* "module.function" / "module:function": split at the last separator. */
-static int ship_name(lua_State *L, int idx, const char *what,
-                     sl__shipped **out) {
-  size_t n;
-  const char *s = lua_tolstring(L, idx, &n);
+static int ship_name(const char *s, const char *what, sl__shipped **out) {
+  const size_t n = strlen(s);
   const char *sep = NULL;
   for (size_t i = 0; i < n; i++)
     if (s[i] == '.' || s[i] == ':') sep = s + i;
-  SL_RETURN_ERROR_IF(
-      n == 0 || memchr(s, '\0', n) || sep == s || sep == s + n - 1, SL_EINVAL,
-      "%s: '%s' is not a \"module.function\" name", what, s);
+  SL_RETURN_ERROR_IF(n == 0 || sep == s || sep == s + n - 1, SL_EINVAL,
+                     "%s: '%s' is not a \"module.function\" name", what, s);
   sl__shipped *f = shipped_alloc(what, s);
   if (!f) goto nomem;
   if (sep) {
@@ -717,38 +177,62 @@ nomem:
   return sl_set_error(SL_ENOMEM, "%s: out of memory shipping '%s'", what, s);
 }
 
+int sl__shipped_new(const char *what, const char *where, const void *data,
+                    size_t size, const char *name, sl__shipped **out) {
+  SL_RETURN_ERROR_IF(!out, SL_EINVAL, "sl__shipped_new: out is NULL");
+  *out = NULL;
+  if (!what) what = "lua";
+  if (name) return ship_name(name, what, out);
+  SL_RETURN_ERROR_IF(!where || !data || size == 0, SL_EINVAL,
+                     "%s: sl__shipped_new needs where and data, or a name",
+                     what);
+  sl__shipped *f = shipped_alloc(what, where);
+  if (f) f->data = sl__malloc(size);
+  if (!f || !f->data) {
+    if (f) shipped_free(f);
+    return sl_set_error(SL_ENOMEM, "%s: out of memory shipping a function",
+                        what);
+  }
+  memcpy(f->data, data, size);
+  f->size = size;
+  *out = f;
+  return SL_OK;
+}
+
+/* --- sl__lua_ship: the Lua encoder, called from C ------------------------- */
+
+/* lua_pcall'd in the declaring state: 1 = the value, 2 = what.  Returns
+ * require("sluice.ship").encode(value, what)'s three results. */
+static int ship_cp(lua_State *L) {
+  lua_settop(L, 2);
+  lua_getfield(L, LUA_GLOBALSINDEX, "require");
+  lua_pushliteral(L, "sluice.ship");
+  lua_call(L, 1, 1);
+  lua_getfield(L, -1, "encode");
+  lua_pushvalue(L, 1);
+  lua_pushvalue(L, 2);
+  lua_call(L, 2, 3);
+  return 3;
+}
+
 /* Registry keys of the protected workers: their addresses. */
 static const char ship_key, unship_key;
 
 int sl__lua_ship(lua_State *L, int idx, const char *what, sl__shipped **out) {
   *out = NULL;
   if (!what) what = "lua";
-  int top = lua_gettop(L);
+  const int top = lua_gettop(L);
   if (idx < 0 && idx > LUA_REGISTRYINDEX) idx = top + idx + 1;
-  int t = lua_type(L, idx);
-  if (t == LUA_TSTRING) return ship_name(L, idx, what, out);
-  SL_RETURN_ERROR_IF(t != LUA_TFUNCTION, SL_EINVAL,
-                     "%s: expected a function or a \"module.function\" name, "
-                     "got a %s",
-                     what, value_kind(L, idx));
-
-  writer w;
-  memset(&w, 0, sizeof w);
-  w.L = L;
-  w.what = what;
-  w.fwhere = "?";
   int st = -1;
-  if (lua_checkstack(L, 4) &&
+  if (lua_checkstack(L, 6) &&
       sl__lua_push_cached_cfunction(L, &ship_key, ship_cp) == 0) {
-    lua_pushlightuserdata(L, &w);
     lua_pushvalue(L, idx);
-    st = lua_pcall(L, 2, 0, 0);
+    lua_pushstring(L, what); /* cannot fail: the stack has room */
+    st = lua_pcall(L, 2, 3, 0);
   }
-  int rc = SL_OK;
+  int rc;
   if (st != 0) {
-    if (w.failed) {
-      rc = SL_ELUA; /* the message is set */
-    } else if (st < 0 || w.nomem || st == LUA_ERRMEM) {
+    if (st < 0 || st == LUA_ERRMEM) {
       rc = sl_set_error(SL_ENOMEM, "%s: out of memory shipping a function",
                         what);
     } else {
@@ -756,23 +240,20 @@ int sl__lua_ship(lua_State *L, int idx, const char *what, sl__shipped **out) {
       rc = sl_set_error(SL_ELUA, "%s: cannot ship the function: %s", what,
                         msg ? msg : "(no message)");
     }
+  } else if (lua_type(L, -3) != LUA_TSTRING) {
+    /* nil, message, code: the message is copied before the stack is reset. */
+    const char *msg = lua_tostring(L, -2);
+    const char *code = lua_tostring(L, -1);
+    rc = sl_set_error(code && strcmp(code, "EINVAL") == 0 ? SL_EINVAL : SL_ELUA,
+                      "%s", msg ? msg : "(no message)");
+  } else {
+    size_t n = 0;
+    const char *where = lua_tostring(L, -3);
+    const char *data = lua_tolstring(L, -2, &n);
+    const char *name = lua_tostring(L, -1);
+    rc = sl__shipped_new(what, where, data, n, name, out);
   }
   lua_settop(L, top);
-  if (rc == SL_OK) {
-    sl__shipped *f = shipped_alloc(what, w.root_where);
-    if (!f) {
-      rc = sl_set_error(SL_ENOMEM, "%s: out of memory shipping a function",
-                        what);
-    } else {
-      /* Hand the buffer over, trimmed (it lives as long as the stage). */
-      unsigned char *b = sl__realloc(w.buf, w.len ? w.len : 1);
-      f->data = b ? b : w.buf;
-      f->size = w.len;
-      w.buf = NULL;
-      *out = f;
-    }
-  }
-  sl__free(w.buf);
   return rc;
 }
 

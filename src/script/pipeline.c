@@ -92,8 +92,9 @@ static int load_error(lua_State *L, int st, const char *name) {
 /* Prepends "<libdir>/<pat>;..." to package.<field> (libdir: the folder of
  * the libsluice that holds this code), unless the user set `env`: so a
  * trainer linked against an installed libsluice finds the sluice Lua
- * modules of the same prefix (lib/lua/5.1, share/lua/5.1) without any
- * LUA_PATH, and a build tree finds build/lua/sluice/core.so. */
+ * modules of the same prefix (share/lua/5.1) without any LUA_PATH.  Only
+ * package.path: sluice has no Lua C module (the facade reaches this very
+ * libsluice through the FFI, as ffi.C). */
 static void add_install_paths(lua_State *L, const char *env, const char *field,
                               const char *const *pats, int npats) {
   if (getenv(env)) return;
@@ -125,9 +126,7 @@ static int open_cp(lua_State *L) {
   luaL_openlibs(L);
   static const char *const lpath[] = {"%.*s/../share/lua/5.1/?.lua",
                                       "%.*s/../share/lua/5.1/?/init.lua"};
-  static const char *const cpath[] = {"%.*s/lua/5.1/?.so", "%.*s/lua/?.so"};
   add_install_paths(L, "LUA_PATH", "path", lpath, 2);
-  add_install_paths(L, "LUA_CPATH", "cpath", cpath, 2);
 
   lua_createtable(L, c->argc, 1);
   lua_pushstring(L, c->name);

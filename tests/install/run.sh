@@ -11,14 +11,17 @@
 #      sluice` and runs it;
 #   2. builds the same program from a separate CMake project with
 #      find_package(sluice) and sluice::sluice, and runs it;
-#   3. loads the installed `sluice.core` under luajit with LUA_PATH/LUA_CPATH
-#      pointing only into the prefix, and checks that it resolved the
-#      installed libsluice (through its $ORIGIN RPATH), not the build tree's;
+#   3. loads the installed facade under luajit with LUA_PATH pointing only
+#      into the prefix, and checks that the FFI loaded the installed
+#      libsluice (found through the installed sluice.library, relative to
+#      its own location), not the build tree's, and that no C module was
+#      installed (Lua's one bridge to C is the FFI);
 #   4. checks the example plugins are installed and load into the installed
 #      `sluice`;
 #   5. installs a second copy (a decoy) and, with LD_LIBRARY_PATH at the
-#      decoy's lib, checks that the module, the command and the plugins
-#      still bind to the libsluice of their own prefix.
+#      decoy's lib, checks that the facade, the command and the plugins
+#      still bind to the libsluice of their own prefix; then moves the
+#      prefix and checks the facade follows it.
 # LIBDIR, LUA_CDIR, LUA_DIR are the install dirs relative to the prefix.
 # Environment (set by CTest): CC, LUAJIT, and for sanitizer builds
 # SLUICE_SAN_CFLAGS (the consumers must be instrumented like libsluice) and
@@ -47,7 +50,7 @@ for f in "$libdir/libsluice.so" "$libdir/libsluice.a" include/sluice.h \
          bin/sluice "$libdir/pkgconfig/sluice.pc" \
          "$libdir/cmake/sluice/sluiceConfig.cmake" \
          "$libdir/cmake/sluice/sluiceConfigVersion.cmake" \
-         "$lua_cdir/sluice/core.so"; do
+         "$lua_dir/sluice/library.lua" "$lua_dir/sluice/ship.lua"; do
   [ -e "$prefix/$f" ] || { echo "missing from the install: $f"; exit 1; }
   echo "installed: $f"
 done
@@ -74,24 +77,45 @@ cmake --build "$tmp/cmake-build" >"$tmp/build.log" ||
   { cat "$tmp/build.log"; exit 1; }
 "$tmp/cmake-build/consumer"
 
-step "require \"sluice.core\" from the prefix"
+step "the facade's FFI loads the prefix's libsluice"
+[ ! -e "$prefix/$lua_cdir/sluice/core.so" ] ||
+  { echo "a C module was installed: $lua_cdir/sluice/core.so"; exit 1; }
 lua_env=(LUA_PATH="$prefix/$lua_dir/?.lua;$prefix/$lua_dir/?/init.lua"
          LUA_CPATH="$prefix/$lua_cdir/?.so")
 if [ -n "${SLUICE_SAN_PRELOAD:-}" ]; then
   lua_env+=(LD_PRELOAD="$SLUICE_SAN_PRELOAD" ASAN_OPTIONS=detect_leaks=0)
 fi
-env "${lua_env[@]}" "$luajit" - "$(cd "$prefix" && pwd -P)" <<'LUA'
+# loaded_from.lua PREFIX: requires sluice.cdef and checks, in
+# /proc/self/maps, that every libsluice mapped into the process lies under
+# PREFIX (one copy, the prefix's own).
+cat >"$tmp/loaded_from.lua" <<'LUA'
 local prefix = assert(arg[1])
-local core = require "sluice.core"
-assert(core.version() == "0.1.0", "version " .. tostring(core.version()))
-local lib = core.libpath()
-assert(lib:sub(1, #prefix + 1) == prefix .. "/",
-       "sluice.core loaded " .. lib .. ", not the libsluice under " .. prefix)
 local ffi = require "ffi"
-ffi.cdef "const char *sl_version(void);"
-assert(ffi.string(ffi.load(lib).sl_version()) == "0.1.0")
-print("sluice.core " .. core.version() .. " from " .. lib)
+local C = require "sluice.cdef"
+assert(ffi.string(C.sl_version()) == "0.1.0", "version")
+local libs = {}
+for line in io.lines("/proc/self/maps") do
+  local path = line:match("%s(/%S*libsluice%.so[%.%d]*)$")
+  if path then libs[path] = true end
+end
+local n = 0
+for path in pairs(libs) do
+  n = n + 1
+  assert(path:sub(1, #prefix + 1) == prefix .. "/",
+         "the facade loaded " .. path .. ", not the libsluice under " .. prefix)
+  print("libsluice " .. ffi.string(C.sl_version()) .. " from " .. path)
+end
+assert(n == 1, n .. " libsluice files mapped")
 LUA
+env "${lua_env[@]}" "$luajit" "$tmp/loaded_from.lua" "$(cd "$prefix" && pwd -P)"
+# SLUICE_LIBRARY overrides the search (docs/LUA.md): a file that is not
+# there is an error, not a fallback.
+if env "${lua_env[@]}" SLUICE_LIBRARY="$tmp/nowhere/libsluice.so" \
+     "$luajit" -e 'require "sluice.cdef"' 2>"$tmp/override.err"; then
+  echo "SLUICE_LIBRARY at a missing file did not fail"; exit 1
+fi
+grep -q "cannot load SLUICE_LIBRARY=$tmp/nowhere/libsluice.so" \
+  "$tmp/override.err" || { cat "$tmp/override.err"; exit 1; }
 
 step "require \"sluice\" (the facade) from the prefix"
 if [ -e "$prefix/$lua_dir/sluice/init.lua" ]; then
@@ -177,7 +201,7 @@ real_prefix=$(cd "$prefix" && pwd -P)
 export LD_LIBRARY_PATH=$decoy/$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 # The installed files, and the programs built above against the prefix as
 # README.md says (-Wl,--disable-new-dtags,-rpath,LIBDIR).
-for f in "$prefix/bin/sluice" "$prefix/$lua_cdir/sluice/core.so" \
+for f in "$prefix/bin/sluice" \
          "$prefix/$libdir/sluice/plugins/libcsv_floats.so" \
          "$prefix/$libdir/sluice/plugins/libtokenize.so" \
          "$tmp/consumer_pc" "$tmp/cmake-build/consumer" "$tmp/embed" \
@@ -190,18 +214,16 @@ for f in "$prefix/bin/sluice" "$prefix/$lua_cdir/sluice/core.so" \
 done
 "$tmp/consumer_pc"
 env -u LUA_PATH -u LUA_CPATH "$tmp/embed"
-env "${lua_env[@]}" "$luajit" - "$real_prefix" <<'LUA'
-local prefix = assert(arg[1])
-local lib = require("sluice.core").libpath()
-assert(lib:sub(1, #prefix + 1) == prefix .. "/",
-       "with LD_LIBRARY_PATH at a decoy, sluice.core loaded " .. lib ..
-       ", not the libsluice under " .. prefix)
-print("sluice.core from " .. lib)
-LUA
+# The facade under plain luajit: the installed sluice.library names the
+# prefix's libsluice by path, which LD_LIBRARY_PATH cannot redirect.
+env "${lua_env[@]}" "$luajit" "$tmp/loaded_from.lua" "$real_prefix"
 # `sluice run` finds its Lua modules from the libsluice it loaded: the
 # script reports which one that is.
 cat >"$tmp/which.lua" <<'LUA'
-io.stdout:write("libsluice: ", require("sluice.core").libpath(), "\n")
+for line in io.lines("/proc/self/maps") do
+  local path = line:match("%s(/%S*libsluice%.so[%.%d]*)$")
+  if path then io.stdout:write("libsluice: ", path, "\n") break end
+end
 return require("sluice").range(3)
 LUA
 env -u LUA_PATH -u LUA_CPATH "$prefix/bin/sluice" run "$tmp/which.lua" \
@@ -209,6 +231,14 @@ env -u LUA_PATH -u LUA_CPATH "$prefix/bin/sluice" run "$tmp/which.lua" \
 grep -q "^libsluice: $real_prefix/" "$tmp/which.out" ||
   { echo "sluice run used another libsluice than $prefix's"; exit 1; }
 unset LD_LIBRARY_PATH
+
+step "a moved prefix"
+# sluice.library resolves its relative path where it lies now.
+mv "$prefix" "$tmp/moved"
+moved=$(cd "$tmp/moved" && pwd -P)
+lua_env[0]="LUA_PATH=$moved/$lua_dir/?.lua;$moved/$lua_dir/?/init.lua"
+env "${lua_env[@]}" "$luajit" "$tmp/loaded_from.lua" "$moved"
+mv "$tmp/moved" "$prefix"
 
 step "installed Lua files"
 src_lua=$here/../../lua
