@@ -6,7 +6,7 @@
 #
 # libsluice is built with hidden visibility; SL_API marks what it exports.
 # Besides the public sl_* functions it exports a few internal sl__ ones for
-# sluice's own CLI and Lua module, and every one of them must be named in
+# sluice's own CLI and Lua facade (through the FFI), and every one of them must be named in
 # the header's unstable section (between the lines "BEGIN UNSTABLE" and
 # "END UNSTABLE"; a name counts where it is written "sl__name(").  The
 # section declares most of them (SL_API prototypes) and may list others in
@@ -57,7 +57,7 @@ check() {
         if ! grep -qx "$s" <<<"$listed"; then
           echo "abi: the library exports $s, which the unstable section of" \
             "$header does not name: declare it there (SL_API) if sluice's" \
-            "CLI or Lua module needs it, else drop its SL_API"
+            "CLI or Lua facade needs it, else drop its SL_API"
           bad=1
         fi
         ;;

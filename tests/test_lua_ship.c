@@ -196,6 +196,89 @@ TEST(tables_keep_shared_and_cyclic_references) {
       12);
 }
 
+/* The encoder is Lua (sluice.ship) and the decoder C: a tricky value graph
+ * - shared and cyclic tables, table keys, a metatable shared by two
+ * tables, mutually recursive closures, two closures over one cell, a
+ * module and a module field - is described the same way (DFS order, one
+ * id per table/function, "@id" for a second visit) on both sides. */
+#define DESCRIBE_SRC                                                        \
+  "local function describe(root)\n"                                        \
+  "  local ids, n, out = {}, 0, {}\n"                                      \
+  "  local function key(k) return type(k) == 'table' and 'T' or\n"         \
+  "    tostring(k) end\n"                                                  \
+  "  local function walk(v)\n"                                             \
+  "    local t = type(v)\n"                                                \
+  "    if t ~= 'table' and t ~= 'function' then\n"                         \
+  "      out[#out + 1] = t .. ':' .. tostring(v) return end\n"             \
+  "    if ids[v] then out[#out + 1] = '@' .. ids[v] return end\n"          \
+  "    n = n + 1 ids[v] = n\n"                                             \
+  "    if v == math or v == math.floor then\n"                              \
+  "      out[#out + 1] = v == math and 'math' or 'floor' return end\n"     \
+  "    if t == 'function' then out[#out + 1] = 'fn' return end\n"          \
+  "    local ks = {}\n"                                                    \
+  "    for k in pairs(v) do ks[#ks + 1] = k end\n"                         \
+  "    table.sort(ks, function(a, b) return key(a) < key(b) end)\n"        \
+  "    out[#out + 1] = '{'\n"                                              \
+  "    for _, k in ipairs(ks) do\n"                                        \
+  "      out[#out + 1] = key(k) .. '='; walk(v[k]) end\n"                   \
+  "    out[#out + 1] = 'mt'; walk(getmetatable(v))\n"                       \
+  "    out[#out + 1] = '}'\n"                                              \
+  "  end\n"                                                                \
+  "  walk(root)\n"                                                         \
+  "  return table.concat(out, ' ')\n"                                      \
+  "end\n"
+
+TEST(lua_encoder_blob_rebuilds_the_same_graph) {
+  const char *src =
+      DESCRIBE_SRC
+      "local shared = {v = 1, s = 'x\\0y'}\n"
+      "local meta = {__index = shared}\n"
+      "local a = setmetatable({name = 'a'}, meta)\n"
+      "local b = setmetatable({name = 'b', peer = a}, meta)\n"
+      "a.peer = b\n"
+      "local n = 0\n"
+      "local function inc() n = n + 1 return n end\n"
+      "local function get() return n end\n"
+      "local even, odd\n"
+      "function even(k) if k == 0 then return true end return odd(k - 1) end\n"
+      "function odd(k) if k == 0 then return false end return even(k - 1) end\n"
+      "local g = {a = a, b = b, list = {shared, shared, 1.5, true},\n"
+      "  [shared] = 'key', m = math, floor = math.floor, inc = inc,\n"
+      "  get = get}\n"
+      "g.self = g\n"
+      "return function()\n"
+      "  inc() inc()\n"
+      "  return describe(g), get() == 2 and n == 2, even(10), odd(7),\n"
+      "    rawequal(g.m, math) and rawequal(g.floor, math.floor)\n"
+      "end\n";
+  lua_State *A = new_state();
+  run_chunk(A, src);
+  /* The declaring state's description (before the call changes n). */
+  lua_pushvalue(A, -1);
+  call0(A, 5);
+  const char *want = lua_tostring(A, -5);
+  ASSERT_NOT_NULL(want);
+  ASSERT_TRUE(lua_toboolean(A, -4));
+  char want_copy[2048];
+  ASSERT_TRUE(strlen(want) < sizeof want_copy);
+  snprintf(want_copy, sizeof want_copy, "%s", want);
+  lua_pop(A, 5);
+  /* Shipped after the call: n is 2 in the declaring state now. */
+  sl__shipped *f = NULL;
+  ASSERT_OK(sl__lua_ship(A, -1, "map", &f));
+  lua_close(A);
+
+  lua_State *B = unship_new(f);
+  call0(B, 5);
+  ASSERT_STREQ(lua_tostring(B, 1), want_copy);
+  for (int i = 3; i <= 5; i++)
+    ASSERT_TRUE(lua_toboolean(B, i));
+  /* n was 2 when shipped: two more calls of inc make get() 4. */
+  ASSERT_TRUE(!lua_toboolean(B, 2));
+  lua_close(B);
+  sl__shipped_release(f);
+}
+
 TEST(metatables_travel_with_their_tables) {
   expect_all_true("local Point = {}\n"
                   "Point.__index = Point\n"
