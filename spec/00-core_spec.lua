@@ -116,6 +116,11 @@ describe("sluice.ship", function()
                   {ship.encode("string.upper", "map")})
     end)
 
+    it("refuses a name with an embedded \\0", function()
+      assert.same({nil, "map: 'a.b' is not a \"module.function\" name",
+                   "EINVAL"}, {ship.encode("a.b\0c", "map")})
+    end)
+
     it("names a C function root by its least (module, field) pair", function()
       local at, data = ship.encode(math.floor, "map")
       assert.equal("math.floor", at)

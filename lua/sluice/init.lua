@@ -468,10 +468,6 @@ local function ship(fn, what, where, level)
     error(("sluice: %s: expected a function or a \"module.function\" name "
            .. "(got a %s)"):format(where, type(fn)), level + 1)
   end
-  if type(fn) == "string" and fn:find("\0", 1, true) then
-    error(("%s: '%s' is not a \"module.function\" name")
-          :format(what, fn:match("^[^%z]*")), level + 1)
-  end
   local at, data, name = shipper.encode(fn, what)
   if not at then error(data, level + 1) end
   -- The object is owned by its cdata from the moment it exists; stages

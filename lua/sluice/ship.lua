@@ -125,7 +125,14 @@ end
 function M.encode(value, what)
   what = what or "lua"
   local vt = type(value)
-  if vt == "string" then return value, nil, value end
+  if vt == "string" then
+    -- The name reaches C as a C string: an embedded \0 would cut it.
+    if value:find("\0", 1, true) then
+      return nil, format("%s: '%s' is not a \"module.function\" name", what,
+                         value:match("^[^%z]*")), "EINVAL"
+    end
+    return value, nil, value
+  end
   if vt ~= "function" then
     return nil, format("%s: expected a function or a \"module.function\" "
                        .. "name, got a %s", what, value_kind(value)), "EINVAL"
