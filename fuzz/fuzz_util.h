@@ -23,7 +23,7 @@
 
 #include "core/internal.h"
 #include "io/bytes.h"
-#include "io/crc32c.h"
+#include "core/crc32c.h"
 #include "io/source.h"
 
 #include <stdarg.h>

@@ -410,6 +410,36 @@ SL_API const char *sl_reader_name(const sl_reader *r);
  * arguments.  Reads no data and does not change the reader; call it from
  * the thread that uses the reader (not during its reset). */
 SL_API int sl_reader_length(const sl_reader *r, uint64_t *n);
+/* Saving and restoring a position (docs/RESUME.md).
+ *
+ * sl_reader_save writes where `r` stands - its next sample is the k-th of
+ * its current pass - as a small byte string: for every stage of the chain,
+ * its name, options and the position of its upstreams that reproduces it
+ * (not the samples it holds: those are read again after a restore).  The
+ * state has a format version and a CRC32C.  Returns SL_OK with *state (free
+ * it with sl_free) and *len; SL_EUNSUPPORTED naming the stage that cannot
+ * save (a reader made with sl_reader_new, or a position a stage cannot
+ * reproduce, e.g. an unordered stage below a shuffle); SL_EINVAL for NULL
+ * arguments; SL_ENOMEM.  Does not change what `r` yields.  Call it from the
+ * thread that pulls `r`, between pulls.
+ *
+ * sl_reader_restore moves `r` - a chain built the same way, in this process
+ * or another - to the saved position: its next samples are exactly those an
+ * uninterrupted run would have given from there (bytes and order, for
+ * ordered stages; the same remaining samples for unordered ones), and later
+ * resets continue with the passes that follow.  Refuses, leaving `r` as it
+ * was: SL_ECORRUPT (not a state, cut short, checksum), SL_EUNSUPPORTED
+ * (another format version), SL_EINVAL (a state of another pipeline: the
+ * message names the first stage that differs, from the top, and how).  A
+ * failure while repositioning (an I/O error re-reading data, data that
+ * changed since the save: SL_ECORRUPT) is sticky on `r` until reset.  Same
+ * thread rule as save. */
+SL_API int sl_reader_save(sl_reader *r, void **state, size_t *len);
+SL_API int sl_reader_restore(sl_reader *r, const void *state, size_t len);
+/* Frees memory sluice allocated for the caller (a saved state).  NULL-safe.
+ */
+SL_API void sl_free(void *p);
+
 /* Destroys the reader and the chain of upstreams it owns, joining any thread
  * it runs.  Safe at any moment (mid-pass, full channels).  NULL-safe. */
 SL_API void sl_reader_destroy(sl_reader *r);

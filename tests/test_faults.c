@@ -19,7 +19,7 @@
 #include "test_util.h"
 
 #include "core/internal.h"
-#include "io/crc32c.h"
+#include "core/crc32c.h"
 #include "io/io_faults.h"
 #include "io/slr_file.h"
 

@@ -201,3 +201,131 @@ int test_temporaries_of(const char *path) {
   closedir(d);
   return n;
 }
+
+uint64_t test_sample_digest(const sl_sample *s) {
+  uint64_t h = 1469598103934665603ull;
+#define MIX(p, n)                                                              \
+  do {                                                                         \
+    const unsigned char *b_ = (const unsigned char *)(p);                      \
+    for (size_t i_ = 0; i_ < (size_t)(n); i_++) {                              \
+      h ^= b_[i_];                                                             \
+      h *= 1099511628211ull;                                                   \
+    }                                                                          \
+  } while (0)
+  int nf = sl_sample_nfields(s);
+  for (int i = 0; i < nf; i++) {
+    const sl_tensor *t = sl_sample_at_const(s, i);
+    MIX(&t->dtype, sizeof t->dtype);
+    MIX(&t->rank, sizeof t->rank);
+    MIX(t->shape, sizeof t->shape[0] * (size_t)t->rank);
+    if (t->nbytes) MIX(t->data, t->nbytes);
+    MIX(&t->lod_len, sizeof t->lod_len);
+    if (t->lod_len) MIX(t->lod, sizeof *t->lod * (size_t)t->lod_len);
+  }
+#undef MIX
+  return h;
+}
+
+/* A pass end in a recorded run. */
+#define RESUME_PASS_END 0ull
+
+typedef struct run_log {
+  uint64_t *v;
+  size_t n, cap;
+} run_log;
+
+static void log_push(run_log *l, uint64_t v) {
+  if (l->n == l->cap) {
+    l->cap = l->cap ? l->cap * 2 : 256;
+    l->v = realloc(l->v, l->cap * sizeof *l->v);
+    if (!l->v) test_fail(__FILE__, __LINE__, "out of memory");
+  }
+  l->v[l->n++] = v;
+}
+
+/* Reads from r until `passes` pass ends were logged (counting `done`
+ * already) or `limit` samples were read. */
+static void run_into(sl_reader *r, run_log *l, int passes, int done,
+                     uint64_t limit) {
+  uint64_t got = 0;
+  while (done < passes && got < limit) {
+    sl_sample *s = NULL;
+    int rc = sl_reader_next(r, &s);
+    if (rc == SL_EOF) {
+      log_push(l, RESUME_PASS_END);
+      if (++done < passes && sl_reader_reset(r) != SL_OK)
+        test_fail(__FILE__, __LINE__, "reset: %s", sl_last_error());
+      continue;
+    }
+    if (rc != SL_OK)
+      test_fail(__FILE__, __LINE__, "next: %s: %s", sl_err_name(rc),
+                sl_last_error());
+    uint64_t d = test_sample_digest(s);
+    log_push(l, d == RESUME_PASS_END ? 1 : d);
+    sl_sample_release(s);
+    got++;
+  }
+}
+
+static int ends_in(const run_log *l) {
+  int n = 0;
+  for (size_t i = 0; i < l->n; i++)
+    n += l->v[i] == RESUME_PASS_END;
+  return n;
+}
+
+void test_resume_check(test_build_fn build, void *ud, int passes,
+                       const uint64_t *cuts, size_t ncuts,
+                       size_t max_state_bytes) {
+  if (!max_state_bytes) max_state_bytes = 64 * 1024;
+  run_log ref = {0};
+  sl_reader *r = build(ud);
+  if (!r) test_fail(__FILE__, __LINE__, "build: %s", sl_last_error());
+  run_into(r, &ref, passes, 0, UINT64_MAX);
+  sl_reader_destroy(r);
+  for (size_t c = 0; c < ncuts; c++) {
+    run_log head = {0}, tail = {0};
+    r = build(ud);
+    run_into(r, &head, passes, 0, cuts[c]);
+    void *st = NULL, *st2 = NULL;
+    size_t len = 0, len2 = 0;
+    if (sl_reader_save(r, &st, &len) != SL_OK)
+      test_fail(__FILE__, __LINE__, "cut %llu: save: %s",
+                (unsigned long long)cuts[c], sl_last_error());
+    if (sl_reader_save(r, &st2, &len2) != SL_OK || len2 != len ||
+        memcmp(st, st2, len) != 0)
+      test_fail(__FILE__, __LINE__, "cut %llu: a second save differs",
+                (unsigned long long)cuts[c]);
+    if (len > max_state_bytes)
+      test_fail(__FILE__, __LINE__, "cut %llu: state of %zu bytes > %zu",
+                (unsigned long long)cuts[c], len, max_state_bytes);
+    sl_free(st2);
+    sl_reader_destroy(r);
+    r = build(ud);
+    if (sl_reader_restore(r, st, len) != SL_OK)
+      test_fail(__FILE__, __LINE__, "cut %llu: restore: %s",
+                (unsigned long long)cuts[c], sl_last_error());
+    sl_free(st);
+    int done = ends_in(&head);
+    run_into(r, &tail, passes, done, UINT64_MAX);
+    sl_reader_destroy(r);
+    if (head.n + tail.n != ref.n)
+      test_fail(__FILE__, __LINE__,
+                "cut %llu: %zu before + %zu after the restore, the "
+                "uninterrupted run had %zu (samples and pass ends)",
+                (unsigned long long)cuts[c], head.n, tail.n, ref.n);
+    for (size_t i = 0; i < ref.n; i++) {
+      uint64_t got = i < head.n ? head.v[i] : tail.v[i - head.n];
+      if (got != ref.v[i])
+        test_fail(__FILE__, __LINE__,
+                  "cut %llu: item %zu (%s the restore) is %016llx, the "
+                  "uninterrupted run had %016llx",
+                  (unsigned long long)cuts[c], i,
+                  i < head.n ? "before" : "after", (unsigned long long)got,
+                  (unsigned long long)ref.v[i]);
+    }
+    free(head.v);
+    free(tail.v);
+  }
+  free(ref.v);
+}

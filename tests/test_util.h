@@ -109,6 +109,27 @@ void test_write_ids_slr(const char *path, int64_t first, int64_t n,
  * NAME.tmp-PID-XXXXXX, any process). */
 int test_temporaries_of(const char *path);
 
+/* --- the resume contract (sl_reader_save / sl_reader_restore) ------------ */
+
+/* A digest of everything a sample holds: each field's dtype, shape, LoD
+ * and bytes (FNV-1a, 64 bits). */
+uint64_t test_sample_digest(const sl_sample *s);
+
+/* Builds a fresh chain, the same way each call (the test's ud). */
+typedef sl_reader *(*test_build_fn)(void *ud);
+
+/* The resume contract over `passes` passes (a reset after each end): an
+ * uninterrupted run gives a sequence of samples and pass ends; for every
+ * cut in cuts[0..ncuts) (a count of samples across passes), a chain that
+ * read `cut` samples, saved, and was destroyed, restored into a fresh chain
+ * must give exactly the rest of that sequence (digests and pass ends).
+ * Also saves twice at the cut (the two states are equal: a save changes
+ * nothing) and checks every state is below max_state_bytes (0: 64 KiB).
+ * Fails the test with the cut, the position and both digests. */
+void test_resume_check(test_build_fn build, void *ud, int passes,
+                       const uint64_t *cuts, size_t ncuts,
+                       size_t max_state_bytes);
+
 /* Under ASan: runs LeakSanitizer now and returns whether it found leaks
  * (it prints them).  Elsewhere: false.  Only meaningful while every thread
  * the test started is joined. */

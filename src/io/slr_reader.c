@@ -8,7 +8,7 @@
  * and every record against the schema.  Only a chunk that passed all of it
  * yields records, so corrupt data is reported, never returned.
  */
-#include "io/crc32c.h"
+#include "core/crc32c.h"
 #include "io/slr_file.h"
 
 #include <zstd.h>

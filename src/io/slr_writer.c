@@ -25,7 +25,7 @@
  * size written is recorded as sluice.max_chunk_raw, with the set identity
  * (sluice.set_id, sluice.set_size, sluice.set_index).
  */
-#include "io/crc32c.h"
+#include "core/crc32c.h"
 #include "io/io_faults.h"
 #include "io/slr_format.h"
 

@@ -73,7 +73,7 @@
  *
  * Threading: single consumer, like every reader (sl__batch_fill aside).
  */
-#include "readers/reader_impl.h"
+#include "readers/state.h"
 
 #include <pthread.h>
 #include <stdint.h>
@@ -513,6 +513,45 @@ static int batch_reset(void *st) {
   return sl_reader_reset(b->up); /* its error, if any, as it is */
 }
 
+/* Batch k starts at upstream sample k x size: a partial batch is never
+ * held between calls, so the position is all.  Only the last batch of a
+ * pass may be short: after it, upstream is at its end. */
+static int batch_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
+                      sl__state_out *w) {
+  (void)r;
+  batch_state *b = st;
+  SL_RETURN_ERROR_IF(k > UINT64_MAX / b->n, SL_EUNSUPPORTED,
+                     "save: batch: position %llu overflows",
+                     (unsigned long long)k);
+  uint64_t pos = k * b->n;
+  if (pass == sl__reader_pass(r) && k == b->batch_no)
+    pos = SL_MIN(pos, sl__reader_delivered(b->up));
+  return sl__state_save_up(w, b->up, sl__reader_pass(b->up), pos);
+}
+
+static int batch_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
+                         sl__state_in *in) {
+  (void)r;
+  (void)pass;
+  batch_state *b = st;
+  release_held(b);
+  drop_pending(b);
+  SL_FORWARD_IF_ERROR(sl__state_restore_up(in, b->up));
+  b->batch_no = k;
+  return SL_OK;
+}
+
+static void batch_identity(const sl_reader *r, void *st, char *buf,
+                           size_t cap) {
+  (void)r;
+  const batch_state *b = st;
+  snprintf(buf, cap, "size=%zu drop_last=%d pad=%d lod=%d", b->n, b->drop_last,
+           b->pad, b->lod);
+}
+
+static const sl__state_ops batch_state_ops = {batch_save, batch_restore,
+                                              batch_identity};
+
 static void batch_destroy(void *st) {
   batch_state *b = st;
   if (!b) return;
@@ -684,5 +723,6 @@ int sl_batch(sl_reader *up, size_t n, const sl_batch_opts *opts,
   SL_FORWARD_IF_ERROR(
       sl__decorator_make(&batch_vt, b, b->out, &b->up, NULL, out));
   sl__reader_set_length(*out, batch_length);
+  sl__reader_set_state_ops(*out, &batch_state_ops);
   return SL_OK;
 }

@@ -9,7 +9,7 @@
  * before the first pass completes, including after an upstream error,
  * discards the partial cache and resets upstream, so caching starts over.
  */
-#include "readers/reader_impl.h"
+#include "readers/state.h"
 
 typedef struct cache_state {
   sl_reader *up;
@@ -83,6 +83,56 @@ static void cache_destroy(void *st) {
   sl__free(c);
 }
 
+/* Saving never holds samples: the upstream is saved at the start of the
+ * pass that fills the cache, and the restore reads it again - the first k
+ * samples while filling, the whole pass once complete (docs/RESUME.md: a
+ * cache costs one upstream pass to restore).  Payload: complete (0/1). */
+static int cache_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
+                      sl__state_out *w) {
+  (void)r;
+  (void)pass;
+  (void)k;
+  cache_state *c = st;
+  SL_FORWARD_IF_ERROR(sl__state_put_u64(w, c->complete ? 1 : 0));
+  return sl__state_save_up(w, c->up, sl__reader_pass(c->up), 0);
+}
+
+static int cache_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
+                         sl__state_in *in) {
+  (void)r;
+  (void)pass;
+  cache_state *c = st;
+  uint64_t complete;
+  discard(c);
+  c->complete = false;
+  SL_FORWARD_IF_ERROR(sl__state_restore_up(in, c->up));
+  SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &complete));
+  for (uint64_t i = 0; complete || i < k; i++) {
+    sl_sample *s = NULL;
+    int rc = sl_reader_next(c->up, &s);
+    if (rc == SL_EOF && complete) break;
+    if (rc == SL_EOF)
+      return sl_set_error(SL_ECORRUPT,
+                          "restore: cache: upstream ended after %llu samples, "
+                          "the state needs %llu",
+                          (unsigned long long)i, (unsigned long long)k);
+    SL_FORWARD_IF_ERROR(rc);
+    rc = keep(c, s);
+    sl_sample_release(s);
+    SL_FORWARD_IF_ERROR(rc);
+  }
+  if (complete) {
+    SL_RETURN_ERROR_IF(k > c->count, SL_ECORRUPT,
+                       "restore: cache: position %llu is past its %zu samples",
+                       (unsigned long long)k, c->count);
+    c->complete = true;
+    c->pos = (size_t)k;
+  }
+  return SL_OK;
+}
+
+static const sl__state_ops cache_state_ops = {cache_save, cache_restore, NULL};
+
 static const sl_reader_vtable cache_vt = {"cache", cache_next, cache_reset,
                                           cache_destroy};
 
@@ -97,5 +147,6 @@ int sl_cache(sl_reader *up, sl_reader **out) {
   sl_schema *schema = sl_schema_retain((sl_schema *)sl_reader_schema(up));
   int rc = sl__decorator_make_1to1(&cache_vt, c, schema, &c->up, NULL, out);
   sl_schema_release(schema);
+  if (rc == SL_OK) sl__reader_set_state_ops(*out, &cache_state_ops);
   return rc;
 }

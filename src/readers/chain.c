@@ -8,18 +8,20 @@
  * which is checked once at construction.  The stage takes every reader it is
  * given, also when construction fails.
  */
-#include "readers/reader_impl.h"
+#include "readers/state.h"
 
 typedef struct chain_state {
   sl_reader **readers; /* n readers, all owned */
   size_t n;
-  size_t cur; /* the reader being read in this pass */
+  size_t cur;       /* the reader being read in this pass */
+  uint64_t *counts; /* samples each reader gave in this pass */
 } chain_state;
 
 static int chain_next(void *st, sl_sample **out) {
   chain_state *c = st;
   while (c->cur < c->n) {
     int rc = sl_reader_next(c->readers[c->cur], out);
+    if (rc == SL_OK) c->counts[c->cur]++;
     if (rc != SL_EOF) return rc; /* a sample, or that reader's error */
     c->cur++;
   }
@@ -29,6 +31,7 @@ static int chain_next(void *st, sl_sample **out) {
 static int chain_reset(void *st) {
   chain_state *c = st;
   c->cur = 0;
+  memset(c->counts, 0, c->n * sizeof *c->counts);
   return sl__reset_readers(c->readers, c->n);
 }
 
@@ -37,6 +40,7 @@ static void chain_destroy(void *st) {
   if (!c) return;
   sl__destroy_readers(c->readers, c->n);
   sl__free(c->readers);
+  sl__free(c->counts);
   sl__free(c);
 }
 
@@ -55,6 +59,50 @@ static int chain_length(const sl_reader *r, void *st, uint64_t *n) {
   *n = sum;
   return SL_OK;
 }
+
+/* Output k falls in reader `cur` at position k minus what the readers
+ * before it gave.  Payload: that reader's number; the readers before it are
+ * saved at their ends, those after it at their starts. */
+static int chain_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
+                      sl__state_out *w) {
+  (void)r;
+  (void)pass;
+  chain_state *c = st;
+  size_t at = 0;
+  while (at + 1 < c->n && at < c->cur && k >= c->counts[at])
+    k -= c->counts[at++];
+  SL_FORWARD_IF_ERROR(sl__state_put_u64(w, at));
+  for (size_t i = 0; i < c->n; i++) {
+    uint64_t pos = i < at ? c->counts[i] : i == at ? k : 0;
+    SL_FORWARD_IF_ERROR(sl__state_save_up(w, c->readers[i],
+                                          sl__reader_pass(c->readers[i]), pos));
+  }
+  return SL_OK;
+}
+
+static int chain_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
+                         sl__state_in *in) {
+  (void)r;
+  (void)pass;
+  chain_state *c = st;
+  uint64_t at;
+  for (size_t i = 0; i < c->n; i++)
+    SL_FORWARD_IF_ERROR(sl__state_restore_up(in, c->readers[i]));
+  SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &at));
+  SL_RETURN_ERROR_IF(at >= c->n, SL_ECORRUPT,
+                     "restore: chain: reader %llu of %zu",
+                     (unsigned long long)at, c->n);
+  c->cur = (size_t)at;
+  /* What the readers before `at` gave: the rest of k (their counts are
+   * only used to place a later save). */
+  memset(c->counts, 0, c->n * sizeof *c->counts);
+  for (size_t i = 0; i <= c->cur; i++)
+    c->counts[i] = sl__reader_delivered(c->readers[i]);
+  (void)k;
+  return SL_OK;
+}
+
+static const sl__state_ops chain_state_ops = {chain_save, chain_restore, NULL};
 
 static const sl_reader_vtable chain_vt = {"chain", chain_next, chain_reset,
                                           chain_destroy};
@@ -76,14 +124,17 @@ int sl_chain(sl_reader **readers, size_t n, sl_reader **out) {
   }
   chain_state *c = sl__calloc(1, sizeof *c);
   sl_reader **copy = sl__malloc(n * sizeof *copy);
-  if (!c || !copy || n > SIZE_MAX / sizeof *copy) {
+  uint64_t *counts = sl__calloc(n, sizeof *counts);
+  if (!c || !copy || !counts || n > SIZE_MAX / sizeof *copy) {
     sl__free(c);
     sl__free(copy);
+    sl__free(counts);
     sl__destroy_readers(readers, n);
     return sl_set_error(SL_ENOMEM, "chain: cannot allocate %zu readers", n);
   }
   memcpy(copy, readers, n * sizeof *copy);
   c->readers = copy;
+  c->counts = counts;
   c->n = n;
   /* Hold the schema ourselves: a failing sl_reader_new destroys reader 0. */
   sl_schema *schema = sl_schema_retain((sl_schema *)first);
@@ -92,6 +143,7 @@ int sl_chain(sl_reader **readers, size_t n, sl_reader **out) {
   if (rc == SL_OK) {
     sl__reader_link(*out, c->readers, c->n, NULL);
     sl__reader_set_length(*out, chain_length);
+    sl__reader_set_state_ops(*out, &chain_state_ops);
   }
   return rc;
 }

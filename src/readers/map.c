@@ -11,7 +11,7 @@
  * when it set none).  free_ud(ud) runs once, when the reader is destroyed or
  * its construction fails.
  */
-#include "readers/reader_impl.h"
+#include "readers/state.h"
 
 typedef struct map_state {
   sl_reader *up;
@@ -62,8 +62,8 @@ static int check_output(const sl_schema *want, const sl_sample *s,
   return SL_OK;
 }
 
-int sl__map_call(sl_map_fn fn, void *ud, const sl_schema *want,
-                 sl_sample *in, uint64_t index, sl_sample **out) {
+int sl__map_call(sl_map_fn fn, void *ud, const sl_schema *want, sl_sample *in,
+                 uint64_t index, sl_sample **out) {
   sl_sample *res = NULL;
   /* Cleared so that a stale message with the same code is never taken for
    * the callback's. */
@@ -107,6 +107,19 @@ static void map_destroy(void *st) {
   sl__free(m);
 }
 
+static int map_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
+                       sl__state_in *in) {
+  (void)pass;
+  map_state *m = st;
+  SL_FORWARD_IF_ERROR(sl__state_restore_up(in, m->up));
+  (void)r;
+  m->index = k;
+  return SL_OK;
+}
+
+static const sl__state_ops map_state_ops = {sl__state_save_1to1, map_restore,
+                                            NULL};
+
 static const sl_reader_vtable map_vt = {"map", map_next, map_reset,
                                         map_destroy};
 
@@ -135,5 +148,6 @@ int sl_map(sl_reader *up, sl_map_fn fn, void *ud, sl_free_fn free_ud,
   m->schema = out_schema;
   int rc = sl__decorator_make_1to1(&map_vt, m, out_schema, &m->up, NULL, out);
   sl_schema_release(out_schema);
+  if (rc == SL_OK) sl__reader_set_state_ops(*out, &map_state_ops);
   return rc;
 }

@@ -15,7 +15,7 @@
 
 typedef struct par_state {
   sl_reader *up;
-  sl_map_fn map;       /* one of map / filter */
+  sl_map_fn map; /* one of map / filter */
   sl_filter_fn filter;
   void *ud;
   sl_free_fn free_ud;
@@ -44,8 +44,7 @@ static int par_process(void *ud, void *wctx, uint64_t seq, sl_sample *in,
   return rc < 0 ? rc : SL__ENGINE_OUT;
 }
 
-static const sl__engine_ops par_ops = {par_pull, NULL, NULL, par_process,
-                                       NULL};
+static const sl__engine_ops par_ops = {par_pull, NULL, NULL, par_process, NULL};
 
 static int par_next(void *st, sl_sample **out) {
   return sl__engine_next(((par_state *)st)->engine, out);

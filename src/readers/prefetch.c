@@ -60,7 +60,7 @@
  * copy.  Outputs dropped unfilled (stop, the cache) leave their rows in
  * batch's table until the reset or destroy that follows, which drops them.
  */
-#include "readers/reader_impl.h"
+#include "readers/state.h"
 
 #include <pthread.h>
 
@@ -79,13 +79,18 @@ typedef struct prefetch_state {
   sl__stage_counters stats; /* wait_down: the worker blocked in send */
   void *batch;              /* sl__batch_defer's handle, or NULL */
   atomic_bool waiting;      /* the consumer has nothing cached: it waits */
+  /* Held by the worker around each upstream pull, and by a save, so that
+   * the chain below is still while it is saved (state.h). */
+  pthread_mutex_t pulling;
 } prefetch_state;
 
 static void *worker_main(void *arg) {
   prefetch_state *p = arg;
   while (!atomic_load_explicit(&p->stop, memory_order_relaxed)) {
     sl_sample *s = NULL;
+    pthread_mutex_lock(&p->pulling);
     int rc = sl_reader_next(p->up, &s);
+    pthread_mutex_unlock(&p->pulling);
     if (rc == SL_OK) {
       /* A consumer that waits copies the rows itself (it would sleep
        * meanwhile); one that is busy gets them copied here. */
@@ -169,8 +174,38 @@ static void prefetch_destroy(void *st) {
   drop_cache(p);
   sl_channel_destroy(p->ch);
   sl_reader_destroy(p->up);
+  pthread_mutex_destroy(&p->pulling);
   sl__free(p);
 }
+
+/* The samples in the channel and the cache are not saved: the restored
+ * upstream yields them again. */
+static int prefetch_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
+                         sl__state_out *w) {
+  (void)r;
+  (void)pass;
+  prefetch_state *p = st;
+  pthread_mutex_lock(&p->pulling);
+  int rc = sl__state_save_up(w, p->up, sl__reader_pass(p->up), k);
+  pthread_mutex_unlock(&p->pulling);
+  return rc;
+}
+
+static int prefetch_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
+                            sl__state_in *in) {
+  (void)r;
+  (void)pass;
+  (void)k;
+  prefetch_state *p = st;
+  stop_worker(p);
+  drop_cache(p);
+  sl_channel_reopen(p->ch);
+  SL_FORWARD_IF_ERROR(sl__state_restore_up(in, p->up));
+  return start_worker(p);
+}
+
+static const sl__state_ops prefetch_state_ops = {prefetch_save,
+                                                 prefetch_restore, NULL};
 
 static const sl_reader_vtable prefetch_vt = {"prefetch", prefetch_next,
                                              prefetch_reset, prefetch_destroy};
@@ -186,6 +221,7 @@ int sl_prefetch(sl_reader *up, size_t n, sl_reader **out) {
         up, sl_set_error(SL_ENOMEM, "prefetch: cannot allocate"));
   p->up = up;
   p->stats.threads = 1;
+  pthread_mutex_init(&p->pulling, NULL);
   atomic_init(&p->stop, false);
   atomic_init(&p->waiting, false);
   /* Over a batch, the rows of a batch may be left for the consumer to
@@ -204,6 +240,7 @@ int sl_prefetch(sl_reader *up, size_t n, sl_reader **out) {
   SL_FORWARD_IF_ERROR(sl__decorator_make_1to1(&prefetch_vt, p,
                                               (sl_schema *)sl_reader_schema(up),
                                               &p->up, &p->stats, out));
+  sl__reader_set_state_ops(*out, &prefetch_state_ops);
   int rc = start_worker(p);
   if (rc != SL_OK) {
     sl_reader_destroy(*out); /* destroys up too: we own it; keeps the error */

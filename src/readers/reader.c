@@ -16,7 +16,7 @@
  *     chain.  Counted where the implementation is called (pull), so a
  *     sample peeked by has_next counts once.
  */
-#include "readers/reader_impl.h"
+#include "readers/state.h"
 
 #include <pthread.h>
 
@@ -36,8 +36,12 @@ struct sl_reader {
   size_t nups;
   const sl__stage_counters *counters; /* NULL: a stage without threads */
   sl__length_fn length;               /* NULL: length not known */
-  atomic_uint_least64_t n_out;        /* samples the implementation gave */
-  atomic_uint_least64_t next_ns;      /* time inside vt->next (timing on) */
+  const sl__state_ops *state_ops;     /* NULL: cannot be saved (state.h) */
+  /* The position (state.h), guarded like status: passes (resets, or as
+   * restored) and samples handed out by next in this pass. */
+  uint64_t pass, delivered;
+  atomic_uint_least64_t n_out;   /* samples the implementation gave */
+  atomic_uint_least64_t next_ns; /* time inside vt->next (timing on) */
 };
 
 void sl__reader_link(sl_reader *r, sl_reader *const *ups, size_t n,
@@ -50,6 +54,27 @@ void sl__reader_link(sl_reader *r, sl_reader *const *ups, size_t n,
 
 void sl__reader_set_length(sl_reader *r, sl__length_fn fn) {
   if (r) r->length = fn;
+}
+
+void sl__reader_set_state_ops(sl_reader *r, const sl__state_ops *ops) {
+  if (r) r->state_ops = ops;
+}
+
+const sl__state_ops *sl__reader_state_ops(const sl_reader *r, void **state) {
+  *state = r->state;
+  return r->state_ops;
+}
+
+uint64_t sl__reader_pass(const sl_reader *r) {
+  return r->pass;
+}
+
+uint64_t sl__reader_delivered(const sl_reader *r) {
+  return r->delivered;
+}
+
+sl_reader *sl__reader_up(const sl_reader *r, size_t i) {
+  return i < r->nups ? r->ups[i] : NULL;
 }
 
 int sl_reader_length(const sl_reader *r, uint64_t *n) {
@@ -188,10 +213,13 @@ static int next_locked(sl_reader *r, sl_sample **out) {
   if (r->peeked) {
     *out = r->peeked;
     r->peeked = NULL;
+    r->delivered++;
     return SL_OK;
   }
   *out = NULL;
-  return pull(r, out);
+  int rc = pull(r, out);
+  if (rc == SL_OK) r->delivered++;
+  return rc;
 }
 
 int sl_reader_next(sl_reader *r, sl_sample **out) {
@@ -226,6 +254,8 @@ static int reset_locked(sl_reader *r) {
   sl_sample_release(r->peeked);
   r->peeked = NULL;
   clear_sticky(r);
+  r->pass++;
+  r->delivered = 0;
   if (!r->vt->reset)
     return make_sticky(r, sl_set_error(SL_EUNSUPPORTED,
                                        "%s: this reader cannot be reset",
@@ -245,6 +275,28 @@ int sl_reader_reset(sl_reader *r) {
   SL_RETURN_ERROR_IF(!r, SL_EINVAL, "reader: NULL reader");
   lock(r);
   int rc = reset_locked(r);
+  unlock(r);
+  return rc;
+}
+
+void sl__reader_restore_begin(sl_reader *r) {
+  lock(r);
+  sl_sample_release(r->peeked);
+  r->peeked = NULL;
+  clear_sticky(r);
+  sl__error_forget_code();
+}
+
+int sl__reader_restore_end(sl_reader *r, int rc, uint64_t pass, uint64_t k) {
+  if (rc < 0) {
+    if (sl_last_error_code() != rc || !sl_last_error()[0])
+      sl_set_error(rc, "%s: restore failed: %s", sl_reader_name(r),
+                   sl_strerror(rc));
+    rc = make_sticky(r, rc);
+  } else {
+    r->pass = pass;
+    r->delivered = k;
+  }
   unlock(r);
   return rc;
 }

@@ -8,7 +8,7 @@
  * 0 without reading upstream at all).  Reset releases the kept sample and
  * resets upstream, so each pass repeats that pass's first sample.
  */
-#include "readers/reader_impl.h"
+#include "readers/state.h"
 
 typedef struct repeat_state {
   sl_reader *up;
@@ -50,6 +50,42 @@ static int repeat_length(const sl_reader *r, void *st, uint64_t *n) {
   return SL_OK;
 }
 
+/* The upstream is saved at its start: the first sample is read again. */
+static int repeat_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
+                       sl__state_out *w) {
+  (void)r;
+  (void)pass;
+  (void)k;
+  repeat_state *s = st;
+  return sl__state_save_up(w, s->up, sl__reader_pass(s->up), 0);
+}
+
+static int repeat_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
+                          sl__state_in *in) {
+  (void)r;
+  (void)pass;
+  repeat_state *s = st;
+  sl_sample_release(s->first);
+  s->first = NULL;
+  SL_FORWARD_IF_ERROR(sl__state_restore_up(in, s->up));
+  SL_RETURN_ERROR_IF(k > s->n, SL_ECORRUPT,
+                     "restore: repeat_first: position %llu is past its %llu "
+                     "samples",
+                     (unsigned long long)k, (unsigned long long)s->n);
+  if (k > 0) SL_FORWARD_IF_ERROR(sl_reader_next(s->up, &s->first));
+  s->given = k;
+  return SL_OK;
+}
+
+static void repeat_identity(const sl_reader *r, void *st, char *buf,
+                            size_t cap) {
+  (void)r;
+  snprintf(buf, cap, "n=%llu", (unsigned long long)((repeat_state *)st)->n);
+}
+
+static const sl__state_ops repeat_state_ops = {repeat_save, repeat_restore,
+                                               repeat_identity};
+
 static const sl_reader_vtable repeat_vt = {"repeat_first", repeat_next,
                                            repeat_reset, repeat_destroy};
 
@@ -65,6 +101,9 @@ int sl_repeat_first(sl_reader *up, uint64_t n, sl_reader **out) {
   sl_schema *schema = sl_schema_retain((sl_schema *)sl_reader_schema(up));
   int rc = sl__decorator_make(&repeat_vt, r, schema, &r->up, NULL, out);
   sl_schema_release(schema);
-  if (rc == SL_OK) sl__reader_set_length(*out, repeat_length);
+  if (rc == SL_OK) {
+    sl__reader_set_length(*out, repeat_length);
+    sl__reader_set_state_ops(*out, &repeat_state_ops);
+  }
   return rc;
 }

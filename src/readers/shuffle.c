@@ -23,14 +23,16 @@
  * generator, with the bound the window will have then if upstream does not
  * end, and prefetches that sample.  The next call uses the early draw (and
  * the copy's state) only when its bound turned out right, else it draws
- * afresh from the untouched generator, so the order is exactly the same.  Errors from upstream are returned as soon as
- * they are read, unchanged except SL_ENOMEM, which gets "shuffle: out of
- * memory holding N samples (buffer_size B ...): " in front (the window's
- * samples are what used the memory); the window keeps its samples until
- * reset or destroy.
+ * afresh from the untouched generator, so the order is exactly the same. Errors
+ * from upstream are returned as soon as they are read, unchanged except
+ * SL_ENOMEM, which gets "shuffle: out of memory holding N samples (buffer_size
+ * B ...): " in front (the window's samples are what used the memory); the
+ * window keeps its samples until reset or destroy.
  */
 #include "core/rng.h"
-#include "readers/reader_impl.h"
+#include "readers/state.h"
+
+#include <stdlib.h>
 
 typedef struct shuffle_state {
   sl_reader *up;
@@ -38,6 +40,7 @@ typedef struct shuffle_state {
   sl_sample **win;   /* the window, `count` samples owned by us */
   size_t count, cap; /* samples held, slots allocated */
   bool up_ended;     /* upstream returned SL_EOF this pass */
+  uint64_t pulled;   /* upstream samples read this pass */
   uint64_t seed, pass;
   uint64_t rng[4]; /* xoshiro256** state */
   /* The next draw made early (see Cost): valid while ahead_ok. */
@@ -52,11 +55,15 @@ typedef struct shuffle_state {
 /* Seeds the generator for pass `pass`.  The pass number is mixed through
  * splitmix64 before it meets the seed, so (seed, p) and (seed + 1, p - 1)
  * give unrelated streams. */
-static void seed_pass(shuffle_state *s) {
-  uint64_t p = s->pass;
-  uint64_t x = s->seed ^ sl__splitmix64(&p);
+static void seed_rng(uint64_t seed, uint64_t pass, uint64_t rng[4]) {
+  uint64_t p = pass;
+  uint64_t x = seed ^ sl__splitmix64(&p);
   for (int i = 0; i < 4; i++)
-    s->rng[i] = sl__splitmix64(&x);
+    rng[i] = sl__splitmix64(&x);
+}
+
+static void seed_pass(shuffle_state *s) {
+  seed_rng(s->seed, s->pass, s->rng);
 }
 
 /* --- the window --------------------------------------------------------------
@@ -119,6 +126,7 @@ static int shuffle_next(void *st, sl_sample **out) {
                            s->count, s->size);
     if (rc < 0) return rc; /* upstream's message is already set */
     s->count++;
+    s->pulled++;
   }
   if (s->count == 0) return SL_EOF;
   size_t j;
@@ -139,6 +147,7 @@ static int shuffle_reset(void *st) {
   release_window(s);
   s->up_ended = false;
   s->ahead_ok = false;
+  s->pulled = 0;
   s->pass++;
   seed_pass(s);
   return sl_reader_reset(s->up);
@@ -152,6 +161,169 @@ static void shuffle_destroy(void *st) {
   sl_reader_destroy(s->up);
   sl__free(s);
 }
+
+/* --- saving and restoring --------------------------------------------------
+ * Which upstream samples the window holds after k outputs of a pass depends
+ * only on the seed, the pass, k and where upstream ended - not on the
+ * samples - so a state holds no samples: replay() runs the window's moves
+ * on sequence numbers.  The restore then reads upstream again from the
+ * oldest sample the window held, keeping the held ones in their slots: at
+ * most the distance from that sample to the newest, which for a full
+ * window is about buffer_size x (1 + ln buffer_size) samples
+ * (docs/RESUME.md). */
+
+typedef struct replayed {
+  uint64_t *slot; /* the window: upstream sequence numbers, count of them */
+  size_t count;
+  uint64_t pulled; /* upstream samples read */
+  bool ended;      /* upstream's end was met */
+  uint64_t rng[4];
+} replayed;
+
+/* The window after k outputs of pass `pass` whose upstream ends after
+ * `end` samples (UINT64_MAX: not known to end). */
+static int replay(const shuffle_state *s, uint64_t pass, uint64_t k,
+                  uint64_t end, replayed *w) {
+  memset(w, 0, sizeof *w);
+  seed_rng(s->seed, pass, w->rng);
+  size_t cap = 0;
+  for (uint64_t i = 0; i < k; i++) {
+    while (!w->ended && w->count < s->size) {
+      if (w->pulled == end) {
+        w->ended = true;
+        break;
+      }
+      if (w->count == cap) {
+        cap = cap ? SL_MIN(cap * 2, s->size) : SL_MIN((size_t)64, s->size);
+        uint64_t *slot = sl__realloc(w->slot, cap * sizeof *slot);
+        if (!slot) {
+          sl__free(w->slot);
+          w->slot = NULL;
+          return sl_set_error(SL_ENOMEM,
+                              "shuffle: out of memory replaying a window of "
+                              "%zu samples",
+                              cap);
+        }
+        w->slot = slot;
+      }
+      w->slot[w->count++] = w->pulled++;
+    }
+    if (w->count == 0) {
+      sl__free(w->slot);
+      w->slot = NULL;
+      return sl_set_error(SL_ECORRUPT,
+                          "shuffle: position %llu is past the end of the "
+                          "pass (%llu samples)",
+                          (unsigned long long)k, (unsigned long long)w->pulled);
+    }
+    size_t j = (size_t)sl__rng_bounded(w->rng, w->count);
+    w->slot[j] = w->slot[--w->count];
+  }
+  return SL_OK;
+}
+
+static uint64_t oldest(const replayed *w) {
+  uint64_t m = w->pulled;
+  for (size_t i = 0; i < w->count; i++)
+    m = SL_MIN(m, w->slot[i]);
+  return m;
+}
+
+/* Payload: where upstream ended in this pass (UINT64_MAX: not yet). */
+static int shuffle_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
+                        sl__state_out *w) {
+  (void)r;
+  shuffle_state *s = st;
+  uint64_t end = pass == s->pass && s->up_ended ? s->pulled : UINT64_MAX;
+  replayed win;
+  SL_FORWARD_IF_ERROR(replay(s, pass, k, end, &win));
+  uint64_t from = oldest(&win);
+  sl__free(win.slot);
+  SL_FORWARD_IF_ERROR(sl__state_put_u64(w, end));
+  return sl__state_save_up(w, s->up, sl__reader_pass(s->up), from);
+}
+
+typedef struct placed {
+  uint64_t seq;
+  size_t slot;
+} placed;
+
+static int by_seq(const void *a, const void *b) {
+  uint64_t x = ((const placed *)a)->seq, y = ((const placed *)b)->seq;
+  return (x > y) - (x < y);
+}
+
+static int refill(shuffle_state *s, const replayed *w) {
+  if (w->count > s->cap) {
+    sl_sample **win = sl__realloc(s->win, w->count * sizeof *win);
+    SL_RETURN_ERROR_IF(!win, SL_ENOMEM,
+                       "shuffle: cannot allocate a window of %zu samples",
+                       w->count);
+    s->win = win;
+    s->cap = w->count;
+  }
+  placed *order = sl__malloc((w->count ? w->count : 1) * sizeof *order);
+  SL_RETURN_ERROR_IF(!order, SL_ENOMEM, "shuffle: out of memory restoring");
+  for (size_t i = 0; i < w->count; i++)
+    order[i] = (placed){w->slot[i], i};
+  qsort(order, w->count, sizeof *order, by_seq);
+  int rc = SL_OK;
+  size_t next = 0;
+  for (uint64_t q = oldest(w); q < w->pulled && rc == SL_OK; q++) {
+    sl_sample *smp = NULL;
+    rc = sl_reader_next(s->up, &smp);
+    if (rc == SL_EOF)
+      rc = sl_set_error(SL_ECORRUPT,
+                        "restore: shuffle: upstream ended at sample %llu, "
+                        "the state needs %llu (did the data change since "
+                        "the save?)",
+                        (unsigned long long)q, (unsigned long long)w->pulled);
+    if (rc != SL_OK) break;
+    if (next < w->count && order[next].seq == q)
+      s->win[order[next++].slot] = smp;
+    else
+      sl_sample_release(smp);
+  }
+  if (rc != SL_OK) /* release what was placed; the window stays empty */
+    for (size_t i = 0; i < next; i++)
+      sl_sample_release(s->win[order[i].slot]);
+  sl__free(order);
+  return rc;
+}
+
+static int shuffle_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
+                           sl__state_in *in) {
+  (void)r;
+  shuffle_state *s = st;
+  release_window(s);
+  s->ahead_ok = false;
+  SL_FORWARD_IF_ERROR(sl__state_restore_up(in, s->up));
+  uint64_t end;
+  SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &end));
+  replayed w;
+  SL_FORWARD_IF_ERROR(replay(s, pass, k, end, &w));
+  int rc = refill(s, &w);
+  if (rc == SL_OK) {
+    s->count = w.count;
+    s->pulled = w.pulled;
+    s->up_ended = w.ended;
+    s->pass = pass;
+    memcpy(s->rng, w.rng, sizeof s->rng);
+  }
+  sl__free(w.slot);
+  return rc;
+}
+
+static void shuffle_identity(const sl_reader *r, void *st, char *buf,
+                             size_t cap) {
+  (void)r;
+  const shuffle_state *s = st;
+  snprintf(buf, cap, "buffer_size=%zu seed=%llu", s->size,
+           (unsigned long long)s->seed);
+}
+
+static const sl__state_ops shuffle_state_ops = {shuffle_save, shuffle_restore,
+                                                shuffle_identity};
 
 static const sl_reader_vtable shuffle_vt = {"shuffle", shuffle_next,
                                             shuffle_reset, shuffle_destroy};
@@ -174,5 +346,6 @@ int sl_shuffle(sl_reader *up, size_t buffer_size, uint64_t seed,
   sl_schema *schema = sl_schema_retain((sl_schema *)sl_reader_schema(up));
   int rc = sl__decorator_make_1to1(&shuffle_vt, s, schema, &s->up, NULL, out);
   sl_schema_release(schema);
+  if (rc == SL_OK) sl__reader_set_state_ops(*out, &shuffle_state_ops);
   return rc;
 }

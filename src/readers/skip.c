@@ -6,7 +6,7 @@
  * samples pass through unchanged.  Reset starts the count over and resets
  * upstream.
  */
-#include "readers/reader_impl.h"
+#include "readers/state.h"
 
 typedef struct skip_state {
   sl_reader *up;
@@ -47,6 +47,40 @@ static int skip_length(const sl_reader *r, void *st, uint64_t *n) {
   return SL_OK;
 }
 
+/* Payload: the samples dropped before the position (n once any sample has
+ * been yielded). */
+static int skip_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
+                     sl__state_out *w) {
+  (void)r;
+  (void)pass;
+  skip_state *s = st;
+  uint64_t dropped = k > 0 ? s->n : s->skipped;
+  SL_FORWARD_IF_ERROR(sl__state_put_u64(w, dropped));
+  return sl__state_save_up(w, s->up, sl__reader_pass(s->up), dropped + k);
+}
+
+static int skip_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
+                        sl__state_in *in) {
+  (void)r;
+  (void)pass;
+  (void)k;
+  skip_state *s = st;
+  SL_FORWARD_IF_ERROR(sl__state_restore_up(in, s->up));
+  SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &s->skipped));
+  SL_RETURN_ERROR_IF(s->skipped > s->n, SL_ECORRUPT,
+                     "restore: skip: %llu samples dropped, more than its %llu",
+                     (unsigned long long)s->skipped, (unsigned long long)s->n);
+  return SL_OK;
+}
+
+static void skip_identity(const sl_reader *r, void *st, char *buf, size_t cap) {
+  (void)r;
+  snprintf(buf, cap, "n=%llu", (unsigned long long)((skip_state *)st)->n);
+}
+
+static const sl__state_ops skip_state_ops = {skip_save, skip_restore,
+                                             skip_identity};
+
 static const sl_reader_vtable skip_vt = {"skip", skip_next, skip_reset,
                                          skip_destroy};
 
@@ -62,6 +96,9 @@ int sl_skip(sl_reader *up, uint64_t n, sl_reader **out) {
   sl_schema *schema = sl_schema_retain((sl_schema *)sl_reader_schema(up));
   int rc = sl__decorator_make(&skip_vt, k, schema, &k->up, NULL, out);
   sl_schema_release(schema);
-  if (rc == SL_OK) sl__reader_set_length(*out, skip_length);
+  if (rc == SL_OK) {
+    sl__reader_set_length(*out, skip_length);
+    sl__reader_set_state_ops(*out, &skip_state_ops);
+  }
   return rc;
 }

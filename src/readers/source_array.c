@@ -1,5 +1,5 @@
 /* source_array.c - a reader over samples held in memory, replayed each pass. */
-#include "readers/reader_impl.h"
+#include "readers/state.h"
 
 typedef struct array_state {
   sl_sample **samples; /* each retained */
@@ -31,6 +31,28 @@ static int array_length(const sl_reader *r, void *st, uint64_t *n) {
   *n = ((array_state *)st)->n;
   return SL_OK;
 }
+
+static int array_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
+                         sl__state_in *in) {
+  (void)r;
+  (void)pass;
+  (void)in;
+  array_state *a = st;
+  SL_RETURN_ERROR_IF(k > a->n, SL_ECORRUPT,
+                     "restore: array: position %llu is past its %zu samples",
+                     (unsigned long long)k, a->n);
+  a->pos = (size_t)k;
+  return SL_OK;
+}
+
+static void array_identity(const sl_reader *r, void *st, char *buf,
+                           size_t cap) {
+  (void)r;
+  snprintf(buf, cap, "%zu samples", ((array_state *)st)->n);
+}
+
+static const sl__state_ops array_state_ops = {sl__state_save_position,
+                                              array_restore, array_identity};
 
 static const sl_reader_vtable array_vt = {"array", array_next, array_reset,
                                           array_destroy};
@@ -67,5 +89,6 @@ int sl_reader_from_array(sl_sample *const *samples, size_t n, sl_schema *schema,
   a->n = n;
   SL_FORWARD_IF_ERROR(sl__reader_make(&array_vt, a, (sl_schema *)want, out));
   sl__reader_set_length(*out, array_length);
+  sl__reader_set_state_ops(*out, &array_state_ops);
   return SL_OK;
 }

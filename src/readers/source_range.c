@@ -1,5 +1,5 @@
 /* source_range.c - 0..n-1 as samples with one i64 field "i". */
-#include "readers/reader_impl.h"
+#include "readers/state.h"
 
 typedef struct range_state {
   int64_t n, i;
@@ -39,6 +39,28 @@ static int range_length(const sl_reader *r, void *st, uint64_t *n) {
   return SL_OK;
 }
 
+static int range_restore(sl_reader *rd, void *st, uint64_t pass, uint64_t k,
+                         sl__state_in *in) {
+  (void)rd;
+  (void)pass;
+  (void)in;
+  range_state *r = st;
+  SL_RETURN_ERROR_IF(k > (uint64_t)r->n, SL_ECORRUPT,
+                     "restore: range: position %llu is past its %lld samples",
+                     (unsigned long long)k, (long long)r->n);
+  r->i = (int64_t)k;
+  return SL_OK;
+}
+
+static void range_identity(const sl_reader *rd, void *st, char *buf,
+                           size_t cap) {
+  (void)rd;
+  snprintf(buf, cap, "n=%lld", (long long)((range_state *)st)->n);
+}
+
+static const sl__state_ops range_state_ops = {sl__state_save_position,
+                                              range_restore, range_identity};
+
 static const sl_reader_vtable range_vt = {"range", range_next, range_reset,
                                           range_destroy};
 
@@ -57,5 +79,6 @@ int sl_reader_range(int64_t n, sl_reader **out) {
   }
   SL_FORWARD_IF_ERROR(sl__reader_make(&range_vt, r, r->schema, out));
   sl__reader_set_length(*out, range_length);
+  sl__reader_set_state_ops(*out, &range_state_ops);
   return SL_OK;
 }

@@ -6,7 +6,7 @@
  * expensive source pulls exactly n samples.  n = 0 gives empty passes.
  * Reset starts the count over and resets upstream.
  */
-#include "readers/reader_impl.h"
+#include "readers/state.h"
 
 typedef struct take_state {
   sl_reader *up;
@@ -44,6 +44,27 @@ static int take_length(const sl_reader *r, void *st, uint64_t *n) {
   return SL_OK;
 }
 
+static int take_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
+                        sl__state_in *in) {
+  (void)r;
+  (void)pass;
+  take_state *t = st;
+  SL_FORWARD_IF_ERROR(sl__state_restore_up(in, t->up));
+  SL_RETURN_ERROR_IF(k > t->n, SL_ECORRUPT,
+                     "restore: take: position %llu is past its %llu samples",
+                     (unsigned long long)k, (unsigned long long)t->n);
+  t->taken = k;
+  return SL_OK;
+}
+
+static void take_identity(const sl_reader *r, void *st, char *buf, size_t cap) {
+  (void)r;
+  snprintf(buf, cap, "n=%llu", (unsigned long long)((take_state *)st)->n);
+}
+
+static const sl__state_ops take_state_ops = {sl__state_save_1to1, take_restore,
+                                             take_identity};
+
 static const sl_reader_vtable take_vt = {"take", take_next, take_reset,
                                          take_destroy};
 
@@ -59,6 +80,9 @@ int sl_take(sl_reader *up, uint64_t n, sl_reader **out) {
   sl_schema *schema = sl_schema_retain((sl_schema *)sl_reader_schema(up));
   int rc = sl__decorator_make(&take_vt, t, schema, &t->up, NULL, out);
   sl_schema_release(schema);
-  if (rc == SL_OK) sl__reader_set_length(*out, take_length);
+  if (rc == SL_OK) {
+    sl__reader_set_length(*out, take_length);
+    sl__reader_set_state_ops(*out, &take_state_ops);
+  }
   return rc;
 }

@@ -22,7 +22,7 @@
  * treat SL_EOF as the end of the pass; a reset while other threads still pull
  * cuts their pass at an arbitrary point.
  */
-#include "readers/reader_impl.h"
+#include "readers/state.h"
 
 typedef struct threaded_state {
   sl_reader *up;
@@ -43,6 +43,8 @@ static void threaded_destroy(void *st) {
   sl__free(t);
 }
 
+static const sl__state_ops threaded_state_ops = SL__STATE_OPS_1TO1;
+
 static const sl_reader_vtable threaded_vt = {"threaded", threaded_next,
                                              threaded_reset, threaded_destroy};
 
@@ -57,6 +59,7 @@ int sl_threaded(sl_reader *up, sl_reader **out) {
    * const accessor is safe. */
   SL_FORWARD_IF_ERROR(sl__decorator_make_1to1(
       &threaded_vt, t, (sl_schema *)sl_reader_schema(up), &t->up, NULL, out));
+  sl__reader_set_state_ops(*out, &threaded_state_ops);
   int rc = sl__reader_share(*out);
   if (rc < 0) {
     sl_reader_destroy(*out); /* destroys up too */

@@ -14,7 +14,7 @@
  * through.  Reset resets every reader.  The stage takes every reader it is
  * given, also when construction fails.
  */
-#include "readers/reader_impl.h"
+#include "readers/state.h"
 
 typedef struct zip_state {
   sl_reader **readers; /* n readers, all owned */
@@ -129,6 +129,36 @@ static int zip_length(const sl_reader *r, void *st, uint64_t *n) {
   return SL_OK;
 }
 
+static int zip_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
+                    sl__state_out *w) {
+  (void)r;
+  (void)pass;
+  zip_state *z = st;
+  for (size_t i = 0; i < z->n; i++)
+    SL_FORWARD_IF_ERROR(
+        sl__state_save_up(w, z->readers[i], sl__reader_pass(z->readers[i]), k));
+  return SL_OK;
+}
+
+static int zip_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
+                       sl__state_in *in) {
+  (void)r;
+  (void)pass;
+  zip_state *z = st;
+  for (size_t i = 0; i < z->n; i++)
+    SL_FORWARD_IF_ERROR(sl__state_restore_up(in, z->readers[i]));
+  z->count = k;
+  return SL_OK;
+}
+
+static void zip_identity(const sl_reader *r, void *st, char *buf, size_t cap) {
+  (void)r;
+  snprintf(buf, cap, "truncate=%d", ((zip_state *)st)->truncate ? 1 : 0);
+}
+
+static const sl__state_ops zip_state_ops = {zip_save, zip_restore,
+                                            zip_identity};
+
 static const sl_reader_vtable zip_vt = {"zip", zip_next, zip_reset,
                                         zip_destroy};
 
@@ -206,6 +236,7 @@ int sl_zip(sl_reader **readers, size_t n, int truncate, sl_reader **out) {
   if (rc == SL_OK) {
     sl__reader_link(*out, z->readers, z->n, NULL);
     sl__reader_set_length(*out, zip_length);
+    sl__reader_set_state_ops(*out, &zip_state_ops);
   }
   return rc;
 }

@@ -5,7 +5,7 @@
  * at run time with __builtin_cpu_supports, and a slicing-by-8 table fallback
  * for other CPUs.  Both are checked against the standard test vectors.
  */
-#include "io/crc32c.h"
+#include "core/crc32c.h"
 
 #include <pthread.h>
 #include <string.h>

@@ -1,4 +1,5 @@
-/* crc32c.h - CRC32C (Castagnoli), the checksum of every SLR structure. */
+/* crc32c.h - CRC32C (Castagnoli), the checksum of every SLR structure and of
+ * every saved reader state. */
 #ifndef SLUICE_CRC32C_H
 #define SLUICE_CRC32C_H
 

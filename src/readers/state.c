@@ -1,0 +1,519 @@
+/*
+ * state.c - sl_reader_save / sl_reader_restore: the walk over a chain of
+ * readers, the record of each stage and the byte format of a saved state
+ * (the protocol each stage follows is in state.h; docs/RESUME.md for users).
+ *
+ * Format (little-endian, version 1):
+ *
+ *   header   "SLUICEST" u32(version) u32(0) u64(body bytes)
+ *   body     record of the outermost reader, its upstreams' records after
+ *            it, depth first in link order:
+ *   record   u32(n) name  u32(n) identity  u64(pass) u64(k)
+ *            u32(upstreams) u64(n) payload
+ *   trailer  u32 CRC32C of header and body
+ *
+ * Saving builds the tree of records in memory (a stage's save op writes its
+ * payload and saves its upstreams in any order it likes), then writes it out
+ * in one buffer.  Restoring parses the whole state and checks it against
+ * the chain - checksum, version, then each stage's name, identity and
+ * number of upstreams, top down - before any stage changes, so a state of
+ * another pipeline is refused with the chain left as it was; only then are
+ * the stages' restore ops run.
+ */
+#include "readers/state.h"
+
+#include "core/crc32c.h"
+
+#include <stdarg.h>
+
+#define STATE_MAGIC "SLUICEST"
+#define STATE_VERSION 1u
+#define HEADER_BYTES 24
+#define MAX_DEPTH 256
+#define IDENT_CAP 512
+
+/* --- one stage's record ----------------------------------------------------
+ */
+
+typedef struct record {
+  sl_reader *r; /* the live stage (save; restore: set by the check) */
+  const char *name;
+  size_t name_len;
+  char *ident; /* saving: owned copy; restoring: points into the state */
+  size_t ident_len;
+  uint64_t pass, k;
+  /* payload: saving, an owned growing buffer; restoring, into the state */
+  unsigned char *data;
+  size_t size, cap;
+  struct record *kids; /* nkids records, in link order */
+  size_t nkids, kids_cap;
+} record;
+
+static void record_free(record *rec, bool owned) {
+  for (size_t i = 0; i < rec->nkids; i++)
+    record_free(&rec->kids[i], owned);
+  sl__free(rec->kids);
+  if (owned) {
+    sl__free(rec->ident);
+    sl__free(rec->data);
+  }
+}
+
+/* --- saving ------------------------------------------------------------------
+ */
+
+struct sl__state_out {
+  record *cur; /* the record being written */
+  int depth;
+};
+
+static int put(record *rec, const void *p, size_t n) {
+  if (rec->size + n > rec->cap) {
+    size_t cap = rec->cap ? rec->cap * 2 : 64;
+    while (cap < rec->size + n)
+      cap *= 2;
+    unsigned char *d = sl__realloc(rec->data, cap);
+    SL_RETURN_ERROR_IF(!d, SL_ENOMEM,
+                       "save: out of memory writing the state of stage '%s'",
+                       rec->name);
+    rec->data = d;
+    rec->cap = cap;
+  }
+  memcpy(rec->data + rec->size, p, n);
+  rec->size += n;
+  return SL_OK;
+}
+
+static void le64(unsigned char *p, uint64_t v) {
+  for (int i = 0; i < 8; i++)
+    p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static void le32(unsigned char *p, uint32_t v) {
+  for (int i = 0; i < 4; i++)
+    p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static uint64_t get64(const unsigned char *p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; i--)
+    v = (v << 8) | p[i];
+  return v;
+}
+
+static uint32_t get32(const unsigned char *p) {
+  uint32_t v = 0;
+  for (int i = 3; i >= 0; i--)
+    v = (v << 8) | p[i];
+  return v;
+}
+
+int sl__state_put_u64(sl__state_out *w, uint64_t v) {
+  unsigned char b[8];
+  le64(b, v);
+  return put(w->cur, b, 8);
+}
+
+int sl__state_put_bytes(sl__state_out *w, const void *data, size_t n) {
+  return put(w->cur, data, n);
+}
+
+static void identity_of(sl_reader *r, char *buf, size_t cap) {
+  void *st;
+  const sl__state_ops *ops = sl__reader_state_ops(r, &st);
+  buf[0] = '\0';
+  if (ops && ops->identity) ops->identity(r, st, buf, cap);
+}
+
+static int save_record(sl__state_out *w, record *rec) {
+  sl_reader *r = rec->r;
+  rec->name = sl_reader_name(r);
+  rec->name_len = strlen(rec->name);
+  void *st;
+  const sl__state_ops *ops = sl__reader_state_ops(r, &st);
+  SL_RETURN_ERROR_IF(!ops || !ops->save, SL_EUNSUPPORTED,
+                     "save: stage '%s' cannot save its position (it has no "
+                     "state; readers made with sl_reader_new have none)",
+                     rec->name);
+  SL_RETURN_ERROR_IF(w->depth >= MAX_DEPTH, SL_EUNSUPPORTED,
+                     "save: the chain is deeper than %d stages", MAX_DEPTH);
+  char ident[IDENT_CAP];
+  identity_of(r, ident, sizeof ident);
+  rec->ident_len = strlen(ident);
+  rec->ident = sl__strdup(ident);
+  SL_RETURN_ERROR_IF(!rec->ident, SL_ENOMEM, "save: out of memory");
+  record *outer = w->cur;
+  w->cur = rec;
+  w->depth++;
+  int rc = ops->save(r, st, rec->pass, rec->k, w);
+  w->depth--;
+  w->cur = outer;
+  SL_FORWARD_IF_ERROR(rc);
+  size_t nups = 0;
+  while (sl__reader_up(r, nups))
+    nups++;
+  SL_RETURN_ERROR_IF(rec->nkids != nups, SL_EINVAL,
+                     "save: stage '%s' saved %zu of its %zu upstreams "
+                     "(a bug in the stage)",
+                     rec->name, rec->nkids, nups);
+  return SL_OK;
+}
+
+int sl__state_save_up(sl__state_out *w, sl_reader *up, uint64_t pass,
+                      uint64_t k) {
+  record *rec = w->cur;
+  SL_RETURN_ERROR_IF(sl__reader_up(rec->r, rec->nkids) != up, SL_EINVAL,
+                     "save: stage '%s' saved an upstream out of link order "
+                     "(a bug in the stage)",
+                     rec->name);
+  if (rec->nkids == rec->kids_cap) {
+    size_t cap = rec->kids_cap ? rec->kids_cap * 2 : 2;
+    record *kids = sl__realloc(rec->kids, cap * sizeof *kids);
+    SL_RETURN_ERROR_IF(!kids, SL_ENOMEM, "save: out of memory");
+    rec->kids = kids;
+    rec->kids_cap = cap;
+  }
+  record *kid = &rec->kids[rec->nkids++];
+  memset(kid, 0, sizeof *kid);
+  kid->r = up;
+  kid->pass = pass;
+  kid->k = k;
+  kid->name = sl_reader_name(up);
+  return save_record(w, kid);
+}
+
+int sl__state_save_1to1(sl_reader *r, void *state, uint64_t pass, uint64_t k,
+                        sl__state_out *w) {
+  (void)state;
+  (void)pass;
+  sl_reader *up = sl__reader_up(r, 0);
+  return sl__state_save_up(w, up, sl__reader_pass(up), k);
+}
+
+int sl__state_save_position(sl_reader *r, void *state, uint64_t pass,
+                            uint64_t k, sl__state_out *w) {
+  (void)r;
+  (void)state;
+  (void)pass;
+  (void)k;
+  (void)w;
+  return SL_OK;
+}
+
+int sl__state_restore_1to1(sl_reader *r, void *state, uint64_t pass, uint64_t k,
+                           sl__state_in *in) {
+  (void)state;
+  (void)pass;
+  (void)k;
+  return sl__state_restore_up(in, sl__reader_up(r, 0));
+}
+
+static size_t record_bytes(const record *rec) {
+  size_t n = 4 + rec->name_len + 4 + rec->ident_len + 8 + 8 + 4 + 8 + rec->size;
+  for (size_t i = 0; i < rec->nkids; i++)
+    n += record_bytes(&rec->kids[i]);
+  return n;
+}
+
+static unsigned char *write_record(unsigned char *p, const record *rec) {
+  le32(p, (uint32_t)rec->name_len);
+  memcpy(p + 4, rec->name, rec->name_len);
+  p += 4 + rec->name_len;
+  le32(p, (uint32_t)rec->ident_len);
+  memcpy(p + 4, rec->ident, rec->ident_len);
+  p += 4 + rec->ident_len;
+  le64(p, rec->pass);
+  le64(p + 8, rec->k);
+  le32(p + 16, (uint32_t)rec->nkids);
+  le64(p + 20, rec->size);
+  p += 28;
+  if (rec->size) memcpy(p, rec->data, rec->size);
+  p += rec->size;
+  for (size_t i = 0; i < rec->nkids; i++)
+    p = write_record(p, &rec->kids[i]);
+  return p;
+}
+
+int sl_reader_save(sl_reader *r, void **state, size_t *len) {
+  SL_RETURN_ERROR_IF(!r || !state || !len, SL_EINVAL, "save: NULL %s",
+                     !r       ? "reader"
+                     : !state ? "state pointer"
+                              : "length pointer");
+  *state = NULL;
+  *len = 0;
+  record root;
+  memset(&root, 0, sizeof root);
+  root.r = r;
+  root.pass = sl__reader_pass(r);
+  root.k = sl__reader_delivered(r);
+  sl__state_out w = {&root, 0};
+  int rc = save_record(&w, &root);
+  if (rc == SL_OK) {
+    size_t body = record_bytes(&root);
+    size_t total = HEADER_BYTES + body + 4;
+    unsigned char *buf = sl__malloc(total);
+    if (!buf) {
+      rc = sl_set_error(SL_ENOMEM,
+                        "save: cannot allocate a state of %zu "
+                        "bytes",
+                        total);
+    } else {
+      memcpy(buf, STATE_MAGIC, 8);
+      le32(buf + 8, STATE_VERSION);
+      le32(buf + 12, 0);
+      le64(buf + 16, body);
+      write_record(buf + HEADER_BYTES, &root);
+      le32(buf + HEADER_BYTES + body, sl__crc32c(0, buf, HEADER_BYTES + body));
+      *state = buf;
+      *len = total;
+    }
+  }
+  record_free(&root, true);
+  return rc;
+}
+
+void sl_free(void *p) {
+  sl__free(p);
+}
+
+/* --- parsing
+ * ------------------------------------------------------------------ */
+
+typedef struct parser {
+  const unsigned char *p, *end;
+  size_t records;
+} parser;
+
+static int parse_record(parser *ps, record *rec, int depth) {
+  SL_RETURN_ERROR_IF(depth >= MAX_DEPTH, SL_ECORRUPT,
+                     "restore: corrupt state: deeper than %d stages",
+                     MAX_DEPTH);
+#define NEED(n)                                                                \
+  SL_RETURN_ERROR_IF((size_t)(ps->end - ps->p) < (size_t)(n), SL_ECORRUPT,     \
+                     "restore: corrupt state: record %zu is cut short",        \
+                     ps->records)
+  NEED(4);
+  rec->name_len = get32(ps->p);
+  NEED(4 + rec->name_len);
+  rec->name = (const char *)ps->p + 4;
+  ps->p += 4 + rec->name_len;
+  NEED(4);
+  rec->ident_len = get32(ps->p);
+  NEED(4 + rec->ident_len);
+  rec->ident = (char *)ps->p + 4;
+  ps->p += 4 + rec->ident_len;
+  NEED(28);
+  rec->pass = get64(ps->p);
+  rec->k = get64(ps->p + 8);
+  size_t nkids = get32(ps->p + 16);
+  uint64_t size = get64(ps->p + 20);
+  ps->p += 28;
+  NEED(size);
+  rec->data = (unsigned char *)ps->p;
+  rec->size = (size_t)size;
+  ps->p += size;
+#undef NEED
+  ps->records++;
+  /* Each upstream record takes at least 36 bytes: a count beyond what is
+   * left is corrupt, and is refused before allocating for it. */
+  SL_RETURN_ERROR_IF(nkids > (size_t)(ps->end - ps->p) / 36, SL_ECORRUPT,
+                     "restore: corrupt state: record %zu claims %zu upstreams",
+                     ps->records - 1, nkids);
+  if (nkids) {
+    rec->kids = sl__calloc(nkids, sizeof *rec->kids);
+    SL_RETURN_ERROR_IF(!rec->kids, SL_ENOMEM, "restore: out of memory");
+  }
+  for (size_t i = 0; i < nkids; i++) {
+    rec->nkids = i + 1;
+    SL_FORWARD_IF_ERROR(parse_record(ps, &rec->kids[i], depth + 1));
+  }
+  rec->nkids = nkids;
+  return SL_OK;
+}
+
+static int parse(const void *state, size_t len, record *root) {
+  const unsigned char *b = state;
+  SL_RETURN_ERROR_IF(len < HEADER_BYTES + 4 || memcmp(b, STATE_MAGIC, 8) != 0,
+                     SL_ECORRUPT,
+                     "restore: not a sluice state (%zu bytes, no SLUICEST "
+                     "header)",
+                     len);
+  uint32_t version = get32(b + 8);
+  SL_RETURN_ERROR_IF(version != STATE_VERSION, SL_EUNSUPPORTED,
+                     "restore: state format version %u; this sluice reads "
+                     "version %u",
+                     version, STATE_VERSION);
+  uint64_t body = get64(b + 16);
+  SL_RETURN_ERROR_IF(body != len - HEADER_BYTES - 4, SL_ECORRUPT,
+                     "restore: corrupt state: %zu bytes, the header says %llu "
+                     "(cut short or padded)",
+                     len, (unsigned long long)(body + HEADER_BYTES + 4));
+  uint32_t want = get32(b + len - 4);
+  uint32_t got = sl__crc32c(0, b, len - 4);
+  SL_RETURN_ERROR_IF(want != got, SL_ECORRUPT,
+                     "restore: corrupt state: checksum %08x, expected %08x",
+                     got, want);
+  parser ps = {b + HEADER_BYTES, b + len - 4, 0};
+  SL_FORWARD_IF_ERROR(parse_record(&ps, root, 0));
+  SL_RETURN_ERROR_IF(ps.p != ps.end, SL_ECORRUPT,
+                     "restore: corrupt state: %zu bytes after the last record",
+                     (size_t)(ps.end - ps.p));
+  return SL_OK;
+}
+
+/* --- checking the state against the chain --------------------------------- */
+
+/* The stages from the top to `depth` ("batch > shuffle > range"). */
+typedef struct trail {
+  const char *names[MAX_DEPTH];
+  int n;
+} trail;
+
+static void trail_text(const trail *t, char *buf, size_t cap) {
+  size_t used = 0;
+  buf[0] = '\0';
+  for (int i = 0; i < t->n && used < cap; i++) {
+    int w =
+        snprintf(buf + used, cap - used, "%s%s", i ? " > " : "", t->names[i]);
+    if (w < 0) break;
+    used += (size_t)w;
+  }
+}
+
+static bool same(const char *a, size_t alen, const char *b) {
+  return strlen(b) == alen && memcmp(a, b, alen) == 0;
+}
+
+static int check(record *rec, sl_reader *r, trail *t) {
+  t->names[t->n++] = sl_reader_name(r);
+  char where[1024];
+  trail_text(t, where, sizeof where);
+  rec->r = r;
+  const char *name = sl_reader_name(r);
+  SL_RETURN_ERROR_IF(!same(rec->name, rec->name_len, name), SL_EINVAL,
+                     "restore: the state is of another pipeline: stage %d "
+                     "from the top (%s) is '%s' here but '%.*s' in the state; "
+                     "the pipeline is unchanged",
+                     t->n, where, name, (int)rec->name_len, rec->name);
+  char ident[IDENT_CAP];
+  identity_of(r, ident, sizeof ident);
+  SL_RETURN_ERROR_IF(!same(rec->ident, rec->ident_len, ident), SL_EINVAL,
+                     "restore: the state is of another pipeline: stage %d "
+                     "from the top (%s) is '%s' here but '%.*s' in the "
+                     "state; the pipeline is unchanged",
+                     t->n, where, ident, (int)rec->ident_len, rec->ident);
+  size_t nups = 0;
+  while (sl__reader_up(r, nups))
+    nups++;
+  SL_RETURN_ERROR_IF(nups != rec->nkids, SL_EINVAL,
+                     "restore: the state is of another pipeline: stage %d "
+                     "from the top (%s) has %zu upstreams here but %zu in the "
+                     "state; the pipeline is unchanged",
+                     t->n, where, nups, rec->nkids);
+  void *st;
+  const sl__state_ops *ops = sl__reader_state_ops(r, &st);
+  SL_RETURN_ERROR_IF(!ops || !ops->restore, SL_EUNSUPPORTED,
+                     "restore: stage %d from the top (%s) cannot restore a "
+                     "position",
+                     t->n, where);
+  for (size_t i = 0; i < nups; i++)
+    SL_FORWARD_IF_ERROR(check(&rec->kids[i], sl__reader_up(r, i), t));
+  t->n--;
+  return SL_OK;
+}
+
+/* --- restoring
+ * ------------------------------------------------------------------ */
+
+struct sl__state_in {
+  const record *rec;
+  size_t pos;      /* read position in rec's payload */
+  size_t next_kid; /* the next upstream record to restore */
+};
+
+int sl__state_get_u64(sl__state_in *in, uint64_t *v) {
+  SL_RETURN_ERROR_IF(in->rec->size - in->pos < 8, SL_ECORRUPT,
+                     "restore: corrupt state: the record of stage '%.*s' is "
+                     "cut short",
+                     (int)in->rec->name_len, in->rec->name);
+  *v = get64(in->rec->data + in->pos);
+  in->pos += 8;
+  return SL_OK;
+}
+
+int sl__state_get_bytes(sl__state_in *in, const void **data, size_t n) {
+  SL_RETURN_ERROR_IF(in->rec->size - in->pos < n, SL_ECORRUPT,
+                     "restore: corrupt state: the record of stage '%.*s' is "
+                     "cut short",
+                     (int)in->rec->name_len, in->rec->name);
+  *data = in->rec->data + in->pos;
+  in->pos += n;
+  return SL_OK;
+}
+
+static int restore_record(const record *rec) {
+  sl_reader *r = rec->r;
+  void *st;
+  const sl__state_ops *ops = sl__reader_state_ops(r, &st);
+  sl__state_in in = {rec, 0, 0};
+  sl__reader_restore_begin(r);
+  int rc = ops->restore(r, st, rec->pass, rec->k, &in);
+  if (rc == SL_OK && in.next_kid != rec->nkids)
+    rc = sl_set_error(SL_EINVAL,
+                      "restore: stage '%s' restored %zu of its %zu upstreams "
+                      "(a bug in the stage)",
+                      sl_reader_name(r), in.next_kid, rec->nkids);
+  return sl__reader_restore_end(r, rc, rec->pass, rec->k);
+}
+
+int sl__state_restore_up(sl__state_in *in, sl_reader *up) {
+  SL_RETURN_ERROR_IF(in->next_kid >= in->rec->nkids ||
+                         in->rec->kids[in->next_kid].r != up,
+                     SL_EINVAL,
+                     "restore: stage '%.*s' restored an upstream out of link "
+                     "order (a bug in the stage)",
+                     (int)in->rec->name_len, in->rec->name);
+  return restore_record(&in->rec->kids[in->next_kid++]);
+}
+
+int sl__state_replay(sl__state_next_fn next, void *st, uint64_t n,
+                     const char *what) {
+  for (uint64_t i = 0; i < n; i++) {
+    sl_sample *s = NULL;
+    int rc = next(st, &s);
+    if (rc == SL_EOF)
+      return sl_set_error(SL_ECORRUPT,
+                          "restore: %s ended after %llu samples, the state "
+                          "needs %llu (did the data change since the save?)",
+                          what, (unsigned long long)i, (unsigned long long)n);
+    SL_FORWARD_IF_ERROR(rc);
+    sl_sample_release(s);
+  }
+  return SL_OK;
+}
+
+static int reader_next_fn(void *st, sl_sample **out) {
+  return sl_reader_next(st, out);
+}
+
+int sl__state_skip(sl_reader *up, uint64_t n, const char *stage) {
+  char what[256];
+  snprintf(what, sizeof what, "%s: its upstream '%s'", stage,
+           sl_reader_name(up));
+  return sl__state_replay(reader_next_fn, up, n, what);
+}
+
+int sl_reader_restore(sl_reader *r, const void *state, size_t len) {
+  SL_RETURN_ERROR_IF(!r || !state, SL_EINVAL, "restore: NULL %s",
+                     !r ? "reader" : "state");
+  record root;
+  memset(&root, 0, sizeof root);
+  int rc = parse(state, len, &root);
+  if (rc == SL_OK) {
+    trail t = {{0}, 0};
+    rc = check(&root, r, &t);
+  }
+  if (rc == SL_OK) rc = restore_record(&root);
+  record_free(&root, false);
+  return rc;
+}

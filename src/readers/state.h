@@ -1,0 +1,156 @@
+/*
+ * state.h - saving and restoring the position of a chain of readers
+ * (sl_reader_save / sl_reader_restore; docs/RESUME.md).
+ *
+ * Positions.  Every reader counts, in the wrapper of reader.c, its passes
+ * (resets since construction, or as restored: sl__reader_pass) and the
+ * samples it has handed out in the current pass (sl__reader_delivered; a
+ * sample peeked by has_next is not handed out).  A saved state is the
+ * position (pass, k) of the outermost reader - "the next sample is the k-th
+ * of pass `pass`" - translated, stage by stage, into the positions of the
+ * upstreams that reproduce it, plus what a stage cannot derive from
+ * positions (nothing, for a deterministic stage).  Samples a stage holds
+ * beyond the position it is asked for (a prefetch channel, a partial batch,
+ * a window of in-flight samples) are not saved: the restored chain reads
+ * them again.
+ *
+ * The protocol, per stage with state ops (sl__reader_set_state_ops):
+ *
+ *   save(r, st, pass, k, w)      called with r's own position to save (its
+ *       pass count and output count at that point, which may lie behind
+ *       what r has handed out: the stage above holds samples).  Writes what
+ *       the stage needs into its record (sl__state_put_*) and saves each of
+ *       its linked upstreams (sl__reader_link order) exactly once, with
+ *       sl__state_save_up(w, up, up_pass, up_k): the upstream position at
+ *       which the stage, restored, must resume pulling.  Runs on the
+ *       consumer's thread while nothing pulls r; must not change what r
+ *       yields (it may read counters its own threads update under its lock).
+ *       An error (SL_EUNSUPPORTED: this position cannot be saved) fails the
+ *       whole save with its message.
+ *   restore(r, st, pass, k, in)  called on a chain already checked to have
+ *       the state's shape (stage names, identities, links).  Stops the
+ *       stage's threads and drops what it holds, restores every upstream
+ *       with sl__state_restore_up(in, up) in link order (each exactly once),
+ *       reads its own record (sl__state_get_*), then sets itself so that its
+ *       next sample is the k-th of pass `pass` (it may pull from its
+ *       restored upstreams to get there), and restarts its threads.  An
+ *       error becomes r's sticky error (a failed restore leaves the chain
+ *       unusable until reset, like any failed reset).
+ *   identity(r, st, buf, cap)    a short text that, with the stage name,
+ *       tells this stage from another made differently: its options and
+ *       data ("shuffle buffer_size=1000 seed=42", "range 0..100 step 1").
+ *       A state whose identities differ from the chain's is refused before
+ *       anything changes, naming the first stage that differs.  NULL: the
+ *       name alone.
+ *
+ * A stage without state ops cannot be saved: sl_reader_save fails naming it
+ * (readers made with sl_reader_new are such stages).
+ */
+#ifndef SLUICE_READERS_STATE_H
+#define SLUICE_READERS_STATE_H
+
+#include "readers/reader_impl.h"
+
+typedef struct sl__state_out sl__state_out;
+typedef struct sl__state_in sl__state_in;
+
+typedef struct sl__state_ops {
+  int (*save)(sl_reader *r, void *state, uint64_t pass, uint64_t k,
+              sl__state_out *w);
+  int (*restore)(sl_reader *r, void *state, uint64_t pass, uint64_t k,
+                 sl__state_in *in);
+  void (*identity)(const sl_reader *r, void *state, char *buf, size_t cap);
+} sl__state_ops;
+
+/* Sets r's state ops (borrowed; static), once, right after construction.
+ * NULL-safe on r. */
+void sl__reader_set_state_ops(sl_reader *r, const sl__state_ops *ops);
+/* r's pass count: resets since construction, or the pass a restore set. */
+uint64_t sl__reader_pass(const sl_reader *r);
+/* Samples r's next has handed out in the current pass. */
+uint64_t sl__reader_delivered(const sl_reader *r);
+
+/* --- inside save ------------------------------------------------------------
+ * Each returns SL_OK or SL_ENOMEM (with a message). */
+int sl__state_put_u64(sl__state_out *w, uint64_t v);
+int sl__state_put_bytes(sl__state_out *w, const void *data, size_t n);
+/* Saves `up` (a linked upstream of the stage being saved) at position
+ * (pass, k): its record and, recursively, its upstreams'. */
+int sl__state_save_up(sl__state_out *w, sl_reader *up, uint64_t pass,
+                      uint64_t k);
+
+/* --- inside restore ---------------------------------------------------------
+ * Each returns SL_OK or SL_ECORRUPT ("state: stage S: record too short"). */
+int sl__state_get_u64(sl__state_in *in, uint64_t *v);
+/* *data points into the state (valid during the restore). */
+int sl__state_get_bytes(sl__state_in *in, const void **data, size_t n);
+/* Restores the next upstream record into `up`. */
+int sl__state_restore_up(sl__state_in *in, sl_reader *up);
+
+/* For stages whose restore is "restore the upstream, then pull and drop
+ * until position k": the generic replay (drops `n` samples of `r`'s
+ * upstream `up`, naming `stage` in errors: SL_ECORRUPT when the upstream
+ * ends first, as data that changed since the save would). */
+int sl__state_skip(sl_reader *up, uint64_t n, const char *stage);
+/* The same over a stage's own next function (a vtable's next on its
+ * state): "restore: <what> ended after I samples, the state needs N". */
+typedef int (*sl__state_next_fn)(void *st, sl_sample **out);
+int sl__state_replay(sl__state_next_fn next, void *st, uint64_t n,
+                     const char *what);
+
+/* The save op of a stage that yields exactly its upstream's k-th sample as
+ * its own k-th (map, prefetch, decode_image, ...): saves the upstream at
+ * (its pass, k). */
+int sl__state_save_1to1(sl_reader *r, void *state, uint64_t pass, uint64_t k,
+                        sl__state_out *w);
+/* The restore op of a pass-through stage with no counters of its own:
+ * restores upstream 0. */
+int sl__state_restore_1to1(sl_reader *r, void *state, uint64_t pass, uint64_t k,
+                           sl__state_in *in);
+/* Pass-through stages with no counters and no identity of their own. */
+#define SL__STATE_OPS_1TO1                                                     \
+  { sl__state_save_1to1, sl__state_restore_1to1, NULL }
+
+/* The save op of a source that needs no payload: its position is all. */
+int sl__state_save_position(sl_reader *r, void *state, uint64_t pass,
+                            uint64_t k, sl__state_out *w);
+
+/* Where each output of a stage that drops samples (filter) came from: a
+ * ring of the upstream positions of its last SL__STATE_LOG outputs in this
+ * pass, so a save at an output position a little behind (samples held by
+ * the stages above) finds the upstream position to resume from. */
+#define SL__STATE_LOG 1024
+typedef struct sl__state_log {
+  uint64_t up[SL__STATE_LOG]; /* upstream position of output i, at i % LOG */
+  uint64_t count;             /* outputs this pass */
+} sl__state_log;
+/* Output number log->count came from upstream position `up_pos`. */
+static inline void sl__state_log_note(sl__state_log *log, uint64_t up_pos) {
+  log->up[log->count++ % SL__STATE_LOG] = up_pos;
+}
+/* The upstream position to resume from so that the next output is number k
+ * (0 for k == 0): true and *up_pos, or false when k is too far behind. */
+static inline bool sl__state_log_find(const sl__state_log *log, uint64_t k,
+                                      uint64_t *up_pos) {
+  if (k == 0) {
+    *up_pos = 0;
+    return true;
+  }
+  if (k > log->count || log->count - k >= SL__STATE_LOG) return false;
+  *up_pos = log->up[(k - 1) % SL__STATE_LOG] + 1;
+  return true;
+}
+
+/* The upstreams linked to r (sl__reader_link), for save ops: *ups[i]. */
+sl_reader *sl__reader_up(const sl_reader *r, size_t i);
+
+/* reader.c's side of a restore (used by state.c only): begin locks a
+ * shared reader and drops a peeked sample and a sticky error; end records
+ * the position (pass, k) when rc is SL_OK, else makes rc sticky, and
+ * unlocks. */
+void sl__reader_restore_begin(sl_reader *r);
+int sl__reader_restore_end(sl_reader *r, int rc, uint64_t pass, uint64_t k);
+/* r's state ops and implementation state (NULL ops: none). */
+const sl__state_ops *sl__reader_state_ops(const sl_reader *r, void **state);
+
+#endif

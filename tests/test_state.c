@@ -1,0 +1,422 @@
+/*
+ * test_state.c - sl_reader_save / sl_reader_restore over the
+ * format-independent stages (docs/RESUME.md): every cut point gives, after
+ * a restore into a fresh chain, exactly the rest of the uninterrupted run;
+ * foreign, corrupt and truncated states are refused with the chain left as
+ * it was.
+ */
+#include "test.h"
+#include "test_util.h"
+
+#include <stdlib.h>
+
+/* --- callbacks ----------------------------------------------------------- */
+
+/* i -> i * 3 + 1 (a new sample: the map's output differs from its input). */
+static int times3(void *ud, sl_sample *in, sl_sample **out) {
+  (void)ud;
+  int64_t v = test_sample_i64(in, 0);
+  int rc = test_i64_sample(sl_sample_schema(in), v * 3 + 1, out);
+  sl_sample_release(in);
+  return rc;
+}
+
+/* i -> {j: i * 3 + 1} in the schema ud. */
+static int times3_j(void *ud, sl_sample *in, sl_sample **out) {
+  int64_t v = test_sample_i64(in, 0);
+  int rc = test_i64_sample(ud, v * 3 + 1, out);
+  sl_sample_release(in);
+  return rc;
+}
+
+/* Keeps i where i % 3 != 0. */
+static int not_thirds(void *ud, const sl_sample *s) {
+  (void)ud;
+  return test_sample_i64(s, 0) % 3 != 0;
+}
+
+/* --- the chains under test ----------------------------------------------- */
+
+typedef enum {
+  CH_RANGE,
+  CH_MAP,
+  CH_FILTER,
+  CH_TAKE_SKIP,
+  CH_CHAIN,
+  CH_ZIP,
+  CH_REPEAT,
+  CH_SHUFFLE,
+  CH_SHUFFLE_SMALL,
+  CH_BATCH,
+  CH_PREFETCH,
+  CH_MULTI_PASS,
+  CH_CACHE,
+  CH_THREADED,
+  CH_DEMO, /* shuffle > batch > prefetch over a filtered map */
+} chain_kind;
+
+#define OK(expr)                                                               \
+  do {                                                                         \
+    if ((expr) != SL_OK) return NULL;                                          \
+  } while (0)
+
+static sl_reader *build(void *ud) {
+  chain_kind kind = (chain_kind)(intptr_t)ud;
+  sl_reader *r = test_range_reader(100), *r2 = NULL;
+  switch (kind) {
+  case CH_RANGE:
+    return r;
+  case CH_MAP:
+    OK(sl_map(r, times3, NULL, NULL, NULL, &r));
+    return r;
+  case CH_FILTER:
+    OK(sl_filter(r, not_thirds, NULL, NULL, &r));
+    return r;
+  case CH_TAKE_SKIP:
+    OK(sl_skip(r, 7, &r));
+    OK(sl_take(r, 50, &r));
+    return r;
+  case CH_CHAIN: {
+    sl_reader *v[3] = {r, test_range_reader(0), test_range_reader(30)};
+    OK(sl_chain(v, 3, &r));
+    return r;
+  }
+  case CH_ZIP: {
+    static sl_schema *j_schema;
+    if (!j_schema) {
+      j_schema = sl_schema_new();
+      OK(sl_schema_add(j_schema, "j", SL_I64, 0, NULL));
+    }
+    OK(sl_map(test_range_reader(100), times3_j, j_schema, NULL, j_schema, &r2));
+    OK(sl_shuffle(r2, 5, 1, &r2));
+    sl_reader *v[2] = {r, r2};
+    OK(sl_zip(v, 2, 0, &r));
+    return r;
+  }
+  case CH_REPEAT:
+    OK(sl_shuffle(r, 10, 5, &r));
+    OK(sl_repeat_first(r, 20, &r));
+    return r;
+  case CH_SHUFFLE:
+    OK(sl_shuffle(r, 16, 42, &r));
+    return r;
+  case CH_SHUFFLE_SMALL:
+    OK(sl_shuffle(r, 1000, 42, &r)); /* the window outgrows the data */
+    return r;
+  case CH_BATCH:
+    OK(sl_batch(r, 8, NULL, &r)); /* 12 full batches and a partial one */
+    return r;
+  case CH_PREFETCH:
+    OK(sl_prefetch(r, 4, &r));
+    return r;
+  case CH_MULTI_PASS:
+    OK(sl_shuffle(r, 8, 3, &r));
+    OK(sl_multi_pass(r, 3, &r));
+    return r;
+  case CH_CACHE:
+    OK(sl_shuffle(r, 8, 3, &r));
+    OK(sl_cache(r, &r));
+    OK(sl_shuffle(r, 8, 4, &r));
+    return r;
+  case CH_THREADED:
+    OK(sl_threaded(r, &r));
+    return r;
+  case CH_DEMO:
+    OK(sl_map(r, times3, NULL, NULL, NULL, &r));
+    OK(sl_filter(r, not_thirds, NULL, NULL, &r));
+    OK(sl_shuffle(r, 20, 9, &r));
+    OK(sl_batch(r, 6, NULL, &r));
+    OK(sl_prefetch(r, 2, &r));
+    return r;
+  }
+  return NULL;
+}
+
+static const uint64_t k_cuts[] = {0, 1, 5, 17, 50, 99, 100, 101, 150, 233, 299};
+
+static void check_kind(chain_kind kind) {
+  test_resume_check(build, (void *)(intptr_t)kind, 3, k_cuts,
+                    sizeof k_cuts / sizeof *k_cuts, 4096);
+}
+
+TEST(range_resumes_exactly) {
+  check_kind(CH_RANGE);
+}
+TEST(map_resumes_exactly) {
+  check_kind(CH_MAP);
+}
+TEST(filter_resumes_exactly) {
+  check_kind(CH_FILTER);
+}
+TEST(take_and_skip_resume_exactly) {
+  check_kind(CH_TAKE_SKIP);
+}
+TEST(chain_resumes_exactly) {
+  check_kind(CH_CHAIN);
+}
+TEST(zip_resumes_exactly) {
+  check_kind(CH_ZIP);
+}
+TEST(repeat_first_resumes_exactly) {
+  check_kind(CH_REPEAT);
+}
+TEST(shuffle_resumes_exactly) {
+  check_kind(CH_SHUFFLE);
+}
+TEST(shuffle_larger_than_its_data_resumes_exactly) {
+  check_kind(CH_SHUFFLE_SMALL);
+}
+TEST(batch_resumes_exactly) {
+  check_kind(CH_BATCH);
+}
+TEST(prefetch_resumes_exactly) {
+  check_kind(CH_PREFETCH);
+}
+TEST(multi_pass_resumes_exactly) {
+  check_kind(CH_MULTI_PASS);
+}
+TEST(cache_resumes_exactly) {
+  check_kind(CH_CACHE);
+}
+TEST(threaded_resumes_exactly) {
+  check_kind(CH_THREADED);
+}
+TEST(a_demo_like_chain_resumes_exactly) {
+  check_kind(CH_DEMO);
+}
+
+/* A filter saved far behind its log (a shuffle above holds old samples)
+ * replays its pass: still exact. */
+static sl_reader *build_filter_under_big_shuffle(void *ud) {
+  (void)ud;
+  sl_reader *r = test_range_reader(5000);
+  OK(sl_filter(r, not_thirds, NULL, NULL, &r));
+  OK(sl_shuffle(r, 2000, 1, &r));
+  return r;
+}
+
+TEST(filter_far_behind_replays_exactly) {
+  const uint64_t cuts[] = {10, 3000, 4000};
+  test_resume_check(build_filter_under_big_shuffle, NULL, 2, cuts, 3, 4096);
+}
+
+/* --- refusals
+ * ----------------------------------------------------------------- */
+
+static void *save_after(sl_reader *r, int n, size_t *len) {
+  for (int i = 0; i < n; i++) {
+    sl_sample *s;
+    ASSERT_OK(sl_reader_next(r, &s));
+    sl_sample_release(s);
+  }
+  void *st = NULL;
+  ASSERT_OK(sl_reader_save(r, &st, len));
+  ASSERT_TRUE(st != NULL);
+  return st;
+}
+
+/* The chain is unchanged after a refused restore: it goes on from where it
+ * was. */
+static void assert_goes_on(sl_reader *r, int64_t want) {
+  sl_sample *s;
+  ASSERT_OK(sl_reader_next(r, &s));
+  ASSERT_EQ(test_sample_i64(s, 0), want);
+  sl_sample_release(s);
+}
+
+TEST(a_state_of_another_pipeline_is_refused_naming_the_stage) {
+  sl_reader *a = test_range_reader(100);
+  ASSERT_OK(sl_shuffle(a, 16, 42, &a));
+  ASSERT_OK(sl_batch(a, 4, NULL, &a));
+  size_t len;
+  void *st = save_after(a, 3, &len);
+  sl_reader_destroy(a);
+
+  /* other options: the shuffle's buffer */
+  sl_reader *b = test_range_reader(100);
+  ASSERT_OK(sl_shuffle(b, 32, 42, &b));
+  ASSERT_OK(sl_batch(b, 4, NULL, &b));
+  ASSERT_RC(sl_reader_restore(b, st, len), SL_EINVAL);
+  ASSERT_CONTAINS(sl_last_error(), "stage 2 from the top (batch > shuffle)");
+  ASSERT_CONTAINS(sl_last_error(), "buffer_size=32 seed=42");
+  ASSERT_CONTAINS(sl_last_error(), "buffer_size=16 seed=42");
+  sl_reader_destroy(b);
+
+  /* another stage */
+  sl_reader *c = test_range_reader(100);
+  ASSERT_OK(sl_prefetch(c, 16, &c));
+  ASSERT_OK(sl_batch(c, 4, NULL, &c));
+  ASSERT_RC(sl_reader_restore(c, st, len), SL_EINVAL);
+  ASSERT_CONTAINS(sl_last_error(), "'prefetch' here but 'shuffle'");
+  /* left as it was: the first batch starts at 0 */
+  sl_sample *s;
+  ASSERT_OK(sl_reader_next(c, &s));
+  ASSERT_EQ(sl_sample_at_const(s, 0)->shape[0], 4);
+  ASSERT_EQ(((const int64_t *)sl_sample_at_const(s, 0)->data)[0], 0);
+  sl_sample_release(s);
+  sl_reader_destroy(c);
+
+  /* other data */
+  sl_reader *d = test_range_reader(99);
+  ASSERT_OK(sl_shuffle(d, 16, 42, &d));
+  ASSERT_OK(sl_batch(d, 4, NULL, &d));
+  ASSERT_RC(sl_reader_restore(d, st, len), SL_EINVAL);
+  ASSERT_CONTAINS(sl_last_error(), "'n=99' here but 'n=100'");
+  sl_reader_destroy(d);
+  sl_free(st);
+}
+
+TEST(corrupt_and_truncated_states_are_refused) {
+  sl_reader *a = test_range_reader(10);
+  size_t len;
+  unsigned char *st = save_after(a, 4, &len);
+  /* every truncation */
+  for (size_t n = 0; n < len; n++) {
+    ASSERT_RC(sl_reader_restore(a, st, n), SL_ECORRUPT);
+    ASSERT_TRUE(sl_last_error()[0] != '\0');
+  }
+  /* every flipped byte: refused (the checksum or the header) */
+  for (size_t i = 0; i < len; i++) {
+    st[i] ^= 0x40;
+    int rc = sl_reader_restore(a, st, len);
+    ASSERT_TRUE(rc == SL_ECORRUPT || rc == SL_EUNSUPPORTED);
+    st[i] ^= 0x40;
+  }
+  /* left as it was after all that */
+  assert_goes_on(a, 4);
+  /* and the intact state still works */
+  ASSERT_OK(sl_reader_restore(a, st, len));
+  assert_goes_on(a, 4);
+  assert_goes_on(a, 5);
+  sl_free(st);
+  sl_reader_destroy(a);
+}
+
+TEST(a_newer_format_version_is_refused) {
+  sl_reader *a = test_range_reader(10);
+  size_t len;
+  unsigned char *st = save_after(a, 1, &len);
+  st[8] = 2; /* the version; the checksum is checked after it */
+  ASSERT_RC(sl_reader_restore(a, st, len), SL_EUNSUPPORTED);
+  ASSERT_CONTAINS(sl_last_error(), "version 2");
+  sl_free(st);
+  sl_reader_destroy(a);
+}
+
+static int gen_next_fn(void *ud, sl_sample **out) {
+  (void)ud;
+  (void)out;
+  return SL_EOF;
+}
+
+static int custom_next(void *st, sl_sample **out) {
+  (void)st;
+  (void)out;
+  return SL_EOF;
+}
+
+TEST(a_stage_without_state_cannot_save_and_says_which) {
+  static const sl_reader_vtable vt = {"my_reader", custom_next, NULL, NULL};
+  sl_schema *sc = sl_schema_new();
+  ASSERT_OK(sl_schema_add(sc, "i", SL_I64, 0, NULL));
+  sl_reader *r = sl_reader_new(&vt, NULL, sc);
+  ASSERT_OK(sl_batch(r, 2, NULL, &r));
+  void *st = (void *)1;
+  size_t len = 1;
+  ASSERT_RC(sl_reader_save(r, &st, &len), SL_EUNSUPPORTED);
+  ASSERT_CONTAINS(sl_last_error(), "'my_reader' cannot save");
+  ASSERT_TRUE(st == NULL);
+  ASSERT_EQ(len, 0);
+  sl_reader_destroy(r);
+  /* a generator can (by replay) */
+  sl_reader *g;
+  ASSERT_OK(sl_reader_from_generator(sc, gen_next_fn, NULL, NULL, NULL, &g));
+  ASSERT_OK(sl_reader_save(g, &st, &len));
+  sl_free(st);
+  sl_reader_destroy(g);
+  sl_schema_release(sc);
+}
+
+TEST(save_and_restore_reject_null_arguments) {
+  void *st;
+  size_t len;
+  ASSERT_RC(sl_reader_save(NULL, &st, &len), SL_EINVAL);
+  sl_reader *r = test_range_reader(3);
+  ASSERT_RC(sl_reader_save(r, NULL, &len), SL_EINVAL);
+  ASSERT_RC(sl_reader_save(r, &st, NULL), SL_EINVAL);
+  ASSERT_RC(sl_reader_restore(r, NULL, 10), SL_EINVAL);
+  ASSERT_RC(sl_reader_restore(NULL, "x", 1), SL_EINVAL);
+  sl_free(NULL);
+  sl_reader_destroy(r);
+}
+
+/* A state saved at the end of a pass restores to that end: the next call
+ * is SL_EOF, and a reset starts the following pass, with that pass's
+ * shuffle order. */
+TEST(a_state_at_a_pass_end_restores_to_that_end) {
+  sl_reader *a = test_range_reader(20);
+  ASSERT_OK(sl_shuffle(a, 8, 1, &a));
+  size_t len;
+  void *st = save_after(a, 20, &len);
+  sl_sample *s;
+  ASSERT_RC(sl_reader_next(a, &s), SL_EOF);
+  ASSERT_OK(sl_reader_reset(a));
+  ASSERT_OK(sl_reader_next(a, &s));
+  int64_t want = test_sample_i64(s, 0);
+  sl_sample_release(s);
+  sl_reader_destroy(a);
+
+  sl_reader *b = test_range_reader(20);
+  ASSERT_OK(sl_shuffle(b, 8, 1, &b));
+  ASSERT_OK(sl_reader_restore(b, st, len));
+  ASSERT_RC(sl_reader_next(b, &s), SL_EOF);
+  ASSERT_OK(sl_reader_reset(b));
+  assert_goes_on(b, want);
+  sl_reader_destroy(b);
+  sl_free(st);
+}
+
+/* Data that shrank since the save (a generator that now ends sooner): the
+ * restore fails saying so, and the error is sticky until a reset. */
+typedef struct counter {
+  int64_t i, n;
+  sl_schema *schema;
+} counter;
+
+static int count_next(void *ud, sl_sample **out) {
+  counter *c = ud;
+  if (c->i >= c->n) return SL_EOF;
+  return test_i64_sample(c->schema, c->i++, out);
+}
+
+static int count_reset(void *ud) {
+  ((counter *)ud)->i = 0;
+  return SL_OK;
+}
+
+TEST(a_restore_over_shrunk_data_fails_clearly) {
+  sl_schema *sc = sl_schema_new();
+  ASSERT_OK(sl_schema_add(sc, "i", SL_I64, 0, NULL));
+  counter big = {0, 100, sc}, small = {0, 40, sc};
+  sl_reader *a;
+  ASSERT_OK(
+      sl_reader_from_generator(sc, count_next, count_reset, NULL, &big, &a));
+  ASSERT_OK(sl_map(a, times3, NULL, NULL, NULL, &a));
+  size_t len;
+  void *st = save_after(a, 60, &len);
+  sl_reader_destroy(a);
+  sl_reader *b;
+  ASSERT_OK(
+      sl_reader_from_generator(sc, count_next, count_reset, NULL, &small, &b));
+  ASSERT_OK(sl_map(b, times3, NULL, NULL, NULL, &b));
+  ASSERT_RC(sl_reader_restore(b, st, len), SL_ECORRUPT);
+  ASSERT_CONTAINS(sl_last_error(),
+                  "ended after 40 samples, the state needs 60");
+  sl_sample *s;
+  ASSERT_RC(sl_reader_next(b, &s), SL_ECORRUPT); /* sticky */
+  ASSERT_OK(sl_reader_reset(b));
+  assert_goes_on(b, 1);
+  sl_reader_destroy(b);
+  sl_free(st);
+  sl_schema_release(sc);
+}
