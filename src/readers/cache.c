@@ -94,7 +94,7 @@ static int cache_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
   (void)k;
   cache_state *c = st;
   SL_FORWARD_IF_ERROR(sl__state_put_u64(w, c->complete ? 1 : 0));
-  return sl__state_save_up(w, c->up, sl__reader_pass(c->up), 0);
+  return sl__state_save_up_replayed(w, c->up, sl__reader_pass(c->up), 0);
 }
 
 static int cache_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,

@@ -78,7 +78,8 @@ static int filter_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
   uint64_t u;
   bool found = sl__state_log_find(&f->log, k, &u);
   SL_FORWARD_IF_ERROR(sl__state_put_u64(w, found ? u : UINT64_MAX));
-  return sl__state_save_up(w, f->up, sl__reader_pass(f->up), found ? u : 0);
+  if (found) return sl__state_save_up(w, f->up, sl__reader_pass(f->up), u);
+  return sl__state_save_up_replayed(w, f->up, sl__reader_pass(f->up), 0);
 }
 
 static int filter_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,

@@ -55,9 +55,9 @@ static int repeat_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                        sl__state_out *w) {
   (void)r;
   (void)pass;
-  (void)k;
   repeat_state *s = st;
-  return sl__state_save_up(w, s->up, sl__reader_pass(s->up), 0);
+  if (k == 0) return sl__state_save_up(w, s->up, sl__reader_pass(s->up), 0);
+  return sl__state_save_up_replayed(w, s->up, sl__reader_pass(s->up), 0);
 }
 
 static int repeat_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,

@@ -240,7 +240,9 @@ static int shuffle_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
   uint64_t from = oldest(&win);
   sl__free(win.slot);
   SL_FORWARD_IF_ERROR(sl__state_put_u64(w, end));
-  return sl__state_save_up(w, s->up, sl__reader_pass(s->up), from);
+  if (from == win.pulled) /* nothing to read again */
+    return sl__state_save_up(w, s->up, sl__reader_pass(s->up), from);
+  return sl__state_save_up_replayed(w, s->up, sl__reader_pass(s->up), from);
 }
 
 typedef struct placed {

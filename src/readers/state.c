@@ -65,6 +65,7 @@ static void record_free(record *rec, bool owned) {
 struct sl__state_out {
   record *cur; /* the record being written */
   int depth;
+  int replayed; /* > 0: below a stage that reads its upstream again */
 };
 
 static int put(record *rec, const void *p, size_t n) {
@@ -182,6 +183,18 @@ int sl__state_save_up(sl__state_out *w, sl_reader *up, uint64_t pass,
   return save_record(w, kid);
 }
 
+int sl__state_save_up_replayed(sl__state_out *w, sl_reader *up, uint64_t pass,
+                               uint64_t k) {
+  w->replayed++;
+  int rc = sl__state_save_up(w, up, pass, k);
+  w->replayed--;
+  return rc;
+}
+
+bool sl__state_replayed(const sl__state_out *w) {
+  return w->replayed > 0;
+}
+
 int sl__state_save_1to1(sl_reader *r, void *state, uint64_t pass, uint64_t k,
                         sl__state_out *w) {
   (void)state;
@@ -246,7 +259,7 @@ int sl_reader_save(sl_reader *r, void **state, size_t *len) {
   root.r = r;
   root.pass = sl__reader_pass(r);
   root.k = sl__reader_delivered(r);
-  sl__state_out w = {&root, 0};
+  sl__state_out w = {&root, 0, 0};
   int rc = save_record(&w, &root);
   if (rc == SL_OK) {
     size_t body = record_bytes(&root);

@@ -79,6 +79,16 @@ int sl__state_put_bytes(sl__state_out *w, const void *data, size_t n);
 int sl__state_save_up(sl__state_out *w, sl_reader *up, uint64_t pass,
                       uint64_t k);
 
+/* sl__state_save_up for a stage whose restore reads `up` again from
+ * (pass, k) and needs the very samples, in the very order, it read before
+ * (shuffle's window, a filter's replay, a cache, repeat_first): a stage
+ * below whose order is not reproducible (an unordered map) refuses such a
+ * save (sl__state_replayed). */
+int sl__state_save_up_replayed(sl__state_out *w, sl_reader *up, uint64_t pass,
+                               uint64_t k);
+/* True while saving below a stage that will replay (see above). */
+bool sl__state_replayed(const sl__state_out *w);
+
 /* --- inside restore ---------------------------------------------------------
  * Each returns SL_OK or SL_ECORRUPT ("state: stage S: record too short"). */
 int sl__state_get_u64(sl__state_in *in, uint64_t *v);

@@ -136,13 +136,13 @@ enum { R_EMPTY = 0, R_SAMPLE, R_DROP, R_SKIP, R_ERROR, R_EOF, R_MANY };
 #define R_IS_END(kind) ((kind) == R_ERROR || (kind) == R_EOF)
 
 typedef struct result {
-  int kind;     /* R_* */
-  int code;     /* R_ERROR: the error code */
-  bool checked; /* R_SAMPLE: needs no ops.check */
-  uint64_t seq; /* R_SAMPLE, R_SKIP: its sequence number */
-  sl_sample *s; /* R_SAMPLE: owned */
-  char *msg;    /* R_ERROR, R_SKIP: owned heap copy of the message (the
-                   note), may be NULL */
+  int kind;      /* R_* */
+  int code;      /* R_ERROR: the error code */
+  bool checked;  /* R_SAMPLE: needs no ops.check */
+  uint64_t seq;  /* R_SAMPLE, R_SKIP: its sequence number */
+  sl_sample *s;  /* R_SAMPLE: owned */
+  char *msg;     /* R_ERROR, R_SKIP: owned heap copy of the message (the
+                    note), may be NULL */
   sl_sample **v; /* R_MANY: owned array; v[pos, n) are owned, n >= 1 */
   size_t n, pos;
 } result;
@@ -173,6 +173,10 @@ struct sl__engine {
   size_t window, batch_max;
 
   pthread_mutex_t mu;
+  /* Held by the worker pulling, around its pulls, and by a save
+   * (sl__engine_hold_pulls) so that upstream is still while it is read. */
+  pthread_mutex_t pull_mu;
+  uint64_t last_seq;      /* consumer: the item of the result delivered last */
   pthread_cond_t work_cv; /* workers: room in the window, pull turn free */
   pthread_cond_t out_cv;  /* consumer: a result is ready */
   result *win;            /* `window` slots */
@@ -196,7 +200,7 @@ struct sl__engine {
   unsigned spin_skip;    /* waits left to sleep through without a spin */
   unsigned spin_backoff; /* 0 after a spin that met a result, else the
                             last skip, doubling per miss */
-  worker *w; /* nthreads */
+  worker *w;             /* nthreads */
 };
 
 /* --- results -------------------------------------------------------------- */
@@ -328,8 +332,10 @@ static void run_many(sl__engine *e, worker *w, uint64_t seq, sl_sample *in,
   } else {
     for (size_t i = 0; i < n; i++)
       sl_sample_release(v[i]);
-    sl_set_error(SL_EINVAL, "%s: item %llu: the callback returned an unknown "
-                 "value", e->stage, (unsigned long long)seq);
+    sl_set_error(SL_EINVAL,
+                 "%s: item %llu: the callback returned an unknown "
+                 "value",
+                 e->stage, (unsigned long long)seq);
     result_error(r, SL_EINVAL);
   }
   sl__free(v);
@@ -434,6 +440,7 @@ static size_t pull_batch(sl__engine *e, worker *w, uint64_t base, size_t n) {
   size_t got = 0;
   int rc = SL_OK;
   char *msg = NULL;
+  pthread_mutex_lock(&e->pull_mu);
   while (got < n) {
     if (atomic_load_explicit(&e->stop, memory_order_relaxed)) break;
     sl_sample *s = NULL;
@@ -444,6 +451,7 @@ static size_t pull_batch(sl__engine *e, worker *w, uint64_t base, size_t n) {
     }
     w->in[got++] = s;
   }
+  pthread_mutex_unlock(&e->pull_mu);
   wakes wk = {false, false, false};
   pthread_mutex_lock(&e->mu);
   e->pull_seq = base + got;
@@ -458,8 +466,7 @@ static size_t pull_batch(sl__engine *e, worker *w, uint64_t base, size_t n) {
 }
 
 /* Runs the batch and deposits its results.  Returns false when stopped. */
-static bool process_batch(sl__engine *e, worker *w, uint64_t base,
-                          size_t got) {
+static bool process_batch(sl__engine *e, worker *w, uint64_t base, size_t got) {
   for (size_t j = 0; j < got; j++) {
     if (atomic_load_explicit(&e->stop, memory_order_relaxed)) {
       for (size_t k = j; k < got; k++)
@@ -516,9 +523,9 @@ static void *worker_main(void *arg) {
   worker *w = arg;
   sl__engine *e = w->e;
   if (!w->ready) {
-    int rc = e->ops->worker_init ? e->ops->worker_init(e->ud, w->index,
-                                                       &w->wctx)
-                                 : SL_OK;
+    int rc = e->ops->worker_init
+                 ? e->ops->worker_init(e->ud, w->index, &w->wctx)
+                 : SL_OK;
     if (rc < 0) {
       fail_pass(e, rc);
       return NULL;
@@ -586,14 +593,30 @@ void sl__engine_stop(sl__engine *e) {
   drop_pending(e);
 }
 
+void sl__engine_start_at(sl__engine *e, uint64_t seq) {
+  e->pull_seq = e->next_out = e->term_seq = seq;
+}
+
+void sl__engine_hold_pulls(sl__engine *e) {
+  pthread_mutex_lock(&e->pull_mu);
+}
+
+void sl__engine_release_pulls(sl__engine *e) {
+  pthread_mutex_unlock(&e->pull_mu);
+}
+
+uint64_t sl__engine_last_seq(const sl__engine *e) {
+  return e->last_seq;
+}
+
 int sl__engine_start(sl__engine *e) {
   SL_RETURN_ERROR_IF(!e->ops->process && !e->many, SL_EINVAL,
                      "%s: no process callback", e->stage);
   atomic_store_explicit(&e->stop, false, memory_order_relaxed);
   for (int i = 0; i < e->nthreads; i++) {
     worker *w = &e->w[i];
-    int rc = sl__thread_start(&w->thread, e->stage, e->thread_name,
-                              worker_main, w);
+    int rc =
+        sl__thread_start(&w->thread, e->stage, e->thread_name, worker_main, w);
     if (rc < 0) {
       char *msg = sl__error_dup();
       sl__engine_stop(e);
@@ -699,8 +722,8 @@ static result *next_result(sl__engine *e) {
     if (r->kind != R_SKIP) return r;
     uint64_t seq = r->seq;
     sl_clear_error();
-    int rc = e->skipped(e->ud, seq,
-                        r->msg ? r->msg : "(note lost: out of memory)");
+    int rc =
+        e->skipped(e->ud, seq, r->msg ? r->msg : "(note lost: out of memory)");
     result_clear(r);
     if (rc >= 0) {
       e->cache_pos++;
@@ -765,6 +788,7 @@ int sl__engine_next_many(sl__engine *e, sl_sample ***v, size_t *n,
   *v = rp->v;
   *n = rp->n - rp->pos;
   *seq = rp->seq;
+  e->last_seq = rp->seq;
   memset(rp, 0, sizeof *rp);
   e->cache_pos++;
   return SL_OK;
@@ -773,6 +797,7 @@ int sl__engine_next_many(sl__engine *e, sl_sample ***v, size_t *n,
 int sl__engine_next(sl__engine *e, sl_sample **out) {
   result *rp = next_result(e);
   if (rp->kind == R_MANY) {
+    e->last_seq = rp->seq;
     *out = rp->v[rp->pos++];
     if (rp->pos == rp->n) { /* the item's last sample */
       sl__free(rp->v);
@@ -785,6 +810,7 @@ int sl__engine_next(sl__engine *e, sl_sample **out) {
   result r = *rp;
   memset(rp, 0, sizeof r);
   e->cache_pos++;
+  e->last_seq = r.seq;
   if (!r.checked) {
     int rc = e->ops->check(e->ud, r.seq, r.s);
     if (rc < 0) {
@@ -835,6 +861,7 @@ void sl__engine_destroy(sl__engine *e) {
   pthread_cond_destroy(&e->work_cv);
   pthread_cond_destroy(&e->out_cv);
   pthread_mutex_destroy(&e->mu);
+  pthread_mutex_destroy(&e->pull_mu);
   sl__free(e);
 }
 
@@ -845,9 +872,9 @@ int sl__engine_create(const sl__engine_ops *ops, void *ud,
   SL_RETURN_ERROR_IF(!ops || !opts || !opts->stage || !opts->thread_name ||
                          !ops->pull,
                      SL_EINVAL, "engine: NULL %s",
-                     !ops || !opts                         ? "options"
+                     !ops || !opts                        ? "options"
                      : !opts->stage || !opts->thread_name ? "name"
-                                                           : "callback");
+                                                          : "callback");
   SL_FORWARD_IF_ERROR(sl__threads_check(opts->stage, opts->threads));
   SL_RETURN_ERROR_IF(opts->window > ((size_t)1 << 24), SL_EINVAL,
                      "%s: queue must be at most %zu items (got %zu)",
@@ -855,6 +882,7 @@ int sl__engine_create(const sl__engine_ops *ops, void *ud,
   sl__engine *e = sl__calloc(1, sizeof *e);
   SL_RETURN_ERROR_IF(!e, SL_ENOMEM, "%s: cannot allocate", opts->stage);
   pthread_mutex_init(&e->mu, NULL);
+  pthread_mutex_init(&e->pull_mu, NULL);
   pthread_cond_init(&e->work_cv, NULL);
   pthread_cond_init(&e->out_cv, NULL);
   atomic_init(&e->stop, false);

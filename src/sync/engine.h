@@ -130,6 +130,22 @@ void sl__engine_signal_stop(sl__engine *e);
  * reset, and the engine started again. */
 void sl__engine_stop(sl__engine *e);
 
+/* Restoring a position (readers/state.h):
+ *   start_at: the next pass of a stopped engine numbers its items from
+ *     `seq` instead of 0 (call between sl__engine_stop and _start; the
+ *     stop after that pass rewinds to 0 again).
+ *   hold_pulls / release_pulls: the consumer holds the pull turn, so that
+ *     no worker is inside ops.pull while a save reads the upstream chain
+ *     (a worker waits; the results already made are untouched).  Hold it
+ *     across one save at most.
+ *   last_seq: the sequence number of the item whose result sl__engine_next
+ *     or _next_many delivered last (a filter's log, the delivered set of an
+ *     unordered stage). */
+void sl__engine_start_at(sl__engine *e, uint64_t seq);
+void sl__engine_hold_pulls(sl__engine *e);
+void sl__engine_release_pulls(sl__engine *e);
+uint64_t sl__engine_last_seq(const sl__engine *e);
+
 /* The next result: SL_OK (*out is the caller's), SL_EOF at the end of the
  * pass, or the error that ended it (its message set); the end is returned
  * again by every later call until sl__engine_stop. */
