@@ -53,6 +53,7 @@ typedef enum {
   CH_CACHE,
   CH_THREADED,
   CH_DEMO, /* shuffle > batch > prefetch over a filtered map */
+  CH_DOUBLE_BUFFER,
 } chain_kind;
 
 #define OK(expr)                                                               \
@@ -121,6 +122,14 @@ static sl_reader *build(void *ud) {
   case CH_THREADED:
     OK(sl_threaded(r, &r));
     return r;
+  case CH_DOUBLE_BUFFER: {
+    sl_double_buffer_opts o = SL_DOUBLE_BUFFER_OPTS_INIT;
+    o.device = "cpu";
+    OK(sl_shuffle(r, 16, 2, &r));
+    OK(sl_batch(r, 4, NULL, &r));
+    OK(sl_double_buffer(r, &o, &r));
+    return r;
+  }
   case CH_DEMO:
     OK(sl_map(r, times3, NULL, NULL, NULL, &r));
     OK(sl_filter(r, not_thirds, NULL, NULL, &r));
@@ -183,6 +192,9 @@ TEST(threaded_resumes_exactly) {
 }
 TEST(a_demo_like_chain_resumes_exactly) {
   check_kind(CH_DEMO);
+}
+TEST(double_buffer_resumes_exactly) {
+  check_kind(CH_DOUBLE_BUFFER);
 }
 
 /* A filter saved far behind its log (a shuffle above holds old samples)

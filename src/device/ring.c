@@ -65,7 +65,7 @@
  *   nslots, release_wait_ms, device.
  */
 #include "device/device.h"
-#include "readers/reader_impl.h"
+#include "readers/state.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -110,8 +110,11 @@ typedef struct dbuf_state {
   ring *r;
   sl_reader *up;
   pthread_t thread;
-  bool running; /* started, not yet joined (consumer only) */
+  bool running;             /* started, not yet joined (consumer only) */
   sl__stage_counters stats; /* busy: filling slots; wait_down: no free slot */
+  /* Held by the worker around each upstream pull, and by a save, so that
+   * the chain below is still while it is saved (readers/state.h). */
+  pthread_mutex_t pulling;
 } dbuf_state;
 
 /* --- the ring's lifetime ---------------------------------------------------
@@ -341,7 +344,9 @@ static void *worker_main(void *arg) {
     if (stop) break;
 
     sl_sample *in = NULL;
+    pthread_mutex_lock(&p->pulling);
     rc = sl_reader_next(p->up, &in);
+    pthread_mutex_unlock(&p->pulling);
     if (rc == SL_OK) rc = check_host_fields(in);
     if (rc != SL_OK) {
       sl_sample_release(in);
@@ -507,8 +512,10 @@ static int dbuf_next(void *st, sl_sample **out) {
   }
 }
 
-static int dbuf_reset(void *st) {
-  dbuf_state *p = st;
+/* Stops the worker and drops the queued batches and the pass's end, for a
+ * reset or a restore of upstream.  Batches the consumer holds keep their
+ * slots. */
+static void rewind_ring(dbuf_state *p) {
   ring *r = p->r;
   stop_worker(p);
   drop_queued(r);
@@ -519,9 +526,40 @@ static int dbuf_reset(void *st) {
   sl__free(r->end_msg);
   r->end_msg = NULL;
   pthread_mutex_unlock(&r->mu);
+}
+
+static int dbuf_reset(void *st) {
+  dbuf_state *p = st;
+  rewind_ring(p);
   SL_FORWARD_IF_ERROR(sl_reader_reset(p->up));
   return start_worker(p);
 }
+
+/* The batches queued in slots are not saved: the restored upstream yields
+ * them again (one more copy each). */
+static int dbuf_save(sl_reader *rd, void *st, uint64_t pass, uint64_t k,
+                     sl__state_out *w) {
+  (void)rd;
+  (void)pass;
+  dbuf_state *p = st;
+  pthread_mutex_lock(&p->pulling);
+  int rc = sl__state_save_up(w, p->up, sl__reader_pass(p->up), k);
+  pthread_mutex_unlock(&p->pulling);
+  return rc;
+}
+
+static int dbuf_restore(sl_reader *rd, void *st, uint64_t pass, uint64_t k,
+                        sl__state_in *in) {
+  (void)rd;
+  (void)pass;
+  (void)k;
+  dbuf_state *p = st;
+  rewind_ring(p);
+  SL_FORWARD_IF_ERROR(sl__state_restore_up(in, p->up));
+  return start_worker(p);
+}
+
+static const sl__state_ops dbuf_state_ops = {dbuf_save, dbuf_restore, NULL};
 
 static void dbuf_destroy(void *st) {
   dbuf_state *p = st;
@@ -530,6 +568,7 @@ static void dbuf_destroy(void *st) {
   if (p->r) drop_queued(p->r);
   sl_reader_destroy(p->up);
   ring_unref(p->r);
+  pthread_mutex_destroy(&p->pulling);
   sl__free(p);
 }
 
@@ -600,10 +639,12 @@ int sl_double_buffer(sl_reader *up, const sl_double_buffer_opts *opts,
   p->r = r;
   p->up = up;
   p->stats.threads = 1;
+  pthread_mutex_init(&p->pulling, NULL);
   /* The schema is frozen and refcounted atomically, so retaining it through
    * the const accessor is safe. */
   SL_FORWARD_IF_ERROR(sl__decorator_make_1to1(
       &dbuf_vt, p, (sl_schema *)sl_reader_schema(up), &p->up, &p->stats, out));
+  sl__reader_set_state_ops(*out, &dbuf_state_ops);
   rc = start_worker(p);
   if (rc != SL_OK) {
     sl_reader_destroy(*out); /* destroys up too: we own it */
