@@ -1418,6 +1418,28 @@ SL_API const sl_schema *sl_pipeline_schema(const sl_pipeline *p);
  * a batch stage) one pass yields, or SL_EUNSUPPORTED where not known;
  * SL_EINVAL for NULL arguments. */
 SL_API int sl_pipeline_length(const sl_pipeline *p, uint64_t *n);
+/* Saving and restoring the pipeline's position (docs/RESUME.md): the same
+ * shapes and rules as sl_reader_save / sl_reader_restore, on the chain the
+ * script returned.  sl_pipeline_save sets *state (a byte string owned by
+ * the caller: sl_free it) and *len; it does not change what the pipeline
+ * yields.  The state holds, for every stage, its name, options and the
+ * positions that reproduce where the pipeline stands - including the pass
+ * (epoch) number, so sl_pipeline_reset after a restore starts the pass that
+ * follows the saved one, as it would have in the saved process - and not
+ * the samples: those a prefetch or a map held when saving are read again.
+ * The script's Lua state keeps nothing else.  sl_pipeline_restore takes a
+ * state of a pipeline opened from the same script with the same arguments
+ * (in this process or another) and continues from there: the next batches
+ * are those the saved pipeline would have yielded.  Returns as
+ * sl_reader_save / sl_reader_restore: SL_EUNSUPPORTED naming a stage that
+ * cannot save (or another format version, on restore), SL_ECORRUPT (not a
+ * state, cut short, bad checksum; the pipeline is left as it was), SL_EINVAL
+ * (NULL arguments, or the state of another pipeline: the message names the
+ * first stage that differs, the pipeline is left as it was), SL_ENOMEM.
+ * Threads: call them from the thread that pulls the pipeline, between
+ * sl_pipeline_next calls (the pipeline's own threads keep running). */
+SL_API int sl_pipeline_save(sl_pipeline *p, void **state, size_t *len);
+SL_API int sl_pipeline_restore(sl_pipeline *p, const void *state, size_t len);
 /* Destroys the reader chain (joining its threads, at any moment: mid-pass,
  * busy workers) and then the private Lua state.  Batches already returned
  * stay valid until released.  NULL-safe. */

@@ -10,8 +10,11 @@
  * links the shared library).
  */
 #include "test.h"
+#include "test_util.h"
 
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #define SCRIPT(name) SLUICE_SOURCE_DIR "/tests/scripts/" name
 
@@ -295,4 +298,149 @@ TEST(batches_outlive_close) {
   ASSERT_NOT_NULL(t);
   ASSERT_EQ(((const int64_t *)sl_tensor_data(t))[2], 2);
   sl_sample_release(b);
+}
+
+/* --- saving and restoring (sl_pipeline_save / sl_pipeline_restore) ------- */
+
+/* A script with a shuffle (its seed is the argument), batches that cut
+ * across the shuffle's window and a prefetch holding batches ahead. */
+static const char RESUME_CODE[] =
+    "local sluice = require 'sluice'\n"
+    "local seed = tonumber((...)) or 7\n"
+    "return sluice.range(100):shuffle(16, {seed = seed}):batch(8)"
+    ":prefetch(3)\n";
+
+static sl_pipeline *open_resume(const char *seed) {
+  const char *argv[] = {seed};
+  sl_pipeline *p = NULL;
+  int rc = sl_pipeline_open_string(RESUME_CODE, "resume", 1, argv, &p);
+  if (rc != SL_OK)
+    test_fail(__FILE__, __LINE__, "open: %s: %s", sl_err_name(rc),
+              sl_last_error());
+  return p;
+}
+
+/* Pulls up to `n` items across passes (a reset after each end, at most
+ * `passes` passes in all, counting from pass *pass), writing their digests
+ * (0 for a pass end) to out; returns how many entries it wrote. */
+static size_t pull_digests(sl_pipeline *p, size_t n, int *pass, int passes,
+                           uint64_t *out) {
+  size_t k = 0;
+  while (k < n && *pass < passes) {
+    sl_sample *b = NULL;
+    int rc = sl_pipeline_next(p, &b);
+    if (rc == SL_EOF) {
+      out[k++] = 0;
+      if (++*pass < passes) ASSERT_OK(sl_pipeline_reset(p));
+      continue;
+    }
+    ASSERT_OK(rc);
+    out[k++] = test_sample_digest(b);
+    sl_sample_release(b);
+  }
+  return k;
+}
+
+TEST(save_restore_continues_across_passes) {
+  enum { PASSES = 3, MAX = 64 };
+  uint64_t whole[MAX], got[MAX];
+  int pass = 0;
+  sl_pipeline *p = open_resume("7");
+  size_t total = pull_digests(p, MAX, &pass, PASSES, whole);
+  sl_pipeline_close(p);
+  ASSERT_EQ(total, 3 * 14); /* 13 batches and an end, three times */
+  /* Cut points (entries consumed, pass ends included): the start, mid
+   * pass, just before and after a pass end, in a later pass. */
+  const size_t cuts[] = {0, 1, 5, 13, 14, 15, 20, 27, 28, 40};
+  for (size_t c = 0; c < sizeof cuts / sizeof cuts[0]; c++) {
+    pass = 0;
+    p = open_resume("7");
+    size_t k = pull_digests(p, cuts[c], &pass, PASSES, got);
+    ASSERT_EQ(k, cuts[c]);
+    void *state = NULL;
+    size_t len = 0;
+    ASSERT_OK(sl_pipeline_save(p, &state, &len));
+    ASSERT_NOT_NULL(state);
+    ASSERT_TRUE(len > 0 && len < 4096);
+    sl_pipeline_close(p);
+    /* A fresh pipeline in the same state. */
+    sl_pipeline *q = open_resume("7");
+    ASSERT_OK(sl_pipeline_restore(q, state, len));
+    sl_free(state);
+    size_t rest = pull_digests(q, MAX, &pass, PASSES, got + k);
+    ASSERT_EQ(k + rest, total);
+    for (size_t i = 0; i < total; i++)
+      if (got[i] != whole[i])
+        test_fail(__FILE__, __LINE__,
+                  "cut %zu: entry %zu differs (%016llx, uninterrupted "
+                  "%016llx)",
+                  cuts[c], i, (unsigned long long)got[i],
+                  (unsigned long long)whole[i]);
+    sl_pipeline_close(q);
+  }
+}
+
+TEST(restore_refuses_another_pipelines_state) {
+  sl_pipeline *p = open_resume("7");
+  sl_sample *b = NULL;
+  for (int i = 0; i < 3; i++) {
+    ASSERT_OK(sl_pipeline_next(p, &b));
+    sl_sample_release(b);
+  }
+  void *state = NULL;
+  size_t len = 0;
+  ASSERT_OK(sl_pipeline_save(p, &state, &len));
+  sl_pipeline_close(p);
+
+  /* Another seed: refused naming the shuffle; q is left as it was. */
+  sl_pipeline *q = open_resume("8");
+  sl_pipeline *ref = open_resume("8");
+  ASSERT_RC(sl_pipeline_restore(q, state, len), SL_EINVAL);
+  ASSERT_CONTAINS(sl_last_error(), "shuffle");
+  /* Corrupt: one byte flipped, then cut short. */
+  unsigned char *bad = malloc(len);
+  ASSERT_NOT_NULL(bad);
+  memcpy(bad, state, len);
+  bad[len / 2] ^= 0x40;
+  ASSERT_RC(sl_pipeline_restore(q, bad, len), SL_ECORRUPT);
+  ASSERT_RC(sl_pipeline_restore(q, state, len / 2), SL_ECORRUPT);
+  ASSERT_RC(sl_pipeline_restore(q, "not a state", 11), SL_ECORRUPT);
+  free(bad);
+  for (int i = 0; i < 14; i++) {
+    sl_sample *x = NULL, *y = NULL;
+    int rx = sl_pipeline_next(q, &x), ry = sl_pipeline_next(ref, &y);
+    ASSERT_EQ(rx, ry);
+    if (rx == SL_OK) ASSERT_EQ(test_sample_digest(x), test_sample_digest(y));
+    sl_sample_release(x);
+    sl_sample_release(y);
+  }
+  sl_pipeline_close(ref);
+
+  /* NULL arguments. */
+  void *st2 = (void *)1;
+  size_t len2 = 1;
+  ASSERT_RC(sl_pipeline_save(NULL, &st2, &len2), SL_EINVAL);
+  ASSERT_NULL(st2);
+  ASSERT_EQ(len2, 0);
+  ASSERT_RC(sl_pipeline_save(q, NULL, &len2), SL_EINVAL);
+  ASSERT_RC(sl_pipeline_save(q, &st2, NULL), SL_EINVAL);
+  ASSERT_RC(sl_pipeline_restore(NULL, state, len), SL_EINVAL);
+  ASSERT_RC(sl_pipeline_restore(q, NULL, len), SL_EINVAL);
+  sl_pipeline_close(q);
+  sl_free(state);
+}
+
+TEST(save_at_the_start_is_small_and_restores_in_place) {
+  const char *code = "local sluice = require 'sluice'\n"
+                     "return sluice.range(10):batch(4)\n";
+  sl_pipeline *p = NULL;
+  ASSERT_OK(sl_pipeline_open_string(code, "small", 0, NULL, &p));
+  void *state = NULL;
+  size_t len = 0;
+  ASSERT_OK(sl_pipeline_save(p, &state, &len));
+  /* A state of two stages and a position is small. */
+  ASSERT_TRUE(len < 512);
+  ASSERT_OK(sl_pipeline_restore(p, state, len));
+  sl_free(state);
+  sl_pipeline_close(p);
 }

@@ -287,6 +287,24 @@ int sl_pipeline_length(const sl_pipeline *p, uint64_t *n) {
   return sl_reader_length(p->r, n);
 }
 
+/* Saving and restoring (docs/RESUME.md).  A pipeline holds nothing beyond
+ * its reader once opened: the script's Lua state is idle, the epoch is the
+ * reader's pass count (saved in the state and restored with it, so later
+ * sl_pipeline_reset calls continue with the passes that follow), and what
+ * its asynchronous stages hold (a prefetch queue, a map's window) is read
+ * again after a restore.  So the pipeline's state is its reader's. */
+int sl_pipeline_save(sl_pipeline *p, void **state, size_t *len) {
+  if (state) *state = NULL;
+  if (len) *len = 0;
+  SL_RETURN_ERROR_IF(!p, SL_EINVAL, "sl_pipeline_save: pipeline is NULL");
+  return sl_reader_save(p->r, state, len);
+}
+
+int sl_pipeline_restore(sl_pipeline *p, const void *state, size_t len) {
+  SL_RETURN_ERROR_IF(!p, SL_EINVAL, "sl_pipeline_restore: pipeline is NULL");
+  return sl_reader_restore(p->r, state, len);
+}
+
 int sl_pipeline_stats(const sl_pipeline *p, sl_stage_stats *out, size_t cap,
                       size_t *count) {
   SL_RETURN_ERROR_IF(!p, SL_EINVAL, "stats: NULL pipeline");

@@ -70,3 +70,18 @@ int sl_pipeline_stats(const sl_pipeline *p, sl_stage_stats *out, size_t cap,
                      "sl_pipeline_stats: NULL argument");
   return without_lua("sl_pipeline_stats");
 }
+
+int sl_pipeline_save(sl_pipeline *p, void **state, size_t *len) {
+  if (state) *state = NULL;
+  if (len) *len = 0;
+  SL_RETURN_ERROR_IF(!p || !state || !len, SL_EINVAL,
+                     "sl_pipeline_save: NULL argument");
+  return without_lua("sl_pipeline_save");
+}
+
+int sl_pipeline_restore(sl_pipeline *p, const void *state, size_t len) {
+  SL_UNUSED(len);
+  SL_RETURN_ERROR_IF(!p || !state, SL_EINVAL,
+                     "sl_pipeline_restore: NULL argument");
+  return without_lua("sl_pipeline_restore");
+}
