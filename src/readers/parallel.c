@@ -9,8 +9,15 @@
  * each pass (the engine's sequence number: upstream's order, whatever the
  * thread).  reset = stop the engine (join), reset upstream, start it again;
  * destroy = stop, destroy upstream, free_ud.
+ *
+ * Save / restore (readers/state.h, sl__engine_pos): an ordered map is 1:1
+ * (the state is the position), an ordered filter keeps a log of the seqs it
+ * delivered (a save too far behind it replays the pass), an unordered stage
+ * saves the set of seqs done (restore drops them unprocessed).  Identity:
+ * the kind and `ordered` (the callback is not named; threads and queue may
+ * differ between save and restore).
  */
-#include "readers/reader_impl.h"
+#include "readers/state.h"
 #include "sync/engine.h"
 
 typedef struct par_state {
@@ -21,6 +28,8 @@ typedef struct par_state {
   sl_free_fn free_ud;
   sl_schema *schema; /* map: the output schema (retained) */
   sl__engine *engine;
+  sl__engine_pos pos;
+  bool ordered;
 } par_state;
 
 static int par_pull(void *ud, sl_sample **out) {
@@ -31,6 +40,10 @@ static int par_process(void *ud, void *wctx, uint64_t seq, sl_sample *in,
                        sl_sample **out) {
   par_state *p = ud;
   (void)wctx;
+  if (sl__engine_pos_skip(&p->pos, seq)) { /* delivered before a restore */
+    sl_sample_release(in);
+    return SL__ENGINE_DROP;
+  }
   if (p->filter) {
     int rc = p->filter(p->ud, in);
     if (rc > 0) {
@@ -38,6 +51,7 @@ static int par_process(void *ud, void *wctx, uint64_t seq, sl_sample *in,
       return SL__ENGINE_OUT;
     }
     sl_sample_release(in);
+    if (rc == 0 && !p->ordered) sl__engine_pos_dropped(&p->pos, seq);
     return rc == 0 ? SL__ENGINE_DROP : sl__filter_callback_error(rc, seq);
   }
   int rc = sl__map_call(p->map, p->ud, p->schema, in, seq, out);
@@ -47,12 +61,17 @@ static int par_process(void *ud, void *wctx, uint64_t seq, sl_sample *in,
 static const sl__engine_ops par_ops = {par_pull, NULL, NULL, par_process, NULL};
 
 static int par_next(void *st, sl_sample **out) {
-  return sl__engine_next(((par_state *)st)->engine, out);
+  par_state *p = st;
+  int rc = sl__engine_next(p->engine, out);
+  if (rc == SL_OK)
+    sl__engine_pos_delivered(&p->pos, sl__engine_last_seq(p->engine));
+  return rc;
 }
 
 static int par_reset(void *st) {
   par_state *p = st;
   sl__engine_stop(p->engine);
+  sl__engine_pos_reset(&p->pos);
   SL_FORWARD_IF_ERROR(sl_reader_reset(p->up));
   return sl__engine_start(p->engine);
 }
@@ -64,8 +83,40 @@ static void par_destroy(void *st) {
   sl_reader_destroy(p->up);
   if (p->free_ud) p->free_ud(p->ud);
   sl_schema_release(p->schema);
+  sl__engine_pos_fini(&p->pos);
   sl__free(p);
 }
+
+static int par_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
+                    sl__state_out *w) {
+  (void)r;
+  (void)pass;
+  par_state *p = st;
+  return sl__engine_pos_save(&p->pos, p->engine, p->up, k, w);
+}
+
+static int par_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
+                       sl__state_in *in) {
+  (void)r;
+  (void)pass;
+  par_state *p = st;
+  uint64_t start;
+  sl__engine_stop(p->engine);
+  SL_FORWARD_IF_ERROR(sl__engine_pos_restore(&p->pos, p->up, k, in, &start));
+  return sl__engine_pos_resume(&p->pos, p->engine, k, par_next, p);
+}
+
+static void par_identity(const sl_reader *r, void *st, char *buf, size_t cap) {
+  (void)r;
+  const par_state *p = st;
+  char schema[256];
+  snprintf(buf, cap, "%s ordered=%d schema=%s", p->map ? "map" : "filter",
+           p->ordered ? 1 : 0,
+           sl_schema_describe(p->schema, schema, sizeof schema));
+}
+
+static const sl__state_ops par_state_ops = {par_save, par_restore,
+                                            par_identity};
 
 static const sl_reader_vtable map_vt = {"map", par_next, par_reset,
                                         par_destroy};
@@ -100,6 +151,12 @@ static int make(const char *what, sl_reader *up, sl_map_fn map,
     }
     return sl__fail_with_upstream(up, rc);
   }
+  p->ordered = !o.unordered;
+  sl__engine_pos_init(&p->pos,
+                      !p->ordered ? SL__EPOS_UNORDERED
+                      : map       ? SL__EPOS_1TO1
+                                  : SL__EPOS_LOG,
+                      what);
   p->up = up;
   p->map = map;
   p->filter = filter;
@@ -118,8 +175,11 @@ static int make(const char *what, sl_reader *up, sl_map_fn map,
   }
   const sl__stage_counters *c = sl__engine_counters(p->engine);
   if (map)
-    return sl__decorator_make_1to1(&map_vt, p, p->schema, &p->up, c, out);
-  return sl__decorator_make(&filter_vt, p, p->schema, &p->up, c, out);
+    rc = sl__decorator_make_1to1(&map_vt, p, p->schema, &p->up, c, out);
+  else
+    rc = sl__decorator_make(&filter_vt, p, p->schema, &p->up, c, out);
+  if (rc == SL_OK) sl__reader_set_state_ops(*out, &par_state_ops);
+  return rc;
 }
 
 int sl_map_parallel(sl_reader *up, sl_map_fn fn, void *ud, sl_free_fn free_ud,

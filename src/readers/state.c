@@ -23,6 +23,7 @@
 #include "readers/state.h"
 
 #include "core/crc32c.h"
+#include "sync/engine.h"
 
 #include <stdarg.h>
 
@@ -529,4 +530,260 @@ int sl_reader_restore(sl_reader *r, const void *state, size_t len) {
   if (rc == SL_OK) rc = restore_record(&root);
   record_free(&root, false);
   return rc;
+}
+
+/* --- stages on the parallel engine ------------------------------------------
+ */
+
+#define EPOS_MAX_BITS ((uint64_t)1 << 24) /* a saved done set: 2 MiB at most   \
+                                           */
+
+void sl__engine_pos_init(sl__engine_pos *p, sl__epos_mode mode,
+                         const char *what) {
+  memset(p, 0, sizeof *p);
+  p->mode = mode;
+  p->what = what;
+  pthread_mutex_init(&p->mu, NULL);
+}
+
+void sl__engine_pos_fini(sl__engine_pos *p) {
+  sl__free(p->bits);
+  p->bits = NULL;
+  pthread_mutex_destroy(&p->mu);
+}
+
+void sl__engine_pos_reset(sl__engine_pos *p) {
+  p->log.count = 0;
+  p->count = p->known = p->low = 0;
+  p->skipping = false;
+  if (p->bits)
+    memset(p->bits, 0, p->nbytes);
+}
+
+/* Marks seq done (p->mu held).  A set that cannot grow loses the mark, so
+ * it remembers that it lost one (low = UINT64_MAX): a later save of this
+ * pass fails rather than deliver that seq twice. */
+static void epos_mark(sl__engine_pos *p, uint64_t seq) {
+  if (seq < p->low || p->low == UINT64_MAX)
+    return;
+  uint64_t off = seq - p->low;
+  if (off / 8 >= p->nbytes) {
+    size_t n = p->nbytes ? p->nbytes : 64;
+    while (off / 8 >= n)
+      n *= 2;
+    unsigned char *b = sl__realloc(p->bits, n);
+    if (!b) {
+      p->low = UINT64_MAX; /* lost: the next save fails */
+      return;
+    }
+    memset(b + p->nbytes, 0, n - p->nbytes);
+    p->bits = b;
+    p->nbytes = n;
+  }
+  p->bits[off / 8] |= (unsigned char)(1u << (off % 8));
+  size_t full = 0;
+  while (full < p->nbytes && p->bits[full] == 0xFF)
+    full++;
+  if (full) {
+    memmove(p->bits, p->bits + full, p->nbytes - full);
+    memset(p->bits + p->nbytes - full, 0, full);
+    p->low += 8 * (uint64_t)full;
+  }
+}
+
+void sl__engine_pos_delivered(sl__engine_pos *p, uint64_t seq) {
+  if (p->mode == SL__EPOS_LOG) {
+    sl__state_log_note(&p->log, seq);
+  } else if (p->mode == SL__EPOS_UNORDERED) {
+    p->ring[p->count++ % SL__STATE_LOG] = seq;
+    pthread_mutex_lock(&p->mu);
+    epos_mark(p, seq);
+    pthread_mutex_unlock(&p->mu);
+  }
+}
+
+void sl__engine_pos_dropped(sl__engine_pos *p, uint64_t seq) {
+  pthread_mutex_lock(&p->mu);
+  epos_mark(p, seq);
+  pthread_mutex_unlock(&p->mu);
+}
+
+bool sl__engine_pos_skip(sl__engine_pos *p, uint64_t seq) {
+  if (!p->skipping)
+    return false;
+  pthread_mutex_lock(&p->mu);
+  bool done = seq < p->low ||
+              ((seq - p->low) / 8 < p->nbytes &&
+               (p->bits[(seq - p->low) / 8] >> ((seq - p->low) % 8)) & 1);
+  pthread_mutex_unlock(&p->mu);
+  return done;
+}
+
+/* UNORDERED: the done set at output position k (see state.h) into *low,
+ * *set (sl__malloc'd bitmap over [*low, *low + *nbits)). */
+static int epos_done_at(sl__engine_pos *p, uint64_t k, uint64_t *low,
+                        unsigned char **set, uint64_t *nbits) {
+  if (k > p->count)
+    return sl_set_error(SL_EINVAL, "save: %s: position %llu is ahead of %llu",
+                        p->what, (unsigned long long)k,
+                        (unsigned long long)p->count);
+  if (k < p->known || p->count - k > SL__STATE_LOG)
+    return sl_set_error(
+        SL_EUNSUPPORTED,
+        "save: %s (ordered=false): the position to save is %llu samples "
+        "behind its last delivery, beyond the log of the %d it keeps%s; "
+        "save with less held above it, or use ordered=true",
+        p->what, (unsigned long long)(p->count - k), SL__STATE_LOG,
+        k < p->known ? " (or before the position it was restored to)" : "");
+  pthread_mutex_lock(&p->mu);
+  uint64_t lo = p->low;
+  if (lo == UINT64_MAX) {
+    pthread_mutex_unlock(&p->mu);
+    return sl_set_error(SL_ENOMEM,
+                        "save: %s: its set of delivered samples "
+                        "could not grow",
+                        p->what);
+  }
+  for (uint64_t q = k; q < p->count; q++)
+    lo = SL_MIN(lo, p->ring[q % SL__STATE_LOG]);
+  uint64_t n = (p->low - lo) + 8 * (uint64_t)p->nbytes;
+  if (n > EPOS_MAX_BITS) {
+    pthread_mutex_unlock(&p->mu);
+    return sl_set_error(SL_EUNSUPPORTED,
+                        "save: %s (ordered=false): %llu samples in flight, "
+                        "more than a state holds",
+                        p->what, (unsigned long long)n);
+  }
+  unsigned char *b = sl__calloc(n / 8 + 1, 1);
+  if (!b) {
+    pthread_mutex_unlock(&p->mu);
+    return sl_set_error(SL_ENOMEM, "save: %s: cannot allocate", p->what);
+  }
+  for (uint64_t i = 0; i < n; i++) {
+    uint64_t s = lo + i;
+    bool done =
+        s < p->low ||
+        ((p->bits[(s - p->low) / 8] >> (unsigned)((s - p->low) % 8)) & 1);
+    if (done)
+      b[i / 8] |= (unsigned char)(1u << (i % 8));
+  }
+  for (uint64_t q = k; q < p->count; q++) {
+    uint64_t i = p->ring[q % SL__STATE_LOG] - lo;
+    b[i / 8] &= (unsigned char)~(1u << (i % 8));
+  }
+  pthread_mutex_unlock(&p->mu);
+  /* Tighten: from the first seq not done to the last one done. */
+  uint64_t first = 0;
+  while (first < n && ((b[first / 8] >> (first % 8)) & 1))
+    first++;
+  uint64_t last = n;
+  while (last > first && !((b[(last - 1) / 8] >> ((last - 1) % 8)) & 1))
+    last--;
+  uint64_t nb = last - first;
+  unsigned char *t = sl__calloc(nb / 8 + 1, 1);
+  if (!t) {
+    sl__free(b);
+    return sl_set_error(SL_ENOMEM, "save: %s: cannot allocate", p->what);
+  }
+  for (uint64_t i = 0; i < nb; i++)
+    if ((b[(first + i) / 8] >> ((first + i) % 8)) & 1)
+      t[i / 8] |= (unsigned char)(1u << (i % 8));
+  sl__free(b);
+  *low = lo + first;
+  *set = t;
+  *nbits = nb;
+  return SL_OK;
+}
+
+int sl__engine_pos_save(sl__engine_pos *p, sl__engine *e, sl_reader *up,
+                        uint64_t k, sl__state_out *w) {
+  uint64_t u = k;
+  bool replay = false;
+  if (p->mode == SL__EPOS_LOG) {
+    replay = !sl__state_log_find(&p->log, k, &u);
+    SL_FORWARD_IF_ERROR(sl__state_put_u64(w, replay ? UINT64_MAX : u));
+    if (replay)
+      u = 0;
+  } else if (p->mode == SL__EPOS_UNORDERED) {
+    if (sl__state_replayed(w))
+      return sl_set_error(
+          SL_EUNSUPPORTED,
+          "save: %s (ordered=false) under a shuffle (or another stage that "
+          "reads it again in the same order: cache, repeat_first, a "
+          "filter's replay): its order is not reproducible; use "
+          "ordered=true",
+          p->what);
+    unsigned char *set = NULL;
+    uint64_t nbits = 0;
+    SL_FORWARD_IF_ERROR(epos_done_at(p, k, &u, &set, &nbits));
+    int rc = sl__state_put_u64(w, u);
+    if (rc == SL_OK)
+      rc = sl__state_put_u64(w, nbits);
+    if (rc == SL_OK)
+      rc = sl__state_put_bytes(w, set, (size_t)(nbits + 7) / 8);
+    sl__free(set);
+    SL_FORWARD_IF_ERROR(rc);
+  }
+  sl__engine_hold_pulls(e);
+  int rc = replay ? sl__state_save_up_replayed(w, up, sl__reader_pass(up), u)
+                  : sl__state_save_up(w, up, sl__reader_pass(up), u);
+  sl__engine_release_pulls(e);
+  return rc;
+}
+
+int sl__engine_pos_restore(sl__engine_pos *p, sl_reader *up, uint64_t k,
+                           sl__state_in *in, uint64_t *start) {
+  sl__engine_pos_reset(p);
+  p->replay = false;
+  *start = p->start = 0;
+  SL_FORWARD_IF_ERROR(sl__state_restore_up(in, up));
+  uint64_t u = k, nbits = 0;
+  if (p->mode == SL__EPOS_LOG) {
+    SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &u));
+    p->replay = u == UINT64_MAX;
+    if (p->replay) {
+      u = 0;
+    } else {
+      SL_RETURN_ERROR_IF(k && !u, SL_ECORRUPT,
+                         "restore: %s: position 0 for output %llu", p->what,
+                         (unsigned long long)k);
+      p->log.count = k;
+      if (k)
+        p->log.up[(k - 1) % SL__STATE_LOG] = u - 1;
+    }
+  } else if (p->mode == SL__EPOS_UNORDERED) {
+    SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &u));
+    SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &nbits));
+    SL_RETURN_ERROR_IF(nbits > EPOS_MAX_BITS, SL_ECORRUPT,
+                       "restore: %s: a set of %llu samples is corrupt", p->what,
+                       (unsigned long long)nbits);
+    const void *set = NULL;
+    size_t nb = (size_t)(nbits + 7) / 8;
+    SL_FORWARD_IF_ERROR(sl__state_get_bytes(in, &set, nb));
+    if (nb > p->nbytes) {
+      unsigned char *b = sl__realloc(p->bits, nb);
+      SL_RETURN_ERROR_IF(!b, SL_ENOMEM, "restore: %s: cannot allocate",
+                         p->what);
+      p->bits = b;
+      p->nbytes = nb;
+    }
+    if (p->nbytes)
+      memset(p->bits, 0, p->nbytes);
+    if (nb)
+      memcpy(p->bits, set, nb);
+    p->low = u;
+    p->count = p->known = k;
+    p->skipping = nbits > 0;
+  }
+  *start = p->start = u;
+  return SL_OK;
+}
+
+int sl__engine_pos_resume(sl__engine_pos *p, sl__engine *e, uint64_t k,
+                          sl__state_next_fn next, void *st) {
+  sl__engine_start_at(e, p->start);
+  SL_FORWARD_IF_ERROR(sl__engine_start(e));
+  if (p->replay)
+    return sl__state_replay(next, st, k, p->what);
+  return SL_OK;
 }

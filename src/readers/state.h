@@ -51,6 +51,8 @@
 
 #include "readers/reader_impl.h"
 
+#include <pthread.h>
+
 typedef struct sl__state_out sl__state_out;
 typedef struct sl__state_in sl__state_in;
 
@@ -150,6 +152,83 @@ static inline bool sl__state_log_find(const sl__state_log *log, uint64_t k,
   *up_pos = log->up[(k - 1) % SL__STATE_LOG] + 1;
   return true;
 }
+
+/* --- stages on the parallel engine (sync/engine.h) ---------------------------
+ * The position of a map or filter run by the engine (parallel.c, the Lua
+ * stages), shared by their save and restore ops.  The engine numbers the
+ * items it pulls (seq = upstream position, from sl__engine_start_at's
+ * start), so:
+ *
+ *   SL__EPOS_1TO1       ordered, output k = item k (a map): the state is
+ *                       the position; restore starts the engine at k.
+ *   SL__EPOS_LOG        ordered, items may be dropped (filter, parser): a
+ *                       log of the seqs delivered (sl__state_log); a save
+ *                       too far behind it replays the pass from its start
+ *                       (sl__state_save_up_replayed).
+ *   SL__EPOS_UNORDERED  results as they finish (ordered=false): the order
+ *                       is not reproducible, so a state holds what was done
+ *                       by position k - the lowest seq L not done and a
+ *                       bitmap of the seqs above it that were delivered
+ *                       (or dropped: a drop is done whatever the order) -
+ *                       and the restored pass pulls from L and drops the
+ *                       seqs of the bitmap unseen.  A save at a position
+ *                       behind the last delivery goes back through a log of
+ *                       the last SL__STATE_LOG delivered seqs; further is
+ *                       refused (SL_EUNSUPPORTED), and so is a save under a
+ *                       stage that replays (sl__state_replayed: a shuffle
+ *                       or a cache above needs the same order again).
+ *
+ * Threads: _delivered, _save and _restore are the consumer's; _dropped and
+ * _skip are the workers' (UNORDERED: the done set has its own lock). */
+typedef enum { SL__EPOS_1TO1, SL__EPOS_LOG, SL__EPOS_UNORDERED } sl__epos_mode;
+
+typedef struct sl__engine_pos {
+  sl__epos_mode mode;
+  const char *what;  /* the stage in messages: "map (x.lua:3)" (borrowed) */
+  sl__state_log log; /* LOG: upstream seq of each output this pass */
+  /* UNORDERED: every seq < low is done; bit i of bits: seq low + i done */
+  pthread_mutex_t mu;
+  uint64_t low;
+  unsigned char *bits;
+  size_t nbytes;
+  bool skipping;  /* a restored pass: workers drop the done seqs */
+  bool replay;    /* LOG: the restore replays k outputs */
+  uint64_t start; /* the restored pass's first seq */
+  uint64_t ring[SL__STATE_LOG]; /* delivered seqs by output position */
+  uint64_t count;               /* outputs this pass */
+  uint64_t known;               /* the first output position the ring knows */
+} sl__engine_pos;
+
+void sl__engine_pos_init(sl__engine_pos *p, sl__epos_mode mode,
+                         const char *what);
+void sl__engine_pos_fini(sl__engine_pos *p);
+/* A new pass (reset): forgets the last one.  No worker may run. */
+void sl__engine_pos_reset(sl__engine_pos *p);
+/* The consumer took the result of item `seq` (sl__engine_last_seq). */
+void sl__engine_pos_delivered(sl__engine_pos *p, uint64_t seq);
+/* UNORDERED, a worker: item `seq` was dropped (no result). */
+void sl__engine_pos_dropped(sl__engine_pos *p, uint64_t seq);
+/* UNORDERED, a worker: whether item `seq` was done before the restore this
+ * pass resumes (drop it unprocessed). */
+bool sl__engine_pos_skip(sl__engine_pos *p, uint64_t seq);
+
+struct sl__engine;
+/* The save op's work for output position k: holds the engine's pull turn,
+ * writes the payload and saves `up`. */
+int sl__engine_pos_save(sl__engine_pos *p, struct sl__engine *e, sl_reader *up,
+                        uint64_t k, sl__state_out *w);
+/* The restore op's work, in two steps, with the engine stopped
+ * (sl__engine_stop) and the stage's own pass state dropped:
+ *   _restore  restores `up` and reads the payload: *start is the upstream
+ *             position the engine resumes from (the seq of its first item,
+ *             for a stage's own per-item numbering);
+ *   _resume   starts the engine there and, when the state says so (a LOG
+ *             save too far behind), replays k outputs through `next` on
+ *             `st` (the stage's next, which calls _delivered). */
+int sl__engine_pos_restore(sl__engine_pos *p, sl_reader *up, uint64_t k,
+                           sl__state_in *in, uint64_t *start);
+int sl__engine_pos_resume(sl__engine_pos *p, struct sl__engine *e, uint64_t k,
+                          sl__state_next_fn next, void *st);
 
 /* The upstreams linked to r (sl__reader_link), for save ops: *ups[i]. */
 sl_reader *sl__reader_up(const sl_reader *r, size_t i);

@@ -31,13 +31,19 @@
  *             stopped: no Lua runs); the next pass calls fn() again in the
  *             same state.
  *
+ * Save / restore (readers/state.h): the source's position is all its state
+ * (prefetch above saves it at the row the consumer reached); a restore
+ * replays that pass from its start - a fresh iterator from fn(), its first
+ * k rows made and dropped - so the function must yield the same rows again
+ * (docs/RESUME.md).  Its cost is k rows of the Lua function.
+ *
  * Construction: with a schema, the constructor returns at once.  Without
  * one, it runs the first row on its own thread: its schema is the reader's
  * (the row is kept and yielded first); if the pass ends at once (EOF) the
  * schema has no fields; if it fails, construction fails with that error (no
  * schema could be known).
  */
-#include "readers/reader_impl.h"
+#include "readers/state.h"
 #include "script/lua_host.h"
 #include "script/lua_internal.h"
 
@@ -179,6 +185,31 @@ static void source_destroy(void *state) {
   sl__free(r);
 }
 
+/* Replays the pass from its start: a fresh iterator, k rows dropped. */
+static int source_restore(sl_reader *rd, void *state, uint64_t pass, uint64_t k,
+                          sl__state_in *in) {
+  (void)rd;
+  (void)pass;
+  (void)in;
+  lua_source *r = state;
+  source_reset(r);
+  char what[300];
+  snprintf(what, sizeof what, "reader (%s)", r->where);
+  return sl__state_replay(source_next, r, k, what);
+}
+
+static void source_identity(const sl_reader *rd, void *state, char *buf,
+                            size_t cap) {
+  (void)rd;
+  const lua_source *r = state;
+  char schema[256];
+  snprintf(buf, cap, "reader %s schema=%s", r->where,
+           sl_schema_describe(r->schema, schema, sizeof schema));
+}
+
+static const sl__state_ops source_state_ops = {sl__state_save_position,
+                                               source_restore, source_identity};
+
 static const sl_reader_vtable source_vt = {"reader", source_next, source_reset,
                                            source_destroy};
 
@@ -228,5 +259,6 @@ int sl__lua_reader(sl__shipped *fn, sl__lua_env *env, size_t buffer,
   }
   sl_reader *src = NULL;
   SL_FORWARD_IF_ERROR(sl__reader_make(&source_vt, r, r->schema, &src));
+  sl__reader_set_state_ops(src, &source_state_ops);
   return sl_prefetch(src, buffer, out);
 }

@@ -56,7 +56,7 @@
  * result is deposited, under the engine's lock, so a consumer that takes
  * the result sees it).
  */
-#include "readers/reader_impl.h"
+#include "readers/state.h"
 #include "script/lua_host.h"
 #include "script/lua_internal.h"
 #include "sync/engine.h"
@@ -87,12 +87,12 @@ typedef struct lua_stage {
   char *label;       /* "<what> (<where>)": the engine's stage name */
   sl__shipped *fn;
   sl__lua_env *env;
-  double deadline;   /* seconds per call, 0 = none (lua_deadline.c) */
+  double deadline;       /* seconds per call, 0 = none (lua_deadline.c) */
   uint64_t seed, epoch0; /* ctx.seed; ctx.epoch = epoch0 + pass */
   uint64_t pass;         /* resets since construction (consumer's; read by
                             the workers, which run only between a start and
                             a stop) */
-  sl_schema *schema; /* the stage schema (retained), NULL until known */
+  sl_schema *schema;     /* the stage schema (retained), NULL until known */
   _Atomic(const sl_schema *) check_schema;
   sl_reader *up;
   sl__engine *engine;
@@ -104,6 +104,9 @@ typedef struct lua_stage {
   const sl_schema *line_file;
   uint64_t line_no, pulled;
   uint64_t *line; /* window entries */
+
+  sl__engine_pos pos; /* what a save needs (readers/state.h) */
+  bool ordered;
 
   pthread_mutex_t pend_mu;
   unchecked *pend;
@@ -351,6 +354,10 @@ static int stage_process(void *ud, void *wctx, uint64_t seq, sl_sample *s,
   lua_stage *st = ud;
   lua_worker *w = wctx;
   if (st->kind == SL__LUA_PARSE) return run_parse(st, w, seq, s, out);
+  if (sl__engine_pos_skip(&st->pos, seq)) { /* delivered before a restore */
+    sl_sample_release(s);
+    return SL__ENGINE_DROP;
+  }
   lua_State *L = w->L;
   int top = lua_gettop(L);
   bool map = st->kind == SL__LUA_MAP;
@@ -388,6 +395,7 @@ static int stage_process(void *ud, void *wctx, uint64_t seq, sl_sample *s,
       return SL__ENGINE_OUT;
     }
     sl_sample_release(s);
+    if (!st->ordered) sl__engine_pos_dropped(&st->pos, seq);
     return SL__ENGINE_DROP;
   }
   lua_settop(L, top);
@@ -408,6 +416,8 @@ static const sl__engine_ops lua_ops = {stage_pull, stage_worker_init,
 static int stage_next(void *state, sl_sample **out) {
   lua_stage *st = state;
   int rc = sl__engine_next(st->engine, out);
+  if (rc == SL_OK)
+    sl__engine_pos_delivered(&st->pos, sl__engine_last_seq(st->engine));
   if (rc != SL_OK ||
       atomic_load_explicit(&st->npend, memory_order_relaxed) == 0)
     return rc;
@@ -445,6 +455,7 @@ static void stop_pass(lua_stage *st) {
 static int stage_reset(void *state) {
   lua_stage *st = state;
   stop_pass(st);
+  sl__engine_pos_reset(&st->pos);
   st->pass++; /* counts even if the reset fails, as shuffle's passes */
   SL_FORWARD_IF_ERROR(sl_reader_reset(st->up));
   return sl__engine_start(st->engine);
@@ -458,6 +469,7 @@ static void stage_destroy(void *state) {
   drop_unchecked(st);
   sl__free(st->pend);
   pthread_mutex_destroy(&st->pend_mu);
+  sl__engine_pos_fini(&st->pos);
   sl__free(st->w);
   sl__free(st->line);
   sl__free(st->label);
@@ -474,6 +486,49 @@ static const sl_reader_vtable filter_vt = {"filter", stage_next, stage_reset,
                                            stage_destroy};
 static const sl_reader_vtable parse_vt = {"parser", stage_next, stage_reset,
                                           stage_destroy};
+
+/* --- saving and restoring (readers/state.h) --------------------------------
+ * The engine's position (sl__engine_pos: ordered map 1:1, ordered filter and
+ * parser a log of delivered seqs, unordered the set of seqs done), and
+ * nothing else: ctx.index is the item's seq and ctx.epoch the restored
+ * pass, so a function using ctx.rng draws what the uninterrupted run drew.
+ * The worker states live on (their globals are not saved). */
+
+static int stage_save(sl_reader *r, void *state, uint64_t pass, uint64_t k,
+                      sl__state_out *w) {
+  (void)r;
+  (void)pass;
+  lua_stage *st = state;
+  return sl__engine_pos_save(&st->pos, st->engine, st->up, k, w);
+}
+
+static int stage_restore(sl_reader *r, void *state, uint64_t pass, uint64_t k,
+                         sl__state_in *in) {
+  (void)r;
+  lua_stage *st = state;
+  stop_pass(st);
+  st->pass = pass;
+  uint64_t start = 0;
+  SL_FORWARD_IF_ERROR(sl__engine_pos_restore(&st->pos, st->up, k, in, &start));
+  st->pulled = start; /* the parser's line[] is indexed by seq */
+  return sl__engine_pos_resume(&st->pos, st->engine, k, stage_next, st);
+}
+
+/* Not threads nor queue: a state restores into any thread count. */
+static void stage_identity(const sl_reader *r, void *state, char *buf,
+                           size_t cap) {
+  (void)r;
+  const lua_stage *st = state;
+  char schema[256];
+  snprintf(buf, cap, "%s %s ordered=%d seed=%llu epoch=%llu schema=%s",
+           st->what, st->where, st->ordered ? 1 : 0,
+           (unsigned long long)st->seed, (unsigned long long)st->epoch0,
+           st->schema ? sl_schema_describe(st->schema, schema, sizeof schema)
+                      : "?");
+}
+
+static const sl__state_ops stage_state_ops = {stage_save, stage_restore,
+                                              stage_identity};
 
 /* The stage schema from result 0 (map and parser without `schema`). */
 static int learn_schema(lua_stage *st) {
@@ -533,6 +588,12 @@ int sl__lua_stage(sl_reader *up, sl__lua_kind kind, sl__shipped *fn,
     return sl__fail_with_upstream(
         up, sl_set_error(SL_ENOMEM, "%s: cannot allocate", what));
   pthread_mutex_init(&st->pend_mu, NULL);
+  st->ordered = kind == SL__LUA_PARSE || opts->ordered != 0;
+  sl__engine_pos_init(&st->pos,
+                      !st->ordered          ? SL__EPOS_UNORDERED
+                      : kind == SL__LUA_MAP ? SL__EPOS_1TO1
+                                            : SL__EPOS_LOG,
+                      what);
   atomic_init(&st->check_schema, NULL);
   atomic_init(&st->npend, 0);
   st->up = up;
@@ -551,13 +612,13 @@ int sl__lua_stage(sl_reader *up, sl__lua_kind kind, sl__shipped *fn,
     return sl_set_error(SL_ENOMEM, "%s: cannot allocate", what);
   }
   snprintf(st->label, nl, "%s (%s)", what, st->where);
+  st->pos.what = st->label;
   /* The engine checks the thread count (the one place) and the window.
    * The window is set here so that the parser's line numbers fit it. */
   size_t dflt = opts->threads > 0 ? (size_t)opts->threads * 32 : (size_t)128;
   st->window = opts->queue ? opts->queue : (dflt > 128 ? dflt : 128);
   const sl__engine_opts eo = {st->label, "sl-lua-map", opts->threads,
-                              kind == SL__LUA_PARSE || opts->ordered != 0,
-                              st->window};
+                              st->ordered, st->window};
   int rc = sl__engine_create(&lua_ops, st, &eo, &st->engine);
   if (rc < 0) {
     stage_destroy(st);
@@ -589,8 +650,11 @@ int sl__lua_stage(sl_reader *up, sl__lua_kind kind, sl__shipped *fn,
   /* A map yields one sample per sample (it cannot drop one): its length is
    * upstream's; a filter's or a parser's (skipped lines) is not known. */
   if (kind == SL__LUA_FILTER)
-    return sl__decorator_make(&filter_vt, st, st->schema, &st->up, c, out);
-  if (kind == SL__LUA_PARSE)
-    return sl__decorator_make(&parse_vt, st, st->schema, &st->up, c, out);
-  return sl__decorator_make_1to1(&map_vt, st, st->schema, &st->up, c, out);
+    rc = sl__decorator_make(&filter_vt, st, st->schema, &st->up, c, out);
+  else if (kind == SL__LUA_PARSE)
+    rc = sl__decorator_make(&parse_vt, st, st->schema, &st->up, c, out);
+  else
+    rc = sl__decorator_make_1to1(&map_vt, st, st->schema, &st->up, c, out);
+  if (rc == SL_OK) sl__reader_set_state_ops(*out, &stage_state_ops);
+  return rc;
 }
