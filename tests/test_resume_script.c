@@ -1,8 +1,8 @@
 /*
  * test_resume_script.c - sl_reader_save / sl_reader_restore over the stages
- * that run on the parallel engine (docs/RESUME-script.md): the Lua map,
- * filter and parser (src/script/lua_stage.c) ordered at 1, 2 and 4 threads
- * and unordered, the Lua reader (lua_reader.c: a replay of its pass), and
+ * that run on the parallel engine (docs/RESUME-script.md): the Lua map and
+ * filter (src/script/lua_stage.c) ordered at 1, 2 and 4 threads and
+ * unordered, the Lua reader (lua_reader.c: a replay of its pass), and
  * the C sl_map_parallel / sl_filter_parallel (readers/parallel.c).
  *
  * Ordered stages must give, after a restore into a fresh chain, exactly the
@@ -64,6 +64,20 @@ TEST(c_parallel_map_and_filter_resume_exactly) {
   }
 }
 
+/* Reads n samples of `a` (field 0 into got[] unless NULL), saves into
+ * *st / *len and destroys `a`. */
+static void read_then_save(sl_reader *a, uint64_t n, int64_t *got, void **st,
+                           size_t *len) {
+  for (uint64_t i = 0; i < n; i++) {
+    sl_sample *s = NULL;
+    ASSERT_OK(sl_reader_next(a, &s));
+    if (got) got[i] = test_sample_i64(s, 0);
+    sl_sample_release(s);
+  }
+  ASSERT_OK(sl_reader_save(a, st, len));
+  sl_reader_destroy(a);
+}
+
 /* Reads `cut` samples of chain `a`, saves, destroys it; restores into `b`
  * and reads the rest of the pass: every value of want[0..n) exactly once
  * over both (field 0). */
@@ -71,18 +85,11 @@ static void expect_each_once(sl_reader *a, sl_reader *b, uint64_t cut,
                              const int64_t *want, size_t n) {
   int64_t *got = calloc(n + 1, sizeof *got);
   ASSERT_NOT_NULL(got);
-  size_t m = 0;
-  for (uint64_t i = 0; i < cut; i++) {
-    sl_sample *s = NULL;
-    ASSERT_OK(sl_reader_next(a, &s));
-    ASSERT_TRUE(m < n);
-    got[m++] = test_sample_i64(s, 0);
-    sl_sample_release(s);
-  }
+  ASSERT_TRUE(cut <= n);
+  size_t m = (size_t)cut;
   void *st = NULL;
   size_t len = 0;
-  ASSERT_OK(sl_reader_save(a, &st, &len));
-  sl_reader_destroy(a);
+  read_then_save(a, cut, got, &st, &len);
   ASSERT_OK(sl_reader_restore(b, st, len));
   sl_free(st);
   for (;;) {
@@ -343,16 +350,9 @@ static void t_a_state_saved_with_4_threads_restores_into_1_or_2(void) {
     uint64_t want[100];
     size_t n = rest_digests(&four, 37, want, 100);
     for (int t = 1; t <= 2; t++) {
-      sl_reader *a = build_lua(&four);
-      for (int i = 0; i < 37; i++) {
-        sl_sample *s = NULL;
-        ASSERT_OK(sl_reader_next(a, &s));
-        sl_sample_release(s);
-      }
       void *st = NULL;
       size_t len = 0;
-      ASSERT_OK(sl_reader_save(a, &st, &len));
-      sl_reader_destroy(a);
+      read_then_save(build_lua(&four), 37, NULL, &st, &len);
       lua_case fewer = four;
       fewer.threads = t;
       sl_reader *b = build_lua(&fewer);
@@ -430,16 +430,9 @@ static void t_the_lua_reader_resumes_by_replaying_its_pass(void) {
 
 static void
 t_an_error_in_lua_during_the_restores_replay_carries_its_traceback(void) {
-  sl_reader *a = build_rows(NULL);
-  for (int i = 0; i < 20; i++) {
-    sl_sample *s = NULL;
-    ASSERT_OK(sl_reader_next(a, &s));
-    sl_sample_release(s);
-  }
   void *st = NULL;
   size_t len = 0;
-  ASSERT_OK(sl_reader_save(a, &st, &len));
-  sl_reader_destroy(a);
+  read_then_save(build_rows(NULL), 20, NULL, &st, &len);
   sl_reader *b = build_rows(NULL);
   setenv("SLUICE_TEST_ROW_BOOM", "1", 1);
   int rc = sl_reader_restore(b, st, len);
