@@ -1,8 +1,8 @@
 /*
  * test_resume_script.c - sl_reader_save / sl_reader_restore over the stages
- * that run on the parallel engine (docs/RESUME-script.md): the Lua map and
- * filter (src/script/lua_stage.c) ordered at 1, 2 and 4 threads and
- * unordered, the Lua reader (lua_reader.c: a replay of its pass), and
+ * that run on the parallel engine (docs/RESUME-script.md): the Lua map,
+ * filter and parser (src/script/lua_stage.c) ordered at 1, 2 and 4 threads
+ * and unordered, the Lua reader (lua_reader.c: a replay of its pass), and
  * the C sl_map_parallel / sl_filter_parallel (readers/parallel.c).
  *
  * Ordered stages must give, after a restore into a fresh chain, exactly the
@@ -12,9 +12,9 @@
  * refuse to save under a stage that needs their order again (a shuffle).
  *
  * The Lua functions run against the test double tests/lua/sluice/worker.lua
- * (no `sluice` package: the real one needs the whole libsluice exported,
- * which this statically linked executable does not; the parser, which only
- * the real worker runs, shares the filter's code, sl__engine_pos LOG).
+ * (no `sluice` package), except those needing ctx.rng or the parser, which
+ * run against the real lua/sluice/worker.lua (the executable links the
+ * whole static libsluice for its FFI: CMakeLists.txt).
  */
 #include "test.h"
 #include "test_util.h"
@@ -174,24 +174,23 @@ static const char FNS[] =
     "function T.times10(s) return { i = s.i * 10 } end\n"         /* 6 */
     "function T.even(s) return s.i % 2 == 0 end\n"                /* 7 */
     "function T.random(s, ctx)\n"                                 /* 8 */
-    "  return { i = s.i, u = (ctx.seed * 7 + ctx.epoch * 31 + ctx.index) % 97 "
-    "}\n"
-    "end\n"                                                      /* 10 */
-    "function T.parse(line, ctx)\n"                              /* 11 */
-    "  local v = tonumber(line)\n"                               /* 12 */
-    "  if v % 4 == 0 then return nil end\n"                      /* 13 */
-    "  return { i = v, u = ctx.rng:random() }\n"                 /* 14 */
-    "end\n"                                                      /* 15 */
-    "function T.rows()\n"                                        /* 16 */
-    "  local k = 0\n"                                            /* 17 */
-    "  return function()\n"                                      /* 18 */
-    "    k = k + 1\n"                                            /* 19 */
-    "    if os.getenv('SLUICE_TEST_ROW_BOOM') and k == 7 then\n" /* 20 */
-    "      error('row boom at ' .. k)\n"                         /* 21 */
-    "    end\n"                                                  /* 22 */
-    "    if k <= 60 then return { i = k } end\n"                 /* 23 */
-    "  end\n"                                                    /* 24 */
-    "end\n"                                                      /* 25 */
+    "  s.u, s.n = ctx.rng:random(), ctx.rng:random(9) return s\n" /* 9 */
+    "end\n"                                                       /* 10 */
+    "function T.parse(line, ctx)\n"                               /* 11 */
+    "  local v = tonumber(line)\n"                                /* 12 */
+    "  if v % 4 == 0 then return nil end\n"                       /* 13 */
+    "  return { i = v, u = ctx.rng:random() }\n"                  /* 14 */
+    "end\n"                                                       /* 15 */
+    "function T.rows()\n"                                         /* 16 */
+    "  local k = 0\n"                                             /* 17 */
+    "  return function()\n"                                       /* 18 */
+    "    k = k + 1\n"                                             /* 19 */
+    "    if os.getenv('SLUICE_TEST_ROW_BOOM') and k == 7 then\n"  /* 20 */
+    "      error('row boom at ' .. k)\n"                          /* 21 */
+    "    end\n"                                                   /* 22 */
+    "    if k <= 60 then return { i = k } end\n"                  /* 23 */
+    "  end\n"                                                     /* 24 */
+    "end\n"                                                       /* 25 */
     "return T\n";
 
 static lua_State *g_decl;
@@ -299,21 +298,21 @@ static sl_reader *build_lua(void *ud) {
       c->kind == SL__LUA_PARSE ? lines(100) : test_range_reader(100), c);
 }
 
-static void t_ordered_lua_map_and_filter_resume_exactly_at_1_2_4_threads(void) {
+static void
+t_ordered_lua_map_filter_and_parser_resume_exactly_at_1_2_4_threads(void) {
   for (int t = 1; t <= 4; t *= 2) {
     lua_case m = {SL__LUA_MAP, "note", t, 1, false, 5, 2};
     lua_case f = {SL__LUA_FILTER, "third", t, 1, false, 0, 0};
+    lua_case p = {SL__LUA_PARSE, "parse", t, 1, true, 9, 0};
     test_resume_check(build_lua, &m, 3, k_cuts, NCUTS, 4096);
     test_resume_check(build_lua, &f, 3, k_cuts, NCUTS, 4096);
+    test_resume_check(build_lua, &p, 3, k_cuts, NCUTS, 4096);
   }
 }
 
 static void
 t_a_random_map_draws_after_a_restore_what_it_drew_uninterrupted(void) {
-  /* The double's ctx has no generator; ctx.rng is keyed by (seed, epoch,
-   * index) alone (docs/LUA.md, "Randomness"), so a draw from those three
-   * stands for it. */
-  lua_case m = {SL__LUA_MAP, "random", 2, 1, false, 42, 7};
+  lua_case m = {SL__LUA_MAP, "random", 2, 1, true, 42, 7};
   test_resume_check(build_lua, &m, 3, k_cuts, NCUTS, 4096);
 }
 
@@ -451,8 +450,8 @@ t_an_error_in_lua_during_the_restores_replay_carries_its_traceback(void) {
 }
 
 #else /* the Lua layer left out: the Lua tests pass vacuously */
-static void t_ordered_lua_map_and_filter_resume_exactly_at_1_2_4_threads(void) {
-}
+static void
+t_ordered_lua_map_filter_and_parser_resume_exactly_at_1_2_4_threads(void) {}
 static void
 t_a_random_map_draws_after_a_restore_what_it_drew_uninterrupted(void) {}
 static void t_a_state_saved_with_4_threads_restores_into_1_or_2(void) {}
@@ -465,8 +464,8 @@ static void
 t_an_error_in_lua_during_the_restores_replay_carries_its_traceback(void) {}
 #endif
 
-TEST(ordered_lua_map_and_filter_resume_exactly_at_1_2_4_threads) {
-  t_ordered_lua_map_and_filter_resume_exactly_at_1_2_4_threads();
+TEST(ordered_lua_map_filter_and_parser_resume_exactly_at_1_2_4_threads) {
+  t_ordered_lua_map_filter_and_parser_resume_exactly_at_1_2_4_threads();
 }
 TEST(a_random_map_draws_after_a_restore_what_it_drew_uninterrupted) {
   t_a_random_map_draws_after_a_restore_what_it_drew_uninterrupted();
