@@ -93,4 +93,20 @@ const char *cli_human_bytes(uint64_t n, char *buf, size_t size);
 /* Monotonic seconds. */
 double cli_now(void);
 
+/* --- files ------------------------------------------------------------------
+ */
+
+/* CRC-32C (Castagnoli) of n bytes. */
+uint32_t cli_crc32c(const void *data, size_t n);
+/* Writes n bytes to `path` atomically: a temporary "PATH.tmp-PID-XXXXXX" in
+ * the same folder, fsync'd, then renamed over PATH (and the folder
+ * fsync'd), so PATH is either its old contents or all the new bytes, never
+ * a part.  SL_OK, or SL_EIO / SL_ENOMEM with the detail set (the temporary
+ * removed). */
+int cli_write_file_atomic(const char *path, const void *data, size_t n);
+/* Reads the whole file (at most `max` bytes: SL_EINVAL beyond) into *data
+ * (malloc'd, the caller frees) and *n.  SL_OK, or SL_EIO / SL_ENOMEM /
+ * SL_EINVAL with the detail set. */
+int cli_read_file(const char *path, size_t max, void **data, size_t *n);
+
 #endif

@@ -10,10 +10,12 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 void cli_parser_init(cli_parser *p, int argc, char **argv, const char *cmd,
                      const char *synopsis, const cli_opt *opts) {
@@ -259,4 +261,112 @@ double cli_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* --- files ------------------------------------------------------------------
+ */
+
+uint32_t cli_crc32c(const void *data, size_t n) {
+  static uint32_t table[256];
+  static bool ready = false; /* the CLI is single-threaded */
+  if (!ready) {
+    for (uint32_t i = 0; i < 256; i++) {
+      uint32_t c = i;
+      for (int k = 0; k < 8; k++)
+        c = c & 1 ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+      table[i] = c;
+    }
+    ready = true;
+  }
+  const unsigned char *p = data;
+  uint32_t c = 0xFFFFFFFFu;
+  for (size_t i = 0; i < n; i++)
+    c = table[(c ^ p[i]) & 0xFF] ^ (c >> 8);
+  return c ^ 0xFFFFFFFFu;
+}
+
+int cli_write_file_atomic(const char *path, const void *data, size_t n) {
+  size_t cap = strlen(path) + 32;
+  char *tmp = malloc(cap);
+  if (!tmp) return sl_set_error(SL_ENOMEM, "%s: out of memory", path);
+  snprintf(tmp, cap, "%s.tmp-%ld-XXXXXX", path, (long)getpid());
+  int fd = mkstemp(tmp);
+  if (fd < 0) {
+    int rc = sl_set_error(SL_EIO, "cannot create %s: %s", tmp, strerror(errno));
+    free(tmp);
+    return rc;
+  }
+  const unsigned char *p = data;
+  size_t done = 0;
+  while (done < n) {
+    ssize_t k = write(fd, p + done, n - done);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) break;
+    done += (size_t)k;
+  }
+  int err = done < n ? errno : 0;
+  if (!err && fsync(fd) != 0) err = errno;
+  if (close(fd) != 0 && !err) err = errno;
+  if (!err && rename(tmp, path) != 0) err = errno;
+  if (err) {
+    unlink(tmp);
+    int rc = sl_set_error(SL_EIO, "cannot write %s: %s", path,
+                          strerror(err ? err : EIO));
+    free(tmp);
+    return rc;
+  }
+  free(tmp);
+  /* Make the rename durable (best effort: the folder may refuse fsync). */
+  const char *slash = strrchr(path, '/');
+  char *dir = slash ? strndup(path, (size_t)(slash - path) + 1) : strdup(".");
+  if (dir) {
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY);
+    if (dfd >= 0) {
+      (void)fsync(dfd);
+      close(dfd);
+    }
+    free(dir);
+  }
+  return SL_OK;
+}
+
+int cli_read_file(const char *path, size_t max, void **data, size_t *n) {
+  *data = NULL;
+  *n = 0;
+  FILE *f = fopen(path, "rb");
+  if (!f)
+    return sl_set_error(SL_EIO, "cannot open %s: %s", path, strerror(errno));
+  size_t cap = 4096, len = 0;
+  unsigned char *buf = malloc(cap);
+  int rc = buf ? SL_OK : sl_set_error(SL_ENOMEM, "%s: out of memory", path);
+  while (rc == SL_OK) {
+    if (len == cap) {
+      if (cap >= max) {
+        rc = sl_set_error(SL_EINVAL, "%s: larger than %zu bytes", path, max);
+        break;
+      }
+      unsigned char *b2 = realloc(buf, cap * 2);
+      if (!b2) {
+        rc = sl_set_error(SL_ENOMEM, "%s: out of memory", path);
+        break;
+      }
+      buf = b2;
+      cap *= 2;
+    }
+    size_t k = fread(buf + len, 1, cap - len, f);
+    len += k;
+    if (k == 0) {
+      if (ferror(f))
+        rc = sl_set_error(SL_EIO, "cannot read %s: %s", path, strerror(errno));
+      break;
+    }
+  }
+  fclose(f);
+  if (rc != SL_OK) {
+    free(buf);
+    return rc;
+  }
+  *data = buf;
+  *n = len;
+  return SL_OK;
 }

@@ -18,6 +18,19 @@
  * iteration time (opening excluded): per stage samples in and out, busy
  * time, time waiting on upstream and blocked by downstream, and the stage
  * that limits throughput.
+ *
+ * Exact resume (docs/RESUME.md).  `--save-state FILE` writes, when the run
+ * stops (--stop-after N samples, --limit, or the last epoch's end), a run
+ * state: the CLI's counters (the epoch in progress, whether it ended, its
+ * batches and samples, the run's totals) around the pipeline's own state
+ * (sl_pipeline_save), with a magic, a version and a CRC32C of the whole;
+ * written atomically (a temporary renamed over FILE).  `--resume FILE`
+ * checks it, restores the pipeline (sl_pipeline_restore: a state of another
+ * pipeline is refused naming the stage that differs) and continues the
+ * counters, so --epochs, --limit and --stop-after keep meaning the whole
+ * run's totals.  `--digest` prints one line per item, "digest EPOCH ITEM
+ * HASH" (FNV-1a 64 of every field's dtype, shape, LoD and bytes): what the
+ * resume tests compare.
  */
 #include "cli.h"
 
@@ -27,7 +40,9 @@
 #include <unistd.h>
 
 static const char synopsis[] =
-    "  sluice run [--epochs N | --limit N] SCRIPT [ARGS...]\n";
+    "  sluice run [--epochs N | --limit N] SCRIPT [ARGS...]\n"
+    "  sluice run [--stop-after N] [--save-state FILE] [--resume FILE]\n"
+    "             [--digest] [--stats] [--epochs N] SCRIPT [ARGS...]\n";
 
 static const char help[] =
     "Runs the Lua pipeline script SCRIPT (it returns a pipeline; ARGS reach\n"
@@ -52,14 +67,46 @@ static const char help[] =
     "                  time, time waiting on upstream and blocked by\n"
     "                  downstream, share of its threads used; and the stage\n"
     "                  that limits throughput (docs/PERFORMANCE.md)\n"
-    "  -h, --help      this help\n";
+    "      --stop-after N  stop once N samples of the run (counted across\n"
+    "                  epochs, from the start of the first run when\n"
+    "                  resuming) are done: at the end of the batch holding\n"
+    "                  the N-th sample\n"
+    "      --save-state FILE  when the run stops (--stop-after, --limit or\n"
+    "                  the last epoch's end), write its state to FILE\n"
+    "                  (atomically: a temporary renamed over FILE)\n"
+    "      --resume FILE  continue the run FILE holds: the pipeline (the\n"
+    "                  same SCRIPT and ARGS) from the saved position, and\n"
+    "                  the epoch and sample counts from where they were\n"
+    "                  (--epochs 3 means 3 in all); the next batches are\n"
+    "                  those the uninterrupted run would have given\n"
+    "      --digest    print one line per batch (sample, without a batch\n"
+    "                  stage): digest EPOCH INDEX HASH (a 64-bit hash of\n"
+    "                  its fields' dtypes, shapes and bytes)\n"
+    "  -h, --help      this help\n"
+    "\n"
+    "Exit status: 0 done; 1 a failure (the script, the pipeline, a state\n"
+    "file that cannot be written or read, is not a run state, is corrupt,\n"
+    "or belongs to another pipeline: the message says which); 2 bad usage.\n";
 
-enum { OPT_EPOCHS = 1, OPT_LIMIT, OPT_STATS, OPT_HELP };
+enum {
+  OPT_EPOCHS = 1,
+  OPT_LIMIT,
+  OPT_STATS,
+  OPT_STOP_AFTER,
+  OPT_SAVE_STATE,
+  OPT_RESUME,
+  OPT_DIGEST,
+  OPT_HELP
+};
 
 static const cli_opt opts[] = {
     {"epochs", 'e', true, OPT_EPOCHS},
     {"limit", 'l', true, OPT_LIMIT},
     {"stats", 0, false, OPT_STATS},
+    {"stop-after", 0, true, OPT_STOP_AFTER},
+    {"save-state", 0, true, OPT_SAVE_STATE},
+    {"resume", 0, true, OPT_RESUME},
+    {"digest", 0, false, OPT_DIGEST},
     {"help", 'h', false, OPT_HELP},
     {NULL, 0, false, 0},
 };
@@ -117,6 +164,158 @@ static void report(const char *what, uint64_t batches, int64_t samples,
          rate((double)batches, dt));
 }
 
+/* --- the run state file (--save-state, --resume) ---------------------------
+ *
+ *   0  "SLUICERN"            magic
+ *   8  u32 version (1)       u32 flags (bit 0: the epoch had ended)
+ *  16  u64 epoch             the epoch in progress (1-based) or just ended
+ *  24  u64 batches, u64 samples         of that epoch so far
+ *  40  u64 total batches, u64 total samples   of the run so far
+ *  56  u64 n                 the pipeline's state (sl_pipeline_save): n bytes
+ *  64  ...                   then u32 CRC32C of everything before it
+ *
+ * Integers little-endian. */
+#define RUN_MAGIC "SLUICERN"
+#define RUN_VERSION 1u
+#define RUN_HEADER 64
+#define RUN_MAX_STATE ((size_t)1 << 30)
+
+typedef struct run_pos {
+  uint64_t epoch;
+  bool ended;
+  uint64_t batches, total_batches;
+  int64_t samples, total_samples;
+} run_pos;
+
+static void put_le(unsigned char *p, uint64_t v, int n) {
+  for (int i = 0; i < n; i++)
+    p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static uint64_t get_le(const unsigned char *p, int n) {
+  uint64_t v = 0;
+  for (int i = 0; i < n; i++)
+    v |= (uint64_t)p[i] << (8 * i);
+  return v;
+}
+
+/* Saves the pipeline and writes FILE. */
+static int save_run(sl_pipeline *pl, const char *path, const run_pos *at) {
+  void *st = NULL;
+  size_t n = 0;
+  int rc = sl_pipeline_save(pl, &st, &n);
+  if (rc != SL_OK) return rc;
+  size_t total = RUN_HEADER + n + 4;
+  unsigned char *buf = malloc(total);
+  if (!buf) {
+    sl_free(st);
+    return sl_set_error(SL_ENOMEM, "--save-state: out of memory");
+  }
+  memcpy(buf, RUN_MAGIC, 8);
+  put_le(buf + 8, RUN_VERSION, 4);
+  put_le(buf + 12, at->ended ? 1 : 0, 4);
+  put_le(buf + 16, at->epoch, 8);
+  put_le(buf + 24, at->batches, 8);
+  put_le(buf + 32, (uint64_t)at->samples, 8);
+  put_le(buf + 40, at->total_batches, 8);
+  put_le(buf + 48, (uint64_t)at->total_samples, 8);
+  put_le(buf + 56, n, 8);
+  memcpy(buf + RUN_HEADER, st, n);
+  sl_free(st);
+  put_le(buf + RUN_HEADER + n, cli_crc32c(buf, RUN_HEADER + n), 4);
+  rc = cli_write_file_atomic(path, buf, total);
+  free(buf);
+  if (rc == SL_OK)
+    printf("state: %s (%zu bytes: epoch %" PRIu64 "%s, %" PRId64
+           " samples of the run)\n",
+           path, total, at->epoch, at->ended ? " ended" : "",
+           at->total_samples);
+  return rc;
+}
+
+/* Reads FILE, checks it and restores the pipeline; *at gets the counters. */
+static int resume_run(sl_pipeline *pl, const char *path, run_pos *at) {
+  void *data = NULL;
+  size_t len = 0;
+  int rc = cli_read_file(path, RUN_MAX_STATE, &data, &len);
+  if (rc != SL_OK) return rc;
+  const unsigned char *b = data;
+  if (len < 8 || memcmp(b, RUN_MAGIC, 8) != 0) {
+    rc = sl_set_error(SL_ECORRUPT,
+                      "--resume %s: not a run state of `sluice run "
+                      "--save-state` (%zu bytes, no " RUN_MAGIC " header)",
+                      path, len);
+  } else if (len < RUN_HEADER + 4) {
+    rc = sl_set_error(SL_ECORRUPT,
+                      "--resume %s: cut short (%zu bytes, a run state has at "
+                      "least %d)",
+                      path, len, RUN_HEADER + 4);
+  } else if (get_le(b + 8, 4) != RUN_VERSION) {
+    rc = sl_set_error(SL_EUNSUPPORTED,
+                      "--resume %s: run state version %" PRIu64
+                      ", this sluice reads version %u",
+                      path, get_le(b + 8, 4), RUN_VERSION);
+  } else if (get_le(b + 56, 8) != len - RUN_HEADER - 4) {
+    rc = sl_set_error(SL_ECORRUPT,
+                      "--resume %s: %zu bytes, but the header says %" PRIu64
+                      " bytes of pipeline state (cut short or padded)",
+                      path, len, get_le(b + 56, 8) + RUN_HEADER + 4);
+  } else if (get_le(b + len - 4, 4) != cli_crc32c(b, len - 4)) {
+    rc = sl_set_error(SL_ECORRUPT,
+                      "--resume %s: checksum mismatch (the file is corrupt)",
+                      path);
+  } else {
+    at->ended = get_le(b + 12, 4) & 1;
+    at->epoch = get_le(b + 16, 8);
+    at->batches = get_le(b + 24, 8);
+    at->samples = (int64_t)get_le(b + 32, 8);
+    at->total_batches = get_le(b + 40, 8);
+    at->total_samples = (int64_t)get_le(b + 48, 8);
+    rc = at->epoch >= 1
+             ? SL_OK
+             : sl_set_error(SL_ECORRUPT, "--resume %s: epoch 0", path);
+    if (rc == SL_OK) {
+      rc = sl_pipeline_restore(pl, b + RUN_HEADER, len - RUN_HEADER - 4);
+      if (rc != SL_OK) {
+        /* Keep the pipeline's message, saying which file. */
+        char *msg = strdup(sl_last_error());
+        rc = sl_set_error(rc, "--resume %s: %s", path,
+                          msg ? msg : "cannot restore");
+        free(msg);
+      }
+    }
+  }
+  free(data);
+  return rc;
+}
+
+/* FNV-1a 64 of every field's dtype, rank, shape, bytes and LoD. */
+static uint64_t item_digest(sl_sample *s) {
+  uint64_t h = 1469598103934665603ull;
+#define MIX(p, n)                                                              \
+  do {                                                                         \
+    const unsigned char *b_ = (const unsigned char *)(p);                      \
+    for (size_t i_ = 0; i_ < (size_t)(n); i_++) {                              \
+      h ^= b_[i_];                                                             \
+      h *= 1099511628211ull;                                                   \
+    }                                                                          \
+  } while (0)
+  int nf = sl_sample_nfields(s);
+  for (int i = 0; i < nf; i++) {
+    const sl_tensor *t = sl_sample_at(s, i);
+    int32_t dt = (int32_t)t->dtype, rank = (int32_t)t->rank;
+    MIX(&dt, sizeof dt);
+    MIX(&rank, sizeof rank);
+    MIX(t->shape, sizeof t->shape[0] * (size_t)t->rank);
+    if (t->nbytes) MIX(t->data, t->nbytes);
+    int64_t ll = t->lod_len;
+    MIX(&ll, sizeof ll);
+    if (t->lod_len) MIX(t->lod, sizeof *t->lod * (size_t)t->lod_len);
+  }
+#undef MIX
+  return h;
+}
+
 /* The per-stage table over `wall` seconds of iteration. */
 static int print_stats(const sl_pipeline *pl, double wall) {
   size_t n = 0;
@@ -142,9 +341,9 @@ static int print_stats(const sl_pipeline *pl, double wall) {
 int cmd_run(int argc, char **argv) {
   cli_parser p;
   cli_parser_init(&p, argc, argv, "run", synopsis, opts);
-  uint64_t epochs = 1, limit = 0; /* limit 0: none */
-  bool stats = false;
-  const char *script = NULL, *val;
+  uint64_t epochs = 1, limit = 0, stop_after = 0; /* 0: none */
+  bool stats = false, digest = false;
+  const char *script = NULL, *val, *save_path = NULL, *resume_path = NULL;
   int id;
   while (!script && (id = cli_next(&p, &val)) != CLI_ARG_END) {
     switch (id) {
@@ -155,6 +354,9 @@ int cmd_run(int argc, char **argv) {
       return CLI_OK;
     case OPT_STATS:
       stats = true;
+      break;
+    case OPT_DIGEST:
+      digest = true;
       break;
     case OPT_EPOCHS:
       if (!cli_parse_u64(val, false, &epochs) || epochs < 1 || epochs > 1000000)
@@ -167,6 +369,23 @@ int cmd_run(int argc, char **argv) {
         return cli_usage_error("run", synopsis,
                                "--limit needs a whole number >= 1 (got '%s')",
                                val);
+      break;
+    case OPT_STOP_AFTER:
+      if (!cli_parse_u64(val, false, &stop_after) || stop_after < 1 ||
+          stop_after > INT64_MAX)
+        return cli_usage_error(
+            "run", synopsis,
+            "--stop-after needs a whole number >= 1 (got '%s')", val);
+      break;
+    case OPT_SAVE_STATE:
+      if (!*val)
+        return cli_usage_error("run", synopsis, "--save-state needs a file");
+      save_path = val;
+      break;
+    case OPT_RESUME:
+      if (!*val)
+        return cli_usage_error("run", synopsis, "--resume needs a file");
+      resume_path = val;
       break;
     case CLI_ARG_OPERAND:
       script = val;
@@ -197,31 +416,63 @@ int cmd_run(int argc, char **argv) {
            batched ? "batches" : "samples");
   else
     printf("length: not known (%s)\n", sl_last_error());
+
+  /* Where the run stands: a fresh run is before epoch 1; a resumed one
+   * continues the saved epoch (or starts the next, when it had ended). */
+  run_pos at = {.epoch = 1};
+  if (resume_path) {
+    t0 = cli_now();
+    if ((rc = resume_run(pl, resume_path, &at)) != SL_OK) {
+      sl_pipeline_close(pl);
+      return cli_fail("run", rc);
+    }
+    printf("resumed: %s: epoch %" PRIu64 "%s, %" PRIu64 " batches, %" PRId64
+           " samples into it, %" PRId64 " samples of the run (in %.3f s)\n",
+           resume_path, at.epoch, at.ended ? " ended" : "", at.batches,
+           at.samples, at.total_samples, cli_now() - t0);
+  }
   fflush(stdout);
 
-  uint64_t total_batches = 0;
-  int64_t total_samples = 0;
+  uint64_t total_batches = at.total_batches;
+  int64_t total_samples = at.total_samples;
   double total_time = 0.0;
   uint64_t e;
   bool stopped = false;
+  const char *why = "";
   int status = CLI_OK;
-  for (e = 1; e <= epochs && !stopped; e++) {
+  /* Stopping before any pull: a resumed run already past its limits. */
+  if (limit && total_batches >= limit)
+    stopped = true, why = " (--limit reached)";
+  if (stop_after && (uint64_t)total_samples >= stop_after)
+    stopped = true, why = " (--stop-after reached)";
+  /* The epoch ended stays `at.epoch` until the next one starts. */
+  uint64_t first = at.ended ? at.epoch + 1 : at.epoch;
+  bool in_epoch = false; /* pulled (or resumed) into epoch e, not ended */
+  for (e = first; e <= epochs && !stopped; e++) {
     const double e0 = cli_now();
-    if (e > 1 && (rc = sl_pipeline_reset(pl)) != SL_OK) {
+    const bool resumed_here = resume_path && e == at.epoch && !at.ended;
+    if (e > 1 && !resumed_here && (rc = sl_pipeline_reset(pl)) != SL_OK) {
       status = cli_fail("run", rc);
       break;
     }
-    uint64_t batches = 0;
-    int64_t samples = 0;
+    uint64_t batches = resumed_here ? at.batches : 0;
+    int64_t samples = resumed_here ? at.samples : 0;
+    in_epoch = true;
     double last_progress = -1.0; /* the first item shows it at once */
     /* What this epoch will yield, for the share and the ETA (0: unknown). */
     uint64_t target = known ? length : 0;
-    if (known && limit && limit - total_batches < target)
-      target = limit - total_batches;
+    if (known && limit && limit - total_batches + batches < target)
+      target = limit - total_batches + batches;
+    const uint64_t batches0 = batches;
+    const int64_t samples0 = samples;
     sl_sample *b = NULL;
     while ((rc = sl_pipeline_next(pl, &b)) == SL_OK) {
+      const int64_t n = item_samples(b, batched);
+      if (digest)
+        printf("digest %" PRIu64 " %" PRIu64 " %016" PRIx64 "\n", e, batches,
+               item_digest(b));
       batches++;
-      samples += item_samples(b, batched);
+      samples += n;
       sl_sample_release(b);
       b = NULL;
       if (tty) {
@@ -231,10 +482,16 @@ int cmd_run(int argc, char **argv) {
           progress(e, batches, samples, target, now - e0);
         }
       }
-      if (limit && total_batches + batches >= limit) {
+      if (limit && total_batches + (batches - batches0) >= limit) {
         stopped = true;
-        break;
+        why = " (--limit reached)";
       }
+      if (stop_after &&
+          (uint64_t)(total_samples + (samples - samples0)) >= stop_after) {
+        stopped = true;
+        why = " (--stop-after reached)";
+      }
+      if (stopped) break;
     }
     const double dt = cli_now() - e0;
     if (tty) fprintf(stderr, "\r\033[K");
@@ -242,22 +499,32 @@ int cmd_run(int argc, char **argv) {
       status = cli_fail("run", rc);
       break;
     }
-    char what[64];
-    snprintf(what, sizeof what, "epoch %" PRIu64 "%s", e,
-             stopped ? " (--limit reached)" : "");
+    if (!stopped) in_epoch = false;
+    char what[96];
+    snprintf(what, sizeof what, "epoch %" PRIu64 "%s%s", e,
+             resumed_here ? " (resumed)" : "", stopped ? why : "");
     report(what, batches, samples, dt);
     fflush(stdout);
-    total_batches += batches;
-    total_samples += samples;
+    total_batches += batches - batches0;
+    total_samples += samples - samples0;
     total_time += dt;
+    at.epoch = e;
+    at.ended = !in_epoch;
+    at.batches = batches;
+    at.samples = samples;
   }
   if (status == CLI_OK) {
     char what[64];
-    uint64_t done = e - 1;
-    snprintf(what, sizeof what, "total (%" PRIu64 " epoch%s)", done,
-             done == 1 ? "" : "s");
+    /* The epochs of the run, resumed ones included (as the uninterrupted
+     * run would say); the times are this process's. */
+    snprintf(what, sizeof what, "total (%" PRIu64 " epoch%s)", at.epoch,
+             at.epoch == 1 ? "" : "s");
     report(what, total_batches, total_samples, total_time);
-    if (stats) status = print_stats(pl, total_time);
+    at.total_batches = total_batches;
+    at.total_samples = total_samples;
+    if (save_path && (rc = save_run(pl, save_path, &at)) != SL_OK)
+      status = cli_fail("run", rc);
+    if (status == CLI_OK && stats) status = print_stats(pl, total_time);
   }
   sl_pipeline_close(pl);
   return status;

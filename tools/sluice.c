@@ -20,6 +20,7 @@ static const char synopsis[] =
     "  sluice verify FILE...\n"
     "  sluice cat [--from K] [--count N] [--json] FILE\n"
     "  sluice run [--epochs N | --limit N] SCRIPT [ARGS...]\n"
+    "  sluice run [--stop-after N] [--save-state F] [--resume F] SCRIPT ...\n"
     "  sluice help [COMMAND]\n"
     "  sluice --version\n";
 

@@ -293,6 +293,14 @@ int sl_stats_format(const sl_stage_stats *stats, size_t n, double wall_s,
                     char *buf, size_t cap);
 ]]
 
+-- Saving and restoring a position (Pipeline:state / Pipeline:restore,
+-- docs/RESUME.md).
+ffi.cdef [[
+int sl_reader_save(sl_reader *r, void **state, size_t *len);
+int sl_reader_restore(sl_reader *r, const void *state, size_t len);
+void sl_free(void *p);
+]]
+
 -- Internal, exported for this module (src/script/lua_host.h): what the
 -- samples a Lua state sees pin (Pipeline:next), and compact copies
 -- (sluice.clone).

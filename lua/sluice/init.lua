@@ -248,6 +248,38 @@ Pipeline.__len = function(p)
   return n
 end
 
+-- p:state(): where p stands, as a Lua string (sl_reader_save: for every
+-- stage its name, options and positions, not the samples; docs/RESUME.md).
+-- p:restore(s): moves p, a pipeline built the same way (in this process or
+-- another), to that position: its next samples, and the passes after a
+-- reset, are those the saved pipeline would have given.  Both raise with
+-- the C message: a stage that cannot save, a state of another pipeline
+-- (naming the first stage that differs; p is left as it was), a corrupt
+-- or truncated state.
+local STATE, STATE_LEN = ffi.new("void *[1]"), ffi.new("size_t[1]")
+function Pipeline:state()
+  local r = live(self, ":state()", 2)
+  local rc = C.sl_reader_save(r, STATE, STATE_LEN)
+  if rc < 0 then error(c_message(rc), 2) end
+  local ptr = STATE[0]
+  STATE[0] = nil
+  -- ffi.string copies; nothing between the save and sl_free raises but an
+  -- out-of-memory error, which would leak this one small string.
+  local s = ffi_string(ptr, STATE_LEN[0])
+  C.sl_free(ptr)
+  return s
+end
+
+function Pipeline:restore(s)
+  local r = live(self, ":restore()", 2)
+  if type(s) ~= "string" then
+    error(("sluice: :restore() needs a state string (from :state(); got a %s)")
+          :format(type(s)), 2)
+  end
+  local rc = C.sl_reader_restore(r, s, #s)
+  if rc < 0 then error(c_message(rc), 2) end
+end
+
 function Pipeline:close()
   if not is_pipeline(self) then live(self, ":close()", 2) end
   local r = self._r
