@@ -191,6 +191,12 @@ static const char FNS[] =
     "    if k <= 60 then return { i = k } end\n"                  /* 23 */
     "  end\n"                                                     /* 24 */
     "end\n"                                                       /* 25 */
+    "function T.even_boom(s)\n"                                   /* 26 */
+    "  if os.getenv('SLUICE_TEST_FILTER_BOOM') and s.i == 100 then\n"
+    "    error('filter boom at ' .. s.i)\n" /* 28 */
+    "  end\n"
+    "  return s.i % 2 == 0\n"
+    "end\n"
     "return T\n";
 
 static lua_State *g_decl;
@@ -449,6 +455,46 @@ t_an_error_in_lua_during_the_restores_replay_carries_its_traceback(void) {
   sl_reader_destroy(b);
 }
 
+/* A Lua filter far behind the position it is saved at (a prefetch of big
+ * batches above it holds more than its log of 1024): the restore replays
+ * the pass from its start through the Lua function. */
+static sl_reader *build_far(void *ud) {
+  (void)ud;
+  lua_case f = {SL__LUA_FILTER, "even_boom", 2, 1, false, 0, 0};
+  sl_reader *r = lua_stage_on(test_range_reader(20000), &f);
+  if (sl_batch(r, 1500, NULL, &r) < 0 || sl_prefetch(r, 3, &r) < 0) return NULL;
+  return r;
+}
+
+static void t_a_lua_filter_far_behind_replays_its_pass_exactly(void) {
+  static const uint64_t cuts[] = {1, 2, 5};
+  test_resume_check(build_far, NULL, 2, cuts, sizeof cuts / sizeof *cuts, 0);
+}
+
+static void
+t_an_error_in_a_lua_filter_during_the_restores_replay_has_its_traceback(void) {
+  sl_reader *a = build_far(NULL);
+  ASSERT_NOT_NULL(a);
+  void *st = NULL;
+  size_t len = 0;
+  sl_sample *s = NULL;
+  ASSERT_OK(sl_reader_next(a, &s));
+  sl_sample_release(s);
+  test_sleep_us(300000); /* prefetch fills: the filter is far ahead */
+  read_then_save(a, 0, NULL, &st, &len);
+  sl_reader *b = build_far(NULL);
+  ASSERT_NOT_NULL(b);
+  setenv("SLUICE_TEST_FILTER_BOOM", "1", 1);
+  int rc = sl_reader_restore(b, st, len);
+  unsetenv("SLUICE_TEST_FILTER_BOOM");
+  ASSERT_RC(rc, SL_ELUA);
+  ASSERT_NOT_NULL(strstr(sl_last_error(), "filter boom at 100"));
+  ASSERT_NOT_NULL(strstr(sl_last_error(), "resume_fns.lua:28"));
+  ASSERT_NOT_NULL(strstr(sl_last_error(), "traceback"));
+  sl_free(st);
+  sl_reader_destroy(b);
+}
+
 #else /* the Lua layer left out: the Lua tests pass vacuously */
 static void
 t_ordered_lua_map_filter_and_parser_resume_exactly_at_1_2_4_threads(void) {}
@@ -462,6 +508,9 @@ t_an_unordered_lua_map_under_a_shuffle_refuses_with_a_message(void) {}
 static void t_the_lua_reader_resumes_by_replaying_its_pass(void) {}
 static void
 t_an_error_in_lua_during_the_restores_replay_carries_its_traceback(void) {}
+static void t_a_lua_filter_far_behind_replays_its_pass_exactly(void) {}
+static void
+t_an_error_in_a_lua_filter_during_the_restores_replay_has_its_traceback(void) {}
 #endif
 
 TEST(ordered_lua_map_filter_and_parser_resume_exactly_at_1_2_4_threads) {
@@ -484,4 +533,10 @@ TEST(the_lua_reader_resumes_by_replaying_its_pass) {
 }
 TEST(an_error_in_lua_during_the_restores_replay_carries_its_traceback) {
   t_an_error_in_lua_during_the_restores_replay_carries_its_traceback();
+}
+TEST(a_lua_filter_far_behind_replays_its_pass_exactly) {
+  t_a_lua_filter_far_behind_replays_its_pass_exactly();
+}
+TEST(an_error_in_a_lua_filter_during_the_restores_replay_has_its_traceback) {
+  t_an_error_in_a_lua_filter_during_the_restores_replay_has_its_traceback();
 }
