@@ -165,39 +165,43 @@ TEST(an_unordered_stage_under_a_shuffle_refuses_to_save) {
 #include <lualib.h>
 
 /* Line numbers matter: tracebacks name "resume_fns.lua:<line>". */
-static const char FNS[] =
-    "local T = {}\n"                                              /* 1 */
-    "function T.note(s, ctx)\n"                                   /* 2 */
-    "  return { i = s.i * 10, ix = ctx.index, ep = ctx.epoch }\n" /* 3 */
-    "end\n"                                                       /* 4 */
-    "function T.third(s, ctx) return ctx.index % 3 ~= 1 end\n"    /* 5 */
-    "function T.times10(s) return { i = s.i * 10 } end\n"         /* 6 */
-    "function T.even(s) return s.i % 2 == 0 end\n"                /* 7 */
-    "function T.random(s, ctx)\n"                                 /* 8 */
-    "  s.u, s.n = ctx.rng:random(), ctx.rng:random(9) return s\n" /* 9 */
-    "end\n"                                                       /* 10 */
-    "function T.parse(line, ctx)\n"                               /* 11 */
-    "  local v = tonumber(line)\n"                                /* 12 */
-    "  if v % 4 == 0 then return nil end\n"                       /* 13 */
-    "  return { i = v, u = ctx.rng:random() }\n"                  /* 14 */
-    "end\n"                                                       /* 15 */
-    "function T.rows()\n"                                         /* 16 */
-    "  local k = 0\n"                                             /* 17 */
-    "  return function()\n"                                       /* 18 */
-    "    k = k + 1\n"                                             /* 19 */
-    "    if os.getenv('SLUICE_TEST_ROW_BOOM') and k == 7 then\n"  /* 20 */
-    "      error('row boom at ' .. k)\n"                          /* 21 */
-    "    end\n"                                                   /* 22 */
-    "    if k <= 60 then return { i = k } end\n"                  /* 23 */
-    "  end\n"                                                     /* 24 */
-    "end\n"                                                       /* 25 */
-    "function T.even_boom(s)\n"                                   /* 26 */
-    "  if os.getenv('SLUICE_TEST_FILTER_BOOM') and s.i == 100 then\n"
-    "    error('filter boom at ' .. s.i)\n" /* 28 */
-    "  end\n"
-    "  return s.i % 2 == 0\n"
-    "end\n"
-    "return T\n";
+static const char
+    FNS[] = "local T = {}\n"            /* 1 */
+            "function T.note(s, ctx)\n" /* 2 */
+            "  return { i = s.i * 10, ix = ctx.index, ep = ctx.epoch }\n" /* 3
+                                                                           */
+            "end\n"                                                    /* 4 */
+            "function T.third(s, ctx) return ctx.index % 3 ~= 1 end\n" /* 5 */
+            "function T.times10(s) return { i = s.i * 10 } end\n"      /* 6 */
+            "function T.even(s) return s.i % 2 == 0 end\n"             /* 7 */
+            "function T.random(s, ctx)\n"                              /* 8 */
+            "  s.u, s.n = ctx.rng:random(), ctx.rng:random(9) return s\n" /* 9
+                                                                           */
+            "end\n"                                      /* 10 */
+            "function T.parse(line, ctx)\n"              /* 11 */
+            "  local v = tonumber(line)\n"               /* 12 */
+            "  if v % 4 == 0 then return nil end\n"      /* 13 */
+            "  return { i = v, u = ctx.rng:random() }\n" /* 14 */
+            "end\n"                                      /* 15 */
+            "function T.rows()\n"                        /* 16 */
+            "  local k = 0\n"                            /* 17 */
+            "  return function()\n"                      /* 18 */
+            "    k = k + 1\n"                            /* 19 */
+            "    if k == 7 and io.open(os.getenv('SLUICE_TEST_BOOM') or '') "
+            "then\n"                                     /* 20 */
+            "      error('row boom at ' .. k)\n"         /* 21 */
+            "    end\n"                                  /* 22 */
+            "    if k <= 60 then return { i = k } end\n" /* 23 */
+            "  end\n"                                    /* 24 */
+            "end\n"                                      /* 25 */
+            "function T.even_boom(s)\n"                  /* 26 */
+            "  if s.i == 100 and io.open(os.getenv('SLUICE_TEST_BOOM') or '') "
+            "then\n"
+            "    error('filter boom at ' .. s.i)\n" /* 28 */
+            "  end\n"
+            "  return s.i % 2 == 0\n"
+            "end\n"
+            "return T\n";
 
 static lua_State *g_decl;
 
@@ -433,20 +437,37 @@ static void t_the_lua_reader_resumes_by_replaying_its_pass(void) {
                     4096);
 }
 
+/* The functions above fail while the file $SLUICE_TEST_BOOM exists: the
+ * variable is set here, before any thread runs (getenv in the workers then
+ * races with nothing); the file is made by boom(true). */
+static const char *boom_path(void) {
+  const char *path = test_tmppath("resume_script", "boom");
+  setenv("SLUICE_TEST_BOOM", path, 1);
+  return path;
+}
+
+static void boom(const char *path, bool on) {
+  if (on)
+    test_write_file(path, "", 0);
+  else
+    remove(path);
+}
+
 static void
 t_an_error_in_lua_during_the_restores_replay_carries_its_traceback(void) {
+  const char *path = boom_path();
   void *st = NULL;
   size_t len = 0;
   read_then_save(build_rows(NULL), 20, NULL, &st, &len);
   sl_reader *b = build_rows(NULL);
-  setenv("SLUICE_TEST_ROW_BOOM", "1", 1);
+  boom(path, true);
   int rc = sl_reader_restore(b, st, len);
   /* The replay runs on the restoring thread (prefetch is stopped). */
   if (rc == SL_OK) {
     sl_sample *s = NULL;
     rc = sl_reader_next(b, &s);
   }
-  unsetenv("SLUICE_TEST_ROW_BOOM");
+  boom(path, false);
   ASSERT_RC(rc, SL_ELUA);
   ASSERT_NOT_NULL(strstr(sl_last_error(), "row boom at 7"));
   ASSERT_NOT_NULL(strstr(sl_last_error(), "resume_fns.lua:21"));
@@ -473,6 +494,7 @@ static void t_a_lua_filter_far_behind_replays_its_pass_exactly(void) {
 
 static void
 t_an_error_in_a_lua_filter_during_the_restores_replay_has_its_traceback(void) {
+  const char *path = boom_path();
   sl_reader *a = build_far(NULL);
   ASSERT_NOT_NULL(a);
   void *st = NULL;
@@ -484,9 +506,9 @@ t_an_error_in_a_lua_filter_during_the_restores_replay_has_its_traceback(void) {
   read_then_save(a, 0, NULL, &st, &len);
   sl_reader *b = build_far(NULL);
   ASSERT_NOT_NULL(b);
-  setenv("SLUICE_TEST_FILTER_BOOM", "1", 1);
+  boom(path, true);
   int rc = sl_reader_restore(b, st, len);
-  unsetenv("SLUICE_TEST_FILTER_BOOM");
+  boom(path, false);
   ASSERT_RC(rc, SL_ELUA);
   ASSERT_NOT_NULL(strstr(sl_last_error(), "filter boom at 100"));
   ASSERT_NOT_NULL(strstr(sl_last_error(), "resume_fns.lua:28"));
