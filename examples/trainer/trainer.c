@@ -15,6 +15,18 @@
  * 10000 t10k images, W the fraction of the epoch's wall time (training pass
  * and evaluation) spent inside sl_pipeline_next: "does training wait on
  * data?".  The model is examples/softmax.h, shared with fmnist_softmax.c.
+ *
+ * Checkpoints (docs/RESUME.md).  `--save-state FILE` writes, at the end of
+ * the run or after `--stop-after N` training steps (batches, counted across
+ * epochs), a checkpoint: the epoch and step, the epoch's loss sum and sample
+ * count so far, the model's weights, and the training pipeline's position
+ * (sl_pipeline_save: positions, not samples, a few hundred bytes), with a
+ * CRC32C; written to a temporary file, synced and renamed over FILE, so a
+ * crash never leaves half a checkpoint.  `--resume FILE` loads it into a
+ * fresh model and pipeline (sl_pipeline_restore) and continues: the epoch
+ * lines that follow are those of the uninterrupted run (loss and accuracy
+ * equal to the printed digits; wait is a timing).  The test pipeline has no
+ * position to save: each epoch reads it whole.
  */
 /* clock_gettime under strict -std=c11 (a user builds this with pkg-config
  * and their own flags). */
@@ -25,12 +37,15 @@
 #include "../softmax.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #ifndef TRAINER_DEFAULT_SCRIPT
 #define TRAINER_DEFAULT_SCRIPT "examples/fashion_mnist.lua"
@@ -45,8 +60,10 @@
 
 typedef struct options {
   int epochs;
-  long limit;               /* training batches per epoch, 0: all */
-  const char *batch, *seed; /* passed to the script as strings */
+  long limit;                /* training batches per epoch, 0: all */
+  long stop_after;           /* training steps in all, 0: none */
+  const char *save, *resume; /* checkpoint files, NULL: none */
+  const char *batch, *seed;  /* passed to the script as strings */
   float lr;
   const char *data, *script;
 } options;
@@ -56,6 +73,7 @@ static void usage(FILE *f) {
       f,
       "usage: trainer [--epochs N] [--data DIR] [--script PATH] "
       "[--batch N] [--seed N] [--lr X] [--limit N]\n"
+      "               [--stop-after N] [--save-state FILE] [--resume FILE]\n"
       "  --epochs N     training passes (default 3)\n"
       "  --data DIR     where train.slr and t10k.slr are (default %s;\n"
       "                 `make demo` packs them from dataset-fashion-mnist)\n"
@@ -65,6 +83,12 @@ static void usage(FILE *f) {
       "  --lr X         SGD learning rate of epoch 1, then lr/epoch (default "
       "0.2)\n"
       "  --limit N      at most N training batches per epoch (default all)\n"
+      "  --stop-after N stop after N training steps (batches) in all,\n"
+      "                 counted across epochs and resumed runs\n"
+      "  --save-state FILE  at the end (or at --stop-after), write a\n"
+      "                 checkpoint: model, counters, pipeline position\n"
+      "  --resume FILE  continue from a checkpoint of --save-state (the\n"
+      "                 same --batch, --seed, --data, --script)\n"
       "  --help         this text\n"
       "Each epoch prints: epoch=N loss=L test_acc=A wait=W (W: share of "
       "the epoch's wall time spent waiting in sl_pipeline_next).\n",
@@ -85,6 +109,8 @@ static int whole(const char *s, long lo, long hi, long *v) {
 static int parse_options(int argc, char **argv, options *o) {
   o->epochs = 3;
   o->limit = 0;
+  o->stop_after = 0;
+  o->save = o->resume = NULL;
   o->batch = "128";
   o->seed = "42";
   o->lr = 0.2f;
@@ -104,6 +130,15 @@ static int parse_options(int argc, char **argv, options *o) {
     } else if (!strcmp(a, "--limit")) {
       if (whole(v, 1, 1L << 40, &x)) goto bad;
       o->limit = x;
+    } else if (!strcmp(a, "--stop-after")) {
+      if (whole(v, 1, 1L << 40, &x)) goto bad;
+      o->stop_after = x;
+    } else if (!strcmp(a, "--save-state")) {
+      if (!v || !*v) goto bad;
+      o->save = v;
+    } else if (!strcmp(a, "--resume")) {
+      if (!v || !*v) goto bad;
+      o->resume = v;
     } else if (!strcmp(a, "--batch")) {
       if (whole(v, 1, 1000000, &x)) goto bad;
       o->batch = v;
@@ -155,6 +190,189 @@ static int next_batch(sl_pipeline *p, sl_sample **b, double *wait) {
   return rc;
 }
 
+/* ------------------------------------------------------------------------ */
+/* Checkpoints                                                               */
+/* ------------------------------------------------------------------------ */
+
+/* Where training stands: the epoch in progress (1-based), the training
+ * steps done in it and in all, and its loss sum and sample count so far. */
+typedef struct progress {
+  int epoch;
+  int fresh; /* 1: `epoch` has not started (the one before ended) */
+  long batches;
+  long steps;
+  double loss;
+  int64_t seen;
+} progress;
+
+/*   "SLTRAIN1", u32 version 1, i32 epoch, i32 fresh, i64 batches, i64
+ *   steps, f64 loss,
+ *   i64 seen, f32 w[PIXELS][CLASSES], f32 b[CLASSES], u64 n, n bytes of
+ *   pipeline state, u32 CRC32C of all before.  Host byte order: a
+ *   checkpoint is for the machine that trains. */
+#define CKPT_MAGIC "SLTRAIN1"
+enum { CKPT_VERSION = 1 };
+
+static uint32_t crc32c(const void *data, size_t n) {
+  const unsigned char *p = data;
+  uint32_t c = 0xFFFFFFFFu;
+  for (size_t i = 0; i < n; i++) {
+    c ^= p[i];
+    for (int k = 0; k < 8; k++)
+      c = c & 1 ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+  }
+  return c ^ 0xFFFFFFFFu;
+}
+
+typedef struct bytes {
+  unsigned char *p;
+  size_t n, cap;
+} bytes;
+
+static int put(bytes *b, const void *data, size_t n) {
+  if (b->n + n > b->cap) {
+    size_t cap = b->cap ? b->cap * 2 : 65536;
+    while (cap < b->n + n)
+      cap *= 2;
+    unsigned char *q = realloc(b->p, cap);
+    if (!q) return -1;
+    b->p = q;
+    b->cap = cap;
+  }
+  memcpy(b->p + b->n, data, n);
+  b->n += n;
+  return 0;
+}
+
+/* Writes the checkpoint to `path` through a temporary renamed over it. */
+static int save_checkpoint(const char *path, sl_pipeline *train, const model *m,
+                           const progress *at) {
+  void *st = NULL;
+  size_t n = 0;
+  int rc = sl_pipeline_save(train, &st, &n);
+  if (rc != SL_OK) {
+    fprintf(stderr, "trainer: --save-state %s: %s: %s\n", path, sl_err_name(rc),
+            sl_last_error());
+    return -1;
+  }
+  bytes b = {0};
+  const uint32_t version = CKPT_VERSION;
+  const int32_t epoch = at->epoch, fresh = at->fresh;
+  const int64_t batches = at->batches, steps = at->steps, seen = at->seen;
+  const uint64_t len = n;
+  int bad = put(&b, CKPT_MAGIC, 8) || put(&b, &version, 4) ||
+            put(&b, &epoch, 4) || put(&b, &fresh, 4) || put(&b, &batches, 8) ||
+            put(&b, &steps, 8) || put(&b, &at->loss, 8) || put(&b, &seen, 8) ||
+            put(&b, m->w, sizeof m->w) || put(&b, m->b, sizeof m->b) ||
+            put(&b, &len, 8) || put(&b, st, n);
+  sl_free(st);
+  uint32_t crc = bad ? 0 : crc32c(b.p, b.n);
+  bad = bad || put(&b, &crc, 4);
+  if (bad) {
+    free(b.p);
+    fprintf(stderr, "trainer: --save-state %s: out of memory\n", path);
+    return -1;
+  }
+  size_t tl = strlen(path) + 32;
+  char *tmp = malloc(tl);
+  int fd = -1;
+  if (tmp) {
+    snprintf(tmp, tl, "%s.tmp-%ld-XXXXXX", path, (long)getpid());
+    fd = mkstemp(tmp);
+  }
+  int err = fd < 0 ? (tmp ? errno : ENOMEM) : 0;
+  size_t done = 0;
+  while (!err && done < b.n) {
+    ssize_t k = write(fd, b.p + done, b.n - done);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0)
+      err = k < 0 ? errno : EIO;
+    else
+      done += (size_t)k;
+  }
+  if (!err && fsync(fd) != 0) err = errno;
+  if (fd >= 0 && close(fd) != 0 && !err) err = errno;
+  if (!err && rename(tmp, path) != 0) err = errno;
+  if (err && fd >= 0) unlink(tmp);
+  free(tmp);
+  free(b.p);
+  if (err) {
+    fprintf(stderr, "trainer: --save-state %s: %s\n", path, strerror(err));
+    return -1;
+  }
+  printf("checkpoint: %s (%zu bytes, pipeline state %zu bytes) at epoch %d "
+         "step %ld\n",
+         path, done, n, at->epoch, at->batches);
+  fflush(stdout);
+  return 0;
+}
+
+/* Reads the checkpoint at `path` into *m and *at and restores `train`. */
+static int load_checkpoint(const char *path, sl_pipeline *train, model *m,
+                           progress *at) {
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    fprintf(stderr, "trainer: --resume %s: %s\n", path, strerror(errno));
+    return -1;
+  }
+  bytes b = {0};
+  unsigned char chunk[65536];
+  size_t k;
+  int bad = 0;
+  while (!bad && (k = fread(chunk, 1, sizeof chunk, f)) > 0)
+    bad = put(&b, chunk, k) || b.n > (64u << 20);
+  fclose(f);
+  const size_t head =
+      8 + 4 + 4 + 4 + 8 + 8 + 8 + 8 + sizeof m->w + sizeof m->b + 8;
+  const char *why = NULL;
+  uint64_t len = 0;
+  uint32_t version = 0, crc = 0;
+  if (bad)
+    why = "cannot be read (too large, or out of memory)";
+  else if (b.n < 8 || memcmp(b.p, CKPT_MAGIC, 8) != 0)
+    why = "not a trainer checkpoint (no " CKPT_MAGIC " header)";
+  else if (b.n < head + 4)
+    why = "cut short";
+  else if (memcpy(&version, b.p + 8, 4), version != CKPT_VERSION)
+    why = "another checkpoint version";
+  else if (memcpy(&len, b.p + head - 8, 8), len != b.n - head - 4)
+    why = "cut short or padded";
+  else if (memcpy(&crc, b.p + b.n - 4, 4), crc != crc32c(b.p, b.n - 4))
+    why = "checksum mismatch (the file is corrupt)";
+  if (why) {
+    fprintf(stderr, "trainer: --resume %s: %s\n", path, why);
+    free(b.p);
+    return -1;
+  }
+  const unsigned char *p = b.p + 12;
+  int32_t epoch, fresh;
+  int64_t batches, steps, seen;
+  memcpy(&epoch, p, 4);
+  memcpy(&fresh, p + 4, 4);
+  memcpy(&batches, p + 8, 8);
+  memcpy(&steps, p + 16, 8);
+  memcpy(&at->loss, p + 24, 8);
+  memcpy(&seen, p + 32, 8);
+  memcpy(m->w, p + 40, sizeof m->w);
+  memcpy(m->b, p + 40 + sizeof m->w, sizeof m->b);
+  at->epoch = epoch;
+  at->fresh = fresh != 0;
+  at->batches = (long)batches;
+  at->steps = (long)steps;
+  at->seen = seen;
+  int rc = sl_pipeline_restore(train, b.p + head, (size_t)len);
+  free(b.p);
+  if (rc != SL_OK) {
+    fprintf(stderr, "trainer: --resume %s: %s: %s\n", path, sl_err_name(rc),
+            sl_last_error());
+    return -1;
+  }
+  printf("resumed: %s at epoch %d%s step %ld (%ld steps in all)\n", path,
+         at->epoch, at->fresh ? " (its start)" : "", at->batches, at->steps);
+  fflush(stdout);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   options o;
   int pr = parse_options(argc, argv, &o);
@@ -185,41 +403,51 @@ int main(int argc, char **argv) {
     goto out;
   }
 
-  for (int e = 1; e <= o.epochs; e++) {
+  progress at = {.epoch = 1};
+  if (o.resume && load_checkpoint(o.resume, train, m, &at) != 0) goto out;
+  bool stopped = false;
+  int e;
+  for (e = at.epoch; e <= o.epochs && !stopped; e++) {
     const double e0 = now_s();
-    double wait = 0.0, loss = 0.0;
-    int64_t seen = 0;
-    long batches = 0;
+    double wait = 0.0;
+    /* A resumed epoch goes on with its sums; a new one starts them. */
+    const bool resumed = o.resume && e == at.epoch && !at.fresh;
+    if (!resumed) at.batches = 0, at.loss = 0.0, at.seen = 0;
+    at.epoch = e;
+    at.fresh = 0;
     /* The rate decays as 1/epoch: the last SGD steps of an epoch then move
      * the weights less, and the test accuracy stops jumping around. */
     const float lr = o.lr / (float)e;
-    if (e > 1 && ((rc = sl_pipeline_reset(train)) != SL_OK ||
+    if (e > 1 && ((!resumed && (rc = sl_pipeline_reset(train)) != SL_OK) ||
                   (rc = sl_pipeline_reset(test)) != SL_OK)) {
       status = fail("sl_pipeline_reset", rc);
       goto out;
     }
-    while ((!o.limit || batches < o.limit) &&
+    rc = SL_OK;
+    while ((!o.limit || at.batches < o.limit) &&
+           !(stopped = o.stop_after && at.steps >= o.stop_after) &&
            (rc = next_batch(train, &b, &wait)) == SL_OK) {
       batch_view v;
       if ((rc = view_batch(b, &v)) != SL_OK) {
         status = fail("a training batch", rc);
         goto out;
       }
-      train_step(m, &v, lr, &loss, NULL);
-      seen += v.n;
-      batches++;
+      train_step(m, &v, lr, &at.loss, NULL);
+      at.seen += v.n;
+      at.batches++;
+      at.steps++;
       sl_sample_release(b);
       b = NULL;
     }
-    if ((!o.limit || batches < o.limit) && rc != SL_EOF) {
+    if (stopped) break; /* mid-epoch: no evaluation, no epoch line */
+    if ((!o.limit || at.batches < o.limit) && rc != SL_EOF) {
       status = fail("the training pipeline", rc);
       goto out;
     }
-    if (seen == 0) {
+    if (at.seen == 0) {
       fprintf(stderr, "trainer: the training pipeline yielded no sample\n");
       goto out;
     }
-
     int64_t tested = 0, correct = 0;
     float prob[CLASSES];
     while ((rc = next_batch(test, &b, &wait)) == SL_OK) {
@@ -244,9 +472,18 @@ int main(int argc, char **argv) {
     }
     const double dt = now_s() - e0;
     printf("epoch=%d loss=%.4f test_acc=%.4f wait=%.3f\n", e,
-           loss / (double)seen, (double)correct / (double)tested, wait / dt);
+           at.loss / (double)at.seen, (double)correct / (double)tested,
+           wait / dt);
     fflush(stdout);
   }
+  /* After the last epoch the checkpoint says so: a resume with more
+   * --epochs starts the next one. */
+  if (!stopped) {
+    at.epoch = e;
+    at.fresh = 1;
+    at.batches = 0, at.loss = 0.0, at.seen = 0;
+  }
+  if (o.save && save_checkpoint(o.save, train, m, &at) != 0) goto out;
   status = 0;
 
 out:
