@@ -436,6 +436,33 @@ SL_API int sl_reader_length(const sl_reader *r, uint64_t *n);
  * thread rule as save. */
 SL_API int sl_reader_save(sl_reader *r, void **state, size_t *len);
 SL_API int sl_reader_restore(sl_reader *r, const void *state, size_t len);
+/* Elastic restarts (docs/RESUME.md): resumes a job of W' ranks from the
+ * states its W ranks saved (W' may differ from W).  `r` is this rank's
+ * sl_open_files reader itself (not a chain over it: add decorators after
+ * the restore), made with the same files and options as the old job's
+ * except rank and world (sl_open_files_opts.rank / world, or the
+ * launcher's environment), ordered (not `unordered`); states[0..n) and
+ * lens[0..n) are the n == W states the old ranks saved with
+ * sl_reader_save, one per rank, in any order - every new rank gets all of
+ * them.  The new ranks then deliver, together, each sample the old ranks
+ * had not yet delivered in the interrupted epoch exactly once (split
+ * evenly among them in epoch order: rank counts may differ by one sample,
+ * whatever the remainder policy), and from the next epoch on read their
+ * shares of a W'-rank job as usual.  A state saved after an elastic
+ * restore holds this rank's part of the epoch and may be restored with
+ * sl_reader_restore (same W') or elastically again.  The states are
+ * borrowed; the caller frees them.
+ *
+ * Refuses, leaving `r` as it was: SL_EINVAL (NULL arguments, not one state
+ * per old rank, two of one rank, states of another job: other files or
+ * options), SL_ECORRUPT (not a state, checksum; a file changed since the
+ * save, named), SL_EUNSUPPORTED (`r` is not open_files, an unordered
+ * reader, states of different epochs, corrupt chunks skipped under
+ * skip_chunk in the interrupted epoch).  A failure restarting the pass is
+ * sticky until reset.  Threads: as sl_reader_restore (the thread that
+ * pulls `r`); the reader's thread count may differ from the old job's. */
+SL_API int sl_reader_restore_elastic(sl_reader *r, const void *const *states,
+                                     const size_t *lens, size_t n);
 /* Frees memory sluice allocated for the caller (a saved state).  NULL-safe.
  */
 SL_API void sl_free(void *p);

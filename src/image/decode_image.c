@@ -33,9 +33,19 @@
  * unread stage costs no threads); reset stops (joins) them, resets upstream
  * and leaves the next pass to start them again.  `bad` and `started` are
  * the consumer's; each decoder context belongs to its worker.
+ *
+ * Saving (readers/state.h, sl__engine_pos): ordered under policy fail the
+ * stage is 1:1 (the state is the position); ordered under skip_chunk a
+ * skipped image leaves a hole, so a log of the delivered seqs maps an output
+ * position to the upstream's; unordered, the state holds the set of images
+ * done (delivered or skipped) by the position, and the restored pass drops
+ * them undecoded - each remaining image exactly once, in some order.  The
+ * engine numbers items by upstream position from the restored start, so an
+ * image's name (names[seq]) stays right.  The skip count restarts at the
+ * restored position (bad images before it are not counted again).
  */
 #include "image/image.h"
-#include "readers/reader_impl.h"
+#include "readers/state.h"
 #include "sync/engine.h"
 
 #include <stdlib.h>
@@ -62,7 +72,9 @@ typedef struct dec_state {
   sl__engine *engine;
 
   bool started; /* consumer: the engine runs this pass */
-  uint64_t bad; /* consumer: images skipped this pass */
+  bool ordered;
+  uint64_t bad;       /* consumer: images skipped this pass */
+  sl__engine_pos pos; /* what was delivered (save / restore) */
 } dec_state;
 
 /* --- the work of one image ---------------------------------------------- */
@@ -131,6 +143,10 @@ static void dec_worker_fini(void *ud, int worker, void *wctx) {
 static int dec_process(void *ud, void *wctx, uint64_t seq, sl_sample *in,
                        sl_sample **out) {
   dec_state *d = ud;
+  if (sl__engine_pos_skip(&d->pos, seq)) { /* done before a restore */
+    sl_sample_release(in);
+    return SL__ENGINE_DROP;
+  }
   int rc = decode_one(d, wctx, in, seq, out);
   if (rc == SL_OK) return SL__ENGINE_OUT;
   if (d->policy == SL_CORRUPT_SKIP_CHUNK &&
@@ -142,14 +158,13 @@ static int dec_process(void *ud, void *wctx, uint64_t seq, sl_sample *in,
 /* A skipped image, on the consumer's thread in delivery order. */
 static int dec_skipped(void *ud, uint64_t seq, const char *note) {
   dec_state *d = ud;
-  (void)seq;
+  if (!d->ordered) sl__engine_pos_dropped(&d->pos, seq);
   d->bad++;
   if (d->bad > d->max_bad)
     return sl_set_error(SL_ECORRUPT,
                         "%s: %llu images failed to decode in this pass, "
                         "more than max_bad (%u); the last: %s",
-                        d->stage, (unsigned long long)d->bad, d->max_bad,
-                        note);
+                        d->stage, (unsigned long long)d->bad, d->max_bad, note);
   SL_DEBUGLOG("%s: skipped: %s", d->stage, note);
   return SL_OK;
 }
@@ -165,12 +180,16 @@ static int dec_next(void *st, sl_sample **out) {
     SL_FORWARD_IF_ERROR(sl__engine_start(d->engine));
     d->started = true;
   }
-  return sl__engine_next(d->engine, out);
+  int rc = sl__engine_next(d->engine, out);
+  if (rc == SL_OK)
+    sl__engine_pos_delivered(&d->pos, sl__engine_last_seq(d->engine));
+  return rc;
 }
 
 static int dec_reset(void *st) {
   dec_state *d = st;
   sl__engine_stop(d->engine);
+  sl__engine_pos_reset(&d->pos);
   d->started = false;
   d->bad = 0;
   return sl_reader_reset(d->up);
@@ -179,12 +198,52 @@ static int dec_reset(void *st) {
 static void dec_destroy(void *st) {
   dec_state *d = st;
   if (!d) return;
-  sl__engine_destroy(d->engine); /* joins, then each worker's fini */
+  sl__engine_destroy(d->engine);    /* joins, then each worker's fini */
   sl__buffer_pool_release(d->pool); /* images still held stay valid */
   sl_reader_destroy(d->up);
   sl_schema_release(d->schema);
+  sl__engine_pos_fini(&d->pos);
   sl__free(d);
 }
+
+static int dec_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
+                    sl__state_out *w) {
+  (void)r;
+  (void)pass;
+  dec_state *d = st;
+  return sl__engine_pos_save(&d->pos, d->engine, d->up, k, w);
+}
+
+static int dec_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
+                       sl__state_in *in) {
+  (void)r;
+  (void)pass;
+  dec_state *d = st;
+  uint64_t start;
+  sl__engine_stop(d->engine);
+  d->started = false;
+  d->bad = 0;
+  SL_FORWARD_IF_ERROR(sl__engine_pos_restore(&d->pos, d->up, k, in, &start));
+  d->started = true;
+  return sl__engine_pos_resume(&d->pos, d->engine, k, dec_next, d);
+}
+
+/* What makes the output differ: the field, the shape and format asked for,
+ * the policy and the order (not threads or window). */
+static void dec_identity(const sl_reader *r, void *st, char *buf, size_t cap) {
+  (void)r;
+  const dec_state *d = st;
+  snprintf(buf, cap,
+           "field=%s shape=%ux%ux%d resize=%d policy=%s max_bad=%u "
+           "ordered=%d",
+           d->field_name, d->shape.height, d->shape.width, d->shape.channels,
+           (int)d->shape.resize,
+           d->policy == SL_CORRUPT_SKIP_CHUNK ? "skip" : "fail", d->max_bad,
+           d->ordered ? 1 : 0);
+}
+
+static const sl__state_ops dec_state_ops = {dec_save, dec_restore,
+                                            dec_identity};
 
 static const sl_reader_vtable dec_vt = {"decode_image", dec_next, dec_reset,
                                         dec_destroy};
@@ -274,6 +333,12 @@ int sl__decode_image_make(sl_reader *up, const sl_image_opts *opts,
   d->max_bad = o.max_bad ? o.max_bad : 16;
   d->names = names;
   d->nnames = nnames;
+  d->ordered = !o.unordered;
+  sl__engine_pos_init(&d->pos,
+                      o.unordered                         ? SL__EPOS_UNORDERED
+                      : o.policy == SL_CORRUPT_SKIP_CHUNK ? SL__EPOS_LOG
+                                                          : SL__EPOS_1TO1,
+                      stage);
   /* The engine checks the thread count (sl__threads_check). */
   int threads = o.threads ? (int)SL_MIN(o.threads, 1u << 20) : 1;
   size_t window = o.window ? o.window : 4 * (size_t)threads;
@@ -289,8 +354,8 @@ int sl__decode_image_make(sl_reader *up, const sl_image_opts *opts,
     d->pool = sl__buffer_pool_new(window + (size_t)threads + POOL_SPARE,
                                   POOL_IDLE_BYTES);
     if (!d->pool)
-      rc = sl_set_error(SL_ENOMEM, "%s: cannot allocate the buffer pool",
-                        stage);
+      rc =
+          sl_set_error(SL_ENOMEM, "%s: cannot allocate the buffer pool", stage);
   }
   if (rc == SL_OK) {
     int64_t dims[3];
@@ -302,9 +367,11 @@ int sl__decode_image_make(sl_reader *up, const sl_image_opts *opts,
     dec_destroy(d);
     return rc;
   }
-  return sl__decorator_make(strcmp(stage, "image") == 0 ? &image_vt : &dec_vt,
-                            d, d->schema, &d->up, sl__engine_counters(d->engine),
-                            out);
+  rc = sl__decorator_make(strcmp(stage, "image") == 0 ? &image_vt : &dec_vt, d,
+                          d->schema, &d->up, sl__engine_counters(d->engine),
+                          out);
+  if (rc == SL_OK) sl__reader_set_state_ops(*out, &dec_state_ops);
+  return rc;
 }
 
 int sl_decode_image(sl_reader *up, const sl_image_opts *opts, sl_reader **out) {

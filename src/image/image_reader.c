@@ -17,8 +17,9 @@
  * shift when a class has no images yet), joined by ',' in the schema
  * metadata "classes"; a class name holding ',' or a newline is refused.
  */
+#include "core/crc32c.h"
 #include "image/image.h"
-#include "readers/reader_impl.h"
+#include "readers/state.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -275,6 +276,7 @@ char *sl__image_classes_join(const sl__image_list *l) {
 typedef struct files_state {
   sl__image_list list;
   sl_schema *schema;
+  char *root; /* as given, for messages */
   size_t pos;
   sl__buffer_pool *pool; /* the files' bytes, released once decoded */
 } files_state;
@@ -284,8 +286,7 @@ typedef struct files_state {
 #define FILES_POOL_IDLE_BYTES ((size_t)64 << 20)
 
 /* The whole file at `path` into a new buffer from `pool`. */
-static int read_file(sl__buffer_pool *pool, const char *path,
-                     sl_buffer **out) {
+static int read_file(sl__buffer_pool *pool, const char *path, sl_buffer **out) {
   *out = NULL;
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   SL_RETURN_ERROR_IF(fd < 0, SL_EIO, "image: %s: cannot open: %s", path,
@@ -361,10 +362,75 @@ static void files_destroy(void *st) {
   files_state *f = st;
   if (!f) return;
   sl__image_list_free(&f->list);
+  sl__free(f->root);
   sl_schema_release(f->schema);
   sl__buffer_pool_release(f->pool);
   sl__free(f);
 }
+
+/* --- saving: the position, and the list it indexes -------------------- */
+
+/* CRC32C of the listed names (below the root) and labels: a folder whose
+ * images were added, removed or renamed since a save gives another. */
+static uint64_t files_fingerprint(const files_state *f) {
+  uint32_t crc = 0;
+  size_t skip = strlen(f->root);
+  for (size_t i = 0; i < f->list.n; i++) {
+    const char *p = f->list.paths[i];
+    const char *rel = strncmp(p, f->root, skip) == 0 ? p + skip : p;
+    crc = sl__crc32c(crc, rel, strlen(rel) + 1);
+    if (f->list.labels)
+      crc = sl__crc32c(crc, &f->list.labels[i], sizeof f->list.labels[i]);
+  }
+  return crc;
+}
+
+static int files_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
+                      sl__state_out *w) {
+  (void)r;
+  (void)pass;
+  (void)k;
+  const files_state *f = st;
+  SL_FORWARD_IF_ERROR(sl__state_put_u64(w, f->list.n));
+  return sl__state_put_u64(w, files_fingerprint(f));
+}
+
+static int files_check(const sl_reader *r, void *st, sl__state_in *in) {
+  (void)r;
+  const files_state *f = st;
+  uint64_t n, fp;
+  SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &n));
+  SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &fp));
+  SL_RETURN_ERROR_IF(n != f->list.n || fp != files_fingerprint(f), SL_ECORRUPT,
+                     "restore: image %s: the images changed since the state "
+                     "was saved (%llu files then, %zu now%s)",
+                     f->root, (unsigned long long)n, f->list.n,
+                     n == f->list.n ? ", other names or classes" : "");
+  return SL_OK;
+}
+
+static int files_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
+                         sl__state_in *in) {
+  (void)pass;
+  files_state *f = st;
+  SL_FORWARD_IF_ERROR(files_check(r, st, in));
+  SL_RETURN_ERROR_IF(k > f->list.n, SL_ECORRUPT,
+                     "restore: image %s: position %llu is past its %zu files",
+                     f->root, (unsigned long long)k, f->list.n);
+  f->pos = (size_t)k;
+  return SL_OK;
+}
+
+static void files_identity(const sl_reader *r, void *st, char *buf,
+                           size_t cap) {
+  (void)r;
+  const files_state *f = st;
+  snprintf(buf, cap, "%s labels=%d", sl__basename(f->root),
+           f->list.labels ? 1 : 0);
+}
+
+static const sl__state_ops files_state_ops = {files_save, files_restore,
+                                              files_identity};
 
 static const sl_reader_vtable files_vt = {"image_files", files_next,
                                           files_reset, files_destroy};
@@ -407,8 +473,10 @@ int sl_image_reader(const char *path, const sl_image_opts *opts,
   files_state *f = sl__calloc(1, sizeof *f);
   SL_RETURN_ERROR_IF(!f, SL_ENOMEM, "image: cannot allocate");
   f->pool = sl__buffer_pool_new(FILES_POOL_IDLE, FILES_POOL_IDLE_BYTES);
-  int rc = f->pool ? sl__image_list_make("image", path, &f->list)
-                   : sl_set_error(SL_ENOMEM, "image: cannot allocate");
+  f->root = sl__strdup(path);
+  int rc = f->pool && f->root
+               ? sl__image_list_make("image", path, &f->list)
+               : sl_set_error(SL_ENOMEM, "image: cannot allocate");
   if (rc == SL_OK) rc = files_schema(path, &f->list, &f->schema);
   if (rc < 0) {
     files_destroy(f);
@@ -418,5 +486,7 @@ int sl_image_reader(const char *path, const sl_image_opts *opts,
   size_t n = f->list.n;
   sl_reader *src;
   SL_FORWARD_IF_ERROR(sl__reader_make(&files_vt, f, f->schema, &src));
+  sl__reader_set_state_ops(src, &files_state_ops);
+  sl__state_set_check(&files_state_ops, files_check);
   return sl__decode_image_make(src, &o, "image", names, n, out);
 }

@@ -13,10 +13,15 @@
  * The labels file is named by the caller or derived from the images file's
  * name by the data sets' own convention ("t10k-images-idx3-ubyte.gz" ->
  * "t10k-labels-idx1-ubyte.gz"); see sl_idx_reader in sluice.h.
+ *
+ * Saving (readers/state.h): the position alone (sample k is image k); the
+ * record holds the count and a CRC32C of both files' elements, so a state
+ * of files changed since is refused (SL_ECORRUPT naming them).
  */
+#include "core/crc32c.h"
 #include "io/idx.h"
 #include "io/import.h"
-#include "readers/reader_impl.h"
+#include "readers/state.h"
 
 #include <errno.h>
 #include <unistd.h>
@@ -30,6 +35,8 @@ typedef struct idx_state {
   int64_t shape[SL_MAX_RANK];
   uint64_t count, pos;
   sl_schema *schema;
+  char *images_name, *labels_name; /* base names, for states */
+  uint64_t fingerprint;            /* of the elements; 0: not computed */
 } idx_state;
 
 static int idx_next(void *st, sl_sample **out) {
@@ -67,6 +74,8 @@ static void idx_destroy(void *st) {
   sl_buffer_release(s->images);
   sl_buffer_release(s->labels);
   sl_schema_release(s->schema);
+  sl__free(s->images_name);
+  sl__free(s->labels_name);
   sl__free(s);
 }
 
@@ -74,6 +83,66 @@ static int idx_length(const sl_reader *r, void *st, uint64_t *n) {
   *n = ((const idx_state *)st)->count;
   return SL_OK;
 }
+
+/* CRC32C of the images' and the labels' elements (computed once: the
+ * buffers never change). */
+static uint64_t idx_fingerprint(idx_state *s) {
+  if (!s->fingerprint) {
+    uint32_t a = sl__crc32c(0, sl_buffer_data(s->images),
+                            (size_t)s->count * s->item_bytes);
+    uint32_t b = sl__crc32c(0, sl_buffer_data(s->labels),
+                            (size_t)s->count * sizeof(int64_t));
+    s->fingerprint = ((uint64_t)a << 32 | b) | ((uint64_t)1 << 63);
+  }
+  return s->fingerprint;
+}
+
+static int idx_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
+                    sl__state_out *w) {
+  (void)r;
+  (void)pass;
+  (void)k;
+  idx_state *s = st;
+  SL_FORWARD_IF_ERROR(sl__state_put_u64(w, s->count));
+  return sl__state_put_u64(w, idx_fingerprint(s));
+}
+
+static int idx_check(const sl_reader *r, void *st, sl__state_in *in) {
+  (void)r;
+  idx_state *s = st;
+  uint64_t count, fp;
+  SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &count));
+  SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &fp));
+  SL_RETURN_ERROR_IF(count != s->count || fp != idx_fingerprint(s), SL_ECORRUPT,
+                     "restore: idx %s, %s: the files changed since the state "
+                     "was saved (%llu samples then, %llu now%s)",
+                     s->images_name, s->labels_name, (unsigned long long)count,
+                     (unsigned long long)s->count,
+                     count == s->count ? ", other contents" : "");
+  return SL_OK;
+}
+
+static int idx_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
+                       sl__state_in *in) {
+  (void)pass;
+  idx_state *s = st;
+  SL_FORWARD_IF_ERROR(idx_check(r, st, in));
+  SL_RETURN_ERROR_IF(k > s->count, SL_ECORRUPT,
+                     "restore: idx %s: position %llu is past its %llu samples",
+                     s->images_name, (unsigned long long)k,
+                     (unsigned long long)s->count);
+  s->pos = k;
+  return SL_OK;
+}
+
+static void idx_identity(const sl_reader *r, void *st, char *buf, size_t cap) {
+  (void)r;
+  const idx_state *s = st;
+  snprintf(buf, cap, "%s %s", s->images_name, s->labels_name);
+}
+
+static const sl__state_ops idx_state_ops = {idx_save, idx_restore,
+                                            idx_identity};
 
 static const sl_reader_vtable idx_vt = {"idx", idx_next, idx_reset,
                                         idx_destroy};
@@ -204,11 +273,19 @@ int sl_idx_reader(const char *images, const char *labels, sl_reader **out) {
   SL_RETURN_ERROR_IF(!s, SL_ENOMEM, "idx: cannot allocate a reader");
   bool by_name = !labels || !labels[0];
   int rc = load(s, images, by_name ? derived : labels, by_name);
+  if (rc == SL_OK) {
+    s->images_name = sl__strdup(sl__basename(images));
+    s->labels_name = sl__strdup(sl__basename(by_name ? derived : labels));
+    if (!s->images_name || !s->labels_name)
+      rc = sl_set_error(SL_ENOMEM, "idx: cannot allocate a reader");
+  }
   if (rc < 0) {
     idx_destroy(s);
     return rc;
   }
   SL_FORWARD_IF_ERROR(sl__reader_make(&idx_vt, s, s->schema, out));
   sl__reader_set_length(*out, idx_length);
+  sl__reader_set_state_ops(*out, &idx_state_ops);
+  sl__state_set_check(&idx_state_ops, idx_check);
   return SL_OK;
 }

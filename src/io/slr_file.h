@@ -41,6 +41,12 @@ int sl__slr_chunk_record(sl_slr_file *f, const slr_chunk *ch, uint32_t r,
 int sl__slr_count_bad(sl_slr_file *f);
 /* Starts a pass: the cap counts from zero again. */
 void sl__slr_pass_start(sl_slr_file *f);
+/* Restoring a position (readers/state.h): the corrupt chunks this pass has
+ * skipped so far, which the cap counts; and a fingerprint of the file's
+ * contents (CRC32C of its index: every chunk's offset, records and header
+ * CRC, which covers the payload's CRC), so a state names a rewritten file. */
+void sl__slr_set_pass_bad(sl_slr_file *f, uint64_t n);
+uint32_t sl__slr_fingerprint(const sl_slr_file *f);
 sl_corrupt_policy sl__slr_policy(const sl_slr_file *f);
 /* First record number and record count of chunk c (from the index). */
 void sl__slr_chunk_span(const sl_slr_file *f, uint64_t c, uint64_t *first,

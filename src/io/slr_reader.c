@@ -494,6 +494,23 @@ void sl__slr_pass_start(sl_slr_file *f) {
   f->pass_bad_chunks = 0;
 }
 
+void sl__slr_set_pass_bad(sl_slr_file *f, uint64_t n) {
+  f->pass_bad_chunks = n;
+}
+
+uint32_t sl__slr_fingerprint(const sl_slr_file *f) {
+  uint32_t crc = 0;
+  for (uint64_t c = 0; c < f->nchunks; c++) {
+    unsigned char e[24];
+    sl__put64(e, f->index[c].offset);
+    sl__put64(e + 8, f->index[c].first_record);
+    sl__put32(e + 16, f->index[c].records);
+    sl__put32(e + 20, f->index[c].header_crc);
+    crc = sl__crc32c(crc, e, sizeof e);
+  }
+  return crc;
+}
+
 int sl__slr_count_bad(sl_slr_file *f) {
   f->bad_chunks++;
   f->pass_bad_chunks++;

@@ -6,9 +6,18 @@
  * whole (no record of it is returned) and counted; past the cap the reader
  * fails.  Under SL_CORRUPT_FAIL (the default) the first bad chunk is the
  * error.  Records come out as zero-copy views of the decoded chunk.
+ *
+ * Saving (readers/state.h).  Under fail the k-th output of a pass is record
+ * first + k: the state is the position alone.  Under skip_chunk a skipped
+ * chunk's records leave holes, so the reader notes the record each output
+ * came from (sl__state_log): a save at output k resumes at the record after
+ * output k - 1's - a chunk-level position, no replay from the pass start -
+ * and records the bad chunks met before it (the cap counts them).  The
+ * record holds the range and the file's fingerprint, so a state of a file
+ * rewritten since is refused (SL_ECORRUPT naming it).
  */
 #include "io/slr_file.h"
-#include "readers/reader_impl.h"
+#include "readers/state.h"
 
 typedef struct slr_state {
   sl_slr_file *f;
@@ -16,7 +25,25 @@ typedef struct slr_state {
   uint64_t pos;        /* next record number */
   const slr_chunk *ch; /* loaded chunk holding pos, or NULL */
   uint64_t ch_first;
+  /* skip_chunk: the record of each output, and the first record of each
+   * chunk skipped this pass (the cap stops the pass past max_bad of them) */
+  sl__state_log log;
+  uint64_t *bad;
+  size_t nbad, bad_cap;
 } slr_state;
+
+/* Notes a skipped chunk starting at record `first` (for a save). */
+static int note_bad(slr_state *s, uint64_t first) {
+  if (s->nbad == s->bad_cap) {
+    size_t cap = s->bad_cap ? 2 * s->bad_cap : 8;
+    uint64_t *b = sl__realloc(s->bad, cap * sizeof *b);
+    SL_RETURN_ERROR_IF(!b, SL_ENOMEM, "slr: out of memory");
+    s->bad = b;
+    s->bad_cap = cap;
+  }
+  s->bad[s->nbad++] = first;
+  return SL_OK;
+}
 
 static int slr_next(void *st, sl_sample **out) {
   slr_state *s = st;
@@ -31,6 +58,7 @@ static int slr_next(void *st, sl_sample **out) {
         s->ch = NULL;
         if (rc != SL_ECORRUPT || sl__slr_policy(s->f) != SL_CORRUPT_SKIP_CHUNK)
           return rc;
+        SL_FORWARD_IF_ERROR(note_bad(s, s->ch_first));
         SL_FORWARD_IF_ERROR(sl__slr_count_bad(s->f));
         s->pos = s->ch_first + n; /* skip the whole chunk */
         continue;
@@ -42,6 +70,7 @@ static int slr_next(void *st, sl_sample **out) {
       continue;
     }
     SL_FORWARD_IF_ERROR(sl__slr_chunk_record(s->f, s->ch, (uint32_t)r, out));
+    sl__state_log_note(&s->log, s->pos);
     s->pos++;
     return SL_OK;
   }
@@ -51,6 +80,8 @@ static int slr_reset(void *st) {
   slr_state *s = st;
   s->pos = s->first;
   s->ch = NULL;
+  s->log.count = 0;
+  s->nbad = 0;
   sl__slr_pass_start(s->f);
   return SL_OK;
 }
@@ -59,6 +90,7 @@ static void slr_destroy(void *st) {
   slr_state *s = st;
   if (!s) return;
   sl_slr_close(s->f);
+  sl__free(s->bad);
   sl__free(s);
 }
 
@@ -75,6 +107,100 @@ static int slr_length(const sl_reader *r, void *st, uint64_t *n) {
   return SL_OK;
 }
 
+/* --- saving and restoring ---------------------------------------------- */
+
+/* Record: first, end, records, fingerprint, the record to resume at, then
+ * the bad chunks before it (count, first records). */
+static int slr_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
+                    sl__state_out *w) {
+  (void)r;
+  (void)pass;
+  slr_state *s = st;
+  uint64_t at = s->first + k;
+  if (sl__slr_policy(s->f) == SL_CORRUPT_SKIP_CHUNK) {
+    SL_RETURN_ERROR_IF(!sl__state_log_find(&s->log, k, &at), SL_EUNSUPPORTED,
+                       "save: slr %s: position %llu is more than %d samples "
+                       "behind the reader",
+                       sl_slr_path(s->f), (unsigned long long)k, SL__STATE_LOG);
+    if (k == 0) at = s->first;
+  }
+  uint64_t nbad = 0;
+  for (size_t i = 0; i < s->nbad; i++)
+    nbad += s->bad[i] < at;
+  SL_FORWARD_IF_ERROR(sl__state_put_u64(w, s->first));
+  SL_FORWARD_IF_ERROR(sl__state_put_u64(w, s->end));
+  SL_FORWARD_IF_ERROR(sl__state_put_u64(w, sl_slr_records(s->f)));
+  SL_FORWARD_IF_ERROR(sl__state_put_u64(w, sl__slr_fingerprint(s->f)));
+  SL_FORWARD_IF_ERROR(sl__state_put_u64(w, at));
+  SL_FORWARD_IF_ERROR(sl__state_put_u64(w, nbad));
+  for (size_t i = 0; i < s->nbad; i++)
+    if (s->bad[i] < at) SL_FORWARD_IF_ERROR(sl__state_put_u64(w, s->bad[i]));
+  return SL_OK;
+}
+
+static int slr_check(const sl_reader *r, void *st, sl__state_in *in) {
+  (void)r;
+  const slr_state *s = st;
+  uint64_t first, end, records, fp;
+  SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &first));
+  SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &end));
+  SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &records));
+  SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &fp));
+  SL_RETURN_ERROR_IF(
+      records != sl_slr_records(s->f) || fp != sl__slr_fingerprint(s->f),
+      SL_ECORRUPT,
+      "restore: slr %s: the file changed since the state was saved (%llu "
+      "records, index %08llx then; %llu records, index %08x now)",
+      sl_slr_path(s->f), (unsigned long long)records, (unsigned long long)fp,
+      (unsigned long long)sl_slr_records(s->f), sl__slr_fingerprint(s->f));
+  SL_RETURN_ERROR_IF(first != s->first || end != s->end, SL_EINVAL,
+                     "restore: the state is of another pipeline: slr %s reads "
+                     "records [%llu, %llu) here, [%llu, %llu) in the state; "
+                     "the pipeline is unchanged",
+                     sl_slr_path(s->f), (unsigned long long)s->first,
+                     (unsigned long long)s->end, (unsigned long long)first,
+                     (unsigned long long)end);
+  return SL_OK;
+}
+
+static int slr_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
+                       sl__state_in *in) {
+  (void)pass;
+  slr_state *s = st;
+  SL_FORWARD_IF_ERROR(slr_check(r, st, in));
+  uint64_t at, nbad;
+  SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &at));
+  SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &nbad));
+  SL_RETURN_ERROR_IF(at < s->first || at > s->end || nbad > at, SL_ECORRUPT,
+                     "restore: corrupt state: slr %s: record %llu is outside "
+                     "[%llu, %llu]",
+                     sl_slr_path(s->f), (unsigned long long)at,
+                     (unsigned long long)s->first, (unsigned long long)s->end);
+  slr_reset(s);
+  for (uint64_t i = 0; i < nbad; i++) {
+    uint64_t b;
+    SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &b));
+    SL_FORWARD_IF_ERROR(note_bad(s, b));
+  }
+  sl__slr_set_pass_bad(s->f, nbad);
+  s->pos = at;
+  /* The log restarts at output k: outputs before it cannot be saved at. */
+  s->log.count = k;
+  if (k > 0) s->log.up[(k - 1) % SL__STATE_LOG] = at - 1;
+  return SL_OK;
+}
+
+static void slr_identity(const sl_reader *r, void *st, char *buf, size_t cap) {
+  (void)r;
+  const slr_state *s = st;
+  snprintf(buf, cap, "%s policy=%s", sl__basename(sl_slr_path(s->f)),
+           sl__slr_policy(s->f) == SL_CORRUPT_SKIP_CHUNK ? "skip_chunk"
+                                                         : "fail");
+}
+
+static const sl__state_ops slr_state_ops = {slr_save, slr_restore,
+                                            slr_identity};
+
 static const sl_reader_vtable slr_vt = {"slr", slr_next, slr_reset,
                                         slr_destroy};
 
@@ -90,6 +216,8 @@ static int make(sl_slr_file *f, uint64_t first, uint64_t end, sl_reader **out) {
   SL_FORWARD_IF_ERROR(
       sl__reader_make(&slr_vt, s, (sl_schema *)sl_slr_schema(f), out));
   sl__reader_set_length(*out, slr_length);
+  sl__reader_set_state_ops(*out, &slr_state_ops);
+  sl__state_set_check(&slr_state_ops, slr_check);
   return SL_OK;
 }
 

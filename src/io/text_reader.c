@@ -20,9 +20,17 @@
  *
  * Line numbers are 1-based and count every line, skipped ones included, so
  * a message's "data.csv:17" is what an editor shows.
+ *
+ * Saving (readers/state.h): a byte offset, not a replay.  Each output notes
+ * the offset after its line and its line number (sl__state_log, so a save
+ * a little behind the reader finds them); a restore seeks there.  The record
+ * holds the file's size and a CRC32C of the (up to) 256 bytes before the
+ * offset, so a state of a file changed since is refused (SL_ECORRUPT naming
+ * it).
  */
+#include "core/crc32c.h"
 #include "io/parser_plugin.h"
-#include "readers/reader_impl.h"
+#include "readers/state.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -48,7 +56,11 @@ typedef struct text_state {
   char *buf;
   size_t cap, start, end, scan;
   bool eof;
+  uint64_t boff;   /* buffer mode: the file offset of buf[0] */
   uint64_t lineno; /* of the line returned last */
+  /* per output: the offset after its line - 1, and its line number - 1 */
+  sl__state_log off_log, line_log;
+  char *parser_name; /* NULL: lines */
   sl__parser *parser;
   sl_schema *schema;
 } text_state;
@@ -63,6 +75,7 @@ static void text_destroy(void *st) {
   sl__free(s->buf);
   sl__free(s->ctx);
   sl__free(s->path);
+  sl__free(s->parser_name);
   sl__free(s);
 }
 
@@ -72,6 +85,8 @@ static int text_reset(void *st) {
   s->pos = 0;
   s->start = s->end = s->scan = 0;
   s->eof = false;
+  s->boff = 0;
+  s->off_log.count = s->line_log.count = 0;
   if (!s->use_mmap && lseek(s->fd, 0, SEEK_SET) < 0)
     return sl_set_error(SL_EIO, "%s: cannot rewind: %s", s->ctx,
                         strerror(errno));
@@ -96,6 +111,7 @@ static int map_line(text_state *s, const char **line, size_t *len,
 static int make_room(text_state *s) {
   if (s->start > 0) { /* keep only the unfinished line */
     memmove(s->buf, s->buf + s->start, s->end - s->start);
+    s->boff += s->start;
     s->end -= s->start;
     s->scan -= s->start;
     s->start = 0;
@@ -169,6 +185,11 @@ static int line_sample(text_state *s, const char *line, size_t len,
   return SL_OK;
 }
 
+/* The file offset after the line read last. */
+static uint64_t text_offset(const text_state *s) {
+  return s->use_mmap ? s->pos : s->boff + s->start;
+}
+
 static int text_next(void *st, sl_sample **out) {
   text_state *s = st;
   for (;;) {
@@ -179,11 +200,141 @@ static int text_next(void *st, sl_sample **out) {
     if (rc != SL_OK) return rc; /* SL_EOF or an error */
     s->lineno++;
     if (len && line[len - 1] == '\r') len--;
-    if (!s->parser) return line_sample(s, line, len, off, out);
-    rc = sl__parser_parse(s->parser, line, len, s->ctx, s->lineno, out);
-    if (rc != SL_PARSER_SKIP) return rc;
+    if (!s->parser)
+      rc = line_sample(s, line, len, off, out);
+    else
+      rc = sl__parser_parse(s->parser, line, len, s->ctx, s->lineno, out);
+    if (rc == SL_PARSER_SKIP) continue;
+    if (rc == SL_OK) { /* a line consumed ends at offset >= 1 */
+      sl__state_log_note(&s->off_log, text_offset(s) - 1);
+      sl__state_log_note(&s->line_log, s->lineno - 1);
+    }
+    return rc;
   }
 }
+
+/* --- saving and restoring ------------------------------------------------ */
+
+#define TEXT_TAIL 256
+
+/* CRC32C of the (up to) TEXT_TAIL bytes before `off`. */
+static int text_tail_crc(const text_state *s, uint64_t off, uint32_t *crc) {
+  char b[TEXT_TAIL];
+  size_t n = (size_t)SL_MIN(off, (uint64_t)TEXT_TAIL);
+  uint64_t at = off - n;
+  if (s->use_mmap) {
+    if (n) memcpy(b, s->base + at, n);
+  } else {
+    size_t got = 0;
+    while (got < n) {
+      ssize_t r = pread(s->fd, b + got, n - got, (off_t)(at + got));
+      if (r < 0 && errno == EINTR) continue;
+      SL_RETURN_ERROR_IF(r <= 0, SL_ECORRUPT,
+                         "restore: %s: cannot read at offset %llu: %s", s->ctx,
+                         (unsigned long long)at,
+                         r < 0 ? strerror(errno) : "the file is shorter");
+      got += (size_t)r;
+    }
+  }
+  *crc = sl__crc32c(0, b, n);
+  return SL_OK;
+}
+
+static int text_size(const text_state *s, uint64_t *size) {
+  if (s->use_mmap) {
+    *size = s->size;
+    return SL_OK;
+  }
+  struct stat st;
+  SL_RETURN_ERROR_IF(fstat(s->fd, &st) != 0, SL_EIO, "%s: cannot stat: %s",
+                     s->ctx, strerror(errno));
+  *size = (uint64_t)st.st_size;
+  return SL_OK;
+}
+
+/* Record: file size, offset, line number, CRC of the bytes before. */
+static int text_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
+                     sl__state_out *w) {
+  (void)r;
+  (void)pass;
+  text_state *s = st;
+  uint64_t off, line, size;
+  uint32_t crc;
+  SL_RETURN_ERROR_IF(!sl__state_log_find(&s->off_log, k, &off) ||
+                         !sl__state_log_find(&s->line_log, k, &line),
+                     SL_EUNSUPPORTED,
+                     "save: %s: position %llu is more than %d samples behind "
+                     "the reader",
+                     s->ctx, (unsigned long long)k, SL__STATE_LOG);
+  SL_FORWARD_IF_ERROR(text_size(s, &size));
+  SL_FORWARD_IF_ERROR(text_tail_crc(s, off, &crc));
+  SL_FORWARD_IF_ERROR(sl__state_put_u64(w, size));
+  SL_FORWARD_IF_ERROR(sl__state_put_u64(w, off));
+  SL_FORWARD_IF_ERROR(sl__state_put_u64(w, line));
+  return sl__state_put_u64(w, crc);
+}
+
+/* Reads the record, checking it against the file: *off and *line. */
+static int text_record(const text_state *s, sl__state_in *in, uint64_t *off,
+                       uint64_t *line) {
+  uint64_t size, crc, now;
+  uint32_t c = 0;
+  SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &size));
+  SL_FORWARD_IF_ERROR(sl__state_get_u64(in, off));
+  SL_FORWARD_IF_ERROR(sl__state_get_u64(in, line));
+  SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &crc));
+  SL_FORWARD_IF_ERROR(text_size(s, &now));
+  if (now == size && *off <= size)
+    SL_FORWARD_IF_ERROR(text_tail_crc(s, *off, &c));
+  SL_RETURN_ERROR_IF(now != size || *off > size || c != crc, SL_ECORRUPT,
+                     "restore: %s: the file changed since the state was saved "
+                     "(%llu bytes then, %llu now%s)",
+                     s->ctx, (unsigned long long)size, (unsigned long long)now,
+                     now == size ? ", other contents" : "");
+  return SL_OK;
+}
+
+static int text_check(const sl_reader *r, void *st, sl__state_in *in) {
+  (void)r;
+  uint64_t off, line;
+  return text_record(st, in, &off, &line);
+}
+
+static int text_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
+                        sl__state_in *in) {
+  (void)r;
+  (void)pass;
+  text_state *s = st;
+  uint64_t off, line;
+  SL_FORWARD_IF_ERROR(text_record(s, in, &off, &line));
+  SL_FORWARD_IF_ERROR(text_reset(s));
+  if (s->use_mmap) {
+    s->pos = (size_t)off;
+  } else {
+    SL_RETURN_ERROR_IF(lseek(s->fd, (off_t)off, SEEK_SET) < 0, SL_EIO,
+                       "%s: cannot seek to offset %llu: %s", s->ctx,
+                       (unsigned long long)off, strerror(errno));
+    s->boff = off;
+  }
+  s->lineno = line;
+  /* The logs restart at output k (earlier outputs cannot be saved at). */
+  s->off_log.count = s->line_log.count = k;
+  if (k > 0) {
+    s->off_log.up[(k - 1) % SL__STATE_LOG] = off - 1;
+    s->line_log.up[(k - 1) % SL__STATE_LOG] = line - 1;
+  }
+  return SL_OK;
+}
+
+static void text_identity(const sl_reader *r, void *st, char *buf, size_t cap) {
+  (void)r;
+  const text_state *s = st;
+  snprintf(buf, cap, "%s parser=%s", sl__basename(s->path),
+           s->parser_name ? s->parser_name : "lines");
+}
+
+static const sl__state_ops text_state_ops = {text_save, text_restore,
+                                             text_identity};
 
 static const sl_reader_vtable text_vt = {"text", text_next, text_reset,
                                          text_destroy};
@@ -254,6 +405,8 @@ static int open_state(text_state *s, const char *path, const char *parser,
   if (!parser) return line_schema(s);
   SL_FORWARD_IF_ERROR(
       sl__parser_open(parser, parser_options, s->ctx, &s->parser));
+  s->parser_name = sl__strdup(parser);
+  SL_RETURN_ERROR_IF(!s->parser_name, SL_ENOMEM, "%s: cannot allocate", s->ctx);
   s->schema = sl_schema_retain(sl__parser_schema(s->parser));
   return SL_OK;
 }
@@ -273,5 +426,8 @@ int sl_text_reader(const char *path, int use_mmap, const char *parser,
     text_destroy(s);
     return rc;
   }
-  return sl__reader_make(&text_vt, s, s->schema, out);
+  SL_FORWARD_IF_ERROR(sl__reader_make(&text_vt, s, s->schema, out));
+  sl__reader_set_state_ops(*out, &text_state_ops);
+  sl__state_set_check(&text_state_ops, text_check);
+  return SL_OK;
 }

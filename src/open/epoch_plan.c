@@ -196,6 +196,8 @@ int sl_shard_env(int *rank, int *world) {
 /* Scratch space of one build, freed at its end. */
 typedef struct build {
   const sl__plan_params *p;
+  const uint64_t *segs; /* explicit segments, or NULL: the rank's share */
+  size_t nsegs;
   sl__plan *plan;
   size_t C;
   uint32_t *cfile; /* [C] file of global chunk k */
@@ -392,9 +394,25 @@ static int build_plan(build *b, const sl__plan_file *files, size_t nfiles) {
     uint32_t g = b->order[i];
     b->cum[i + 1] = b->cum[i] + files[b->cfile[g]].records[b->cidx[g]];
   }
-  uint64_t N = b->cum[b->C], seg[4];
+  uint64_t N = b->cum[b->C], share[4];
   pl->total = N;
-  size_t nseg = sl__shard_segments(N, p->rank, p->world, p->policy, seg);
+  const uint64_t *seg = share;
+  size_t nseg;
+  if (b->segs) {
+    seg = b->segs;
+    nseg = b->nsegs;
+    for (size_t i = 0; i < nseg; i++)
+      SL_RETURN_ERROR_IF(seg[2 * i] >= seg[2 * i + 1] || seg[2 * i + 1] > N ||
+                             (i && seg[2 * i] < seg[2 * i - 1]),
+                         SL_EINVAL,
+                         "plan: segment %zu [%llu, %llu) is empty, out of "
+                         "order or past the %llu records",
+                         i, (unsigned long long)seg[2 * i],
+                         (unsigned long long)seg[2 * i + 1],
+                         (unsigned long long)N);
+  } else {
+    nseg = sl__shard_segments(N, p->rank, p->world, p->policy, share);
+  }
   for (size_t i = 0; i < nseg; i++)
     pl->records += seg[2 * i + 1] - seg[2 * i];
   if (p->shuffle && pl->records) {
@@ -422,9 +440,15 @@ void sl__plan_free(sl__plan *plan) {
 
 int sl__plan_build(const sl__plan_file *files, size_t nfiles,
                    const sl__plan_params *p, sl__plan *out) {
+  return sl__plan_build_segments(files, nfiles, p, NULL, 0, out);
+}
+
+int sl__plan_build_segments(const sl__plan_file *files, size_t nfiles,
+                            const sl__plan_params *p, const uint64_t *segs,
+                            size_t nsegs, sl__plan *out) {
   memset(out, 0, sizeof *out);
   SL_FORWARD_IF_ERROR(check_params(p));
-  build b = {.p = p, .plan = out};
+  build b = {.p = p, .segs = segs, .nsegs = nsegs, .plan = out};
   int rc = build_plan(&b, files, nfiles);
   sl__free(b.cfile);
   sl__free(b.cidx);

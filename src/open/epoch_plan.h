@@ -64,6 +64,13 @@ typedef struct sl__plan {
 int sl__plan_build(const sl__plan_file *files, size_t nfiles,
                    const sl__plan_params *p, sl__plan *out);
 void sl__plan_free(sl__plan *plan);
+/* sl__plan_build for explicit positions of the epoch sequence instead of
+ * the rank's share: segs[2i] .. segs[2i+1] for i < nsegs, sorted, disjoint
+ * and non-empty (SL_EINVAL otherwise).  segs == NULL: the share.  The rest
+ * of an epoch after an elastic restore (sl_reader_restore_elastic). */
+int sl__plan_build_segments(const sl__plan_file *files, size_t nfiles,
+                            const sl__plan_params *p, const uint64_t *segs,
+                            size_t nsegs, sl__plan *out);
 
 /* The positions of the epoch sequence (n records) that rank `rank` of
  * `world` reads, in output order, as segments [seg[2i], seg[2i+1]): returns

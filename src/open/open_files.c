@@ -60,13 +60,17 @@
  *   cur, pos, pend, gbuf, glen, gpos, group, seen, delivered, bad, pass
  *               consumer-only (of_skipped runs on the consumer's thread).
  */
-#include "open/registry.h"
-#include "open/shard_set.h"
+#include "core/crc32c.h"
+#include "io/bytes.h"
 #include "io/slr_file.h"
 #include "io/source.h"
 #include "open/epoch_plan.h"
-#include "readers/reader_impl.h"
+#include "open/registry.h"
+#include "open/shard_set.h"
+#include "readers/state.h"
 #include "sync/engine.h"
+
+#include <stdlib.h>
 
 #define MAX_THREADS SL__THREADS_HARD_MAX
 #define DEFAULT_BUFFER 1024
@@ -88,6 +92,13 @@ typedef struct unit_out {
   size_t n, pos;
   uint64_t seq; /* the unit */
 } unit_out;
+
+/* A set of unit numbers (unordered saving, below). */
+typedef struct done_set {
+  uint64_t lo;
+  uint64_t *above;
+  size_t n, cap;
+} done_set;
 
 typedef struct of_state {
   size_t nfiles;
@@ -112,6 +123,20 @@ typedef struct of_state {
   size_t group;
   uint64_t seen; /* units delivered or skipped, ordered: all below it */
   uint64_t delivered, bad;
+  /* saving (see "Saving" below) */
+  uint64_t *fp;   /* [nfiles] each file's fingerprint, as construction read */
+  uint64_t *segs; /* the positions of an elastic restore's epoch, or NULL */
+  size_t nsegs;
+  uint64_t *skipped; /* ordered: units skipped this pass, in order */
+  size_t nskipped, skipped_cap;
+  done_set done;               /* unordered: units fully delivered or skipped */
+  done_set restored;           /* unordered: done before the restored position
+                                        (read-only to workers during the pass) */
+  uint64_t partial, partial_m; /* unordered: unit `partial` had partial_m
+                                  samples delivered before the restore */
+  sl__state_log log_unit, log_idx; /* unordered: unit and index of each
+                                      output */
+  uint64_t log_from; /* the first output the logs know (a restored pass) */
 } of_state;
 
 static void unit_out_free(unit_out *u) {
@@ -119,6 +144,107 @@ static void unit_out_free(unit_out *u) {
     sl_sample_release(u->v[i]);
   sl__free(u->v);
   memset(u, 0, sizeof *u);
+}
+
+/* --- saving: what an unordered pass delivered ------------------------------
+ * A set of unit numbers: every unit below `lo` is done, above[0..n) are the
+ * done ones above it (unsorted; at most the engine's window of them). */
+
+static void done_clear(done_set *d, uint64_t lo) {
+  d->lo = lo;
+  d->n = 0;
+}
+
+static void done_free(done_set *d) {
+  sl__free(d->above);
+  memset(d, 0, sizeof *d);
+}
+
+static bool done_take(done_set *d, uint64_t item) {
+  for (size_t i = 0; i < d->n; i++)
+    if (d->above[i] == item) {
+      d->above[i] = d->above[--d->n];
+      return true;
+    }
+  return false;
+}
+
+static bool done_has(const done_set *d, uint64_t item) {
+  if (item < d->lo) return true;
+  for (size_t i = 0; i < d->n; i++)
+    if (d->above[i] == item) return true;
+  return false;
+}
+
+static int done_add(done_set *d, uint64_t item) {
+  if (done_has(d, item)) return SL_OK;
+  if (item == d->lo) {
+    d->lo++;
+    while (d->n && done_take(d, d->lo))
+      d->lo++;
+    return SL_OK;
+  }
+  if (d->n == d->cap) {
+    size_t cap = d->cap ? 2 * d->cap : 16;
+    uint64_t *a = sl__realloc(d->above, cap * sizeof *a);
+    SL_RETURN_ERROR_IF(!a, SL_ENOMEM, "out of memory noting delivered items");
+    d->above = a;
+    d->cap = cap;
+  }
+  d->above[d->n++] = item;
+  return SL_OK;
+}
+
+static bool in_list(const uint64_t *v, size_t n, uint64_t x) {
+  for (size_t i = 0; i < n; i++)
+    if (v[i] == x) return true;
+  return false;
+}
+
+static int put_done(sl__state_out *w, const done_set *d, const uint64_t *undo,
+                    size_t nundo) {
+  uint64_t lo = d->lo, hi = d->lo; /* done items lie in [lo, hi) */
+  for (size_t i = 0; i < nundo; i++)
+    lo = SL_MIN(lo, undo[i]);
+  for (size_t i = 0; i < d->n; i++)
+    hi = SL_MAX(hi, d->above[i] + 1);
+  /* Items in [lo, d->lo) are done unless undone, so is each of above. */
+  uint64_t nbits = hi > lo ? hi - lo : 0;
+  SL_RETURN_ERROR_IF(nbits > ((uint64_t)1 << 32), SL_EUNSUPPORTED,
+                     "save: %llu items in flight: too many to save",
+                     (unsigned long long)nbits);
+  size_t nbytes = (size_t)((nbits + 7) / 8);
+  unsigned char *bits = sl__calloc(nbytes ? nbytes : 1, 1);
+  SL_RETURN_ERROR_IF(!bits, SL_ENOMEM, "save: out of memory");
+  for (uint64_t x = lo; x < d->lo; x++)
+    if (!in_list(undo, nundo, x))
+      bits[(x - lo) / 8] |= (unsigned char)(1u << ((x - lo) % 8));
+  for (size_t i = 0; i < d->n; i++) {
+    uint64_t x = d->above[i];
+    if (!in_list(undo, nundo, x))
+      bits[(x - lo) / 8] |= (unsigned char)(1u << ((x - lo) % 8));
+  }
+  int rc = sl__state_put_u64(w, lo);
+  if (rc == SL_OK) rc = sl__state_put_u64(w, nbits);
+  if (rc == SL_OK) rc = sl__state_put_bytes(w, bits, nbytes);
+  sl__free(bits);
+  return rc;
+}
+
+static int get_done(sl__state_in *in, done_set *d) {
+  uint64_t lo, nbits;
+  const void *p;
+  SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &lo));
+  SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &nbits));
+  SL_RETURN_ERROR_IF(nbits > ((uint64_t)1 << 32), SL_ECORRUPT,
+                     "restore: corrupt state: %llu items in flight",
+                     (unsigned long long)nbits);
+  SL_FORWARD_IF_ERROR(sl__state_get_bytes(in, &p, (size_t)((nbits + 7) / 8)));
+  const unsigned char *bits = p;
+  done_clear(d, lo);
+  for (uint64_t i = 0; i < nbits; i++)
+    if (bits[i / 8] & (1u << (i % 8))) SL_FORWARD_IF_ERROR(done_add(d, lo + i));
+  return SL_OK;
 }
 
 /* --- workers ---------------------------------------------------------------
@@ -256,7 +382,8 @@ static int of_process(void *ud, void *wctx, uint64_t k, sl_sample *in,
   worker *w = wctx;
   SL_UNUSED(in); /* NULL: the unit is k */
   const sl__plan_unit *u = &o->plan.units[k];
-  if (u->count == 0) return SL__ENGINE_DROP;
+  if (u->count == 0 || (o->unordered && done_has(&o->restored, k)))
+    return SL__ENGINE_DROP; /* delivered before the restore */
   sl_sample **v = sl__malloc((size_t)u->count * sizeof *v);
   if (!v)
     return sl_set_error(SL_ENOMEM,
@@ -291,11 +418,26 @@ static int of_process(void *ud, void *wctx, uint64_t k, sl_sample *in,
   return SL__ENGINE_OUT;
 }
 
+/* Ordered: notes skipped unit k (a save finds the holes it left). */
+static int note_skipped(of_state *o, uint64_t k) {
+  if (o->nskipped == o->skipped_cap) {
+    size_t cap = o->skipped_cap ? 2 * o->skipped_cap : 8;
+    uint64_t *v = sl__realloc(o->skipped, cap * sizeof *v);
+    SL_RETURN_ERROR_IF(!v, SL_ENOMEM, "open_files: out of memory");
+    o->skipped = v;
+    o->skipped_cap = cap;
+  }
+  o->skipped[o->nskipped++] = k;
+  return SL_OK;
+}
+
 /* A skipped corrupt chunk, on the consumer's thread in delivery order:
  * counted, and the end of the pass past max_bad. */
 static int of_skipped(void *ud, uint64_t k, const char *note) {
   of_state *o = ud;
   o->seen = k + 1;
+  int rc = o->unordered ? done_add(&o->done, k) : note_skipped(o, k);
+  if (rc < 0) return rc;
   if (++o->bad <= o->max_bad) return SL_OK;
   return sl_set_error(SL_ECORRUPT,
                       "%llu corrupt chunks skipped, more than the cap of %u; "
@@ -315,10 +457,22 @@ static void drop_consumer(of_state *o) {
   o->glen = o->gpos = 0;
 }
 
+/* Forgets what the last pass delivered (saving). */
+static void forget_pass(of_state *o) {
+  o->nskipped = 0;
+  done_clear(&o->done, 0);
+  done_clear(&o->restored, 0);
+  o->partial = UINT64_MAX;
+  o->partial_m = 0;
+  o->log_unit.count = o->log_idx.count = 0;
+  o->log_from = 0;
+}
+
 static int start_workers(of_state *o) {
   o->next_unit = 0;
   o->group = 0;
   o->seen = o->delivered = o->bad = 0;
+  forget_pass(o);
   return sl__engine_start(o->eng);
 }
 
@@ -385,11 +539,17 @@ static int load_group(of_state *o) {
   return SL_OK;
 }
 
-/* Unordered: the next unit to arrive. */
+/* Unordered: the next unit to arrive (after a restore: less the samples
+ * of the unit that was partly delivered). */
 static int load_any(of_state *o) {
   SL_FORWARD_IF_ERROR(take_unit(o));
   o->cur = o->pend;
   memset(&o->pend, 0, sizeof o->pend);
+  if (o->cur.seq == o->partial) {
+    for (; o->cur.pos < o->partial_m && o->cur.pos < o->cur.n; o->cur.pos++)
+      sl_sample_release(o->cur.v[o->cur.pos]);
+    o->partial = UINT64_MAX;
+  }
   return SL_OK;
 }
 
@@ -399,7 +559,15 @@ static int of_next(void *st, sl_sample **out) {
     if (o->cur.pos < o->cur.n) {
       *out = o->cur.v[o->cur.pos++];
       o->delivered++;
-      return SL_OK;
+      if (!o->unordered) return SL_OK;
+      sl__state_log_note(&o->log_unit, o->cur.seq);
+      sl__state_log_note(&o->log_idx, o->cur.pos - 1);
+      int rc = o->cur.pos == o->cur.n ? done_add(&o->done, o->cur.seq) : SL_OK;
+      if (rc < 0) {
+        sl_sample_release(*out);
+        *out = NULL;
+      }
+      return rc;
     }
     if (o->cur.v) unit_out_free(&o->cur);
     while (o->gpos < o->glen) {
@@ -419,7 +587,8 @@ static int of_next(void *st, sl_sample **out) {
 
 static int build_plan(of_state *o) {
   sl__plan_free(&o->plan);
-  return sl__plan_build(o->pf, o->nfiles, &o->params, &o->plan);
+  return sl__plan_build_segments(o->pf, o->nfiles, &o->params, o->segs,
+                                 o->nsegs, &o->plan);
 }
 
 static int of_reset(void *st) {
@@ -428,6 +597,9 @@ static int of_reset(void *st) {
   drop_consumer(o);
   o->pass++;
   o->params.epoch = o->epoch0 + o->pass;
+  sl__free(o->segs); /* an elastic restore's epoch is over */
+  o->segs = NULL;
+  o->nsegs = 0;
   SL_FORWARD_IF_ERROR(build_plan(o));
   return start_workers(o);
 }
@@ -446,6 +618,11 @@ static void of_destroy(void *st) {
   sl__free(o->paths);
   sl__free(o->pf);
   sl__free(o->ids);
+  sl__free(o->fp);
+  sl__free(o->segs);
+  sl__free(o->skipped);
+  done_free(&o->done);
+  done_free(&o->restored);
   sl_schema_release(o->schema);
   sl__free(o);
 }
@@ -463,6 +640,586 @@ static int of_length(const sl_reader *r, void *st, uint64_t *n) {
 
 static const sl_reader_vtable of_vt = {"open_files", of_next, of_reset,
                                        of_destroy};
+
+/* --- saving and restoring (readers/state.h) ---------------------------------
+ *
+ * Ordered.  The output of a pass is a pure function of (files, seed, epoch,
+ * shuffle, window, share), so a position k is a group of the plan and an
+ * offset m inside it: the state is (g, m) - plus the units skipped before g
+ * under skip_chunk, whose holes shift the positions - and a restore
+ * rebuilds the plan of that epoch, starts the engine at the group's first
+ * unit and drops the first m samples of the group: it re-reads at most one
+ * shuffle group.  Samples in the engine's window are not saved, so a
+ * state's size does not depend on threads or buffer, and a state saved with
+ * T threads restores with any other T.
+ *
+ * Unordered.  Units arrive as they are finished: the state holds the set of
+ * units fully delivered (or skipped) by position k - the lowest unit not
+ * done and a bitmap of the done ones above it, at most the engine's window -
+ * and the unit partly delivered with how many of its samples (a unit's own
+ * samples come out in one order).  The restored pass starts at the lowest
+ * unit; the workers drop the done ones undecoded and the consumer the
+ * partial unit's first samples: each remaining sample exactly once.  A save
+ * behind the last delivery (a stage above holds samples) walks back through
+ * a log of the last SL__STATE_LOG outputs; further back, or under a stage
+ * that replays (a shuffle, a cache), it is refused.
+ *
+ * Record: nfiles, the files' fingerprints (CRC32C of each index and its
+ * record count: one per file up to FP_EACH files, else one for all), the
+ * explicit segments of an elastic restore's epoch (count, pairs), then the
+ * ordered (g, m, skipped units) or unordered (done set, partial unit, m)
+ * part.
+ */
+
+#define FP_EACH 64
+
+static const char *const k_remainder[] = {"pad", "drop", "uneven"};
+
+static void of_identity(const sl_reader *r, void *st, char *buf, size_t cap) {
+  (void)r;
+  const of_state *o = st;
+  uint32_t names = 0;
+  for (size_t f = 0; f < o->nfiles; f++) {
+    const char *b = sl__basename(o->paths[f]);
+    names = sl__crc32c(names, b, strlen(b) + 1);
+  }
+  const sl__plan_params *p = &o->params;
+  int pol = (int)p->policy;
+  snprintf(buf, cap,
+           "%zu files (%.60s .. %.60s, names %08x) seed=%llu epoch=%llu "
+           "shuffle=%d window=%u remainder=%s policy=%s max_bad=%u "
+           "ordered=%d rank=%d/%d",
+           o->nfiles, sl__basename(o->paths[0]),
+           sl__basename(o->paths[o->nfiles - 1]), names,
+           (unsigned long long)p->seed, (unsigned long long)o->epoch0,
+           p->shuffle ? 1 : 0, p->window,
+           pol >= 0 && pol < 3 ? k_remainder[pol] : "?",
+           o->slr.policy == SL_CORRUPT_SKIP_CHUNK ? "skip_chunk" : "fail",
+           o->max_bad, o->unordered ? 0 : 1, p->rank, p->world);
+}
+
+/* The identity without " rank=R/W": what the states of one job share. */
+static size_t ident_job_len(const char *ident, size_t len) {
+  for (size_t i = len; i-- > 0;)
+    if (ident[i] == ' ' && len - i > 6 && memcmp(ident + i, " rank=", 6) == 0)
+      return i;
+  return len;
+}
+
+static uint64_t all_fp(const of_state *o) {
+  uint32_t crc = 0;
+  for (size_t f = 0; f < o->nfiles; f++) {
+    unsigned char b[8];
+    sl__put64(b, o->fp[f]);
+    crc = sl__crc32c(crc, b, 8);
+  }
+  return crc;
+}
+
+static int put_common(const of_state *o, sl__state_out *w) {
+  SL_FORWARD_IF_ERROR(sl__state_put_u64(w, o->nfiles));
+  if (o->nfiles <= FP_EACH) {
+    for (size_t f = 0; f < o->nfiles; f++)
+      SL_FORWARD_IF_ERROR(sl__state_put_u64(w, o->fp[f]));
+  } else {
+    SL_FORWARD_IF_ERROR(sl__state_put_u64(w, all_fp(o)));
+  }
+  /* 0: the rank's share; n + 1: n explicit segments */
+  SL_FORWARD_IF_ERROR(sl__state_put_u64(w, o->segs ? o->nsegs + 1 : 0));
+  for (size_t i = 0; o->segs && i < 2 * o->nsegs; i++)
+    SL_FORWARD_IF_ERROR(sl__state_put_u64(w, o->segs[i]));
+  return SL_OK;
+}
+
+/* Checks the files' fingerprints in a record against this reader's. */
+static int check_files(const of_state *o, sl__state_in *in) {
+  uint64_t n, v;
+  SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &n));
+  SL_RETURN_ERROR_IF(n != o->nfiles, SL_EINVAL,
+                     "restore: the state is of another pipeline: open_files "
+                     "reads %zu files here, %llu in the state",
+                     o->nfiles, (unsigned long long)n);
+  if (o->nfiles > FP_EACH) {
+    SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &v));
+    SL_RETURN_ERROR_IF(v != all_fp(o), SL_ECORRUPT,
+                       "restore: open_files: one of the %zu files (%s .. %s) "
+                       "changed since the state was saved",
+                       o->nfiles, o->paths[0], o->paths[o->nfiles - 1]);
+    return SL_OK;
+  }
+  for (size_t f = 0; f < o->nfiles; f++) {
+    SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &v));
+    SL_RETURN_ERROR_IF(v != o->fp[f], SL_ECORRUPT,
+                       "restore: open_files: %s changed since the state was "
+                       "saved (%llu records, index %08llx then; %llu records, "
+                       "index %08llx now)",
+                       o->paths[f], (unsigned long long)(v >> 32),
+                       (unsigned long long)(v & 0xffffffffu),
+                       (unsigned long long)(o->fp[f] >> 32),
+                       (unsigned long long)(o->fp[f] & 0xffffffffu));
+  }
+  return SL_OK;
+}
+
+/* Reads the segments of a record into *segs (heap; NULL: the share). */
+static int get_segs(sl__state_in *in, uint64_t **segs, size_t *nsegs) {
+  uint64_t n;
+  *segs = NULL;
+  *nsegs = 0;
+  SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &n));
+  if (!n--) return SL_OK;
+  SL_RETURN_ERROR_IF(n > ((uint64_t)1 << 24), SL_ECORRUPT,
+                     "restore: corrupt state: open_files: %llu segments",
+                     (unsigned long long)n);
+  uint64_t *v = sl__malloc((size_t)(2 * n + 1) * sizeof *v);
+  SL_RETURN_ERROR_IF(!v, SL_ENOMEM, "restore: open_files: out of memory");
+  for (size_t i = 0; i < 2 * n; i++) {
+    int rc = sl__state_get_u64(in, &v[i]);
+    if (rc < 0) {
+      sl__free(v);
+      return rc;
+    }
+  }
+  *segs = v;
+  *nsegs = (size_t)n;
+  return SL_OK;
+}
+
+static int of_check(const sl_reader *r, void *st, sl__state_in *in) {
+  (void)r;
+  return check_files(st, in);
+}
+
+/* Ordered: the group holding output k of the pass and the outputs of it
+ * before k, and how many units were skipped before the group. */
+static int ordered_point(const of_state *o, uint64_t k, size_t *g, uint64_t *m,
+                         size_t *nskip) {
+  const sl__plan *pl = &o->plan;
+  uint64_t cum = 0;
+  size_t si = 0;
+  for (size_t i = 0; i < pl->ngroups; i++) {
+    const sl__plan_group *gr = &pl->groups[i];
+    size_t before = si;
+    uint64_t out = gr->records;
+    while (si < o->nskipped && o->skipped[si] < gr->first_unit + gr->nunits) {
+      out -= pl->units[o->skipped[si]].count;
+      si++;
+    }
+    if (k < cum + out) {
+      *g = i;
+      *m = k - cum;
+      *nskip = before;
+      return SL_OK;
+    }
+    cum += out;
+  }
+  SL_RETURN_ERROR_IF(k != cum, SL_EINVAL,
+                     "save: open_files: position %llu is past the %llu "
+                     "samples of the pass (a bug)",
+                     (unsigned long long)k, (unsigned long long)cum);
+  *g = pl->ngroups;
+  *m = 0;
+  *nskip = o->nskipped;
+  return SL_OK;
+}
+
+static int save_ordered(of_state *o, uint64_t k, sl__state_out *w) {
+  size_t g = 0, nskip = 0;
+  uint64_t m = 0;
+  SL_FORWARD_IF_ERROR(ordered_point(o, k, &g, &m, &nskip));
+  SL_FORWARD_IF_ERROR(sl__state_put_u64(w, g));
+  SL_FORWARD_IF_ERROR(sl__state_put_u64(w, m));
+  SL_FORWARD_IF_ERROR(sl__state_put_u64(w, nskip));
+  for (size_t i = 0; i < nskip; i++)
+    SL_FORWARD_IF_ERROR(sl__state_put_u64(w, o->skipped[i]));
+  return SL_OK;
+}
+
+static int save_unordered(of_state *o, uint64_t k, sl__state_out *w) {
+  SL_RETURN_ERROR_IF(
+      sl__state_replayed(w), SL_EUNSUPPORTED,
+      "save: open_files (ordered=false) under a shuffle (or another stage "
+      "that reads it again in the same order: cache, repeat_first, a "
+      "filter's replay): its order is not reproducible; use ordered=true");
+  uint64_t count = o->delivered;
+  SL_RETURN_ERROR_IF(
+      k < o->log_from || count - k > SL__STATE_LOG, SL_EUNSUPPORTED,
+      "save: open_files (ordered=false): position %llu is %llu "
+      "samples behind what it delivered, more than it keeps "
+      "(%d)",
+      (unsigned long long)k, (unsigned long long)(count - k), SL__STATE_LOG);
+  /* The units of the outputs from k on were not done at k; the unit of
+   * output k had idx(k) of its samples out. */
+  size_t nundo = (size_t)(count - k);
+  uint64_t *undo = sl__malloc((nundo ? nundo : 1) * sizeof *undo);
+  SL_RETURN_ERROR_IF(!undo, SL_ENOMEM, "save: open_files: out of memory");
+  for (size_t i = 0; i < nundo; i++)
+    undo[i] = o->log_unit.up[(k + i) % SL__STATE_LOG];
+  uint64_t partial = UINT64_MAX, pm = 0;
+  if (nundo) {
+    pm = o->log_idx.up[k % SL__STATE_LOG];
+    if (pm) partial = undo[0];
+  } else if (o->cur.v && o->cur.pos > 0 && o->cur.pos < o->cur.n) {
+    partial = o->cur.seq;
+    pm = o->cur.pos;
+  } else if (o->partial != UINT64_MAX) { /* restored, not yet reached */
+    partial = o->partial;
+    pm = o->partial_m;
+  }
+  int rc = put_done(w, &o->done, undo, nundo);
+  sl__free(undo);
+  SL_FORWARD_IF_ERROR(rc);
+  SL_FORWARD_IF_ERROR(sl__state_put_u64(w, partial));
+  return sl__state_put_u64(w, partial == UINT64_MAX ? 0 : pm);
+}
+
+static int of_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
+                   sl__state_out *w) {
+  (void)r;
+  (void)pass;
+  of_state *o = st;
+  SL_FORWARD_IF_ERROR(put_common(o, w));
+  return o->unordered ? save_unordered(o, k, w) : save_ordered(o, k, w);
+}
+
+static int next_fn(void *st, sl_sample **out) {
+  return of_next(st, out);
+}
+
+/* Stops the pass and builds the plan of pass `pass` over segs (taken; NULL:
+ * the rank's share). */
+static int restart_pass(of_state *o, uint64_t pass, uint64_t *segs,
+                        size_t nsegs) {
+  sl__engine_stop(o->eng);
+  drop_consumer(o);
+  sl__free(o->segs);
+  o->segs = segs;
+  o->nsegs = nsegs;
+  o->pass = pass;
+  o->params.epoch = o->epoch0 + pass;
+  forget_pass(o);
+  o->group = 0;
+  o->seen = o->delivered = o->bad = 0;
+  return build_plan(o);
+}
+
+static int restore_ordered(of_state *o, uint64_t k, sl__state_in *in) {
+  uint64_t g, m, nskip;
+  SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &g));
+  SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &m));
+  SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &nskip));
+  SL_RETURN_ERROR_IF(g > o->plan.ngroups || m > k || nskip > o->plan.nunits,
+                     SL_ECORRUPT,
+                     "restore: corrupt state: open_files: group %llu of %zu",
+                     (unsigned long long)g, o->plan.ngroups);
+  for (uint64_t i = 0; i < nskip; i++) {
+    uint64_t u;
+    SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &u));
+    SL_FORWARD_IF_ERROR(note_skipped(o, u));
+  }
+  size_t first =
+      g < o->plan.ngroups ? o->plan.groups[g].first_unit : o->plan.nunits;
+  o->next_unit = first;
+  o->group = (size_t)g;
+  o->seen = first;
+  o->delivered = k - m;
+  o->bad = nskip;
+  sl__engine_start_at(o->eng, first);
+  SL_FORWARD_IF_ERROR(sl__engine_start(o->eng));
+  return sl__state_replay(next_fn, o, m, "open_files: the restored group");
+}
+
+static int restore_unordered(of_state *o, uint64_t k, sl__state_in *in) {
+  uint64_t partial, pm;
+  SL_FORWARD_IF_ERROR(get_done(in, &o->done));
+  SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &partial));
+  SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &pm));
+  SL_RETURN_ERROR_IF(o->done.lo > o->plan.nunits, SL_ECORRUPT,
+                     "restore: corrupt state: open_files: unit %llu of %zu",
+                     (unsigned long long)o->done.lo, o->plan.nunits);
+  done_clear(&o->restored, o->done.lo);
+  for (size_t i = 0; i < o->done.n; i++)
+    SL_FORWARD_IF_ERROR(done_add(&o->restored, o->done.above[i]));
+  o->partial = partial;
+  o->partial_m = pm;
+  o->next_unit = (size_t)o->done.lo;
+  o->delivered = o->log_unit.count = o->log_idx.count = o->log_from = k;
+  sl__engine_start_at(o->eng, o->done.lo);
+  return sl__engine_start(o->eng);
+}
+
+static int of_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
+                      sl__state_in *in) {
+  (void)r;
+  of_state *o = st;
+  uint64_t *segs;
+  size_t nsegs;
+  SL_FORWARD_IF_ERROR(check_files(o, in));
+  SL_FORWARD_IF_ERROR(get_segs(in, &segs, &nsegs));
+  SL_FORWARD_IF_ERROR(restart_pass(o, pass, segs, nsegs));
+  return o->unordered ? restore_unordered(o, k, in) : restore_ordered(o, k, in);
+}
+
+static const sl__state_ops of_state_ops = {of_save, of_restore, of_identity};
+
+/* --- elastic restores ------------------------------------------------------
+ */
+
+typedef struct span {
+  uint64_t lo, hi;
+} span;
+
+static int cmp_span(const void *a, const void *b) {
+  const span *x = a, *y = b;
+  return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+/* Sorts and merges v[0..*n) in place. */
+static void merge_spans(span *v, size_t *n) {
+  if (!*n) return;
+  qsort(v, *n, sizeof *v, cmp_span);
+  size_t k = 0;
+  for (size_t i = 1; i < *n; i++) {
+    if (v[i].lo <= v[k].hi)
+      v[k].hi = SL_MAX(v[k].hi, v[i].hi);
+    else
+      v[++k] = v[i];
+  }
+  *n = k + 1;
+}
+
+/* One old rank's state, as the elastic restore reads it. */
+typedef struct old_rank {
+  sl__state_root root;
+  int rank, world;
+  uint64_t *segs; /* its epoch's positions (explicit, or its share) */
+  size_t nsegs;
+  uint64_t done; /* positions of its segments delivered */
+} old_rank;
+
+/* Parses state i into *x, checking it against o (files, job identity). */
+static int read_old(const of_state *o, const char *job, size_t job_len,
+                    const void *state, size_t len, size_t i, old_rank *x) {
+  SL_FORWARD_IF_ERROR(sl__state_root_parse(state, len, &x->root));
+  const sl__state_root *rt = &x->root;
+  SL_RETURN_ERROR_IF(rt->name_len != 10 || memcmp(rt->name, "open_files", 10),
+                     SL_EINVAL,
+                     "restore_elastic: state %zu is of a '%.*s' reader, not "
+                     "open_files (only a chain that is open_files itself can "
+                     "be restored elastically)",
+                     i, (int)rt->name_len, rt->name);
+  size_t jl = ident_job_len(rt->ident, rt->ident_len);
+  SL_RETURN_ERROR_IF(jl != job_len || memcmp(rt->ident, job, jl) != 0,
+                     SL_EINVAL,
+                     "restore_elastic: state %zu is of another job: '%.*s' "
+                     "in the state, '%.*s' here; the reader is unchanged",
+                     i, (int)rt->ident_len, rt->ident, (int)job_len, job);
+  SL_RETURN_ERROR_IF(
+      sscanf(rt->ident + jl, " rank=%d/%d", &x->rank, &x->world) != 2 ||
+          x->world < 1 || x->rank < 0 || x->rank >= x->world,
+      SL_ECORRUPT, "restore_elastic: state %zu: no rank in '%.*s'", i,
+      (int)rt->ident_len, rt->ident);
+  SL_FORWARD_IF_ERROR(check_files(o, rt->in));
+  SL_FORWARD_IF_ERROR(get_segs(rt->in, &x->segs, &x->nsegs));
+  uint64_t g, m, nskip;
+  SL_FORWARD_IF_ERROR(sl__state_get_u64(rt->in, &g));
+  SL_FORWARD_IF_ERROR(sl__state_get_u64(rt->in, &m));
+  SL_FORWARD_IF_ERROR(sl__state_get_u64(rt->in, &nskip));
+  SL_RETURN_ERROR_IF(nskip != 0, SL_EUNSUPPORTED,
+                     "restore_elastic: state %zu (rank %d): %llu corrupt "
+                     "chunks were skipped in its epoch; their holes cannot "
+                     "be split among other ranks",
+                     i, x->rank, (unsigned long long)nskip);
+  x->done = rt->k; /* without holes, output k is position k of the share */
+  return SL_OK;
+}
+
+/* The share of old rank x in an epoch of N records with no explicit
+ * segments, into x->segs. */
+static int old_share(const of_state *o, uint64_t N, old_rank *x) {
+  uint64_t seg[4];
+  size_t n = sl__shard_segments(N, x->rank, x->world, o->params.policy, seg);
+  x->segs = sl__malloc(4 * sizeof *x->segs);
+  SL_RETURN_ERROR_IF(!x->segs, SL_ENOMEM, "restore_elastic: out of memory");
+  memcpy(x->segs, seg, 2 * n * sizeof *seg);
+  x->nsegs = n;
+  return SL_OK;
+}
+
+/* Remaining positions: (union of the old segments) minus (union of their
+ * delivered prefixes), then new rank r of W takes its part in order. */
+static int elastic_segments(of_state *o, old_rank *x, size_t n, uint64_t N,
+                            uint64_t **out, size_t *nout) {
+  size_t cap = 0;
+  for (size_t i = 0; i < n; i++)
+    cap += x[i].nsegs + 1;
+  span *rest = sl__malloc(cap * sizeof *rest);
+  span *done = sl__malloc(cap * sizeof *done);
+  uint64_t *segs = NULL;
+  int rc = SL_OK;
+  if (!rest || !done) {
+    rc = sl_set_error(SL_ENOMEM, "restore_elastic: out of memory");
+    goto out;
+  }
+  size_t nr = 0, nd = 0;
+  for (size_t i = 0; i < n; i++) {
+    uint64_t left = x[i].done;
+    for (size_t j = 0; j < x[i].nsegs; j++) {
+      uint64_t lo = x[i].segs[2 * j], hi = x[i].segs[2 * j + 1];
+      uint64_t d = SL_MIN(left, hi - lo);
+      left -= d;
+      if (d) done[nd++] = (span){lo, lo + d};
+      if (lo + d < hi) rest[nr++] = (span){lo + d, hi};
+    }
+    if (left) {
+      rc = sl_set_error(SL_ECORRUPT,
+                        "restore_elastic: rank %d delivered %llu samples, "
+                        "more than its share",
+                        x[i].rank, (unsigned long long)x[i].done);
+      goto out;
+    }
+  }
+  merge_spans(rest, &nr);
+  merge_spans(done, &nd);
+  /* rest minus done, in place (both sorted and merged) */
+  size_t k = 0, d = 0;
+  span *diff = sl__malloc((nr + nd + 1) * sizeof *diff);
+  if (!diff) {
+    rc = sl_set_error(SL_ENOMEM, "restore_elastic: out of memory");
+    goto out;
+  }
+  for (size_t i = 0; i < nr; i++) {
+    uint64_t lo = rest[i].lo, hi = rest[i].hi;
+    while (d < nd && done[d].hi <= lo)
+      d++;
+    for (size_t e = d; e < nd && done[e].lo < hi && lo < hi; e++) {
+      if (done[e].lo > lo) diff[k++] = (span){lo, done[e].lo};
+      lo = SL_MAX(lo, done[e].hi);
+    }
+    if (lo < hi) diff[k++] = (span){lo, hi};
+  }
+  uint64_t M = 0;
+  for (size_t i = 0; i < k; i++)
+    M += diff[i].hi - diff[i].lo;
+  /* The new rank's part [a, b) of the M remaining positions (uneven:
+   * the ranks' parts differ by one at most). */
+  uint64_t r = (uint64_t)o->params.rank, W = (uint64_t)o->params.world;
+  uint64_t a = r * (M / W) + r * (M % W) / W;
+  uint64_t b = (r + 1) * (M / W) + (r + 1) * (M % W) / W;
+  segs = sl__malloc((2 * k + 2) * sizeof *segs);
+  if (!segs) {
+    sl__free(diff);
+    rc = sl_set_error(SL_ENOMEM, "restore_elastic: out of memory");
+    goto out;
+  }
+  size_t ns = 0;
+  uint64_t at = 0;
+  for (size_t i = 0; i < k; i++) {
+    uint64_t len = diff[i].hi - diff[i].lo;
+    uint64_t lo = SL_MAX(a, at), hi = SL_MIN(b, at + len);
+    if (lo < hi) {
+      segs[2 * ns] = diff[i].lo + (lo - at);
+      segs[2 * ns + 1] = diff[i].lo + (hi - at);
+      ns++;
+    }
+    at += len;
+  }
+  sl__free(diff);
+  (void)N;
+  *out = segs;
+  *nout = ns;
+out:
+  sl__free(rest);
+  sl__free(done);
+  return rc;
+}
+
+int sl_reader_restore_elastic(sl_reader *r, const void *const *states,
+                              const size_t *lens, size_t n) {
+  SL_RETURN_ERROR_IF(!r || !states || !lens || n == 0, SL_EINVAL,
+                     "restore_elastic: %s",
+                     !r       ? "NULL reader"
+                     : n == 0 ? "no states"
+                              : "NULL state array");
+  of_state *o = sl__reader_state_of(r, &of_vt);
+  SL_RETURN_ERROR_IF(!o, SL_EUNSUPPORTED,
+                     "restore_elastic: the reader is '%s', not open_files: "
+                     "only a chain that is open_files itself can be restored "
+                     "elastically (add decorators after the restore)",
+                     sl_reader_name(r));
+  SL_RETURN_ERROR_IF(o->unordered, SL_EUNSUPPORTED,
+                     "restore_elastic: open_files (ordered=false): an "
+                     "unordered reader's states cannot be split among other "
+                     "ranks; use ordered=true");
+  char job[512];
+  of_identity(r, o, job, sizeof job);
+  size_t job_len = ident_job_len(job, strlen(job));
+  old_rank *x = sl__calloc(n, sizeof *x);
+  SL_RETURN_ERROR_IF(!x, SL_ENOMEM, "restore_elastic: out of memory");
+  int rc = SL_OK;
+  for (size_t i = 0; i < n && rc == SL_OK; i++)
+    rc = read_old(o, job, job_len, states[i], lens[i], i, &x[i]);
+  /* One state per rank of the old job, all of one epoch (a rank that
+   * finished it and saved at the start of the next counts as done). */
+  uint64_t pass = UINT64_MAX;
+  bool explicit_segs = false;
+  for (size_t i = 0; i < n && rc == SL_OK; i++) {
+    pass = SL_MIN(pass, x[i].root.pass);
+    explicit_segs |= x[i].segs != NULL;
+    if (x[i].world != x[0].world || (size_t)x[0].world != n)
+      rc = sl_set_error(SL_EINVAL,
+                        "restore_elastic: %zu states, but state %zu is of "
+                        "rank %d of %d: pass one state of every rank of the "
+                        "old job",
+                        n, i, x[i].rank, x[i].world);
+    for (size_t j = 0; j < i && rc == SL_OK; j++)
+      if (x[j].rank == x[i].rank)
+        rc = sl_set_error(SL_EINVAL,
+                          "restore_elastic: states %zu and %zu are both of "
+                          "rank %d",
+                          j, i, x[i].rank);
+  }
+  const uint64_t N = o->plan.total; /* the same for every epoch */
+  for (size_t i = 0; i < n && rc == SL_OK; i++) {
+    if (x[i].root.pass == pass) {
+      if (!x[i].segs) rc = old_share(o, N, &x[i]);
+    } else if (x[i].root.pass == pass + 1 && x[i].root.k == 0 &&
+               !explicit_segs) {
+      sl__free(x[i].segs); /* done with epoch `pass`: all its share */
+      x[i].segs = NULL;
+      rc = old_share(o, N, &x[i]);
+      for (size_t j = 0; j < x[i].nsegs; j++)
+        x[i].done += x[i].segs[2 * j + 1] - x[i].segs[2 * j];
+    } else {
+      rc = sl_set_error(SL_EUNSUPPORTED,
+                        "restore_elastic: the states are of different "
+                        "epochs (rank %d at pass %llu, position %llu; "
+                        "another at pass %llu): save every rank at the same "
+                        "point",
+                        x[i].rank, (unsigned long long)x[i].root.pass,
+                        (unsigned long long)x[i].root.k,
+                        (unsigned long long)pass);
+    }
+  }
+  uint64_t *segs = NULL;
+  size_t nsegs = 0;
+  if (rc == SL_OK) rc = elastic_segments(o, x, n, N, &segs, &nsegs);
+  for (size_t i = 0; i < n; i++) {
+    sl__state_root_free(&x[i].root);
+    sl__free(x[i].segs);
+  }
+  sl__free(x);
+  SL_FORWARD_IF_ERROR(rc);
+  /* Everything checked: from here on a failure is sticky (as a restore's). */
+  /* (An empty segs, nsegs == 0, is an empty epoch: nothing left here.) */
+  sl__reader_restore_begin(r);
+  rc = restart_pass(o, pass, segs, nsegs);
+  if (rc == SL_OK) {
+    o->next_unit = 0;
+    rc = sl__engine_start(o->eng);
+  }
+  return sl__reader_restore_end(r, rc, pass, 0);
+}
 
 /* --- construction ----------------------------------------------------------
  */
@@ -532,6 +1289,7 @@ static int read_index(of_state *o, size_t f, sl_schema **schema,
   if (rc == SL_OK) {
     o->pf[f].nchunks = nc;
     o->pf[f].records = recs;
+    o->fp[f] = (uint64_t)sl__slr_fingerprint(h) | sl_slr_records(h) << 32;
   } else {
     sl__free(recs);
   }
@@ -587,7 +1345,9 @@ static int make_state(const sl_open_files_opts *p, sl__named_file *files,
   o->paths = sl__calloc(nfiles, sizeof *o->paths);
   o->pf = sl__calloc(nfiles, sizeof *o->pf);
   o->ids = sl__calloc(nfiles, sizeof *o->ids);
-  SL_RETURN_ERROR_IF(!o->paths || !o->pf || !o->ids, SL_ENOMEM,
+  o->fp = sl__calloc(nfiles, sizeof *o->fp);
+  o->partial = UINT64_MAX;
+  SL_RETURN_ERROR_IF(!o->paths || !o->pf || !o->ids || !o->fp, SL_ENOMEM,
                      "open_files: cannot allocate %zu files", nfiles);
   o->nfiles = nfiles;
   for (size_t f = 0; f < nfiles; f++) { /* take the expanded paths */
@@ -601,7 +1361,7 @@ static int make_state(const sl_open_files_opts *p, sl__named_file *files,
   SL_FORWARD_IF_ERROR(sl__engine_create(&of_ops, o, &eo, &o->eng));
   sl__engine_process_many(o->eng, of_process);
   sl__engine_on_skip(o->eng, of_skipped);
-  sl__engine_set_cache(o->eng, 1); /* the window is the exact bound */
+  sl__engine_set_cache(o->eng, 1);    /* the window is the exact bound */
   sl__engine_set_spin(o->eng, false); /* a unit is a chunk's decode */
   return SL_OK;
 }
@@ -644,6 +1404,8 @@ int sl_open_files(const char *const *names, size_t n,
   if (rc < 0) return rc;
   sl__reader_link(*out, NULL, 0, sl__engine_counters(o->eng));
   sl__reader_set_length(*out, of_length);
+  sl__reader_set_state_ops(*out, &of_state_ops);
+  sl__state_set_check(&of_state_ops, of_check);
   rc = start_workers(o);
   if (rc < 0) {
     sl_reader_destroy(*out);

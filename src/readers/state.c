@@ -25,6 +25,7 @@
 #include "core/crc32c.h"
 #include "sync/engine.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 
 #define STATE_MAGIC "SLUICEST"
@@ -59,6 +60,12 @@ static void record_free(record *rec, bool owned) {
     sl__free(rec->data);
   }
 }
+
+struct sl__state_in {
+  const record *rec;
+  size_t pos;      /* read position in rec's payload */
+  size_t next_kid; /* the next upstream record to restore */
+};
 
 /* --- saving ------------------------------------------------------------------
  */
@@ -398,6 +405,37 @@ static bool same(const char *a, size_t alen, const char *b) {
   return strlen(b) == alen && memcmp(a, b, alen) == 0;
 }
 
+/* The sources' checks (sl__state_set_check), by ops table. */
+#define MAX_CHECKS 32
+static struct {
+  const sl__state_ops *ops;
+  sl__state_check_fn fn;
+} g_checks[MAX_CHECKS];
+static int g_nchecks;
+static pthread_mutex_t g_checks_mu = PTHREAD_MUTEX_INITIALIZER;
+
+void sl__state_set_check(const sl__state_ops *ops, sl__state_check_fn fn) {
+  pthread_mutex_lock(&g_checks_mu);
+  int i = 0;
+  while (i < g_nchecks && g_checks[i].ops != ops)
+    i++;
+  if (i < MAX_CHECKS) {
+    g_checks[i].ops = ops;
+    g_checks[i].fn = fn;
+    if (i == g_nchecks) g_nchecks++;
+  }
+  pthread_mutex_unlock(&g_checks_mu);
+}
+
+static sl__state_check_fn check_of(const sl__state_ops *ops) {
+  sl__state_check_fn fn = NULL;
+  pthread_mutex_lock(&g_checks_mu);
+  for (int i = 0; i < g_nchecks && !fn; i++)
+    if (g_checks[i].ops == ops) fn = g_checks[i].fn;
+  pthread_mutex_unlock(&g_checks_mu);
+  return fn;
+}
+
 static int check(record *rec, sl_reader *r, trail *t) {
   t->names[t->n++] = sl_reader_name(r);
   char where[1024];
@@ -430,6 +468,12 @@ static int check(record *rec, sl_reader *r, trail *t) {
                      "restore: stage %d from the top (%s) cannot restore a "
                      "position",
                      t->n, where);
+  sl__state_check_fn check_fn = check_of(ops);
+  if (check_fn) {
+    /* A source's data against its record: SL_ECORRUPT naming the file. */
+    sl__state_in in = {rec, 0, 0};
+    SL_FORWARD_IF_ERROR(check_fn(r, st, &in));
+  }
   for (size_t i = 0; i < nups; i++)
     SL_FORWARD_IF_ERROR(check(&rec->kids[i], sl__reader_up(r, i), t));
   t->n--;
@@ -439,11 +483,6 @@ static int check(record *rec, sl_reader *r, trail *t) {
 /* --- restoring
  * ------------------------------------------------------------------ */
 
-struct sl__state_in {
-  const record *rec;
-  size_t pos;      /* read position in rec's payload */
-  size_t next_kid; /* the next upstream record to restore */
-};
 
 int sl__state_get_u64(sl__state_in *in, uint64_t *v) {
   SL_RETURN_ERROR_IF(in->rec->size - in->pos < 8, SL_ECORRUPT,
@@ -530,6 +569,46 @@ int sl_reader_restore(sl_reader *r, const void *state, size_t len) {
   if (rc == SL_OK) rc = restore_record(&root);
   record_free(&root, false);
   return rc;
+}
+
+/* --- one state's outermost record ----------------------------------------- */
+
+typedef struct root_priv {
+  record rec;
+  sl__state_in in;
+} root_priv;
+
+int sl__state_root_parse(const void *state, size_t len, sl__state_root *out) {
+  memset(out, 0, sizeof *out);
+  SL_RETURN_ERROR_IF(!state, SL_EINVAL, "restore: NULL state");
+  root_priv *p = sl__calloc(1, sizeof *p);
+  SL_RETURN_ERROR_IF(!p, SL_ENOMEM, "restore: out of memory");
+  int rc = parse(state, len, &p->rec);
+  if (rc < 0) {
+    record_free(&p->rec, false);
+    sl__free(p);
+    return rc;
+  }
+  p->in = (sl__state_in){&p->rec, 0, 0};
+  out->name = p->rec.name;
+  out->name_len = p->rec.name_len;
+  out->ident = p->rec.ident;
+  out->ident_len = p->rec.ident_len;
+  out->nups = p->rec.nkids;
+  out->pass = p->rec.pass;
+  out->k = p->rec.k;
+  out->in = &p->in;
+  out->priv = p;
+  return SL_OK;
+}
+
+void sl__state_root_free(sl__state_root *root) {
+  root_priv *p = root->priv;
+  if (p) {
+    record_free(&p->rec, false);
+    sl__free(p);
+  }
+  memset(root, 0, sizeof *root);
 }
 
 /* --- stages on the parallel engine ------------------------------------------

@@ -64,6 +64,17 @@ typedef struct sl__state_ops {
   void (*identity)(const sl_reader *r, void *state, char *buf, size_t cap);
 } sl__state_ops;
 
+/* Optional, for sources: a check of the stage's record against its data,
+ * run before any stage of the chain changes (it reads the record with
+ * sl__state_get_*, as restore will again): SL_ECORRUPT naming the file when
+ * the data changed since the save (fewer records, a rewritten file), which
+ * refuses the state with the chain left as it was.  Must not change the
+ * stage.  Set once per ops table (a side table in state.c, so the ops'
+ * positional initialisers stay complete); idempotent, thread-safe. */
+typedef int (*sl__state_check_fn)(const sl_reader *r, void *state,
+                                  sl__state_in *in);
+void sl__state_set_check(const sl__state_ops *ops, sl__state_check_fn check);
+
 /* Sets r's state ops (borrowed; static), once, right after construction.
  * NULL-safe on r. */
 void sl__reader_set_state_ops(sl_reader *r, const sl__state_ops *ops);
@@ -229,6 +240,22 @@ int sl__engine_pos_restore(sl__engine_pos *p, sl_reader *up, uint64_t k,
                            sl__state_in *in, uint64_t *start);
 int sl__engine_pos_resume(sl__engine_pos *p, struct sl__engine *e, uint64_t k,
                           sl__state_next_fn next, void *st);
+
+/* A saved state's outermost record, for code that combines the states of
+ * several readers (sl_reader_restore_elastic): parsed and checked (magic,
+ * version, checksum) as sl_reader_restore does.  name and ident point into
+ * the state (not NUL-terminated); `in` reads the record's payload
+ * (sl__state_get_*) while the state lives.  Free with sl__state_root_free
+ * (also after a failure: *out is then empty). */
+typedef struct sl__state_root {
+  const char *name, *ident;
+  size_t name_len, ident_len, nups;
+  uint64_t pass, k;
+  sl__state_in *in;
+  void *priv;
+} sl__state_root;
+int sl__state_root_parse(const void *state, size_t len, sl__state_root *out);
+void sl__state_root_free(sl__state_root *root);
 
 /* The upstreams linked to r (sl__reader_link), for save ops: *ups[i]. */
 sl_reader *sl__reader_up(const sl_reader *r, size_t i);

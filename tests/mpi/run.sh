@@ -3,8 +3,11 @@
 # same SLR files through sl_open_files, rank and world taken from the
 # variables mpirun sets; checks that every epoch's shares are disjoint and
 # cover every record once, and that each rank's share changes between
-# epochs.  Builds tests/mpi/shard_ids.c against BUILD_DIR/libsluice.so
-# (CC and SLUICE_SAN_CFLAGS from the environment, as CTest passes them).
+# epochs.  Then elastic restarts (tests/mpi/elastic.c): the states of a job
+# of 4 ranks resumed by 2, and of 2 resumed by 3, deliver the rest of the
+# epoch exactly once, and the next epoch whole.  Builds tests/mpi/*.c
+# against BUILD_DIR/libsluice.so (CC and SLUICE_SAN_CFLAGS from the
+# environment, as CTest passes them).
 #
 # A missing mpirun is a failure, not a skip: `make deps` installs
 # openmpi-bin.
@@ -28,6 +31,10 @@ trap 'rm -rf "$work"' EXIT
 "${CC:-cc}" -std=c11 -Wall -Wextra -Werror ${SLUICE_SAN_CFLAGS:-} \
   -I"$src/include" "$src/tests/mpi/shard_ids.c" \
   -L"$build" -lsluice -Wl,-rpath,"$build" -o "$work/shard_ids"
+# shellcheck disable=SC2086
+"${CC:-cc}" -std=c11 -Wall -Wextra -Werror ${SLUICE_SAN_CFLAGS:-} \
+  -I"$src/include" "$src/tests/mpi/elastic.c" \
+  -L"$build" -lsluice -Wl,-rpath,"$build" -o "$work/elastic"
 
 "$work/shard_ids" write "$work/data"
 
@@ -74,3 +81,25 @@ for r in $(seq 0 $((ranks - 1))); do
 done
 
 echo "mpi: $ranks ranks x $epochs epochs: disjoint, covering, changing"
+
+# Elastic restarts: W ranks save mid-epoch, W2 ranks resume from all W
+# states.
+elastic() {
+  local w=$1 w2=$2 tag=e$1to$2
+  mpirun --allow-run-as-root --oversubscribe -np "$w" \
+    "$work/elastic" save "$work/data" "$tag"
+  mpirun --allow-run-as-root --oversubscribe -np "$w2" \
+    "$work/elastic" resume "$work/data" "$tag" "$w"
+  cat "$work/data/$tag".old*.txt "$work/data/$tag".new*.txt | sort -n \
+    >"$work/got"
+  dups=$(uniq -d "$work/got" | wc -l)
+  [ "$dups" -eq 0 ] || fail "elastic $w -> $w2: $dups records twice"
+  cmp -s "$work/want" "$work/got" ||
+    fail "elastic $w -> $w2: the epoch's records are not all there once"
+  cat "$work/data/$tag".next*.txt | sort -n >"$work/got"
+  cmp -s "$work/want" "$work/got" ||
+    fail "elastic $w -> $w2: the next epoch is not every record once"
+  echo "mpi: elastic $w -> $w2 ranks: the rest of the epoch exactly once"
+}
+elastic 4 2
+elastic 2 3
