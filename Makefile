@@ -14,7 +14,8 @@ PACKAGES := build-essential cmake pkg-config libzstd-dev zlib1g-dev \
             luajit libluajit-5.1-dev lua-busted lua-check libdlpack-dev \
             dataset-fashion-mnist openmpi-bin libopenmpi-dev zstd \
             libturbojpeg0-dev libspng-dev libjpeg-turbo-progs \
-            clang-14 libclang-rt-14-dev
+            clang-14 libclang-rt-14-dev \
+            python3-numpy
 
 BUILD_TYPE ?= RelWithDebInfo
 BUILD      ?= build

@@ -1381,6 +1381,37 @@ SL_API int sl_random_crop_flip(sl_reader *up, const sl_crop_flip_opts *opts,
                                sl_reader **out);
 
 /* ------------------------------------------------------------------------ */
+/* Other programs' formats: NumPy, CSV, WebDataset, TFRecord                 */
+/* (docs/FORMATS.md)                                                         */
+/* ------------------------------------------------------------------------ */
+
+/* Options of sl_npy_reader.  Extensible like sl_open_opts: `size` is
+ * sizeof(sl_npy_opts) (SL_NPY_OPTS_INIT sets it); zero fields are defaults. */
+typedef struct sl_npy_opts {
+  size_t size;
+  const char *field; /* .npy: the field's name; NULL: the file's stem */
+} sl_npy_opts;
+#define SL_NPY_OPTS_INIT {sizeof(sl_npy_opts), NULL}
+
+/* A reader of a NumPy file (tag `npy`, extensions .npy and .npz): a .npy
+ * array (format 1.0 to 3.0, C order, little-endian, dtype bool, an integer
+ * or f2/f4/f8) yields one sample per leading index, in one field named
+ * after the file's stem ("x.npy" -> "x") or opts->field, of the array's
+ * other dimensions (a 1-D array gives scalars).  An .npz (numpy.savez or
+ * savez_compressed: stored or deflated members) yields one sample per
+ * leading index with one field per member, named after it; every member
+ * must have the same leading dimension.  The file is memory-mapped and
+ * samples are views of it (deflated members are inflated once, at open).
+ * Length known; saves its position.  Borrows `path` and `opts` (copied).
+ * Returns SL_OK and *out, SL_EIO (cannot open or map, naming the file),
+ * SL_ECORRUPT (a malformed header or archive, too few bytes, a CRC
+ * mismatch), SL_EUNSUPPORTED (Fortran order, big-endian, a dtype sluice has
+ * not, a compression method other than deflate), SL_EINVAL (a 0-d array,
+ * members of different lengths) or SL_ENOMEM.  Thread-safe. */
+SL_API int sl_npy_reader(const char *path, const sl_npy_opts *opts,
+                         sl_reader **out);
+
+/* ------------------------------------------------------------------------ */
 /* Embedding: pipelines declared by Lua scripts (docs/EMBEDDING.md)          */
 /* ------------------------------------------------------------------------ */
 

@@ -158,6 +158,11 @@ int main(void) {
   F(sl__lua_stage_opts, seed);
   F(sl__lua_stage_opts, epoch);
 
+  /* Other programs' formats (docs/FORMATS.md). */
+  S(sl_npy_opts);
+  F(sl_npy_opts, size);
+  F(sl_npy_opts, field);
+
   /* DLPack (dlpack/dlpack.h), declared by lua/sluice/device.lua. */
   S(DLManagedTensor);
   F(DLManagedTensor, dl_tensor);

@@ -75,18 +75,28 @@ static int open_image(void *ud, const char *path, const sl_open_opts *opts,
   return sl_image_reader(path, opts->image, out);
 }
 
+/* npy: a .npy array or an .npz archive (sl_npy_reader), defaults. */
+static int open_npy(void *ud, const char *path, const sl_open_opts *opts,
+                    sl_reader **out) {
+  SL_UNUSED(ud);
+  SL_UNUSED(opts);
+  return sl_npy_reader(path, NULL, out);
+}
+
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static format_slot g_formats[SLOTS] = {{"slr", open_slr, NULL},
                                        {"idx", open_idx, NULL},
                                        {"text", open_text, NULL},
-                                       {"image", open_image, NULL}}; /* g_mu */
-static int g_nformats = 4;                                           /* g_mu */
+                                       {"image", open_image, NULL},
+                                       {"npy", open_npy, NULL}}; /* g_mu */
+static int g_nformats = 5;                                       /* g_mu */
 /* The data sets' own names ("t10k-images-idx3-ubyte.gz") open as idx; text
  * has no extension: ".txt" or ".csv" files are too often something else. */
 static ext_slot g_exts[SLOTS] = {
     {".slr", "slr"},   {"-idx3-ubyte", "idx"}, {"-idx3-ubyte.gz", "idx"},
-    {".jpg", "image"}, {".jpeg", "image"},     {".png", "image"}}; /* g_mu */
-static int g_nexts = 6;                                            /* g_mu */
+    {".jpg", "image"}, {".jpeg", "image"},     {".png", "image"},
+    {".npy", "npy"},   {".npz", "npy"}}; /* g_mu */
+static int g_nexts = 8;                  /* g_mu */
 
 /* --- syntax -------------------------------------------------------------- */
 

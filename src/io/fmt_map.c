@@ -1,0 +1,121 @@
+/*
+ * fmt_map.c - whole files as refcounted buffers (see fmt_map.h).
+ *
+ * A mapping is MAP_PRIVATE and read-only: a file rewritten in place while
+ * mapped shows the new bytes (POSIX leaves that unspecified for private
+ * mappings; Linux shares unmodified pages), which is why the readers record
+ * the file's identity and their states carry a fingerprint.  A file
+ * truncated while mapped raises SIGBUS on access, as with any mmap reader;
+ * the text reader's read(2) mode is the answer for files that change.
+ */
+#include "io/fmt_map.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+static void unmap(void *ud, void *data) {
+  munmap(data, (size_t)(uintptr_t)ud);
+}
+
+int sl__map_file(const char *stage, const char *path, sl_buffer **out,
+                 sl__file_id *id) {
+  *out = NULL;
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  SL_RETURN_ERROR_IF(fd < 0, SL_EIO, "%s: %s: %s", stage, path,
+                     strerror(errno));
+  struct stat st;
+  int rc = SL_OK;
+  if (fstat(fd, &st) != 0)
+    rc = sl_set_error(SL_EIO, "%s: %s: %s", stage, path, strerror(errno));
+  else if (!S_ISREG(st.st_mode))
+    rc = sl_set_error(SL_EIO, "%s: %s: not a regular file%s", stage, path,
+                      S_ISDIR(st.st_mode) ? " (a directory)" : "");
+  if (rc == SL_OK && id) {
+    id->dev = (uint64_t)st.st_dev;
+    id->ino = (uint64_t)st.st_ino;
+    id->size = (uint64_t)st.st_size;
+    id->mtime_s = (int64_t)st.st_mtim.tv_sec;
+    id->mtime_ns = (int64_t)st.st_mtim.tv_nsec;
+  }
+  if (rc == SL_OK && st.st_size == 0) {
+    *out = sl_buffer_new(0);
+    if (!*out) rc = sl_set_error(SL_ENOMEM, "%s: %s: out of memory", stage, path);
+  } else if (rc == SL_OK) {
+    size_t n = (size_t)st.st_size;
+    void *p = mmap(NULL, n, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (p == MAP_FAILED) {
+      rc = sl_set_error(SL_EIO, "%s: %s: mmap: %s", stage, path,
+                        strerror(errno));
+    } else {
+      *out = sl_buffer_wrap(p, n, unmap, (void *)(uintptr_t)n);
+      if (!*out) {
+        munmap(p, n);
+        rc = sl_set_error(SL_ENOMEM, "%s: %s: out of memory", stage, path);
+      }
+    }
+  }
+  close(fd);
+  return rc;
+}
+
+int sl__read_gzip_file(const char *stage, const char *path, sl_buffer **out) {
+  *out = NULL;
+  gzFile g = gzopen(path, "rb");
+  SL_RETURN_ERROR_IF(!g, SL_EIO, "%s: %s: %s", stage, path,
+                     errno ? strerror(errno) : "cannot open");
+  size_t cap = 1 << 16, n = 0;
+  unsigned char *data = sl__malloc(cap);
+  int rc = data ? SL_OK
+                : sl_set_error(SL_ENOMEM, "%s: %s: out of memory", stage, path);
+  while (rc == SL_OK) {
+    if (n == cap) {
+      unsigned char *d = cap > SIZE_MAX / 2 ? NULL : sl__realloc(data, cap * 2);
+      if (!d) {
+        rc = sl_set_error(SL_ENOMEM, "%s: %s: out of memory", stage, path);
+        break;
+      }
+      data = d;
+      cap *= 2;
+    }
+    size_t want = cap - n > (1u << 30) ? (1u << 30) : cap - n;
+    int got = gzread(g, data + n, (unsigned)want);
+    if (got < 0) {
+      int err;
+      const char *msg = gzerror(g, &err);
+      rc = sl_set_error(err == Z_ERRNO ? SL_EIO : SL_ECORRUPT,
+                        "%s: %s: gzip: %s", stage, path,
+                        err == Z_ERRNO ? strerror(errno) : msg);
+    } else if (got == 0) {
+      int err;
+      const char *msg = gzerror(g, &err);
+      if (err != Z_OK && err != Z_BUF_ERROR)
+        rc = sl_set_error(SL_ECORRUPT, "%s: %s: gzip: %s", stage, path, msg);
+      else if (err == Z_BUF_ERROR)
+        rc = sl_set_error(SL_ECORRUPT, "%s: %s: gzip: the stream is cut short",
+                          stage, path);
+      break;
+    } else {
+      n += (size_t)got;
+    }
+  }
+  gzclose(g);
+  if (rc == SL_OK) {
+    *out = sl_buffer_new(n);
+    if (!*out)
+      rc = sl_set_error(SL_ENOMEM, "%s: %s: out of memory", stage, path);
+    else if (n)
+      memcpy(sl_buffer_data(*out), data, n);
+  }
+  sl__free(data);
+  return rc;
+}
+
+void sl__path_stem(const char *path, char *buf, size_t size) {
+  const char *base = sl__basename(path), *dot = strrchr(base, '.');
+  size_t n = dot && dot != base ? (size_t)(dot - base) : strlen(base);
+  snprintf(buf, size, "%.*s", (int)n, base);
+}
