@@ -34,15 +34,7 @@ typedef struct slr_state {
 
 /* Notes a skipped chunk starting at record `first` (for a save). */
 static int note_bad(slr_state *s, uint64_t first) {
-  if (s->nbad == s->bad_cap) {
-    size_t cap = s->bad_cap ? 2 * s->bad_cap : 8;
-    uint64_t *b = sl__realloc(s->bad, cap * sizeof *b);
-    SL_RETURN_ERROR_IF(!b, SL_ENOMEM, "slr: out of memory");
-    s->bad = b;
-    s->bad_cap = cap;
-  }
-  s->bad[s->nbad++] = first;
-  return SL_OK;
+  return sl__state_push_u64(&s->bad, &s->nbad, &s->bad_cap, first);
 }
 
 static int slr_next(void *st, sl_sample **out) {

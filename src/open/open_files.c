@@ -184,15 +184,7 @@ static int done_add(done_set *d, uint64_t item) {
       d->lo++;
     return SL_OK;
   }
-  if (d->n == d->cap) {
-    size_t cap = d->cap ? 2 * d->cap : 16;
-    uint64_t *a = sl__realloc(d->above, cap * sizeof *a);
-    SL_RETURN_ERROR_IF(!a, SL_ENOMEM, "out of memory noting delivered items");
-    d->above = a;
-    d->cap = cap;
-  }
-  d->above[d->n++] = item;
-  return SL_OK;
+  return sl__state_push_u64(&d->above, &d->n, &d->cap, item);
 }
 
 static bool in_list(const uint64_t *v, size_t n, uint64_t x) {
@@ -420,15 +412,7 @@ static int of_process(void *ud, void *wctx, uint64_t k, sl_sample *in,
 
 /* Ordered: notes skipped unit k (a save finds the holes it left). */
 static int note_skipped(of_state *o, uint64_t k) {
-  if (o->nskipped == o->skipped_cap) {
-    size_t cap = o->skipped_cap ? 2 * o->skipped_cap : 8;
-    uint64_t *v = sl__realloc(o->skipped, cap * sizeof *v);
-    SL_RETURN_ERROR_IF(!v, SL_ENOMEM, "open_files: out of memory");
-    o->skipped = v;
-    o->skipped_cap = cap;
-  }
-  o->skipped[o->nskipped++] = k;
-  return SL_OK;
+  return sl__state_push_u64(&o->skipped, &o->nskipped, &o->skipped_cap, k);
 }
 
 /* A skipped corrupt chunk, on the consumer's thread in delivery order:

@@ -602,6 +602,18 @@ int sl__state_root_parse(const void *state, size_t len, sl__state_root *out) {
   return SL_OK;
 }
 
+int sl__state_push_u64(uint64_t **v, size_t *n, size_t *cap, uint64_t x) {
+  if (*n == *cap) {
+    size_t c = *cap ? 2 * *cap : 8;
+    uint64_t *a = sl__realloc(*v, c * sizeof *a);
+    SL_RETURN_ERROR_IF(!a, SL_ENOMEM, "out of memory noting a position");
+    *v = a;
+    *cap = c;
+  }
+  (*v)[(*n)++] = x;
+  return SL_OK;
+}
+
 void sl__state_root_free(sl__state_root *root) {
   root_priv *p = root->priv;
   if (p) {

@@ -257,6 +257,11 @@ typedef struct sl__state_root {
 int sl__state_root_parse(const void *state, size_t len, sl__state_root *out);
 void sl__state_root_free(sl__state_root *root);
 
+/* Appends x to the growing array *v (*n used of *cap), for the lists a
+ * stage keeps for its saves (skipped chunks, done items): SL_OK or
+ * SL_ENOMEM (message set). */
+int sl__state_push_u64(uint64_t **v, size_t *n, size_t *cap, uint64_t x);
+
 /* The upstreams linked to r (sl__reader_link), for save ops: *ups[i]. */
 sl_reader *sl__reader_up(const sl_reader *r, size_t i);
 
