@@ -15,7 +15,7 @@ PACKAGES := build-essential cmake pkg-config libzstd-dev zlib1g-dev \
             dataset-fashion-mnist openmpi-bin libopenmpi-dev zstd \
             libturbojpeg0-dev libspng-dev libjpeg-turbo-progs \
             clang-14 libclang-rt-14-dev \
-            python3-numpy
+            python3-numpy libprotobuf-c-dev protobuf-c-compiler
 
 BUILD_TYPE ?= RelWithDebInfo
 BUILD      ?= build
@@ -29,6 +29,10 @@ FUZZ_SECONDS ?= 60
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 DATA       ?= /usr/share/datasets/fashion-mnist
 EPOCHS     ?= 3
+
+# The Python binding (bindings/python/) and its pytest suite: headers, the
+# system interpreter's numpy and pytest, and venv for the wheel test.
+PACKAGES += python3-dev python3-numpy python3-pytest python3-venv
 
 # sudo only when not root and sudo exists.
 SUDO := $(shell [ "$$(id -u)" -eq 0 ] || ! command -v sudo >/dev/null 2>&1 \

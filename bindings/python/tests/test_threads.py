@@ -1,0 +1,147 @@
+"""Threads: the GIL is released while next waits; Ctrl-C interrupts a
+waiting next promptly and leaves the pipeline closable; one Python thread
+at a time per pipeline."""
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import sluice
+from conftest import LUA_SLEEP
+
+# Opening runs the map once (the first sample's output gives the stage's
+# schema), so the first next returns at once and the second waits.
+SLOW = LUA_SLEEP + """
+local sluice = require "sluice"
+return sluice.range(%d):map(function(s) sleep_ms(%d) return s end)
+"""
+
+
+def test_gil_is_released_while_next_waits():
+    p = sluice.open_string(SLOW % (3, 500))
+    next(p)
+    count = [0]
+    stop = threading.Event()
+
+    def spin():
+        while not stop.is_set():
+            count[0] += 1
+
+    t = threading.Thread(target=spin)
+    t.start()
+    time.sleep(0.05)
+    before = count[0]
+    t0 = time.monotonic()
+    b = next(p)
+    waited = time.monotonic() - t0
+    during = count[0] - before
+    stop.set()
+    t.join()
+    assert np.asarray(b["i"]).tolist() == 1
+    assert waited >= 0.3
+    # A thread holding no lock counts millions in 0.5 s; with the GIL held
+    # by the waiting next it would count nothing.
+    assert during > 10000, during
+    p.close()
+
+
+def interrupt_after(seconds):
+    main = threading.main_thread().ident
+
+    def fire():
+        signal.pthread_kill(main, signal.SIGINT)
+
+    t = threading.Timer(seconds, fire)
+    t.start()
+    return t
+
+
+def test_ctrl_c_interrupts_next_promptly_and_pipeline_closes():
+    p = sluice.open_string(SLOW % (3, 1500))
+    next(p)
+    t0 = time.monotonic()
+    timer = interrupt_after(0.2)
+    with pytest.raises(KeyboardInterrupt):
+        next(p)
+    took = time.monotonic() - t0
+    timer.join()
+    assert took < 0.2 + 0.5, took  # not the 1.5 s the sample takes
+    t1 = time.monotonic()
+    p.close()  # waits for the sample under way, then joins everything
+    assert p.closed and time.monotonic() - t1 < 5
+
+
+def test_interrupted_next_keeps_its_batch_for_the_next_call():
+    p = sluice.open_string(SLOW % (4, 600))
+    it = iter(p)
+    got = [int(np.asarray(next(it)["i"]))]
+    timer = interrupt_after(0.1)
+    with pytest.raises(KeyboardInterrupt):
+        next(it)
+    timer.join()
+    got += [int(np.asarray(b["i"])) for b in it]  # the same pass
+    assert got == [0, 1, 2, 3]
+    p.close()
+
+
+def test_ctrl_c_during_iteration_in_a_for_loop():
+    p = sluice.open_string(SLOW % (100, 100))
+    seen = []
+    timer = interrupt_after(0.35)
+    with pytest.raises(KeyboardInterrupt):
+        for b in p:
+            seen.append(int(np.asarray(b["i"])))
+    timer.join()
+    assert 1 <= len(seen) <= 5
+    p.close()
+
+
+def test_a_second_thread_is_refused_while_one_waits():
+    p = sluice.open_string(SLOW % (3, 500))
+    next(p)
+    errors = []
+
+    def other():
+        time.sleep(0.1)
+        try:
+            next(p)
+        except RuntimeError as e:
+            errors.append(str(e))
+
+    t = threading.Thread(target=other)
+    t.start()
+    next(p)
+    t.join()
+    assert errors and "one thread at a time" in errors[0]
+    p.close()
+
+
+def test_dropping_a_pipeline_mid_next_does_not_hang():
+    p = sluice.open_string(SLOW % (3, 400))
+    next(p)
+    timer = interrupt_after(0.1)
+    with pytest.raises(KeyboardInterrupt):
+        next(p)
+    timer.join()
+    t0 = time.monotonic()
+    del p  # the puller finishes the sample and closes on its own
+    assert time.monotonic() - t0 < 0.3
+
+
+def test_pipelines_on_several_threads_at_once(t10k):
+    from conftest import fmnist_script
+    totals = []
+
+    def run():
+        with sluice.open_script(fmnist_script(), "test", t10k) as p:
+            totals.append(sum(np.asarray(b["label"]).shape[0] for b in p))
+
+    ts = [threading.Thread(target=run) for _ in range(3)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert totals == [10000] * 3
