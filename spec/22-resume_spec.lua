@@ -126,7 +126,8 @@ local function check_resume(build, passes, cuts, o)
   -- prefix (read before the cut, in pass `pass`) and the rest from a
   -- pipeline restored from `state` must be the uninterrupted run.
   local function check_rest(cut, state, prefix, pass)
-    local got, at = {unpack(prefix)}, {pass = pass}
+    local got, at = {}, {pass = pass}
+    for i = 1, #prefix do got[i] = prefix[i] end
     local q = (o.restore_build or build)()
     q:restore(state)
     pull(q, math.huge, at, passes, got)
