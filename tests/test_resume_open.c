@@ -317,16 +317,24 @@ TEST(unordered_under_shuffle_refused) {
 }
 
 /* States of another pipeline or of changed files are refused; the reader
- * goes on as it was. */
-static void refused(sl_reader *r, const void *st, size_t len, int want,
-                    const char *text) {
-  int64_t first = next_id(r);
+ * goes on as it was: the rest of its pass is that of a fresh reader `u`
+ * after its first sample. */
+static void refused(sl_reader *r, of_ud *u, const void *st, size_t len,
+                    int want, const char *text) {
+  next_id(r);
   int rc = sl_reader_restore(r, st, len);
   if (rc != want || !strstr(sl_last_error(), text))
     test_fail(__FILE__, __LINE__, "restore gave %d: %s (expected %d, '%s')", rc,
               sl_last_error(), want, text);
   printf("  refused: %s\n", sl_last_error());
-  (void)first;
+  sl_reader *ref = build_of(u);
+  next_id(ref);
+  int64_t a;
+  while ((a = next_id(ref)) >= 0)
+    if (next_id(r) != a)
+      test_fail(__FILE__, __LINE__, "the reader changed after a refusal");
+  if (next_id(r) != -1) test_fail(__FILE__, __LINE__, "a longer pass");
+  sl_reader_destroy(ref);
 }
 
 TEST(refused_states) {
@@ -357,7 +365,7 @@ TEST(refused_states) {
   v.names = two;
   v.n = 2;
   r = build_of(&v);
-  refused(r, st, len, SL_EINVAL, "2 files");
+  refused(r, &v, st, len, SL_EINVAL, "2 files");
   sl_reader_destroy(r);
   /* The chain is unchanged after a refusal: it yields the rest of its
    * pass as if nothing happened. */
@@ -398,11 +406,11 @@ TEST(refused_states) {
   sl_reader_destroy(r);
   test_write_ids_slr(p[1], 50, 36, 5);
   r = build_of(&v);
-  refused(r, st, len, SL_ECORRUPT, "y.slr");
+  refused(r, &v, st, len, SL_ECORRUPT, "y.slr");
   sl_reader_destroy(r);
   test_write_ids_slr(p[1], 1050, 37, 5); /* same size, other records */
   r = build_of(&v);
-  refused(r, st, len, SL_ECORRUPT, "y.slr");
+  refused(r, &v, st, len, SL_ECORRUPT, "y.slr");
   sl_reader_destroy(r);
   sl_free(st);
   (void)n;
@@ -630,4 +638,39 @@ TEST(elastic_refused) {
   sl_reader_destroy(rd);
   for (int r = 0; r < 2; r++)
     sl_free(st[r]);
+}
+
+/* Many files: the state stays small (one fingerprint for them all past 64
+ * files), and a resume over them is exact. */
+TEST(many_files_small_state) {
+  static char paths[100][1024];
+  static const char *names[100];
+  for (int f = 0; f < 100; f++) {
+    char name[32];
+    snprintf(name, sizeof name, "many-%03d.slr", f);
+    snprintf(paths[f], sizeof paths[f], "%s", tmp(name));
+    test_write_ids_slr(paths[f], 3 * f, 3, 2);
+    names[f] = paths[f];
+  }
+  of_ud u = base(4);
+  u.names = names;
+  u.n = 100;
+  u.window = 32;
+  const uint64_t cuts[] = {0, 7, 150, 299, 300, 451};
+  test_resume_check(build_of, &u, 2, cuts, sizeof cuts / sizeof *cuts, 4096);
+  sl_reader *r = build_of(&u);
+  for (int i = 0; i < 150; i++)
+    next_id(r);
+  void *st;
+  size_t len = save_of(r, &st);
+  printf("  state size: open_files (100 files, ordered): %zu bytes\n", len);
+  sl_reader_destroy(r);
+  test_write_ids_slr(paths[57], 0, 2, 2); /* one file changed */
+  r = build_of(&u);
+  if (sl_reader_restore(r, st, len) != SL_ECORRUPT ||
+      !strstr(sl_last_error(), "one of the 100 files"))
+    test_fail(__FILE__, __LINE__, "a changed file: %s", sl_last_error());
+  printf("  refused: %s\n", sl_last_error());
+  sl_reader_destroy(r);
+  sl_free(st);
 }

@@ -442,6 +442,9 @@ TEST(image_reader_threads) {
 /* decode_image over samples {image: PNG bytes, label} in memory (a source
  * with a position), batched by 4 when batch is set. */
 static sl_sample *g_png[N_IMAGES];
+/* The same with 3 samples that are not images, at 5, 30 and 61. */
+#define N_MIXED (N_IMAGES + 3)
+static sl_sample *g_mixed[N_MIXED];
 
 static void make_png_samples(void) {
   if (g_png[0]) return;
@@ -467,13 +470,28 @@ static void make_png_samples(void) {
     *(int64_t *)data = f.labels[i];
     g_png[i] = s;
   }
+  for (size_t i = 0, j = 0; i < N_MIXED; i++) {
+    if (i == 5 || i == 30 || i == 61) {
+      sl_sample *s = sl_sample_new(sc);
+      int64_t shape[1] = {16};
+      void *data, *label;
+      if (sl_sample_alloc(s, 0, 1, shape, &data) != SL_OK ||
+          sl_sample_alloc(s, 1, 0, NULL, &label) != SL_OK)
+        test_fail(__FILE__, __LINE__, "cannot make a bad sample");
+      memset(data, 0x42, 16);
+      *(int64_t *)label = -1;
+      g_mixed[i] = s;
+    } else {
+      g_mixed[i] = sl_sample_retain(g_png[j++]);
+    }
+  }
   sl_schema_release(sc);
   fix_fmnist_free(&f);
 }
 
 typedef struct dec_ud {
   uint32_t threads;
-  int unordered, batch;
+  int unordered, batch, mixed; /* mixed: 3 bad images, policy skip */
 } dec_ud;
 
 static sl_reader *build_decode(void *ud) {
@@ -485,7 +503,12 @@ static sl_reader *build_decode(void *ud) {
   o.shape.channels = 1; /* a fixed shape, so batches stack */
   o.shape.height = o.shape.width = 28;
   sl_reader *r;
-  OK(sl_reader_from_array(g_png, N_IMAGES, NULL, &r));
+  if (u->mixed) {
+    o.policy = SL_CORRUPT_SKIP_CHUNK;
+    OK(sl_reader_from_array(g_mixed, N_MIXED, NULL, &r));
+  } else {
+    OK(sl_reader_from_array(g_png, N_IMAGES, NULL, &r));
+  }
   OK(sl_decode_image(r, &o, &r));
   if (u->batch) OK(sl_batch(r, 4, NULL, &r));
   return r;
@@ -495,13 +518,16 @@ TEST(decode_image_threads) {
   const uint64_t cuts[] = {0, 1, 7, 30, 59, 60, 61, 95, 130, 179};
   const uint64_t bcuts[] = {0, 1, 7, 14, 15, 16, 30, 44};
   for (uint32_t t = 1; t <= 4; t *= 2) {
-    dec_ud u = {t, 0, 0}, b = {t, 0, 1};
+    dec_ud u = {t, 0, 0, 0}, b = {t, 0, 1, 0}, m = {t, 0, 0, 1};
     test_resume_check(build_decode, &u, 3, cuts, sizeof cuts / sizeof *cuts,
                       512);
     test_resume_check(build_decode, &b, 3, bcuts, sizeof bcuts / sizeof *bcuts,
                       512);
+    /* policy skip: the bad images leave holes (a log of positions) */
+    test_resume_check(build_decode, &m, 3, cuts, sizeof cuts / sizeof *cuts,
+                      512);
   }
-  dec_ud u4 = {4, 0, 0}, u1 = {1, 0, 0};
+  dec_ud u4 = {4, 0, 0, 0}, u1 = {1, 0, 0, 0};
   cross_check(build_decode, &u4, build_decode, &u1, 23, N_IMAGES);
   sl_reader *r = build_decode(&u4);
   uint64_t d[20];
@@ -510,6 +536,35 @@ TEST(decode_image_threads) {
   save_print(r, "decode_image (threads 4) over an array", &st);
   sl_free(st);
   sl_reader_destroy(r);
+  /* Unordered with bad images: each good image exactly once around a
+   * save, the bad ones skipped (the done set holds them too). */
+  uint64_t all[N_IMAGES], got[N_IMAGES + 1], a[N_IMAGES];
+  r = build_decode(&u1);
+  size_t n = drain_digests(r, all, N_IMAGES);
+  sl_reader_destroy(r);
+  const size_t mcuts[] = {0, 4, 5, 29, 45, 57};
+  for (size_t c = 0; c < sizeof mcuts / sizeof *mcuts; c++) {
+    dec_ud un = {4, 1, 0, 1};
+    r = build_decode(&un);
+    take_digests(r, got, mcuts[c]);
+    size_t len = 0;
+    if (sl_reader_save(r, &st, &len) != SL_OK)
+      test_fail(__FILE__, __LINE__, "save: %s", sl_last_error());
+    sl_reader_destroy(r);
+    un.threads = 2;
+    r = build_decode(&un);
+    if (sl_reader_restore(r, st, len) != SL_OK)
+      test_fail(__FILE__, __LINE__, "restore: %s", sl_last_error());
+    sl_free(st);
+    size_t rest = drain_digests(r, got + mcuts[c], N_IMAGES + 1 - mcuts[c]);
+    sl_reader_destroy(r);
+    memcpy(a, all, sizeof a);
+    same_multiset(got, mcuts[c] + rest, a, n, "unordered, bad images skipped");
+  }
+  for (size_t i = 0; i < N_MIXED; i++) {
+    sl_sample_release(g_mixed[i]);
+    g_mixed[i] = NULL;
+  }
   for (size_t i = 0; i < N_IMAGES; i++) {
     sl_sample_release(g_png[i]);
     g_png[i] = NULL;
