@@ -825,12 +825,15 @@ typedef struct sl_open_opts {
    * size, threads, skip policy; see sl_image_reader); NULL: the defaults.
    * Borrowed for the call. */
   const struct sl_image_opts *image;
+  /* Appended with the token reader.  tag tokens: its options (seq_len is
+   * required); see sl_tokens_reader.  Borrowed for the call. */
+  const struct sl_tokens_opts *tokens;
 } sl_open_opts;
 /* clang-format off */
 #define SL_OPEN_OPTS_INIT                                                      \
   {sizeof(sl_open_opts), {SL_CORRUPT_FAIL, 0, 0},                              \
    NULL /* labels */, 0 /* text_mmap */, NULL /* parser */,                    \
-   NULL /* parser_options */, NULL /* image */}
+   NULL /* parser_options */, NULL /* image */, NULL /* tokens */}
 /* clang-format on */
 
 /* A format's constructor: opens `path` (the "TAG:" removed, globs already
@@ -1083,6 +1086,198 @@ SL_PARSER_EXPORT const sl_parser_api *sl_parser_entry(void);
  * Borrows the strings (copied).  Returns SL_OK and *out or an error. */
 SL_API int sl_text_reader(const char *path, int use_mmap, const char *parser,
                           const char *parser_options, sl_reader **out);
+
+/* ------------------------------------------------------------------------ */
+/* Language-model data: token shards, windows, packing, padded and bucketed */
+/* batches, weighted mixtures (docs/TEXT.md)                                */
+/* ------------------------------------------------------------------------ */
+
+/* Options of the token-shard reader.  Extensible like sl_open_opts: `size`
+ * is sizeof(sl_tokens_opts) as the caller compiled it (SL_TOKENS_OPTS_INIT
+ * sets it); the zero of every other field is its default. */
+typedef struct sl_tokens_opts {
+  size_t size;
+  int64_t seq_len; /* T >= 1: each sample is T inputs and T targets */
+  int shuffle;     /* 1: shard order per pass, window order within each */
+  uint64_t seed;   /* of the shuffle: (seed, pass) decides every order */
+  int rank;        /* this rank, 0 <= rank < world */
+  int world;       /* ranks; 0: 1 for sl_tokens_reader, the launcher's
+                      environment (sl_shard_env) for sl_tokens_open/sl_open */
+  uint64_t block;  /* windows per rank block; 0 means 1 */
+} sl_tokens_opts;
+#define SL_TOKENS_OPTS_INIT {sizeof(sl_tokens_opts), 0, 0, 0, 0, 0, 0}
+
+/* A reader of token shards `paths[0..n)`: llm.c's format (a header of 256
+ * little-endian int32: magic 20240520, version 1, token count N; then N
+ * little-endian uint16 tokens) or a .npy file of a 1-D '<u2' or '<u4' array
+ * (told apart by their first bytes).  Each file is checked at construction
+ * (magic, version, header, its size against N: SL_ECORRUPT naming the file
+ * and what is wrong; SL_EIO when it cannot be opened) and mapped with mmap
+ * while it is read.  Samples are {inputs: i32[T], targets: i32[T]}: the
+ * T + 1 tokens from w*T of window w (targets = inputs shifted by one), for
+ * w < (N - 1) / T within each shard (a shard shorter than T + 1 tokens
+ * gives none).  Ranks: the windows of a shard form rounds of world x block
+ * windows (an incomplete last round is left out, so every rank gets as
+ * many); rank r takes windows [(g*world + r)*block, ... + block) of round g.
+ * With block = B and no shuffle, sl_batch(B) on rank r of W gives, batch for
+ * batch, llm.c's DataLoader(B, T, r, W) batches within each shard.  Shards
+ * come in the order given, windows in order; with shuffle, the shard order
+ * of each pass and the round order within each shard are permutations drawn
+ * from (seed, pass, shard), the same on every rank.  Length: known.  Saves
+ * its position (no payload).  Borrows the strings (copied).  Returns SL_OK
+ * and *out, SL_EINVAL (no files, seq_len < 1, rank outside [0, world)),
+ * SL_ECORRUPT, SL_EIO or SL_ENOMEM. */
+SL_API int sl_tokens_reader(const char *const *paths, size_t n,
+                            const sl_tokens_opts *opts, sl_reader **out);
+/* sl_tokens_reader over the files `name` names ("tokens:" optional; a glob
+ * pattern expands in byte order, as sl_open), world 0 taken from the
+ * launcher's environment (sl_shard_env).  The whole set is one reader, so
+ * shuffle permutes the shard order too; sl_open("tokens:...") with
+ * sl_open_opts.tokens opens each file as its own reader and chains them
+ * (shards in glob order, windows shuffled within each). */
+SL_API int sl_tokens_open(const char *name, const sl_tokens_opts *opts,
+                          sl_reader **out);
+
+/* Fixed windows over a token stream (tf.data's window + flat_map): the
+ * values of field `field` (a rank-1 variable-length i32, u16 or u32 field)
+ * of every upstream sample, concatenated across sample boundaries, are cut
+ * into windows of `size` values starting every `stride` values (window j:
+ * stream values [j*stride, j*stride + size)).  Samples are {field: [size]}
+ * of the field's dtype, the other fields dropped.  At the end of the pass,
+ * windows that start inside the stream but are short are yielded
+ * (shape [SL_DIM_VAR] then) unless drop_remainder.  stride 0 means size.
+ * Saves its position (restore re-reads the pass up to it).  Returns SL_OK,
+ * SL_EINVAL (size 0, unknown field, wrong dtype or shape) or SL_ENOMEM;
+ * takes `up` also on failure. */
+SL_API int sl_window(sl_reader *up, const char *field, size_t size,
+                     size_t stride, int drop_remainder, sl_reader **out);
+
+/* Options of sl_pack.  Zero is the default of every field but seq_len. */
+typedef struct sl_pack_opts {
+  size_t size;             /* sizeof(sl_pack_opts) */
+  int64_t seq_len;         /* T >= 1: tokens per row */
+  const char *const *fields; /* the fields packed; NULL: the first rank-1
+                                i32/u16/u32/i64 field */
+  size_t nfields;
+  int has_eos;             /* 1: append `eos` to every document */
+  int64_t eos;
+  int64_t pad;             /* value of padding positions (default 0) */
+  size_t lookahead;        /* rows open at once for first-fit; 0 means 8 */
+  int truncate;            /* documents longer than T: 0 split into pieces
+                              of T (each its own segment), 1 keep the first
+                              T tokens */
+} sl_pack_opts;
+#define SL_PACK_OPTS_INIT {sizeof(sl_pack_opts), 0, NULL, 0, 0, 0, 0, 0, 0}
+
+/* Packs variable-length documents (the rank-1 i32/u16/u32/i64 fields
+ * `fields`, equally long in each sample) into rows of exactly T tokens:
+ * samples {<field>: i32[T]..., segment_ids: i32[T], positions: i32[T]},
+ * segment_ids numbering the documents of a row 1, 2, ... (0: padding) and
+ * positions counting from 0 within each document.  First fit over a
+ * bounded look-ahead: each document goes into the first of the `lookahead`
+ * open rows with room for it; when none has room a new row opens, and
+ * when more than `lookahead` are open the oldest is yielded; at the end of
+ * the pass the open rows are yielded oldest first.  Empty documents (with
+ * no eos) are skipped.  Deterministic.  Statistics: sl_pack_stats.  Saves
+ * its position (restore re-reads the pass up to it).  Returns SL_OK,
+ * SL_EINVAL (seq_len < 1, unknown or unsuitable field) or SL_ENOMEM; takes
+ * `up` also on failure. */
+SL_API int sl_pack(sl_reader *up, const sl_pack_opts *opts, sl_reader **out);
+/* The packing figures of the pack stage nearest `r` in r's chain (r itself
+ * or one of its upstreams, depth first): rows yielded, non-pad tokens in
+ * them and efficiency = tokens / (rows x T) (0 before the first row); each
+ * out pointer may be NULL.  Cumulative over passes.  SL_ENOTFOUND when the
+ * chain has no pack stage, SL_EINVAL for NULL r.  Same thread rule as
+ * sl_reader_stats. */
+SL_API int sl_pack_stats(const sl_reader *r, uint64_t *rows, uint64_t *tokens,
+                         double *efficiency);
+
+/* A padding value for one field of sl_padded_batch / sl_bucket_batch. */
+typedef struct sl_pad_value {
+  const char *field;
+  double value; /* converted to the field's dtype */
+} sl_pad_value;
+
+typedef struct sl_padded_batch_opts {
+  size_t size;              /* sizeof(sl_padded_batch_opts) */
+  int64_t to;               /* 0: the longest in the batch; > 0: that length
+                               (a longer sample is SL_ESHAPE) */
+  const sl_pad_value *pad;  /* per-field values (default 0) */
+  size_t npad;
+  int drop_remainder;       /* 1: no short last batch */
+} sl_padded_batch_opts;
+#define SL_PADDED_BATCH_OPTS_INIT {sizeof(sl_padded_batch_opts), 0, NULL, 0, 0}
+
+/* Batches of n samples whose variable fields (dim 0 variable, the others
+ * fixed) are padded along dim 0 with their pad value to the longest in the
+ * batch (or to `to`), each followed by "<name>_len" i64[B], the lengths;
+ * fixed fields are stacked (tf.data's padded_batch).  Saves its position
+ * (batch k starts at upstream sample k*n).  Returns SL_OK, SL_EINVAL (n 0,
+ * a pad for an unknown field, a field that cannot be padded) or SL_ENOMEM;
+ * takes `up` also on failure. */
+SL_API int sl_padded_batch(sl_reader *up, size_t n,
+                           const sl_padded_batch_opts *opts, sl_reader **out);
+
+typedef struct sl_bucket_batch_opts {
+  size_t size;                /* sizeof(sl_bucket_batch_opts) */
+  const char *length;         /* field whose dim 0 is the length; NULL: the
+                                 first variable field */
+  const int64_t *boundaries;  /* nboundaries increasing lengths */
+  size_t nboundaries;
+  const size_t *batch_sizes;  /* nboundaries + 1 sizes, each >= 1 */
+  const sl_pad_value *pad;    /* per-field values (default 0) */
+  size_t npad;
+  int pad_to_bucket;          /* 1: pad to the bucket's bound - 1 (the last
+                                 bucket: the longest in the batch) */
+  int drop_remainder;         /* 1: drop the partial buckets at the end */
+} sl_bucket_batch_opts;
+#define SL_BUCKET_BATCH_OPTS_INIT                                              \
+  {sizeof(sl_bucket_batch_opts), NULL, NULL, 0, NULL, NULL, 0, 0, 0}
+
+/* Batches by length (tf.data's bucket_by_sequence_length): a sample of
+ * length L goes to bucket i, the first with L < boundaries[i] (the last,
+ * nboundaries, when none); a bucket that holds batch_sizes[i] samples is
+ * yielded as a padded batch (sl_padded_batch's fields); at the end of the
+ * pass the partial buckets are yielded in bucket order unless
+ * drop_remainder.  No random draw: the output is a function of the input
+ * order (shuffle upstream for random batches).  Saves its position
+ * (restore re-reads the pass up to it).  Returns SL_OK, SL_EINVAL or
+ * SL_ENOMEM; takes `up` also on failure. */
+SL_API int sl_bucket_batch(sl_reader *up, const sl_bucket_batch_opts *opts,
+                           sl_reader **out);
+
+typedef enum sl_mix_stop {
+  SL_MIX_STOP_FIRST = 0, /* the mixture ends when a drawn reader ends */
+  SL_MIX_STOP_ALL = 1,   /* an ended reader leaves the draw; ends with the
+                            last */
+  SL_MIX_STOP_NEVER = 2  /* an ended reader is reset and drawn again */
+} sl_mix_stop;
+
+typedef struct sl_mix_opts {
+  size_t size;            /* sizeof(sl_mix_opts) */
+  const double *weights;  /* n weights >= 0, not all 0; NULL: equal */
+  uint64_t seed;
+  int stop;               /* an sl_mix_stop */
+} sl_mix_opts;
+#define SL_MIX_OPTS_INIT {sizeof(sl_mix_opts), NULL, 0, SL_MIX_STOP_FIRST}
+
+/* Draws each output from one of `readers[0..n)` chosen by weight: output j
+ * of pass p comes from the reader a counter-based draw keyed by (seed, p,
+ * j) picks among those still drawn (weights renormalised), so the same
+ * seed gives the same interleaving whatever the threads do.  The readers
+ * must have equal schemas (SL_ESHAPE).  Statistics: sl_mix_counts.  Saves
+ * its position (restore re-reads the pass up to it).  Takes the readers
+ * also on failure.  Returns SL_OK, SL_EINVAL (no readers, bad weights or
+ * stop), SL_ESHAPE or SL_ENOMEM. */
+SL_API int sl_mix(sl_reader **readers, size_t n, const sl_mix_opts *opts,
+                  sl_reader **out);
+/* The samples the mix stage nearest `r` (r or an upstream, depth first)
+ * has taken from each of its readers, cumulative over passes: counts[i]
+ * for i < min(cap, readers), *n (may be NULL) the number of readers.  The
+ * realised shares are counts[i] / sum.  SL_ENOTFOUND without a mix stage,
+ * SL_EINVAL for NULL r or NULL counts with cap > 0. */
+SL_API int sl_mix_counts(const sl_reader *r, uint64_t *counts, size_t cap,
+                         size_t *n);
 
 /* ------------------------------------------------------------------------ */
 /* --- devices and the double buffer --- (docs/DEVICE.md)                    */

@@ -78,6 +78,7 @@ int main(void) {
   F(sl_open_opts, parser);
   F(sl_open_opts, parser_options);
   F(sl_open_opts, image);
+  F(sl_open_opts, tokens);
 
   S(sl_open_files_opts);
   F(sl_open_files_opts, size);
@@ -157,6 +158,50 @@ int main(void) {
   F(sl__lua_stage_opts, deadline);
   F(sl__lua_stage_opts, seed);
   F(sl__lua_stage_opts, epoch);
+
+  /* Language-model data (docs/TEXT.md). */
+  S(sl_tokens_opts);
+  F(sl_tokens_opts, size);
+  F(sl_tokens_opts, seq_len);
+  F(sl_tokens_opts, shuffle);
+  F(sl_tokens_opts, seed);
+  F(sl_tokens_opts, rank);
+  F(sl_tokens_opts, world);
+  F(sl_tokens_opts, block);
+  S(sl_pack_opts);
+  F(sl_pack_opts, size);
+  F(sl_pack_opts, seq_len);
+  F(sl_pack_opts, fields);
+  F(sl_pack_opts, nfields);
+  F(sl_pack_opts, has_eos);
+  F(sl_pack_opts, eos);
+  F(sl_pack_opts, pad);
+  F(sl_pack_opts, lookahead);
+  F(sl_pack_opts, truncate);
+  S(sl_pad_value);
+  F(sl_pad_value, field);
+  F(sl_pad_value, value);
+  S(sl_padded_batch_opts);
+  F(sl_padded_batch_opts, size);
+  F(sl_padded_batch_opts, to);
+  F(sl_padded_batch_opts, pad);
+  F(sl_padded_batch_opts, npad);
+  F(sl_padded_batch_opts, drop_remainder);
+  S(sl_bucket_batch_opts);
+  F(sl_bucket_batch_opts, size);
+  F(sl_bucket_batch_opts, length);
+  F(sl_bucket_batch_opts, boundaries);
+  F(sl_bucket_batch_opts, nboundaries);
+  F(sl_bucket_batch_opts, batch_sizes);
+  F(sl_bucket_batch_opts, pad);
+  F(sl_bucket_batch_opts, npad);
+  F(sl_bucket_batch_opts, pad_to_bucket);
+  F(sl_bucket_batch_opts, drop_remainder);
+  S(sl_mix_opts);
+  F(sl_mix_opts, size);
+  F(sl_mix_opts, weights);
+  F(sl_mix_opts, seed);
+  F(sl_mix_opts, stop);
 
   /* Other programs' formats (docs/FORMATS.md). */
   S(sl_npy_opts);

@@ -134,6 +134,7 @@ typedef struct sl_open_opts {
   const char *parser;
   const char *parser_options;
   const struct sl_image_opts *image;
+  const struct sl_tokens_opts *tokens;
 } sl_open_opts;
 ]])
 
@@ -299,6 +300,88 @@ ffi.cdef [[
 int sl_reader_save(sl_reader *r, void **state, size_t *len);
 int sl_reader_restore(sl_reader *r, const void *state, size_t len);
 void sl_free(void *p);
+]]
+
+-- Language-model data (sluice.open "tokens:", :window, :pack, :padded_batch,
+-- :bucket_batch, sluice.mix; docs/TEXT.md).
+declare("sl_tokens_opts", [[
+typedef struct sl_tokens_opts {
+  size_t size;
+  int64_t seq_len;
+  int shuffle;
+  uint64_t seed;
+  int rank;
+  int world;
+  uint64_t block;
+} sl_tokens_opts;
+]])
+declare("sl_pack_opts", [[
+typedef struct sl_pack_opts {
+  size_t size;
+  int64_t seq_len;
+  const char *const *fields;
+  size_t nfields;
+  int has_eos;
+  int64_t eos;
+  int64_t pad;
+  size_t lookahead;
+  int truncate;
+} sl_pack_opts;
+]])
+declare("sl_pad_value", [[
+typedef struct sl_pad_value {
+  const char *field;
+  double value;
+} sl_pad_value;
+]])
+declare("sl_padded_batch_opts", [[
+typedef struct sl_padded_batch_opts {
+  size_t size;
+  int64_t to;
+  const sl_pad_value *pad;
+  size_t npad;
+  int drop_remainder;
+} sl_padded_batch_opts;
+]])
+declare("sl_bucket_batch_opts", [[
+typedef struct sl_bucket_batch_opts {
+  size_t size;
+  const char *length;
+  const int64_t *boundaries;
+  size_t nboundaries;
+  const size_t *batch_sizes;
+  const sl_pad_value *pad;
+  size_t npad;
+  int pad_to_bucket;
+  int drop_remainder;
+} sl_bucket_batch_opts;
+]])
+declare("sl_mix_opts", [[
+typedef struct sl_mix_opts {
+  size_t size;
+  const double *weights;
+  uint64_t seed;
+  int stop;
+} sl_mix_opts;
+]])
+ffi.cdef [[
+int sl_tokens_reader(const char *const *paths, size_t n,
+                     const sl_tokens_opts *opts, sl_reader **out);
+int sl_tokens_open(const char *name, const sl_tokens_opts *opts,
+                   sl_reader **out);
+int sl_window(sl_reader *up, const char *field, size_t size, size_t stride,
+              int drop_remainder, sl_reader **out);
+int sl_pack(sl_reader *up, const sl_pack_opts *opts, sl_reader **out);
+int sl_pack_stats(const sl_reader *r, uint64_t *rows, uint64_t *tokens,
+                  double *efficiency);
+int sl_padded_batch(sl_reader *up, size_t n, const sl_padded_batch_opts *opts,
+                    sl_reader **out);
+int sl_bucket_batch(sl_reader *up, const sl_bucket_batch_opts *opts,
+                    sl_reader **out);
+int sl_mix(sl_reader **readers, size_t n, const sl_mix_opts *opts,
+           sl_reader **out);
+int sl_mix_counts(const sl_reader *r, uint64_t *counts, size_t cap,
+                  size_t *n);
 ]]
 
 -- Internal, exported for this module (src/script/lua_host.h): what the

@@ -75,6 +75,22 @@ static int open_image(void *ud, const char *path, const sl_open_opts *opts,
   return sl_image_reader(path, opts->image, out);
 }
 
+/* tokens: llm.c token shards or .npy token arrays (sl_tokens_reader), one
+ * reader per file; world 0 is the launcher's environment. */
+static int open_tokens(void *ud, const char *path, const sl_open_opts *opts,
+                       sl_reader **out) {
+  SL_UNUSED(ud);
+  SL_RETURN_ERROR_IF(!opts->tokens, SL_EINVAL,
+                     "tokens: %s: needs options (sl_open_opts.tokens, at "
+                     "least seq_len)",
+                     path);
+  sl_tokens_opts o = SL_TOKENS_OPTS_INIT;
+  SL_FORWARD_IF_ERROR(
+      sl__opts_copy("sl_tokens_opts", &o, sizeof o, opts->tokens));
+  if (o.world == 0) SL_FORWARD_IF_ERROR(sl_shard_env(&o.rank, &o.world));
+  return sl_tokens_reader(&path, 1, &o, out);
+}
+
 /* npy: a .npy array or an .npz archive (sl_npy_reader), defaults. */
 static int open_npy(void *ud, const char *path, const sl_open_opts *opts,
                     sl_reader **out) {
@@ -88,8 +104,9 @@ static format_slot g_formats[SLOTS] = {{"slr", open_slr, NULL},
                                        {"idx", open_idx, NULL},
                                        {"text", open_text, NULL},
                                        {"image", open_image, NULL},
-                                       {"npy", open_npy, NULL}}; /* g_mu */
-static int g_nformats = 5;                                       /* g_mu */
+                                       {"npy", open_npy, NULL},
+                                       {"tokens", open_tokens, NULL}}; /* g_mu */
+static int g_nformats = 6; /* g_mu */
 /* The data sets' own names ("t10k-images-idx3-ubyte.gz") open as idx; text
  * has no extension: ".txt" or ".csv" files are too often something else. */
 static ext_slot g_exts[SLOTS] = {
