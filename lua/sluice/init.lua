@@ -874,6 +874,10 @@ function sluice.open(name, opts)
     error(("sluice: %s: name must be a string (got a %s)")
           :format(where, type(name)), 2)
   end
+  if name:sub(1, 7) == "tokens:" then -- token shards (docs/TEXT.md)
+    local p = OPENERS.tokens(name, opts, 2)
+    return p
+  end
   opts = check_opts(opts, where, OPEN_OPTS, 2)
   if opts.first ~= nil or opts.count ~= nil or opts.chunks ~= nil then
     local path = name:match("^slr:(.+)$") or
@@ -1066,6 +1070,278 @@ function sluice.clone(s)
   local q = C.sl__lua_sample_clone(p)
   if q == nil then error(c_message(), 2) end
   return sample.wrap(q, s[2])
+end
+
+-- --- language-model data (docs/TEXT.md) ---------------------------------------
+
+local TOKENS_OPTS = set("seq_len", "shuffle", "seed", "rank", "world",
+                        "block")
+
+-- A seed option: an integer in [0, 2^64) or a uint64_t cdata.
+local function seed_option(v, where, level)
+  if v == nil then return 0 end
+  if type(v) == "cdata" and ffi.istype("uint64_t", v) then return v end
+  if type(v) ~= "number" or v ~= floor(v) or v < 0 or v >= 2^64 then
+    error(("sluice: %s: option 'seed' must be an integer in [0, 2^64) (got "
+           .. "%s)"):format(where, tostring(v)), level + 1)
+  end
+  return v
+end
+
+-- sluice.open("tokens:PATTERN", {seq_len=, shuffle=, seed=, rank=, world=,
+-- block=}): every file of the pattern as one sl_tokens_open reader.
+local function open_tokens(name, opts, level)
+  local where = "sluice.open()"
+  opts = check_opts(opts, where, TOKENS_OPTS, level + 1)
+  if opts.seq_len == nil then
+    error(("sluice: %s: tokens: option 'seq_len' is required"):format(where),
+          level + 1)
+  end
+  local o = ffi.new("sl_tokens_opts")
+  o.size = ffi.sizeof("sl_tokens_opts")
+  o.seq_len = check_int(opts.seq_len, 1, where, "option 'seq_len'", level + 1)
+  o.shuffle = check_bool(opts.shuffle, where, "shuffle", false, level + 1)
+    and 1 or 0
+  o.seed = seed_option(opts.seed, where, level + 1)
+  if (opts.rank == nil) ~= (opts.world == nil) then
+    error(("sluice: %s: tokens: options 'rank' and 'world' go together (or "
+           .. "neither: then they come from the launcher's environment)")
+          :format(where), level + 1)
+  end
+  if opts.world ~= nil then
+    o.world = check_int(opts.world, 1, where, "option 'world'", level + 1)
+    o.rank = check_int(opts.rank, 0, where, "option 'rank'", level + 1)
+  end
+  o.block = opts.block == nil and 1 or
+    check_int(opts.block, 1, where, "option 'block'", level + 1)
+  local p = made(C.sl_tokens_open(name, o, OUT), level + 1)
+  return p
+end
+OPENERS.tokens = open_tokens
+
+local WINDOW_OPTS = set("size", "stride", "field", "drop_remainder")
+-- :window{size = N, stride = S, field = "ids", drop_remainder = false}
+function Pipeline:window(opts)
+  local where = ":window()"
+  live(self, where, 2)
+  opts = check_opts(opts, where, WINDOW_OPTS, 2)
+  local size = check_int(opts.size, 1, where, "option 'size'", 2)
+  local stride = opts.stride == nil and 0 or
+    check_int(opts.stride, 1, where, "option 'stride'", 2)
+  local field = check_string(opts.field, where, "field", 2)
+  if field == nil then
+    error(("sluice: %s: option 'field' is required"):format(where), 2)
+  end
+  local drop = check_bool(opts.drop_remainder, where, "drop_remainder",
+                          false, 2) and 1 or 0
+  local result = made(C.sl_window(take(self, where), field, size, stride,
+                                  drop, OUT), 2, self)
+  return result
+end
+
+-- An array of strings as a const char *[?] (kept alive by the caller).
+local function string_array(t, where, what, level)
+  if type(t) == "string" then t = {t} end
+  if type(t) ~= "table" or #t == 0 then
+    error(("sluice: %s: option '%s' must be a name or an array of names")
+          :format(where, what), level + 1)
+  end
+  local arr = ffi.new("const char *[?]", #t)
+  for i = 1, #t do
+    if type(t[i]) ~= "string" then
+      error(("sluice: %s: option '%s': entry %d must be a string (got a %s)")
+            :format(where, what, i, type(t[i])), level + 1)
+    end
+    arr[i - 1] = t[i]
+  end
+  return arr, #t
+end
+
+local PACK_OPTS = set("seq_len", "fields", "eos", "pad", "lookahead", "long")
+local LONG_DOCS = {split = 0, truncate = 1}
+-- :pack{seq_len = T, fields = {"ids"}, eos = id, pad = 0, lookahead = 8,
+-- long = "split" | "truncate"}
+function Pipeline:pack(opts)
+  local where = ":pack()"
+  live(self, where, 2)
+  opts = check_opts(opts, where, PACK_OPTS, 2)
+  local o = ffi.new("sl_pack_opts")
+  o.size = ffi.sizeof("sl_pack_opts")
+  o.seq_len = check_int(opts.seq_len, 1, where, "option 'seq_len'", 2)
+  local names
+  if opts.fields ~= nil then
+    names, o.nfields = string_array(opts.fields, where, "fields", 2)
+    o.fields = names
+  end
+  if opts.eos ~= nil then
+    o.has_eos = 1
+    o.eos = check_int(opts.eos, -2^31, where, "option 'eos'", 2)
+  end
+  o.pad = opts.pad == nil and 0 or
+    check_int(opts.pad, -2^31, where, "option 'pad'", 2)
+  o.lookahead = opts.lookahead == nil and 0 or
+    check_int(opts.lookahead, 1, where, "option 'lookahead'", 2)
+  if opts.long ~= nil then
+    local v = LONG_DOCS[opts.long]
+    if not v then
+      error(("sluice: %s: option 'long' must be \"split\" or \"truncate\" "
+             .. "(got %s)"):format(where, tostring(opts.long)), 2)
+    end
+    o.truncate = v
+  end
+  local result = made(C.sl_pack(take(self, where), o, OUT), 2, self)
+  return result
+end
+
+-- {rows =, tokens =, efficiency =} of the nearest pack stage of the chain.
+function Pipeline:pack_stats()
+  local r = live(self, ":pack_stats()", 2)
+  local v = ffi.new("uint64_t[2]")
+  local e = ffi.new("double[1]")
+  local rc = C.sl_pack_stats(r, v, v + 1, e)
+  if rc < 0 then error(c_message(rc), 2) end
+  return {rows = tonumber(v[0]), tokens = tonumber(v[1]), efficiency = e[0]}
+end
+
+-- {field = value, ...} as sl_pad_value[?] (kept alive by the caller).
+local function pad_values(t, where, level)
+  if t == nil then return nil, 0 end
+  if type(t) ~= "table" then
+    error(("sluice: %s: option 'pad' must be a table {field = value} (got a "
+           .. "%s)"):format(where, type(t)), level + 1)
+  end
+  local names = {}
+  for k, v in pairs(t) do
+    if type(k) ~= "string" or type(v) ~= "number" then
+      error(("sluice: %s: option 'pad' maps field names to numbers (got %s "
+             .. "= %s)"):format(where, tostring(k), tostring(v)), level + 1)
+    end
+    names[#names + 1] = k
+  end
+  table.sort(names)
+  local arr = ffi.new("sl_pad_value[?]", #names)
+  for i, k in ipairs(names) do
+    arr[i - 1].field = k
+    arr[i - 1].value = t[k]
+  end
+  return arr, #names, names
+end
+
+local PADDED_OPTS = set("pad", "to", "drop_remainder")
+-- :padded_batch(n, {pad = {ids = 0}, to = "longest" | T, drop_remainder =})
+function Pipeline:padded_batch(n, opts)
+  local where = ":padded_batch()"
+  live(self, where, 2)
+  check_int(n, 1, where, "batch size", 2)
+  opts = check_opts(opts, where, PADDED_OPTS, 2)
+  local o = ffi.new("sl_padded_batch_opts")
+  o.size = ffi.sizeof("sl_padded_batch_opts")
+  local pads, npad, keep = pad_values(opts.pad, where, 2)
+  o.pad, o.npad = pads, npad
+  if opts.to ~= nil and opts.to ~= "longest" then
+    o.to = check_int(opts.to, 1, where, "option 'to' (\"longest\" or a length)",
+                     2)
+  end
+  o.drop_remainder = check_bool(opts.drop_remainder, where, "drop_remainder",
+                                false, 2) and 1 or 0
+  local result = made(C.sl_padded_batch(take(self, where), n, o, OUT), 2,
+                      self)
+  local _ = keep
+  return result
+end
+
+local BUCKET_OPTS = set("boundaries", "batch_sizes", "length", "pad",
+                        "pad_to_bucket", "drop_remainder")
+-- :bucket_batch{boundaries = {64, 128}, batch_sizes = {32, 16, 8},
+-- length = "ids", pad = {ids = 0}, pad_to_bucket =, drop_remainder =}
+function Pipeline:bucket_batch(opts)
+  local where = ":bucket_batch()"
+  live(self, where, 2)
+  opts = check_opts(opts, where, BUCKET_OPTS, 2)
+  local b, s = opts.boundaries or {}, opts.batch_sizes
+  if type(b) ~= "table" or type(s) ~= "table" or #s ~= #b + 1 then
+    error(("sluice: %s: options 'boundaries' (n lengths) and 'batch_sizes' "
+           .. "(n + 1 sizes) are arrays"):format(where), 2)
+  end
+  local o = ffi.new("sl_bucket_batch_opts")
+  o.size = ffi.sizeof("sl_bucket_batch_opts")
+  local bounds = ffi.new("int64_t[?]", #b + 1)
+  local sizes = ffi.new("size_t[?]", #s)
+  for i = 1, #b do
+    bounds[i - 1] = check_int(b[i], 1, where, "a boundary", 2)
+  end
+  for i = 1, #s do
+    sizes[i - 1] = check_int(s[i], 1, where, "a batch size", 2)
+  end
+  o.boundaries, o.nboundaries, o.batch_sizes = bounds, #b, sizes
+  o.length = check_string(opts.length, where, "length", 2)
+  local pads, npad, keep = pad_values(opts.pad, where, 2)
+  o.pad, o.npad = pads, npad
+  o.pad_to_bucket = check_bool(opts.pad_to_bucket, where, "pad_to_bucket",
+                               false, 2) and 1 or 0
+  o.drop_remainder = check_bool(opts.drop_remainder, where, "drop_remainder",
+                                false, 2) and 1 or 0
+  local result = made(C.sl_bucket_batch(take(self, where), o, OUT), 2, self)
+  local _ = keep
+  return result
+end
+
+local MIX_OPTS = set("weights", "seed", "stop")
+local MIX_STOPS = {first = 0, all = 1, never = 2}
+-- sluice.mix({p1, p2, ...}, {weights = {...}, seed =, stop = "first" |
+-- "all" | "never"}): the pipelines (all taken) drawn by weight.
+function sluice.mix(list, opts)
+  local where = "sluice.mix()"
+  if type(list) ~= "table" or is_pipeline(list) then
+    error(("sluice: %s: expects an array of pipelines"):format(where), 2)
+  end
+  opts = check_opts(opts, where, MIX_OPTS, 2)
+  local o = ffi.new("sl_mix_opts")
+  o.size = ffi.sizeof("sl_mix_opts")
+  local w
+  if opts.weights ~= nil then
+    if type(opts.weights) ~= "table" or #opts.weights ~= #list then
+      error(("sluice: %s: option 'weights' needs one number per pipeline "
+             .. "(%d)"):format(where, #list), 2)
+    end
+    w = ffi.new("double[?]", #list)
+    for i = 1, #list do
+      local x = opts.weights[i]
+      if type(x) ~= "number" or x < 0 or x ~= x or x == math.huge then
+        error(("sluice: %s: weight %d must be a finite number >= 0 (got %s)")
+              :format(where, i, tostring(x)), 2)
+      end
+      w[i - 1] = x
+    end
+    o.weights = w
+  end
+  o.seed = seed_option(opts.seed, where, 2)
+  if opts.stop ~= nil then
+    o.stop = MIX_STOPS[opts.stop] or
+      error(("sluice: %s: option 'stop' must be \"first\", \"all\" or "
+             .. "\"never\" (got %s)"):format(where, tostring(opts.stop)), 2)
+  end
+  local arr, n = pipelines_arg(where, list, 2)
+  local result = made(C.sl_mix(arr, n, o, OUT), 2, flow_of(list))
+  return result
+end
+
+-- The nearest mix stage's draws: {counts = {...}, shares = {...}} per input.
+function Pipeline:mix_counts()
+  local r = live(self, ":mix_counts()", 2)
+  local n = ffi.new("size_t[1]")
+  local rc = C.sl_mix_counts(r, nil, 0, n)
+  if rc < 0 then error(c_message(rc), 2) end
+  local k = tonumber(n[0])
+  local c = ffi.new("uint64_t[?]", k)
+  C.sl_mix_counts(r, c, k, n)
+  local counts, shares, total = {}, {}, 0
+  for i = 1, k do
+    counts[i] = tonumber(c[i - 1])
+    total = total + counts[i]
+  end
+  for i = 1, k do shares[i] = total > 0 and counts[i] / total or 0 end
+  return {counts = counts, shares = shares}
 end
 
 -- sluice.rng(seed, epoch, index): the generator ctx.rng is for sample
