@@ -17,6 +17,8 @@ enum { CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2 };
 
 /* The subcommands: argv[0] is the subcommand's name. */
 int cmd_pack(int argc, char **argv);
+/* `pack tokens` (cmd_pack_tokens.c): argv[0] is "tokens". */
+int cmd_pack_tokens(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
 int cmd_cat(int argc, char **argv);

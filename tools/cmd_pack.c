@@ -235,6 +235,9 @@ static int print_summary(void *ud, uint64_t records, uint64_t file_bytes) {
 }
 
 int cmd_pack(int argc, char **argv) {
+  /* llm.c token shards, not SLR: a command of its own. */
+  if (argc > 1 && strcmp(argv[1], "tokens") == 0)
+    return cmd_pack_tokens(argc - 1, argv + 1);
   cli_parser p;
   cli_parser_init(&p, argc, argv, "pack", synopsis, opts);
   sl__pack_opts po = {.shuffle = true};

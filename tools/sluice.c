@@ -16,6 +16,7 @@ static const char synopsis[] =
     "  sluice pack idx IMAGES LABELS -o OUT.slr [options]\n"
     "  sluice pack text FILE... -o OUT.slr [options]\n"
     "  sluice pack images FOLDER -o OUT.slr [options]\n"
+    "  sluice pack tokens FILE... -o OUT.bin [options]\n"
     "  sluice inspect [--json] [--chunks] FILE\n"
     "  sluice verify FILE...\n"
     "  sluice cat [--from K] [--count N] [--json] FILE\n"
