@@ -1606,6 +1606,37 @@ typedef struct sl_npy_opts {
 SL_API int sl_npy_reader(const char *path, const sl_npy_opts *opts,
                          sl_reader **out);
 
+/* Options of sl_csv_reader.  Extensible like sl_open_opts: `size` is
+ * sizeof(sl_csv_opts) (SL_CSV_OPTS_INIT sets it); zero fields are defaults. */
+typedef struct sl_csv_opts {
+  size_t size;
+  /* The fields, in order: "x:f32,y:i64,name:bytes" (a name without ":dtype"
+   * has its dtype guessed); NULL: every column of the header, guessed.
+   * Guessing looks at the first record: an integer is i64, another number
+   * f32, anything else bytes. */
+  const char *columns;
+  char delimiter; /* 0: ',' */
+  int no_header;  /* 1: the first line is data; columns then names every
+                     column of the file, in order */
+} sl_csv_opts;
+#define SL_CSV_OPTS_INIT {sizeof(sl_csv_opts), NULL, 0, 0}
+
+/* A reader of a CSV file (tag `csv`, extension .csv): RFC 4180 records
+ * (quoted fields may hold the delimiter, line ends and doubled quotes;
+ * "\n" or "\r\n" line ends; empty lines skipped), one sample per record,
+ * one field per selected column: numbers (bool as 0/1/true/false, the
+ * integer dtypes range-checked, f32, f64) are scalars, bytes are rank-1.
+ * A record with another field count than the header, or a value that does
+ * not parse as its column's dtype, fails the pass with SL_EINVAL naming
+ * "FILE:LINE" and the column; a malformed quote is SL_ECORRUPT naming the
+ * line.  The file is memory-mapped; samples own their values.  Length
+ * unknown; saves its position (a byte offset).  Borrows `path` and `opts`
+ * (copied).  Returns SL_OK and *out, SL_EIO (cannot open), SL_EINVAL (no
+ * header, a column not in it, a bad columns option), SL_EUNSUPPORTED (f16
+ * or bf16 columns) or SL_ENOMEM.  Thread-safe. */
+SL_API int sl_csv_reader(const char *path, const sl_csv_opts *opts,
+                         sl_reader **out);
+
 /* ------------------------------------------------------------------------ */
 /* Embedding: pipelines declared by Lua scripts (docs/EMBEDDING.md)          */
 /* ------------------------------------------------------------------------ */

@@ -207,6 +207,11 @@ int main(void) {
   S(sl_npy_opts);
   F(sl_npy_opts, size);
   F(sl_npy_opts, field);
+  S(sl_csv_opts);
+  F(sl_csv_opts, size);
+  F(sl_csv_opts, columns);
+  F(sl_csv_opts, delimiter);
+  F(sl_csv_opts, no_header);
 
   /* DLPack (dlpack/dlpack.h), declared by lua/sluice/device.lua. */
   S(DLManagedTensor);

@@ -99,21 +99,29 @@ static int open_npy(void *ud, const char *path, const sl_open_opts *opts,
   return sl_npy_reader(path, NULL, out);
 }
 
+/* csv: a CSV file with a header (sl_csv_reader), defaults. */
+static int open_csv(void *ud, const char *path, const sl_open_opts *opts,
+                    sl_reader **out) {
+  SL_UNUSED(ud);
+  SL_UNUSED(opts);
+  return sl_csv_reader(path, NULL, out);
+}
+
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
-static format_slot g_formats[SLOTS] = {{"slr", open_slr, NULL},
-                                       {"idx", open_idx, NULL},
-                                       {"text", open_text, NULL},
-                                       {"image", open_image, NULL},
-                                       {"npy", open_npy, NULL},
-                                       {"tokens", open_tokens, NULL}}; /* g_mu */
-static int g_nformats = 6; /* g_mu */
+static format_slot g_formats[SLOTS] = {
+    {"slr", open_slr, NULL},       {"idx", open_idx, NULL},
+    {"text", open_text, NULL},     {"image", open_image, NULL},
+    {"tokens", open_tokens, NULL}, {"npy", open_npy, NULL},
+    {"csv", open_csv, NULL}}; /* g_mu */
+static int g_nformats = 7;    /* g_mu */
 /* The data sets' own names ("t10k-images-idx3-ubyte.gz") open as idx; text
- * has no extension: ".txt" or ".csv" files are too often something else. */
+ * has no extension: ".txt" files are too often something else.  ".csv" is
+ * the csv reader's (a header line naming the columns). */
 static ext_slot g_exts[SLOTS] = {
     {".slr", "slr"},   {"-idx3-ubyte", "idx"}, {"-idx3-ubyte.gz", "idx"},
     {".jpg", "image"}, {".jpeg", "image"},     {".png", "image"},
-    {".npy", "npy"},   {".npz", "npy"}}; /* g_mu */
-static int g_nexts = 8;                  /* g_mu */
+    {".npy", "npy"},   {".npz", "npy"},        {".csv", "csv"}}; /* g_mu */
+static int g_nexts = 9;                                          /* g_mu */
 
 /* --- syntax -------------------------------------------------------------- */
 

@@ -1,0 +1,188 @@
+/*
+ * test_csv.c - the csv: reader (src/io/csv_reader.c, csv.c) against files
+ * written by Python's csv module (tests/data/formats/make_fixtures.py):
+ * header, guessed and declared dtypes, RFC 4180 quoting, delimiters, bad
+ * rows naming their line, save/restore.
+ */
+#include "test.h"
+#include "test_util.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#define DIR SLUICE_SOURCE_DIR "/tests/data/formats/"
+
+static const char *k_names[] = {"plain", "with \"quotes\", comma",
+                                "two\nlines", ""};
+static const double k_x[] = {1.5, -2, 3.25, 0};
+static const int64_t k_y[] = {7, 0, -4, 9};
+
+static void expect_table(sl_reader *r) {
+  const sl_schema *sc = sl_reader_schema(r);
+  ASSERT_EQ(sl_schema_nfields(sc), 3);
+  ASSERT_EQ(sl_schema_field_dtype(sc, 0), SL_F32);
+  ASSERT_EQ(sl_schema_field_dtype(sc, 1), SL_I64);
+  ASSERT_EQ(sl_schema_field_dtype(sc, 2), SL_BYTES);
+  for (int pass = 0; pass < 2; pass++) {
+    for (int i = 0; i < 4; i++) {
+      sl_sample *s;
+      ASSERT_OK(sl_reader_next(r, &s));
+      ASSERT_TRUE(*(const float *)sl_sample_field(s, "x")->data ==
+                  (float)k_x[i]);
+      ASSERT_EQ(*(const int64_t *)sl_sample_field(s, "y")->data, k_y[i]);
+      const sl_tensor *t = sl_sample_field(s, "name");
+      ASSERT_EQ(t->shape[0], (int64_t)strlen(k_names[i]));
+      ASSERT_TRUE(memcmp(t->data ? t->data : "", k_names[i], t->nbytes) == 0);
+      sl_sample_release(s);
+    }
+    sl_sample *s;
+    ASSERT_RC(sl_reader_next(r, &s), SL_EOF);
+    ASSERT_OK(sl_reader_reset(r));
+  }
+  sl_reader_destroy(r);
+}
+
+TEST(csv_header_guessed_dtypes_and_rfc4180_quoting) {
+  sl_reader *r;
+  ASSERT_OK(sl_open("csv:" DIR "table.csv", NULL, &r));
+  expect_table(r);
+  ASSERT_OK(sl_open(DIR "table.csv", NULL, &r)); /* .csv is csv */
+  expect_table(r);
+}
+
+TEST(csv_tab_delimiter_and_lf_line_ends) {
+  sl_csv_opts o = SL_CSV_OPTS_INIT;
+  o.delimiter = '\t';
+  sl_reader *r;
+  ASSERT_OK(sl_csv_reader(DIR "table.tsv", &o, &r));
+  expect_table(r);
+}
+
+TEST(csv_columns_select_order_and_dtypes) {
+  sl_csv_opts o = SL_CSV_OPTS_INIT;
+  o.columns = "y:i32,x:f64";
+  sl_reader *r;
+  ASSERT_OK(sl_csv_reader(DIR "table.csv", &o, &r));
+  const sl_schema *sc = sl_reader_schema(r);
+  ASSERT_EQ(sl_schema_nfields(sc), 2);
+  ASSERT_STREQ(sl_schema_field_name(sc, 0), "y");
+  ASSERT_EQ(sl_schema_field_dtype(sc, 0), SL_I32);
+  ASSERT_EQ(sl_schema_field_dtype(sc, 1), SL_F64);
+  for (int i = 0; i < 4; i++) {
+    sl_sample *s;
+    ASSERT_OK(sl_reader_next(r, &s));
+    ASSERT_EQ(*(const int32_t *)sl_sample_at_const(s, 0)->data, k_y[i]);
+    ASSERT_TRUE(*(const double *)sl_sample_at_const(s, 1)->data == k_x[i]);
+    sl_sample_release(s);
+  }
+  sl_reader_destroy(r);
+}
+
+TEST(csv_without_header_columns_name_every_column) {
+  sl_csv_opts o = SL_CSV_OPTS_INIT;
+  o.columns = "a:bytes,b:bytes,c";
+  o.no_header = 1;
+  sl_reader *r;
+  ASSERT_OK(sl_csv_reader(DIR "table.csv", &o, &r));
+  sl_sample *s;
+  ASSERT_OK(sl_reader_next(r, &s));
+  ASSERT_EQ(sl_sample_field(s, "a")->nbytes, 1); /* "x" */
+  sl_sample_release(s);
+  uint64_t n = 1;
+  while (sl_reader_next(r, &s) == SL_OK) {
+    sl_sample_release(s);
+    n++;
+  }
+  ASSERT_EQ(n, 5);
+  sl_reader_destroy(r);
+}
+
+TEST(csv_bad_rows_name_file_line_and_column) {
+  sl_reader *r;
+  ASSERT_OK(sl_open("csv:" DIR "badrow.csv", NULL, &r));
+  sl_sample *s;
+  ASSERT_OK(sl_reader_next(r, &s));
+  sl_sample_release(s);
+  ASSERT_RC(sl_reader_next(r, &s), SL_EINVAL);
+  ASSERT_CONTAINS(sl_last_error(), "badrow.csv:3: column 'y': 'oops'");
+  sl_reader_destroy(r);
+
+  char path[] = "/tmp/sluice-csv-XXXXXX";
+  int fd = mkstemp(path);
+  const char *text = "a,b\n1,2\n3\n4,\"5\n";
+  ASSERT_EQ(write(fd, text, strlen(text)), (long)strlen(text));
+  close(fd);
+  ASSERT_OK(sl_csv_reader(path, NULL, &r));
+  ASSERT_OK(sl_reader_next(r, &s));
+  sl_sample_release(s);
+  ASSERT_RC(sl_reader_next(r, &s), SL_EINVAL);
+  ASSERT_CONTAINS(sl_last_error(), ":3: 1 fields, the header has 2");
+  sl_reader_destroy(r);
+  sl_csv_opts o = SL_CSV_OPTS_INIT;
+  o.columns = "a";
+  ASSERT_OK(sl_csv_reader(path, &o, &r));
+  ASSERT_OK(sl_reader_next(r, &s));
+  sl_sample_release(s);
+  ASSERT_RC(sl_reader_next(r, &s), SL_EINVAL);
+  ASSERT_OK(sl_reader_reset(r));
+  sl_reader_destroy(r);
+  /* An unterminated quote is corrupt, naming the line it opens on. */
+  fd = open(path, O_WRONLY | O_TRUNC);
+  text = "a,b\n1,2\n4,\"5\n6\n";
+  ASSERT_EQ(write(fd, text, strlen(text)), (long)strlen(text));
+  close(fd);
+  ASSERT_OK(sl_csv_reader(path, NULL, &r));
+  ASSERT_OK(sl_reader_next(r, &s));
+  sl_sample_release(s);
+  ASSERT_RC(sl_reader_next(r, &s), SL_ECORRUPT);
+  ASSERT_CONTAINS(sl_last_error(), ":3: a quoted field is not closed");
+  sl_reader_destroy(r);
+  unlink(path);
+}
+
+TEST(csv_refuses_bad_options) {
+  sl_reader *r = NULL;
+  sl_csv_opts o = SL_CSV_OPTS_INIT;
+  o.columns = "nosuch:f32";
+  ASSERT_RC(sl_csv_reader(DIR "table.csv", &o, &r), SL_EINVAL);
+  ASSERT_CONTAINS(sl_last_error(), "no column 'nosuch'");
+  o.columns = "x:f33";
+  ASSERT_RC(sl_csv_reader(DIR "table.csv", &o, &r), SL_EINVAL);
+  ASSERT_CONTAINS(sl_last_error(), "unknown dtype 'f33'");
+  o.columns = "x:f16";
+  ASSERT_RC(sl_csv_reader(DIR "table.csv", &o, &r), SL_EUNSUPPORTED);
+  o.columns = NULL;
+  o.delimiter = '"';
+  ASSERT_RC(sl_csv_reader(DIR "table.csv", &o, &r), SL_EINVAL);
+  ASSERT_RC(sl_csv_reader(DIR "nonexistent.csv", NULL, &r), SL_EIO);
+  ASSERT_NULL(r);
+}
+
+static sl_reader *build_csv(void *ud) {
+  sl_reader *r = NULL;
+  if (sl_open((const char *)ud, NULL, &r) != SL_OK) return NULL;
+  if (sl_shuffle(r, 2, 7, &r) != SL_OK) return NULL;
+  return r;
+}
+
+static sl_reader *build_big(void *ud) {
+  sl_reader *r = NULL;
+  return sl_csv_reader((const char *)ud, NULL, &r) == SL_OK ? r : NULL;
+}
+
+TEST(csv_resume_exactly) {
+  static const uint64_t cuts[] = {0, 1, 2, 3, 4, 5, 6, 9, 11};
+  test_resume_check(build_csv, (void *)("csv:" DIR "table.csv"), 3, cuts, 9,
+                    0);
+  /* Past the offset log: a save far behind replays. */
+  char path[] = "/tmp/sluice-csvbig-XXXXXX";
+  int fd = mkstemp(path);
+  FILE *f = fdopen(fd, "w");
+  fprintf(f, "i,s\n");
+  for (int i = 0; i < 3000; i++)
+    fprintf(f, "%d,\"r%d\"\n", i, i);
+  fclose(f);
+  static const uint64_t big[] = {0, 1, 1500, 2999, 3000, 4500};
+  test_resume_check(build_big, path, 2, big, 6, 0);
+  unlink(path);
+}
