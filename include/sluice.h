@@ -441,7 +441,7 @@ SL_API int sl_reader_restore(sl_reader *r, const void *state, size_t len);
  * sl_open_files reader itself (not a chain over it: add decorators after
  * the restore), made with the same files and options as the old job's
  * except rank and world (sl_open_files_opts.rank / world, or the
- * launcher's environment), ordered (not `unordered`); states[0..n) and
+ * launcher's environment) and threads; states[0..n) and
  * lens[0..n) are the n == W states the old ranks saved with
  * sl_reader_save, one per rank, in any order - every new rank gets all of
  * them.  The new ranks then deliver, together, each sample the old ranks
@@ -456,9 +456,12 @@ SL_API int sl_reader_restore(sl_reader *r, const void *state, size_t len);
  * Refuses, leaving `r` as it was: SL_EINVAL (NULL arguments, not one state
  * per old rank, two of one rank, states of another job: other files or
  * options), SL_ECORRUPT (not a state, checksum; a file changed since the
- * save, named), SL_EUNSUPPORTED (`r` is not open_files, an unordered
- * reader, states of different epochs, corrupt chunks skipped under
- * skip_chunk in the interrupted epoch).  A failure restarting the pass is
+ * save, named), SL_EUNSUPPORTED (`r` is not open_files, states of
+ * different epochs, corrupt chunks skipped under skip_chunk in the
+ * interrupted epoch of an ordered reader).  Unordered readers (`unordered`)
+ * are supported: their states name the units delivered.  Cost: the plans
+ * of the interrupted epoch (and, for unordered states, a map of one bit
+ * per record of the epoch).  A failure restarting the pass is
  * sticky until reset.  Threads: as sl_reader_restore (the thread that
  * pulls `r`); the reader's thread count may differ from the old job's. */
 SL_API int sl_reader_restore_elastic(sl_reader *r, const void *const *states,

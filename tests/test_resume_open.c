@@ -424,7 +424,7 @@ TEST(refused_states) {
  * id exactly once; then each new rank's next epoch is its W2 share (all
  * ranks together: each id once). */
 static void elastic(int W, int W2, const size_t *cuts, uint32_t threads,
-                    int shuffle) {
+                    int shuffle, int unordered) {
   int64_t got[4 * N_IDS];
   size_t n = 0;
   void *st[8];
@@ -432,6 +432,8 @@ static void elastic(int W, int W2, const size_t *cuts, uint32_t threads,
   for (int r = 0; r < W; r++) {
     of_ud u = base(threads);
     u.shuffle = shuffle;
+    u.unordered = unordered;
+    u.buffer = unordered ? 4 : u.buffer;
     u.rank = r;
     u.world = W;
     sl_reader *rd = build_of(&u);
@@ -448,6 +450,7 @@ static void elastic(int W, int W2, const size_t *cuts, uint32_t threads,
   for (int r = 0; r < W2; r++) {
     of_ud u = base(threads == 1 ? 2 : 1);
     u.shuffle = shuffle;
+    u.unordered = unordered;
     u.rank = r;
     u.world = W2;
     sl_reader *rd = build_of(&u);
@@ -458,9 +461,9 @@ static void elastic(int W, int W2, const size_t *cuts, uint32_t threads,
     size_t before = n;
     n = drain_ids(rd, got, n);
     if (r == 0)
-      printf("  elastic %d -> %d: new rank 0 delivers %zu of the epoch's "
+      printf("  elastic %d -> %d%s: new rank 0 delivers %zu of the epoch's "
              "rest\n",
-             W, W2, n - before);
+             W, W2, unordered ? " (unordered)" : "", n - before);
     /* A state saved mid-way through the rest restores the same (W2). */
     if (sl_reader_reset(rd) != SL_OK)
       test_fail(__FILE__, __LINE__, "reset: %s", sl_last_error());
@@ -475,16 +478,20 @@ static void elastic(int W, int W2, const size_t *cuts, uint32_t threads,
 
 TEST(elastic_4_to_2) {
   const size_t cuts[4] = {0, 7, 29, 30};
-  elastic(4, 2, cuts, 2, 1);
+  elastic(4, 2, cuts, 2, 1, 0);
   const size_t cuts2[4] = {13, 13, 13, 13};
-  elastic(4, 2, cuts2, 1, 0);
+  elastic(4, 2, cuts2, 1, 0, 0);
+  elastic(4, 2, cuts, 4, 1, 1);
+  elastic(4, 2, cuts2, 2, 0, 1);
 }
 
 TEST(elastic_2_to_3) {
   const size_t cuts[2] = {45, 11};
-  elastic(2, 3, cuts, 4, 1);
+  elastic(2, 3, cuts, 4, 1, 0);
   const size_t cuts2[2] = {60, 0}; /* rank 0 done, rank 1 not started */
-  elastic(2, 3, cuts2, 2, 1);
+  elastic(2, 3, cuts2, 2, 1, 0);
+  elastic(2, 3, cuts, 4, 1, 1);
+  elastic(2, 3, cuts2, 3, 1, 1);
 }
 
 /* A state saved in the rest of an epoch that an elastic restore began

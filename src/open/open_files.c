@@ -978,7 +978,12 @@ typedef struct old_rank {
   int rank, world;
   uint64_t *segs; /* its epoch's positions (explicit, or its share) */
   size_t nsegs;
-  uint64_t done; /* positions of its segments delivered */
+  bool explicit_segs; /* the state's own (an elastic restore's epoch) */
+  uint64_t done;      /* ordered: positions of its segments delivered */
+  done_set units;     /* unordered: the units done, */
+  uint64_t partial, partial_m; /* and the one partly delivered */
+  span *dsp;                   /* the positions delivered, as spans */
+  size_t ndsp;
 } old_rank;
 
 /* Parses state i into *x, checking it against o (files, job identity). */
@@ -1005,6 +1010,12 @@ static int read_old(const of_state *o, const char *job, size_t job_len,
       (int)rt->ident_len, rt->ident);
   SL_FORWARD_IF_ERROR(check_files(o, rt->in));
   SL_FORWARD_IF_ERROR(get_segs(rt->in, &x->segs, &x->nsegs));
+  x->explicit_segs = x->segs != NULL;
+  if (o->unordered) {
+    SL_FORWARD_IF_ERROR(get_done(rt->in, &x->units));
+    SL_FORWARD_IF_ERROR(sl__state_get_u64(rt->in, &x->partial));
+    return sl__state_get_u64(rt->in, &x->partial_m);
+  }
   uint64_t g, m, nskip;
   SL_FORWARD_IF_ERROR(sl__state_get_u64(rt->in, &g));
   SL_FORWARD_IF_ERROR(sl__state_get_u64(rt->in, &m));
@@ -1030,15 +1041,103 @@ static int old_share(const of_state *o, uint64_t N, old_rank *x) {
   return SL_OK;
 }
 
-/* Remaining positions: (union of the old segments) minus (union of their
- * delivered prefixes), then new rank r of W takes its part in order. */
+/* Appends [lo, hi) to x's delivered spans (room for `cap`). */
+static int add_dsp(old_rank *x, size_t *cap, uint64_t lo, uint64_t hi) {
+  if (x->ndsp == *cap) {
+    size_t c = *cap ? 2 * *cap : 8;
+    span *v = sl__realloc(x->dsp, c * sizeof *v);
+    SL_RETURN_ERROR_IF(!v, SL_ENOMEM, "restore_elastic: out of memory");
+    x->dsp = v;
+    *cap = c;
+  }
+  x->dsp[x->ndsp++] = (span){lo, hi};
+  return SL_OK;
+}
+
+/* Ordered: the first x->done positions of its segments. */
+static int ordered_spans(old_rank *x) {
+  uint64_t left = x->done;
+  size_t cap = 0;
+  for (size_t j = 0; j < x->nsegs && left; j++) {
+    uint64_t lo = x->segs[2 * j], hi = x->segs[2 * j + 1];
+    uint64_t d = SL_MIN(left, hi - lo);
+    left -= d;
+    SL_FORWARD_IF_ERROR(add_dsp(x, &cap, lo, lo + d));
+  }
+  SL_RETURN_ERROR_IF(left, SL_ECORRUPT,
+                     "restore_elastic: rank %d delivered %llu samples, more "
+                     "than its share",
+                     x->rank, (unsigned long long)x->done);
+  return SL_OK;
+}
+
+/* Unordered: the positions of the units done and of the partial unit's
+ * first samples, found in the old rank's plan of epoch `epoch` (a bitmap
+ * over the N positions, then its runs). */
+static int unordered_spans(const of_state *o, uint64_t epoch, uint64_t N,
+                           old_rank *x) {
+  sl__plan_params p = o->params;
+  p.rank = x->rank;
+  p.world = x->world;
+  p.epoch = epoch;
+  sl__plan pl;
+  SL_FORWARD_IF_ERROR(sl__plan_build_segments(
+      o->pf, o->nfiles, &p, x->explicit_segs ? x->segs : NULL,
+      x->explicit_segs ? x->nsegs : 0, &pl));
+  unsigned char *bits = sl__calloc((size_t)(N / 8 + 1), 1);
+  int rc = bits ? SL_OK
+                : sl_set_error(SL_ENOMEM,
+                               "restore_elastic: cannot allocate a map of %llu "
+                               "positions",
+                               (unsigned long long)N);
+  size_t si = 0;
+  uint64_t pos = x->nsegs ? x->segs[0] : 0;
+  for (size_t g = 0; rc == SL_OK && g < pl.ngroups; g++) {
+    const sl__plan_group *gr = &pl.groups[g];
+    uint64_t start = pos;
+    pos += gr->records; /* groups tile the segments in order */
+    if (si < x->nsegs && pos == x->segs[2 * si + 1] && ++si < x->nsegs)
+      pos = x->segs[2 * si];
+    for (size_t u = gr->first_unit; u < gr->first_unit + gr->nunits; u++) {
+      const sl__plan_unit *un = &pl.units[u];
+      uint64_t m = done_has(&x->units, u) ? un->count
+                   : u == x->partial      ? SL_MIN(x->partial_m, un->count)
+                                          : 0;
+      for (uint64_t j = 0; j < m; j++) {
+        uint64_t at = start + (un->slots ? un->slots[j] : j);
+        if (at < N) bits[at / 8] |= (unsigned char)(1u << (at % 8));
+      }
+    }
+  }
+  size_t cap = 0;
+  for (uint64_t a = 0; rc == SL_OK && a < N;) {
+    if (!(bits[a / 8] >> (a % 8) & 1)) {
+      a++;
+      continue;
+    }
+    uint64_t b = a;
+    while (b < N && (bits[b / 8] >> (b % 8) & 1))
+      b++;
+    rc = add_dsp(x, &cap, a, b);
+    a = b;
+  }
+  sl__free(bits);
+  sl__plan_free(&pl);
+  return rc;
+}
+
+/* Remaining positions: (union of the old segments) minus (union of the
+ * positions they delivered), then new rank r of W takes its part in
+ * order. */
 static int elastic_segments(of_state *o, old_rank *x, size_t n, uint64_t N,
                             uint64_t **out, size_t *nout) {
-  size_t cap = 0;
-  for (size_t i = 0; i < n; i++)
-    cap += x[i].nsegs + 1;
+  size_t cap = 1, dcap = 1;
+  for (size_t i = 0; i < n; i++) {
+    cap += x[i].nsegs;
+    dcap += x[i].ndsp;
+  }
   span *rest = sl__malloc(cap * sizeof *rest);
-  span *done = sl__malloc(cap * sizeof *done);
+  span *done = sl__malloc(dcap * sizeof *done);
   uint64_t *segs = NULL;
   int rc = SL_OK;
   if (!rest || !done) {
@@ -1047,21 +1146,10 @@ static int elastic_segments(of_state *o, old_rank *x, size_t n, uint64_t N,
   }
   size_t nr = 0, nd = 0;
   for (size_t i = 0; i < n; i++) {
-    uint64_t left = x[i].done;
-    for (size_t j = 0; j < x[i].nsegs; j++) {
-      uint64_t lo = x[i].segs[2 * j], hi = x[i].segs[2 * j + 1];
-      uint64_t d = SL_MIN(left, hi - lo);
-      left -= d;
-      if (d) done[nd++] = (span){lo, lo + d};
-      if (lo + d < hi) rest[nr++] = (span){lo + d, hi};
-    }
-    if (left) {
-      rc = sl_set_error(SL_ECORRUPT,
-                        "restore_elastic: rank %d delivered %llu samples, "
-                        "more than its share",
-                        x[i].rank, (unsigned long long)x[i].done);
-      goto out;
-    }
+    for (size_t j = 0; j < x[i].nsegs; j++)
+      rest[nr++] = (span){x[i].segs[2 * j], x[i].segs[2 * j + 1]};
+    for (size_t j = 0; j < x[i].ndsp; j++)
+      done[nd++] = x[i].dsp[j];
   }
   merge_spans(rest, &nr);
   merge_spans(done, &nd);
@@ -1131,10 +1219,6 @@ int sl_reader_restore_elastic(sl_reader *r, const void *const *states,
                      "only a chain that is open_files itself can be restored "
                      "elastically (add decorators after the restore)",
                      sl_reader_name(r));
-  SL_RETURN_ERROR_IF(o->unordered, SL_EUNSUPPORTED,
-                     "restore_elastic: open_files (ordered=false): an "
-                     "unordered reader's states cannot be split among other "
-                     "ranks; use ordered=true");
   char job[512];
   of_identity(r, o, job, sizeof job);
   size_t job_len = ident_job_len(job, strlen(job));
@@ -1165,16 +1249,14 @@ int sl_reader_restore_elastic(sl_reader *r, const void *const *states,
   }
   const uint64_t N = o->plan.total; /* the same for every epoch */
   for (size_t i = 0; i < n && rc == SL_OK; i++) {
-    if (x[i].root.pass == pass) {
-      if (!x[i].segs) rc = old_share(o, N, &x[i]);
-    } else if (x[i].root.pass == pass + 1 && x[i].root.k == 0 &&
-               !explicit_segs) {
-      sl__free(x[i].segs); /* done with epoch `pass`: all its share */
-      x[i].segs = NULL;
-      rc = old_share(o, N, &x[i]);
-      for (size_t j = 0; j < x[i].nsegs; j++)
-        x[i].done += x[i].segs[2 * j + 1] - x[i].segs[2 * j];
-    } else {
+    if (!x[i].segs) rc = old_share(o, N, &x[i]);
+    if (rc < 0) break;
+    if (x[i].root.pass == pass + 1 && x[i].root.k == 0 && !explicit_segs) {
+      /* done with epoch `pass`: all its share */
+      size_t cap = 0;
+      for (size_t j = 0; j < x[i].nsegs && rc == SL_OK; j++)
+        rc = add_dsp(&x[i], &cap, x[i].segs[2 * j], x[i].segs[2 * j + 1]);
+    } else if (x[i].root.pass != pass) {
       rc = sl_set_error(SL_EUNSUPPORTED,
                         "restore_elastic: the states are of different "
                         "epochs (rank %d at pass %llu, position %llu; "
@@ -1183,6 +1265,9 @@ int sl_reader_restore_elastic(sl_reader *r, const void *const *states,
                         x[i].rank, (unsigned long long)x[i].root.pass,
                         (unsigned long long)x[i].root.k,
                         (unsigned long long)pass);
+    } else {
+      rc = o->unordered ? unordered_spans(o, o->epoch0 + pass, N, &x[i])
+                        : ordered_spans(&x[i]);
     }
   }
   uint64_t *segs = NULL;
@@ -1191,6 +1276,8 @@ int sl_reader_restore_elastic(sl_reader *r, const void *const *states,
   for (size_t i = 0; i < n; i++) {
     sl__state_root_free(&x[i].root);
     sl__free(x[i].segs);
+    sl__free(x[i].dsp);
+    done_free(&x[i].units);
   }
   sl__free(x);
   SL_FORWARD_IF_ERROR(rc);
