@@ -381,6 +381,58 @@ TEST(text_reader) {
   }
 }
 
+/* A parser plugin that skips lines ('#' comments, blank lines): the
+ * offsets of the outputs, not their count, locate the position. */
+static const char *csv_plugin(void) {
+  static char so[4200];
+  char dir[4096];
+  const char *env = getenv("SLUICE_PLUGIN_DIR");
+  if (env && env[0]) {
+    snprintf(dir, sizeof dir, "%s", env);
+  } else {
+    ssize_t n = readlink("/proc/self/exe", dir, sizeof dir - 1);
+    if (n <= 0) test_fail(__FILE__, __LINE__, "readlink");
+    dir[n] = 0;
+    char *slash = strrchr(dir, '/');
+    snprintf(slash, sizeof dir - (size_t)(slash - dir), "/examples/plugins");
+  }
+  snprintf(so, sizeof so, "%s/libcsv_floats.so", dir);
+  if (access(so, R_OK) != 0)
+    test_fail(__FILE__, __LINE__,
+              "parser plugin %s not found: build the examples or set "
+              "SLUICE_PLUGIN_DIR",
+              so);
+  return so;
+}
+
+static sl_reader *build_csv(void *ud) {
+  sl_reader *r;
+  OK(sl_text_reader(tmp("floats.csv"), ud != NULL, csv_plugin(), "n=2", &r));
+  OK(sl_batch(r, 3, NULL, &r));
+  return r;
+}
+
+TEST(text_reader_parser_skips_lines) {
+  FILE *f = fopen(tmp("floats.csv"), "wb");
+  for (int i = 0; i < 90; i++) {
+    if (i % 9 == 4) fputs("# a comment\n", f);
+    if (i % 13 == 7) fputs("\n", f);
+    fprintf(f, "%d,%d.5\n", i, -i);
+  }
+  fclose(f);
+  const uint64_t cuts[] = {0, 1, 2, 5, 14, 29, 30, 31, 47, 59, 60, 89};
+  for (int mmap = 0; mmap < 2; mmap++)
+    test_resume_check(build_csv, mmap ? (void *)1 : NULL, 3, cuts,
+                      sizeof cuts / sizeof *cuts, 512);
+  sl_reader *r = build_csv(NULL);
+  uint64_t d[7];
+  take_digests(r, d, 7);
+  void *st;
+  save_print(r, "text + csv_floats parser, batch 3", &st);
+  sl_free(st);
+  sl_reader_destroy(r);
+}
+
 /* --- images -------------------------------------------------------------- */
 
 #if SLUICE_WITH_IMAGES

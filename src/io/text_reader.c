@@ -60,7 +60,7 @@ typedef struct text_state {
   uint64_t lineno; /* of the line returned last */
   /* per output: the offset after its line - 1, and its line number - 1 */
   sl__state_log off_log, line_log;
-  char *parser_name; /* NULL: lines */
+  char *parser_name; /* "NAME OPTIONS" (the plugin's base name); NULL: lines */
   sl__parser *parser;
   sl_schema *schema;
 } text_state;
@@ -405,8 +405,11 @@ static int open_state(text_state *s, const char *path, const char *parser,
   if (!parser) return line_schema(s);
   SL_FORWARD_IF_ERROR(
       sl__parser_open(parser, parser_options, s->ctx, &s->parser));
-  s->parser_name = sl__strdup(parser);
+  const char *pname = sl__basename(parser), *popts = parser_options;
+  size_t n2 = strlen(pname) + (popts ? strlen(popts) : 0) + 2;
+  s->parser_name = sl__malloc(n2);
   SL_RETURN_ERROR_IF(!s->parser_name, SL_ENOMEM, "%s: cannot allocate", s->ctx);
+  snprintf(s->parser_name, n2, "%s %s", pname, popts ? popts : "");
   s->schema = sl_schema_retain(sl__parser_schema(s->parser));
   return SL_OK;
 }
