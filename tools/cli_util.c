@@ -14,6 +14,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -291,6 +292,14 @@ int cli_write_file_atomic(const char *path, const void *data, size_t n) {
   if (!tmp) return sl_set_error(SL_ENOMEM, "%s: out of memory", path);
   snprintf(tmp, cap, "%s.tmp-%ld-XXXXXX", path, (long)getpid());
   int fd = mkstemp(tmp);
+  if (fd >= 0) {
+    /* mkstemp makes it 0600: give the file the mode a plain create would
+     * (0666 less the umask, read back at once: the CLI's threads create no
+     * files). */
+    mode_t mask = umask(0);
+    umask(mask);
+    (void)fchmod(fd, 0666 & ~mask);
+  }
   if (fd < 0) {
     int rc = sl_set_error(SL_EIO, "cannot create %s: %s", tmp, strerror(errno));
     free(tmp);

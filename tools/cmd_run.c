@@ -156,12 +156,18 @@ static void progress(uint64_t e, uint64_t batches, int64_t samples,
           rate((double)samples, dt));
 }
 
+/* `batches` and `samples` of an epoch or of the run; `here_*` of them were
+ * read by this process in `dt` seconds (fewer after --resume: the rates are
+ * of those). */
 static void report(const char *what, uint64_t batches, int64_t samples,
-                   double dt) {
-  printf("%s: %" PRIu64 " batches, %" PRId64
-         " samples in %.3f s: %.0f samples/s, %.1f batches/s\n",
-         what, batches, samples, dt, rate((double)samples, dt),
-         rate((double)batches, dt));
+                   uint64_t here_batches, int64_t here_samples, double dt) {
+  printf("%s: %" PRIu64 " batches, %" PRId64 " samples", what, batches,
+         samples);
+  if (here_batches != batches)
+    printf(" (%" PRIu64 " batches, %" PRId64 " samples in this run)",
+           here_batches, here_samples);
+  printf(" in %.3f s: %.0f samples/s, %.1f batches/s\n", dt,
+         rate((double)here_samples, dt), rate((double)here_batches, dt));
 }
 
 /* --- the run state file (--save-state, --resume) ---------------------------
@@ -433,6 +439,7 @@ int cmd_run(int argc, char **argv) {
   }
   fflush(stdout);
 
+  const run_pos at0 = at;
   uint64_t total_batches = at.total_batches;
   int64_t total_samples = at.total_samples;
   double total_time = 0.0;
@@ -503,7 +510,7 @@ int cmd_run(int argc, char **argv) {
     char what[96];
     snprintf(what, sizeof what, "epoch %" PRIu64 "%s%s", e,
              resumed_here ? " (resumed)" : "", stopped ? why : "");
-    report(what, batches, samples, dt);
+    report(what, batches, samples, batches - batches0, samples - samples0, dt);
     fflush(stdout);
     total_batches += batches - batches0;
     total_samples += samples - samples0;
@@ -519,7 +526,9 @@ int cmd_run(int argc, char **argv) {
      * run would say); the times are this process's. */
     snprintf(what, sizeof what, "total (%" PRIu64 " epoch%s)", at.epoch,
              at.epoch == 1 ? "" : "s");
-    report(what, total_batches, total_samples, total_time);
+    report(what, total_batches, total_samples,
+           total_batches - at0.total_batches, total_samples - at0.total_samples,
+           total_time);
     at.total_batches = total_batches;
     at.total_samples = total_samples;
     if (save_path && (rc = save_run(pl, save_path, &at)) != SL_OK)

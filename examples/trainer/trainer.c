@@ -44,6 +44,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -279,6 +280,11 @@ static int save_checkpoint(const char *path, sl_pipeline *train, const model *m,
   if (tmp) {
     snprintf(tmp, tl, "%s.tmp-%ld-XXXXXX", path, (long)getpid());
     fd = mkstemp(tmp);
+    if (fd >= 0) { /* mkstemp's 0600 -> what a plain create would give */
+      mode_t mask = umask(0);
+      umask(mask);
+      (void)fchmod(fd, 0666 & ~mask);
+    }
   }
   int err = fd < 0 ? (tmp ? errno : ENOMEM) : 0;
   size_t done = 0;

@@ -52,8 +52,10 @@ check_cuts() {
   [ "$(printf '%s' "$pieces" | grep .)" = "$whole" ] ||
     fail "cuts $*: the pieces' digests differ from the uninterrupted run's" \
       "($(diff <(printf '%s\n' "$whole") <(printf '%s' "$pieces" | grep .) | head -5))"
-  contains "$OUT" "total ($epochs epochs): " "the last piece's total"
-  contains "$OUT" " $total samples in " "the last piece's total"
+  contains "$(printf '%s\n' "$OUT" | grep '^total ')" \
+    "total ($epochs epochs): " "the last piece's total"
+  contains "$(printf '%s\n' "$OUT" | grep '^total ')" \
+    " batches, $total samples" "the last piece's total"
 }
 
 # One cut each: the first batch, mid batch (50: the batch holding it ends
@@ -82,8 +84,9 @@ sl run --epochs 3 --resume st.bin shuffled.lua
 expect_rc 0 "resume at 132"
 contains "$OUT" "resumed: st.bin: epoch 2, 4 batches, 32 samples into it, 132 samples of the run"
 contains "$OUT" "epoch 2 (resumed): 13 batches, 100 samples"
-contains "$OUT" "epoch 3: 13 batches, 100 samples"
-contains "$OUT" "total (3 epochs): 39 batches, 300 samples"
+contains "$OUT" "epoch 3: 13 batches, 100 samples in "
+contains "$OUT" "total (3 epochs): 39 batches, 300 samples (22 batches, 168 samples in this run) in "
+contains "$OUT" "epoch 2 (resumed): 13 batches, 100 samples (9 batches, 68 samples in this run) in "
 not_contains "$OUT" "epoch 1:"
 # --limit counts the whole run's batches too.
 sl run --epochs 3 --limit 20 --resume st.bin shuffled.lua
@@ -159,6 +162,11 @@ sl run --epochs 3 --resume keep.bin shuffled.lua
 expect_rc 0 "resume the replaced state"
 contains "$OUT" "samples of the run"
 ls ./*.tmp-* >/dev/null 2>&1 && fail "temporaries left: $(ls ./*.tmp-*)"
+
+# The state file gets the mode a plain create would (umask 022: 644).
+(umask 022 && "$SLUICE" run --stop-after 10 --save-state mode.bin shuffled.lua >/dev/null) ||
+  fail "save under umask 022"
+[ "$(stat -c %a mode.bin)" = 644 ] || fail "mode.bin is $(stat -c %a mode.bin), not 644"
 
 # Usage errors: exit 2.
 sl run --stop-after 0 shuffled.lua

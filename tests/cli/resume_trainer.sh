@@ -128,6 +128,9 @@ want=$(epochs_of "$OUT")
 demo --stop-after 60 --save-state demo.bin
 expect_rc 0 "the demo, stopped"
 contains "$OUT" "checkpoint: demo.bin ("
+: >plain.file # the checkpoint's mode is a plain create's (not mkstemp's 0600)
+[ "$(stat -c %a demo.bin)" = "$(stat -c %a plain.file)" ] ||
+  fail "demo.bin has mode $(stat -c %a demo.bin)"
 demo --resume demo.bin
 expect_rc 0 "the demo, resumed"
 [ "$(epochs_of "$OUT")" = "$want" ] ||
