@@ -129,11 +129,13 @@ typedef struct of_state {
   size_t nsegs;
   uint64_t *skipped; /* ordered: units skipped this pass, in order */
   size_t nskipped, skipped_cap;
-  done_set done;               /* unordered: units fully delivered or skipped */
-  done_set restored;           /* unordered: done before the restored position
-                                        (read-only to workers during the pass) */
-  uint64_t partial, partial_m; /* unordered: unit `partial` had partial_m
-                                  samples delivered before the restore */
+  done_set done;     /* unordered: units fully delivered or skipped */
+  done_set restored; /* unordered: done before the restored position
+                              (read-only to workers during the pass) */
+  /* unordered: the units partly delivered before the restore, not yet
+   * reached: pairs (unit, samples delivered) */
+  uint64_t *partials;
+  size_t npartials, partials_cap;
   sl__state_log log_unit, log_idx; /* unordered: unit and index of each
                                       output */
   uint64_t log_from; /* the first output the logs know (a restored pass) */
@@ -446,8 +448,7 @@ static void forget_pass(of_state *o) {
   o->nskipped = 0;
   done_clear(&o->done, 0);
   done_clear(&o->restored, 0);
-  o->partial = UINT64_MAX;
-  o->partial_m = 0;
+  o->npartials = 0;
   o->log_unit.count = o->log_idx.count = 0;
   o->log_from = 0;
 }
@@ -529,10 +530,15 @@ static int load_any(of_state *o) {
   SL_FORWARD_IF_ERROR(take_unit(o));
   o->cur = o->pend;
   memset(&o->pend, 0, sizeof o->pend);
-  if (o->cur.seq == o->partial) {
-    for (; o->cur.pos < o->partial_m && o->cur.pos < o->cur.n; o->cur.pos++)
+  for (size_t i = 0; i < o->npartials; i += 2) {
+    if (o->partials[i] != o->cur.seq) continue;
+    for (; o->cur.pos < o->partials[i + 1] && o->cur.pos < o->cur.n;
+         o->cur.pos++)
       sl_sample_release(o->cur.v[o->cur.pos]);
-    o->partial = UINT64_MAX;
+    o->partials[i] = o->partials[o->npartials - 2];
+    o->partials[i + 1] = o->partials[o->npartials - 1];
+    o->npartials -= 2;
+    break;
   }
   return SL_OK;
 }
@@ -607,6 +613,7 @@ static void of_destroy(void *st) {
   sl__free(o->skipped);
   done_free(&o->done);
   done_free(&o->restored);
+  sl__free(o->partials);
   sl_schema_release(o->schema);
   sl__free(o);
 }
@@ -839,6 +846,8 @@ static int save_unordered(of_state *o, uint64_t k, sl__state_out *w) {
   SL_RETURN_ERROR_IF(!undo, SL_ENOMEM, "save: open_files: out of memory");
   for (size_t i = 0; i < nundo; i++)
     undo[i] = o->log_unit.up[(k + i) % SL__STATE_LOG];
+  /* The units partly delivered at k: the one of output k (or the current
+   * one), and those a restore left that have not arrived yet. */
   uint64_t partial = UINT64_MAX, pm = 0;
   if (nundo) {
     pm = o->log_idx.up[k % SL__STATE_LOG];
@@ -846,15 +855,19 @@ static int save_unordered(of_state *o, uint64_t k, sl__state_out *w) {
   } else if (o->cur.v && o->cur.pos > 0 && o->cur.pos < o->cur.n) {
     partial = o->cur.seq;
     pm = o->cur.pos;
-  } else if (o->partial != UINT64_MAX) { /* restored, not yet reached */
-    partial = o->partial;
-    pm = o->partial_m;
   }
   int rc = put_done(w, &o->done, undo, nundo);
   sl__free(undo);
   SL_FORWARD_IF_ERROR(rc);
-  SL_FORWARD_IF_ERROR(sl__state_put_u64(w, partial));
-  return sl__state_put_u64(w, partial == UINT64_MAX ? 0 : pm);
+  SL_FORWARD_IF_ERROR(
+      sl__state_put_u64(w, o->npartials / 2 + (partial != UINT64_MAX ? 1 : 0)));
+  if (partial != UINT64_MAX) {
+    SL_FORWARD_IF_ERROR(sl__state_put_u64(w, partial));
+    SL_FORWARD_IF_ERROR(sl__state_put_u64(w, pm));
+  }
+  for (size_t i = 0; i < o->npartials; i++)
+    SL_FORWARD_IF_ERROR(sl__state_put_u64(w, o->partials[i]));
+  return SL_OK;
 }
 
 static int of_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
@@ -913,19 +926,32 @@ static int restore_ordered(of_state *o, uint64_t k, sl__state_in *in) {
   return sl__state_replay(next_fn, o, m, "open_files: the restored group");
 }
 
+/* Reads the partly delivered units of an unordered record into *v. */
+static int get_partials(sl__state_in *in, uint64_t **v, size_t *n,
+                        size_t *cap) {
+  uint64_t np, x;
+  *n = 0;
+  SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &np));
+  SL_RETURN_ERROR_IF(np > ((uint64_t)1 << 24), SL_ECORRUPT,
+                     "restore: corrupt state: open_files: %llu partial units",
+                     (unsigned long long)np);
+  for (uint64_t i = 0; i < 2 * np; i++) {
+    SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &x));
+    SL_FORWARD_IF_ERROR(sl__state_push_u64(v, n, cap, x));
+  }
+  return SL_OK;
+}
+
 static int restore_unordered(of_state *o, uint64_t k, sl__state_in *in) {
-  uint64_t partial, pm;
   SL_FORWARD_IF_ERROR(get_done(in, &o->done));
-  SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &partial));
-  SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &pm));
+  SL_FORWARD_IF_ERROR(
+      get_partials(in, &o->partials, &o->npartials, &o->partials_cap));
   SL_RETURN_ERROR_IF(o->done.lo > o->plan.nunits, SL_ECORRUPT,
                      "restore: corrupt state: open_files: unit %llu of %zu",
                      (unsigned long long)o->done.lo, o->plan.nunits);
   done_clear(&o->restored, o->done.lo);
   for (size_t i = 0; i < o->done.n; i++)
     SL_FORWARD_IF_ERROR(done_add(&o->restored, o->done.above[i]));
-  o->partial = partial;
-  o->partial_m = pm;
   o->next_unit = (size_t)o->done.lo;
   o->delivered = o->log_unit.count = o->log_idx.count = o->log_from = k;
   sl__engine_start_at(o->eng, o->done.lo);
@@ -981,8 +1007,9 @@ typedef struct old_rank {
   bool explicit_segs; /* the state's own (an elastic restore's epoch) */
   uint64_t done;      /* ordered: positions of its segments delivered */
   done_set units;     /* unordered: the units done, */
-  uint64_t partial, partial_m; /* and the one partly delivered */
-  span *dsp;                   /* the positions delivered, as spans */
+  uint64_t *partials; /* and those partly delivered (unit, m) */
+  size_t npartials, partials_cap;
+  span *dsp; /* the positions delivered, as spans */
   size_t ndsp;
 } old_rank;
 
@@ -1013,8 +1040,7 @@ static int read_old(const of_state *o, const char *job, size_t job_len,
   x->explicit_segs = x->segs != NULL;
   if (o->unordered) {
     SL_FORWARD_IF_ERROR(get_done(rt->in, &x->units));
-    SL_FORWARD_IF_ERROR(sl__state_get_u64(rt->in, &x->partial));
-    return sl__state_get_u64(rt->in, &x->partial_m);
+    return get_partials(rt->in, &x->partials, &x->npartials, &x->partials_cap);
   }
   uint64_t g, m, nskip;
   SL_FORWARD_IF_ERROR(sl__state_get_u64(rt->in, &g));
@@ -1100,9 +1126,9 @@ static int unordered_spans(const of_state *o, uint64_t epoch, uint64_t N,
       pos = x->segs[2 * si];
     for (size_t u = gr->first_unit; u < gr->first_unit + gr->nunits; u++) {
       const sl__plan_unit *un = &pl.units[u];
-      uint64_t m = done_has(&x->units, u) ? un->count
-                   : u == x->partial      ? SL_MIN(x->partial_m, un->count)
-                                          : 0;
+      uint64_t m = done_has(&x->units, u) ? un->count : 0;
+      for (size_t q = 0; q < x->npartials; q += 2)
+        if (x->partials[q] == u) m = SL_MIN(x->partials[q + 1], un->count);
       for (uint64_t j = 0; j < m; j++) {
         uint64_t at = start + (un->slots ? un->slots[j] : j);
         if (at < N) bits[at / 8] |= (unsigned char)(1u << (at % 8));
@@ -1277,6 +1303,7 @@ int sl_reader_restore_elastic(sl_reader *r, const void *const *states,
     sl__state_root_free(&x[i].root);
     sl__free(x[i].segs);
     sl__free(x[i].dsp);
+    sl__free(x[i].partials);
     done_free(&x[i].units);
   }
   sl__free(x);
@@ -1417,7 +1444,6 @@ static int make_state(const sl_open_files_opts *p, sl__named_file *files,
   o->pf = sl__calloc(nfiles, sizeof *o->pf);
   o->ids = sl__calloc(nfiles, sizeof *o->ids);
   o->fp = sl__calloc(nfiles, sizeof *o->fp);
-  o->partial = UINT64_MAX;
   SL_RETURN_ERROR_IF(!o->paths || !o->pf || !o->ids || !o->fp, SL_ENOMEM,
                      "open_files: cannot allocate %zu files", nfiles);
   o->nfiles = nfiles;
