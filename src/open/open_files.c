@@ -59,6 +59,11 @@
  *               while the engine is stopped.
  *   cur, pos, pend, gbuf, glen, gpos, group, seen, delivered, bad, pass
  *               consumer-only (of_skipped runs on the consumer's thread).
+ *   fp          immutable after construction.
+ *   segs, skipped, done, partials, log_*   consumer-only (saving).
+ *   restored    written by the consumer while no worker runs (restore,
+ *               start); read-only to workers during the pass (they drop
+ *               the units it holds).
  */
 #include "core/crc32c.h"
 #include "io/bytes.h"
@@ -647,10 +652,12 @@ static const sl_reader_vtable of_vt = {"open_files", of_next, of_reset,
  * Unordered.  Units arrive as they are finished: the state holds the set of
  * units fully delivered (or skipped) by position k - the lowest unit not
  * done and a bitmap of the done ones above it, at most the engine's window -
- * and the unit partly delivered with how many of its samples (a unit's own
- * samples come out in one order).  The restored pass starts at the lowest
- * unit; the workers drop the done ones undecoded and the consumer the
- * partial unit's first samples: each remaining sample exactly once.  A save
+ * and the units partly delivered with how many of their samples (a unit's
+ * own samples come out in one order; besides the one at the position, a
+ * restored pass may still await some the state it resumed left).  The
+ * restored pass starts at the lowest unit; the workers drop the done ones
+ * undecoded and the consumer the partial units' first samples: each
+ * remaining sample exactly once.  A save
  * behind the last delivery (a stage above holds samples) walks back through
  * a log of the last SL__STATE_LOG outputs; further back, or under a stage
  * that replays (a shuffle, a cache), it is refused.
@@ -658,7 +665,8 @@ static const sl_reader_vtable of_vt = {"open_files", of_next, of_reset,
  * Record: nfiles, the files' fingerprints (CRC32C of each index and its
  * record count: one per file up to FP_EACH files, else one for all), the
  * explicit segments of an elastic restore's epoch (count, pairs), then the
- * ordered (g, m, skipped units) or unordered (done set, partial unit, m)
+ * ordered (g, m, skipped units) or unordered (done set, partial units and
+ * their m)
  * part.
  */
 
