@@ -334,6 +334,8 @@ TEST(rank_r_of_W_with_block_B_batches_as_llm_c_dataloader) {
           free(L.tokens);
           sl_reader_destroy(r);
         }
+  for (int k = 0; k < 3; k++)
+    free((char *)paths[k]);
 }
 
 /* The first input token of every window of a pass. */
@@ -399,6 +401,8 @@ TEST(shuffle_is_a_seeded_permutation_per_pass_and_ranks_stay_disjoint) {
   for (int k = 0; k < 4; k++)
     want += ((600 + 37 * (size_t)k - 1) / 8) / 6 * 6;
   ASSERT_EQ(total, want);
+  for (int k = 0; k < 4; k++)
+    free((char *)paths[k]);
 }
 
 static const char *const *g_resume_paths;
