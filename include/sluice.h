@@ -1107,8 +1107,9 @@ typedef struct sl_tokens_opts {
   int world;       /* ranks; 0: 1 for sl_tokens_reader, the launcher's
                       environment (sl_shard_env) for sl_tokens_open/sl_open */
   uint64_t block;  /* windows per rank block; 0 means 1 */
+  int batch;       /* 1: each sample is a block, [block, T] (below) */
 } sl_tokens_opts;
-#define SL_TOKENS_OPTS_INIT {sizeof(sl_tokens_opts), 0, 0, 0, 0, 0, 0}
+#define SL_TOKENS_OPTS_INIT {sizeof(sl_tokens_opts), 0, 0, 0, 0, 0, 0, 0}
 
 /* A reader of token shards `paths[0..n)`: llm.c's format (a header of 256
  * little-endian int32: magic 20240520, version 1, token count N; then N
@@ -1126,8 +1127,11 @@ typedef struct sl_tokens_opts {
  * batch, llm.c's DataLoader(B, T, r, W) batches within each shard.  Shards
  * come in the order given, windows in order; with shuffle, the shard order
  * of each pass and the round order within each shard are permutations drawn
- * from (seed, pass, shard), the same on every rank.  Length: known.  Saves
- * its position (no payload).  Borrows the strings (copied).  Returns SL_OK
+ * from (seed, pass, shard), the same on every rank.  With batch = 1 each
+ * sample is a whole block, {inputs: i32[block, T], targets: i32[block,
+ * T]}: what sl_batch(block) makes of the windows (llm.c's batch), cut in
+ * one go from the block's contiguous tokens instead of copied again.
+ * Length: known.  Saves its position (no payload).  Borrows the strings (copied).  Returns SL_OK
  * and *out, SL_EINVAL (no files, seq_len < 1, rank outside [0, world)),
  * SL_ECORRUPT, SL_EIO or SL_ENOMEM. */
 SL_API int sl_tokens_reader(const char *const *paths, size_t n,

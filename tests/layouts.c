@@ -168,6 +168,7 @@ int main(void) {
   F(sl_tokens_opts, rank);
   F(sl_tokens_opts, world);
   F(sl_tokens_opts, block);
+  F(sl_tokens_opts, batch);
   S(sl_pack_opts);
   F(sl_pack_opts, size);
   F(sl_pack_opts, seq_len);

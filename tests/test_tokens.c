@@ -46,10 +46,13 @@ static const char *write_shard(const char *name, int shard, uint32_t n) {
   return p;
 }
 
+static int g_batch; /* open_tokens: sl_tokens_opts.batch */
+
 static sl_reader *open_tokens(const char *const *paths, size_t n, int64_t T,
                               int rank, int world, uint64_t block, int shuffle,
                               uint64_t seed) {
   sl_tokens_opts o = SL_TOKENS_OPTS_INIT;
+  o.batch = g_batch;
   o.seq_len = T;
   o.rank = rank;
   o.world = world;
@@ -294,46 +297,49 @@ TEST(rank_r_of_W_with_block_B_batches_as_llm_c_dataloader) {
   for (int k = 0; k < 3; k++)
     write_shard_ex(paths[k], k, sizes[k], 20240520, 1, -1, 0);
   const int Bs[] = {1, 4}, Ts[] = {16, 64}, Ws[] = {1, 2, 3};
-  for (int bi = 0; bi < 2; bi++)
-    for (int ti = 0; ti < 2; ti++)
-      for (int wi = 0; wi < 3; wi++)
-        for (int rank = 0; rank < Ws[wi]; rank++) {
-          int B = Bs[bi], T = Ts[ti], W = Ws[wi];
-          sl_reader *r = open_tokens(paths, 3, T, rank, W, (uint64_t)B, 0, 0);
-          ASSERT_OK(sl_batch(r, (size_t)B, NULL, &r));
-          ref_loader L = {paths, 3, B, T, rank, W, 0, NULL, 0, 0, 0};
-          ref_load_shard(&L);
-          int32_t *in = malloc(4 * (size_t)B * T),
-                  *tg = malloc(4 * (size_t)B * T);
-          int batches = 0;
-          for (;;) {
-            bool more = ref_next(&L, in, tg);
-            sl_sample *s = NULL;
-            int rc = sl_reader_next(r, &s);
-            if (!more) {
-              ASSERT_RC(rc, SL_EOF);
-              break;
+  /* batched by sl_batch, then by the reader itself (batch = 1) */
+  for (g_batch = 0; g_batch <= 1; g_batch++)
+    for (int bi = 0; bi < 2; bi++)
+      for (int ti = 0; ti < 2; ti++)
+        for (int wi = 0; wi < 3; wi++)
+          for (int rank = 0; rank < Ws[wi]; rank++) {
+            int B = Bs[bi], T = Ts[ti], W = Ws[wi];
+            sl_reader *r = open_tokens(paths, 3, T, rank, W, (uint64_t)B, 0, 0);
+            if (!g_batch) ASSERT_OK(sl_batch(r, (size_t)B, NULL, &r));
+            ref_loader L = {paths, 3, B, T, rank, W, 0, NULL, 0, 0, 0};
+            ref_load_shard(&L);
+            int32_t *in = malloc(4 * (size_t)B * T),
+                    *tg = malloc(4 * (size_t)B * T);
+            int batches = 0;
+            for (;;) {
+              bool more = ref_next(&L, in, tg);
+              sl_sample *s = NULL;
+              int rc = sl_reader_next(r, &s);
+              if (!more) {
+                ASSERT_RC(rc, SL_EOF);
+                break;
+              }
+              ASSERT_OK(rc);
+              const sl_tensor *ti_ = sl_sample_field(s, "inputs");
+              ASSERT_EQ(ti_->shape[0], B);
+              ASSERT_EQ(ti_->shape[1], T);
+              if (memcmp(ti_->data, in, 4 * (size_t)B * T) != 0 ||
+                  memcmp(sl_sample_field(s, "targets")->data, tg,
+                         4 * (size_t)B * T) != 0)
+                test_fail(__FILE__, __LINE__,
+                          "B=%d T=%d rank %d of %d (batch option %d): batch %d "
+                          "differs from llm.c's",
+                          B, T, rank, W, g_batch, batches);
+              sl_sample_release(s);
+              batches++;
             }
-            ASSERT_OK(rc);
-            const sl_tensor *ti_ = sl_sample_field(s, "inputs");
-            ASSERT_EQ(ti_->shape[0], B);
-            ASSERT_EQ(ti_->shape[1], T);
-            if (memcmp(ti_->data, in, 4 * (size_t)B * T) != 0 ||
-                memcmp(sl_sample_field(s, "targets")->data, tg,
-                       4 * (size_t)B * T) != 0)
-              test_fail(__FILE__, __LINE__,
-                        "B=%d T=%d rank %d of %d: batch %d differs from "
-                        "llm.c's",
-                        B, T, rank, W, batches);
-            sl_sample_release(s);
-            batches++;
+            ASSERT_GE(batches, 1);
+            free(in);
+            free(tg);
+            free(L.tokens);
+            sl_reader_destroy(r);
           }
-          ASSERT_GE(batches, 1);
-          free(in);
-          free(tg);
-          free(L.tokens);
-          sl_reader_destroy(r);
-        }
+  g_batch = 0;
   for (int k = 0; k < 3; k++)
     free((char *)paths[k]);
 }
@@ -425,6 +431,9 @@ TEST(tokens_resume_exactly) {
   const uint64_t cuts[] = {0, 1, 7, 20, 31, 40, 63, 64, 90};
   test_resume_check(build_tokens, (void *)(intptr_t)0, 3, cuts, 9, 0);
   test_resume_check(build_tokens, (void *)(intptr_t)1, 3, cuts, 9, 0);
+  g_batch = 1; /* blocks of 2 windows as batches */
+  test_resume_check(build_tokens, (void *)(intptr_t)1, 3, cuts, 9, 0);
+  g_batch = 0;
 }
 
 TEST(the_tokens_tag_and_sl_tokens_open_expand_globs) {

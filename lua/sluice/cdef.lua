@@ -313,6 +313,7 @@ typedef struct sl_tokens_opts {
   int rank;
   int world;
   uint64_t block;
+  int batch;
 } sl_tokens_opts;
 ]])
 declare("sl_pack_opts", [[

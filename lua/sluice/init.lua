@@ -1075,7 +1075,7 @@ end
 -- --- language-model data (docs/TEXT.md) ---------------------------------------
 
 local TOKENS_OPTS = set("seq_len", "shuffle", "seed", "rank", "world",
-                        "block")
+                        "block", "batch")
 
 -- A seed option: an integer in [0, 2^64) or a uint64_t cdata.
 local function seed_option(v, where, level)
@@ -1089,7 +1089,7 @@ local function seed_option(v, where, level)
 end
 
 -- sluice.open("tokens:PATTERN", {seq_len=, shuffle=, seed=, rank=, world=,
--- block=}): every file of the pattern as one sl_tokens_open reader.
+-- block=, batch=}): every file of the pattern as one sl_tokens_open reader.
 local function open_tokens(name, opts, level)
   local where = "sluice.open()"
   opts = check_opts(opts, where, TOKENS_OPTS, level + 1)
@@ -1114,6 +1114,8 @@ local function open_tokens(name, opts, level)
   end
   o.block = opts.block == nil and 1 or
     check_int(opts.block, 1, where, "option 'block'", level + 1)
+  o.batch = check_bool(opts.batch, where, "batch", false, level + 1) and 1
+    or 0
   local p = made(C.sl_tokens_open(name, o, OUT), level + 1)
   return p
 end
