@@ -1644,6 +1644,55 @@ typedef struct sl_csv_opts {
 SL_API int sl_csv_reader(const char *path, const sl_csv_opts *opts,
                          sl_reader **out);
 
+/* A reader of one WebDataset tar shard (tag `wds`): a POSIX/ustar tar file
+ * (GNU long names and pax headers read too) whose consecutive members
+ * sharing a key (the name up to the first dot of its last component) form
+ * one sample, one field per extension, named after it ("a/b.x.npy" is key
+ * "a/b", field "x.npy"), plus a bytes field `__key__`.  Types: "cls" (an
+ * integer written as text) -> i64 scalar; an extension ending in "npy" ->
+ * the .npy array (dtype and rank fixed by the first sample, dimensions
+ * variable); anything else ("txt", "json", "jpg", "png", ...) -> bytes,
+ * which sl_decode_image decodes.  The fields are the shard's first
+ * sample's; a later sample missing one, or with another, fails the pass
+ * with SL_EINVAL naming the shard and key.  The shard is memory-mapped;
+ * bytes and npy fields are views of it.  Length unknown; saves its
+ * position (a byte offset).  Borrows `path`.  Returns SL_OK and *out,
+ * SL_EIO (cannot open), SL_ECORRUPT (a bad header checksum, a member past
+ * the end), SL_EINVAL (no samples) or SL_ENOMEM.  Thread-safe. */
+SL_API int sl_wds_reader(const char *path, sl_reader **out);
+
+/* Options of sl_wds_open.  Extensible like sl_open_opts: `size` is
+ * sizeof(sl_wds_opts) (SL_WDS_OPTS_INIT sets it); zero fields are
+ * defaults. */
+typedef struct sl_wds_opts {
+  size_t size;
+  uint32_t threads; /* shard-reading threads (0 = 1) */
+  int shuffle;      /* 1: the shard order of pass p is drawn from (seed, p),
+                       the same on every rank */
+  uint64_t seed;
+  int rank, world;  /* world 0: from the launcher's environment
+                       (sl_shard_env) */
+  size_t buffer;    /* samples each thread reads ahead (0 = 64) */
+} sl_wds_opts;
+#define SL_WDS_OPTS_INIT {sizeof(sl_wds_opts), 0, 0, 0, 0, 0, 0}
+
+/* WebDataset shards `names[0..n)` read by opts->threads threads as one
+ * reader.  A name may hold brace patterns ("train-{000000..000127}.tar",
+ * "{a,b}"; ranges zero-padded to the first bound's width) and globs; a
+ * name without a tag is "wds:".  Pass p takes the shards in the given
+ * order (or shuffled by (seed, p)); rank r of W reads shards r, r + W, ...
+ * of it (ranks differ by at most one shard); thread t of T reads the
+ * rank's shards t, t + T, ..., and the output takes one sample from each
+ * thread in turn, so it depends on T but not on timing.  Fields: as
+ * sl_wds_reader, fixed by the first shard's first sample.  Length unknown;
+ * saves its position (per thread counts; a restore walks tar headers to
+ * them).  Borrows `names` and `opts`.  Returns SL_OK and *out, SL_EINVAL
+ * (no names, a name matching nothing, a bad brace pattern, a tag other than
+ * wds, rank outside [0, world), too many threads), SL_EIO, SL_ECORRUPT or
+ * SL_ENOMEM. */
+SL_API int sl_wds_open(const char *const *names, size_t n,
+                       const sl_wds_opts *opts, sl_reader **out);
+
 /* ------------------------------------------------------------------------ */
 /* Embedding: pipelines declared by Lua scripts (docs/EMBEDDING.md)          */
 /* ------------------------------------------------------------------------ */
@@ -1850,6 +1899,13 @@ SL_API int sl__pack_images(const char *root, const char *out,
 SL_API int sl__shard_name(const char *out, uint32_t shard, uint32_t shards,
                           char *buf, size_t size);
 SL_API void sl__slr_writer_remove_temps(void);
+SL_API int sl__pack_wds(const char *const *names, size_t n, const char *out,
+                        const struct sl__pack_opts *o, uint64_t *records);
+SL_API int sl__pack_images_wds(const char *root, const char *out,
+                               const struct sl__pack_opts *o,
+                               uint64_t *records);
+SL_API int sl__wds_shard_name(const char *out, uint32_t i, char *buf,
+                              size_t size);
 SL_API int sl__shard_set_check(const char *stage, const char *const *paths,
                                const sl_schema *const *schemas, size_t n);
 

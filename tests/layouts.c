@@ -213,6 +213,14 @@ int main(void) {
   F(sl_csv_opts, columns);
   F(sl_csv_opts, delimiter);
   F(sl_csv_opts, no_header);
+  S(sl_wds_opts);
+  F(sl_wds_opts, size);
+  F(sl_wds_opts, threads);
+  F(sl_wds_opts, shuffle);
+  F(sl_wds_opts, seed);
+  F(sl_wds_opts, rank);
+  F(sl_wds_opts, world);
+  F(sl_wds_opts, buffer);
 
   /* DLPack (dlpack/dlpack.h), declared by lua/sluice/device.lua. */
   S(DLManagedTensor);

@@ -1,7 +1,8 @@
 /*
- * cmd_pack.c - `sluice pack idx|text|images ... -o OUT.slr`: packs idx
- * (MNIST) files, text files or a folder of JPEG/PNG images into one SLR
- * file or K shards.
+ * cmd_pack.c - `sluice pack idx|text|images|wds ... -o OUT.slr`: packs idx
+ * (MNIST) files, text files, a folder of JPEG/PNG images or WebDataset tar
+ * shards into one SLR file or K shards (or, images with --format wds, into
+ * WebDataset tar shards).
  *
  * The work is done by the library's internal importers (src/io/import_*.c),
  * the same functions the tests call; this file parses options, shows a
@@ -17,6 +18,7 @@
 #include "cli.h"
 #include "image/image.h"
 #include "io/import.h"
+#include "open/wds_pack.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -28,7 +30,9 @@
 static const char synopsis[] =
     "  sluice pack idx IMAGES LABELS -o OUT.slr [options]\n"
     "  sluice pack text FILE... -o OUT.slr [options]\n"
-    "  sluice pack images FOLDER -o OUT.slr [options]\n";
+    "  sluice pack images FOLDER -o OUT.slr [options]\n"
+    "  sluice pack images FOLDER --format wds -o OUT.tar [options]\n"
+    "  sluice pack wds SHARD... -o OUT.slr [options]\n";
 
 static const char help[] =
     "Packs data into SLR record files (format: docs/FORMAT.md).\n"
@@ -49,6 +53,15 @@ static const char help[] =
     "         Records are written in a seeded random order (--order,\n"
     "         --seed), so that classes are mixed in every chunk.  Decode on\n"
     "         read: sl_decode_image, or :decode_image{} in Lua.\n"
+    "         With --format wds, WebDataset tar shards instead: members\n"
+    "         KEY.jpg/KEY.png (the file) and KEY.cls (the label), KEY the\n"
+    "         record's number (8 digits); --shards K writes\n"
+    "         OUT-000000.tar ... (docs/FORMATS.md).\n"
+    "  wds    WebDataset tar shards (brace patterns such as\n"
+    "         train-{000000..000127}.tar and globs expand; a SHARD without\n"
+    "         a tag is wds:) become one record per sample, in the given\n"
+    "         order: {__key__: bytes, one field per member extension: cls\n"
+    "         -> i64, *npy -> the array, others -> bytes} (docs/FORMATS.md).\n"
     "\n"
     "Options:\n"
     "  -o, --output FILE       the output file (required)\n"
@@ -74,6 +87,8 @@ static const char help[] =
     "                          sorted by path, i.e. by class\n"
     "  --seed N                images only: the seed of --order random\n"
     "                          (default 0)\n"
+    "  --format FMT            images only: slr (default) or wds (tar\n"
+    "                          shards, see above)\n"
     "  -q, --quiet             no progress line and no summary\n"
     "  -h, --help              this help\n"
     "\n"
@@ -94,6 +109,7 @@ enum {
   OPT_SHARD_MODE,
   OPT_ORDER,
   OPT_SEED,
+  OPT_FORMAT,
   OPT_QUIET,
   OPT_HELP
 };
@@ -107,6 +123,7 @@ static const cli_opt opts[] = {
     {"shard-mode", 0, true, OPT_SHARD_MODE},
     {"order", 0, true, OPT_ORDER},
     {"seed", 0, true, OPT_SEED},
+    {"format", 0, true, OPT_FORMAT},
     {"quiet", 'q', false, OPT_QUIET},
     {"help", 'h', false, OPT_HELP},
     {NULL, 0, false, 0},
@@ -173,6 +190,7 @@ typedef struct progress {
   int width; /* characters of the line on screen, to clear it */
   const char *out;
   uint32_t shards;
+  bool wds; /* tar shards: named by sl__wds_shard_name */
 } progress;
 
 static int on_progress(void *ud, uint64_t records, uint64_t bytes) {
@@ -210,7 +228,10 @@ static int print_summary(void *ud, uint64_t records, uint64_t file_bytes) {
   cli_human_bytes(file_bytes, size, sizeof size);
   if (p->shards) {
     char first[4096];
-    sl__shard_name(p->out, 0, p->shards, first, sizeof first);
+    if (p->wds)
+      sl__wds_shard_name(p->out, 0, first, sizeof first);
+    else
+      sl__shard_name(p->out, 0, p->shards, first, sizeof first);
     printf("packed %llu records into %u shard%s (%s, ...; %s) in %.2f s\n",
            (unsigned long long)records, p->shards, p->shards == 1 ? "" : "s",
            first, size, dt);
@@ -241,7 +262,7 @@ int cmd_pack(int argc, char **argv) {
   cli_parser p;
   cli_parser_init(&p, argc, argv, "pack", synopsis, opts);
   sl__pack_opts po = {.shuffle = true};
-  const char *out = NULL, *fmt = NULL, *order_opt = NULL;
+  const char *out = NULL, *fmt = NULL, *order_opt = NULL, *out_fmt = NULL;
   const char **in = calloc((size_t)argc, sizeof *in);
   size_t nin = 0;
   bool quiet = false;
@@ -340,6 +361,14 @@ int cmd_pack(int argc, char **argv) {
       po.seed = n;
       order_opt = "--seed";
       break;
+    case OPT_FORMAT:
+      if (strcmp(v, "slr") != 0 && strcmp(v, "wds") != 0) {
+        rc = cli_usage_error("pack", synopsis,
+                             "--format is slr or wds, not '%s'", v);
+        goto done;
+      }
+      out_fmt = v;
+      break;
     case OPT_QUIET:
       quiet = true;
       break;
@@ -350,14 +379,23 @@ int cmd_pack(int argc, char **argv) {
   }
   if (!fmt) {
     rc = cli_usage_error("pack", synopsis,
-                         "what to pack: 'idx', 'text' or 'images'");
+                         "what to pack: 'idx', 'text', 'images' or 'wds'");
     goto done;
   }
   bool idx = strcmp(fmt, "idx") == 0, images = strcmp(fmt, "images") == 0;
-  if (!idx && !images && strcmp(fmt, "text") != 0) {
-    rc =
-        cli_usage_error("pack", synopsis,
-                        "unknown input format '%s' (idx, text or images)", fmt);
+  bool wds = strcmp(fmt, "wds") == 0;
+  bool to_wds = out_fmt && strcmp(out_fmt, "wds") == 0;
+  if (!idx && !images && !wds && strcmp(fmt, "text") != 0) {
+    rc = cli_usage_error("pack", synopsis,
+                         "unknown input format '%s' (idx, text, images or "
+                         "wds)",
+                         fmt);
+    goto done;
+  }
+  if (!images && out_fmt) {
+    rc = cli_usage_error("pack", synopsis,
+                         "--format is for pack images (the others write "
+                         "SLR)");
     goto done;
   }
   if (!images && order_opt) {
@@ -380,7 +418,7 @@ int cmd_pack(int argc, char **argv) {
     goto done;
   }
   if (!idx && nin == 0) {
-    rc = cli_usage_error("pack", synopsis, "pack text wants input files");
+    rc = cli_usage_error("pack", synopsis, "pack %s wants input files", fmt);
     goto done;
   }
   if (!out) {
@@ -391,7 +429,8 @@ int cmd_pack(int argc, char **argv) {
   progress prog = {.tty = !quiet && isatty(STDERR_FILENO) == 1,
                    .quiet = quiet,
                    .out = out,
-                   .shards = po.shards};
+                   .shards = po.shards,
+                   .wds = to_wds};
   prog.start = prog.last = cli_now();
   po.progress = on_progress;
   po.progress_ud = &prog;
@@ -401,7 +440,9 @@ int cmd_pack(int argc, char **argv) {
   catch_signals(old);
   uint64_t records = 0;
   int src = idx      ? sl__pack_idx(in[0], in[1], out, &po, &records)
-            : images ? sl__pack_images(in[0], out, &po, &records)
+            : images ? (to_wds ? sl__pack_images_wds(in[0], out, &po, &records)
+                               : sl__pack_images(in[0], out, &po, &records))
+            : wds    ? sl__pack_wds(in, nin, out, &po, &records)
                      : sl__pack_text(in, nin, out, &po, &records);
   restore_signals(old);
   clear_progress(&prog);

@@ -107,13 +107,22 @@ static int open_csv(void *ud, const char *path, const sl_open_opts *opts,
   return sl_csv_reader(path, NULL, out);
 }
 
+/* wds: one WebDataset tar shard (sl_wds_reader); sl_wds_open reads many on
+ * threads. */
+static int open_wds(void *ud, const char *path, const sl_open_opts *opts,
+                    sl_reader **out) {
+  SL_UNUSED(ud);
+  SL_UNUSED(opts);
+  return sl_wds_reader(path, out);
+}
+
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static format_slot g_formats[SLOTS] = {
     {"slr", open_slr, NULL},       {"idx", open_idx, NULL},
     {"text", open_text, NULL},     {"image", open_image, NULL},
     {"tokens", open_tokens, NULL}, {"npy", open_npy, NULL},
-    {"csv", open_csv, NULL}}; /* g_mu */
-static int g_nformats = 7;    /* g_mu */
+    {"csv", open_csv, NULL},       {"wds", open_wds, NULL}}; /* g_mu */
+static int g_nformats = 8;                                   /* g_mu */
 /* The data sets' own names ("t10k-images-idx3-ubyte.gz") open as idx; text
  * has no extension: ".txt" files are too often something else.  ".csv" is
  * the csv reader's (a header line naming the columns). */

@@ -1,0 +1,203 @@
+/*
+ * tar.c - the tar member walker (tar.h).
+ *
+ * A tar archive is a sequence of 512-byte headers, each followed by its
+ * member's data padded to 512 bytes, ended by two zero blocks.  Header
+ * fields are NUL- or space-terminated octal text; GNU tar writes sizes of
+ * 8 GiB and more in base-256 (high bit of the first byte set).  A name
+ * longer than 100 bytes is stored in one of three ways, all read here:
+ *   ustar   a 155-byte prefix at offset 345 ("prefix/name");
+ *   GNU     a preceding member of type 'L' (name "././@LongLink") whose
+ *           data is the name;
+ *   pax     a preceding member of type 'x' whose data holds records
+ *           "LEN path=VALUE\n" (Python's tarfile default since 3.8);
+ *           its "size" record overrides the header's size too.
+ * Global pax headers ('g') and GNU long link names ('K') are passed over.
+ * Each header's checksum is checked (both the unsigned sum POSIX asks for
+ * and the signed one some old tars wrote are accepted).
+ */
+#include "io/tar.h"
+
+#define BLOCK 512
+
+void sl__tar_init(sl__tar *t, const void *p, size_t n) {
+  memset(t, 0, sizeof *t);
+  t->p = p;
+  t->n = n;
+}
+
+void sl__tar_fini(sl__tar *t) {
+  sl__free(t->name);
+  t->name = NULL;
+  t->name_cap = 0;
+}
+
+/* An octal or base-256 number field. */
+static bool parse_num(const unsigned char *f, size_t len, uint64_t *v) {
+  *v = 0;
+  if (f[0] & 0x80) { /* base-256, big-endian, positive only */
+    if (f[0] != 0x80) return false;
+    for (size_t i = 1; i < len; i++) {
+      if (*v >> 56) return false;
+      *v = *v << 8 | f[i];
+    }
+    return true;
+  }
+  size_t i = 0;
+  while (i < len && f[i] == ' ')
+    i++;
+  bool any = false;
+  for (; i < len && f[i] >= '0' && f[i] <= '7'; i++) {
+    if (*v >> 60) return false;
+    *v = *v << 3 | (uint64_t)(f[i] - '0');
+    any = true;
+  }
+  for (; i < len; i++)
+    if (f[i] != ' ' && f[i] != 0) return false;
+  return any || f[0] == 0 || f[0] == ' ';
+}
+
+static bool checksum_ok(const unsigned char *h) {
+  uint64_t want;
+  if (!parse_num(h + 148, 8, &want)) return false;
+  uint64_t u = 0;
+  int64_t sg = 0;
+  for (int i = 0; i < BLOCK; i++) {
+    unsigned char c = i >= 148 && i < 156 ? ' ' : h[i];
+    u += c;
+    sg += (signed char)c;
+  }
+  return u == want || (uint64_t)sg == want;
+}
+
+static int set_name(sl__tar *t, const char *a, size_t al, const char *b,
+                    size_t bl) {
+  size_t need = al + (al ? 1 : 0) + bl + 1;
+  if (need > t->name_cap) {
+    char *p = sl__realloc(t->name, need);
+    SL_RETURN_ERROR_IF(!p, SL_ENOMEM, "tar: out of memory");
+    t->name = p;
+    t->name_cap = need;
+  }
+  size_t o = 0;
+  if (al) {
+    memcpy(t->name, a, al);
+    t->name[al] = '/';
+    o = al + 1;
+  }
+  memcpy(t->name + o, b, bl);
+  t->name[o + bl] = 0;
+  return SL_OK;
+}
+
+/* The length of a NUL-padded field. */
+static size_t field_len(const unsigned char *f, size_t max) {
+  const unsigned char *z = memchr(f, 0, max);
+  return z ? (size_t)(z - f) : max;
+}
+
+/* pax records "LEN key=value\n" in d[0..n): path and size. */
+static int parse_pax(sl__tar *t, const char *what, uint64_t at,
+                     const unsigned char *d, uint64_t n, bool *has_path,
+                     bool *has_size, uint64_t *size) {
+  uint64_t i = 0;
+  while (i < n) {
+    uint64_t len = 0, j = i;
+    while (j < n && d[j] >= '0' && d[j] <= '9' && len < (1u << 30))
+      len = len * 10 + (uint64_t)(d[j++] - '0');
+    SL_RETURN_ERROR_IF(j == i || j >= n || d[j] != ' ' || len > n - i ||
+                           len < j - i + 2 || d[i + len - 1] != '\n',
+                       SL_ECORRUPT,
+                       "tar: %s: malformed pax record at offset %llu", what,
+                       (unsigned long long)(at + i));
+    const char *kv = (const char *)d + j + 1;
+    size_t kvl = (size_t)(i + len - 1 - (j + 1));
+    const char *eq = memchr(kv, '=', kvl);
+    if (eq) {
+      size_t kl = (size_t)(eq - kv), vl = kvl - kl - 1;
+      if (kl == 4 && memcmp(kv, "path", 4) == 0) {
+        SL_FORWARD_IF_ERROR(set_name(t, NULL, 0, eq + 1, vl));
+        *has_path = true;
+      } else if (kl == 4 && memcmp(kv, "size", 4) == 0) {
+        uint64_t v = 0;
+        for (size_t k = 0; k < vl; k++) {
+          SL_RETURN_ERROR_IF(eq[1 + k] < '0' || eq[1 + k] > '9' || v >> 59,
+                             SL_ECORRUPT, "tar: %s: bad pax size at %llu",
+                             what, (unsigned long long)(at + i));
+          v = v * 10 + (uint64_t)(eq[1 + k] - '0');
+        }
+        *size = v;
+        *has_size = true;
+      }
+    }
+    i += len;
+  }
+  return SL_OK;
+}
+
+int sl__tar_next(sl__tar *t, const char *what) {
+  bool long_name = false, pax_size = false;
+  uint64_t psize = 0;
+  uint64_t first = t->off;
+  for (;;) {
+    if (t->off >= t->n) return SL_EOF;
+    SL_RETURN_ERROR_IF(t->n - t->off < BLOCK, SL_ECORRUPT,
+                       "tar: %s: a header cut short at offset %llu", what,
+                       (unsigned long long)t->off);
+    const unsigned char *h = t->p + t->off;
+    bool zero = true;
+    for (int i = 0; i < BLOCK && zero; i++)
+      zero = h[i] == 0;
+    if (zero) {
+      t->off = t->n; /* the end-of-archive blocks */
+      return SL_EOF;
+    }
+    SL_RETURN_ERROR_IF(!checksum_ok(h), SL_ECORRUPT,
+                       "tar: %s: bad header checksum at offset %llu (not a "
+                       "tar file, or a damaged one)",
+                       what, (unsigned long long)t->off);
+    uint64_t size;
+    SL_RETURN_ERROR_IF(!parse_num(h + 124, 12, &size), SL_ECORRUPT,
+                       "tar: %s: bad size field at offset %llu", what,
+                       (unsigned long long)t->off);
+    char type = (char)h[156];
+    uint64_t data = t->off + BLOCK;
+    if (pax_size && (type == '0' || type == 0 || type == '7')) size = psize;
+    SL_RETURN_ERROR_IF(size > t->n - data, SL_ECORRUPT,
+                       "tar: %s: the member at offset %llu (%llu bytes) runs "
+                       "past the end of the file",
+                       what, (unsigned long long)t->off,
+                       (unsigned long long)size);
+    uint64_t next = data + ((size + BLOCK - 1) / BLOCK) * BLOCK;
+    SL_RETURN_ERROR_IF(next > t->n, SL_ECORRUPT,
+                       "tar: %s: the archive is cut short in the member at "
+                       "offset %llu",
+                       what, (unsigned long long)t->off);
+    if (type == 'L') { /* GNU long name: the data is the next name */
+      SL_FORWARD_IF_ERROR(set_name(t, NULL, 0, (const char *)t->p + data,
+                                   field_len(t->p + data, (size_t)size)));
+      long_name = true;
+    } else if (type == 'x') {
+      SL_FORWARD_IF_ERROR(parse_pax(t, what, data, t->p + data, size,
+                                    &long_name, &pax_size, &psize));
+    } else if (type == '0' || type == 0 || type == '7') {
+      if (!long_name) {
+        size_t nl = field_len(h, 100), pl = 0;
+        if (memcmp(h + 257, "ustar", 5) == 0 && h[263] == '0')
+          pl = field_len(h + 345, 155); /* POSIX ustar's prefix */
+        SL_FORWARD_IF_ERROR(
+            set_name(t, (const char *)h + 345, pl, (const char *)h, nl));
+      }
+      t->header = first;
+      t->data = data;
+      t->size = size;
+      t->off = next;
+      return SL_OK;
+    } else {
+      /* A directory, a link, 'g' or 'K': passed over with its name. */
+      long_name = pax_size = false;
+      first = next;
+    }
+    t->off = next;
+  }
+}

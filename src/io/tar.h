@@ -1,0 +1,39 @@
+/* tar.h - walking the members of a tar archive held in memory (POSIX
+ * ustar, GNU long names, pax extended headers), for the wds: reader
+ * (wds_reader.c) and its fuzz target. */
+#ifndef SLUICE_IO_TAR_H
+#define SLUICE_IO_TAR_H
+
+#include "core/internal.h"
+
+#include <stdio.h>
+
+typedef struct sl__tar {
+  const unsigned char *p; /* the archive */
+  size_t n;
+  uint64_t off; /* the next header to read */
+  /* The member found last: */
+  char *name; /* full path, NUL-terminated (heap, reused) */
+  size_t name_cap;
+  uint64_t header; /* offset of its first header (long-name records too) */
+  uint64_t data, size;
+} sl__tar;
+
+/* Starts walking p[0..n). */
+void sl__tar_init(sl__tar *t, const void *p, size_t n);
+/* The next regular file member (directories, links and other entries are
+ * passed over): SL_OK with name, header, data and size set; SL_EOF at the
+ * end (two zero blocks, or the end of the bytes at a block boundary);
+ * SL_ECORRUPT naming `what` and the offset (a bad checksum, a member that
+ * runs past the end, a malformed size or pax record); SL_ENOMEM. */
+int sl__tar_next(sl__tar *t, const char *what);
+void sl__tar_fini(sl__tar *t);
+
+/* Writing (tar_writer.c): a member `name` of n bytes (a GNU long-name
+ * record first when the name exceeds 100 bytes), then, once, the end of the
+ * archive.  `what` names the file in messages.  SL_OK or SL_EIO. */
+int sl__tar_write_member(FILE *f, const char *what, const char *name,
+                         const void *data, size_t n);
+int sl__tar_write_end(FILE *f, const char *what);
+
+#endif

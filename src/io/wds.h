@@ -1,0 +1,69 @@
+/* wds.h - WebDataset tar shards: samples grouped from tar members by key
+ * (wds_shard.c), shared by the one-shard reader (wds_reader.c, tag wds)
+ * and the threaded reader of many shards (src/open/wds_open.c). */
+#ifndef SLUICE_IO_WDS_H
+#define SLUICE_IO_WDS_H
+
+#include "core/internal.h"
+#include "io/source.h"
+#include "io/tar.h"
+
+#define SL__WDS_MAX_FIELDS 64
+#define SL__WDS_EXT_MAX 64
+
+typedef enum { SL__WDS_KEY, SL__WDS_CLS, SL__WDS_NPY, SL__WDS_BYTES } sl__wds_kind;
+
+/* The fields every sample of a data set has: its first sample's member
+ * extensions, sorted, after the `__key__` field.  Immutable once made;
+ * shared by the threads that read shards. */
+typedef struct sl__wds_layout {
+  int nf;
+  char name[SL__WDS_MAX_FIELDS][SL__WDS_EXT_MAX];
+  sl__wds_kind kind[SL__WDS_MAX_FIELDS];
+  sl_dtype dtype[SL__WDS_MAX_FIELDS]; /* NPY: the array's */
+  int rank[SL__WDS_MAX_FIELDS];       /* NPY: the array's */
+  sl_schema *schema;
+} sl__wds_layout;
+
+typedef struct sl__wds_member {
+  char ext[SL__WDS_EXT_MAX];
+  uint64_t data, size;
+} sl__wds_member;
+
+/* One open shard: its mapping and the walk through it. */
+typedef struct sl__wds_shard {
+  char *path;
+  sl_buffer *map;
+  sl__file_id id;
+  sl__tar tar;
+  uint64_t index; /* samples passed so far */
+  /* the group read last */
+  char *key;
+  size_t key_cap;
+  uint64_t group_off; /* its first header */
+  sl__wds_member m[SL__WDS_MAX_FIELDS];
+  int nm;
+} sl__wds_shard;
+
+/* Maps `path`.  SL_OK, SL_EIO naming it, SL_ENOMEM. */
+int sl__wds_shard_open(const char *path, sl__wds_shard **out);
+void sl__wds_shard_close(sl__wds_shard *sh); /* NULL-safe */
+/* Restarts the walk at byte `off` (a sample's first header, or 0) as
+ * sample number `index`. */
+void sl__wds_shard_seek(sl__wds_shard *sh, uint64_t off, uint64_t index);
+/* Reads the next sample's members into sh->key / sh->m: SL_OK, SL_EOF,
+ * SL_ECORRUPT or SL_EINVAL (a member repeated within a sample, an
+ * extension too long), naming the shard. */
+int sl__wds_shard_group(sl__wds_shard *sh);
+/* The layout of the group just read (the data set's first sample).
+ * SL_OK and *out (free with sl__wds_layout_free), or an error. */
+int sl__wds_layout_make(const sl__wds_shard *sh, sl__wds_layout **out);
+void sl__wds_layout_free(sl__wds_layout *lay);
+/* The sample of the group just read, by `lay`: SL_OK and *out, SL_EINVAL
+ * naming the shard and key (a field missing or extra, a .cls that is not
+ * an integer, an .npy of another dtype or rank), SL_ECORRUPT (a bad .npy),
+ * SL_ENOMEM. */
+int sl__wds_shard_sample(const sl__wds_shard *sh, const sl__wds_layout *lay,
+                         sl_sample **out);
+
+#endif

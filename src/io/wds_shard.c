@@ -1,0 +1,294 @@
+/*
+ * wds_shard.c - WebDataset samples from a tar shard (wds.h).
+ *
+ * WebDataset's convention: consecutive members whose names share a key -
+ * the path up to the first dot of the last component - form one sample,
+ * one field per extension (the rest of the name: "a/b.x.npy" is key "a/b",
+ * field "x.npy").  Members without an extension are passed over.
+ *
+ * Field types by extension: "cls" is an integer written as text -> i64
+ * scalar; an extension ending in "npy" is a .npy array -> its dtype and
+ * rank (every dimension variable in the schema); anything else ("txt",
+ * "json", "jpg", "png", ...) -> bytes, for decode_image or a Lua map to
+ * interpret.  A `__key__` bytes field carries the key.  Every sample must
+ * have the first sample's fields: a missing or extra one is an error
+ * naming the shard and key (a data set with optional fields is better
+ * split, or its fields filtered before packing).
+ *
+ * Samples are views of the mapping (bytes and npy fields) plus one small
+ * buffer for the key and the cls values.
+ */
+#include "io/wds.h"
+#include "io/fmt_map.h"
+#include "io/npy.h"
+
+#include <errno.h>
+#include <stdlib.h>
+
+int sl__wds_shard_open(const char *path, sl__wds_shard **out) {
+  *out = NULL;
+  sl__wds_shard *sh = sl__calloc(1, sizeof *sh);
+  SL_RETURN_ERROR_IF(!sh, SL_ENOMEM, "wds: out of memory");
+  sh->path = sl__strdup(path);
+  int rc = sh->path ? sl__map_file("wds", path, &sh->map, &sh->id)
+                    : sl_set_error(SL_ENOMEM, "wds: out of memory");
+  if (rc < 0) {
+    sl__wds_shard_close(sh);
+    return rc;
+  }
+  sl__tar_init(&sh->tar, sl_buffer_data(sh->map), sl_buffer_size(sh->map));
+  *out = sh;
+  return SL_OK;
+}
+
+void sl__wds_shard_close(sl__wds_shard *sh) {
+  if (!sh) return;
+  sl__tar_fini(&sh->tar);
+  sl_buffer_release(sh->map);
+  sl__free(sh->key);
+  sl__free(sh->path);
+  sl__free(sh);
+}
+
+void sl__wds_shard_seek(sl__wds_shard *sh, uint64_t off, uint64_t index) {
+  sh->tar.off = off;
+  sh->index = index;
+}
+
+static int set_key(sl__wds_shard *sh, const char *k, size_t kl) {
+  if (kl + 1 > sh->key_cap) {
+    char *p = sl__realloc(sh->key, kl + 1);
+    SL_RETURN_ERROR_IF(!p, SL_ENOMEM, "wds: out of memory");
+    sh->key = p;
+    sh->key_cap = kl + 1;
+  }
+  memcpy(sh->key, k, kl);
+  sh->key[kl] = 0;
+  return SL_OK;
+}
+
+int sl__wds_shard_group(sl__wds_shard *sh) {
+  sh->nm = 0;
+  for (;;) {
+    uint64_t before = sh->tar.off;
+    int rc = sl__tar_next(&sh->tar, sh->path);
+    if (rc == SL_EOF) break;
+    SL_FORWARD_IF_ERROR(rc);
+    const char *name = sh->tar.name, *slash = strrchr(name, '/');
+    const char *base = slash ? slash + 1 : name, *dot = strchr(base, '.');
+    if (!dot || dot == base) continue; /* no key or no extension */
+    size_t kl = (size_t)(dot - name);
+    const char *ext = dot + 1;
+    if (sh->nm > 0 && (strlen(sh->key) != kl || memcmp(sh->key, name, kl))) {
+      sh->tar.off = before; /* the next sample's first member */
+      break;
+    }
+    if (sh->nm == 0) {
+      SL_FORWARD_IF_ERROR(set_key(sh, name, kl));
+      sh->group_off = sh->tar.header;
+    }
+    SL_RETURN_ERROR_IF(strlen(ext) >= SL__WDS_EXT_MAX, SL_EINVAL,
+                       "wds: %s: member %s: extension longer than %d bytes",
+                       sh->path, name, SL__WDS_EXT_MAX - 1);
+    for (int i = 0; i < sh->nm; i++)
+      SL_RETURN_ERROR_IF(strcmp(sh->m[i].ext, ext) == 0, SL_EINVAL,
+                         "wds: %s: sample '%s' has two '%s' members",
+                         sh->path, sh->key, ext);
+    SL_RETURN_ERROR_IF(sh->nm == SL__WDS_MAX_FIELDS - 1, SL_EUNSUPPORTED,
+                       "wds: %s: sample '%s' has more than %d members",
+                       sh->path, sh->key, SL__WDS_MAX_FIELDS - 1);
+    sl__wds_member *m = &sh->m[sh->nm++];
+    snprintf(m->ext, sizeof m->ext, "%s", ext);
+    m->data = sh->tar.data;
+    m->size = sh->tar.size;
+  }
+  if (sh->nm == 0) return SL_EOF;
+  sh->index++;
+  return SL_OK;
+}
+
+static bool ends_with(const char *s, const char *suffix) {
+  size_t n = strlen(s), k = strlen(suffix);
+  return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+static int cmp_member(const void *a, const void *b) {
+  return strcmp(((const sl__wds_member *)a)->ext,
+                ((const sl__wds_member *)b)->ext);
+}
+
+void sl__wds_layout_free(sl__wds_layout *lay) {
+  if (!lay) return;
+  sl_schema_release(lay->schema);
+  sl__free(lay);
+}
+
+int sl__wds_layout_make(const sl__wds_shard *sh, sl__wds_layout **out) {
+  *out = NULL;
+  sl__wds_layout *lay = sl__calloc(1, sizeof *lay);
+  SL_RETURN_ERROR_IF(!lay, SL_ENOMEM, "wds: out of memory");
+  sl__wds_member m[SL__WDS_MAX_FIELDS];
+  memcpy(m, sh->m, (size_t)sh->nm * sizeof *m);
+  qsort(m, (size_t)sh->nm, sizeof *m, cmp_member);
+  snprintf(lay->name[0], SL__WDS_EXT_MAX, "__key__");
+  lay->kind[0] = SL__WDS_KEY;
+  lay->nf = 1;
+  int rc = SL_OK;
+  const unsigned char *base = sl_buffer_data(sh->map);
+  for (int i = 0; i < sh->nm && rc == SL_OK; i++) {
+    int f = lay->nf++;
+    snprintf(lay->name[f], SL__WDS_EXT_MAX, "%s", m[i].ext);
+    if (strcmp(m[i].ext, "cls") == 0) {
+      lay->kind[f] = SL__WDS_CLS;
+    } else if (ends_with(m[i].ext, "npy")) {
+      sl__npy h;
+      char what[512];
+      snprintf(what, sizeof what, "%s, sample '%s', member %s", sh->path,
+               sh->key, m[i].ext);
+      rc = sl__npy_parse(what, base + m[i].data, (size_t)m[i].size, &h);
+      lay->kind[f] = SL__WDS_NPY;
+      lay->dtype[f] = h.dtype;
+      lay->rank[f] = h.rank;
+    } else {
+      lay->kind[f] = SL__WDS_BYTES;
+    }
+  }
+  sl_schema *sc = lay->schema = rc == SL_OK ? sl_schema_new() : NULL;
+  if (rc == SL_OK && !sc) rc = sl_set_error(SL_ENOMEM, "wds: out of memory");
+  int64_t var[SL_MAX_RANK];
+  for (int d = 0; d < SL_MAX_RANK; d++)
+    var[d] = -1;
+  for (int f = 0; f < lay->nf && rc >= 0; f++) {
+    switch (lay->kind[f]) {
+    case SL__WDS_CLS:
+      rc = sl_schema_add(sc, lay->name[f], SL_I64, 0, NULL);
+      break;
+    case SL__WDS_NPY:
+      rc = sl_schema_add(sc, lay->name[f], lay->dtype[f], lay->rank[f], var);
+      break;
+    default:
+      rc = sl_schema_add(sc, lay->name[f], SL_BYTES, 1, var);
+    }
+  }
+  if (rc >= 0) rc = sl_schema_set_meta(sc, "source", "wds");
+  if (rc < 0) {
+    sl__wds_layout_free(lay);
+    return sl_wrap_error(rc, "wds: %s: the fields of sample '%s'", sh->path,
+                         sh->key);
+  }
+  *out = lay;
+  return SL_OK;
+}
+
+/* A .cls member: an integer written as text (spaces around allowed). */
+static int parse_cls(const sl__wds_shard *sh, const sl__wds_member *m,
+                     int64_t *v) {
+  const char *p = (const char *)sl_buffer_data(sh->map) + m->data;
+  char tmp[32];
+  size_t n = (size_t)m->size;
+  while (n && (p[n - 1] == '\n' || p[n - 1] == '\r' || p[n - 1] == ' '))
+    n--;
+  while (n && *p == ' ') {
+    p++;
+    n--;
+  }
+  bool ok = n > 0 && n < sizeof tmp;
+  char *end = NULL;
+  if (ok) {
+    memcpy(tmp, p, n);
+    tmp[n] = 0;
+    errno = 0;
+    *v = strtoll(tmp, &end, 10);
+    ok = end == tmp + n && errno == 0;
+  }
+  SL_RETURN_ERROR_IF(!ok, SL_EINVAL,
+                     "wds: %s: sample '%s': member %s is not an integer",
+                     sh->path, sh->key, m->ext);
+  return SL_OK;
+}
+
+int sl__wds_shard_sample(const sl__wds_shard *sh, const sl__wds_layout *lay,
+                         sl_sample **out) {
+  *out = NULL;
+  /* Every member must be a field of the layout, and the other way round. */
+  const sl__wds_member *by_field[SL__WDS_MAX_FIELDS] = {0};
+  int ncls = 0;
+  for (int i = 0; i < sh->nm; i++) {
+    int f = 1;
+    while (f < lay->nf && strcmp(lay->name[f], sh->m[i].ext) != 0)
+      f++;
+    SL_RETURN_ERROR_IF(f == lay->nf, SL_EINVAL,
+                       "wds: %s: sample '%s' has a '%s' member, which the "
+                       "data set's first sample has not (every sample needs "
+                       "the same fields)",
+                       sh->path, sh->key, sh->m[i].ext);
+    by_field[f] = &sh->m[i];
+  }
+  for (int f = 1; f < lay->nf; f++) {
+    SL_RETURN_ERROR_IF(!by_field[f], SL_EINVAL,
+                       "wds: %s: sample '%s' has no '%s' member (the data "
+                       "set's first sample has one; every sample needs the "
+                       "same fields)",
+                       sh->path, sh->key, lay->name[f]);
+    ncls += lay->kind[f] == SL__WDS_CLS;
+  }
+  size_t kl = strlen(sh->key);
+  sl_buffer *own = sl_buffer_new(8 * (size_t)ncls + kl);
+  SL_RETURN_ERROR_IF(!own, SL_ENOMEM, "wds: out of memory");
+  unsigned char *od = sl_buffer_data(own);
+  memcpy(od + 8 * (size_t)ncls, sh->key, kl);
+  sl_sample *s = sl_sample_new(lay->schema);
+  int rc = s ? SL_OK : sl_set_error(SL_ENOMEM, "wds: out of memory");
+  int cls_at = 0;
+  for (int f = 0; f < lay->nf && rc == SL_OK; f++) {
+    const sl__wds_member *m = by_field[f];
+    sl_tensor t;
+    int64_t len;
+    switch (lay->kind[f]) {
+    case SL__WDS_KEY:
+      len = (int64_t)kl;
+      rc = sl_tensor_view(&t, SL_BYTES, 1, &len, own, 8 * (size_t)ncls);
+      break;
+    case SL__WDS_CLS: {
+      int64_t v = 0;
+      rc = parse_cls(sh, m, &v);
+      if (rc == SL_OK) {
+        memcpy(od + 8 * (size_t)cls_at, &v, 8);
+        rc = sl_tensor_view(&t, SL_I64, 0, NULL, own, 8 * (size_t)cls_at++);
+      }
+      break;
+    }
+    case SL__WDS_NPY: {
+      sl__npy h;
+      char what[512];
+      snprintf(what, sizeof what, "%s, sample '%s', member %s", sh->path,
+               sh->key, m->ext);
+      rc = sl__npy_parse(what, (const unsigned char *)sl_buffer_data(sh->map) +
+                                   m->data,
+                         (size_t)m->size, &h);
+      if (rc == SL_OK && (h.dtype != lay->dtype[f] || h.rank != lay->rank[f]))
+        rc = sl_set_error(SL_EINVAL,
+                          "wds: %s: an array of %s, rank %d, where the data "
+                          "set's first sample has %s, rank %d",
+                          what, sl_dtype_name(h.dtype), h.rank,
+                          sl_dtype_name(lay->dtype[f]), lay->rank[f]);
+      if (rc == SL_OK)
+        rc = sl_tensor_view(&t, h.dtype, h.rank, h.shape, sh->map,
+                            (size_t)(m->data + h.data_off));
+      break;
+    }
+    default:
+      len = (int64_t)m->size;
+      rc = sl_tensor_view(&t, SL_BYTES, 1, &len, sh->map, (size_t)m->data);
+    }
+    if (rc == SL_OK && (rc = sl_sample_set_move(s, f, &t)) < 0)
+      sl_tensor_clear(&t);
+  }
+  sl_buffer_release(own);
+  if (rc < 0) {
+    sl_sample_release(s);
+    return rc;
+  }
+  *out = s;
+  return SL_OK;
+}

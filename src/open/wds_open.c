@@ -1,0 +1,531 @@
+/*
+ * wds_open.c - sl_wds_open: WebDataset shards read by T threads, with
+ * brace patterns, shard shuffling and rank sharding (docs/FORMATS.md).
+ *
+ * Names.  Each name may hold WebDataset's brace patterns - ranges
+ * "{000000..000127}" (zero-padded to the first bound's width) and lists
+ * "{a,b,c}", several per name - expanded left to right, then globs and tags
+ * as sl_open does (a name without a tag is "wds:").
+ *
+ * Order.  Pass p reads the shard list in its given order or, with shuffle,
+ * permuted by (seed, p) - the same permutation on every rank.  Rank r of W
+ * takes shards r, r + W, r + 2W, ... of that order (ranks may differ by one
+ * shard: WebDataset's split_by_node), and its worker t of T takes its
+ * shards t, t + T, ...
+ *
+ * Threads.  Worker t reads its shards one after another (each mapped,
+ * walked and unmapped: no file handle outlives its shard) into its own
+ * bounded channel; the consumer takes one sample from each worker in turn,
+ * passing over workers that have ended.  The output is therefore the same
+ * for any timing - a function of (shards, T, seed, pass) - and an error
+ * reaches the consumer at its position (the worker kills its channel).
+ *
+ * Fields.  The data set's fields are its first shard's first sample's (in
+ * the given order, before shuffling), so every rank and pass agrees; a
+ * sample without them fails naming its shard and key (wds_shard.c).
+ *
+ * Saving (readers/state.h).  The position k is, per worker, the count of
+ * samples it had handed out by output k, plus the turn (the worker after
+ * output k - 1's).  A ring of the workers of the last SL__STATE_LOG outputs
+ * turns the counts now into the counts at k; a restore restarts each worker
+ * skipping its count (walking tar headers only).  A save further behind
+ * than the ring replays the pass.  The record holds T, the shard count and
+ * their total size, so a state of other shards or threads is refused.
+ *
+ * Threads and ownership: workers own their shard handles; counts, turn,
+ * done, ring, pass are the consumer's; the layout and file list are
+ * immutable after construction.
+ */
+#include "core/rng.h"
+#include "io/http.h"
+#include "io/wds.h"
+#include "open/registry.h"
+#include "readers/state.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+
+#define DEFAULT_BUFFER 64
+#define MAX_NAMES 100000
+
+typedef struct wds_open wds_open;
+
+typedef struct wds_worker {
+  wds_open *o;
+  int t;
+  pthread_t tid;
+  bool running;
+  sl_channel *ch;
+  uint64_t skip; /* samples to pass over first (a restore) */
+} wds_worker;
+
+struct wds_open {
+  char **paths;
+  uint64_t *sizes;
+  size_t nfiles;
+  uint64_t total;
+  sl__wds_layout *lay;
+  uint32_t T;
+  int shuffle, rank, world;
+  uint64_t seed;
+  size_t buffer;
+  wds_worker *w;
+  /* the consumer's */
+  uint64_t pass;
+  size_t *order; /* this pass's shard order, rank's share first nmine */
+  size_t nmine;
+  uint64_t *count; /* per worker: samples taken this pass */
+  bool *done;
+  uint32_t turn;
+  uint16_t ring[SL__STATE_LOG]; /* worker of output i, at i % LOG */
+  uint64_t out;                 /* outputs this pass */
+  uint64_t ring_from;           /* the ring knows outputs from here on */
+  uint32_t turn_from;           /* the turn at output ring_from */
+  bool started;
+};
+
+/* --- brace expansion ------------------------------------------------------ */
+
+typedef struct str_list {
+  char **v;
+  size_t n, cap;
+} str_list;
+
+static int list_push(str_list *l, char *s) {
+  if (!s) return sl_set_error(SL_ENOMEM, "wds: out of memory");
+  if (l->n == l->cap) {
+    size_t cap = l->cap ? 2 * l->cap : 16;
+    char **v = sl__realloc(l->v, cap * sizeof *v);
+    if (!v) {
+      sl__free(s);
+      return sl_set_error(SL_ENOMEM, "wds: out of memory");
+    }
+    l->v = v;
+    l->cap = cap;
+  }
+  SL_RETURN_ERROR_IF(l->n >= MAX_NAMES, SL_EINVAL,
+                     "wds: brace patterns expand to more than %d names",
+                     MAX_NAMES);
+  l->v[l->n++] = s;
+  return SL_OK;
+}
+
+static void list_free(str_list *l) {
+  for (size_t i = 0; i < l->n; i++)
+    sl__free(l->v[i]);
+  sl__free(l->v);
+  memset(l, 0, sizeof *l);
+}
+
+static char *join3(const char *a, size_t al, const char *b, size_t bl,
+                   const char *c) {
+  size_t cl = strlen(c);
+  char *s = sl__malloc(al + bl + cl + 1);
+  if (!s) return NULL;
+  memcpy(s, a, al);
+  memcpy(s + al, b, bl);
+  memcpy(s + al + bl, c, cl + 1);
+  return s;
+}
+
+/* Expands the first brace group of `s` (recursively the rest) into l. */
+static int expand_braces(const char *s, str_list *l) {
+  const char *open = strchr(s, '{');
+  const char *close = open ? strchr(open, '}') : NULL;
+  if (!open || !close) return list_push(l, sl__strdup(s));
+  size_t pre = (size_t)(open - s);
+  const char *body = open + 1, *rest = close + 1;
+  size_t bl = (size_t)(close - body);
+  const char *dots = NULL;
+  for (size_t i = 0; i + 1 < bl; i++)
+    if (body[i] == '.' && body[i + 1] == '.') dots = body + i;
+  int rc = SL_OK;
+  if (dots) {
+    char *end;
+    unsigned long long a = strtoull(body, &end, 10);
+    SL_RETURN_ERROR_IF(end != dots || dots == body, SL_EINVAL,
+                       "wds: bad range '{%.*s}' in '%s' (write {000..127})",
+                       (int)bl, body, s);
+    unsigned long long b = strtoull(dots + 2, &end, 10);
+    SL_RETURN_ERROR_IF(end != close || end == dots + 2 || b < a, SL_EINVAL,
+                       "wds: bad range '{%.*s}' in '%s' (write {000..127})",
+                       (int)bl, body, s);
+    SL_RETURN_ERROR_IF(b - a >= MAX_NAMES, SL_EINVAL,
+                       "wds: range '{%.*s}' has more than %d names", (int)bl,
+                       body, MAX_NAMES);
+    int width = (int)(dots - body);
+    for (unsigned long long v = a; v <= b && rc == SL_OK; v++) {
+      char num[32];
+      int nl = snprintf(num, sizeof num, "%0*llu", width, v);
+      char *head = join3(s, pre, num, (size_t)nl, "");
+      char *next = head ? join3(head, strlen(head), "", 0, rest) : NULL;
+      sl__free(head);
+      rc = next ? expand_braces(next, l)
+                : sl_set_error(SL_ENOMEM, "wds: out of memory");
+      sl__free(next);
+    }
+    return rc;
+  }
+  const char *p = body;
+  for (;;) {
+    const char *comma = memchr(p, ',', (size_t)(close - p));
+    const char *e = comma ? comma : close;
+    char *next = join3(s, pre, p, (size_t)(e - p), rest);
+    rc = next ? expand_braces(next, l)
+              : sl_set_error(SL_ENOMEM, "wds: out of memory");
+    sl__free(next);
+    if (rc < 0 || !comma) return rc;
+    p = comma + 1;
+  }
+}
+
+/* --- the pass's order ------------------------------------------------------ */
+
+static void plan_pass(wds_open *o) {
+  size_t n = o->nfiles;
+  size_t *perm = o->order + n; /* scratch: the second half */
+  for (size_t i = 0; i < n; i++)
+    perm[i] = i;
+  if (o->shuffle) {
+    uint64_t x = o->seed ^ sl__splitmix64_mix(o->pass + 0x5EED);
+    uint64_t st[4];
+    for (int i = 0; i < 4; i++)
+      st[i] = sl__splitmix64(&x);
+    for (size_t i = n; i > 1; i--) {
+      size_t j = (size_t)sl__rng_bounded(st, i);
+      size_t tmp = perm[i - 1];
+      perm[i - 1] = perm[j];
+      perm[j] = tmp;
+    }
+  }
+  o->nmine = 0;
+  for (size_t i = (size_t)o->rank; i < n; i += (size_t)o->world)
+    o->order[o->nmine++] = perm[i];
+}
+
+/* --- workers ------------------------------------------------------------- */
+
+static int worker_shard(wds_worker *w, size_t f, uint64_t *skip) {
+  wds_open *o = w->o;
+  sl__wds_shard *sh;
+  SL_FORWARD_IF_ERROR(sl__wds_shard_open(o->paths[f], &sh));
+  int rc;
+  while ((rc = sl__wds_shard_group(sh)) == SL_OK) {
+    if (*skip) {
+      (*skip)--;
+      continue;
+    }
+    sl_sample *s;
+    if ((rc = sl__wds_shard_sample(sh, o->lay, &s)) < 0) break;
+    if ((rc = sl_channel_send(w->ch, s)) < 0) {
+      sl_sample_release(s);
+      break;
+    }
+  }
+  sl__wds_shard_close(sh);
+  return rc == SL_EOF ? SL_OK : rc;
+}
+
+static void *worker_main(void *arg) {
+  wds_worker *w = arg;
+  wds_open *o = w->o;
+  uint64_t skip = w->skip;
+  int rc = SL_OK;
+  for (size_t i = (size_t)w->t; i < o->nmine && rc == SL_OK; i += o->T)
+    rc = worker_shard(w, o->order[i], &skip);
+  if (rc == SL_ECLOSED || rc == SL_EKILLED) {
+    /* the consumer stopped us */
+  } else if (rc < 0) {
+    sl_channel_kill(w->ch, rc, sl_last_error());
+  } else {
+    sl_channel_close(w->ch);
+  }
+  return NULL;
+}
+
+static void stop_workers(wds_open *o) {
+  for (uint32_t t = 0; t < o->T; t++)
+    if (o->w[t].running) sl_channel_abort(o->w[t].ch, SL_EKILLED, NULL);
+  for (uint32_t t = 0; t < o->T; t++) {
+    if (o->w[t].running) pthread_join(o->w[t].tid, NULL);
+    o->w[t].running = false;
+    sl_channel_reopen(o->w[t].ch);
+    o->w[t].skip = 0;
+  }
+  o->started = false;
+}
+
+/* Starts the workers for this pass (skips already set). */
+static int start_workers(wds_open *o) {
+  plan_pass(o);
+  for (uint32_t t = 0; t < o->T; t++) {
+    int rc = sl__thread_start(&o->w[t].tid, "wds", "sl-wds", worker_main,
+                              &o->w[t]);
+    if (rc < 0) {
+      stop_workers(o);
+      return rc;
+    }
+    o->w[t].running = true;
+  }
+  o->started = true;
+  return SL_OK;
+}
+
+static int wo_next(void *st, sl_sample **out) {
+  wds_open *o = st;
+  if (!o->started) SL_FORWARD_IF_ERROR(start_workers(o));
+  for (uint32_t tries = 0; tries < o->T;) {
+    uint32_t t = o->turn;
+    if (o->done[t]) {
+      o->turn = (t + 1) % o->T;
+      tries++;
+      continue;
+    }
+    int rc = sl_channel_recv(o->w[t].ch, out);
+    if (rc == SL_EOF) {
+      o->done[t] = true;
+      o->turn = (t + 1) % o->T;
+      tries++;
+      continue;
+    }
+    if (rc < 0) return rc;
+    o->ring[o->out++ % SL__STATE_LOG] = (uint16_t)t;
+    o->count[t]++;
+    o->turn = (t + 1) % o->T;
+    return SL_OK;
+  }
+  return SL_EOF;
+}
+
+static void clear_pass(wds_open *o) {
+  for (uint32_t t = 0; t < o->T; t++) {
+    o->count[t] = 0;
+    o->done[t] = false;
+  }
+  o->turn = 0;
+  o->out = 0;
+  o->ring_from = 0;
+  o->turn_from = 0;
+}
+
+static int wo_reset(void *st) {
+  wds_open *o = st;
+  stop_workers(o);
+  clear_pass(o);
+  o->pass++;
+  return SL_OK;
+}
+
+static void wo_destroy(void *st) {
+  wds_open *o = st;
+  if (!o) return;
+  if (o->w) {
+    stop_workers(o);
+    for (uint32_t t = 0; t < o->T; t++)
+      sl_channel_destroy(o->w[t].ch);
+  }
+  for (size_t i = 0; i < o->nfiles; i++)
+    sl__free(o->paths ? o->paths[i] : NULL);
+  sl__free(o->paths);
+  sl__free(o->sizes);
+  sl__free(o->order);
+  sl__free(o->count);
+  sl__free(o->done);
+  sl__free(o->w);
+  sl__wds_layout_free(o->lay);
+  sl__free(o);
+}
+
+/* Record: T, files, total size, then (replay flag, turn, counts[T]). */
+static int wo_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
+                   sl__state_out *w) {
+  (void)r;
+  (void)pass;
+  wds_open *o = st;
+  SL_FORWARD_IF_ERROR(sl__state_put_u64(w, o->T));
+  SL_FORWARD_IF_ERROR(sl__state_put_u64(w, o->nfiles));
+  SL_FORWARD_IF_ERROR(sl__state_put_u64(w, o->total));
+  bool known = k <= o->out && k >= o->ring_from &&
+               o->out - k < SL__STATE_LOG - 1;
+  SL_FORWARD_IF_ERROR(sl__state_put_u64(w, known ? 0 : 1));
+  if (!known) return SL_OK;
+  uint64_t turn = k == o->ring_from
+                      ? o->turn_from
+                      : (o->ring[(k - 1) % SL__STATE_LOG] + 1u) % o->T;
+  SL_FORWARD_IF_ERROR(sl__state_put_u64(w, turn));
+  for (uint32_t t = 0; t < o->T; t++) {
+    uint64_t c = o->count[t];
+    for (uint64_t i = k; i < o->out; i++)
+      c -= o->ring[i % SL__STATE_LOG] == t;
+    SL_FORWARD_IF_ERROR(sl__state_put_u64(w, c));
+  }
+  return SL_OK;
+}
+
+static int wo_replay_next(void *st, sl_sample **out) {
+  return wo_next(st, out);
+}
+
+static int wo_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
+                      sl__state_in *in) {
+  (void)r;
+  wds_open *o = st;
+  uint64_t T, n, total, replay;
+  SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &T));
+  SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &n));
+  SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &total));
+  SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &replay));
+  SL_RETURN_ERROR_IF(T != o->T || n != o->nfiles || total != o->total,
+                     SL_ECORRUPT,
+                     "restore: wds: the state is of %llu shards (%llu bytes) "
+                     "read by %llu threads; this reader has %zu (%llu bytes) "
+                     "and %u",
+                     (unsigned long long)n, (unsigned long long)total,
+                     (unsigned long long)T, o->nfiles,
+                     (unsigned long long)o->total, o->T);
+  stop_workers(o);
+  clear_pass(o);
+  o->pass = pass;
+  if (replay) return sl__state_replay(wo_replay_next, o, k, "wds");
+  uint64_t turn;
+  SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &turn));
+  uint64_t sum = 0;
+  for (uint32_t t = 0; t < o->T; t++) {
+    SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &o->count[t]));
+    o->w[t].skip = o->count[t];
+    sum += o->count[t];
+  }
+  SL_RETURN_ERROR_IF(turn >= o->T || sum != k, SL_ECORRUPT,
+                     "restore: wds: a malformed state");
+  o->turn = o->turn_from = (uint32_t)turn;
+  o->out = o->ring_from = k; /* a save behind k replays */
+  return SL_OK;
+}
+
+static void wo_identity(const sl_reader *r, void *st, char *buf, size_t cap) {
+  (void)r;
+  const wds_open *o = st;
+  snprintf(buf, cap, "shards=%zu threads=%u shuffle=%d seed=%llu rank=%d/%d",
+           o->nfiles, o->T, o->shuffle, (unsigned long long)o->seed, o->rank,
+           o->world);
+}
+
+static const sl__state_ops wo_state_ops = {wo_save, wo_restore, wo_identity};
+static const sl_reader_vtable wo_vt = {"wds_open", wo_next, wo_reset,
+                                       wo_destroy};
+
+static int expand_names(const char *const *names, size_t n, wds_open *o) {
+  str_list l = {0};
+  int rc = SL_OK;
+  for (size_t i = 0; i < n && rc == SL_OK; i++) {
+    SL_RETURN_ERROR_IF(!names[i], SL_EINVAL, "wds: name %zu is NULL", i);
+    /* "TAG:..." when a letter starts it and no '/' comes before ':'. */
+    const char *colon = strchr(names[i], ':');
+    bool tagged = colon && isalpha((unsigned char)names[i][0]) &&
+                  !memchr(names[i], '/', (size_t)(colon - names[i]));
+    if (tagged) {
+      rc = expand_braces(names[i], &l);
+    } else {
+      char *t = join3("wds:", 4, names[i], strlen(names[i]), "");
+      rc = t ? expand_braces(t, &l)
+             : sl_set_error(SL_ENOMEM, "wds: out of memory");
+      sl__free(t);
+    }
+  }
+  sl__named_file *files = NULL;
+  size_t nf = 0;
+  if (rc == SL_OK)
+    rc = sl__names_expand("wds", (const char *const *)l.v, l.n, &files, &nf);
+  list_free(&l);
+  SL_FORWARD_IF_ERROR(rc);
+  o->paths = sl__calloc(nf, sizeof *o->paths);
+  o->sizes = sl__calloc(nf, sizeof *o->sizes);
+  rc = o->paths && o->sizes ? SL_OK
+                            : sl_set_error(SL_ENOMEM, "wds: out of memory");
+  for (size_t i = 0; i < nf && rc == SL_OK; i++) {
+    if (strcmp(files[i].tag, "wds") != 0)
+      rc = sl_set_error(SL_EINVAL,
+                        "wds: %s has format '%s', but sl_wds_open reads "
+                        "only wds shards",
+                        files[i].path, files[i].tag);
+    else if (!(o->paths[i] = sl__strdup(files[i].path)))
+      rc = sl_set_error(SL_ENOMEM, "wds: out of memory");
+    else
+      o->nfiles = i + 1;
+  }
+  sl__named_files_free(files, nf);
+  return rc;
+}
+
+/* The layout from the first shard's first sample; every shard's size. */
+static int survey(wds_open *o) {
+  sl__wds_shard *sh;
+  SL_FORWARD_IF_ERROR(sl__wds_shard_open(o->paths[0], &sh));
+  int rc = sl__wds_shard_group(sh);
+  if (rc == SL_EOF)
+    rc = sl_set_error(SL_EINVAL, "wds: %s: no samples (the first shard "
+                                 "decides the fields)",
+                      o->paths[0]);
+  if (rc == SL_OK) rc = sl__wds_layout_make(sh, &o->lay);
+  sl__wds_shard_close(sh);
+  for (size_t i = 0; i < o->nfiles && rc == SL_OK; i++) {
+    struct stat st;
+    if (sl__is_url(o->paths[i])) /* sized when fetched: 0 in the states */
+      o->sizes[i] = 0;
+    else if (stat(o->paths[i], &st) != 0)
+      rc = sl_set_error(SL_EIO, "wds: %s: %s", o->paths[i], strerror(errno));
+    else
+      o->total += o->sizes[i] = (uint64_t)st.st_size;
+  }
+  return rc;
+}
+
+int sl_wds_open(const char *const *names, size_t n, const sl_wds_opts *opts,
+                sl_reader **out) {
+  SL_RETURN_ERROR_IF(!out, SL_EINVAL, "wds: NULL out pointer");
+  *out = NULL;
+  SL_RETURN_ERROR_IF(!names || n == 0, SL_EINVAL, "wds: no shard names");
+  sl_wds_opts p = SL_WDS_OPTS_INIT;
+  if (opts) SL_FORWARD_IF_ERROR(sl__opts_copy("sl_wds_opts", &p, sizeof p, opts));
+  if (p.threads == 0) p.threads = 1;
+  SL_FORWARD_IF_ERROR(sl__threads_check("wds", (long)p.threads));
+  SL_RETURN_ERROR_IF(p.threads > UINT16_MAX - 1, SL_EINVAL,
+                     "wds: at most %d threads", UINT16_MAX - 1);
+  if (p.world == 0) SL_FORWARD_IF_ERROR(sl_shard_env(&p.rank, &p.world));
+  SL_RETURN_ERROR_IF(p.world < 1 || p.rank < 0 || p.rank >= p.world,
+                     SL_EINVAL, "wds: rank %d is not in [0, world %d)", p.rank,
+                     p.world);
+  wds_open *o = sl__calloc(1, sizeof *o);
+  SL_RETURN_ERROR_IF(!o, SL_ENOMEM, "wds: out of memory");
+  o->T = p.threads;
+  o->shuffle = p.shuffle;
+  o->seed = p.seed;
+  o->rank = p.rank;
+  o->world = p.world;
+  o->buffer = p.buffer ? p.buffer : DEFAULT_BUFFER;
+  int rc = expand_names(names, n, o);
+  if (rc == SL_OK) rc = survey(o);
+  if (rc == SL_OK) {
+    o->order = sl__calloc(2 * o->nfiles, sizeof *o->order);
+    o->count = sl__calloc(o->T, sizeof *o->count);
+    o->done = sl__calloc(o->T, sizeof *o->done);
+    o->w = sl__calloc(o->T, sizeof *o->w);
+    if (!o->order || !o->count || !o->done || !o->w)
+      rc = sl_set_error(SL_ENOMEM, "wds: out of memory");
+  }
+  for (uint32_t t = 0; o->w && t < o->T && rc == SL_OK; t++) {
+    o->w[t].o = o;
+    o->w[t].t = (int)t;
+    if (!(o->w[t].ch = sl_channel_new(o->buffer, 0))) rc = sl_last_error_code();
+  }
+  if (rc < 0) {
+    wo_destroy(o);
+    return rc;
+  }
+  SL_FORWARD_IF_ERROR(sl__reader_make(&wo_vt, o, o->lay->schema, out));
+  sl__reader_set_state_ops(*out, &wo_state_ops);
+  return SL_OK;
+}

@@ -1,0 +1,204 @@
+/*
+ * wds_pack.c - converting to and from WebDataset tar shards (wds_pack.h):
+ * `sluice pack wds` reads shards with sl_wds_open into the SLR importers'
+ * sink (import_sink.c); `sluice pack images --format wds` writes an image
+ * folder as tar shards with the tar writer (tar_writer.c).
+ */
+#include "open/wds_pack.h"
+#include "core/rng.h"
+#include "image/image.h"
+#include "io/tar.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <unistd.h>
+
+int sl__pack_wds(const char *const *names, size_t n, const char *out,
+                 const sl__pack_opts *o, uint64_t *records) {
+  if (records) *records = 0;
+  SL_RETURN_ERROR_IF(!names || n == 0 || !out, SL_EINVAL,
+                     "pack wds: no input shards or no output");
+  sl_wds_opts wo = SL_WDS_OPTS_INIT;
+  wo.threads = 1;
+  wo.world = 1;
+  sl_reader *r;
+  SL_FORWARD_IF_ERROR(sl_wds_open(names, n, &wo, &r));
+  sl_schema *schema = sl_schema_copy(sl_reader_schema(r));
+  int rc = schema ? SL_OK : sl_set_error(SL_ENOMEM, "pack wds: out of memory");
+  sl__pack_sink *sink = NULL;
+  if (rc == SL_OK)
+    rc = sl__sink_open(out, schema, SL__TOTAL_UNKNOWN, o, names, n, &sink);
+  if (rc == SL_OK) {
+    sl_sample *s;
+    while ((rc = sl_reader_next(r, &s)) == SL_OK) {
+      rc = sl__sink_append(sink, s);
+      sl_sample_release(s);
+      if (rc < 0) break;
+    }
+    if (rc == SL_EOF) rc = SL_OK;
+    uint64_t got = sl__sink_records(sink);
+    if (rc == SL_OK)
+      rc = sl__sink_close(sink);
+    else
+      sl__sink_abort(sink);
+    if (rc == SL_OK && records) *records = got;
+  }
+  sl_schema_release(schema);
+  sl_reader_destroy(r);
+  return rc < 0 ? sl_wrap_error(rc, "pack wds") : SL_OK;
+}
+
+int sl__wds_shard_name(const char *out, uint32_t i, char *buf, size_t size) {
+  size_t n = strlen(out);
+  if (n >= 4 && strcmp(out + n - 4, ".tar") == 0) n -= 4;
+  int len = snprintf(buf, size, "%.*s-%06u.tar", (int)n, out, i);
+  SL_RETURN_ERROR_IF(len < 0 || (size_t)len >= size, SL_EINVAL,
+                     "pack: output name '%s' is too long", out);
+  return SL_OK;
+}
+
+/* Reads a whole file into *buf (grown as needed). */
+static int slurp(const char *path, unsigned char **buf, size_t *cap,
+                 size_t *len) {
+  FILE *f = fopen(path, "rb");
+  SL_RETURN_ERROR_IF(!f, SL_EIO, "%s: %s", path, strerror(errno));
+  *len = 0;
+  int rc = SL_OK;
+  for (;;) {
+    if (*len == *cap) {
+      size_t nc = *cap ? 2 * *cap : 1 << 16;
+      unsigned char *b = sl__realloc(*buf, nc);
+      if (!b) {
+        rc = sl_set_error(SL_ENOMEM, "%s: out of memory", path);
+        break;
+      }
+      *buf = b;
+      *cap = nc;
+    }
+    size_t got = fread(*buf + *len, 1, *cap - *len, f);
+    *len += got;
+    if (got == 0) {
+      if (ferror(f)) rc = sl_set_error(SL_EIO, "%s: read error", path);
+      break;
+    }
+  }
+  fclose(f);
+  return rc;
+}
+
+typedef struct shard_out {
+  char name[4096], tmp[4200];
+  FILE *f;
+} shard_out;
+
+/* SLUICE_WITH_IMAGES is set for this file by CMakeLists.txt: the image
+ * folder's listing lives in the optional image layer. */
+#if !SLUICE_WITH_IMAGES
+int sl__pack_images_wds(const char *root, const char *out,
+                        const sl__pack_opts *o, uint64_t *records) {
+  (void)root;
+  (void)out;
+  (void)o;
+  if (records) *records = 0;
+  return sl_set_error(SL_EUNSUPPORTED,
+                      "pack images: this libsluice was built without image "
+                      "support (SLUICE_WITH_IMAGES=OFF)");
+}
+#else
+int sl__pack_images_wds(const char *root, const char *out,
+                        const sl__pack_opts *o, uint64_t *records) {
+  if (records) *records = 0;
+  SL_RETURN_ERROR_IF(!root || !out, SL_EINVAL,
+                     "pack images: no input folder or no output");
+  sl__image_list l;
+  SL_FORWARD_IF_ERROR(sl__image_list_make("pack images", root, &l));
+  uint32_t k = o && o->shards ? o->shards : 1;
+  shard_out *so = sl__calloc(k, sizeof *so);
+  size_t *order = sl__malloc((l.n ? l.n : 1) * sizeof *order);
+  int rc = so && order ? SL_OK
+                       : sl_set_error(SL_ENOMEM, "pack images: out of memory");
+  /* The order of sl__pack_images (pack_images.c's pack_order). */
+  for (size_t i = 0; order && i < l.n; i++)
+    order[i] = i;
+  if (rc == SL_OK && o && o->shuffle) {
+    uint64_t s[4];
+    for (int j = 0; j < 4; j++)
+      s[j] = sl__splitmix64_mix(o->seed + (uint64_t)(j + 1) * SL__RNG_GOLDEN);
+    for (size_t i = l.n; i-- > 1;) {
+      size_t j = (size_t)sl__rng_bounded(s, (uint64_t)i + 1);
+      size_t t = order[i];
+      order[i] = order[j];
+      order[j] = t;
+    }
+  }
+  for (uint32_t i = 0; i < k && rc == SL_OK; i++) {
+    if (o && o->shards)
+      rc = sl__wds_shard_name(out, i, so[i].name, sizeof so[i].name);
+    else
+      snprintf(so[i].name, sizeof so[i].name, "%s", out);
+    snprintf(so[i].tmp, sizeof so[i].tmp, "%s.tmp-%ld", so[i].name,
+             (long)getpid());
+    if (rc == SL_OK && !(so[i].f = fopen(so[i].tmp, "wb")))
+      rc = sl_set_error(SL_EIO, "pack images: %s: %s", so[i].tmp,
+                        strerror(errno));
+  }
+  unsigned char *buf = NULL;
+  size_t cap = 0;
+  uint64_t bytes = 0;
+  for (size_t r = 0; r < l.n && rc == SL_OK; r++) {
+    size_t i = order[r], len = 0;
+    uint32_t sh = o && o->mode == SL__SHARD_CONTIGUOUS
+                      ? (uint32_t)(r * k / (l.n ? l.n : 1))
+                      : (uint32_t)(r % k);
+    rc = slurp(l.paths[i], &buf, &cap, &len);
+    if (rc == SL_OK && sl_image_sniff(buf, len) == SL_IMAGE_UNKNOWN)
+      rc = sl_set_error(SL_ECORRUPT,
+                        "pack images: %s: not a JPEG or PNG image (%zu bytes)",
+                        l.paths[i], len);
+    char name[64], ext[16];
+    const char *dot = strrchr(l.paths[i], '.');
+    snprintf(ext, sizeof ext, "%s", dot ? dot + 1 : "bin");
+    for (char *c = ext; *c; c++)
+      *c = (char)tolower((unsigned char)*c);
+    if (strcmp(ext, "jpeg") == 0) snprintf(ext, sizeof ext, "jpg");
+    snprintf(name, sizeof name, "%08zu.%s", r, ext);
+    if (rc == SL_OK)
+      rc = sl__tar_write_member(so[sh].f, so[sh].tmp, name, buf, len);
+    if (rc == SL_OK && l.labels) {
+      char cls[32];
+      int cl = snprintf(cls, sizeof cls, "%lld", (long long)l.labels[i]);
+      snprintf(name, sizeof name, "%08zu.cls", r);
+      rc = sl__tar_write_member(so[sh].f, so[sh].tmp, name, cls, (size_t)cl);
+    }
+    bytes += len;
+    if (rc == SL_OK && o && o->cancel && *o->cancel)
+      rc = sl_set_error(SL_EKILLED, "pack images: interrupted");
+    if (rc == SL_OK && o && o->progress)
+      rc = o->progress(o->progress_ud, r + 1, bytes);
+  }
+  sl__free(buf);
+  for (uint32_t i = 0; so && i < k; i++) {
+    if (!so[i].f) continue;
+    if (rc == SL_OK) rc = sl__tar_write_end(so[i].f, so[i].tmp);
+    if (fclose(so[i].f) != 0 && rc == SL_OK)
+      rc = sl_set_error(SL_EIO, "pack images: %s: %s", so[i].tmp,
+                        strerror(errno));
+    so[i].f = NULL;
+  }
+  if (rc == SL_OK && o && o->before_commit)
+    rc = o->before_commit(o->progress_ud, l.n, bytes);
+  for (uint32_t i = 0; so && i < k; i++) {
+    if (!so[i].tmp[0]) continue;
+    if (rc == SL_OK && rename(so[i].tmp, so[i].name) != 0)
+      rc = sl_set_error(SL_EIO, "pack images: rename %s: %s", so[i].name,
+                        strerror(errno));
+    if (rc < 0) unlink(so[i].tmp);
+  }
+  if (rc == SL_OK && records) *records = l.n;
+  sl__free(order);
+  sl__free(so);
+  sl__image_list_free(&l);
+  return rc;
+}
+#endif

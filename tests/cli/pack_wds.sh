@@ -1,0 +1,53 @@
+# pack_wds.sh - `sluice pack wds` (WebDataset tar shards written by Python's
+# tarfile, tests/data/formats/) into SLR: brace patterns, every sample,
+# the fields and their dtypes; `sluice pack images --format wds` (when the
+# image layer is built): an image folder as tar shards that tar(1) lists
+# and `pack wds` reads back; usage errors.
+. "$(dirname "$0")/lib.bash"
+SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+FIX="$SRC/tests/data/formats"
+
+sl pack --help
+expect_rc 0 "pack --help"
+contains "$OUT" "sluice pack wds SHARD... -o OUT.slr"
+contains "$OUT" "--format FMT"
+
+sl pack wds "$FIX/wds-{000000..000002}.tar" -o all.slr --records-per-chunk 5
+expect_rc 0 "pack wds"
+contains "$OUT" "packed 12 records into all.slr"
+sl inspect --json all.slr
+expect_rc 0 "inspect --json"
+contains "$OUT" '"records":12'
+contains "$OUT" '{"name":"__key__","dtype":"bytes","shape":[-1]}'
+contains "$OUT" '{"name":"cls","dtype":"i64","shape":[]}'
+contains "$OUT" '{"name":"x.npy","dtype":"f32","shape":[-1,-1]}'
+contains "$OUT" '"source":"wds"'
+
+sl pack wds "$FIX/wds-missing.tar" -o bad.slr
+expect_rc 1 "pack wds of a shard missing a field"
+contains "$ERR" "sample 'b' has no 'txt' member"
+[ ! -e bad.slr ] || fail "a failed pack left its output"
+
+sl pack wds -o x.slr
+expect_rc 2 "pack wds without shards"
+sl pack text "$FIX/table.csv" --format wds -o x.slr
+expect_rc 2 "--format for text"
+contains "$ERR" "--format is for pack images"
+
+if [ "${SLUICE_WITH_IMAGES:-1}" != 0 ]; then
+  need_data
+  MKIMAGES="$(dirname "$SLUICE")/sluice_test_mkimages"
+  [ -x "$MKIMAGES" ] || fail "helper $MKIMAGES is not built"
+  "$MKIMAGES" png 30 png "$DATA" > want.txt || fail "mkimages failed"
+  sl pack images png --format wds --shards 3 -o shards.tar --order sorted
+  expect_rc 0 "pack images --format wds"
+  contains "$OUT" "packed 30 records into 3 shards (shards-000000.tar"
+  [ "$(tar -tf shards-000001.tar | wc -l)" -eq 20 ] ||
+    fail "shard 1 should hold 10 samples of 2 members"
+  tar -tf shards-000000.tar | head -2 | tr '\n' ' ' | grep -q "00000000.png 00000000.cls" ||
+    fail "members are not KEY.png, KEY.cls"
+  sl pack wds "shards-{000000..000002}.tar" -o back.slr
+  expect_rc 0 "pack wds of written shards"
+  contains "$OUT" "packed 30 records"
+fi
+echo "ok"
