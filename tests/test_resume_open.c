@@ -9,6 +9,7 @@
  * and elastic restarts (sl_reader_restore_elastic): W = 4 -> 2 and 2 -> 3
  * ranks deliver the rest of the epoch exactly once, then whole epochs.
  */
+#include "resume_fixture.h"
 #include "test.h"
 #include "test_util.h"
 
@@ -182,32 +183,14 @@ TEST(ordered_rank_share) {
   }
 }
 
-/* Flips a byte inside the payload of chunk c of the SLR file at p. */
-static void corrupt_chunk(const char *p, uint64_t c) {
-  sl_slr_file *f;
-  if (sl_slr_open(p, NULL, &f) != SL_OK)
-    test_fail(__FILE__, __LINE__, "open: %s", sl_last_error());
-  sl_slr_chunk_info info;
-  if (sl_slr_chunk_info_get(f, c, &info) != SL_OK)
-    test_fail(__FILE__, __LINE__, "chunk info: %s", sl_last_error());
-  sl_slr_close(f);
-  FILE *fp = fopen(p, "r+b");
-  long at = (long)(info.offset + info.stored_size / 2 + 40);
-  fseek(fp, at, SEEK_SET);
-  int ch = fgetc(fp);
-  fseek(fp, at, SEEK_SET);
-  fputc(ch ^ 0x5a, fp);
-  fclose(fp);
-}
-
 TEST(skip_chunk) {
   static char p[2][1024];
   snprintf(p[0], sizeof p[0], "%s", tmp("bad0.slr"));
   snprintf(p[1], sizeof p[1], "%s", tmp("bad1.slr"));
   test_write_ids_slr(p[0], 0, 60, 6);
   test_write_ids_slr(p[1], 60, 60, 6);
-  corrupt_chunk(p[0], 3);
-  corrupt_chunk(p[1], 7);
+  fix_corrupt_chunk(p[0], 3);
+  fix_corrupt_chunk(p[1], 7);
   const char *names[2] = {p[0], p[1]};
   const uint64_t cuts[] = {0, 5, 30, 54, 107, 108, 109, 150, 216, 300};
   for (uint32_t t = 1; t <= 4; t *= 2) {

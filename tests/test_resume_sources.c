@@ -8,6 +8,7 @@
  * and of files changed since the save are refused with the chain left as it
  * was.  State sizes are printed.
  */
+#include "resume_fixture.h"
 #include "test.h"
 #include "test_util.h"
 
@@ -181,28 +182,10 @@ TEST(slr_under_shuffle_and_batch) {
   test_resume_check(build_slr, &u, 3, cuts, sizeof cuts / sizeof *cuts, 1024);
 }
 
-/* Flips a byte inside the payload of chunk c of the SLR file at p. */
-static void corrupt_chunk(const char *p, uint64_t c) {
-  sl_slr_file *f;
-  if (sl_slr_open(p, NULL, &f) != SL_OK)
-    test_fail(__FILE__, __LINE__, "open: %s", sl_last_error());
-  sl_slr_chunk_info info;
-  if (sl_slr_chunk_info_get(f, c, &info) != SL_OK)
-    test_fail(__FILE__, __LINE__, "chunk info: %s", sl_last_error());
-  sl_slr_close(f);
-  FILE *fp = fopen(p, "r+b");
-  long at = (long)(info.offset + info.stored_size / 2 + 40);
-  fseek(fp, at, SEEK_SET);
-  int ch = fgetc(fp);
-  fseek(fp, at, SEEK_SET);
-  fputc(ch ^ 0x5a, fp);
-  fclose(fp);
-}
-
 TEST(slr_skip_chunk_policy) {
   const char *p = tmp("ids-bad.slr");
   test_write_ids_slr(p, 0, 100, 8);
-  corrupt_chunk(p, 2); /* records 16..23 are skipped: 92 a pass */
+  fix_corrupt_chunk(p, 2); /* records 16..23 are skipped: 92 a pass */
   slr_ud u = {p, SL_CORRUPT_SKIP_CHUNK, 0};
   const uint64_t cuts[] = {0, 8, 15, 16, 17, 50, 91, 92, 93, 100, 183, 200};
   test_resume_check(build_slr, &u, 3, cuts, sizeof cuts / sizeof *cuts, 512);
