@@ -34,6 +34,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -171,7 +172,13 @@ static int puller_start(PipelineObject *self) {
   pthread_cond_init(&pu->done, &ca);
   pthread_condattr_destroy(&ca);
   pu->p = self->p;
+  /* The puller takes no signals (nor do the threads it may start): they
+   * are the Python main thread's to handle. */
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, &old);
   int err = pthread_create(&self->thread, NULL, puller_main, pu);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
   if (err) {
     pu->p = NULL;
     puller_free(pu);
