@@ -310,10 +310,21 @@ static const char RESUME_CODE[] =
     "return sluice.range(100):shuffle(16, {seed = seed}):batch(8)"
     ":prefetch(3)\n";
 
+/* The demo's shape with a random Lua map on 2 threads (ctx.rng) between
+ * the shuffle and the batch. */
+static const char RESUME_MAP_CODE[] =
+    "local sluice = require 'sluice'\n"
+    "local seed = tonumber((...)) or 7\n"
+    "return sluice.range(300):shuffle(64, {seed = seed})\n"
+    "  :map(function(s, ctx) s.u = ctx.rng:random(1, 1000000) return s end,\n"
+    "       {threads = 2, seed = seed}):batch(8):prefetch(3)\n";
+
+static const char *resume_code = RESUME_CODE;
+
 static sl_pipeline *open_resume(const char *seed) {
   const char *argv[] = {seed};
   sl_pipeline *p = NULL;
-  int rc = sl_pipeline_open_string(RESUME_CODE, "resume", 1, argv, &p);
+  int rc = sl_pipeline_open_string(resume_code, "resume", 1, argv, &p);
   if (rc != SL_OK)
     test_fail(__FILE__, __LINE__, "open: %s: %s", sl_err_name(rc),
               sl_last_error());
@@ -341,18 +352,19 @@ static size_t pull_digests(sl_pipeline *p, size_t n, int *pass, int passes,
   return k;
 }
 
-TEST(save_restore_continues_across_passes) {
-  enum { PASSES = 3, MAX = 64 };
+/* The resume contract over PASSES passes of the script resume_code: for
+ * each cut (entries consumed, pass ends included), a pipeline read that far,
+ * saved and closed, and a fresh one restored, give the uninterrupted run. */
+static void check_pipeline_cuts(const size_t *cuts, size_t ncuts,
+                                size_t want_total) {
+  enum { PASSES = 3, MAX = 160 };
   uint64_t whole[MAX], got[MAX];
   int pass = 0;
   sl_pipeline *p = open_resume("7");
   size_t total = pull_digests(p, MAX, &pass, PASSES, whole);
   sl_pipeline_close(p);
-  ASSERT_EQ(total, 3 * 14); /* 13 batches and an end, three times */
-  /* Cut points (entries consumed, pass ends included): the start, mid
-   * pass, just before and after a pass end, in a later pass. */
-  const size_t cuts[] = {0, 1, 5, 13, 14, 15, 20, 27, 28, 40};
-  for (size_t c = 0; c < sizeof cuts / sizeof cuts[0]; c++) {
+  ASSERT_EQ(total, want_total);
+  for (size_t c = 0; c < ncuts; c++) {
     pass = 0;
     p = open_resume("7");
     size_t k = pull_digests(p, cuts[c], &pass, PASSES, got);
@@ -378,6 +390,23 @@ TEST(save_restore_continues_across_passes) {
                   (unsigned long long)whole[i]);
     sl_pipeline_close(q);
   }
+}
+
+TEST(save_restore_continues_across_passes) {
+  /* Cut points: the start, mid pass, just before and after a pass end, in a
+   * later pass. */
+  const size_t cuts[] = {0, 1, 5, 13, 14, 15, 20, 27, 28, 40};
+  resume_code = RESUME_CODE;
+  check_pipeline_cuts(cuts, sizeof cuts / sizeof cuts[0],
+                      3 * 14); /* 13 batches and an end, three times */
+}
+
+TEST(save_restore_with_a_random_lua_map_on_two_threads) {
+  const size_t cuts[] = {0, 1, 9, 37, 38, 39, 60, 113};
+  resume_code = RESUME_MAP_CODE;
+  check_pipeline_cuts(cuts, sizeof cuts / sizeof cuts[0],
+                      3 * 39); /* 38 batches (the last of 4) and an end */
+  resume_code = RESUME_CODE;
 }
 
 TEST(restore_refuses_another_pipelines_state) {
