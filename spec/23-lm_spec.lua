@@ -78,6 +78,24 @@ describe("sluice.open(\"tokens:...\")", function()
     assert.same({0, 0, 16, 16, 32, 48}, a)
   end)
 
+  it("yields whole blocks as batches with batch = true", function()
+    local opts = {seq_len = 16, block = 2, batch = true, rank = 0, world = 1}
+    local p = sluice.open("tokens:" .. dir .. "/*.bin", opts)
+    assert.equal(3, p:length())
+    local b = p:next()
+    assert.same({2, 16}, b.inputs.shape)
+    assert.equal(16, b.inputs:totable()[2][1])
+    assert.equal(17, b.targets:totable()[2][1])
+    -- the same as :batch(2) of the windows
+    local q = sluice.open("tokens:" .. dir .. "/*.bin",
+                          {seq_len = 16, block = 2}):batch(2)
+    local c = q:next()
+    assert.same(c.inputs:totable(), b.inputs:totable())
+    assert.same(c.targets:totable(), b.targets:totable())
+    p:close()
+    q:close()
+  end)
+
   it("raises with the file named on a bad shard and on bad options", function()
     H.write(dir .. "/bad.bin", string.rep("x", 2000))
     local ok, err = pcall(sluice.open, "tokens:" .. dir .. "/bad.bin",
