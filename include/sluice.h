@@ -1153,7 +1153,9 @@ SL_API int sl_tokens_open(const char *name, const sl_tokens_opts *opts,
  * of the field's dtype, the other fields dropped.  At the end of the pass,
  * windows that start inside the stream but are short are yielded
  * (shape [SL_DIM_VAR] then) unless drop_remainder.  stride 0 means size.
- * Saves its position (restore re-reads the pass up to it).  Returns SL_OK,
+ * Saves its position: the upstream sample where the next window starts and
+ * the offset in it (further behind than its last 1024 windows: restore
+ * re-reads the pass up to it).  Returns SL_OK,
  * SL_EINVAL (size 0, unknown field, wrong dtype or shape) or SL_ENOMEM;
  * takes `up` also on failure. */
 SL_API int sl_window(sl_reader *up, const char *field, size_t size,
@@ -1190,8 +1192,9 @@ typedef struct sl_pack_opts {
  * SL_EINVAL (seq_len < 1, unknown or unsuitable field) or SL_ENOMEM; takes
  * `up` also on failure. */
 SL_API int sl_pack(sl_reader *up, const sl_pack_opts *opts, sl_reader **out);
-/* The packing figures of the pack stage nearest `r` in r's chain (r itself
- * or one of its upstreams, depth first): rows yielded, non-pad tokens in
+/* The packing figures of the first pack stage of r's chain in the order of
+ * sl_reader_stats (r itself first, then its upstreams depth first): rows
+ * yielded, non-pad tokens in
  * them and efficiency = tokens / (rows x T) (0 before the first row); each
  * out pointer may be NULL.  Cumulative over passes.  SL_ENOTFOUND when the
  * chain has no pack stage, SL_EINVAL for NULL r.  Same thread rule as
@@ -1278,8 +1281,8 @@ typedef struct sl_mix_opts {
  * stop), SL_ESHAPE or SL_ENOMEM. */
 SL_API int sl_mix(sl_reader **readers, size_t n, const sl_mix_opts *opts,
                   sl_reader **out);
-/* The samples the mix stage nearest `r` (r or an upstream, depth first)
- * has taken from each of its readers, cumulative over passes: counts[i]
+/* The samples the first mix stage of r's chain (in sl_reader_stats's
+ * order, r first) has taken from each of its readers, cumulative over passes: counts[i]
  * for i < min(cap, readers), *n (may be NULL) the number of readers.  The
  * realised shares are counts[i] / sum.  SL_ENOTFOUND without a mix stage,
  * SL_EINVAL for NULL r or NULL counts with cap > 0. */

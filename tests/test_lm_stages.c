@@ -582,7 +582,16 @@ TEST(mix_refuses_other_schemas_and_bad_weights) {
 
 /* --- save and restore ----------------------------------------------------- */
 
-enum { R_WINDOW, R_PACK, R_PADDED, R_BUCKET, R_MIX, R_MIX_NEVER, R_ALL };
+enum {
+  R_WINDOW,
+  R_WINDOW_HELD,
+  R_PACK,
+  R_PADDED,
+  R_BUCKET,
+  R_MIX,
+  R_MIX_NEVER,
+  R_ALL
+};
 
 static sl_reader *build(void *ud) {
   static const int lens[] = {5, 0, 1, 12, 3, 7, 7, 2,  30, 1, 9, 4, 0,
@@ -593,6 +602,11 @@ static sl_reader *build(void *ud) {
   case R_WINDOW:
     ASSERT_OK(sl_shuffle(r, 5, 3, &r));
     ASSERT_OK(sl_window(r, "ids", 4, 3, 0, &r));
+    return r;
+  case R_WINDOW_HELD: /* windows held above: saved from the log */
+    ASSERT_OK(sl_window(r, "ids", 5, 7, 0, &r));
+    ASSERT_OK(sl_batch(r, 2, NULL, &r));
+    ASSERT_OK(sl_prefetch(r, 3, &r));
     return r;
   case R_PACK: {
     sl_pack_opts o = SL_PACK_OPTS_INIT;

@@ -61,7 +61,8 @@ static inline bool sl__token_dtype(sl_dtype dt) {
   return dt == SL_I32 || dt == SL_U16 || dt == SL_U32 || dt == SL_I64;
 }
 
-/* The nearest stage of vtable `vt` in r's chain (depth first), or NULL. */
+/* The first stage of vtable `vt` in r's chain, r included, depth first
+ * with upstreams in order (sl_reader_stats's order), or NULL. */
 void *sl__lm_find(const sl_reader *r, const sl_reader_vtable *vt);
 
 #endif

@@ -244,19 +244,23 @@ int sl__lm_save_replay(sl_reader *const *ups, const uint64_t *passes, size_t n,
   return SL_OK;
 }
 
-void *sl__lm_find(const sl_reader *r, const sl_reader_vtable *vt) {
-  for (int depth = 0; r && depth < 256; depth++) {
-    void *st = sl__reader_state_of((sl_reader *)r, vt);
-    if (st) return st;
-    sl__reader_view v;
-    sl__reader_view_of(r, &v);
-    for (size_t i = 1; i < v.nups; i++) { /* several upstreams: recurse */
-      void *found = sl__lm_find(v.ups[i], vt);
-      if (found) return found;
-    }
-    r = v.nups ? v.ups[0] : NULL;
+/* Depth first, upstreams in order: the order of sl_reader_stats. */
+static void *find_from(const sl_reader *r, const sl_reader_vtable *vt,
+                       int depth) {
+  if (!r || depth >= 256) return NULL; /* chains are short */
+  void *st = sl__reader_state_of((sl_reader *)r, vt);
+  if (st) return st;
+  sl__reader_view v;
+  sl__reader_view_of(r, &v);
+  for (size_t i = 0; i < v.nups; i++) {
+    void *found = find_from(v.ups[i], vt, depth + 1);
+    if (found) return found;
   }
   return NULL;
+}
+
+void *sl__lm_find(const sl_reader *r, const sl_reader_vtable *vt) {
+  return find_from(r, vt, 0);
 }
 
 /* --- the reader ---------------------------------------------------------- */

@@ -15,9 +15,14 @@
  * yielded short unless drop_remainder (tf.data's drop_remainder=False:
  * with a stride below the size, the last size / stride windows shrink).
  *
- * Position: a window depends on every value before it, so a saved state
- * is the position alone and the restore re-reads the pass up to it (lm.h,
- * sl__lm_save_replay).
+ * Position.  Where window k starts is an upstream sample and an offset in
+ * it: the stage keeps, for the values in its buffer, the samples they came
+ * from (a queue of segments: sample number, offset of the first value held,
+ * values held), and for its last SL__STATE_LOG windows where each started.
+ * A saved state is (sample, offset): the restore resumes upstream at that
+ * sample and drops `offset` values.  A save further behind than the log
+ * (stages above holding more than SL__STATE_LOG windows) re-reads the pass
+ * up to the position instead (lm.h, sl__lm_save_replay).
  */
 #include "readers/lm.h"
 
@@ -37,18 +42,78 @@ typedef struct window_state {
   uint64_t base;  /* stream position of buf[0] */
   uint64_t start; /* the next window's first stream position */
   bool ended;
+  uint64_t pulled; /* upstream samples read this pass */
+  /* the samples the buffer's values came from, oldest first (a ring) */
+  struct seg {
+    uint64_t sample, off, n; /* off: of the first value held in its sample */
+  } * segs;
+  size_t nseg, seg0, segcap;
+  /* where each of the last SL__STATE_LOG windows started */
+  struct at {
+    uint64_t sample, off;
+  } log[SL__STATE_LOG];
+  uint64_t count; /* windows yielded this pass */
 } window_state;
 
-static int append(window_state *w, const sl_tensor *t) {
+static struct seg *seg_at(window_state *w, size_t i) {
+  return &w->segs[(w->seg0 + i) % w->segcap];
+}
+
+/* Values [off, off + n) of upstream sample `sample` join the buffer. */
+static int seg_push(window_state *w, uint64_t sample, uint64_t off,
+                    uint64_t n) {
+  if (w->nseg == w->segcap) {
+    size_t cap = w->segcap ? w->segcap * 2 : 16;
+    struct seg *v = sl__malloc(cap * sizeof *v);
+    SL_RETURN_ERROR_IF(!v, SL_ENOMEM, "window: cannot allocate");
+    for (size_t i = 0; i < w->nseg; i++)
+      v[i] = *seg_at(w, i);
+    sl__free(w->segs);
+    w->segs = v;
+    w->segcap = cap;
+    w->seg0 = 0;
+  }
+  w->segs[(w->seg0 + w->nseg++) % w->segcap] = (struct seg){sample, off, n};
+  return SL_OK;
+}
+
+/* The first d values of the buffer leave it. */
+static void seg_drop(window_state *w, uint64_t d) {
+  while (d > 0 && w->nseg > 0) {
+    struct seg *g = seg_at(w, 0);
+    uint64_t k = SL_MIN(d, g->n);
+    g->off += k;
+    g->n -= k;
+    d -= k;
+    if (g->n == 0) {
+      w->seg0 = (w->seg0 + 1) % w->segcap;
+      w->nseg--;
+    }
+  }
+}
+
+/* Where the next window starts: a sample and an offset in it. */
+static struct at next_at(const window_state *w) {
+  if (w->have > 0) {
+    const struct seg *g = &w->segs[w->seg0];
+    return (struct at){g->sample, g->off};
+  }
+  /* nothing held: the next sample to read, which starts at `base` */
+  return (struct at){w->pulled, w->start - w->base};
+}
+
+static int append(window_state *w, const sl_tensor *t, uint64_t sample) {
   size_t len = (size_t)t->shape[0];
   const unsigned char *src = t->data;
+  uint64_t skip = 0;
   if (w->have == 0 && w->base < w->start) { /* drop what precedes start */
-    uint64_t skip = SL_MIN((uint64_t)len, w->start - w->base);
+    skip = SL_MIN((uint64_t)len, w->start - w->base);
     w->base += skip;
     src += skip * w->es;
     len -= (size_t)skip;
   }
   if (len == 0) return SL_OK;
+  SL_FORWARD_IF_ERROR(seg_push(w, sample, skip, len));
   if (w->have + len > w->cap) {
     size_t cap = SL_MAX(w->cap * 2, w->have + len);
     unsigned char *b = sl__realloc(w->buf, cap * w->es);
@@ -76,7 +141,8 @@ static int pull(window_state *w) {
   if (rc < 0)
     rc = sl_wrap_error(rc, "window");
   else
-    rc = append(w, t);
+    rc = append(w, t, w->pulled);
+  w->pulled++;
   sl_sample_release(s);
   return rc;
 }
@@ -97,11 +163,13 @@ static int window_next(void *st, sl_sample **out) {
     return sl_wrap_error(rc, "window");
   }
   memcpy(data, w->buf, (size_t)len * w->es);
+  w->log[w->count++ % SL__STATE_LOG] = next_at(w);
   w->start += w->stride;
   uint64_t drop = SL_MIN((uint64_t)w->have, w->start - w->base);
   memmove(w->buf, w->buf + drop * w->es, (w->have - drop) * w->es);
   w->have -= (size_t)drop;
   w->base += drop;
+  seg_drop(w, drop);
   *out = o;
   return SL_OK;
 }
@@ -111,6 +179,10 @@ static void clear(window_state *w) {
   w->base = 0;
   w->start = 0;
   w->ended = false;
+  w->pulled = 0;
+  w->nseg = 0;
+  w->seg0 = 0;
+  w->count = 0;
 }
 
 static int window_reset(void *st) {
@@ -123,17 +195,32 @@ static void window_destroy(void *st) {
   window_state *w = st;
   if (!w) return;
   sl__free(w->buf);
+  sl__free(w->segs);
   sl_schema_release(w->schema);
   sl_reader_destroy(w->up);
   sl__free(w);
 }
 
+/* Payload: 0 and the offset (upstream saved at the sample), or 1 (the
+ * pass is re-read: upstream saved at its start). */
 static int window_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                        sl__state_out *out) {
-  (void)r;
-  (void)pass;
   window_state *w = st;
-  return sl__lm_save_replay(&w->up, NULL, 1, k, out);
+  struct at at;
+  bool known = pass == sl__reader_pass(r) && k <= w->count;
+  if (known && k == w->count)
+    at = next_at(w);
+  else if (known && w->count - k <= SL__STATE_LOG && k < w->count)
+    at = w->log[k % SL__STATE_LOG];
+  else
+    known = false;
+  if (!known) {
+    SL_FORWARD_IF_ERROR(sl__state_put_u64(out, 1));
+    return sl__lm_save_replay(&w->up, NULL, 1, k, out);
+  }
+  SL_FORWARD_IF_ERROR(sl__state_put_u64(out, 0));
+  SL_FORWARD_IF_ERROR(sl__state_put_u64(out, at.off));
+  return sl__state_save_up(out, w->up, sl__reader_pass(w->up), at.sample);
 }
 
 static int window_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
@@ -142,8 +229,25 @@ static int window_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
   (void)pass;
   window_state *w = st;
   clear(w);
+  uint64_t mode, off = 0;
+  SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &mode));
+  SL_RETURN_ERROR_IF(mode > 1, SL_ECORRUPT, "restore: window: mode %llu",
+                     (unsigned long long)mode);
+  if (mode == 0) SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &off));
   SL_FORWARD_IF_ERROR(sl__state_restore_up(in, w->up));
-  return sl__state_replay(window_next, w, k, "window");
+  if (mode == 1) return sl__state_replay(window_next, w, k, "window");
+  SL_RETURN_ERROR_IF(k > UINT64_MAX / w->stride, SL_ECORRUPT,
+                     "restore: window: position %llu overflows",
+                     (unsigned long long)k);
+  /* window k starts `off` values into the next upstream sample */
+  w->pulled = sl__reader_delivered(w->up);
+  w->count = k;
+  w->start = k * w->stride;
+  SL_RETURN_ERROR_IF(off > w->start, SL_ECORRUPT,
+                     "restore: window: offset %llu beyond position %llu",
+                     (unsigned long long)off, (unsigned long long)w->start);
+  w->base = w->start - off;
+  return SL_OK;
 }
 
 static void window_identity(const sl_reader *r, void *st, char *buf,
