@@ -15,7 +15,7 @@ PACKAGES := build-essential cmake pkg-config libzstd-dev zlib1g-dev \
             dataset-fashion-mnist openmpi-bin libopenmpi-dev zstd \
             libturbojpeg0-dev libspng-dev libjpeg-turbo-progs \
             clang-14 libclang-rt-14-dev \
-            python3-numpy
+            python3-numpy libprotobuf-c-dev protobuf-c-compiler
 
 BUILD_TYPE ?= RelWithDebInfo
 BUILD      ?= build

@@ -1696,6 +1696,43 @@ typedef struct sl_wds_opts {
 SL_API int sl_wds_open(const char *const *names, size_t n,
                        const sl_wds_opts *opts, sl_reader **out);
 
+/* sl_tfrecord_opts.compression */
+#define SL_TFRECORD_AUTO 0 /* GZIP when the file starts with its magic */
+#define SL_TFRECORD_NONE 1
+#define SL_TFRECORD_GZIP 2
+
+/* Options of sl_tfrecord_reader.  Extensible like sl_open_opts: `size` is
+ * sizeof(sl_tfrecord_opts) (SL_TFRECORD_OPTS_INIT sets it); zero fields are
+ * defaults. */
+typedef struct sl_tfrecord_opts {
+  size_t size;
+  /* The tf.train.Example features to take, in order:
+   * "image:bytes,label:i64,x:f32[3],ids:i64[-1]": bytes from a bytes_list
+   * (one value), integer dtypes from an int64_list (range-checked), f32 and
+   * f64 from a float_list; no dimensions: one value, [d...]: exactly that
+   * many, [-1]: any count (rank 1).  NULL: no decoding, samples are
+   * {record: bytes}. */
+  const char *features;
+  int compression; /* SL_TFRECORD_AUTO (0), _NONE or _GZIP */
+} sl_tfrecord_opts;
+#define SL_TFRECORD_OPTS_INIT {sizeof(sl_tfrecord_opts), NULL, 0}
+
+/* A reader of a TFRecord file (tag `tfrecord`, extension .tfrecord),
+ * uncompressed or GZIP: each record's length and data are checked against
+ * their masked CRC32Cs (a mismatch or a record cut short is SL_ECORRUPT
+ * naming the file, record and offset).  With opts->features each record is
+ * a tf.train.Example decoded by protobuf-c into the named fields (a
+ * feature missing, of another list kind or with another value count fails
+ * with SL_EINVAL naming the record); without, {record: bytes}.  A plain
+ * file is memory-mapped, a GZIP one inflated at open.  Length unknown;
+ * saves its position (a byte offset).  Borrows `path` and `opts` (copied).
+ * Returns SL_OK and *out, SL_EIO, SL_ECORRUPT (a damaged GZIP stream),
+ * SL_EINVAL (a bad features option), SL_EUNSUPPORTED (features asked of a
+ * libsluice built without protobuf-c: the message says so) or SL_ENOMEM.
+ * Thread-safe. */
+SL_API int sl_tfrecord_reader(const char *path, const sl_tfrecord_opts *opts,
+                              sl_reader **out);
+
 /* ------------------------------------------------------------------------ */
 /* Embedding: pipelines declared by Lua scripts (docs/EMBEDDING.md)          */
 /* ------------------------------------------------------------------------ */

@@ -312,7 +312,7 @@ describe("sluice", function()
       local ok, err = pcall(sluice.open, "nope:foo")
       assert.is_false(ok)
       assert.matches("open: unknown format tag 'nope' in 'nope:foo' %(known "
-                     .. "tags: csv, idx, image, npy, slr, text, tokens, wds%)", err)
+                     .. "tags: csv, idx, image, npy, slr, text, tfrecord, tokens, wds%)", err)
       ok, err = pcall(sluice.open, "foo.unknownext")
       assert.is_false(ok)
       assert.matches("foo%.unknownext", err)

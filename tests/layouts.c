@@ -221,6 +221,10 @@ int main(void) {
   F(sl_wds_opts, rank);
   F(sl_wds_opts, world);
   F(sl_wds_opts, buffer);
+  S(sl_tfrecord_opts);
+  F(sl_tfrecord_opts, size);
+  F(sl_tfrecord_opts, features);
+  F(sl_tfrecord_opts, compression);
 
   /* DLPack (dlpack/dlpack.h), declared by lua/sluice/device.lua. */
   S(DLManagedTensor);

@@ -770,7 +770,7 @@ TEST(bad_arguments_and_options) {
   const char *unknown[] = {"zip:a.zip"};
   ASSERT_RC(sl_open_files(unknown, 1, NULL, &r), SL_EINVAL);
   ASSERT_STREQ(sl_last_error(), "open_files: unknown format tag 'zip' in "
-                                "'zip:a.zip' (known tags: csv, idx, image, npy, slr, text, tokens, wds)");
+                                "'zip:a.zip' (known tags: csv, idx, image, npy, slr, text, tfrecord, tokens, wds)");
 }
 
 TEST(globs_and_empty_files) {

@@ -88,11 +88,11 @@ TEST(name_errors_are_exact) {
   ASSERT_RC(sl_open("foo:x.slr", NULL, &r), SL_EINVAL);
   ASSERT_NULL(r);
   ASSERT_STREQ(sl_last_error(), "open: unknown format tag 'foo' in "
-                                "'foo:x.slr' (known tags: csv, idx, image, npy, slr, text, tokens, wds)");
+                                "'foo:x.slr' (known tags: csv, idx, image, npy, slr, text, tfrecord, tokens, wds)");
   ASSERT_RC(sl_open("/data/x.bin", NULL, &r), SL_EINVAL);
   ASSERT_STREQ(sl_last_error(),
                "open: '/data/x.bin' has no format tag and no known extension "
-               "(write TAG:PATH; known tags: csv, idx, image, npy, slr, text, tokens, wds)");
+               "(write TAG:PATH; known tags: csv, idx, image, npy, slr, text, tfrecord, tokens, wds)");
   ASSERT_RC(sl_open("slr:", NULL, &r), SL_EINVAL);
   ASSERT_STREQ(sl_last_error(), "open: 'slr:' has an empty path");
   ASSERT_RC(sl_open("", NULL, &r), SL_EINVAL);
@@ -109,7 +109,7 @@ TEST(name_errors_are_exact) {
   /* A relative name whose first component has a ':' reads as a tag. */
   ASSERT_RC(sl_open("run1:data.slr", NULL, &r), SL_EINVAL);
   ASSERT_STREQ(sl_last_error(), "open: unknown format tag 'run1' in "
-                                "'run1:data.slr' (known tags: csv, idx, image, npy, slr, text, tokens, wds)");
+                                "'run1:data.slr' (known tags: csv, idx, image, npy, slr, text, tfrecord, tokens, wds)");
 }
 
 /* --- globs -----------------------------------------------------------------
@@ -164,7 +164,7 @@ TEST(globs_expand_in_byte_order) {
   char msg[1024];
   snprintf(msg, sizeof msg,
            "open: '%s' has no format tag and no known extension (write "
-           "TAG:PATH; known tags: csv, idx, image, npy, slr, text, tokens, wds)",
+           "TAG:PATH; known tags: csv, idx, image, npy, slr, text, tfrecord, tokens, wds)",
            tmppath("g/notes.txt"));
   ASSERT_STREQ(sl_last_error(), msg);
 }
@@ -273,7 +273,7 @@ TEST(user_format_register_replace_remove) {
   /* The unknown-tag message now lists it, sorted. */
   ASSERT_RC(sl_open("nope:1", NULL, &r), SL_EINVAL);
   ASSERT_STREQ(sl_last_error(), "open: unknown format tag 'nope' in 'nope:1' "
-                                "(known tags: count, csv, idx, image, npy, slr, text, tokens, wds)");
+                                "(known tags: count, csv, idx, image, npy, slr, text, tfrecord, tokens, wds)");
   /* An extension for it, and the longest suffix wins. */
   ASSERT_OK(sl_format_extension(".cnt", "count"));
   ASSERT_OK(sl_format_extension(".x.cnt", "slr"));
@@ -297,10 +297,10 @@ TEST(user_format_register_replace_remove) {
   ASSERT_OK(sl_format_register("count", NULL, NULL));
   ASSERT_RC(sl_open("count:3", NULL, &r), SL_EINVAL);
   ASSERT_STREQ(sl_last_error(), "open: unknown format tag 'count' in "
-                                "'count:3' (known tags: csv, idx, image, npy, slr, text, tokens, wds)");
+                                "'count:3' (known tags: csv, idx, image, npy, slr, text, tfrecord, tokens, wds)");
   ASSERT_RC(sl_open("3.cnt", NULL, &r), SL_EINVAL);
   ASSERT_STREQ(sl_last_error(), "open: unknown format tag 'count' in '3.cnt' "
-                                "(known tags: csv, idx, image, npy, slr, text, tokens, wds)");
+                                "(known tags: csv, idx, image, npy, slr, text, tfrecord, tokens, wds)");
   ASSERT_RC(sl_format_register("count", NULL, NULL), SL_EINVAL);
   ASSERT_STREQ(sl_last_error(),
                "format_register: cannot remove 'count': no such format");

@@ -116,21 +116,32 @@ static int open_wds(void *ud, const char *path, const sl_open_opts *opts,
   return sl_wds_reader(path, out);
 }
 
+/* tfrecord: a TFRecord file as {record: bytes} (sl_tfrecord_reader; the
+ * features option decodes tf.train.Example). */
+static int open_tfrecord(void *ud, const char *path, const sl_open_opts *opts,
+                         sl_reader **out) {
+  SL_UNUSED(ud);
+  SL_UNUSED(opts);
+  return sl_tfrecord_reader(path, NULL, out);
+}
+
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static format_slot g_formats[SLOTS] = {
-    {"slr", open_slr, NULL},       {"idx", open_idx, NULL},
-    {"text", open_text, NULL},     {"image", open_image, NULL},
-    {"tokens", open_tokens, NULL}, {"npy", open_npy, NULL},
-    {"csv", open_csv, NULL},       {"wds", open_wds, NULL}}; /* g_mu */
-static int g_nformats = 8;                                   /* g_mu */
+    {"slr", open_slr, NULL},          {"idx", open_idx, NULL},
+    {"text", open_text, NULL},        {"image", open_image, NULL},
+    {"tokens", open_tokens, NULL},    {"npy", open_npy, NULL},
+    {"csv", open_csv, NULL},          {"wds", open_wds, NULL},
+    {"tfrecord", open_tfrecord, NULL}}; /* g_mu */
+static int g_nformats = 9;              /* g_mu */
 /* The data sets' own names ("t10k-images-idx3-ubyte.gz") open as idx; text
  * has no extension: ".txt" files are too often something else.  ".csv" is
  * the csv reader's (a header line naming the columns). */
 static ext_slot g_exts[SLOTS] = {
-    {".slr", "slr"},   {"-idx3-ubyte", "idx"}, {"-idx3-ubyte.gz", "idx"},
-    {".jpg", "image"}, {".jpeg", "image"},     {".png", "image"},
-    {".npy", "npy"},   {".npz", "npy"},        {".csv", "csv"}}; /* g_mu */
-static int g_nexts = 9;                                          /* g_mu */
+    {".slr", "slr"},          {"-idx3-ubyte", "idx"}, {"-idx3-ubyte.gz", "idx"},
+    {".jpg", "image"},        {".jpeg", "image"},     {".png", "image"},
+    {".npy", "npy"},          {".npz", "npy"},        {".csv", "csv"},
+    {".tfrecord", "tfrecord"}}; /* g_mu */
+static int g_nexts = 10;        /* g_mu */
 
 /* --- syntax -------------------------------------------------------------- */
 

@@ -1,0 +1,147 @@
+/*
+ * tfrecord.c - TFRecord's framing (tfrecord.h) and the feature spec.
+ *
+ * Each record is
+ *   uint64 length (little-endian)
+ *   uint32 masked CRC32C of those 8 bytes
+ *   byte   data[length]
+ *   uint32 masked CRC32C of the data
+ * where mask(c) = ((c >> 15) | (c << 17)) + 0xa282ead8 (tensorflow/core/
+ * lib/hash/crc32c.h).  Both checksums are checked: a flipped bit in a
+ * length would otherwise send the reader into the middle of a record.
+ */
+#include "io/tfrecord.h"
+#include "core/crc32c.h"
+#include "io/bytes.h"
+
+#include <stdlib.h>
+
+uint32_t sl__tfrecord_mask(uint32_t crc) {
+  return ((crc >> 15) | (crc << 17)) + 0xa282ead8u;
+}
+
+int sl__tfrecord_next(const unsigned char *p, size_t n, uint64_t *off,
+                      const unsigned char **data, uint64_t *len,
+                      const char *what, uint64_t rec) {
+  uint64_t at = *off;
+  if (at >= n) return SL_EOF;
+  SL_RETURN_ERROR_IF(n - at < 12, SL_ECORRUPT,
+                     "tfrecord: %s: record %llu at offset %llu: the header "
+                     "is cut short (%llu bytes left)",
+                     what, (unsigned long long)rec, (unsigned long long)at,
+                     (unsigned long long)(n - at));
+  uint64_t l = sl__get64(p + at);
+  SL_RETURN_ERROR_IF(sl__tfrecord_mask(sl__crc32c(0, p + at, 8)) !=
+                         sl__get32(p + at + 8),
+                     SL_ECORRUPT,
+                     "tfrecord: %s: record %llu at offset %llu: the length's "
+                     "CRC does not match (not a TFRecord file, or a damaged "
+                     "one)",
+                     what, (unsigned long long)rec, (unsigned long long)at);
+  SL_RETURN_ERROR_IF(l > n - at - 12 || n - at - 12 - l < 4, SL_ECORRUPT,
+                     "tfrecord: %s: record %llu at offset %llu: %llu bytes "
+                     "of data run past the end of the file",
+                     what, (unsigned long long)rec, (unsigned long long)at,
+                     (unsigned long long)l);
+  const unsigned char *d = p + at + 12;
+  SL_RETURN_ERROR_IF(sl__tfrecord_mask(sl__crc32c(0, d, (size_t)l)) !=
+                         sl__get32(d + l),
+                     SL_ECORRUPT,
+                     "tfrecord: %s: record %llu at offset %llu: the data's "
+                     "CRC does not match (a damaged record)",
+                     what, (unsigned long long)rec, (unsigned long long)at);
+  *data = d;
+  *len = l;
+  *off = at + 16 + l;
+  return SL_OK;
+}
+
+int sl__tf_features_parse(const char *spec, sl__tf_feature *f, int max,
+                          int *nf) {
+  *nf = 0;
+  const char *p = spec;
+  while (*p) {
+    /* One item, up to a ',' outside brackets. */
+    const char *e = p;
+    int depth = 0;
+    while (*e && (depth || *e != ',')) {
+      depth += *e == '[' ? 1 : *e == ']' ? -1 : 0;
+      e++;
+    }
+    SL_RETURN_ERROR_IF(*nf == max, SL_EINVAL,
+                       "tfrecord: features: more than %d", max);
+    sl__tf_feature *x = &f[*nf];
+    memset(x, 0, sizeof *x);
+    const char *colon = memchr(p, ':', (size_t)(e - p));
+    SL_RETURN_ERROR_IF(!colon || colon == p ||
+                           (size_t)(colon - p) >= sizeof x->name,
+                       SL_EINVAL,
+                       "tfrecord: features: '%.*s' is not NAME:DTYPE or "
+                       "NAME:DTYPE[DIMS]",
+                       (int)(e - p), p);
+    memcpy(x->name, p, (size_t)(colon - p));
+    const char *br = memchr(colon, '[', (size_t)(e - colon));
+    char dn[16];
+    snprintf(dn, sizeof dn, "%.*s", (int)((br ? br : e) - colon - 1),
+             colon + 1);
+    x->dtype = sl_dtype_from_name(dn);
+    SL_RETURN_ERROR_IF(x->dtype == SL_DTYPE_INVALID || x->dtype == SL_F16 ||
+                           x->dtype == SL_BF16 || x->dtype == SL_BOOL,
+                       SL_EINVAL,
+                       "tfrecord: features: '%s': dtype '%s' is not one of "
+                       "bytes, an integer dtype, f32, f64",
+                       x->name, dn);
+    if (br) {
+      const char *q = br + 1;
+      while (q < e && *q != ']') {
+        char *end;
+        long long d = strtoll(q, &end, 10);
+        SL_RETURN_ERROR_IF(end == q || x->rank == SL_MAX_RANK ||
+                               (d < 0 && d != -1) || (d == -1 && x->rank),
+                           SL_EINVAL,
+                           "tfrecord: features: '%s': bad dimensions "
+                           "'%.*s' ([3], [2,3] or [-1])",
+                           x->name, (int)(e - br), br);
+        x->shape[x->rank++] = d;
+        q = end;
+        if (*q == ',') q++;
+      }
+      SL_RETURN_ERROR_IF(q >= e || q + 1 != e || x->rank == 0 ||
+                             (x->shape[0] == -1 && x->rank != 1),
+                         SL_EINVAL,
+                         "tfrecord: features: '%s': bad dimensions '%.*s' "
+                         "([3], [2,3] or [-1])",
+                         x->name, (int)(e - br), br);
+    }
+    SL_RETURN_ERROR_IF(x->dtype == SL_BYTES && x->rank, SL_EINVAL,
+                       "tfrecord: features: '%s': a bytes feature takes no "
+                       "dimensions (it is one value of a bytes_list)",
+                       x->name);
+    for (int i = 0; i < *nf; i++)
+      SL_RETURN_ERROR_IF(strcmp(f[i].name, x->name) == 0, SL_EINVAL,
+                         "tfrecord: features: '%s' appears twice", x->name);
+    (*nf)++;
+    p = *e ? e + 1 : e;
+  }
+  SL_RETURN_ERROR_IF(*nf == 0, SL_EINVAL, "tfrecord: features: none named");
+  return SL_OK;
+}
+
+int sl__tf_features_schema(const sl__tf_feature *f, int nf, sl_schema **out) {
+  sl_schema *sc = sl_schema_new();
+  SL_RETURN_ERROR_IF(!sc, SL_ENOMEM, "tfrecord: out of memory");
+  int rc = SL_OK;
+  int64_t var = -1;
+  for (int i = 0; i < nf && rc >= 0; i++)
+    rc = f[i].dtype == SL_BYTES
+             ? sl_schema_add(sc, f[i].name, SL_BYTES, 1, &var)
+             : sl_schema_add(sc, f[i].name, f[i].dtype, f[i].rank,
+                             f[i].shape);
+  if (rc >= 0) rc = sl_schema_set_meta(sc, "source", "tfrecord");
+  if (rc < 0) {
+    sl_schema_release(sc);
+    return sl_wrap_error(rc, "tfrecord: the schema");
+  }
+  *out = sc;
+  return SL_OK;
+}

@@ -1,0 +1,47 @@
+/* tfrecord.h - TFRecord files (tfrecord.c: the record framing, parsed from
+ * memory) and tf.train.Example decoding (tfrecord_example.c, with
+ * protobuf-c), for the tfrecord: reader (tfrecord_reader.c) and the fuzz
+ * target. */
+#ifndef SLUICE_IO_TFRECORD_H
+#define SLUICE_IO_TFRECORD_H
+
+#include "core/internal.h"
+
+/* The record at p[*off..n): on SL_OK *data and *len are its bytes and *off is
+ * past it; SL_EOF at n; SL_ECORRUPT naming `what`, the record number `rec`
+ * and the offset: a header or record cut short, a masked CRC32C of the
+ * length or of the data that does not match. */
+int sl__tfrecord_next(const unsigned char *p, size_t n, uint64_t *off,
+                      const unsigned char **data, uint64_t *len,
+                      const char *what, uint64_t rec);
+/* TFRecord's masked CRC32C. */
+uint32_t sl__tfrecord_mask(uint32_t crc);
+
+/* One feature to take from each Example. */
+typedef struct sl__tf_feature {
+  char name[64];
+  sl_dtype dtype;  /* bytes: a bytes_list; integers: int64_list; f32, f64:
+                      float_list */
+  int rank;        /* 0: exactly one value */
+  int64_t shape[SL_MAX_RANK]; /* fixed, or {-1} (rank 1): any count */
+} sl__tf_feature;
+
+/* Parses "image:bytes,label:i64,x:f32[3],ids:i64[-1]" into f[0..*nf).
+ * SL_EINVAL naming the bad part. */
+int sl__tf_features_parse(const char *spec, sl__tf_feature *f, int max,
+                          int *nf);
+/* The schema of those features (new reference). */
+int sl__tf_features_schema(const sl__tf_feature *f, int nf,
+                           sl_schema **out);
+/* Whether this libsluice decodes Examples (built with protobuf-c). */
+bool sl__tf_can_decode(void);
+/* The sample of the serialized tf.train.Example data[0..n) by f[0..nf):
+ * SL_OK and *out; SL_ECORRUPT (not an Example), SL_EINVAL (a feature
+ * missing, of another kind, with another count of values, an integer out
+ * of its dtype's range), SL_EUNSUPPORTED (built without protobuf-c),
+ * SL_ENOMEM; every message starts with `what` (file and record). */
+int sl__tf_example_sample(const char *what, const unsigned char *data,
+                          size_t n, const sl__tf_feature *f, int nf,
+                          sl_schema *schema, sl_sample **out);
+
+#endif

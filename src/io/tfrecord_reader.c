@@ -1,0 +1,201 @@
+/*
+ * tfrecord_reader.c - the `tfrecord` reader: a TFRecord file, plain or
+ * GZIP-compressed, as one sample per record (docs/FORMATS.md).
+ *
+ * Bytes.  A plain file is mapped (fmt_map.c); a GZIP file (told by its
+ * magic, or sl_tfrecord_opts.compression) is inflated once at open into
+ * one buffer.  Every record's two masked CRC32Cs are checked as it is read
+ * (tfrecord.c).
+ *
+ * Samples.  With sl_tfrecord_opts.features, each record is decoded as a
+ * tf.train.Example and the named features become the fields
+ * (tfrecord_example.c, protobuf-c); without, the sample is {record:
+ * bytes}, a view of the record (for a Lua map, or another protobuf).
+ *
+ * Saving (readers/state.h): the byte offset of the next record in the
+ * (inflated) stream, from a log of each output's offset (sl__state_log);
+ * further behind than the log, the restore walks the record headers from
+ * the start.  The record holds the stream's size.
+ */
+#include "io/fmt_map.h"
+#include "io/tfrecord.h"
+#include "readers/state.h"
+
+#define MAX_FEATURES 64
+
+typedef struct tf_state {
+  char *path;
+  sl_buffer *bytes;
+  const unsigned char *p;
+  size_t n;
+  uint64_t off, rec;
+  sl__tf_feature f[MAX_FEATURES];
+  int nf; /* 0: {record: bytes} */
+  sl_schema *schema;
+  sl__state_log offs;
+  uint64_t log_from, from_off;
+} tf_state;
+
+static int tf_next(void *st, sl_sample **out) {
+  tf_state *s = st;
+  const unsigned char *d;
+  uint64_t len;
+  int rc = sl__tfrecord_next(s->p, s->n, &s->off, &d, &len, s->path, s->rec);
+  if (rc != SL_OK) return rc;
+  char what[600];
+  snprintf(what, sizeof what, "%s: record %llu", s->path,
+           (unsigned long long)s->rec);
+  s->rec++;
+  if (s->nf) {
+    SL_FORWARD_IF_ERROR(
+        sl__tf_example_sample(what, d, (size_t)len, s->f, s->nf, s->schema, out));
+  } else {
+    sl_sample *smp = sl_sample_new(s->schema);
+    SL_RETURN_ERROR_IF(!smp, SL_ENOMEM, "tfrecord: out of memory");
+    sl_tensor t;
+    int64_t l = (int64_t)len;
+    rc = sl_tensor_view(&t, SL_BYTES, 1, &l, s->bytes, (size_t)(d - s->p));
+    if (rc == SL_OK && (rc = sl_sample_set_move(smp, 0, &t)) < 0)
+      sl_tensor_clear(&t);
+    if (rc < 0) {
+      sl_sample_release(smp);
+      return rc;
+    }
+    *out = smp;
+  }
+  sl__state_log_note(&s->offs, s->off);
+  return SL_OK;
+}
+
+static int tf_reset(void *st) {
+  tf_state *s = st;
+  s->off = s->rec = 0;
+  s->offs.count = s->log_from = s->from_off = 0;
+  return SL_OK;
+}
+
+static void tf_destroy(void *st) {
+  tf_state *s = st;
+  if (!s) return;
+  sl_buffer_release(s->bytes);
+  sl_schema_release(s->schema);
+  sl__free(s->path);
+  sl__free(s);
+}
+
+static int tf_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
+                   sl__state_out *w) {
+  (void)r;
+  (void)pass;
+  tf_state *s = st;
+  uint64_t off = UINT64_MAX; /* walk k records from the start */
+  if (k == s->log_from)
+    off = s->from_off;
+  else if (k > s->log_from && k <= s->offs.count &&
+           s->offs.count - k < SL__STATE_LOG - 1)
+    off = s->offs.up[(k - 1) % SL__STATE_LOG];
+  SL_FORWARD_IF_ERROR(sl__state_put_u64(w, s->n));
+  return sl__state_put_u64(w, off);
+}
+
+static int tf_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
+                      sl__state_in *in) {
+  (void)r;
+  (void)pass;
+  tf_state *s = st;
+  uint64_t size, off;
+  SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &size));
+  SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &off));
+  SL_RETURN_ERROR_IF(size != s->n || (off != UINT64_MAX && off > s->n),
+                     SL_ECORRUPT,
+                     "restore: tfrecord %s: the file changed since the state "
+                     "was saved (%llu bytes then, %zu now)",
+                     s->path, (unsigned long long)size, s->n);
+  tf_reset(s);
+  if (off == UINT64_MAX) {
+    for (uint64_t i = 0; i < k; i++) {
+      const unsigned char *d;
+      uint64_t len;
+      int rc = sl__tfrecord_next(s->p, s->n, &s->off, &d, &len, s->path, i);
+      SL_RETURN_ERROR_IF(rc == SL_EOF, SL_ECORRUPT,
+                         "restore: tfrecord %s: ended after %llu records, "
+                         "the state needs %llu",
+                         s->path, (unsigned long long)i,
+                         (unsigned long long)k);
+      SL_FORWARD_IF_ERROR(rc);
+    }
+  } else {
+    s->off = off;
+  }
+  s->rec = k;
+  s->offs.count = s->log_from = k;
+  s->from_off = s->off;
+  return SL_OK;
+}
+
+static void tf_identity(const sl_reader *r, void *st, char *buf, size_t cap) {
+  (void)r;
+  const tf_state *s = st;
+  snprintf(buf, cap, "%s features=%d", sl__basename(s->path), s->nf);
+}
+
+static const sl__state_ops tf_state_ops = {tf_save, tf_restore, tf_identity};
+static const sl_reader_vtable tf_vt = {"tfrecord", tf_next, tf_reset,
+                                       tf_destroy};
+
+static int load(tf_state *s, int compression) {
+  SL_FORWARD_IF_ERROR(sl__map_file("tfrecord", s->path, &s->bytes, NULL));
+  const unsigned char *p = sl_buffer_data(s->bytes);
+  bool gz = compression == SL_TFRECORD_GZIP ||
+            (compression == SL_TFRECORD_AUTO && sl_buffer_size(s->bytes) >= 2 &&
+             p[0] == 0x1f && p[1] == 0x8b);
+  if (gz) {
+    sl_buffer_release(s->bytes);
+    s->bytes = NULL;
+    SL_FORWARD_IF_ERROR(sl__read_gzip_file("tfrecord", s->path, &s->bytes));
+  }
+  s->p = sl_buffer_data(s->bytes);
+  s->n = sl_buffer_size(s->bytes);
+  return SL_OK;
+}
+
+int sl_tfrecord_reader(const char *path, const sl_tfrecord_opts *opts,
+                       sl_reader **out) {
+  SL_RETURN_ERROR_IF(!out, SL_EINVAL, "tfrecord: NULL out pointer");
+  *out = NULL;
+  SL_RETURN_ERROR_IF(!path || !path[0], SL_EINVAL, "tfrecord: %s path",
+                     path ? "empty" : "NULL");
+  sl_tfrecord_opts o = SL_TFRECORD_OPTS_INIT;
+  if (opts)
+    SL_FORWARD_IF_ERROR(
+        sl__opts_copy("sl_tfrecord_opts", &o, sizeof o, opts));
+  SL_RETURN_ERROR_IF(o.compression < SL_TFRECORD_AUTO ||
+                         o.compression > SL_TFRECORD_GZIP,
+                     SL_EINVAL, "tfrecord: unknown compression %d",
+                     o.compression);
+  tf_state *s = sl__calloc(1, sizeof *s);
+  SL_RETURN_ERROR_IF(!s, SL_ENOMEM, "tfrecord: cannot allocate a reader");
+  s->path = sl__strdup(path);
+  int rc = s->path ? SL_OK : sl_set_error(SL_ENOMEM, "tfrecord: out of memory");
+  if (rc == SL_OK && o.features && o.features[0]) {
+    rc = sl__tf_features_parse(o.features, s->f, MAX_FEATURES, &s->nf);
+    if (rc == SL_OK && !sl__tf_can_decode())
+      rc = sl__tf_example_sample(path, NULL, 0, s->f, s->nf, NULL, NULL);
+    if (rc == SL_OK) rc = sl__tf_features_schema(s->f, s->nf, &s->schema);
+  } else if (rc == SL_OK) {
+    int64_t var = -1;
+    s->schema = sl_schema_new();
+    rc = s->schema ? sl_schema_add(s->schema, "record", SL_BYTES, 1, &var)
+                   : SL_ENOMEM;
+    if (rc >= 0) rc = sl_schema_set_meta(s->schema, "source", "tfrecord");
+    if (rc < 0) rc = sl_wrap_error(rc, "tfrecord: the schema");
+  }
+  if (rc == SL_OK) rc = load(s, o.compression);
+  if (rc < 0) {
+    tf_destroy(s);
+    return rc;
+  }
+  SL_FORWARD_IF_ERROR(sl__reader_make(&tf_vt, s, s->schema, out));
+  sl__reader_set_state_ops(*out, &tf_state_ops);
+  return SL_OK;
+}
