@@ -151,6 +151,10 @@ describe(":pack()", function()
     assert.equal(2, st.rows)
     assert.equal(9, st.tokens)
     assert.equal(0.75, st.efficiency)
+    local stages = p:stats() -- the stage's row carries them too
+    assert.equal("pack", stages[1].name)
+    assert.equal(0.75, stages[1].efficiency)
+    assert.equal(2, stages[1].rows)
   end)
 
   it("splits or truncates documents longer than a row", function()
@@ -210,10 +214,15 @@ describe("sluice.mix()", function()
                                     stop = "never"}):take(20000)
       local seq = {}
       for s in p:iter() do seq[#seq + 1] = s.i end
-      return seq, p:mix_counts()
+      local mixrow
+      for _, st in ipairs(p:stats()) do
+        if st.name == "mix" then mixrow = st end
+      end
+      return seq, p:mix_counts(), mixrow
     end
-    local s1, c = run()
+    local s1, c, row = run()
     local s2 = run()
+    assert.same(c.shares, row.shares)
     assert.same(s1, s2)
     assert.equal(20000, c.counts[1] + c.counts[2])
     assert.is_true(math.abs(c.shares[1] - 0.8) < 0.02)

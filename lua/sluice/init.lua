@@ -338,6 +338,20 @@ function Pipeline:stats()
       wait_up_s = s.wait_up_s, wait_down_s = s.wait_down_s,
     }
   end
+  -- The first pack and mix stages (those :pack_stats() and :mix_counts()
+  -- report on: the same order) carry their own figures (docs/TEXT.md).
+  local lm = {pack = "pack_stats", mix = "mix_counts"}
+  for i = 1, count do
+    local s = out[i]
+    local method = lm[s.name]
+    if method then
+      lm[s.name] = nil
+      local ok, figures = pcall(self[method], self) -- a reader named so
+      if ok then
+        for k, v in pairs(figures) do s[k] = v end
+      end
+    end
+  end
   return out
 end
 
