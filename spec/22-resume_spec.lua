@@ -348,6 +348,18 @@ end
       end
     end
 
+    it("open_files: a state of 4 threads restores into 1, and 1 into 2",
+       function()
+      local function with(threads)
+        return function()
+          return sluice.open_files(shards(), {threads = threads,
+            shuffle = true, seed = 3, window = 2}):batch(64)
+        end
+      end
+      check_resume(with(4), 2, {3, 157, 200}, {restore_build = with(1)})
+      check_resume(with(1), 2, {3, 157, 200}, {restore_build = with(2)})
+    end)
+
     it("idx", function()
       check_resume(function()
         return sluice.open("idx:" .. FMNIST .. "t10k-images-idx3-ubyte.gz"):take(300)
