@@ -15,7 +15,8 @@ PACKAGES := build-essential cmake pkg-config libzstd-dev zlib1g-dev \
             dataset-fashion-mnist openmpi-bin libopenmpi-dev zstd \
             libturbojpeg0-dev libspng-dev libjpeg-turbo-progs \
             clang-14 libclang-rt-14-dev \
-            python3-numpy libprotobuf-c-dev protobuf-c-compiler
+            python3-numpy libprotobuf-c-dev protobuf-c-compiler \
+            libcurl4-openssl-dev nginx
 
 BUILD_TYPE ?= RelWithDebInfo
 BUILD      ?= build

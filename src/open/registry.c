@@ -27,6 +27,7 @@
  * different locales would otherwise split different file lists.
  */
 #include "open/registry.h"
+#include "io/http.h"
 #include "open/shard_set.h"
 
 #include <errno.h>
@@ -393,7 +394,8 @@ static int expand_one(const char *stage, file_list *l, const char *name) {
   const char *colon = strchr(name, ':'), *path = name;
   char tag[SL__TAG_MAX];
   bool tagged = false;
-  if (colon && valid_tag(name, (size_t)(colon - name))) {
+  /* "http://..." is a URL, not the tag "http" (src/io/http.c). */
+  if (colon && valid_tag(name, (size_t)(colon - name)) && !sl__is_url(name)) {
     memcpy(tag, name, (size_t)(colon - name));
     tag[colon - name] = 0;
     SL_FORWARD_IF_ERROR(check_tag(stage, tag, name));
@@ -404,7 +406,7 @@ static int expand_one(const char *stage, file_list *l, const char *name) {
                      name);
   /* A file literally named like a pattern ("[a].slr") is that file. */
   struct stat st;
-  if (is_pattern(path) && lstat(path, &st) != 0)
+  if (is_pattern(path) && !sl__is_url(path) && lstat(path, &st) != 0)
     return expand_pattern(stage, l, tagged ? tag : NULL, path);
   return add_file(stage, l, tagged ? tag : NULL, path);
 }
