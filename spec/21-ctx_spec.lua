@@ -386,4 +386,26 @@ describe("sluice.rng", function()
     fails(function() r:random(0, 2^53) end, "interval is too large")
     fails(function() sluice.rng(-1) end, "seed must be an integer")
   end)
+
+  -- issue 19, failure 4: before, every worker state started math.random
+  -- from one seed, so a 4-thread map drew the same values over and over.
+  it("seeds math.random differently in each worker state", function()
+    local draws, seen, dup = {}, {}, 0
+    local p = sluice.range(2000):map(function(s)
+      s.r = math.random()
+      return s
+    end, {threads = 4, queue = 8})
+    for s in p:iter() do
+      local r = s.r
+      if seen[r] then dup = dup + 1 end
+      seen[r] = true
+      draws[#draws + 1] = r
+    end
+    assert.equal(2000, #draws)
+    assert.equal(0, dup)
+    -- two stages of one pipeline (other source lines) draw differently too
+    local a = sluice.range(1):map(function(s) s.r = math.random() return s end)
+    local b = sluice.range(1):map(function(s) s.r = math.random() return s end)
+    assert.are_not.equal(a:next().r, b:next().r)
+  end)
 end)

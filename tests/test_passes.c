@@ -530,3 +530,57 @@ TEST(length_through_map_prefetch_shuffle_threaded_batch) {
   ASSERT_OK(sl_batch(m, 3, NULL, &r));
   assert_length_unknown(r, "filter: ");
 }
+
+/* --- cache completes without the final next (issue 19, failure 3) ------- */
+
+static int g_map_calls;
+static int count_calls(void *ud, sl_sample *in, sl_sample **out) {
+  (void)ud;
+  g_map_calls++;
+  *out = in;
+  return SL_OK;
+}
+
+TEST(cache_completes_at_the_upstream_known_length) {
+  sl_reader *r = test_range_reader(4);
+  g_map_calls = 0;
+  ASSERT_OK(sl_map(r, count_calls, NULL, NULL, NULL, &r)); /* length 4 */
+  ASSERT_OK(sl_cache(r, &r));
+  for (int pass = 0; pass < 3; pass++) {
+    for (int i = 0; i < 4; i++) { /* exactly 4: never asks for a 5th */
+      sl_sample *s;
+      ASSERT_OK(sl_reader_next(r, &s));
+      ASSERT_EQ(test_sample_i64(s, 0), i);
+      sl_sample_release(s);
+    }
+    ASSERT_OK(sl_reader_reset(r));
+  }
+  ASSERT_EQ(g_map_calls, 4); /* read once, replayed twice */
+  sl_reader_destroy(r);
+}
+
+TEST(cache_completes_when_a_reset_finds_upstream_exhausted) {
+  counter c;
+  sl_reader *r;
+  ASSERT_OK(sl_cache(counting(&c, 4, 1), &r)); /* no known length */
+  for (int i = 0; i < 4; i++) {
+    sl_sample *s;
+    ASSERT_OK(sl_reader_next(r, &s));
+    sl_sample_release(s);
+  }
+  ASSERT_OK(sl_reader_reset(r));
+  EXPECT(r, SL_EOF, 0, 1, 2, 3); /* the cache: no reset of upstream */
+  ASSERT_EQ(c.resets, 0);
+  ASSERT_OK(sl_reader_reset(r));
+  EXPECT(r, SL_EOF, 0, 1, 2, 3);
+  sl_reader_destroy(r);
+  /* Stopped short of the end: the partial cache is dropped as before. */
+  ASSERT_OK(sl_cache(counting(&c, 4, 1), &r));
+  sl_sample *s;
+  ASSERT_OK(sl_reader_next(r, &s));
+  sl_sample_release(s);
+  ASSERT_OK(sl_reader_reset(r));
+  ASSERT_EQ(c.resets, 1);
+  EXPECT(r, SL_EOF, 100, 101, 102, 103);
+  sl_reader_destroy(r);
+}

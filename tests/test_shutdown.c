@@ -360,3 +360,88 @@ TEST(watchdog_fires_on_a_hang) {
   ASSERT_TRUE(WIFSIGNALED(status));
   ASSERT_EQ(WTERMSIG(status), SIGABRT);
 }
+
+/* --- a runaway call below other threaded stages (issue 19, failure 1) ------
+ * A Lua map with a 60 s deadline runs away on its sixth sample; above it, a
+ * stage with threads of its own (prefetch, a second Lua map, a C parallel
+ * map, double_buffer) has a thread waiting on it.  Destroying or resetting
+ * the top must not wait out the deadline: every stage of the chain is told
+ * to stop before any thread is joined. */
+
+enum { ABOVE_PREFETCH, ABOVE_MAP, ABOVE_C_MAP, ABOVE_DOUBLE_BUFFER, NABOVE };
+static const char *const above_names[NABOVE] = {
+    "prefetch", "a Lua map", "a C parallel map", "double_buffer"};
+
+static int c_identity(void *ud, sl_sample *in, sl_sample **out) {
+  (void)ud;
+  *out = in;
+  return SL_OK;
+}
+
+static sl_reader *runaway_under(int above) {
+  setup();
+  sl_reader *p = test_range_reader(1000);
+  sl__shipped *f = ship("runaway_at", 5); /* not 0: construction maps it */
+  sl__lua_stage_opts lo = {.threads = 1, .ordered = 1, .deadline = 60};
+  ASSERT_OK(sl__lua_stage(p, SL__LUA_MAP, f, g_env, &lo, NULL, &p));
+  sl__shipped_release(f);
+  switch (above) {
+  case ABOVE_PREFETCH:
+    ASSERT_OK(sl_prefetch(p, 4, &p));
+    break;
+  case ABOVE_MAP: {
+    sl__shipped *g = ship("identity", -1);
+    sl__lua_stage_opts l2 = {.threads = 2, .ordered = 1};
+    ASSERT_OK(sl__lua_stage(p, SL__LUA_MAP, g, g_env, &l2, NULL, &p));
+    sl__shipped_release(g);
+    break;
+  }
+  case ABOVE_C_MAP: {
+    sl_parallel_opts po = SL_PARALLEL_OPTS_INIT;
+    po.threads = 2;
+    ASSERT_OK(sl_map_parallel(p, c_identity, NULL, NULL, NULL, &po, &p));
+    break;
+  }
+  case ABOVE_DOUBLE_BUFFER: {
+    ASSERT_OK(sl_batch(p, 2, NULL, &p));
+    sl_double_buffer_opts o = SL_DOUBLE_BUFFER_OPTS_INIT;
+    o.device = "cpu";
+    ASSERT_OK(sl_double_buffer(p, &o, &p));
+    break;
+  }
+  }
+  nap_us(100 * 1000); /* the thread above now waits on the runaway call */
+  return p;
+}
+
+TEST(destroy_is_prompt_with_a_runaway_map_below_threaded_stages) {
+  for (int above = 0; above < NABOVE; above++) {
+    sl_reader *p = runaway_under(above);
+    long long t0 = now_ns();
+    sl_reader_destroy(p);
+    double s = (double)(now_ns() - t0) * 1e-9;
+    printf("destroy under %s: %.3f s\n", above_names[above], s);
+    if (s > 5)
+      test_fail(__FILE__, __LINE__, "destroy under %s took %.1f s",
+                above_names[above], s);
+  }
+}
+
+TEST(reset_is_prompt_with_a_runaway_map_below_threaded_stages) {
+  for (int above = 0; above < NABOVE; above++) {
+    sl_reader *p = runaway_under(above);
+    long long t0 = now_ns();
+    (void)sl_reader_reset(p); /* the runaway sample runs away again: fine */
+    double s = (double)(now_ns() - t0) * 1e-9;
+    printf("reset under %s: %.3f s\n", above_names[above], s);
+    if (s > 5)
+      test_fail(__FILE__, __LINE__, "reset under %s took %.1f s",
+                above_names[above], s);
+    t0 = now_ns();
+    sl_reader_destroy(p);
+    s = (double)(now_ns() - t0) * 1e-9;
+    if (s > 5)
+      test_fail(__FILE__, __LINE__, "destroy after reset under %s took %.1f s",
+                above_names[above], s);
+  }
+}

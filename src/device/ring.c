@@ -512,6 +512,16 @@ static int dbuf_next(void *st, sl_sample **out) {
   }
 }
 
+/* Stop signal (readers/reader_impl.h): the worker leaves at its next
+ * check; one waiting for a slot wakes at once. */
+static void dbuf_signal_stop(void *st) {
+  ring *r = ((dbuf_state *)st)->r;
+  pthread_mutex_lock(&r->mu);
+  r->stop = true;
+  pthread_cond_signal(&r->worker_cv);
+  pthread_mutex_unlock(&r->mu);
+}
+
 /* Stops the worker and drops the queued batches and the pass's end, for a
  * reset or a restore of upstream.  Batches the consumer holds keep their
  * slots. */
@@ -645,6 +655,7 @@ int sl_double_buffer(sl_reader *up, const sl_double_buffer_opts *opts,
   SL_FORWARD_IF_ERROR(sl__decorator_make_1to1(
       &dbuf_vt, p, (sl_schema *)sl_reader_schema(up), &p->up, &p->stats, out));
   sl__reader_set_state_ops(*out, &dbuf_state_ops);
+  sl__reader_set_stop_signal(*out, dbuf_signal_stop);
   rc = start_worker(p);
   if (rc != SL_OK) {
     sl_reader_destroy(*out); /* destroys up too: we own it */

@@ -242,6 +242,11 @@ static void dec_identity(const sl_reader *r, void *st, char *buf, size_t cap) {
            d->ordered ? 1 : 0);
 }
 
+/* Stop signal (readers/reader_impl.h). */
+static void dec_signal_stop(void *state) {
+  sl__engine_signal_stop(((dec_state *)state)->engine);
+}
+
 static const sl__state_ops dec_state_ops = {dec_save, dec_restore,
                                             dec_identity};
 
@@ -370,7 +375,10 @@ int sl__decode_image_make(sl_reader *up, const sl_image_opts *opts,
   rc = sl__decorator_make(strcmp(stage, "image") == 0 ? &image_vt : &dec_vt, d,
                           d->schema, &d->up, sl__engine_counters(d->engine),
                           out);
-  if (rc == SL_OK) sl__reader_set_state_ops(*out, &dec_state_ops);
+  if (rc == SL_OK) {
+    sl__reader_set_state_ops(*out, &dec_state_ops);
+    sl__reader_set_stop_signal(*out, dec_signal_stop);
+  }
   return rc;
 }
 

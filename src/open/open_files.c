@@ -978,6 +978,11 @@ static int of_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
   return o->unordered ? restore_unordered(o, k, in) : restore_ordered(o, k, in);
 }
 
+/* Stop signal (readers/reader_impl.h). */
+static void of_signal_stop(void *state) {
+  sl__engine_signal_stop(((of_state *)state)->eng);
+}
+
 static const sl__state_ops of_state_ops = {of_save, of_restore, of_identity};
 
 /* --- elastic restores ------------------------------------------------------
@@ -1510,6 +1515,7 @@ int sl_open_files(const char *const *names, size_t n,
   sl__reader_link(*out, NULL, 0, sl__engine_counters(o->eng));
   sl__reader_set_length(*out, of_length);
   sl__reader_set_state_ops(*out, &of_state_ops);
+  sl__reader_set_stop_signal(*out, of_signal_stop);
   sl__state_set_check(&of_state_ops, of_check);
   rc = start_workers(o);
   if (rc < 0) {

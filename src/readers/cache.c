@@ -3,11 +3,15 @@
  * cache).
  *
  * Protocol: while the first pass runs, every upstream sample is retained in
- * a growable array as it passes through.  When upstream reports SL_EOF the
- * cache is complete: later passes replay the array (the same samples,
- * retained again) and never touch upstream, not even to reset it.  A reset
- * before the first pass completes, including after an upstream error,
- * discards the partial cache and resets upstream, so caching starts over.
+ * a growable array as it passes through.  Complete: the cache holds the
+ * whole first pass once upstream reports SL_EOF, or once it holds as many
+ * samples as upstream's known length (sl_reader_length), or when a reset
+ * finds upstream with nothing more (sl_reader_has_next is 0) - so a loop of
+ * fixed steps that reads every sample but never asks past the last still
+ * completes it.  Later passes replay the array (the same samples, retained
+ * again) and never touch upstream, not even to reset it.  A reset before
+ * the first pass is complete, including after an upstream error, discards
+ * the partial cache and resets upstream, so caching starts over.
  */
 #include "readers/state.h"
 
@@ -15,8 +19,9 @@ typedef struct cache_state {
   sl_reader *up;
   sl_sample **items; /* the cached samples, each retained */
   size_t count, cap;
-  bool complete; /* the first pass reached SL_EOF */
-  size_t pos;    /* replay position once complete */
+  bool complete;  /* the first pass was read whole (see "Complete") */
+  uint64_t known; /* upstream's length when known, else UINT64_MAX */
+  size_t pos;     /* replay position once complete */
 } cache_state;
 
 static void discard(cache_state *c) {
@@ -60,12 +65,23 @@ static int cache_next(void *st, sl_sample **out) {
   if (rc < 0) {
     sl_sample_release(*out);
     *out = NULL;
+    return rc;
+  }
+  if (c->count == c->known) { /* the whole pass, without asking for more */
+    c->complete = true;
+    c->pos = c->count;
   }
   return rc;
 }
 
 static int cache_reset(void *st) {
   cache_state *c = st;
+  if (!c->complete && c->count > 0) {
+    /* Every sample read but the end not asked for (a loop of fixed
+     * steps): the pass is whole if upstream has nothing more. */
+    int more = sl_reader_has_next(c->up);
+    if (more == 0) c->complete = true;
+  }
   if (c->complete) {
     c->pos = 0;
     return SL_OK;
@@ -143,6 +159,9 @@ int sl_cache(sl_reader *up, sl_reader **out) {
     return sl__fail_with_upstream(
         up, sl_set_error(SL_ENOMEM, "cache: cannot allocate"));
   c->up = up;
+  uint64_t n;
+  c->known = sl_reader_length(up, &n) == SL_OK ? n : UINT64_MAX;
+  sl_clear_error(); /* an unknown length is no error here */
   /* Hold the schema ourselves: a failing sl_reader_new destroys `up`. */
   sl_schema *schema = sl_schema_retain((sl_schema *)sl_reader_schema(up));
   int rc = sl__decorator_make_1to1(&cache_vt, c, schema, &c->up, NULL, out);

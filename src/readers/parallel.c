@@ -123,6 +123,11 @@ static const sl_reader_vtable map_vt = {"map", par_next, par_reset,
 static const sl_reader_vtable filter_vt = {"filter", par_next, par_reset,
                                            par_destroy};
 
+/* Stop signal (reader_impl.h). */
+static void par_signal_stop(void *state) {
+  sl__engine_signal_stop(((par_state *)state)->engine);
+}
+
 /* Both constructors: `what` is "map" or "filter", exactly one of map /
  * filter is set. */
 static int make(const char *what, sl_reader *up, sl_map_fn map,
@@ -178,7 +183,10 @@ static int make(const char *what, sl_reader *up, sl_map_fn map,
     rc = sl__decorator_make_1to1(&map_vt, p, p->schema, &p->up, c, out);
   else
     rc = sl__decorator_make(&filter_vt, p, p->schema, &p->up, c, out);
-  if (rc == SL_OK) sl__reader_set_state_ops(*out, &par_state_ops);
+  if (rc == SL_OK) {
+    sl__reader_set_state_ops(*out, &par_state_ops);
+    sl__reader_set_stop_signal(*out, par_signal_stop);
+  }
   return rc;
 }
 

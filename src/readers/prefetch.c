@@ -143,6 +143,14 @@ static void drop_cache(prefetch_state *p) {
   p->cache_pos = p->cache_len = 0;
 }
 
+/* Stop signal (reader_impl.h): the worker leaves at its next check, and
+ * one blocked in send wakes at once. */
+static void prefetch_signal_stop(void *st) {
+  prefetch_state *p = st;
+  atomic_store_explicit(&p->stop, true, memory_order_relaxed);
+  sl_channel_abort(p->ch, SL_EKILLED, "prefetch: stopped");
+}
+
 static int prefetch_next(void *st, sl_sample **out) {
   prefetch_state *p = st;
   if (p->cache_pos == p->cache_len) {
@@ -241,6 +249,7 @@ int sl_prefetch(sl_reader *up, size_t n, sl_reader **out) {
                                               (sl_schema *)sl_reader_schema(up),
                                               &p->up, &p->stats, out));
   sl__reader_set_state_ops(*out, &prefetch_state_ops);
+  sl__reader_set_stop_signal(*out, prefetch_signal_stop);
   int rc = start_worker(p);
   if (rc != SL_OK) {
     sl_reader_destroy(*out); /* destroys up too: we own it; keeps the error */

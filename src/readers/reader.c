@@ -36,6 +36,7 @@ struct sl_reader {
   size_t nups;
   const sl__stage_counters *counters; /* NULL: a stage without threads */
   sl__length_fn length;               /* NULL: length not known */
+  sl__stop_signal_fn stop_signal;     /* NULL: no threads of its own */
   const sl__state_ops *state_ops;     /* NULL: cannot be saved (state.h) */
   /* The position (state.h), guarded like status: passes (resets, or as
    * restored) and samples handed out by next in this pass. */
@@ -54,6 +55,19 @@ void sl__reader_link(sl_reader *r, sl_reader *const *ups, size_t n,
 
 void sl__reader_set_length(sl_reader *r, sl__length_fn fn) {
   if (r) r->length = fn;
+}
+
+void sl__reader_set_stop_signal(sl_reader *r, sl__stop_signal_fn fn) {
+  if (r) r->stop_signal = fn;
+}
+
+/* Signals every stage of r's chain to stop its threads (reader_impl.h),
+ * top down, joining nothing. */
+static void signal_chain(sl_reader *r, int depth) {
+  if (!r || depth > 1024) return;
+  if (r->stop_signal) r->stop_signal(r->state);
+  for (size_t i = 0; i < r->nups; i++)
+    signal_chain(r->ups[i], depth + 1);
 }
 
 void sl__reader_set_state_ops(sl_reader *r, const sl__state_ops *ops) {
@@ -256,6 +270,7 @@ static int reset_locked(sl_reader *r) {
   clear_sticky(r);
   r->pass++;
   r->delivered = 0;
+  signal_chain(r, 0);
   if (!r->vt->reset)
     return make_sticky(r, sl_set_error(SL_EUNSUPPORTED,
                                        "%s: this reader cannot be reset",
@@ -280,6 +295,7 @@ int sl_reader_reset(sl_reader *r) {
 }
 
 void sl__reader_restore_begin(sl_reader *r) {
+  signal_chain(r, 0);
   lock(r);
   sl_sample_release(r->peeked);
   r->peeked = NULL;
@@ -315,6 +331,7 @@ const char *sl_reader_name(const sl_reader *r) {
 
 void sl_reader_destroy(sl_reader *r) {
   if (!r) return;
+  signal_chain(r, 0);
   sl_sample_release(r->peeked);
   if (r->vt->destroy) r->vt->destroy(r->state);
   sl_schema_release(r->schema);

@@ -117,6 +117,18 @@ int sl__map_call(sl_map_fn fn, void *ud, const sl_schema *want, sl_sample *in,
                  uint64_t index, sl_sample **out);
 int sl__filter_callback_error(int rc, uint64_t index);
 
+/* Stopping promptly (issue 19).  A stage with threads of its own sets, once
+ * after construction, a function that asks them to stop without waiting
+ * (any thread, idempotent until the stage restarts them; e.g.
+ * sl__engine_signal_stop).  Before a reader is destroyed or reset, every
+ * stage of its chain is signalled this way, top down, before any thread is
+ * joined: a thread of a stage above that waits on a stage below (a
+ * runaway Lua call with a deadline) is released at once instead of after
+ * the call ends.  The stages' own reset / destroy then join and restart as
+ * usual. */
+typedef void (*sl__stop_signal_fn)(void *state);
+void sl__reader_set_stop_signal(sl_reader *r, sl__stop_signal_fn fn);
+
 /* r's state when r is a built-in stage of vtable `vt` that is not shared
  * (sl__reader_share); else NULL.  For stages that cooperate with the stage
  * they wrap (prefetch over batch). */

@@ -5,6 +5,7 @@
  * promised.  Declared in lua_internal.h.
  */
 #include "core/internal.h"
+#include "core/rng.h"
 #include "script/lua_host.h"
 #include "script/lua_internal.h"
 
@@ -107,6 +108,33 @@ static int setup_state(lua_State *L) {
   return 0;
 }
 
+static int seed_random_cp(lua_State *L) {
+  const double *v = lua_touserdata(L, 1);
+  lua_getfield(L, LUA_GLOBALSINDEX, "math");
+  lua_getfield(L, -1, "randomseed");
+  lua_pushnumber(L, *v);
+  lua_call(L, 1, 0);
+  return 0;
+}
+
+int sl__lua_worker_seed_random(lua_State *L, uint64_t seed, const char *where,
+                               int worker) {
+  uint64_t h = 1469598103934665603ull; /* FNV-1a of where */
+  for (const char *p = where; p && *p; p++)
+    h = (h ^ (unsigned char)*p) * 1099511628211ull;
+  uint64_t z =
+      sl__splitmix64_mix(sl__splitmix64_mix(seed) ^ sl__splitmix64_mix(h) ^
+                         sl__splitmix64_mix((uint64_t)worker + 1));
+  double v = (double)(z >> 11); /* exact in a double */
+  if (lua_cpcall(L, seed_random_cp, &v) != 0) {
+    int rc = sl_set_error(SL_ELUA, "cannot seed math.random of a worker: %s",
+                          lua_isstring(L, -1) ? lua_tostring(L, -1) : "?");
+    lua_pop(L, 1);
+    return rc;
+  }
+  return SL_OK;
+}
+
 int sl__lua_worker_setup(const sl__lua_env *env, const sl__shipped *fn,
                          const char *what, const char *where, const char *op,
                          int *op_ref, int *fn_ref, lua_State **out) {
@@ -163,8 +191,8 @@ static int reorder(const sl_schema *want, sl_sample **sp) {
   return 1;
 }
 
-int sl__lua_check_sample(const sl_schema *want, sl_sample **sp,
-                         uint64_t index, const sl__lua_check_words *w) {
+int sl__lua_check_sample(const sl_schema *want, sl_sample **sp, uint64_t index,
+                         const sl__lua_check_words *w) {
   unsigned long long n = (unsigned long long)index;
   const sl_schema *got = sl_sample_schema(*sp);
   int nf = sl_schema_nfields(want);
@@ -225,10 +253,9 @@ int sl__lua_infer_schema(const sl_schema *up, const sl_sample *first,
   int nf = sl_schema_nfields(got);
   bool widen = false;
   for (int i = 0; i < nf && !widen; i++) {
-    int j = fitting_field(up, sl_schema_field_name(got, i),
-                          sl_schema_field_dtype(got, i),
-                          sl_schema_field_rank(got, i),
-                          sl_sample_at_const(first, i));
+    int j = fitting_field(
+        up, sl_schema_field_name(got, i), sl_schema_field_dtype(got, i),
+        sl_schema_field_rank(got, i), sl_sample_at_const(first, i));
     if (j < 0) continue;
     const int64_t *a = sl_schema_field_shape(got, i);
     const int64_t *b = sl_schema_field_shape(up, j);

@@ -40,6 +40,13 @@ void sl__lua_push_ptr(lua_State *L, const void *p);
 int sl__lua_worker_setup(const sl__lua_env *env, const sl__shipped *fn,
                          const char *what, const char *where, const char *op,
                          int *op_ref, int *fn_ref, lua_State **out);
+/* math.randomseed of a worker state (docs/LUA.md "Randomness": each worker
+ * draws its own numbers, the same from run to run, but which sample gets
+ * which depends on the threads' timing: ctx.rng is the reproducible
+ * generator): a value mixed from the stage's seed, the function's
+ * source:line and the worker's index.  SL_OK, or SL_ELUA/SL_ENOMEM. */
+int sl__lua_worker_seed_random(lua_State *L, uint64_t seed, const char *where,
+                               int worker);
 
 /* The words of sl__lua_check_sample's messages, which differ by caller:
  *   "<what> (<where>): <item> N: <fields> {got} do not match <whose> {want}"

@@ -91,6 +91,7 @@ static int begin_pass(lua_source *r) {
   if (!r->L) {
     int rc = sl__lua_worker_setup(r->env, r->fn, "reader", r->where, "export",
                                   &r->export_ref, &r->fn_ref, &r->L);
+    if (rc == SL_OK) rc = sl__lua_worker_seed_random(r->L, 0, r->where, 0);
     if (rc < 0) return fail(r, rc);
   }
   lua_State *L = r->L;

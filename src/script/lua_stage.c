@@ -227,6 +227,8 @@ static int stage_worker_init(void *ud, int index, void **wctx) {
                                 sl__engine_stop_flag(st->engine), w->fn_ref,
                                 st->what, st->where);
     if (rc == SL_OK) rc = setup_ctx(st, w, L);
+    if (rc == SL_OK)
+      rc = sl__lua_worker_seed_random(L, st->seed, st->where, index);
     if (rc < 0 && L) lua_close(L);
     if (rc < 0) return rc;
     w->L = L;
@@ -412,6 +414,12 @@ static const sl__engine_ops lua_ops = {stage_pull, stage_worker_init,
                                        stage_worker_fini, stage_process, NULL};
 
 /* --- the reader ----------------------------------------------------------- */
+
+/* Stop signal (readers/reader_impl.h): also interrupts a running call when
+ * the stage has a deadline (its hook reads the engine's stop flag). */
+static void stage_signal_stop(void *state) {
+  sl__engine_signal_stop(((lua_stage *)state)->engine);
+}
 
 static int stage_next(void *state, sl_sample **out) {
   lua_stage *st = state;
@@ -655,6 +663,9 @@ int sl__lua_stage(sl_reader *up, sl__lua_kind kind, sl__shipped *fn,
     rc = sl__decorator_make(&parse_vt, st, st->schema, &st->up, c, out);
   else
     rc = sl__decorator_make_1to1(&map_vt, st, st->schema, &st->up, c, out);
-  if (rc == SL_OK) sl__reader_set_state_ops(*out, &stage_state_ops);
+  if (rc == SL_OK) {
+    sl__reader_set_state_ops(*out, &stage_state_ops);
+    sl__reader_set_stop_signal(*out, stage_signal_stop);
+  }
   return rc;
 }

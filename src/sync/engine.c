@@ -665,6 +665,14 @@ static void fill_cache(sl__engine *e) {
       }
     }
     if (n > 0) break;
+    /* Told to stop (sl__engine_signal_stop from another thread, e.g. the
+     * chain of a reader being destroyed): no result may ever come, so the
+     * consumer gets an end instead of sleeping. */
+    if (atomic_load_explicit(&e->stop, memory_order_relaxed)) {
+      sl_set_error(SL_EKILLED, "%s: stopped", e->stage);
+      result_error(&e->cache[n++], SL_EKILLED);
+      break;
+    }
     /* Skipped drops may have made room: idle workers must not wait for a
      * consumer that is about to sleep. */
     wakes wk0 = {false, false, false};

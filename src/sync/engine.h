@@ -122,7 +122,10 @@ void sl__engine_process_many(sl__engine *e, sl__engine_many_fn many);
 int sl__engine_start(sl__engine *e);
 
 /* Asks the workers to stop (they finish the item in hand) without waiting
- * for them.  Any thread, any time; idempotent until the next start. */
+ * for them.  Any thread, any time; idempotent until the next start.  A
+ * consumer waiting in sl__engine_next / _peek with nothing ready then gets
+ * SL_EKILLED ("<stage>: stopped") instead of waiting for results that will
+ * not come (the stop of a chain: readers/reader_impl.h). */
 void sl__engine_signal_stop(sl__engine *e);
 
 /* Stops the pass: signals, joins every worker, releases every result not
