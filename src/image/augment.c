@@ -19,7 +19,7 @@
  */
 #include "core/rng.h"
 #include "image/image.h"
-#include "readers/reader_impl.h"
+#include "readers/state.h"
 
 typedef struct crop_state {
   sl_reader *up;
@@ -28,6 +28,7 @@ typedef struct crop_state {
   uint32_t h, w; /* 0: no crop */
   bool flip;
   uint64_t seed, epoch, index;
+  uint64_t epoch0; /* the epoch option: epoch = epoch0 + passes */
 } crop_state;
 
 static void seed_state(const crop_state *c, uint64_t index, uint64_t s[4]) {
@@ -126,6 +127,28 @@ static void crop_destroy(void *st) {
   sl__free(c);
 }
 
+/* A pure function of (seed, epoch, index): the position is all. */
+static int crop_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
+                        sl__state_in *in) {
+  (void)r;
+  crop_state *c = st;
+  SL_FORWARD_IF_ERROR(sl__state_restore_up(in, c->up));
+  c->index = k;
+  c->epoch = c->epoch0 + pass;
+  return SL_OK;
+}
+
+static void crop_identity(const sl_reader *r, void *st, char *buf, size_t cap) {
+  (void)r;
+  const crop_state *c = st;
+  snprintf(buf, cap, "field=%d crop=%ux%u flip=%d seed=%llu epoch=%llu",
+           c->field, c->h, c->w, c->flip ? 1 : 0, (unsigned long long)c->seed,
+           (unsigned long long)c->epoch0);
+}
+
+static const sl__state_ops crop_state_ops = {sl__state_save_1to1, crop_restore,
+                                             crop_identity};
+
 static const sl_reader_vtable crop_vt = {"random_crop_flip", crop_next,
                                          crop_reset, crop_destroy};
 
@@ -171,7 +194,7 @@ int sl_random_crop_flip(sl_reader *up, const sl_crop_flip_opts *opts,
   c->w = o.width;
   c->flip = o.flip != 0;
   c->seed = o.seed;
-  c->epoch = o.epoch;
+  c->epoch = c->epoch0 = o.epoch;
   const int64_t *ush = sl_schema_field_shape(us, field);
   int64_t dims[3] = {o.height ? (int64_t)o.height : ush[0],
                      o.width ? (int64_t)o.width : ush[1], ush[2]};
@@ -180,5 +203,7 @@ int sl_random_crop_flip(sl_reader *up, const sl_crop_flip_opts *opts,
     crop_destroy(c);
     return sl_wrap_error(rc, "random_crop_flip");
   }
-  return sl__decorator_make_1to1(&crop_vt, c, c->schema, &c->up, NULL, out);
+  rc = sl__decorator_make_1to1(&crop_vt, c, c->schema, &c->up, NULL, out);
+  if (rc == SL_OK) sl__reader_set_state_ops(*out, &crop_state_ops);
+  return rc;
 }
