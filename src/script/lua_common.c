@@ -120,7 +120,7 @@ static int seed_random_cp(lua_State *L) {
 int sl__lua_worker_seed_random(lua_State *L, uint64_t seed, const char *where,
                                int worker) {
   uint64_t h = 1469598103934665603ull; /* FNV-1a of where */
-  for (const char *p = where; p && *p; p++)
+  for (const char *p = sl__lua_where_base(where); p && *p; p++)
     h = (h ^ (unsigned char)*p) * 1099511628211ull;
   uint64_t z =
       sl__splitmix64_mix(sl__splitmix64_mix(seed) ^ sl__splitmix64_mix(h) ^

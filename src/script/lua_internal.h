@@ -14,6 +14,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 
 /* Pushes the C function registered in L's registry under the light-userdata
  * `key`, creating and registering it (inside lua_cpcall, so a memory error
@@ -45,6 +46,15 @@ int sl__lua_worker_setup(const sl__lua_env *env, const sl__shipped *fn,
  * which depends on the threads' timing: ctx.rng is the reproducible
  * generator): a value mixed from the stage's seed, the function's
  * source:line and the worker's index.  SL_OK, or SL_ELUA/SL_ENOMEM. */
+/* The file name and line of a function's "<source>:<line>" without its
+ * folder ("a/b/f.lua:12" -> "f.lua:12"): what a saved state records, so a
+ * state saved running "examples/x.lua" restores running "./examples/x.lua"
+ * or the script from another working directory. */
+static inline const char *sl__lua_where_base(const char *where) {
+  const char *slash = where ? strrchr(where, '/') : NULL;
+  return slash ? slash + 1 : where;
+}
+
 int sl__lua_worker_seed_random(lua_State *L, uint64_t seed, const char *where,
                                int worker);
 

@@ -204,7 +204,7 @@ static void source_identity(const sl_reader *rd, void *state, char *buf,
   (void)rd;
   const lua_source *r = state;
   char schema[256];
-  snprintf(buf, cap, "reader %s schema=%s", r->where,
+  snprintf(buf, cap, "reader %s schema=%s", sl__lua_where_base(r->where),
            sl_schema_describe(r->schema, schema, sizeof schema));
 }
 

@@ -529,7 +529,7 @@ static void stage_identity(const sl_reader *r, void *state, char *buf,
   const lua_stage *st = state;
   char schema[256];
   snprintf(buf, cap, "%s %s ordered=%d seed=%llu epoch=%llu schema=%s",
-           st->what, st->where, st->ordered ? 1 : 0,
+           st->what, sl__lua_where_base(st->where), st->ordered ? 1 : 0,
            (unsigned long long)st->seed, (unsigned long long)st->epoch0,
            st->schema ? sl_schema_describe(st->schema, schema, sizeof schema)
                       : "?");
