@@ -1,6 +1,6 @@
 /*
  * test_resume_open.c - sl_reader_save / sl_reader_restore over
- * sl_open_files (docs/RESUME-sources.md): ordered with 1, 2 and 4 threads
+ * sl_open_files (docs/RESUME.md): ordered with 1, 2 and 4 threads
  * at cut points mid-chunk, at chunk boundaries, mid-epoch, at the epoch
  * boundary and in later epochs; a state saved with 4 threads restored with 1
  * and 2; shares of a rank; skip_chunk over a corrupt chunk; unordered

@@ -1,6 +1,6 @@
 /*
  * test_resume_script.c - sl_reader_save / sl_reader_restore over the stages
- * that run on the parallel engine (docs/RESUME-script.md): the Lua map,
+ * that run on the parallel engine (docs/RESUME.md): the Lua map,
  * filter and parser (src/script/lua_stage.c) ordered at 1, 2 and 4 threads
  * and unordered, the Lua reader (lua_reader.c: a replay of its pass), and
  * the C sl_map_parallel / sl_filter_parallel (readers/parallel.c).

@@ -1,6 +1,6 @@
 /*
  * test_resume_sources.c - sl_reader_save / sl_reader_restore over the data
- * sources (docs/RESUME-sources.md): the SLR file reader under each
+ * sources (docs/RESUME.md): the SLR file reader under each
  * corruption policy, idx, text (buffers and mmap), a glob opened by sl_open
  * (a chain of readers), the image folder reader and decode_image with 1, 2
  * and 4 threads (a state saved with 4 threads restored with 1), unordered
