@@ -29,6 +29,11 @@
  *
  * A second Python thread calling into a pipeline another thread is
  * waiting on gets RuntimeError (`busy`, checked under the GIL).
+ *
+ * Fork.  A child process (multiprocessing, a DataLoader worker) inherits
+ * the object but none of the pipeline's threads: there, the object only
+ * refuses (ECLOSED) and its finaliser leaves the C side alone - joining
+ * threads that do not exist in the child would hang it.
  */
 #include "binding.h"
 
@@ -38,6 +43,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define SLICE_MS 50
 
@@ -73,6 +79,7 @@ typedef struct {
   int closed;
   int fresh;       /* no batch pulled since open, reset or restore */
   int busy;        /* a Python thread is inside a call */
+  pid_t owner;     /* the process that opened it (see fork below) */
   PyObject *names; /* tuple of field names */
   PyObject *index; /* dict name -> position */
 } PipelineObject;
@@ -304,6 +311,12 @@ static int check_usable(PipelineObject *self) {
     slpy_raise(SL_ECLOSED, "sluice: the pipeline is closed");
     return -1;
   }
+  if (self->owner != getpid()) {
+    slpy_raise(SL_ECLOSED, "sluice: the pipeline was opened by another "
+                           "process (this one was forked from it): open it "
+                           "again here");
+    return -1;
+  }
   if (self->busy) {
     PyErr_SetString(PyExc_RuntimeError,
                     "sluice: another Python thread is using this pipeline "
@@ -342,6 +355,7 @@ PyObject *slpy_pipeline_new(sl_pipeline *p) {
   }
   self->p = p;
   self->fresh = 1;
+  self->owner = getpid();
   if (build_schema(self) < 0) {
     Py_DECREF(self);
     return NULL;
@@ -354,6 +368,7 @@ PyObject *slpy_pipeline_new(sl_pipeline *p) {
 static void pipeline_close_nowait(PipelineObject *self) {
   if (self->closed) return;
   self->closed = 1;
+  if (self->owner != getpid()) return; /* a forked child's copy */
   puller *pu = self->pu;
   if (!pu) {
     sl_pipeline *p = self->p;
@@ -390,6 +405,10 @@ static void pipeline_dealloc(PyObject *obj) {
 static PyObject *pipeline_close(PyObject *obj, PyObject *unused) {
   PipelineObject *self = (PipelineObject *)obj;
   if (self->closed) Py_RETURN_NONE;
+  if (self->owner != getpid()) {
+    pipeline_close_nowait(self); /* marks it closed, nothing else */
+    Py_RETURN_NONE;
+  }
   if (self->busy) {
     PyErr_SetString(PyExc_RuntimeError,
                     "sluice: another Python thread is using this pipeline");

@@ -21,8 +21,8 @@ return sluice.range(%d):map(function(s) sleep_ms(%d) return s end)
 
 
 def test_gil_is_released_while_next_waits():
-    p = sluice.open_string(SLOW % (3, 500))
-    next(p)
+    p = sluice.open_string(SLOW % (3, 1000))
+    next(p)  # sample 1 is under way from here: about 1 s to wait
     count = [0]
     stop = threading.Event()
 
@@ -42,7 +42,7 @@ def test_gil_is_released_while_next_waits():
     t.join()
     assert np.asarray(b["i"]).tolist() == 1
     assert waited >= 0.3
-    # A thread holding no lock counts millions in 0.5 s; with the GIL held
+    # A thread holding no lock counts millions in 0.3 s; with the GIL held
     # by the waiting next it would count nothing.
     assert during > 10000, during
     p.close()
@@ -145,3 +145,35 @@ def test_pipelines_on_several_threads_at_once(t10k):
     for t in ts:
         t.join()
     assert totals == [10000] * 3
+
+
+def test_a_forked_child_refuses_the_parents_pipeline_and_drops_it():
+    import gc
+    p = sluice.open_string(SLOW % (4, 100))
+    next(p)  # the puller runs
+    pid = os.fork()
+    if pid == 0:  # the child: none of the pipeline's threads are here
+        code = 3
+        try:
+            try:
+                next(p)
+                code = 1
+            except sluice.ECLOSED as e:
+                code = 0 if "another process" in e.detail else 2
+            del p  # the finaliser must not join absent threads
+            gc.collect()
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + 20
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            raise AssertionError("the forked child hung")
+        time.sleep(0.05)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+    assert int(np.asarray(next(p)["i"])) == 1  # the parent's is intact
+    p.close()

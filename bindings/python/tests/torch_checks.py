@@ -63,6 +63,27 @@ def main(t10k):
     ds2.close()
     ds.close()
     checks += 1
+
+    # torch.distributed, when initialised, gives the rank and world size.
+    import tempfile
+    import torch.distributed as dist
+    if dist.is_available():
+        store = tempfile.NamedTemporaryFile(delete=False)
+        store.close()
+        dist.init_process_group("gloo", init_method="file://" + store.name,
+                                rank=0, world_size=1)
+        try:
+            ds3 = IterableDataset(SCRIPT, "test", t10k, rank=5, world=9)
+            assert (ds3.rank, ds3.world) == (0, 1), (ds3.rank, ds3.world)
+            assert sum(b["label"].shape[0] for b in ds3) == 10000
+            assert os.environ["RANK"] == "0"
+            assert os.environ["WORLD_SIZE"] == "1"
+            ds3.close()
+        finally:
+            dist.destroy_process_group()
+            if os.path.exists(store.name):  # gloo may remove it itself
+                os.unlink(store.name)
+    checks += 1
     print("torch checks passed: %d" % checks)
 
 
