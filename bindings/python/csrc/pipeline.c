@@ -645,9 +645,9 @@ static Py_ssize_t pipeline_len(PyObject *obj) {
 /* {name: (dtype, shape)}; -1 marks a variable dimension. */
 static PyObject *pipeline_get_schema(PyObject *obj, void *c) {
   PipelineObject *self = (PipelineObject *)obj;
-  const sl_schema *sc = sl_pipeline_schema(self->p);
-  if (self->closed || !sc)
+  if (self->closed)
     return slpy_raise(SL_ECLOSED, "sluice: the pipeline is closed");
+  const sl_schema *sc = sl_pipeline_schema(self->p);
   PyObject *d = PyDict_New();
   int n = sl_schema_nfields(sc);
   for (int i = 0; d && i < n; i++) {

@@ -85,6 +85,10 @@ def test_close_is_idempotent_and_closed_pipeline_raises():
         p.reset()
     with pytest.raises(sluice.ECLOSED):
         iter(p)
+    for ask in (lambda: p.schema, lambda: len(p), p.stats, p.state):
+        with pytest.raises(sluice.ECLOSED):
+            ask()
+    assert repr(p) == "<sluice.Pipeline closed>"
     # A batch taken before closing stays valid.
     assert np.asarray(b["i"]).tolist() == [0, 1, 2, 3]
 
