@@ -135,6 +135,24 @@ static int idx_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
   return SL_OK;
 }
 
+/* Random access (readers/state.h): views of the files in memory. */
+static int idx_fetch(sl_reader *r, void *st, uint64_t pass, uint64_t pos,
+                     sl_sample **out) {
+  (void)r;
+  (void)pass;
+  idx_state *s = st;
+  if (!out) return SL_OK;
+  SL_RETURN_ERROR_IF(pos >= s->count, SL_ECORRUPT,
+                     "idx %s: sample %llu is past its %llu samples",
+                     s->images_name, (unsigned long long)pos,
+                     (unsigned long long)s->count);
+  uint64_t keep = s->pos;
+  s->pos = pos;
+  int rc = idx_next(s, out);
+  s->pos = keep;
+  return rc;
+}
+
 static void idx_identity(const sl_reader *r, void *st, char *buf, size_t cap) {
   (void)r;
   const idx_state *s = st;
@@ -286,6 +304,7 @@ int sl_idx_reader(const char *images, const char *labels, sl_reader **out) {
   SL_FORWARD_IF_ERROR(sl__reader_make(&idx_vt, s, s->schema, out));
   sl__reader_set_length(*out, idx_length);
   sl__reader_set_state_ops(*out, &idx_state_ops);
+  sl__reader_set_fetch(*out, idx_fetch);
   sl__state_set_check(&idx_state_ops, idx_check);
   return SL_OK;
 }

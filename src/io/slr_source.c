@@ -182,6 +182,33 @@ static int slr_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
   return SL_OK;
 }
 
+/* Random access (readers/state.h) under policy fail: record first + pos;
+ * the file's one-chunk cache makes fetches in position order decode each
+ * chunk once.  Under skip_chunk positions depend on the bad chunks met:
+ * not offered. */
+static int slr_fetch(sl_reader *r, void *st, uint64_t pass, uint64_t pos,
+                     sl_sample **out) {
+  (void)r;
+  (void)pass;
+  slr_state *s = st;
+  SL_RETURN_ERROR_IF(
+      sl__slr_policy(s->f) == SL_CORRUPT_SKIP_CHUNK, SL_EUNSUPPORTED,
+      "slr: %s: no random access under policy skip_chunk", sl_slr_path(s->f));
+  if (!out) return SL_OK;
+  uint64_t rec = s->first + pos;
+  SL_RETURN_ERROR_IF(pos >= s->end - s->first, SL_ECORRUPT,
+                     "slr: %s: sample %llu is past its %llu records",
+                     sl_slr_path(s->f), (unsigned long long)pos,
+                     (unsigned long long)(s->end - s->first));
+  uint64_t c = sl_slr_chunk_of(s->f, rec), ch_first;
+  uint32_t n;
+  const slr_chunk *ch;
+  sl__slr_chunk_span(s->f, c, &ch_first, &n);
+  s->ch = NULL; /* the file's chunk cache moves: next reloads its own */
+  SL_FORWARD_IF_ERROR(sl__slr_load_chunk(s->f, c, &ch));
+  return sl__slr_chunk_record(s->f, ch, (uint32_t)(rec - ch_first), out);
+}
+
 static void slr_identity(const sl_reader *r, void *st, char *buf, size_t cap) {
   (void)r;
   const slr_state *s = st;
@@ -209,6 +236,7 @@ static int make(sl_slr_file *f, uint64_t first, uint64_t end, sl_reader **out) {
       sl__reader_make(&slr_vt, s, (sl_schema *)sl_slr_schema(f), out));
   sl__reader_set_length(*out, slr_length);
   sl__reader_set_state_ops(*out, &slr_state_ops);
+  sl__reader_set_fetch(*out, slr_fetch);
   sl__state_set_check(&slr_state_ops, slr_check);
   return SL_OK;
 }

@@ -37,6 +37,7 @@ struct sl_reader {
   const sl__stage_counters *counters; /* NULL: a stage without threads */
   sl__length_fn length;               /* NULL: length not known */
   sl__stop_signal_fn stop_signal;     /* NULL: no threads of its own */
+  sl__fetch_fn fetch;                 /* NULL: no random access (state.h) */
   const sl__state_ops *state_ops;     /* NULL: cannot be saved (state.h) */
   /* The position (state.h), guarded like status: passes (resets, or as
    * restored) and samples handed out by next in this pass. */
@@ -68,6 +69,17 @@ static void signal_chain(sl_reader *r, int depth) {
   if (r->stop_signal) r->stop_signal(r->state);
   for (size_t i = 0; i < r->nups; i++)
     signal_chain(r->ups[i], depth + 1);
+}
+
+void sl__reader_set_fetch(sl_reader *r, sl__fetch_fn fn) {
+  if (r) r->fetch = fn;
+}
+
+int sl__reader_fetch(sl_reader *r, uint64_t pass, uint64_t pos,
+                     sl_sample **out) {
+  SL_RETURN_ERROR_IF(!r->fetch, SL_EUNSUPPORTED,
+                     "%s: no random access to its samples", sl_reader_name(r));
+  return r->fetch(r, r->state, pass, pos, out);
 }
 
 void sl__reader_set_state_ops(sl_reader *r, const sl__state_ops *ops) {

@@ -166,11 +166,13 @@ static void shuffle_destroy(void *st) {
  * Which upstream samples the window holds after k outputs of a pass depends
  * only on the seed, the pass, k and where upstream ended - not on the
  * samples - so a state holds no samples: replay() runs the window's moves
- * on sequence numbers.  The restore then reads upstream again from the
- * oldest sample the window held, keeping the held ones in their slots: at
- * most the distance from that sample to the newest, which for a full
- * window is about buffer_size x (1 + ln buffer_size) samples
- * (docs/RESUME.md). */
+ * on sequence numbers.  Over a source with random access (sl__reader_fetch:
+ * range, array, slr, idx) the restore then fetches exactly the window's
+ * samples, in position order (a chunked file decodes each chunk they fall
+ * in once); over anything else it reads upstream again from the oldest
+ * sample the window held, keeping the held ones in their slots: the
+ * distance from that sample to the newest, which for a full window is
+ * about buffer_size x (1 + ln buffer_size) samples (docs/RESUME.md). */
 
 typedef struct replayed {
   uint64_t *slot; /* the window: upstream sequence numbers, count of them */
@@ -229,7 +231,15 @@ static uint64_t oldest(const replayed *w) {
   return m;
 }
 
-/* Payload: where upstream ended in this pass (UINT64_MAX: not yet). */
+/* How a restore gets the window's samples back (payload). */
+enum { REFILL_READ = 0, REFILL_FETCH = 1 };
+
+/* Payload: where upstream ended in this pass (UINT64_MAX: not yet), and
+ * how to refill: REFILL_FETCH when upstream has random access (a source
+ * with an index: sl__reader_fetch) - upstream is saved where the window
+ * stopped reading and the restore fetches exactly the samples the window
+ * held; else REFILL_READ - upstream is saved at the window's oldest sample
+ * and the restore reads forward from there. */
 static int shuffle_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                         sl__state_out *w) {
   (void)r;
@@ -237,11 +247,15 @@ static int shuffle_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
   uint64_t end = pass == s->pass && s->up_ended ? s->pulled : UINT64_MAX;
   replayed win;
   SL_FORWARD_IF_ERROR(replay(s, pass, k, end, &win));
-  uint64_t from = oldest(&win);
+  uint64_t from = oldest(&win), pulled = win.pulled;
   sl__free(win.slot);
+  bool fetch = sl__reader_fetch(s->up, 0, 0, NULL) == SL_OK;
+  sl_clear_error();
   SL_FORWARD_IF_ERROR(sl__state_put_u64(w, end));
-  if (from == win.pulled) /* nothing to read again */
-    return sl__state_save_up(w, s->up, sl__reader_pass(s->up), from);
+  SL_FORWARD_IF_ERROR(sl__state_put_u64(w, fetch ? REFILL_FETCH : REFILL_READ));
+  if (fetch || from == pulled) /* nothing to read again */
+    return sl__state_save_up(w, s->up, sl__reader_pass(s->up),
+                             fetch ? pulled : from);
   return sl__state_save_up_replayed(w, s->up, sl__reader_pass(s->up), from);
 }
 
@@ -255,7 +269,7 @@ static int by_seq(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-static int refill(shuffle_state *s, const replayed *w) {
+static int refill(shuffle_state *s, const replayed *w, bool fetch) {
   if (w->count > s->cap) {
     sl_sample **win = sl__realloc(s->win, w->count * sizeof *win);
     SL_RETURN_ERROR_IF(!win, SL_ENOMEM,
@@ -271,7 +285,14 @@ static int refill(shuffle_state *s, const replayed *w) {
   qsort(order, w->count, sizeof *order, by_seq);
   int rc = SL_OK;
   size_t next = 0;
-  for (uint64_t q = oldest(w); q < w->pulled && rc == SL_OK; q++) {
+  /* Random access: exactly the window's samples, in position order. */
+  uint64_t up_pass = sl__reader_pass(s->up);
+  while (fetch && next < w->count && rc == SL_OK) {
+    sl_sample *smp = NULL;
+    rc = sl__reader_fetch(s->up, up_pass, order[next].seq, &smp);
+    if (rc == SL_OK) s->win[order[next++].slot] = smp;
+  }
+  for (uint64_t q = oldest(w); !fetch && q < w->pulled && rc == SL_OK; q++) {
     sl_sample *smp = NULL;
     rc = sl_reader_next(s->up, &smp);
     if (rc == SL_EOF)
@@ -300,11 +321,15 @@ static int shuffle_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
   release_window(s);
   s->ahead_ok = false;
   SL_FORWARD_IF_ERROR(sl__state_restore_up(in, s->up));
-  uint64_t end;
+  uint64_t end, how;
   SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &end));
+  SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &how));
+  SL_RETURN_ERROR_IF(how != REFILL_READ && how != REFILL_FETCH, SL_ECORRUPT,
+                     "restore: corrupt state: shuffle refill %llu",
+                     (unsigned long long)how);
   replayed w;
   SL_FORWARD_IF_ERROR(replay(s, pass, k, end, &w));
-  int rc = refill(s, &w);
+  int rc = refill(s, &w, how == REFILL_FETCH);
   if (rc == SL_OK) {
     s->count = w.count;
     s->pulled = w.pulled;

@@ -45,6 +45,19 @@ static int array_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
   return SL_OK;
 }
 
+static int array_fetch(sl_reader *r, void *st, uint64_t pass, uint64_t pos,
+                       sl_sample **out) {
+  (void)r;
+  (void)pass;
+  array_state *a = st;
+  if (!out) return SL_OK;
+  SL_RETURN_ERROR_IF(pos >= a->n, SL_ECORRUPT,
+                     "array: sample %llu is past its %zu samples",
+                     (unsigned long long)pos, a->n);
+  *out = sl_sample_retain(a->samples[pos]);
+  return SL_OK;
+}
+
 static void array_identity(const sl_reader *r, void *st, char *buf,
                            size_t cap) {
   (void)r;
@@ -90,5 +103,6 @@ int sl_reader_from_array(sl_sample *const *samples, size_t n, sl_schema *schema,
   SL_FORWARD_IF_ERROR(sl__reader_make(&array_vt, a, (sl_schema *)want, out));
   sl__reader_set_length(*out, array_length);
   sl__reader_set_state_ops(*out, &array_state_ops);
+  sl__reader_set_fetch(*out, array_fetch);
   return SL_OK;
 }

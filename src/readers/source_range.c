@@ -52,6 +52,22 @@ static int range_restore(sl_reader *rd, void *st, uint64_t pass, uint64_t k,
   return SL_OK;
 }
 
+static int range_fetch(sl_reader *rd, void *st, uint64_t pass, uint64_t pos,
+                       sl_sample **out) {
+  (void)rd;
+  (void)pass;
+  range_state *r = st;
+  if (!out) return SL_OK;
+  SL_RETURN_ERROR_IF(pos >= (uint64_t)r->n, SL_ECORRUPT,
+                     "range: sample %llu is past its %lld samples",
+                     (unsigned long long)pos, (long long)r->n);
+  int64_t keep = r->i;
+  r->i = (int64_t)pos;
+  int rc = range_next(r, out);
+  r->i = keep;
+  return rc;
+}
+
 static void range_identity(const sl_reader *rd, void *st, char *buf,
                            size_t cap) {
   (void)rd;
@@ -80,5 +96,6 @@ int sl_reader_range(int64_t n, sl_reader **out) {
   SL_FORWARD_IF_ERROR(sl__reader_make(&range_vt, r, r->schema, out));
   sl__reader_set_length(*out, range_length);
   sl__reader_set_state_ops(*out, &range_state_ops);
+  sl__reader_set_fetch(*out, range_fetch);
   return SL_OK;
 }

@@ -265,6 +265,19 @@ int sl__state_push_u64(uint64_t **v, size_t *n, size_t *cap, uint64_t x);
 /* The upstreams linked to r (sl__reader_link), for save ops: *ups[i]. */
 sl_reader *sl__reader_up(const sl_reader *r, size_t i);
 
+/* Random access, for a shuffle's restore (shuffle.c): a source that can
+ * make the sample at position `pos` of pass `pass` - what a restore at
+ * (pass, pos) followed by one next would give - without moving its own
+ * position sets a fetch function once after construction.  With out ==
+ * NULL it only answers whether it can (SL_OK or SL_EUNSUPPORTED).
+ * sl__reader_fetch: SL_EUNSUPPORTED for a reader without one; call it only
+ * while nothing pulls the reader (a restore). */
+typedef int (*sl__fetch_fn)(sl_reader *r, void *state, uint64_t pass,
+                            uint64_t pos, sl_sample **out);
+void sl__reader_set_fetch(sl_reader *r, sl__fetch_fn fn);
+int sl__reader_fetch(sl_reader *r, uint64_t pass, uint64_t pos,
+                     sl_sample **out);
+
 /* reader.c's side of a restore (used by state.c only): begin locks a
  * shared reader and drops a peeked sample and a sticky error; end records
  * the position (pass, k) when rc is SL_OK, else makes rc sticky, and
