@@ -483,7 +483,6 @@ static int check(record *rec, sl_reader *r, trail *t) {
 /* --- restoring
  * ------------------------------------------------------------------ */
 
-
 int sl__state_get_u64(sl__state_in *in, uint64_t *v) {
   SL_RETURN_ERROR_IF(in->rec->size - in->pos < 8, SL_ECORRUPT,
                      "restore: corrupt state: the record of stage '%.*s' is "
@@ -626,8 +625,9 @@ void sl__state_root_free(sl__state_root *root) {
 /* --- stages on the parallel engine ------------------------------------------
  */
 
-#define EPOS_MAX_BITS ((uint64_t)1 << 24) /* a saved done set: 2 MiB at most   \
-                                           */
+#define EPOS_MAX_BITS                                                          \
+  ((uint64_t)1 << 24) /* a saved done set: 2 MiB at most                       \
+                       */
 
 void sl__engine_pos_init(sl__engine_pos *p, sl__epos_mode mode,
                          const char *what) {
@@ -647,16 +647,14 @@ void sl__engine_pos_reset(sl__engine_pos *p) {
   p->log.count = 0;
   p->count = p->known = p->low = 0;
   p->skipping = false;
-  if (p->bits)
-    memset(p->bits, 0, p->nbytes);
+  if (p->bits) memset(p->bits, 0, p->nbytes);
 }
 
 /* Marks seq done (p->mu held).  A set that cannot grow loses the mark, so
  * it remembers that it lost one (low = UINT64_MAX): a later save of this
  * pass fails rather than deliver that seq twice. */
 static void epos_mark(sl__engine_pos *p, uint64_t seq) {
-  if (seq < p->low || p->low == UINT64_MAX)
-    return;
+  if (seq < p->low || p->low == UINT64_MAX) return;
   uint64_t off = seq - p->low;
   if (off / 8 >= p->nbytes) {
     size_t n = p->nbytes ? p->nbytes : 64;
@@ -700,8 +698,7 @@ void sl__engine_pos_dropped(sl__engine_pos *p, uint64_t seq) {
 }
 
 bool sl__engine_pos_skip(sl__engine_pos *p, uint64_t seq) {
-  if (!p->skipping)
-    return false;
+  if (!p->skipping) return false;
   pthread_mutex_lock(&p->mu);
   bool done = seq < p->low ||
               ((seq - p->low) / 8 < p->nbytes &&
@@ -755,8 +752,7 @@ static int epos_done_at(sl__engine_pos *p, uint64_t k, uint64_t *low,
     bool done =
         s < p->low ||
         ((p->bits[(s - p->low) / 8] >> (unsigned)((s - p->low) % 8)) & 1);
-    if (done)
-      b[i / 8] |= (unsigned char)(1u << (i % 8));
+    if (done) b[i / 8] |= (unsigned char)(1u << (i % 8));
   }
   for (uint64_t q = k; q < p->count; q++) {
     uint64_t i = p->ring[q % SL__STATE_LOG] - lo;
@@ -793,8 +789,7 @@ int sl__engine_pos_save(sl__engine_pos *p, sl__engine *e, sl_reader *up,
   if (p->mode == SL__EPOS_LOG) {
     replay = !sl__state_log_find(&p->log, k, &u);
     SL_FORWARD_IF_ERROR(sl__state_put_u64(w, replay ? UINT64_MAX : u));
-    if (replay)
-      u = 0;
+    if (replay) u = 0;
   } else if (p->mode == SL__EPOS_UNORDERED) {
     if (sl__state_replayed(w))
       return sl_set_error(
@@ -808,10 +803,8 @@ int sl__engine_pos_save(sl__engine_pos *p, sl__engine *e, sl_reader *up,
     uint64_t nbits = 0;
     SL_FORWARD_IF_ERROR(epos_done_at(p, k, &u, &set, &nbits));
     int rc = sl__state_put_u64(w, u);
-    if (rc == SL_OK)
-      rc = sl__state_put_u64(w, nbits);
-    if (rc == SL_OK)
-      rc = sl__state_put_bytes(w, set, (size_t)(nbits + 7) / 8);
+    if (rc == SL_OK) rc = sl__state_put_u64(w, nbits);
+    if (rc == SL_OK) rc = sl__state_put_bytes(w, set, (size_t)(nbits + 7) / 8);
     sl__free(set);
     SL_FORWARD_IF_ERROR(rc);
   }
@@ -839,8 +832,7 @@ int sl__engine_pos_restore(sl__engine_pos *p, sl_reader *up, uint64_t k,
                          "restore: %s: position 0 for output %llu", p->what,
                          (unsigned long long)k);
       p->log.count = k;
-      if (k)
-        p->log.up[(k - 1) % SL__STATE_LOG] = u - 1;
+      if (k) p->log.up[(k - 1) % SL__STATE_LOG] = u - 1;
     }
   } else if (p->mode == SL__EPOS_UNORDERED) {
     SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &u));
@@ -858,10 +850,8 @@ int sl__engine_pos_restore(sl__engine_pos *p, sl_reader *up, uint64_t k,
       p->bits = b;
       p->nbytes = nb;
     }
-    if (p->nbytes)
-      memset(p->bits, 0, p->nbytes);
-    if (nb)
-      memcpy(p->bits, set, nb);
+    if (p->nbytes) memset(p->bits, 0, p->nbytes);
+    if (nb) memcpy(p->bits, set, nb);
     p->low = u;
     p->count = p->known = k;
     p->skipping = nbits > 0;
@@ -874,7 +864,6 @@ int sl__engine_pos_resume(sl__engine_pos *p, sl__engine *e, uint64_t k,
                           sl__state_next_fn next, void *st) {
   sl__engine_start_at(e, p->start);
   SL_FORWARD_IF_ERROR(sl__engine_start(e));
-  if (p->replay)
-    return sl__state_replay(next, st, k, p->what);
+  if (p->replay) return sl__state_replay(next, st, k, p->what);
   return SL_OK;
 }
