@@ -23,7 +23,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size < 1) return 0;
   unsigned mode = data[0];
   data++, size--;
-  unsigned char *file = malloc(2 * size + 64);
+  /* Each input byte may end a record: 16 bytes of framing per byte. */
+  unsigned char *file = malloc(17 * size + 64);
   FUZZ_CHECK(file != NULL, "out of memory");
   size_t n = 0;
   if (mode & 1) {

@@ -140,6 +140,26 @@ TEST(csv_bad_rows_name_file_line_and_column) {
   unlink(path);
 }
 
+TEST(csv_header_only_gives_no_samples) {
+  /* A regression (fuzz): the dtype guess found no record and the
+   * constructor returned SL_EOF. */
+  char path[] = "/tmp/sluice-csvh-XXXXXX";
+  int fd = mkstemp(path);
+  ASSERT_EQ(write(fd, "a,b\n", 4), 4);
+  close(fd);
+  sl_reader *r;
+  ASSERT_OK(sl_csv_reader(path, NULL, &r));
+  ASSERT_EQ(sl_schema_field_dtype(sl_reader_schema(r), 0), SL_BYTES);
+  sl_sample *s;
+  ASSERT_RC(sl_reader_next(r, &s), SL_EOF);
+  sl_reader_destroy(r);
+  sl_csv_opts o = SL_CSV_OPTS_INIT;
+  o.columns = "a:i64";
+  ASSERT_OK(sl_csv_reader(path, &o, &r));
+  sl_reader_destroy(r);
+  unlink(path);
+}
+
 TEST(csv_refuses_bad_options) {
   sl_reader *r = NULL;
   sl_csv_opts o = SL_CSV_OPTS_INIT;

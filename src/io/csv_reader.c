@@ -389,7 +389,7 @@ static int read_header(csv_state *s, const sl_csv_opts *o) {
   /* Guess what is left open from the first record (bytes if none). */
   rc = sl__csv_record(&s->csv, s->base, s->size, &s->pos, &s->line, &first,
                       s->path);
-  if (rc < 0) return rc;
+  if (rc < 0 && rc != SL_EOF) return rc; /* EOF: no records, guess bytes */
   for (int i = 0; i < s->ncol; i++)
     if (s->col[i].dtype == SL_DTYPE_INVALID)
       s->col[i].dtype = rc == SL_OK && s->col[i].src < s->csv.nf

@@ -202,8 +202,15 @@ static int zip64_extra(const npy_state *s, const unsigned char *x, size_t n,
 /* Inflates a raw deflate stream into a new buffer of `usize` bytes. */
 static int inflate_member(const npy_state *s, const zip_entry *e,
                           const unsigned char *src, sl_buffer **out) {
-  SL_RETURN_ERROR_IF(e->usize > SIZE_MAX / 2, SL_ENOMEM,
-                     "npy: %s: member too large", s->path);
+  /* Deflate expands at most 1032:1: a larger size is a damaged directory,
+   * not an allocation to attempt. */
+  SL_RETURN_ERROR_IF(e->usize > SIZE_MAX / 2 || e->usize / 1032 > e->csize + 1,
+                     SL_ECORRUPT,
+                     "npy: %s: member '%.*s' claims %llu bytes from %llu "
+                     "compressed (more than deflate can expand to)",
+                     s->path, (int)e->name_len, (const char *)e->name,
+                     (unsigned long long)e->usize,
+                     (unsigned long long)e->csize);
   sl_buffer *b = sl_buffer_new((size_t)e->usize);
   SL_RETURN_ERROR_IF(!b, SL_ENOMEM, "npy: %s: cannot allocate %llu bytes",
                      s->path, (unsigned long long)e->usize);

@@ -135,7 +135,8 @@ int sl__tf_example_sample(const char *what, const unsigned char *data,
       if (v->len) memcpy(dst, v->data, v->len);
       counts[i] = v->len;
     } else if (x->dtype == SL_F32) {
-      memcpy(dst, xs[i]->float_list->value, counts[i] * sizeof(float));
+      if (counts[i]) /* an empty list may have no array at all */
+        memcpy(dst, xs[i]->float_list->value, counts[i] * sizeof(float));
     } else if (x->dtype == SL_F64) {
       for (size_t k = 0; k < counts[i]; k++) {
         double d = xs[i]->float_list->value[k];
