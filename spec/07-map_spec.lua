@@ -232,6 +232,35 @@ describe("sluice.Pipeline", function()
       assert.same({0, 1, 2, 3}, sizes)
     end)
 
+    it("keeps a declared variable dimension through a do-nothing map (issue 19, 2)", function()
+      -- The issue's pipeline: a map declaring v: i32[-1], then maps (and
+      -- C stages) that declare nothing.  Each must accept i32[1] after
+      -- i32[0]: a stage's schema is what upstream declared unless it says
+      -- otherwise.
+      local function up()
+        return sluice.range(4):map(function(s)
+          s.v = sluice.tensor("i32", {s.i})
+          return s
+        end, {schema = {{"i", "i64", {}}, {"v", "i32", {-1}}}})
+      end
+      local function id(s) return s end
+      local cases = {
+        up():map(id),
+        up():map(id, {threads = 4}),
+        up():map(id):map(id),
+        up():prefetch(2):map(function(s) s.n = s.v:numel() return s end),
+        up():shuffle(2, {seed = 1}):map(id, {threads = 2}),
+      }
+      for k, p in ipairs(cases) do
+        assert.same({-1}, p:schema().v.shape, "case " .. k)
+        local sizes = {}
+        for s in p:iter() do sizes[#sizes + 1] = s.v:numel() end
+        table.sort(sizes)
+        assert.same({0, 1, 2, 3}, sizes, "case " .. k)
+        p:close()
+      end
+    end)
+
     it("reports an output that does not match the schema at its position", function()
       local p = sluice.range(5):map(function(s)
         s.x = s.i < 2 and 1 or 0.5 -- i64 first, then f64

@@ -81,6 +81,29 @@ describe("sluice files", function()
       assert.equal(200, k)
     end)
 
+    it("runs LUA.md's word-lengths parser over empty lines (issue 19, 2)", function()
+      -- An empty line's row {lengths = {}} is an empty array with no
+      -- dtype of its own; made before the stage learned i64[-1] from the
+      -- first line, it takes that dtype instead of failing as f64[0].
+      local path = dir .. "/words.txt"
+      write(path, "a bb\nccc\n\nd e f\n\n")
+      for _, threads in ipairs({1, 2}) do
+        local p = sluice.open("text:" .. path, {threads = threads, parser = function(line)
+          local t = {}
+          for w in line:gmatch("%S+") do t[#t + 1] = #w end
+          return {lengths = t}
+        end})
+        assert.same({-1}, p:schema().lengths.shape)
+        local got = {}
+        for s in p:iter() do
+          assert.equal("i64", s.lengths.dtype)
+          got[#got + 1] = s.lengths:numel()
+        end
+        assert.same({2, 1, 0, 3, 0}, got)
+        p:close()
+      end
+    end)
+
     it("reports a Lua parser's error with its line's traceback", function()
       local path = dir .. "/bad.txt"
       write(path, "ok\nboom\n")

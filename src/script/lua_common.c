@@ -233,6 +233,44 @@ int sl__lua_check_sample(const sl_schema *want, sl_sample **sp, uint64_t index,
   return SL_OK;
 }
 
+int sl__lua_retype_empty(const sl_schema *want, sl_sample **sp) {
+  sl_sample *s = *sp;
+  const sl_schema *got = sl_sample_schema(s);
+  int nf = sl_schema_nfields(want);
+  if (got == want || sl_schema_nfields(got) != nf) return 0;
+  bool any = false;
+  for (int i = 0; i < nf; i++) {
+    if (strcmp(sl_schema_field_name(got, i), sl_schema_field_name(want, i)))
+      return 0;
+    const sl_tensor *t = sl_sample_at_const(s, i);
+    if (sl_tensor_numel(t) == 0 && t->dtype != sl_schema_field_dtype(want, i) &&
+        t->rank == sl_schema_field_rank(want, i))
+      any = true;
+  }
+  if (!any) return 0;
+  sl_sample *q = sl_sample_new((sl_schema *)want);
+  if (!q) return sl_set_error(SL_ENOMEM, "cannot allocate a sample");
+  for (int i = 0; i < nf; i++) {
+    const sl_tensor *t = sl_sample_at_const(s, i);
+    sl_tensor *d = sl_sample_at(q, i);
+    if (sl_tensor_numel(t) == 0 && t->dtype != sl_schema_field_dtype(want, i) &&
+        t->rank == sl_schema_field_rank(want, i)) {
+      /* No bytes to reinterpret: a fresh empty tensor of want's dtype. */
+      int rc =
+          sl_tensor_alloc(d, sl_schema_field_dtype(want, i), t->rank, t->shape);
+      if (rc < 0) {
+        sl_sample_release(q);
+        return sl_set_error(SL_ENOMEM, "cannot allocate a tensor");
+      }
+    } else {
+      sl_tensor_copy_ref(d, t);
+    }
+  }
+  sl_sample_release(s);
+  *sp = q;
+  return 1;
+}
+
 /* The field of `up` named `name` with dtype dt and rank `rank` that tensor
  * t fits, or -1.  A dimension becomes variable where up's is (-1) and the
  * first output's is fixed; nothing else changes. */

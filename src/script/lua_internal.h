@@ -83,6 +83,18 @@ typedef struct sl__lua_check_words {
 int sl__lua_check_sample(const sl_schema *want, sl_sample **s, uint64_t index,
                          const sl__lua_check_words *w);
 
+/* An output made before its stage's schema `want` was known (a Lua
+ * parser's row built against the schema inferred from that row alone):
+ * a field holding an empty array, which the row's inference typed f64 (an
+ * empty Lua table says no dtype), takes want's dtype when the rank agrees,
+ * so an empty line among the first ones of a pass fits the stage schema
+ * learned from a non-empty one.  *s is then replaced by a sample of schema
+ * `want` sharing the other tensors (the old reference released); the field
+ * names must be want's, in its order, else nothing changes (the check that
+ * follows reports them).  Returns 1 when replaced, 0 when nothing needed
+ * it, or SL_ENOMEM. */
+int sl__lua_retype_empty(const sl_schema *want, sl_sample **s);
+
 /* The schema of a stage that learns it from its first output `first`
  * (map without `schema`): first's own schema, except that a field which
  * upstream's schema `up` (may be NULL) also has, with the same dtype and

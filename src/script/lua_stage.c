@@ -442,7 +442,8 @@ static int stage_next(void *state, sl_sample **out) {
   }
   pthread_mutex_unlock(&st->pend_mu);
   if (!u.s) return SL_OK;
-  rc = check_output(st, st->schema, out, u.seq);
+  rc = sl__lua_retype_empty(st->schema, out);
+  if (rc >= 0) rc = check_output(st, st->schema, out, u.seq);
   if (rc < 0) {
     if (u.file) rc = parse_error(st, u.file, u.line, rc);
     sl_sample_release(*out);
