@@ -55,7 +55,8 @@ static int g_mb = 128; /* of tar shards */
 
 enum { SHARDS = 4, MEMBER = 64 << 10, NPY_D = 64, TF_IMG = 512 };
 
-/* --- data ------------------------------------------------------------------ */
+/* --- data ------------------------------------------------------------------
+ */
 
 static void fill(unsigned char *p, size_t n, uint64_t *st) {
   for (size_t i = 0; i < n; i += 8) {
@@ -183,7 +184,8 @@ static void write_tfrecord(void) {
   fclose(f);
 }
 
-/* --- measuring ------------------------------------------------------------- */
+/* --- measuring -------------------------------------------------------------
+ */
 
 static volatile uint64_t g_sink;
 
@@ -255,8 +257,7 @@ static double time_cmd(const char *cmd, bool self_timed, bool *ok) {
 static sl_reader *open_wds(const void *ud) {
   const int *threads = ud;
   char name[600];
-  snprintf(name, sizeof name, "%s/shard-{000000..%06d}.tar", g_dir,
-           SHARDS - 1);
+  snprintf(name, sizeof name, "%s/shard-{000000..%06d}.tar", g_dir, SHARDS - 1);
   const char *n = name;
   sl_wds_opts o = SL_WDS_OPTS_INIT;
   o.threads = (uint32_t)*threads;
@@ -349,8 +350,8 @@ static pid_t nginx_start(void) {
           "  client_body_temp_path %s; proxy_temp_path %s;\n"
           "  fastcgi_temp_path %s; uwsgi_temp_path %s; scgi_temp_path %s;\n"
           "  server { listen 127.0.0.1:%d; location / { root %s; } } }\n",
-          geteuid() == 0 ? "user root;" : "", g_dir, g_dir, g_dir, g_dir,
-          g_dir, g_dir, g_dir, g_port, g_dir);
+          geteuid() == 0 ? "user root;" : "", g_dir, g_dir, g_dir, g_dir, g_dir,
+          g_dir, g_dir, g_port, g_dir);
   fclose(f);
   pid_t pid = fork();
   if (pid == 0) {
@@ -474,8 +475,9 @@ int main(int argc, char **argv) {
              s, parsed ? td.bytes : tr.bytes, tr.n);
     }
   } else {
-    fprintf(stderr, "bench_formats: no peers venv (%s): no tf.data figures "
-                    "(bench/peers/setup makes it)\n",
+    fprintf(stderr,
+            "bench_formats: no peers venv (%s): no tf.data figures "
+            "(bench/peers/setup makes it)\n",
             py);
   }
   if (own_dir) {

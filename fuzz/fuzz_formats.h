@@ -22,8 +22,8 @@ FUZZ_FN int fuzz_two_passes(const char *what, fuzz_open_fn open,
   sl_reader *r = NULL;
   int rc = open(path, ud, &r);
   if (rc < 0) {
-    fuzz_expect_error(rc, what, SL_EINVAL, SL_ECORRUPT, SL_EUNSUPPORTED,
-                      SL_EIO, 0);
+    fuzz_expect_error(rc, what, SL_EINVAL, SL_ECORRUPT, SL_EUNSUPPORTED, SL_EIO,
+                      0);
     return rc;
   }
   const sl_schema *sc = sl_reader_schema(r);
@@ -39,8 +39,7 @@ FUZZ_FN int fuzz_two_passes(const char *what, fuzz_open_fn open,
     }
     end[pass] = count[pass] == FUZZ_FORMATS_MAX ? SL_OK : rc;
     if (rc < 0 && rc != SL_EOF) {
-      fuzz_expect_error(rc, what, SL_EINVAL, SL_ECORRUPT, SL_EUNSUPPORTED,
-                        0);
+      fuzz_expect_error(rc, what, SL_EINVAL, SL_ECORRUPT, SL_EUNSUPPORTED, 0);
     }
     if (sl_reader_reset(r) < 0) break;
   }

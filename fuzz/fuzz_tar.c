@@ -20,8 +20,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   while (n++ < 4096 && (rc = sl__tar_next(&t, "fuzz")) == SL_OK)
     FUZZ_CHECK(t.data <= size && t.size <= size - t.data && t.name,
                "tar: member past the end");
-  if (rc < 0 && rc != SL_EOF)
-    fuzz_expect_error(rc, "tar walk", SL_ECORRUPT, 0);
+  if (rc < 0 && rc != SL_EOF) fuzz_expect_error(rc, "tar walk", SL_ECORRUPT, 0);
   sl__tar_fini(&t);
   fuzz_two_passes("wds", open_wds, fuzz_file(0, data, size), NULL);
   return 0;

@@ -51,8 +51,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     FUZZ_CHECK(z != NULL, "out of memory");
     z_stream s;
     memset(&s, 0, sizeof s);
-    FUZZ_CHECK(deflateInit2(&s, 1, Z_DEFLATED, 9 + 16, 1,
-                            Z_DEFAULT_STRATEGY) == Z_OK,
+    FUZZ_CHECK(deflateInit2(&s, 1, Z_DEFLATED, 9 + 16, 1, Z_DEFAULT_STRATEGY) ==
+                   Z_OK,
                "deflateInit2");
     s.next_in = file;
     s.avail_in = (uInt)n;

@@ -12,8 +12,8 @@
 
 #define DIR SLUICE_SOURCE_DIR "/tests/data/formats/"
 
-static const char *k_names[] = {"plain", "with \"quotes\", comma",
-                                "two\nlines", ""};
+static const char *k_names[] = {"plain", "with \"quotes\", comma", "two\nlines",
+                                ""};
 static const double k_x[] = {1.5, -2, 3.25, 0};
 static const int64_t k_y[] = {7, 0, -4, 9};
 
@@ -192,8 +192,7 @@ static sl_reader *build_big(void *ud) {
 
 TEST(csv_resume_exactly) {
   static const uint64_t cuts[] = {0, 1, 2, 3, 4, 5, 6, 9, 11};
-  test_resume_check(build_csv, (void *)("csv:" DIR "table.csv"), 3, cuts, 9,
-                    0);
+  test_resume_check(build_csv, (void *)("csv:" DIR "table.csv"), 3, cuts, 9, 0);
   /* Past the offset log: a save far behind replays. */
   char path[] = "/tmp/sluice-csvbig-XXXXXX";
   int fd = mkstemp(path);

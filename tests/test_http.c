@@ -21,6 +21,7 @@
 #include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -224,7 +225,7 @@ typedef struct bad_server {
   int mode; /* 0: cut the first body in half, serve ranges; 1: always 500 */
   const unsigned char *body;
   size_t n;
-  int served;
+  atomic_int served; /* the server thread's count, read by the test */
   pthread_t tid;
 } bad_server;
 
@@ -259,10 +260,10 @@ static void *bad_main(void *arg) {
                                 b->n);
       send(c, head, (size_t)hl, MSG_NOSIGNAL);
       /* The first response stops half way: the connection drops. */
-      size_t end = b->served == 0 ? b->n / 2 : b->n;
+      size_t end = atomic_load(&b->served) == 0 ? b->n / 2 : b->n;
       send(c, b->body + from, end - from, MSG_NOSIGNAL);
     }
-    b->served++;
+    atomic_fetch_add(&b->served, 1);
     close(c);
   }
 }
@@ -303,7 +304,7 @@ TEST(http_connection_closed_mid_body_resumes_with_a_range) {
   snprintf(url, sizeof url, "wds:http://127.0.0.1:%d/wds-000002.tar", b.port);
   sl_reader *r, *local;
   ASSERT_OK(sl_open(url, NULL, &r));
-  ASSERT_EQ(b.served, 2);
+  ASSERT_EQ(atomic_load(&b.served), 2);
   ASSERT_OK(sl_open("wds:" DIR "/wds-000002.tar", NULL, &local));
   uint64_t na, nb;
   ASSERT_TRUE(digest_all(r, &na) == digest_all(local, &nb));
@@ -324,7 +325,7 @@ TEST(http_failing_server_fails_naming_url_after_retries) {
   sl_reader *r = NULL;
   ASSERT_RC(sl_open(url, NULL, &r), SL_EIO);
   ASSERT_CONTAINS(sl_last_error(), want);
-  ASSERT_EQ(b.served, 4); /* the request and 3 retries */
+  ASSERT_EQ(atomic_load(&b.served), 4); /* the request and 3 retries */
   unsetenv("SLUICE_HTTP_BACKOFF_MS");
   unsetenv("SLUICE_HTTP_RETRIES");
   bad_stop(&b);

@@ -133,8 +133,7 @@ TEST(npy_refuses_fortran_bigendian_0d_uneven_and_garbage) {
   expect_refused("npy:" DIR "fortran.npy", SL_EUNSUPPORTED, "Fortran-order");
   expect_refused("npy:" DIR "bigendian.npy", SL_EUNSUPPORTED, "big-endian");
   expect_refused("npy:" DIR "scalar.npy", SL_EINVAL, "0-d array");
-  expect_refused("npy:" DIR "uneven.npz", SL_EINVAL,
-                 "same leading dimension");
+  expect_refused("npy:" DIR "uneven.npz", SL_EINVAL, "same leading dimension");
   expect_refused("npy:" DIR "table.csv", SL_ECORRUPT, "not a .npy file");
   expect_refused("npy:" DIR "nonexistent.npy", SL_EIO, "nonexistent.npy");
 }

@@ -20,8 +20,8 @@ TEST(tfrecord_mask_matches_the_published_definition) {
   /* CRC32C("123456789") = 0xE3069283; mask = rotr 15 + 0xa282ead8. */
   uint32_t c = sl__crc32c(0, "123456789", 9);
   ASSERT_EQ(c, 0xE3069283u);
-  ASSERT_EQ(sl__tfrecord_mask(c), (uint32_t)(((c >> 15) | (c << 17)) +
-                                             0xa282ead8u));
+  ASSERT_EQ(sl__tfrecord_mask(c),
+            (uint32_t)(((c >> 15) | (c << 17)) + 0xa282ead8u));
 }
 
 TEST(tfrecord_raw_records_plain_and_gzip) {
@@ -81,14 +81,14 @@ TEST(tfrecord_a_damaged_record_fails_its_crc) {
 TEST(tfrecord_features_parse_and_refuse) {
   sl__tf_feature f[8];
   int nf;
-  ASSERT_OK(sl__tf_features_parse("a:bytes,b:i64,c:f32[2,3],d:i32[-1]", f, 8,
-                                  &nf));
+  ASSERT_OK(
+      sl__tf_features_parse("a:bytes,b:i64,c:f32[2,3],d:i32[-1]", f, 8, &nf));
   ASSERT_EQ(nf, 4);
   ASSERT_EQ(f[2].rank, 2);
   ASSERT_EQ(f[2].shape[1], 3);
   ASSERT_EQ(f[3].shape[0], -1);
-  const char *bad[] = {"a", "a:f33", "a:f32[", "a:f32[2,-1]", "a:bytes[2]",
-                       "a:i64,a:f32", ""};
+  const char *bad[] = {"a",          "a:f33",       "a:f32[", "a:f32[2,-1]",
+                       "a:bytes[2]", "a:i64,a:f32", ""};
   for (int i = 0; i < 7; i++)
     ASSERT_RC(sl__tf_features_parse(bad[i], f, 8, &nf), SL_EINVAL);
 }
@@ -119,8 +119,7 @@ TEST(tfrecord_decodes_examples_into_fields) {
     sl_tfrecord_opts o = SL_TFRECORD_OPTS_INIT;
     o.features = "label:i64";
     sl_reader *r;
-    ASSERT_RC(sl_tfrecord_reader(DIR "ex.tfrecord", &o, &r),
-              SL_EUNSUPPORTED);
+    ASSERT_RC(sl_tfrecord_reader(DIR "ex.tfrecord", &o, &r), SL_EUNSUPPORTED);
     ASSERT_CONTAINS(sl_last_error(), "needs protobuf-c");
     printf("  (built without protobuf-c: decoding refused, as documented)\n");
     return;

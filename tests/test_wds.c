@@ -97,7 +97,7 @@ TEST(wds_damaged_shards_are_corrupt) {
   static unsigned char buf[20480];
   size_t n = fread(buf, 1, sizeof buf, in);
   fclose(in);
-  buf[600] ^= 1; /* inside the first member's data: unchecked */
+  buf[600] ^= 1;       /* inside the first member's data: unchecked */
   buf[6144 + 10] ^= 1; /* the third sample's first header: bad checksum */
   ASSERT_EQ(write(fd, buf, n), (long)n);
   close(fd);
@@ -155,8 +155,7 @@ TEST(wds_open_braces_threads_take_turns) {
 }
 
 TEST(wds_open_shuffles_shards_per_pass_and_splits_by_rank) {
-  const char *names[] = {"wds:" DIR "wds-00000{0,1}.tar",
-                         DIR "wds-000002.tar"};
+  const char *names[] = {"wds:" DIR "wds-00000{0,1}.tar", DIR "wds-000002.tar"};
   int64_t seen[12] = {0};
   uint64_t orders = 0;
   for (int rank = 0; rank < 2; rank++) {
@@ -214,7 +213,8 @@ TEST(wds_open_error_reaches_consumer_in_order) {
     n++;
   }
   ASSERT_RC(rc, SL_EINVAL);
-  ASSERT_CONTAINS(sl_last_error(), "wds-missing.tar: sample 'a' has no 'x.npy'");
+  ASSERT_CONTAINS(sl_last_error(),
+                  "wds-missing.tar: sample 'a' has no 'x.npy'");
   ASSERT_EQ(n, 1); /* thread 0's first sample, then thread 1's error */
   sl_reader_destroy(r);
 }

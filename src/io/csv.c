@@ -44,8 +44,8 @@ int sl__csv_record(sl__csv *c, const char *p, size_t n, size_t *pos,
                    uint64_t *line, uint64_t *first, const char *what) {
   size_t i = *pos;
   /* Empty lines between records. */
-  while (i < n && (p[i] == '\n' || (p[i] == '\r' && i + 1 < n &&
-                                    p[i + 1] == '\n'))) {
+  while (i < n &&
+         (p[i] == '\n' || (p[i] == '\r' && i + 1 < n && p[i + 1] == '\n'))) {
     i += p[i] == '\r' ? 2 : 1;
     (*line)++;
   }
@@ -69,8 +69,8 @@ int sl__csv_record(sl__csv *c, const char *p, size_t n, size_t *pos,
       i++;
       for (;;) {
         SL_RETURN_ERROR_IF(i >= n, SL_ECORRUPT,
-                           "csv: %s:%llu: a quoted field is not closed",
-                           what, (unsigned long long)qline);
+                           "csv: %s:%llu: a quoted field is not closed", what,
+                           (unsigned long long)qline);
         if (p[i] == '"') {
           if (i + 1 < n && p[i + 1] == '"') {
             SL_FORWARD_IF_ERROR(scratch_put(c, &used, '"'));

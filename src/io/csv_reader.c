@@ -105,9 +105,11 @@ static int parse_value(const csv_state *s, const csv_col *c, uint64_t line,
     uint16_t u16 = (uint16_t)u;
     uint32_t u32 = (uint32_t)u;
     uint64_t u64 = u;
-    memcpy(slot, sz == 1 ? (void *)&u8 : sz == 2 ? (void *)&u16
-                                      : sz == 4 ? (void *)&u32
-                                                : (void *)&u64,
+    memcpy(slot,
+           sz == 1   ? (void *)&u8
+           : sz == 2 ? (void *)&u16
+           : sz == 4 ? (void *)&u32
+                     : (void *)&u64,
            sz);
     break;
   }
@@ -120,22 +122,24 @@ static int parse_value(const csv_state *s, const csv_col *c, uint64_t line,
     int16_t i16 = (int16_t)i;
     int32_t i32 = (int32_t)i;
     int64_t i64 = i;
-    memcpy(slot, sz == 1 ? (void *)&i8 : sz == 2 ? (void *)&i16
-                                      : sz == 4 ? (void *)&i32
-                                                : (void *)&i64,
+    memcpy(slot,
+           sz == 1   ? (void *)&i8
+           : sz == 2 ? (void *)&i16
+           : sz == 4 ? (void *)&i32
+                     : (void *)&i64,
            sz);
     break;
   }
   }
-  SL_RETURN_ERROR_IF(!ok, SL_EINVAL, "csv: %s:%llu: column '%s': '%s' is not %s %s",
-                     s->path, (unsigned long long)line, c->name, tmp,
-                     c->dtype == SL_I8 || c->dtype == SL_I16 ||
-                             c->dtype == SL_I32 || c->dtype == SL_I64 ||
-                             c->dtype == SL_U8 || c->dtype == SL_U16 ||
-                             c->dtype == SL_U32 || c->dtype == SL_U64
-                         ? "an integer in range of"
-                         : "a",
-                     sl_dtype_name(c->dtype));
+  SL_RETURN_ERROR_IF(
+      !ok, SL_EINVAL, "csv: %s:%llu: column '%s': '%s' is not %s %s", s->path,
+      (unsigned long long)line, c->name, tmp,
+      c->dtype == SL_I8 || c->dtype == SL_I16 || c->dtype == SL_I32 ||
+              c->dtype == SL_I64 || c->dtype == SL_U8 || c->dtype == SL_U16 ||
+              c->dtype == SL_U32 || c->dtype == SL_U64
+          ? "an integer in range of"
+          : "a",
+      sl_dtype_name(c->dtype));
   return SL_OK;
 }
 
@@ -248,9 +252,8 @@ static int csv_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
   SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &size));
   SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &off));
   SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &line));
-  SL_RETURN_ERROR_IF(size != s->size ||
-                         (off != UINT64_MAX && (off > s->size ||
-                                                off < s->data_pos)),
+  SL_RETURN_ERROR_IF(size != s->size || (off != UINT64_MAX &&
+                                         (off > s->size || off < s->data_pos)),
                      SL_ECORRUPT,
                      "restore: csv %s: the file changed since the state was "
                      "saved (%llu bytes then, %zu now)",
@@ -264,8 +267,7 @@ static int csv_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
   return SL_OK;
 }
 
-static void csv_identity(const sl_reader *r, void *st, char *buf,
-                         size_t cap) {
+static void csv_identity(const sl_reader *r, void *st, char *buf, size_t cap) {
   (void)r;
   const csv_state *s = st;
   snprintf(buf, cap, "%s", sl__basename(s->path));
@@ -304,8 +306,7 @@ static int add_col(csv_state *s, const char *name, size_t nl, sl_dtype dt) {
   for (; i < s->csv.nf; i++)
     if (s->csv.f[i].len == nl && memcmp(s->csv.f[i].p, name, nl) == 0) break;
   SL_RETURN_ERROR_IF(i == s->csv.nf, SL_EINVAL,
-                     "csv: %s: no column '%s' in the header", s->path,
-                     c->name);
+                     "csv: %s: no column '%s' in the header", s->path, c->name);
   c->src = i;
   s->ncol++;
   return SL_OK;
@@ -341,8 +342,8 @@ static int parse_columns(csv_state *s, const char *spec) {
  * then guesses dtypes left open from the first record. */
 static int read_header(csv_state *s, const sl_csv_opts *o) {
   uint64_t first;
-  int rc = sl__csv_record(&s->csv, s->base, s->size, &s->pos, &s->line,
-                          &first, s->path);
+  int rc = sl__csv_record(&s->csv, s->base, s->size, &s->pos, &s->line, &first,
+                          s->path);
   SL_RETURN_ERROR_IF(rc == SL_EOF, SL_EINVAL,
                      "csv: %s: the file is empty (no header)", s->path);
   SL_FORWARD_IF_ERROR(rc);
@@ -381,9 +382,9 @@ static int read_header(csv_state *s, const sl_csv_opts *o) {
   SL_FORWARD_IF_ERROR(rc);
   for (int i = 0; i < s->ncol; i++)
     for (int j = 0; j < i; j++)
-      SL_RETURN_ERROR_IF(strcmp(s->col[i].name, s->col[j].name) == 0,
-                         SL_EINVAL, "csv: %s: column '%s' appears twice",
-                         s->path, s->col[i].name);
+      SL_RETURN_ERROR_IF(strcmp(s->col[i].name, s->col[j].name) == 0, SL_EINVAL,
+                         "csv: %s: column '%s' appears twice", s->path,
+                         s->col[i].name);
   s->data_pos = s->from_pos = s->pos;
   s->data_line = s->from_line = s->line;
   /* Guess what is left open from the first record (bytes if none). */
@@ -392,10 +393,10 @@ static int read_header(csv_state *s, const sl_csv_opts *o) {
   if (rc < 0 && rc != SL_EOF) return rc; /* EOF: no records, guess bytes */
   for (int i = 0; i < s->ncol; i++)
     if (s->col[i].dtype == SL_DTYPE_INVALID)
-      s->col[i].dtype = rc == SL_OK && s->col[i].src < s->csv.nf
-                            ? guess(s->csv.f[s->col[i].src].p,
-                                    s->csv.f[s->col[i].src].len)
-                            : SL_BYTES;
+      s->col[i].dtype =
+          rc == SL_OK && s->col[i].src < s->csv.nf
+              ? guess(s->csv.f[s->col[i].src].p, s->csv.f[s->col[i].src].len)
+              : SL_BYTES;
   s->pos = s->data_pos;
   s->line = s->data_line;
   return SL_OK;
@@ -430,7 +431,8 @@ int sl_csv_reader(const char *path, const sl_csv_opts *opts, sl_reader **out) {
   SL_RETURN_ERROR_IF(!path || !path[0], SL_EINVAL, "csv: %s path",
                      path ? "empty" : "NULL");
   sl_csv_opts o = SL_CSV_OPTS_INIT;
-  if (opts) SL_FORWARD_IF_ERROR(sl__opts_copy("sl_csv_opts", &o, sizeof o, opts));
+  if (opts)
+    SL_FORWARD_IF_ERROR(sl__opts_copy("sl_csv_opts", &o, sizeof o, opts));
   char delim;
   SL_FORWARD_IF_ERROR(delimiter_of(path, &o, &delim));
   csv_state *s = sl__calloc(1, sizeof *s);

@@ -48,7 +48,8 @@ int sl__map_file(const char *stage, const char *path, sl_buffer **out,
   }
   if (rc == SL_OK && st.st_size == 0) {
     *out = sl_buffer_new(0);
-    if (!*out) rc = sl_set_error(SL_ENOMEM, "%s: %s: out of memory", stage, path);
+    if (!*out)
+      rc = sl_set_error(SL_ENOMEM, "%s: %s: out of memory", stage, path);
   } else if (rc == SL_OK) {
     size_t n = (size_t)st.st_size;
     void *p = mmap(NULL, n, PROT_READ, MAP_PRIVATE, fd, 0);
@@ -120,8 +121,8 @@ int sl__read_gzip_file(const char *stage, const char *path, sl_buffer **out) {
   if (sl__is_url(path)) {
     sl_buffer *z;
     SL_FORWARD_IF_ERROR(sl__http_get(stage, path, &z));
-    int rc = gunzip_memory(stage, path, sl_buffer_data(z), sl_buffer_size(z),
-                           out);
+    int rc =
+        gunzip_memory(stage, path, sl_buffer_data(z), sl_buffer_size(z), out);
     sl_buffer_release(z);
     return rc;
   }

@@ -164,8 +164,7 @@ int sl__http_get(const char *stage, const char *url, sl_buffer **out) {
       b.n -= resume;
     }
     if (c == CURLE_OK && (status == 200 || status == 206)) break;
-    bool again = c == CURLE_OK ? status == 429 || status >= 500
-                               : retryable(c);
+    bool again = c == CURLE_OK ? status == 429 || status >= 500 : retryable(c);
     if (c == CURLE_OK && status != 200 && status != 206) b.n = resume;
     if (!again || attempt >= retries) {
       if (c == CURLE_OK)

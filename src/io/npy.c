@@ -124,8 +124,7 @@ int sl__npy_parse(const char *what, const unsigned char *p, size_t n,
     hlen = sl__get16(p + 8);
     hoff = 10;
   } else {
-    SL_RETURN_ERROR_IF(n < 12, SL_ECORRUPT, "npy: %s: truncated header",
-                       what);
+    SL_RETURN_ERROR_IF(n < 12, SL_ECORRUPT, "npy: %s: truncated header", what);
     hlen = sl__get32(p + 8);
     hoff = 12;
   }
@@ -138,7 +137,9 @@ int sl__npy_parse(const char *what, const unsigned char *p, size_t n,
   const char *s = find_key(h, hlen, "shape");
   SL_RETURN_ERROR_IF(!d || !f || !s, SL_ECORRUPT,
                      "npy: %s: the header lacks '%s'", what,
-                     !d ? "descr" : !f ? "fortran_order" : "shape");
+                     !d   ? "descr"
+                     : !f ? "fortran_order"
+                          : "shape");
   SL_FORWARD_IF_ERROR(parse_descr(what, d, end, &out->dtype));
   if (end - f >= 4 && memcmp(f, "True", 4) == 0)
     return sl_set_error(SL_EUNSUPPORTED,

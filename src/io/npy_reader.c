@@ -18,8 +18,8 @@
  * Saving (readers/state.h): the position is the index; the record holds the
  * count and the file's size, so a state of another file is refused.
  */
-#include "io/fmt_map.h"
 #include "io/bytes.h"
+#include "io/fmt_map.h"
 #include "io/npy.h"
 #include "readers/state.h"
 
@@ -121,8 +121,7 @@ static int npy_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
   return SL_OK;
 }
 
-static void npy_identity(const sl_reader *r, void *st, char *buf,
-                         size_t cap) {
+static void npy_identity(const sl_reader *r, void *st, char *buf, size_t cap) {
   (void)r;
   const npy_state *s = st;
   snprintf(buf, cap, "%s", sl__basename(s->path));
@@ -142,8 +141,8 @@ static int add_field(npy_state *s, const char *name, const sl__npy *h,
                      "npy: %s: a 0-d array has no leading index to make "
                      "samples of",
                      what);
-  SL_RETURN_ERROR_IF(strlen(name) >= sizeof s->f[0].name || !name[0],
-                     SL_EINVAL, "npy: %s: bad field name '%s'", what, name);
+  SL_RETURN_ERROR_IF(strlen(name) >= sizeof s->f[0].name || !name[0], SL_EINVAL,
+                     "npy: %s: bad field name '%s'", what, name);
   npy_field *f = &s->f[s->nf];
   snprintf(f->name, sizeof f->name, "%s", name);
   f->h = *h;
@@ -204,13 +203,12 @@ static int inflate_member(const npy_state *s, const zip_entry *e,
                           const unsigned char *src, sl_buffer **out) {
   /* Deflate expands at most 1032:1: a larger size is a damaged directory,
    * not an allocation to attempt. */
-  SL_RETURN_ERROR_IF(e->usize > SIZE_MAX / 2 || e->usize / 1032 > e->csize + 1,
-                     SL_ECORRUPT,
-                     "npy: %s: member '%.*s' claims %llu bytes from %llu "
-                     "compressed (more than deflate can expand to)",
-                     s->path, (int)e->name_len, (const char *)e->name,
-                     (unsigned long long)e->usize,
-                     (unsigned long long)e->csize);
+  SL_RETURN_ERROR_IF(
+      e->usize > SIZE_MAX / 2 || e->usize / 1032 > e->csize + 1, SL_ECORRUPT,
+      "npy: %s: member '%.*s' claims %llu bytes from %llu "
+      "compressed (more than deflate can expand to)",
+      s->path, (int)e->name_len, (const char *)e->name,
+      (unsigned long long)e->usize, (unsigned long long)e->csize);
   sl_buffer *b = sl_buffer_new((size_t)e->usize);
   SL_RETURN_ERROR_IF(!b, SL_ENOMEM, "npy: %s: cannot allocate %llu bytes",
                      s->path, (unsigned long long)e->usize);
@@ -243,8 +241,7 @@ static int inflate_member(const npy_state *s, const zip_entry *e,
   if (zrc != Z_STREAM_END || left_out != 0)
     rc = sl_set_error(SL_ECORRUPT, "npy: %s: member '%.*s': bad deflate data",
                       s->path, (int)e->name_len, (const char *)e->name);
-  else if ((uint32_t)crc32_z(0, sl_buffer_data(b), (size_t)e->usize) !=
-           e->crc)
+  else if ((uint32_t)crc32_z(0, sl_buffer_data(b), (size_t)e->usize) != e->crc)
     rc = sl_set_error(SL_ECORRUPT,
                       "npy: %s: member '%.*s': CRC-32 mismatch (damaged "
                       "archive)",
@@ -272,8 +269,7 @@ static int load_member(npy_state *s, sl_buffer *file, const zip_entry *e) {
   const unsigned char *lh = base + e->local;
   uint64_t data = e->local + 30 + sl__get16(lh + 26) + sl__get16(lh + 28);
   SL_RETURN_ERROR_IF(data > size || e->csize > size - data, SL_ECORRUPT,
-                     "npy: %s: the member runs past the end of the file",
-                     what);
+                     "npy: %s: the member runs past the end of the file", what);
   sl_buffer *mb = NULL;
   uint64_t off = 0; /* of the member's bytes in mb */
   if (e->method == 0) {
@@ -326,8 +322,8 @@ static int load_npz(npy_state *s, sl_buffer *file) {
   size_t n = sl_buffer_size(file);
   /* The end of central directory record: the last 22 + comment bytes. */
   size_t eocd = SIZE_MAX;
-  for (size_t i = n >= 22 ? n - 22 : 0, stop = n > 22 + 65535 ? n - 22 - 65535
-                                                               : 0;
+  for (size_t i = n >= 22 ? n - 22 : 0,
+              stop = n > 22 + 65535 ? n - 22 - 65535 : 0;
        n >= 22; i--) {
     if (sl__get32(p + i) == 0x06054b50) {
       eocd = i;
@@ -354,9 +350,8 @@ static int load_npz(npy_state *s, sl_buffer *file) {
   uint64_t at = cd;
   for (uint64_t i = 0; i < entries; i++) {
     SL_RETURN_ERROR_IF(at > n || n - at < 46 || sl__get32(p + at) != 0x02014b50,
-                       SL_ECORRUPT,
-                       "npy: %s: bad central directory entry %llu", s->path,
-                       (unsigned long long)i);
+                       SL_ECORRUPT, "npy: %s: bad central directory entry %llu",
+                       s->path, (unsigned long long)i);
     const unsigned char *c = p + at;
     zip_entry e = {c + 46,
                    sl__get16(c + 28),
@@ -401,7 +396,8 @@ int sl_npy_reader(const char *path, const sl_npy_opts *opts, sl_reader **out) {
   SL_RETURN_ERROR_IF(!path || !path[0], SL_EINVAL, "npy: %s path",
                      path ? "empty" : "NULL");
   sl_npy_opts o = SL_NPY_OPTS_INIT;
-  if (opts) SL_FORWARD_IF_ERROR(sl__opts_copy("sl_npy_opts", &o, sizeof o, opts));
+  if (opts)
+    SL_FORWARD_IF_ERROR(sl__opts_copy("sl_npy_opts", &o, sizeof o, opts));
   npy_state *s = sl__calloc(1, sizeof *s);
   SL_RETURN_ERROR_IF(!s, SL_ENOMEM, "npy: cannot allocate a reader");
   s->path = sl__strdup(path);

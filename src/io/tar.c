@@ -122,8 +122,8 @@ static int parse_pax(sl__tar *t, const char *what, uint64_t at,
         uint64_t v = 0;
         for (size_t k = 0; k < vl; k++) {
           SL_RETURN_ERROR_IF(eq[1 + k] < '0' || eq[1 + k] > '9' || v >> 59,
-                             SL_ECORRUPT, "tar: %s: bad pax size at %llu",
-                             what, (unsigned long long)(at + i));
+                             SL_ECORRUPT, "tar: %s: bad pax size at %llu", what,
+                             (unsigned long long)(at + i));
           v = v * 10 + (uint64_t)(eq[1 + k] - '0');
         }
         *size = v;

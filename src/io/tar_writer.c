@@ -22,8 +22,8 @@ static void octal(unsigned char *f, size_t len, uint64_t v) {
   f[len - 1] = 0;
 }
 
-static int put_header(FILE *f, const char *what, const char *name,
-                      size_t nl, uint64_t size, char type) {
+static int put_header(FILE *f, const char *what, const char *name, size_t nl,
+                      uint64_t size, char type) {
   unsigned char h[BLOCK];
   memset(h, 0, sizeof h);
   memcpy(h, name, nl < 100 ? nl : 100);

@@ -135,8 +135,7 @@ int sl__tf_features_schema(const sl__tf_feature *f, int nf, sl_schema **out) {
   for (int i = 0; i < nf && rc >= 0; i++)
     rc = f[i].dtype == SL_BYTES
              ? sl_schema_add(sc, f[i].name, SL_BYTES, 1, &var)
-             : sl_schema_add(sc, f[i].name, f[i].dtype, f[i].rank,
-                             f[i].shape);
+             : sl_schema_add(sc, f[i].name, f[i].dtype, f[i].rank, f[i].shape);
   if (rc >= 0) rc = sl_schema_set_meta(sc, "source", "tfrecord");
   if (rc < 0) {
     sl_schema_release(sc);

@@ -20,9 +20,9 @@ uint32_t sl__tfrecord_mask(uint32_t crc);
 /* One feature to take from each Example. */
 typedef struct sl__tf_feature {
   char name[64];
-  sl_dtype dtype;  /* bytes: a bytes_list; integers: int64_list; f32, f64:
-                      float_list */
-  int rank;        /* 0: exactly one value */
+  sl_dtype dtype; /* bytes: a bytes_list; integers: int64_list; f32, f64:
+                     float_list */
+  int rank;       /* 0: exactly one value */
   int64_t shape[SL_MAX_RANK]; /* fixed, or {-1} (rank 1): any count */
 } sl__tf_feature;
 
@@ -31,8 +31,7 @@ typedef struct sl__tf_feature {
 int sl__tf_features_parse(const char *spec, sl__tf_feature *f, int max,
                           int *nf);
 /* The schema of those features (new reference). */
-int sl__tf_features_schema(const sl__tf_feature *f, int nf,
-                           sl_schema **out);
+int sl__tf_features_schema(const sl__tf_feature *f, int nf, sl_schema **out);
 /* Whether this libsluice decodes Examples (built with protobuf-c). */
 bool sl__tf_can_decode(void);
 /* The sample of the serialized tf.train.Example data[0..n) by f[0..nf):
@@ -40,8 +39,8 @@ bool sl__tf_can_decode(void);
  * missing, of another kind, with another count of values, an integer out
  * of its dtype's range), SL_EUNSUPPORTED (built without protobuf-c),
  * SL_ENOMEM; every message starts with `what` (file and record). */
-int sl__tf_example_sample(const char *what, const unsigned char *data,
-                          size_t n, const sl__tf_feature *f, int nf,
-                          sl_schema *schema, sl_sample **out);
+int sl__tf_example_sample(const char *what, const unsigned char *data, size_t n,
+                          const sl__tf_feature *f, int nf, sl_schema *schema,
+                          sl_sample **out);
 
 #endif

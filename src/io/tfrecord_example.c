@@ -74,7 +74,7 @@ static int check_feature(const char *what, const Tensorflow__Feature *x,
                          const sl__tf_feature *f, size_t *count) {
   SL_RETURN_ERROR_IF(!x, SL_EINVAL, "tfrecord: %s: no feature '%s'", what,
                      f->name);
-  int want = f->dtype == SL_BYTES                      ? 1
+  int want = f->dtype == SL_BYTES                       ? 1
              : f->dtype == SL_F32 || f->dtype == SL_F64 ? 2
                                                         : 3;
   SL_RETURN_ERROR_IF((int)x->kind_case != want, SL_EINVAL,
@@ -93,15 +93,15 @@ static int check_feature(const char *what, const Tensorflow__Feature *x,
   SL_RETURN_ERROR_IF(!any && n != expect, SL_EINVAL,
                      "tfrecord: %s: feature '%s' has %zu values, %s wants "
                      "%zu",
-                     what, f->name, n,
-                     f->rank ? "its shape" : "a scalar", expect);
+                     what, f->name, n, f->rank ? "its shape" : "a scalar",
+                     expect);
   *count = n;
   return SL_OK;
 }
 
-int sl__tf_example_sample(const char *what, const unsigned char *data,
-                          size_t n, const sl__tf_feature *f, int nf,
-                          sl_schema *schema, sl_sample **out) {
+int sl__tf_example_sample(const char *what, const unsigned char *data, size_t n,
+                          const sl__tf_feature *f, int nf, sl_schema *schema,
+                          sl_sample **out) {
   *out = NULL;
   Tensorflow__Example *ex = tensorflow__example__unpack(NULL, n, data);
   SL_RETURN_ERROR_IF(!ex, SL_ECORRUPT,
@@ -111,21 +111,25 @@ int sl__tf_example_sample(const char *what, const unsigned char *data,
   /* One buffer for every field: sizes first. */
   size_t counts[64], offs[64], total = 0;
   const Tensorflow__Feature *xs[64];
-  int rc = nf <= 64 ? SL_OK : sl_set_error(SL_EINVAL, "tfrecord: too many features");
+  int rc =
+      nf <= 64 ? SL_OK : sl_set_error(SL_EINVAL, "tfrecord: too many features");
   for (int i = 0; i < nf && rc == SL_OK; i++) {
     xs[i] = find(ex, f[i].name);
     rc = check_feature(what, xs[i], &f[i], &counts[i]);
     if (rc < 0) break;
-    size_t bytes = f[i].dtype == SL_BYTES ? xs[i]->bytes_list->value[0].len
-                                          : counts[i] * sl_dtype_size(f[i].dtype);
+    size_t bytes = f[i].dtype == SL_BYTES
+                       ? xs[i]->bytes_list->value[0].len
+                       : counts[i] * sl_dtype_size(f[i].dtype);
     total = (total + 7) & ~(size_t)7;
     offs[i] = total;
     total += bytes;
   }
   sl_buffer *b = rc == SL_OK ? sl_buffer_new(total) : NULL;
-  if (rc == SL_OK && !b) rc = sl_set_error(SL_ENOMEM, "tfrecord: out of memory");
+  if (rc == SL_OK && !b)
+    rc = sl_set_error(SL_ENOMEM, "tfrecord: out of memory");
   sl_sample *s = rc == SL_OK ? sl_sample_new(schema) : NULL;
-  if (rc == SL_OK && !s) rc = sl_set_error(SL_ENOMEM, "tfrecord: out of memory");
+  if (rc == SL_OK && !s)
+    rc = sl_set_error(SL_ENOMEM, "tfrecord: out of memory");
   unsigned char *base = b ? sl_buffer_data(b) : NULL;
   for (int i = 0; i < nf && rc == SL_OK; i++) {
     unsigned char *dst = base + offs[i];
@@ -185,9 +189,9 @@ bool sl__tf_can_decode(void) {
   return false;
 }
 
-int sl__tf_example_sample(const char *what, const unsigned char *data,
-                          size_t n, const sl__tf_feature *f, int nf,
-                          sl_schema *schema, sl_sample **out) {
+int sl__tf_example_sample(const char *what, const unsigned char *data, size_t n,
+                          const sl__tf_feature *f, int nf, sl_schema *schema,
+                          sl_sample **out) {
   (void)data;
   (void)n;
   (void)f;

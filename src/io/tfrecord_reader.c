@@ -47,8 +47,8 @@ static int tf_next(void *st, sl_sample **out) {
            (unsigned long long)s->rec);
   s->rec++;
   if (s->nf) {
-    SL_FORWARD_IF_ERROR(
-        sl__tf_example_sample(what, d, (size_t)len, s->f, s->nf, s->schema, out));
+    SL_FORWARD_IF_ERROR(sl__tf_example_sample(what, d, (size_t)len, s->f, s->nf,
+                                              s->schema, out));
   } else {
     sl_sample *smp = sl_sample_new(s->schema);
     SL_RETURN_ERROR_IF(!smp, SL_ENOMEM, "tfrecord: out of memory");
@@ -120,8 +120,7 @@ static int tf_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
       SL_RETURN_ERROR_IF(rc == SL_EOF, SL_ECORRUPT,
                          "restore: tfrecord %s: ended after %llu records, "
                          "the state needs %llu",
-                         s->path, (unsigned long long)i,
-                         (unsigned long long)k);
+                         s->path, (unsigned long long)i, (unsigned long long)k);
       SL_FORWARD_IF_ERROR(rc);
     }
   } else {
@@ -167,12 +166,10 @@ int sl_tfrecord_reader(const char *path, const sl_tfrecord_opts *opts,
                      path ? "empty" : "NULL");
   sl_tfrecord_opts o = SL_TFRECORD_OPTS_INIT;
   if (opts)
-    SL_FORWARD_IF_ERROR(
-        sl__opts_copy("sl_tfrecord_opts", &o, sizeof o, opts));
-  SL_RETURN_ERROR_IF(o.compression < SL_TFRECORD_AUTO ||
-                         o.compression > SL_TFRECORD_GZIP,
-                     SL_EINVAL, "tfrecord: unknown compression %d",
-                     o.compression);
+    SL_FORWARD_IF_ERROR(sl__opts_copy("sl_tfrecord_opts", &o, sizeof o, opts));
+  SL_RETURN_ERROR_IF(
+      o.compression < SL_TFRECORD_AUTO || o.compression > SL_TFRECORD_GZIP,
+      SL_EINVAL, "tfrecord: unknown compression %d", o.compression);
   tf_state *s = sl__calloc(1, sizeof *s);
   SL_RETURN_ERROR_IF(!s, SL_ENOMEM, "tfrecord: cannot allocate a reader");
   s->path = sl__strdup(path);

@@ -11,7 +11,12 @@
 #define SL__WDS_MAX_FIELDS 64
 #define SL__WDS_EXT_MAX 64
 
-typedef enum { SL__WDS_KEY, SL__WDS_CLS, SL__WDS_NPY, SL__WDS_BYTES } sl__wds_kind;
+typedef enum {
+  SL__WDS_KEY,
+  SL__WDS_CLS,
+  SL__WDS_NPY,
+  SL__WDS_BYTES
+} sl__wds_kind;
 
 /* The fields every sample of a data set has: its first sample's member
  * extensions, sorted, after the `__key__` field.  Immutable once made;

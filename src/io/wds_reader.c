@@ -68,12 +68,11 @@ static int wds_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
   SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &size));
   SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &off));
   uint64_t have = sl_buffer_size(s->sh->map);
-  SL_RETURN_ERROR_IF(size != have || (off != UINT64_MAX && off > have),
-                     SL_ECORRUPT,
-                     "restore: wds %s: the shard changed since the state was "
-                     "saved (%llu bytes then, %llu now)",
-                     s->sh->path, (unsigned long long)size,
-                     (unsigned long long)have);
+  SL_RETURN_ERROR_IF(
+      size != have || (off != UINT64_MAX && off > have), SL_ECORRUPT,
+      "restore: wds %s: the shard changed since the state was "
+      "saved (%llu bytes then, %llu now)",
+      s->sh->path, (unsigned long long)size, (unsigned long long)have);
   wds_reset(s);
   if (off == UINT64_MAX) {
     for (uint64_t i = 0; i < k; i++) {
@@ -93,8 +92,7 @@ static int wds_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
   return SL_OK;
 }
 
-static void wds_identity(const sl_reader *r, void *st, char *buf,
-                         size_t cap) {
+static void wds_identity(const sl_reader *r, void *st, char *buf, size_t cap) {
   (void)r;
   const wds_state *s = st;
   snprintf(buf, cap, "%s", sl__basename(s->sh->path));

@@ -18,9 +18,9 @@
  * Samples are views of the mapping (bytes and npy fields) plus one small
  * buffer for the key and the cls values.
  */
-#include "io/wds.h"
 #include "io/fmt_map.h"
 #include "io/npy.h"
+#include "io/wds.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -92,8 +92,8 @@ int sl__wds_shard_group(sl__wds_shard *sh) {
                        sh->path, name, SL__WDS_EXT_MAX - 1);
     for (int i = 0; i < sh->nm; i++)
       SL_RETURN_ERROR_IF(strcmp(sh->m[i].ext, ext) == 0, SL_EINVAL,
-                         "wds: %s: sample '%s' has two '%s' members",
-                         sh->path, sh->key, ext);
+                         "wds: %s: sample '%s' has two '%s' members", sh->path,
+                         sh->key, ext);
     SL_RETURN_ERROR_IF(sh->nm == SL__WDS_MAX_FIELDS - 1, SL_EUNSUPPORTED,
                        "wds: %s: sample '%s' has more than %d members",
                        sh->path, sh->key, SL__WDS_MAX_FIELDS - 1);
@@ -263,9 +263,9 @@ int sl__wds_shard_sample(const sl__wds_shard *sh, const sl__wds_layout *lay,
       char what[512];
       snprintf(what, sizeof what, "%s, sample '%s', member %s", sh->path,
                sh->key, m->ext);
-      rc = sl__npy_parse(what, (const unsigned char *)sl_buffer_data(sh->map) +
-                                   m->data,
-                         (size_t)m->size, &h);
+      rc = sl__npy_parse(
+          what, (const unsigned char *)sl_buffer_data(sh->map) + m->data,
+          (size_t)m->size, &h);
       if (rc == SL_OK && (h.dtype != lay->dtype[f] || h.rank != lay->rank[f]))
         rc = sl_set_error(SL_EINVAL,
                           "wds: %s: an array of %s, rank %d, where the data "

@@ -182,7 +182,8 @@ static int expand_braces(const char *s, str_list *l) {
   }
 }
 
-/* --- the pass's order ------------------------------------------------------ */
+/* --- the pass's order ------------------------------------------------------
+ */
 
 static void plan_pass(wds_open *o) {
   size_t n = o->nfiles;
@@ -262,8 +263,8 @@ static void stop_workers(wds_open *o) {
 static int start_workers(wds_open *o) {
   plan_pass(o);
   for (uint32_t t = 0; t < o->T; t++) {
-    int rc = sl__thread_start(&o->w[t].tid, "wds", "sl-wds", worker_main,
-                              &o->w[t]);
+    int rc =
+        sl__thread_start(&o->w[t].tid, "wds", "sl-wds", worker_main, &o->w[t]);
     if (rc < 0) {
       stop_workers(o);
       return rc;
@@ -348,8 +349,8 @@ static int wo_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
   SL_FORWARD_IF_ERROR(sl__state_put_u64(w, o->T));
   SL_FORWARD_IF_ERROR(sl__state_put_u64(w, o->nfiles));
   SL_FORWARD_IF_ERROR(sl__state_put_u64(w, o->total));
-  bool known = k <= o->out && k >= o->ring_from &&
-               o->out - k < SL__STATE_LOG - 1;
+  bool known =
+      k <= o->out && k >= o->ring_from && o->out - k < SL__STATE_LOG - 1;
   SL_FORWARD_IF_ERROR(sl__state_put_u64(w, known ? 0 : 1));
   if (!known) return SL_OK;
   uint64_t turn = k == o->ring_from
@@ -378,14 +379,13 @@ static int wo_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
   SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &n));
   SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &total));
   SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &replay));
-  SL_RETURN_ERROR_IF(T != o->T || n != o->nfiles || total != o->total,
-                     SL_ECORRUPT,
-                     "restore: wds: the state is of %llu shards (%llu bytes) "
-                     "read by %llu threads; this reader has %zu (%llu bytes) "
-                     "and %u",
-                     (unsigned long long)n, (unsigned long long)total,
-                     (unsigned long long)T, o->nfiles,
-                     (unsigned long long)o->total, o->T);
+  SL_RETURN_ERROR_IF(
+      T != o->T || n != o->nfiles || total != o->total, SL_ECORRUPT,
+      "restore: wds: the state is of %llu shards (%llu bytes) "
+      "read by %llu threads; this reader has %zu (%llu bytes) "
+      "and %u",
+      (unsigned long long)n, (unsigned long long)total, (unsigned long long)T,
+      o->nfiles, (unsigned long long)o->total, o->T);
   stop_workers(o);
   clear_pass(o);
   o->pass = pass;
@@ -466,8 +466,9 @@ static int survey(wds_open *o) {
   SL_FORWARD_IF_ERROR(sl__wds_shard_open(o->paths[0], &sh));
   int rc = sl__wds_shard_group(sh);
   if (rc == SL_EOF)
-    rc = sl_set_error(SL_EINVAL, "wds: %s: no samples (the first shard "
-                                 "decides the fields)",
+    rc = sl_set_error(SL_EINVAL,
+                      "wds: %s: no samples (the first shard "
+                      "decides the fields)",
                       o->paths[0]);
   if (rc == SL_OK) rc = sl__wds_layout_make(sh, &o->lay);
   sl__wds_shard_close(sh);
@@ -489,15 +490,15 @@ int sl_wds_open(const char *const *names, size_t n, const sl_wds_opts *opts,
   *out = NULL;
   SL_RETURN_ERROR_IF(!names || n == 0, SL_EINVAL, "wds: no shard names");
   sl_wds_opts p = SL_WDS_OPTS_INIT;
-  if (opts) SL_FORWARD_IF_ERROR(sl__opts_copy("sl_wds_opts", &p, sizeof p, opts));
+  if (opts)
+    SL_FORWARD_IF_ERROR(sl__opts_copy("sl_wds_opts", &p, sizeof p, opts));
   if (p.threads == 0) p.threads = 1;
   SL_FORWARD_IF_ERROR(sl__threads_check("wds", (long)p.threads));
   SL_RETURN_ERROR_IF(p.threads > UINT16_MAX - 1, SL_EINVAL,
                      "wds: at most %d threads", UINT16_MAX - 1);
   if (p.world == 0) SL_FORWARD_IF_ERROR(sl_shard_env(&p.rank, &p.world));
-  SL_RETURN_ERROR_IF(p.world < 1 || p.rank < 0 || p.rank >= p.world,
-                     SL_EINVAL, "wds: rank %d is not in [0, world %d)", p.rank,
-                     p.world);
+  SL_RETURN_ERROR_IF(p.world < 1 || p.rank < 0 || p.rank >= p.world, SL_EINVAL,
+                     "wds: rank %d is not in [0, world %d)", p.rank, p.world);
   wds_open *o = sl__calloc(1, sizeof *o);
   SL_RETURN_ERROR_IF(!o, SL_ENOMEM, "wds: out of memory");
   o->T = p.threads;

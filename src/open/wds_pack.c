@@ -58,6 +58,20 @@ int sl__wds_shard_name(const char *out, uint32_t i, char *buf, size_t size) {
   return SL_OK;
 }
 
+/* SLUICE_WITH_IMAGES is set for this file by CMakeLists.txt: the image
+ * folder's listing lives in the optional image layer. */
+#if !SLUICE_WITH_IMAGES
+int sl__pack_images_wds(const char *root, const char *out,
+                        const sl__pack_opts *o, uint64_t *records) {
+  (void)root;
+  (void)out;
+  (void)o;
+  if (records) *records = 0;
+  return sl_set_error(SL_EUNSUPPORTED,
+                      "pack images: this libsluice was built without image "
+                      "support (SLUICE_WITH_IMAGES=OFF)");
+}
+#else
 /* Reads a whole file into *buf (grown as needed). */
 static int slurp(const char *path, unsigned char **buf, size_t *cap,
                  size_t *len) {
@@ -92,20 +106,6 @@ typedef struct shard_out {
   FILE *f;
 } shard_out;
 
-/* SLUICE_WITH_IMAGES is set for this file by CMakeLists.txt: the image
- * folder's listing lives in the optional image layer. */
-#if !SLUICE_WITH_IMAGES
-int sl__pack_images_wds(const char *root, const char *out,
-                        const sl__pack_opts *o, uint64_t *records) {
-  (void)root;
-  (void)out;
-  (void)o;
-  if (records) *records = 0;
-  return sl_set_error(SL_EUNSUPPORTED,
-                      "pack images: this libsluice was built without image "
-                      "support (SLUICE_WITH_IMAGES=OFF)");
-}
-#else
 int sl__pack_images_wds(const char *root, const char *out,
                         const sl__pack_opts *o, uint64_t *records) {
   if (records) *records = 0;
