@@ -533,13 +533,7 @@ typedef struct sl_batch_opts {
 SL_API int sl_batch(sl_reader *up, size_t n, const sl_batch_opts *opts,
                     sl_reader **out);
 
-/* sl_multi_pass's k for "forever" (tf.data's repeat(), repeat(-1)). */
-#define SL_PASSES_FOREVER UINT64_MAX
-
-/* k passes of `up` (reset at each EOF but the last), as one pass. k >= 1.
- * k = SL_PASSES_FOREVER repeats until an upstream pass yields no sample,
- * which ends the pass (an empty upstream gives an empty pass instead of a
- * loop); its length is 0 over an empty upstream, else SL_EUNSUPPORTED. */
+/* k passes of `up` (reset at each EOF but the last), as one pass. k >= 1. */
 SL_API int sl_multi_pass(sl_reader *up, uint64_t k, sl_reader **out);
 /* The first n samples of each pass (Paddle's firstn). */
 SL_API int sl_take(sl_reader *up, uint64_t n, sl_reader **out);
@@ -837,12 +831,19 @@ typedef struct sl_open_opts {
   /* Appended with the token reader.  tag tokens: its options (seq_len is
    * required); see sl_tokens_reader.  Borrowed for the call. */
   const struct sl_tokens_opts *tokens;
+  /* Appended with the formats of docs/FORMATS.md: the options of tags npy,
+   * csv and tfrecord (sl_npy_reader, sl_csv_reader, sl_tfrecord_reader);
+   * NULL: their defaults.  Borrowed for the call. */
+  const struct sl_npy_opts *npy;
+  const struct sl_csv_opts *csv;
+  const struct sl_tfrecord_opts *tfrecord;
 } sl_open_opts;
 /* clang-format off */
 #define SL_OPEN_OPTS_INIT                                                      \
   {sizeof(sl_open_opts), {SL_CORRUPT_FAIL, 0, 0},                              \
    NULL /* labels */, 0 /* text_mmap */, NULL /* parser */,                    \
-   NULL /* parser_options */, NULL /* image */, NULL /* tokens */}
+   NULL /* parser_options */, NULL /* image */, NULL /* tokens */,             \
+   NULL /* npy */, NULL /* csv */, NULL /* tfrecord */}
 /* clang-format on */
 
 /* A format's constructor: opens `path` (the "TAG:" removed, globs already

@@ -2,8 +2,8 @@
  * layouts.c - the C side of spec/20-layouts_spec.lua (built as
  * sluice_test_layouts): the size and alignment of every struct of
  * include/sluice.h, of the internal ones the Lua layer declares
- * (sl__lua_pins, sl__lua_stage_opts) and of DLPack's DLManagedTensor (lua/sluice/device.lua),
- * and the offset of each of their fields, as lines
+ * (sl__lua_pins, sl__lua_stage_opts) and of DLPack's DLManagedTensor
+ * (lua/sluice/device.lua), and the offset of each of their fields, as lines
  *
  *   struct NAME SIZE ALIGN
  *   field NAME FIELD OFFSET      (FIELD may be a path: dl_tensor.device)
@@ -79,6 +79,9 @@ int main(void) {
   F(sl_open_opts, parser_options);
   F(sl_open_opts, image);
   F(sl_open_opts, tokens);
+  F(sl_open_opts, npy);
+  F(sl_open_opts, csv);
+  F(sl_open_opts, tfrecord);
 
   S(sl_open_files_opts);
   F(sl_open_files_opts, size);

@@ -135,7 +135,33 @@ typedef struct sl_open_opts {
   const char *parser_options;
   const struct sl_image_opts *image;
   const struct sl_tokens_opts *tokens;
+  const struct sl_npy_opts *npy;
+  const struct sl_csv_opts *csv;
+  const struct sl_tfrecord_opts *tfrecord;
 } sl_open_opts;
+]])
+
+-- The options of tags npy, csv and tfrecord (docs/FORMATS.md).
+declare("sl_npy_opts", [[
+typedef struct sl_npy_opts {
+  size_t size;
+  const char *field;
+} sl_npy_opts;
+]])
+declare("sl_csv_opts", [[
+typedef struct sl_csv_opts {
+  size_t size;
+  const char *columns;
+  char delimiter;
+  int no_header;
+} sl_csv_opts;
+]])
+declare("sl_tfrecord_opts", [[
+typedef struct sl_tfrecord_opts {
+  size_t size;
+  const char *features;
+  int compression;
+} sl_tfrecord_opts;
 ]])
 
 declare("sl_shard_policy", [[

@@ -420,40 +420,10 @@ local function count_decorator(name, cfn, min, what)
   end
 end
 
-local multi_pass = count_decorator("multi_pass", C.sl_multi_pass, 1,
-                                   "pass count")
--- multi_pass(math.huge) is repeat_forever() (defined below).
-function Pipeline:multi_pass(k)
-  if k == math.huge then return self:repeat_forever() end
-  return multi_pass(self, k)
-end
--- take(-1) / skip(-1): tf.data's "all" (every sample) and "none" (every
--- sample skipped: the pass reads upstream through and yields nothing).
-local ALL = ffi.new("uint64_t", 0) - 1
-
-local function count_or_all(name, cfn)
-  local where = ":" .. name .. "()"
-  return function(self, n)
-    live(self, where, 2)
-    if n ~= -1 then check_int(n, 0, where, "count (or -1: all)", 2) end
-    local result = made(cfn(take(self, where), n == -1 and ALL or n, OUT), 2,
-                        self)
-    return result
-  end
-end
-
-Pipeline.take = count_or_all("take", C.sl_take)
-Pipeline.skip = count_or_all("skip", C.sl_skip)
-
--- Repeats until an upstream pass yields nothing (which ends the pass):
--- tf.data's repeat() without spinning over an empty source.
-function Pipeline:repeat_forever()
-  live(self, ":repeat_forever()", 2)
-  local result = made(C.sl_multi_pass(take(self, ":repeat_forever()"), ALL,
-                                      OUT), 2, self)
-  return result
-end
-
+Pipeline.multi_pass = count_decorator("multi_pass", C.sl_multi_pass, 1,
+                                      "pass count")
+Pipeline.take = count_decorator("take", C.sl_take, 0, "count")
+Pipeline.skip = count_decorator("skip", C.sl_skip, 0, "count")
 Pipeline.repeat_first = count_decorator("repeat_first", C.sl_repeat_first, 0,
                                         "count")
 Pipeline.prefetch = count_decorator("prefetch", C.sl_prefetch, 1,
@@ -659,35 +629,6 @@ end
 
 function Pipeline:filter(fn, opts)
   local p = lua_stage(self, "filter", fn, opts)
-  return p
-end
-
--- Adds field `field` (default "index"): the sample's position in the pass,
--- from `start` (default 0), as an i64 scalar (tf.data's enumerate(start),
--- restarting each pass as ds.enumerate().repeat() does per epoch).
-function Pipeline:enumerate(opts)
-  local where = ":enumerate()"
-  live(self, where, 2)
-  opts = check_opts(opts, where, {field = true, start = true}, 2)
-  local field = opts.field or "index"
-  if type(field) ~= "string" or field == "" then
-    error(("sluice: %s: option 'field' must be a non-empty string (got %s)")
-          :format(where, tostring(field)), 2)
-  end
-  local start = opts.start or 0
-  if type(start) ~= "number" or start ~= floor(start) or math.abs(start) >= 2^53 then
-    error(("sluice: %s: option 'start' must be an integer in (-2^53, 2^53) (got %s)")
-          :format(where, tostring(start)), 2)
-  end
-  local names = self:schema()
-  if names[field] then
-    error(("sluice: %s: the samples already have a field '%s' (give another "
-           .. "with {field = ...})"):format(where, field), 2)
-  end
-  local p = lua_stage(self, "map", function(s, ctx)
-    s[field] = ctx.index + start
-    return s
-  end, nil)
   return p
 end
 
@@ -937,7 +878,102 @@ end
 local OPEN_OPTS = set("policy", "max_bad_chunks", "max_chunk_bytes", "first",
                       "count", "chunks", "labels", "mmap", "parser",
                       "parser_options", "threads", "channels", "resize",
-                      "shape", "ordered", "window", "max_bad", "schema")
+                      "shape", "ordered", "window", "max_bad", "schema",
+                      "field", "columns", "delimiter", "header", "features",
+                      "compression")
+
+-- "name:spec,..." from a string, an array ({"x:f32", {"y", "i64"}}) or a
+-- table of name = spec (in name order); spec(v) turns a value into the
+-- text after the colon (nil: the name alone).
+local function name_list(v, where, what, spec, level)
+  if v == nil or type(v) == "string" then return v end
+  if type(v) ~= "table" then
+    error(("sluice: %s: option '%s' must be a string or a table (got a %s)")
+          :format(where, what, type(v)), level + 1)
+  end
+  local parts = {}
+  local function add(name, s)
+    if type(name) ~= "string" or name == "" or name:find("[,:%[%]]") then
+      error(("sluice: %s: option '%s': bad field name %s"):format(
+        where, what, tostring(name)), level + 1)
+    end
+    s = spec(s)
+    parts[#parts + 1] = s and (name .. ":" .. s) or name
+  end
+  if #v > 0 then
+    for _, e in ipairs(v) do
+      if type(e) == "table" then add(e[1], e[2])
+      else parts[#parts + 1] = tostring(e) end
+    end
+  else
+    local names = {}
+    for k in pairs(v) do names[#names + 1] = k end
+    table.sort(names, function(a, b) return tostring(a) < tostring(b) end)
+    for _, k in ipairs(names) do add(k, v[k]) end
+  end
+  return table.concat(parts, ",")
+end
+
+-- tfrecord features: "bytes", "i64", {"f32", {3}} -> "f32[3]".
+local function feature_spec(s)
+  if type(s) ~= "table" then return s end
+  local dims = {}
+  for _, d in ipairs(s[2] or {}) do dims[#dims + 1] = tostring(d) end
+  return #dims > 0 and (s[1] .. "[" .. table.concat(dims, ",") .. "]") or s[1]
+end
+
+local TF_COMPRESSION = {auto = 0, none = 1, gzip = 2}
+
+-- The options of tags npy, csv and tfrecord into o (sl_open_opts).  The
+-- option structs live as long as `keep` (the caller holds it over sl_open).
+local function format_options(o, opts, where, keep, level)
+  if opts.field ~= nil then
+    local n = ffi.new("sl_npy_opts")
+    n.size = ffi.sizeof(n)
+    n.field = check_string(opts.field, where, "field", level + 1)
+    keep[#keep + 1] = n
+    o.npy = n
+  end
+  if opts.columns ~= nil or opts.delimiter ~= nil or opts.header ~= nil then
+    local c = ffi.new("sl_csv_opts")
+    c.size = ffi.sizeof(c)
+    local cols = name_list(opts.columns, where, "columns",
+                           function(s) return s end, level + 1)
+    keep[#keep + 1] = cols
+    c.columns = cols
+    local d = opts.delimiter
+    if d ~= nil then
+      if type(d) ~= "string" or #d ~= 1 then
+        error(("sluice: %s: option 'delimiter' must be one character (got %s)")
+              :format(where, tostring(d)), level + 1)
+      end
+      c.delimiter = d:byte()
+    end
+    c.no_header = check_bool(opts.header, where, "header", true, level + 1)
+      and 0 or 1
+    keep[#keep + 1] = c
+    o.csv = c
+  end
+  if opts.features ~= nil or opts.compression ~= nil then
+    local t = ffi.new("sl_tfrecord_opts")
+    t.size = ffi.sizeof(t)
+    local f = name_list(opts.features, where, "features", feature_spec,
+                        level + 1)
+    keep[#keep + 1] = f
+    t.features = f
+    if opts.compression ~= nil then
+      local m = TF_COMPRESSION[opts.compression]
+      if not m then
+        error(("sluice: %s: option 'compression' must be \"auto\", "
+               .. "\"none\" or \"gzip\" (got %s)")
+              :format(where, tostring(opts.compression)), level + 1)
+      end
+      t.compression = m
+    end
+    keep[#keep + 1] = t
+    o.tfrecord = t
+  end
+end
 
 -- sluice.open: any name sl_open understands ("tag:path", a known extension,
 -- a glob); first/count/chunks select records of one slr file.
@@ -967,6 +1003,8 @@ function sluice.open(name, opts)
   slr_options(o.slr, opts, where, 2)
   o.labels = check_string(opts.labels, where, "labels", 2)
   o.text_mmap = check_bool(opts.mmap, where, "mmap", false, 2) and 1 or 0
+  local keep = {} -- the format option structs and strings, alive over sl_open
+  format_options(o, opts, where, keep, 2)
   local parse = opts.parser
   if opts.schema ~= nil and type(parse) ~= "function" then
     error(("sluice: %s: option 'schema' is for a Lua parser (for other "
@@ -991,6 +1029,7 @@ function sluice.open(name, opts)
   local shipped, env
   if parse then shipped, env = ship(parse, "parser", where, 2) end
   local p = made(C.sl_open(name, o, OUT), 2)
+  keep = nil
   if parse then
     if tonumber(C.sl_schema_find(C.sl_reader_schema(p._r), "line")) < 0 then
       p:close()

@@ -92,20 +92,18 @@ static int open_tokens(void *ud, const char *path, const sl_open_opts *opts,
   return sl_tokens_reader(&path, 1, &o, out);
 }
 
-/* npy: a .npy array or an .npz archive (sl_npy_reader), defaults. */
+/* npy: a .npy array or an .npz archive (sl_npy_reader; opts->npy). */
 static int open_npy(void *ud, const char *path, const sl_open_opts *opts,
                     sl_reader **out) {
   SL_UNUSED(ud);
-  SL_UNUSED(opts);
-  return sl_npy_reader(path, NULL, out);
+  return sl_npy_reader(path, opts->npy, out);
 }
 
-/* csv: a CSV file with a header (sl_csv_reader), defaults. */
+/* csv: a CSV file (sl_csv_reader; opts->csv: columns, delimiter, header). */
 static int open_csv(void *ud, const char *path, const sl_open_opts *opts,
                     sl_reader **out) {
   SL_UNUSED(ud);
-  SL_UNUSED(opts);
-  return sl_csv_reader(path, NULL, out);
+  return sl_csv_reader(path, opts->csv, out);
 }
 
 /* wds: one WebDataset tar shard (sl_wds_reader); sl_wds_open reads many on
@@ -117,13 +115,12 @@ static int open_wds(void *ud, const char *path, const sl_open_opts *opts,
   return sl_wds_reader(path, out);
 }
 
-/* tfrecord: a TFRecord file as {record: bytes} (sl_tfrecord_reader; the
- * features option decodes tf.train.Example). */
+/* tfrecord: a TFRecord file as {record: bytes} (sl_tfrecord_reader;
+ * opts->tfrecord's features decode tf.train.Example). */
 static int open_tfrecord(void *ud, const char *path, const sl_open_opts *opts,
                          sl_reader **out) {
   SL_UNUSED(ud);
-  SL_UNUSED(opts);
-  return sl_tfrecord_reader(path, NULL, out);
+  return sl_tfrecord_reader(path, opts->tfrecord, out);
 }
 
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
