@@ -533,7 +533,13 @@ typedef struct sl_batch_opts {
 SL_API int sl_batch(sl_reader *up, size_t n, const sl_batch_opts *opts,
                     sl_reader **out);
 
-/* k passes of `up` (reset at each EOF but the last), as one pass. k >= 1. */
+/* sl_multi_pass's k for "forever" (tf.data's repeat(), repeat(-1)). */
+#define SL_PASSES_FOREVER UINT64_MAX
+
+/* k passes of `up` (reset at each EOF but the last), as one pass. k >= 1.
+ * k = SL_PASSES_FOREVER repeats until an upstream pass yields no sample,
+ * which ends the pass (an empty upstream gives an empty pass instead of a
+ * loop); its length is 0 over an empty upstream, else SL_EUNSUPPORTED. */
 SL_API int sl_multi_pass(sl_reader *up, uint64_t k, sl_reader **out);
 /* The first n samples of each pass (Paddle's firstn). */
 SL_API int sl_take(sl_reader *up, uint64_t n, sl_reader **out);

@@ -182,8 +182,8 @@ describe("sluice.Pipeline", function()
       assert.same({7, 8, 9}, collect(sluice.range(10):skip(7)))
       assert.same({}, collect(sluice.range(3):skip(5)))
       assert.same({0, 1}, collect(sluice.range(2):skip(0)))
-      assert.equal("sluice: :skip(): count must be an integer >= 0 (got -1)",
-                   misuse(function() sluice.range(2):skip(-1) end))
+      assert.equal("sluice: :skip(): count (or -1: all) must be an integer >= 0 (got -2)",
+                   misuse(function() sluice.range(2):skip(-2) end))
     end)
   end)
 

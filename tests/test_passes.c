@@ -101,6 +101,55 @@ TEST(multi_pass_of_empty_upstream_terminates) {
   sl_reader_destroy(r);
 }
 
+/* SL_PASSES_FOREVER (tf.data's repeat()): passes until one yields
+ * nothing, so an empty upstream ends at once instead of looping. */
+TEST(multi_pass_forever_repeats_until_an_empty_pass) {
+  sl_reader *r, *t;
+  ASSERT_OK(sl_multi_pass(test_range_reader(3), SL_PASSES_FOREVER, &r));
+  ASSERT_OK(sl_take(r, 7, &t));
+  EXPECT(t, SL_EOF, 0, 1, 2, 0, 1, 2, 0);
+  uint64_t n; /* take(7) of an endless upstream: not known (yet) */
+  ASSERT_RC(sl_reader_length(t, &n), SL_EUNSUPPORTED);
+  /* A reset mid-pass starts over. */
+  ASSERT_OK(sl_reader_reset(t));
+  sl_sample *s;
+  ASSERT_OK(sl_reader_next(t, &s));
+  sl_sample_release(s);
+  ASSERT_OK(sl_reader_reset(t));
+  EXPECT(t, SL_EOF, 0, 1, 2, 0, 1, 2, 0);
+  sl_reader_destroy(t);
+
+  counter c;
+  ASSERT_OK(sl_multi_pass(counting(&c, 0, 1), SL_PASSES_FOREVER, &r));
+  EXPECT_EMPTY(r);
+  ASSERT_EQ(c.pulls, 1);
+  ASSERT_EQ(c.resets, 0);
+  sl_reader_destroy(r);
+  ASSERT_OK(sl_multi_pass(test_range_reader(0), SL_PASSES_FOREVER, &r));
+  EXPECT_EMPTY(r);
+  ASSERT_OK(sl_reader_length(r, &n));
+  ASSERT_EQ(n, 0);
+  sl_reader_destroy(r);
+
+  ASSERT_OK(sl_multi_pass(test_range_reader(3), SL_PASSES_FOREVER, &r));
+  ASSERT_RC(sl_reader_length(r, &n), SL_EUNSUPPORTED);
+  ASSERT_CONTAINS(sl_last_error(), "repeats 3 samples forever");
+  sl_reader_destroy(r);
+}
+
+static sl_reader *build_forever(void *ud) {
+  (void)ud;
+  sl_reader *r;
+  ASSERT_OK(sl_multi_pass(test_range_reader(3), SL_PASSES_FOREVER, &r));
+  ASSERT_OK(sl_take(r, 8, &r));
+  return r;
+}
+
+TEST(multi_pass_forever_resumes_exactly) {
+  static const uint64_t cuts[] = {0, 1, 3, 4, 7, 8, 9, 13, 16};
+  test_resume_check(build_forever, NULL, 2, cuts, 9, 0);
+}
+
 TEST(multi_pass_reset_mid_pass_restarts_the_count) {
   sl_reader *r;
   ASSERT_OK(sl_multi_pass(test_range_reader(3), 2, &r));

@@ -420,10 +420,40 @@ local function count_decorator(name, cfn, min, what)
   end
 end
 
-Pipeline.multi_pass = count_decorator("multi_pass", C.sl_multi_pass, 1,
-                                      "pass count")
-Pipeline.take = count_decorator("take", C.sl_take, 0, "count")
-Pipeline.skip = count_decorator("skip", C.sl_skip, 0, "count")
+local multi_pass = count_decorator("multi_pass", C.sl_multi_pass, 1,
+                                   "pass count")
+-- multi_pass(math.huge) is repeat_forever() (defined below).
+function Pipeline:multi_pass(k)
+  if k == math.huge then return self:repeat_forever() end
+  return multi_pass(self, k)
+end
+-- take(-1) / skip(-1): tf.data's "all" (every sample) and "none" (every
+-- sample skipped: the pass reads upstream through and yields nothing).
+local ALL = ffi.new("uint64_t", 0) - 1
+
+local function count_or_all(name, cfn)
+  local where = ":" .. name .. "()"
+  return function(self, n)
+    live(self, where, 2)
+    if n ~= -1 then check_int(n, 0, where, "count (or -1: all)", 2) end
+    local result = made(cfn(take(self, where), n == -1 and ALL or n, OUT), 2,
+                        self)
+    return result
+  end
+end
+
+Pipeline.take = count_or_all("take", C.sl_take)
+Pipeline.skip = count_or_all("skip", C.sl_skip)
+
+-- Repeats until an upstream pass yields nothing (which ends the pass):
+-- tf.data's repeat() without spinning over an empty source.
+function Pipeline:repeat_forever()
+  live(self, ":repeat_forever()", 2)
+  local result = made(C.sl_multi_pass(take(self, ":repeat_forever()"), ALL,
+                                      OUT), 2, self)
+  return result
+end
+
 Pipeline.repeat_first = count_decorator("repeat_first", C.sl_repeat_first, 0,
                                         "count")
 Pipeline.prefetch = count_decorator("prefetch", C.sl_prefetch, 1,
@@ -629,6 +659,35 @@ end
 
 function Pipeline:filter(fn, opts)
   local p = lua_stage(self, "filter", fn, opts)
+  return p
+end
+
+-- Adds field `field` (default "index"): the sample's position in the pass,
+-- from `start` (default 0), as an i64 scalar (tf.data's enumerate(start),
+-- restarting each pass as ds.enumerate().repeat() does per epoch).
+function Pipeline:enumerate(opts)
+  local where = ":enumerate()"
+  live(self, where, 2)
+  opts = check_opts(opts, where, {field = true, start = true}, 2)
+  local field = opts.field or "index"
+  if type(field) ~= "string" or field == "" then
+    error(("sluice: %s: option 'field' must be a non-empty string (got %s)")
+          :format(where, tostring(field)), 2)
+  end
+  local start = opts.start or 0
+  if type(start) ~= "number" or start ~= floor(start) or math.abs(start) >= 2^53 then
+    error(("sluice: %s: option 'start' must be an integer in (-2^53, 2^53) (got %s)")
+          :format(where, tostring(start)), 2)
+  end
+  local names = self:schema()
+  if names[field] then
+    error(("sluice: %s: the samples already have a field '%s' (give another "
+           .. "with {field = ...})"):format(where, field), 2)
+  end
+  local p = lua_stage(self, "map", function(s, ctx)
+    s[field] = ctx.index + start
+    return s
+  end, nil)
   return p
 end
 
@@ -1028,8 +1087,9 @@ function sluice.open(name, opts)
   o.image = io
   local shipped, env
   if parse then shipped, env = ship(parse, "parser", where, 2) end
-  local p = made(C.sl_open(name, o, OUT), 2)
-  keep = nil
+  -- keep rides along as an extra (ignored) argument so that the option
+  -- structs and strings it holds stay alive until sl_open has copied them.
+  local p = made(C.sl_open(name, o, OUT), 2, nil, keep)
   if parse then
     if tonumber(C.sl_schema_find(C.sl_reader_schema(p._r), "line")) < 0 then
       p:close()

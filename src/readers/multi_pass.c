@@ -7,6 +7,10 @@
  * reading; the k-th SL_EOF is ours.  An empty upstream therefore ends after k
  * empty passes, and k = 1 never resets upstream (a one-shot source works).
  * Reset starts the count over and resets upstream.
+ *
+ * k = SL_PASSES_FOREVER repeats forever, except that an upstream pass that
+ * yields nothing ends our pass (and a reset starts again): an empty or
+ * exhausted upstream ends instead of spinning through empty passes.
  */
 #include "readers/state.h"
 
@@ -39,8 +43,10 @@ static int multi_pass_next(void *st, sl_sample **out) {
     int rc = sl_reader_next(m->up, out);
     if (rc == SL_OK) m->given++;
     if (rc != SL_EOF) return rc; /* a sample, or upstream's error */
+    uint64_t before = m->done ? m->ends[m->done - 1] : 0;
     SL_FORWARD_IF_ERROR(note_end(m));
     if (m->done >= m->k) return SL_EOF;
+    if (m->k == SL_PASSES_FOREVER && m->given == before) return SL_EOF;
     SL_FORWARD_IF_ERROR(sl_reader_reset(m->up));
   }
 }
@@ -63,6 +69,13 @@ static void multi_pass_destroy(void *st) {
 static int multi_pass_length(const sl_reader *r, void *st, uint64_t *n) {
   uint64_t up, k = ((multi_pass_state *)st)->k;
   SL_FORWARD_IF_ERROR(sl__upstream_length(r, 0, &up));
+  if (k == SL_PASSES_FOREVER) {
+    SL_RETURN_ERROR_IF(up > 0, SL_EUNSUPPORTED,
+                       "multi_pass: repeats %llu samples forever",
+                       (unsigned long long)up);
+    *n = 0;
+    return SL_OK;
+  }
   SL_RETURN_ERROR_IF(up > UINT64_MAX / k, SL_EUNSUPPORTED,
                      "multi_pass: %llu passes of %llu samples do not fit "
                      "64 bits",
