@@ -70,9 +70,10 @@ static int cmp_u64(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-/* Fails unless a[0..n) and b[0..m) hold the same values, counted. */
-static void same_multiset(uint64_t *a, size_t n, uint64_t *b, size_t m,
-                          const char *what) {
+/* Fails unless a[0..n) and b[0..m) hold the same values, counted.  (Used
+ * by the image tests only: unused in a build without images.) */
+__attribute__((unused)) static void
+same_multiset(uint64_t *a, size_t n, uint64_t *b, size_t m, const char *what) {
   if (n != m)
     test_fail(__FILE__, __LINE__, "%s: %zu samples, expected %zu", what, n, m);
   qsort(a, n, sizeof *a, cmp_u64);
@@ -86,9 +87,9 @@ static void same_multiset(uint64_t *a, size_t n, uint64_t *b, size_t m,
 /* A state saved after `cut` samples of a chain made by `save_build`
  * restored into one made by `load_build` gives the rest of load_build's
  * uninterrupted pass (the same digests, in order). */
-static void cross_check(test_build_fn save_build, void *save_ud,
-                        test_build_fn load_build, void *load_ud, size_t cut,
-                        size_t total) {
+__attribute__((unused)) static void
+cross_check(test_build_fn save_build, void *save_ud, test_build_fn load_build,
+            void *load_ud, size_t cut, size_t total) {
   uint64_t *ref = calloc(total + 1, sizeof *ref);
   uint64_t *got = calloc(total + 1, sizeof *got);
   sl_reader *r = load_build(load_ud);
@@ -654,5 +655,12 @@ TEST(image_reader_unordered) {
   printf("  refused: %s\n", sl_last_error());
   sl_reader_destroy(r);
 }
+
+#else /* !SLUICE_WITH_IMAGES: the tests exist, and say why they do not run */
+
+#define NO_IMAGES "built without image support (-DSLUICE_WITH_IMAGES=OFF)"
+TEST_SKIPPED(image_reader_threads, NO_IMAGES)
+TEST_SKIPPED(decode_image_threads, NO_IMAGES)
+TEST_SKIPPED(image_reader_unordered, NO_IMAGES)
 
 #endif /* SLUICE_WITH_IMAGES */
