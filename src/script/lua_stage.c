@@ -185,8 +185,11 @@ static int finish_output(lua_stage *st, sl_sample *o, uint64_t seq,
                          sl_sample **out) {
   const sl_schema *want =
       atomic_load_explicit(&st->check_schema, memory_order_acquire);
-  int rc = want ? check_output(st, want, &o, seq)
+  /* The schema may have become known while fn ran: an empty array made
+   * without it takes the stage's dtype (sl__lua_retype_empty). */
+  int rc = want ? sl__lua_retype_empty(want, &o)
                 : note_unchecked(st, o, seq, file, line);
+  if (want && rc >= 0) rc = check_output(st, want, &o, seq);
   if (rc < 0) {
     if (want && file) parse_error(st, file, line, rc);
     sl_sample_release(o);
