@@ -487,6 +487,6 @@ int sl_image_reader(const char *path, const sl_image_opts *opts,
   sl_reader *src;
   SL_FORWARD_IF_ERROR(sl__reader_make(&files_vt, f, f->schema, &src));
   sl__reader_set_state_ops(src, &files_state_ops);
-  sl__state_set_check(&files_state_ops, files_check);
+  sl__reader_set_state_check(src, files_check);
   return sl__decode_image_make(src, &o, "image", names, n, out);
 }

@@ -305,6 +305,6 @@ int sl_idx_reader(const char *images, const char *labels, sl_reader **out) {
   sl__reader_set_length(*out, idx_length);
   sl__reader_set_state_ops(*out, &idx_state_ops);
   sl__reader_set_fetch(*out, idx_fetch);
-  sl__state_set_check(&idx_state_ops, idx_check);
+  sl__reader_set_state_check(*out, idx_check);
   return SL_OK;
 }

@@ -237,7 +237,7 @@ static int make(sl_slr_file *f, uint64_t first, uint64_t end, sl_reader **out) {
   sl__reader_set_length(*out, slr_length);
   sl__reader_set_state_ops(*out, &slr_state_ops);
   sl__reader_set_fetch(*out, slr_fetch);
-  sl__state_set_check(&slr_state_ops, slr_check);
+  sl__reader_set_state_check(*out, slr_check);
   return SL_OK;
 }
 

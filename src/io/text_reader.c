@@ -431,6 +431,6 @@ int sl_text_reader(const char *path, int use_mmap, const char *parser,
   }
   SL_FORWARD_IF_ERROR(sl__reader_make(&text_vt, s, s->schema, out));
   sl__reader_set_state_ops(*out, &text_state_ops);
-  sl__state_set_check(&text_state_ops, text_check);
+  sl__reader_set_state_check(*out, text_check);
   return SL_OK;
 }

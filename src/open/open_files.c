@@ -1516,7 +1516,7 @@ int sl_open_files(const char *const *names, size_t n,
   sl__reader_set_length(*out, of_length);
   sl__reader_set_state_ops(*out, &of_state_ops);
   sl__reader_set_stop_signal(*out, of_signal_stop);
-  sl__state_set_check(&of_state_ops, of_check);
+  sl__reader_set_state_check(*out, of_check);
   rc = start_workers(o);
   if (rc < 0) {
     sl_reader_destroy(*out);

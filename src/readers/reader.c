@@ -38,6 +38,7 @@ struct sl_reader {
   sl__length_fn length;               /* NULL: length not known */
   sl__stop_signal_fn stop_signal;     /* NULL: no threads of its own */
   sl__fetch_fn fetch;                 /* NULL: no random access (state.h) */
+  sl__state_check_fn state_check;     /* NULL: no data check (state.h) */
   const sl__state_ops *state_ops;     /* NULL: cannot be saved (state.h) */
   /* The position (state.h), guarded like status: passes (resets, or as
    * restored) and samples handed out by next in this pass. */
@@ -69,6 +70,14 @@ static void signal_chain(sl_reader *r, int depth) {
   if (r->stop_signal) r->stop_signal(r->state);
   for (size_t i = 0; i < r->nups; i++)
     signal_chain(r->ups[i], depth + 1);
+}
+
+void sl__reader_set_state_check(sl_reader *r, sl__state_check_fn fn) {
+  if (r) r->state_check = fn;
+}
+
+sl__state_check_fn sl__reader_state_check(const sl_reader *r) {
+  return r->state_check;
 }
 
 void sl__reader_set_fetch(sl_reader *r, sl__fetch_fn fn) {

@@ -405,37 +405,6 @@ static bool same(const char *a, size_t alen, const char *b) {
   return strlen(b) == alen && memcmp(a, b, alen) == 0;
 }
 
-/* The sources' checks (sl__state_set_check), by ops table. */
-#define MAX_CHECKS 32
-static struct {
-  const sl__state_ops *ops;
-  sl__state_check_fn fn;
-} g_checks[MAX_CHECKS];
-static int g_nchecks;
-static pthread_mutex_t g_checks_mu = PTHREAD_MUTEX_INITIALIZER;
-
-void sl__state_set_check(const sl__state_ops *ops, sl__state_check_fn fn) {
-  pthread_mutex_lock(&g_checks_mu);
-  int i = 0;
-  while (i < g_nchecks && g_checks[i].ops != ops)
-    i++;
-  if (i < MAX_CHECKS) {
-    g_checks[i].ops = ops;
-    g_checks[i].fn = fn;
-    if (i == g_nchecks) g_nchecks++;
-  }
-  pthread_mutex_unlock(&g_checks_mu);
-}
-
-static sl__state_check_fn check_of(const sl__state_ops *ops) {
-  sl__state_check_fn fn = NULL;
-  pthread_mutex_lock(&g_checks_mu);
-  for (int i = 0; i < g_nchecks && !fn; i++)
-    if (g_checks[i].ops == ops) fn = g_checks[i].fn;
-  pthread_mutex_unlock(&g_checks_mu);
-  return fn;
-}
-
 static int check(record *rec, sl_reader *r, trail *t) {
   t->names[t->n++] = sl_reader_name(r);
   char where[1024];
@@ -468,7 +437,7 @@ static int check(record *rec, sl_reader *r, trail *t) {
                      "restore: stage %d from the top (%s) cannot restore a "
                      "position",
                      t->n, where);
-  sl__state_check_fn check_fn = check_of(ops);
+  sl__state_check_fn check_fn = sl__reader_state_check(r);
   if (check_fn) {
     /* A source's data against its record: SL_ECORRUPT naming the file. */
     sl__state_in in = {rec, 0, 0};

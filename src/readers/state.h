@@ -69,11 +69,12 @@ typedef struct sl__state_ops {
  * sl__state_get_*, as restore will again): SL_ECORRUPT naming the file when
  * the data changed since the save (fewer records, a rewritten file), which
  * refuses the state with the chain left as it was.  Must not change the
- * stage.  Set once per ops table (a side table in state.c, so the ops'
- * positional initialisers stay complete); idempotent, thread-safe. */
+ * stage.  Set once, right after construction, like the state ops. */
 typedef int (*sl__state_check_fn)(const sl_reader *r, void *state,
                                   sl__state_in *in);
-void sl__state_set_check(const sl__state_ops *ops, sl__state_check_fn check);
+void sl__reader_set_state_check(sl_reader *r, sl__state_check_fn check);
+/* r's check (NULL: none). */
+sl__state_check_fn sl__reader_state_check(const sl_reader *r);
 
 /* Sets r's state ops (borrowed; static), once, right after construction.
  * NULL-safe on r. */
