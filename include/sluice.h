@@ -803,6 +803,12 @@ SL_API int sl_slr_reader_chunks(const char *path, const sl_slr_open_opts *opts,
  *    every rank of a job sees the same list whatever its environment); each
  *    match is then tagged as above.  A pattern that matches nothing is
  *    SL_EINVAL naming the pattern.
+ *  - Before globs, a PATH's brace patterns are expanded left to right, as
+ *    WebDataset writes shard names: ranges "{000000..000127}" (zero-padded
+ *    to the first bound's width) and lists "{a,b}", several per name, at
+ *    most 100000 names; the results keep the name's order.  A URL takes
+ *    braces but not globs.  A file named exactly like the pattern is that
+ *    file (braces and globs alike).
  * Built-in tags: "slr" (sl_slr_reader over the whole file), "idx"
  * (sl_idx_reader: MNIST-style images with their labels; the suffixes
  * "-idx3-ubyte" and "-idx3-ubyte.gz" map to it), "text" (sl_text_reader:
@@ -843,13 +849,20 @@ typedef struct sl_open_opts {
   const struct sl_npy_opts *npy;
   const struct sl_csv_opts *csv;
   const struct sl_tfrecord_opts *tfrecord;
+  /* Appended with brace patterns in every name.  tag wds: when set, the
+   * name's shards (one or many: braces, globs) are read by sl_wds_open with
+   * these options (threads, shard shuffle, rank/world; world 0 takes both
+   * from the launcher's environment); NULL: each shard is one sl_wds_reader,
+   * several chained.  Set for a name that is not all wds shards, it is
+   * SL_EINVAL.  Borrowed for the call. */
+  const struct sl_wds_opts *wds;
 } sl_open_opts;
 /* clang-format off */
 #define SL_OPEN_OPTS_INIT                                                      \
   {sizeof(sl_open_opts), {SL_CORRUPT_FAIL, 0, 0},                              \
    NULL /* labels */, 0 /* text_mmap */, NULL /* parser */,                    \
    NULL /* parser_options */, NULL /* image */, NULL /* tokens */,             \
-   NULL /* npy */, NULL /* csv */, NULL /* tfrecord */}
+   NULL /* npy */, NULL /* csv */, NULL /* tfrecord */, NULL /* wds */}
 /* clang-format on */
 
 /* A format's constructor: opens `path` (the "TAG:" removed, globs already

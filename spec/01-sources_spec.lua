@@ -317,11 +317,11 @@ describe("sluice", function()
       assert.is_false(ok)
       assert.matches("foo%.unknownext", err)
       assert.equal("sluice: sluice.open(): unknown option 'polcy' (known: "
-                   .. "channels, chunks, columns, compression, count, "
+                   .. "buffer, channels, chunks, columns, compression, count, "
                    .. "delimiter, features, field, first, header, labels, "
                    .. "max_bad, max_bad_chunks, max_chunk_bytes, mmap, "
                    .. "ordered, parser, parser_options, policy, resize, "
-                   .. "schema, shape, threads, window)",
+                   .. "schema, seed, shape, shard, shuffle, threads, window)",
                    misuse(function() sluice.open(path, {polcy = "fail"}) end))
       assert.equal("sluice: sluice.open(): option 'policy' must be \"fail\" or "
                    .. "\"skip_chunk\" (got skip)",

@@ -82,6 +82,7 @@ int main(void) {
   F(sl_open_opts, npy);
   F(sl_open_opts, csv);
   F(sl_open_opts, tfrecord);
+  F(sl_open_opts, wds);
 
   S(sl_open_files_opts);
   F(sl_open_files_opts, size);

@@ -138,7 +138,20 @@ typedef struct sl_open_opts {
   const struct sl_npy_opts *npy;
   const struct sl_csv_opts *csv;
   const struct sl_tfrecord_opts *tfrecord;
+  const struct sl_wds_opts *wds;
 } sl_open_opts;
+]])
+
+-- sluice.open's options for WebDataset shards (sl_open_opts.wds).
+declare("sl_wds_opts", [[
+typedef struct sl_wds_opts {
+  size_t size;
+  uint32_t threads;
+  int shuffle;
+  uint64_t seed;
+  int rank, world;
+  size_t buffer;
+} sl_wds_opts;
 ]])
 
 -- The options of tags npy, csv and tfrecord (docs/FORMATS.md).

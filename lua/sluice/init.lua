@@ -939,7 +939,7 @@ local OPEN_OPTS = set("policy", "max_bad_chunks", "max_chunk_bytes", "first",
                       "parser_options", "threads", "channels", "resize",
                       "shape", "ordered", "window", "max_bad", "schema",
                       "field", "columns", "delimiter", "header", "features",
-                      "compression")
+                      "compression", "shuffle", "seed", "shard", "buffer")
 
 -- "name:spec,..." from a string, an array ({"x:f32", {"y", "i64"}}) or a
 -- table of name = spec (in name order); spec(v) turns a value into the
@@ -1034,6 +1034,60 @@ local function format_options(o, opts, where, keep, level)
   end
 end
 
+local function seed_option(v, where, level)
+  if v == nil then return 0 end
+  if type(v) == "cdata" and ffi.istype("uint64_t", v) then return v end
+  if type(v) ~= "number" or v ~= floor(v) or v < 0 or v >= 2^64 then
+    error(("sluice: %s: option 'seed' must be an integer in [0, 2^64) (got "
+           .. "%s)"):format(where, tostring(v)), level + 1)
+  end
+  return v
+end
+
+-- WebDataset shards through sl_wds_open (sl_open_opts.wds): when the name
+-- is wds ("wds:" or ".tar", braces allowed) and threads is given, or when
+-- any option only shards have is (shuffle, seed, shard, buffer).  Without
+-- `shard` the reader is rank 0 of 1 (the launcher's environment only with
+-- shard = {} or "env"); the C stage checks that the name is all shards.
+local WDS_ONLY = {"shuffle", "seed", "shard", "buffer"}
+local function wds_options(o, name, opts, where, keep, level)
+  local only = false
+  for _, k in ipairs(WDS_ONLY) do only = only or opts[k] ~= nil end
+  local plain = name:gsub("%b{}", "")
+  local wds = name:sub(1, 4) == "wds:" or plain:match("%.tar$") ~= nil
+  if not only and not (wds and opts.threads ~= nil) then return end
+  local w = ffi.new("sl_wds_opts")
+  w.size = ffi.sizeof(w)
+  w.threads = opts.threads == nil and 1 or
+    check_int(opts.threads, 1, where, "option 'threads'", level + 1)
+  w.shuffle = check_bool(opts.shuffle, where, "shuffle", false, level + 1)
+    and 1 or 0
+  if opts.seed ~= nil then w.seed = seed_option(opts.seed, where, level + 1) end
+  w.buffer = opts.buffer == nil and 0 or
+    check_int(opts.buffer, 1, where, "option 'buffer'", level + 1)
+  w.rank, w.world = 0, 1
+  local sh = opts.shard
+  if sh == "env" then
+    w.world = 0
+  elseif sh ~= nil then
+    sh = check_opts(sh, where .. " option 'shard'", set("rank", "world"),
+                    level + 1)
+    if (sh.rank == nil) ~= (sh.world == nil) then
+      error(("sluice: %s: option 'shard' needs both rank and world (or "
+             .. "neither: then they come from the launcher's environment)")
+            :format(where), level + 1)
+    end
+    if sh.world == nil then
+      w.world = 0
+    else
+      w.world = check_int(sh.world, 1, where, "shard.world", level + 1)
+      w.rank = check_int(sh.rank, 0, where, "shard.rank", level + 1)
+    end
+  end
+  keep[#keep + 1] = w
+  o.wds = w
+end
+
 -- sluice.open: any name sl_open understands ("tag:path", a known extension,
 -- a glob); first/count/chunks select records of one slr file.
 function sluice.open(name, opts)
@@ -1064,6 +1118,7 @@ function sluice.open(name, opts)
   o.text_mmap = check_bool(opts.mmap, where, "mmap", false, 2) and 1 or 0
   local keep = {} -- the format option structs and strings, alive over sl_open
   format_options(o, opts, where, keep, 2)
+  wds_options(o, name, opts, where, keep, 2)
   local parse = opts.parser
   if opts.schema ~= nil and type(parse) ~= "function" then
     error(("sluice: %s: option 'schema' is for a Lua parser (for other "
@@ -1250,15 +1305,6 @@ local TOKENS_OPTS = set("seq_len", "shuffle", "seed", "rank", "world",
                         "block", "batch")
 
 -- A seed option: an integer in [0, 2^64) or a uint64_t cdata.
-local function seed_option(v, where, level)
-  if v == nil then return 0 end
-  if type(v) == "cdata" and ffi.istype("uint64_t", v) then return v end
-  if type(v) ~= "number" or v ~= floor(v) or v < 0 or v >= 2^64 then
-    error(("sluice: %s: option 'seed' must be an integer in [0, 2^64) (got "
-           .. "%s)"):format(where, tostring(v)), level + 1)
-  end
-  return v
-end
 
 -- sluice.open("tokens:PATTERN", {seq_len=, shuffle=, seed=, rank=, world=,
 -- block=, batch=}): every file of the pattern as one sl_tokens_open reader.
@@ -1521,6 +1567,11 @@ end
 -- sluice.rng(seed, epoch, index): the generator ctx.rng is for sample
 -- `index` of epoch `epoch` of a stage with seed `seed` (the same draws,
 -- outside the pipeline; sluice.rng and docs/LUA.md, "Randomness").
+-- sluice.json(text) / sluice.json.decode(text): JSON text (a .json member
+-- of a WebDataset shard, a bytes field) as Lua tables (sluice/json.lua,
+-- which worker states can require too).
+sluice.json = require "sluice.json"
+
 sluice.rng = function(seed, epoch, index)
   local r = rng.new(seed, epoch, index)
   return r

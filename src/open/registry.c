@@ -18,8 +18,11 @@
  * still be running in another thread; that is why the registry never frees
  * `ud` (see sl_format_register in sluice.h).
  *
- * A name holding *, ? or [ is a pattern unless a file of exactly that name
- * exists (lstat), so "[a].slr" can always be opened.
+ * A name's brace patterns ("train-{000..127}.tar", "{a,b}", braces.c) are
+ * expanded first, in their order, then each result holding *, ? or [ is a
+ * glob pattern; either applies only when no file of exactly that name
+ * exists (lstat), so "[a].slr" and "{a}.slr" can always be opened.  A URL
+ * takes braces but never globs ('?' starts its query).
  *
  * Expansion order is the caller's order of names, and within a pattern byte
  * order (strcmp).  glob(3) sorts with strcoll, which depends on LC_COLLATE;
@@ -133,13 +136,15 @@ static format_slot g_formats[SLOTS] = {
 static int g_nformats = 9;              /* g_mu */
 /* The data sets' own names ("t10k-images-idx3-ubyte.gz") open as idx; text
  * has no extension: ".txt" files are too often something else.  ".csv" is
- * the csv reader's (a header line naming the columns). */
+ * the csv reader's (a header line naming the columns); ".tar" the wds
+ * reader's, since the only tar files sluice reads are WebDataset shards
+ * ("train-{000..127}.tar" as WebDataset's users write it). */
 static ext_slot g_exts[SLOTS] = {
     {".slr", "slr"},          {"-idx3-ubyte", "idx"}, {"-idx3-ubyte.gz", "idx"},
     {".jpg", "image"},        {".jpeg", "image"},     {".png", "image"},
     {".npy", "npy"},          {".npz", "npy"},        {".csv", "csv"},
-    {".tfrecord", "tfrecord"}}; /* g_mu */
-static int g_nexts = 10;        /* g_mu */
+    {".tfrecord", "tfrecord"}, {".tar", "wds"}}; /* g_mu */
+static int g_nexts = 11;                         /* g_mu */
 
 /* --- syntax -------------------------------------------------------------- */
 
@@ -387,6 +392,16 @@ static int expand_pattern(const char *stage, file_list *l, const char *tag,
   return rc;
 }
 
+/* One path (braces expanded): a glob's files, or the path itself. */
+static int expand_path(const char *stage, file_list *l, const char *tag,
+                       const char *path) {
+  /* A file literally named like a pattern ("[a].slr") is that file. */
+  struct stat st;
+  if (is_pattern(path) && !sl__is_url(path) && lstat(path, &st) != 0)
+    return expand_pattern(stage, l, tag, path);
+  return add_file(stage, l, tag, path);
+}
+
 static int expand_one(const char *stage, file_list *l, const char *name) {
   const char *colon = strchr(name, ':'), *path = name;
   char tag[SL__TAG_MAX];
@@ -401,11 +416,21 @@ static int expand_one(const char *stage, file_list *l, const char *name) {
   }
   SL_RETURN_ERROR_IF(!path[0], SL_EINVAL, "%s: '%s' has an empty path", stage,
                      name);
-  /* A file literally named like a pattern ("[a].slr") is that file. */
+  /* A file literally named like a pattern ("[a].slr", "{a}.slr") is that
+   * file. */
   struct stat st;
-  if (is_pattern(path) && !sl__is_url(path) && lstat(path, &st) != 0)
-    return expand_pattern(stage, l, tagged ? tag : NULL, path);
-  return add_file(stage, l, tagged ? tag : NULL, path);
+  bool url = sl__is_url(path);
+  if (sl__has_braces(path) && (url || lstat(path, &st) != 0)) {
+    char **v;
+    size_t nv;
+    SL_FORWARD_IF_ERROR(sl__braces_expand(stage, path, &v, &nv));
+    int rc = SL_OK;
+    for (size_t i = 0; i < nv && rc == SL_OK; i++)
+      rc = expand_path(stage, l, tagged ? tag : NULL, v[i]);
+    sl__braces_free(v, nv);
+    return rc;
+  }
+  return expand_path(stage, l, tagged ? tag : NULL, path);
 }
 
 void sl__named_files_free(sl__named_file *files, size_t count) {
@@ -496,6 +521,18 @@ int sl_open(const char *name, const sl_open_opts *opts, sl_reader **out) {
   sl__named_file *files;
   size_t n;
   SL_FORWARD_IF_ERROR(sl__names_expand("open", &name, 1, &files, &n));
+  if (o.wds) { /* every shard through sl_wds_open's threads and plan */
+    int rc = SL_OK;
+    for (size_t i = 0; i < n && rc == SL_OK; i++)
+      if (strcmp(files[i].tag, "wds") != 0)
+        rc = sl_set_error(SL_EINVAL,
+                          "open: wds options given, but '%s' is read as "
+                          "format '%s', not wds",
+                          files[i].path, files[i].tag);
+    sl__named_files_free(files, n);
+    SL_FORWARD_IF_ERROR(rc);
+    return sl_wds_open(&name, 1, o.wds, out);
+  }
   sl_reader **readers = sl__calloc(n, sizeof *readers);
   if (!readers) {
     sl__named_files_free(files, n);

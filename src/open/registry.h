@@ -21,4 +21,17 @@ int sl__names_expand(const char *stage, const char *const *names, size_t n,
                      sl__named_file **out, size_t *count);
 void sl__named_files_free(sl__named_file *files, size_t count);
 
+/* Brace patterns (braces.c): at most this many names from one name. */
+#define SL__BRACES_MAX 100000
+/* Whether `s` holds a '{' followed later by a '}'. */
+bool sl__has_braces(const char *s);
+/* Expands the brace groups of `s` left to right into *out (an array of *n
+ * heap strings; free with sl__braces_free); a name without braces gives
+ * itself.  SL_OK, SL_EINVAL (a bad range, more than SL__BRACES_MAX names;
+ * `stage` prefixes the message) or SL_ENOMEM; nothing is left allocated on
+ * failure. */
+int sl__braces_expand(const char *stage, const char *s, char ***out,
+                      size_t *n);
+void sl__braces_free(char **names, size_t n);
+
 #endif

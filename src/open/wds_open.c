@@ -4,8 +4,9 @@
  *
  * Names.  Each name may hold WebDataset's brace patterns - ranges
  * "{000000..000127}" (zero-padded to the first bound's width) and lists
- * "{a,b,c}", several per name - expanded left to right, then globs and tags
- * as sl_open does (a name without a tag is "wds:").
+ * "{a,b,c}", several per name - expanded left to right, then globs and tags,
+ * all by the registry as for sl_open (open/braces.c, sl__names_expand; a
+ * name without a tag is "wds:").
  *
  * Order.  Pass p reads the shard list in its given order or, with shuffle,
  * permuted by (seed, p) - the same permutation on every rank.  Rank r of W
@@ -86,101 +87,6 @@ struct wds_open {
   uint32_t turn_from;           /* the turn at output ring_from */
   bool started;
 };
-
-/* --- brace expansion ------------------------------------------------------ */
-
-typedef struct str_list {
-  char **v;
-  size_t n, cap;
-} str_list;
-
-static int list_push(str_list *l, char *s) {
-  if (!s) return sl_set_error(SL_ENOMEM, "wds: out of memory");
-  if (l->n == l->cap) {
-    size_t cap = l->cap ? 2 * l->cap : 16;
-    char **v = sl__realloc(l->v, cap * sizeof *v);
-    if (!v) {
-      sl__free(s);
-      return sl_set_error(SL_ENOMEM, "wds: out of memory");
-    }
-    l->v = v;
-    l->cap = cap;
-  }
-  SL_RETURN_ERROR_IF(l->n >= MAX_NAMES, SL_EINVAL,
-                     "wds: brace patterns expand to more than %d names",
-                     MAX_NAMES);
-  l->v[l->n++] = s;
-  return SL_OK;
-}
-
-static void list_free(str_list *l) {
-  for (size_t i = 0; i < l->n; i++)
-    sl__free(l->v[i]);
-  sl__free(l->v);
-  memset(l, 0, sizeof *l);
-}
-
-static char *join3(const char *a, size_t al, const char *b, size_t bl,
-                   const char *c) {
-  size_t cl = strlen(c);
-  char *s = sl__malloc(al + bl + cl + 1);
-  if (!s) return NULL;
-  memcpy(s, a, al);
-  memcpy(s + al, b, bl);
-  memcpy(s + al + bl, c, cl + 1);
-  return s;
-}
-
-/* Expands the first brace group of `s` (recursively the rest) into l. */
-static int expand_braces(const char *s, str_list *l) {
-  const char *open = strchr(s, '{');
-  const char *close = open ? strchr(open, '}') : NULL;
-  if (!open || !close) return list_push(l, sl__strdup(s));
-  size_t pre = (size_t)(open - s);
-  const char *body = open + 1, *rest = close + 1;
-  size_t bl = (size_t)(close - body);
-  const char *dots = NULL;
-  for (size_t i = 0; i + 1 < bl; i++)
-    if (body[i] == '.' && body[i + 1] == '.') dots = body + i;
-  int rc = SL_OK;
-  if (dots) {
-    char *end;
-    unsigned long long a = strtoull(body, &end, 10);
-    SL_RETURN_ERROR_IF(end != dots || dots == body, SL_EINVAL,
-                       "wds: bad range '{%.*s}' in '%s' (write {000..127})",
-                       (int)bl, body, s);
-    unsigned long long b = strtoull(dots + 2, &end, 10);
-    SL_RETURN_ERROR_IF(end != close || end == dots + 2 || b < a, SL_EINVAL,
-                       "wds: bad range '{%.*s}' in '%s' (write {000..127})",
-                       (int)bl, body, s);
-    SL_RETURN_ERROR_IF(b - a >= MAX_NAMES, SL_EINVAL,
-                       "wds: range '{%.*s}' has more than %d names", (int)bl,
-                       body, MAX_NAMES);
-    int width = (int)(dots - body);
-    for (unsigned long long v = a; v <= b && rc == SL_OK; v++) {
-      char num[32];
-      int nl = snprintf(num, sizeof num, "%0*llu", width, v);
-      char *head = join3(s, pre, num, (size_t)nl, "");
-      char *next = head ? join3(head, strlen(head), "", 0, rest) : NULL;
-      sl__free(head);
-      rc = next ? expand_braces(next, l)
-                : sl_set_error(SL_ENOMEM, "wds: out of memory");
-      sl__free(next);
-    }
-    return rc;
-  }
-  const char *p = body;
-  for (;;) {
-    const char *comma = memchr(p, ',', (size_t)(close - p));
-    const char *e = comma ? comma : close;
-    char *next = join3(s, pre, p, (size_t)(e - p), rest);
-    rc = next ? expand_braces(next, l)
-              : sl_set_error(SL_ENOMEM, "wds: out of memory");
-    sl__free(next);
-    if (rc < 0 || !comma) return rc;
-    p = comma + 1;
-  }
-}
 
 /* --- the pass's order ------------------------------------------------------
  */
@@ -417,30 +323,42 @@ static const sl__state_ops wo_state_ops = {wo_save, wo_restore, wo_identity};
 static const sl_reader_vtable wo_vt = {"wds_open", wo_next, wo_reset,
                                        wo_destroy};
 
+/* The names, braces and globs expanded by the registry (sl__names_expand);
+ * a name without a tag is "wds:". */
 static int expand_names(const char *const *names, size_t n, wds_open *o) {
-  str_list l = {0};
+  char **tagged = sl__calloc(n, sizeof *tagged);
+  SL_RETURN_ERROR_IF(!tagged, SL_ENOMEM, "wds: out of memory");
   int rc = SL_OK;
   for (size_t i = 0; i < n && rc == SL_OK; i++) {
-    SL_RETURN_ERROR_IF(!names[i], SL_EINVAL, "wds: name %zu is NULL", i);
-    /* "TAG:..." when a letter starts it and no '/' comes before ':'. */
-    const char *colon = strchr(names[i], ':');
-    bool tagged = colon && isalpha((unsigned char)names[i][0]) &&
-                  !memchr(names[i], '/', (size_t)(colon - names[i]));
-    if (tagged) {
-      rc = expand_braces(names[i], &l);
-    } else {
-      char *t = join3("wds:", 4, names[i], strlen(names[i]), "");
-      rc = t ? expand_braces(t, &l)
-             : sl_set_error(SL_ENOMEM, "wds: out of memory");
-      sl__free(t);
+    if (!names[i]) {
+      rc = sl_set_error(SL_EINVAL, "wds: name %zu is NULL", i);
+      break;
     }
+    /* "TAG:..." when a letter starts it and no '/' comes before ':'; a URL
+     * ("https://...") is a path. */
+    const char *colon = strchr(names[i], ':');
+    bool has_tag = colon && isalpha((unsigned char)names[i][0]) &&
+                   !memchr(names[i], '/', (size_t)(colon - names[i])) &&
+                   !sl__is_url(names[i]);
+    size_t len = strlen(names[i]);
+    tagged[i] = sl__malloc(len + 5);
+    if (!tagged[i]) {
+      rc = sl_set_error(SL_ENOMEM, "wds: out of memory");
+      break;
+    }
+    snprintf(tagged[i], len + 5, "%s%s", has_tag ? "" : "wds:", names[i]);
   }
   sl__named_file *files = NULL;
   size_t nf = 0;
   if (rc == SL_OK)
-    rc = sl__names_expand("wds", (const char *const *)l.v, l.n, &files, &nf);
-  list_free(&l);
+    rc = sl__names_expand("wds", (const char *const *)tagged, n, &files, &nf);
+  for (size_t i = 0; i < n; i++)
+    sl__free(tagged[i]);
+  sl__free(tagged);
   SL_FORWARD_IF_ERROR(rc);
+  SL_RETURN_ERROR_IF(nf > MAX_NAMES, SL_EINVAL,
+                     "wds: the names expand to %zu shards, more than %d", nf,
+                     MAX_NAMES);
   o->paths = sl__calloc(nf, sizeof *o->paths);
   o->sizes = sl__calloc(nf, sizeof *o->sizes);
   rc = o->paths && o->sizes ? SL_OK
