@@ -572,9 +572,22 @@ typedef struct sl_parallel_opts {
   int unordered;    /* 0: upstream's order, identical for any number of
                        threads; 1: samples as soon as they are ready */
   uint32_t queue;   /* samples in flight (0: max(128, 32 x threads)) */
+  /* tf.data's ignore_errors: 0 (default) an error of the callback ends the
+   * pass; N > 0: a sample whose callback fails (any code but SL_ENOMEM;
+   * not an output that fails the schema check, not an upstream error) is
+   * left out and counted, at most N per pass; the (N+1)-th ends the pass
+   * with SL_EINVAL and "<stage>: K samples failed in this pass,
+   * more than ignore_errors (N); the last: <message>".  SL_IGNORE_ALL: no
+   * cap.  Which samples are left out does not depend on `threads`; the
+   * count restarts at each reset and restore.  The count and the last
+   * message are in the stage's stats row (sl_stage_stats).  A map with
+   * ignore_errors is no longer one-to-one: its length is not known. */
+  uint64_t ignore_errors;
 } sl_parallel_opts;
+/* ignore_errors without a cap. */
+#define SL_IGNORE_ALL UINT64_MAX
 /* clang-format off */
-#define SL_PARALLEL_OPTS_INIT {sizeof(sl_parallel_opts), 1, 0, 0}
+#define SL_PARALLEL_OPTS_INIT {sizeof(sl_parallel_opts), 1, 0, 0, 0}
 /* clang-format on */
 /* sl_map and sl_filter run by `opts->threads` worker threads of the stage
  * (the parallel-stage engine, docs/ARCHITECTURE.md): the workers take
@@ -604,7 +617,10 @@ SL_API int sl_chain(sl_reader **readers, size_t n, sl_reader **out);
 SL_API int sl_zip(sl_reader **readers, size_t n, int truncate, sl_reader **out);
 /* The first complete pass is kept in memory and replayed on later passes
  * (upstream is not read again).  A reset before the first pass completes
- * discards the partial cache and restarts upstream. */
+ * discards the partial cache and restarts upstream.  It gives random access
+ * to the samplers (sl_weighted_sample, sl_subset, sl_random_split): a
+ * sample not yet held is read ahead from upstream, and the pass under way
+ * continues from the held samples. */
 SL_API int sl_cache(sl_reader *up, sl_reader **out);
 /* Reads the first sample of each pass once and yields it n times (Paddle's
  * Fake reader, for speed tests). */
@@ -613,8 +629,40 @@ SL_API int sl_repeat_first(sl_reader *up, uint64_t n, sl_reader **out);
 /* A worker thread pulls `up` into a channel of `n` samples (n >= 1) and keeps
  * going while the consumer is busy (Paddle's buffered).  The thread starts
  * now.  Upstream errors reach the consumer in order after the samples before
- * them.  Reset and destroy stop and join the worker first. */
+ * them.  Reset and destroy stop and join the worker first.  Besides the n
+ * queued, the worker holds the sample it is sending and the consumer takes
+ * up to 16 at a time, so at most n + 16 samples are pulled and not yet
+ * handed out.  Its stats row's queue_depth is n. */
 SL_API int sl_prefetch(sl_reader *up, size_t n, sl_reader **out);
+
+/* Options of sl_prefetch_auto.  Extensible: `size` must be
+ * sizeof(sl_prefetch_auto_opts) (SL_PREFETCH_AUTO_OPTS_INIT sets it and
+ * the defaults). */
+typedef struct sl_prefetch_auto_opts {
+  size_t size;        /* sizeof(sl_prefetch_auto_opts) */
+  uint64_t max_bytes; /* payload bytes the channel may hold (sample sizes
+                         from sl_sample_nbytes); 0: 64 MiB */
+  uint32_t max_depth; /* the largest depth in samples, 1..65536;
+                         0: 1024 */
+} sl_prefetch_auto_opts;
+/* clang-format off */
+#define SL_PREFETCH_AUTO_OPTS_INIT {sizeof(sl_prefetch_auto_opts), 0, 0}
+/* clang-format on */
+/* sl_prefetch whose depth is tuned while it runs (tf.data's AUTOTUNE for
+ * prefetch): it starts at 1 sample; when the worker filled the channel to
+ * its depth and the consumer later found it empty (a burst: the producer
+ * keeps up on average, the consumer's demand is uneven), the depth
+ * doubles, up to max_depth and to as many samples of the average size as
+ * max_bytes holds.  A consumer slower than the producer never finds it
+ * empty, and a producer slower than the consumer never fills it: the depth
+ * stays where it is (it never shrinks).  The channel never holds more than
+ * max_bytes, except one sample larger than that alone.  The consumer takes
+ * one sample per lock round trip (no cache: the depth is the bound).  The
+ * depth chosen is the stage's stats row's queue_depth, and survives
+ * reset.  `opts` may be NULL (the defaults).  SL_EINVAL for bad options
+ * (naming the option), SL_ENOMEM; takes `up` also on failure. */
+SL_API int sl_prefetch_auto(sl_reader *up, const sl_prefetch_auto_opts *opts,
+                            sl_reader **out);
 /* A mutex-guarded reader: next, has_next and reset of the result may be
  * called from several threads at once. */
 SL_API int sl_threaded(sl_reader *up, sl_reader **out);
@@ -1015,6 +1063,124 @@ SL_API int sl_open_files(const char *const *names, size_t n,
                          const sl_open_files_opts *opts, sl_reader **out);
 
 /* ------------------------------------------------------------------------ */
+/* Reshaping and distributing: unbatch, rebatch, interleave, shard           */
+/* ------------------------------------------------------------------------ */
+
+/* Each batch of `up` split into its rows, along the leading dimension
+ * (tf.data's unbatch).  A field of upstream schema [B, d...] yields rows
+ * [d...]; a field named in lod[0..nlod) (borrowed names, copied) holds LoD
+ * sequences (sl_batch's concatenated variable fields: schema [SL_DIM_VAR,
+ * t...]) and is split by its offsets: row i is [lod[i+1] - lod[i], t...] and
+ * the output schema keeps the field's shape.  Bytes fields follow the same
+ * rules.  Rows are views of the batch's buffers, not copies.  A batch whose
+ * fields disagree on the row count, a listed field without LoD offsets or an
+ * unlisted one with them is SL_ESHAPE naming the field and the batch.
+ * Construction: SL_EINVAL for a rank-0 field, a listed field that does not
+ * exist or whose first dimension is fixed.  Length: upstream's length x B
+ * when every field's B is fixed, else unknown.  Save/restore: a save maps
+ * its position to (batch j, row r) through a log of the last 1024 batches'
+ * first rows, resumes upstream at j and drops r rows (a save further behind
+ * replays the pass).  Takes `up`, also on failure.  Single consumer. */
+SL_API int sl_unbatch(sl_reader *up, const char *const *lod, size_t nlod,
+                      sl_reader **out);
+
+/* The rows of `up`'s batches re-cut into batches of n (tf.data's rebatch):
+ * sl_unbatch(up, lod, nlod) then sl_batch(n, opts) (`opts` NULL: keep the
+ * last partial batch; LoD fields are concatenated with LoD again).  Errors,
+ * length and save/restore are those of the two stages.  n 0 is SL_EINVAL.
+ * Takes `up`, also on failure.  Single consumer. */
+SL_API int sl_rebatch(sl_reader *up, size_t n, const sl_batch_opts *opts,
+                      const char *const *lod, size_t nlod, sl_reader **out);
+
+/* Options of sl_interleave*.  Extensible: `size` must be
+ * sizeof(sl_interleave_opts) (SL_INTERLEAVE_OPTS_INIT sets it and the
+ * defaults). */
+typedef struct sl_interleave_opts {
+  size_t size;      /* sizeof(sl_interleave_opts) */
+  uint32_t cycle;   /* sources open at once, >= 1 (INIT: 1) */
+  uint32_t threads; /* 0: sources read on the consumer's thread; > 0: each
+                       open source is read ahead on a prefetch thread of its
+                       own (so up to `cycle` threads), holding up to
+                       threads x block samples; the order is unchanged */
+  uint64_t block;   /* samples taken from a source per turn, >= 1 (INIT: 1) */
+} sl_interleave_opts;
+/* clang-format off */
+#define SL_INTERLEAVE_OPTS_INIT {sizeof(sl_interleave_opts), 1, 0, 1}
+/* clang-format on */
+
+/* Opens source i (0 <= i < n) of sl_interleave_sources into *out: returns
+ * SL_OK, or an error with its message (the pass then fails with it).  Called
+ * on the consumer's thread (or a restoring thread), again each pass. */
+typedef int (*sl_source_open_fn)(void *ud, size_t i, sl_reader **out);
+
+/* tf.data's interleave (deterministic): `cycle` sources are open at once;
+ * the stage takes `block` samples from each in turn, round robin; when a
+ * source ends its slot is emptied and the turn moves on, and the next time
+ * the turn reaches the empty slot the next unopened source opens there
+ * (sources open in order 0, 1, ...).  The order depends only on the
+ * sources' contents, never on `threads`.  Errors of a source pass through
+ * and end the pass.
+ *
+ * sl_interleave takes the `n` readers (also on failure); their schemas must
+ * be equal (SL_ESHAPE naming the first that differs).  Reset resets them
+ * all.  Length: the sum of the readers' lengths.  Save/restore: the cycle's
+ * position (open slots, their sources' positions) through a log of the last
+ * outputs; each reader is saved at its own position (a save further behind
+ * than the log replays the pass).
+ *
+ * sl_interleave_sources opens source i by calling open(ud, i) when its turn
+ * comes and destroys it when it ends, so at most `cycle` are open (plus
+ * source 0, opened at construction for the schema and used by the first
+ * pass); each pass opens them again.  A source whose schema differs from
+ * source 0's fails the pass (SL_ESHAPE naming it).  free_ud(ud) runs on
+ * destroy and on failure.  `ident` (borrowed, copied; NULL: none) names the
+ * sources for state checks.  Length: unknown.  Save/restore: the cycle's
+ * position; a restore opens the cycle's sources again and reads each up to
+ * its position (cost: those samples, not the pass).
+ *
+ * sl_interleave_open: sources by sl_open name (`names[0..n)`, copied; tags,
+ * globs as sl_open, each name one source), opened lazily as above.
+ *
+ * SL_EINVAL: n 0, a NULL reader, name or callback, cycle or block 0,
+ * threads beyond the limit; SL_EUNSUPPORTED for a larger opts->size;
+ * `opts` NULL means SL_INTERLEAVE_OPTS_INIT.  Single consumer. */
+SL_API int sl_interleave(sl_reader **readers, size_t n,
+                         const sl_interleave_opts *opts, sl_reader **out);
+SL_API int sl_interleave_sources(size_t n, sl_source_open_fn open, void *ud,
+                                 sl_free_fn free_ud, const char *ident,
+                                 const sl_interleave_opts *opts,
+                                 sl_reader **out);
+SL_API int sl_interleave_open(const char *const *names, size_t n,
+                              const sl_interleave_opts *opts, sl_reader **out);
+
+/* Options of sl_shard.  Extensible: `size` must be sizeof(sl_shard_opts)
+ * (SL_SHARD_OPTS_INIT sets it and the default). */
+typedef struct sl_shard_opts {
+  size_t size;               /* sizeof(sl_shard_opts) */
+  sl_shard_policy remainder; /* INIT: SL_SHARD_UNEVEN */
+} sl_shard_opts;
+#define SL_SHARD_OPTS_INIT {sizeof(sl_shard_opts), SL_SHARD_UNEVEN}
+
+/* Rank `rank` of `world`'s share of any reader (tf.data's shard): upstream
+ * sample i of a pass goes to rank i % world; the stage reads the whole pass
+ * and yields its rank's samples in order.  The last n % world samples of a
+ * pass of n follow opts->remainder (PyTorch DistributedSampler's choices):
+ * SL_SHARD_UNEVEN (default, tf.data): ranks below n % world yield one more;
+ * SL_SHARD_DROP (drop_last): every rank yields floor(n/world), only complete
+ * groups of `world` count (no sample twice over the ranks); SL_SHARD_PAD:
+ * every rank yields ceil(n/world), positions >= n wrapping to the first
+ * samples of the pass (sample p mod n), which needs sl_reader_length of `up`
+ * (SL_EUNSUPPORTED saying so when unknown; a pass of another length is
+ * SL_ECORRUPT).  World and rank from the launcher's environment:
+ * sl_shard_env.  SL_EINVAL: world < 1, rank not in [0, world), a bad
+ * remainder.  Length: the share of upstream's.  Save/restore: the
+ * upstream position of the rank's next sample (a pad rank that still owes
+ * its wrapped sample rereads from it).  Takes `up`, also on failure.
+ * Single consumer. */
+SL_API int sl_shard(sl_reader *up, int world, int rank,
+                    const sl_shard_opts *opts, sl_reader **out);
+
+/* ------------------------------------------------------------------------ */
 /* File readers: idx and text, and text parser plugins (docs/PLUGINS.md)     */
 /* ------------------------------------------------------------------------ */
 
@@ -1314,6 +1480,61 @@ SL_API int sl_mix(sl_reader **readers, size_t n, const sl_mix_opts *opts,
  * SL_EINVAL for NULL r or NULL counts with cap > 0. */
 SL_API int sl_mix_counts(const sl_reader *r, uint64_t *counts, size_t cap,
                          size_t *n);
+
+/* ------------------------------------------------------------------------ */
+/* --- samplers and splits --- (src/readers/sampler.c, docs/LUA.md)          */
+/* ------------------------------------------------------------------------ */
+
+/* These stages read their upstream by position (random access), never by
+ * pulling it: the upstream must offer it - range, from_array, slr (policy
+ * fail), idx, sl_cache, and these stages themselves - else the constructor
+ * fails with SL_EUNSUPPORTED suggesting sl_cache or sampling the source
+ * before a map.  Positions and indices are 0-based.  Each saves its
+ * position (a pass is a pure function of its seed and pass number). */
+
+typedef struct sl_weighted_sample_opts {
+  size_t size;             /* sizeof(sl_weighted_sample_opts) */
+  uint64_t num_samples;    /* samples per pass; 0: the upstream's length */
+  int without_replacement; /* 1: each index at most once per pass */
+  uint64_t seed;
+} sl_weighted_sample_opts;
+#define SL_WEIGHTED_SAMPLE_OPTS_INIT {sizeof(sl_weighted_sample_opts), 0, 0, 0}
+
+/* PyTorch's WeightedRandomSampler: each pass yields num_samples samples of
+ * `up`, index i drawn with probability weights[i] / sum (n_weights must be
+ * up's length, which must be known).  Draw k of pass p is a pure function
+ * of (seed, p, k) (without replacement: of (seed, p)), so passes differ and
+ * repeat exactly after a restore.  Without replacement num_samples must not
+ * exceed the number of nonzero weights.  `weights` is copied.  Takes `up`
+ * also on failure.  Returns SL_OK; SL_EINVAL (weights negative, NaN,
+ * infinite, all 0, or not one per sample; num_samples too large);
+ * SL_EUNSUPPORTED (no random access or unknown length); SL_ENOMEM. */
+SL_API int sl_weighted_sample(sl_reader *up, const double *weights,
+                              size_t n_weights,
+                              const sl_weighted_sample_opts *opts,
+                              sl_reader **out);
+
+/* PyTorch's Subset: each pass yields up's samples at indices[0..n) in that
+ * order (repeats allowed; `indices` is copied).  An index past up's length
+ * is SL_EINVAL naming it when the length is known, else the pass's error
+ * when reached.  Takes `up` also on failure.  Returns SL_OK, SL_EINVAL,
+ * SL_EUNSUPPORTED (no random access) or SL_ENOMEM. */
+SL_API int sl_subset(sl_reader *up, const uint64_t *indices, size_t n,
+                     sl_reader **out);
+
+/* PyTorch's random_split: partitions up's samples (its length must be
+ * known) into k readers out[0..k) by one permutation drawn from `seed`
+ * (the same seed, the same split).  sizes[0..k) are fractions summing to 1
+ * - each floor(n * f), then the remainder one by one round-robin from the
+ * first (PyTorch's rule) - or whole counts summing to n.  The k readers
+ * share `up` through a mutex-guarded, refcounted handle: each is an
+ * independent reader (own position, reset, destroy) that may be used on
+ * its own thread; the last destroyed destroys `up`.  Takes `up` also on
+ * failure (every out[i] is then NULL).  Returns SL_OK; SL_EINVAL (bad
+ * sizes, NULL arguments); SL_EUNSUPPORTED (no random access, unknown
+ * length); SL_ENOMEM. */
+SL_API int sl_random_split(sl_reader *up, const double *sizes, size_t k,
+                           uint64_t seed, sl_reader **out);
 
 /* ------------------------------------------------------------------------ */
 /* --- devices and the double buffer --- (docs/DEVICE.md)                    */
@@ -1885,7 +2106,15 @@ SL_API int sl_stats_enabled(void);
  *                turn to pull.
  *   wait_down_s  time its threads were blocked because what they produced
  *                was not taken yet (a full queue or window); 0 without
- *                threads. */
+ *                threads.
+ *   errors_ignored  samples left out because of their error since the stage
+ *                was made, over every pass (ignore_errors of the parallel
+ *                and Lua map / filter, decode_image's skip policy); 0 for
+ *                other stages.
+ *   queue_depth  prefetch: its channel's depth in samples now (n, or what
+ *                sl_prefetch_auto chose so far); 0 for other stages.
+ *   last_error   the message of the last ignored error ("" when none),
+ *                truncated to fit; a copy (the row owns it). */
 typedef struct sl_stage_stats {
   const char *name;
   int depth;
@@ -1897,6 +2126,9 @@ typedef struct sl_stage_stats {
   double busy_s;
   double wait_up_s;
   double wait_down_s;
+  uint64_t errors_ignored;
+  uint64_t queue_depth;
+  char last_error[256];
 } sl_stage_stats;
 
 /* Walks the chain of `r` depth-first from r (index 0) to its sources and
@@ -1993,6 +2225,13 @@ SL_API int sl__lua_stage(sl_reader *up, unsigned kind, sl__shipped *fn,
                          sl_schema *schema, sl_reader **out);
 SL_API int sl__lua_reader(sl__shipped *fn, sl__lua_env *env, size_t buffer,
                           sl_schema *schema, sl_reader **out);
+/* The Lua flow stages: flat_map, take_while, scan (`kind`: an
+ * sl__lua_flow_kind; `init`: scan's shipped init function, else NULL).
+ * src/script/lua_host.h, src/script/lua_flow.c. */
+SL_API int sl__lua_flow(sl_reader *up, unsigned kind, sl__shipped *fn,
+                        sl__shipped *init, sl__lua_env *env,
+                        const struct sl__lua_stage_opts *opts,
+                        sl_schema *schema, sl_reader **out);
 
 /* The Lua facade through the FFI (lua/sluice/cdef.lua): what a Lua sample
  * pins, compact copies, pooled tensor buffers.  src/script/lua_host.h. */

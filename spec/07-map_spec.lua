@@ -331,12 +331,14 @@ describe("sluice.Pipeline", function()
       assert.equal("sluice: :map(): option 'ordered' must be a boolean (got a "
                    .. "string)", misuse(function() p:map(id, {ordered = "no"}) end))
       assert.equal("sluice: :map(): unknown option 'thread' (known: deadline, "
-                   .. "epoch, ordered, queue, schema, seed, threads)",
+                   .. "epoch, ignore_errors, ordered, queue, schema, seed, "
+                   .. "threads)",
                    misuse(function() p:map(id, {thread = 2}) end))
       assert.equal("sluice: :map(): option 'schema': schema has no fields",
                    misuse(function() p:map(id, {schema = {}}) end))
       assert.equal("sluice: :filter(): unknown option 'schema' (known: "
-                   .. "deadline, epoch, ordered, queue, seed, threads)",
+                   .. "deadline, epoch, ignore_errors, ordered, queue, seed, "
+                   .. "threads)",
                    misuse(function() p:filter(id, {schema = {}}) end))
       assert.same({0, 1, 2}, collect(p))
     end)

@@ -52,6 +52,12 @@ int main(void) {
   F(sl_parallel_opts, threads);
   F(sl_parallel_opts, unordered);
   F(sl_parallel_opts, queue);
+  F(sl_parallel_opts, ignore_errors);
+
+  S(sl_prefetch_auto_opts);
+  F(sl_prefetch_auto_opts, size);
+  F(sl_prefetch_auto_opts, max_bytes);
+  F(sl_prefetch_auto_opts, max_depth);
 
   S(sl_slr_writer_opts);
   F(sl_slr_writer_opts, level);
@@ -148,6 +154,9 @@ int main(void) {
   F(sl_stage_stats, busy_s);
   F(sl_stage_stats, wait_up_s);
   F(sl_stage_stats, wait_down_s);
+  F(sl_stage_stats, errors_ignored);
+  F(sl_stage_stats, queue_depth);
+  F(sl_stage_stats, last_error);
 
   /* Internal, declared by lua/sluice/cdef.lua (src/script/lua_host.h). */
   S(sl__lua_pins);
@@ -162,6 +171,7 @@ int main(void) {
   F(sl__lua_stage_opts, deadline);
   F(sl__lua_stage_opts, seed);
   F(sl__lua_stage_opts, epoch);
+  F(sl__lua_stage_opts, ignore_errors);
 
   /* Language-model data (docs/TEXT.md). */
   S(sl_tokens_opts);
@@ -207,6 +217,19 @@ int main(void) {
   F(sl_mix_opts, weights);
   F(sl_mix_opts, seed);
   F(sl_mix_opts, stop);
+  S(sl_interleave_opts);
+  F(sl_interleave_opts, size);
+  F(sl_interleave_opts, cycle);
+  F(sl_interleave_opts, threads);
+  F(sl_interleave_opts, block);
+  S(sl_shard_opts);
+  F(sl_shard_opts, size);
+  F(sl_shard_opts, remainder);
+  S(sl_weighted_sample_opts);
+  F(sl_weighted_sample_opts, size);
+  F(sl_weighted_sample_opts, num_samples);
+  F(sl_weighted_sample_opts, without_replacement);
+  F(sl_weighted_sample_opts, seed);
 
   /* Other programs' formats (docs/FORMATS.md). */
   S(sl_npy_opts);

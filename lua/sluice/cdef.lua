@@ -287,6 +287,13 @@ int sl_zip(sl_reader **readers, size_t n, int truncate, sl_reader **out);
 int sl_cache(sl_reader *up, sl_reader **out);
 int sl_repeat_first(sl_reader *up, uint64_t n, sl_reader **out);
 int sl_prefetch(sl_reader *up, size_t n, sl_reader **out);
+typedef struct sl_prefetch_auto_opts {
+  size_t size;
+  uint64_t max_bytes;
+  uint32_t max_depth;
+} sl_prefetch_auto_opts;
+int sl_prefetch_auto(sl_reader *up, const sl_prefetch_auto_opts *opts,
+                     sl_reader **out);
 int sl_decode_image(sl_reader *up, const sl_image_opts *opts,
                     sl_reader **out);
 int sl_random_crop_flip(sl_reader *up, const sl_crop_flip_opts *opts,
@@ -323,6 +330,9 @@ typedef struct sl_stage_stats {
   double busy_s;
   double wait_up_s;
   double wait_down_s;
+  uint64_t errors_ignored;
+  uint64_t queue_depth;
+  char last_error[256];
 } sl_stage_stats;
 void sl_stats_enable(int on);
 int sl_stats_enabled(void);
@@ -424,6 +434,55 @@ int sl_mix_counts(const sl_reader *r, uint64_t *counts, size_t cap,
                   size_t *n);
 ]]
 
+-- Reshaping and distributing (:unbatch, :rebatch, sluice.interleave,
+-- :shard; src/readers/unbatch.c, interleave.c, shard.c).
+declare("sl_interleave_opts", [[
+typedef struct sl_interleave_opts {
+  size_t size;
+  uint32_t cycle;
+  uint32_t threads;
+  uint64_t block;
+} sl_interleave_opts;
+]])
+declare("sl_shard_opts", [[
+typedef struct sl_shard_opts {
+  size_t size;
+  sl_shard_policy remainder;
+} sl_shard_opts;
+]])
+ffi.cdef [[
+int sl_unbatch(sl_reader *up, const char *const *lod, size_t nlod,
+               sl_reader **out);
+int sl_rebatch(sl_reader *up, size_t n, const sl_batch_opts *opts,
+               const char *const *lod, size_t nlod, sl_reader **out);
+int sl_interleave(sl_reader **readers, size_t n,
+                  const sl_interleave_opts *opts, sl_reader **out);
+int sl_interleave_open(const char *const *names, size_t n,
+                       const sl_interleave_opts *opts, sl_reader **out);
+int sl_shard(sl_reader *up, int world, int rank, const sl_shard_opts *opts,
+             sl_reader **out);
+int sl_schema_field_is_var(const sl_schema *s, int i);
+]]
+
+-- Samplers and splits (:weighted_sample, :subset, sluice.random_split;
+-- src/readers/sampler.c).
+declare("sl_weighted_sample_opts", [[
+typedef struct sl_weighted_sample_opts {
+  size_t size;
+  uint64_t num_samples;
+  int without_replacement;
+  uint64_t seed;
+} sl_weighted_sample_opts;
+]])
+ffi.cdef [[
+int sl_weighted_sample(sl_reader *up, const double *weights, size_t n_weights,
+                       const sl_weighted_sample_opts *opts, sl_reader **out);
+int sl_subset(sl_reader *up, const uint64_t *indices, size_t n,
+              sl_reader **out);
+int sl_random_split(sl_reader *up, const double *sizes, size_t k,
+                    uint64_t seed, sl_reader **out);
+]]
+
 -- Internal, exported for this module (src/script/lua_host.h): what the
 -- samples a Lua state sees pin (Pipeline:next), and compact copies
 -- (sluice.clone).
@@ -462,6 +521,7 @@ typedef struct sl__lua_stage_opts {
   double deadline;
   uint64_t seed;
   uint64_t epoch;
+  uint64_t ignore_errors;
 } sl__lua_stage_opts;
 ]])
 ffi.cdef [[
@@ -475,6 +535,20 @@ int sl__lua_stage(sl_reader *up, sl__lua_kind kind, sl__shipped *fn,
                   sl_schema *schema, sl_reader **out);
 int sl__lua_reader(sl__shipped *fn, sl__lua_env *env, size_t buffer,
                    sl_schema *schema, sl_reader **out);
+]]
+-- The Lua flow stages (src/script/lua_flow.c): flat_map, take_while, scan.
+declare("sl__lua_flow_kind", [[
+typedef enum sl__lua_flow_kind {
+  SL__LUA_FLAT_MAP,
+  SL__LUA_TAKE_WHILE,
+  SL__LUA_SCAN
+} sl__lua_flow_kind;
+]])
+ffi.cdef [[
+int sl__lua_flow(sl_reader *up, sl__lua_flow_kind kind, sl__shipped *fn,
+                 sl__shipped *init, sl__lua_env *env,
+                 const sl__lua_stage_opts *opts, sl_schema *schema,
+                 sl_reader **out);
 ]]
 
 if pcall(function() return ffi.C.sl_version end) then

@@ -311,7 +311,8 @@ end
 -- The chain's figures (C sl_reader_stats): one table per stage, this
 -- pipeline's last stage first and its sources last, with name, depth,
 -- downstream (the index of the stage it feeds, nil for the first), threads,
--- samples_in, samples_out, next_s, busy_s, wait_up_s and wait_down_s.
+-- samples_in, samples_out, next_s, busy_s, wait_up_s and wait_down_s,
+-- errors_ignored, queue_depth and last_error (nil when none).
 -- Times stay 0 until sluice.stats(true).
 local function stage_stats(p, where)
   local r = live(p, where, 3)
@@ -336,6 +337,9 @@ function Pipeline:stats()
       samples_in = tonumber(s.samples_in), samples_out = tonumber(s.samples_out),
       next_s = s.next_s, busy_s = s.busy_s,
       wait_up_s = s.wait_up_s, wait_down_s = s.wait_down_s,
+      errors_ignored = tonumber(s.errors_ignored),
+      queue_depth = tonumber(s.queue_depth),
+      last_error = s.last_error[0] ~= 0 and ffi_string(s.last_error) or nil,
     }
   end
   -- The first pack and mix stages (those :pack_stats() and :mix_counts()
@@ -406,7 +410,20 @@ function Pipeline:batch(n, opts)
     and 1 or 0
   o.pad = check_bool(opts.pad, ":batch()", "pad", false, 2) and 1 or 0
   o.lod = check_bool(opts.lod, ":batch()", "lod", false, 2) and 1 or 0
+  -- The fields batch concatenates with LoD offsets (variable ones, unless
+  -- padded), for an :unbatch() or :rebatch() right after.
+  local lod
+  if o.pad == 0 then
+    local s = C.sl_reader_schema(self._r)
+    lod = {}
+    for i = 0, C.sl_schema_nfields(s) - 1 do
+      if C.sl_schema_field_is_var(s, i) ~= 0 then
+        lod[#lod + 1] = ffi.string(C.sl_schema_field_name(s, i))
+      end
+    end
+  end
   local result = made(C.sl_batch(take(self, ":batch()"), n, o, OUT), 2, self)
+  result._lod = lod
   return result
 end
 
@@ -456,8 +473,41 @@ end
 
 Pipeline.repeat_first = count_decorator("repeat_first", C.sl_repeat_first, 0,
                                         "count")
-Pipeline.prefetch = count_decorator("prefetch", C.sl_prefetch, 1,
-                                    "buffer size")
+local prefetch_n = count_decorator("prefetch", C.sl_prefetch, 1,
+                                   "buffer size")
+local PREFETCH_AUTO_OPTS = {max_bytes = true, max_depth = true}
+-- :prefetch(n), or :prefetch("auto", {max_bytes=, max_depth=}): the depth
+-- tuned while it runs (C sl_prefetch_auto; its ranges are checked there).
+function Pipeline:prefetch(n, opts)
+  if n ~= "auto" then
+    if type(n) == "string" then
+      error(("sluice: :prefetch(): buffer size must be an integer >= 1 or "
+             .. "\"auto\" (got \"%s\")"):format(n), 2)
+    end
+    if opts ~= nil then
+      error("sluice: :prefetch(n): options are for :prefetch(\"auto\", "
+            .. "{max_bytes=, max_depth=})", 2)
+    end
+    local result = prefetch_n(self, n)
+    return result
+  end
+  local where = ':prefetch("auto")'
+  live(self, where, 2)
+  opts = check_opts(opts, where, PREFETCH_AUTO_OPTS, 2)
+  local o = ffi.new("sl_prefetch_auto_opts")
+  o.size = ffi.sizeof(o)
+  if opts.max_bytes ~= nil then
+    o.max_bytes = check_int(opts.max_bytes, 1, where, "option 'max_bytes'", 2)
+  end
+  if opts.max_depth ~= nil then
+    -- Saturated so that the stage names the value as too large instead of
+    -- the uint32_t conversion wrapping around.
+    local d = check_int(opts.max_depth, 1, where, "option 'max_depth'", 2)
+    o.max_depth = d > 0xffffffff and 0xffffffff or d
+  end
+  local result = made(C.sl_prefetch_auto(take(self, where), o, OUT), 2, self)
+  return result
+end
 
 function Pipeline:cache()
   live(self, ":cache()", 2)
@@ -580,6 +630,7 @@ local function new_lua_stage(p, kind, shipped, env, o, sp, where, level)
   opts.deadline = o.deadline or 0
   opts.seed = o.seed or 0
   opts.epoch = o.epoch or 0
+  opts.ignore_errors = o.ignore_errors or 0
   local up = take(p, where)
   local rc = C.sl__lua_stage(up, KIND[kind], shipped, env, opts, sp, OUT)
   if rc < 0 then error(c_message(rc), level + 1) end
@@ -589,9 +640,24 @@ local function new_lua_stage(p, kind, shipped, env, o, sp, where, level)
 end
 
 local MAP_OPTS = set("threads", "ordered", "queue", "schema", "deadline",
-                     "seed", "epoch")
+                     "seed", "epoch", "ignore_errors")
 local FILTER_OPTS = set("threads", "ordered", "queue", "deadline", "seed",
-                        "epoch")
+                        "epoch", "ignore_errors")
+
+-- ignore_errors = N (an integer >= 0: at most N failing samples skipped per
+-- pass) or true (no cap) or false (0: errors end the pass); nil is 0.
+local IGNORE_ALL = ffi.new("uint64_t", 0) - 1
+local function check_ignore_errors(v, where, level)
+  if v == nil or v == false then return 0 end
+  if v == true then return IGNORE_ALL end
+  if type(v) ~= "number" or v ~= floor(v) or v < 0 or v >= 2^53 then
+    error(("sluice: %s: option 'ignore_errors' must be true, false or an "
+           .. "integer >= 0 (the most failing samples skipped per pass; got "
+           .. "%s)"):format(where, type(v) == "string" and ("\"" .. v .. "\"")
+                                   or tostring(v)), level + 1)
+  end
+  return v
+end
 
 -- ctx.seed and ctx's first epoch of a Lua stage (docs/LUA.md,
 -- "Randomness"): the stage's options, else the pipeline's (_flow), else 0.
@@ -640,13 +706,15 @@ local function lua_stage(self, kind, fn, opts)
   local queue = opts.queue ~= nil and
     check_int(opts.queue, 1, where, "option 'queue'", 3) or nil
   local deadline = check_deadline(opts.deadline, where, 3)
+  local ignore_errors = check_ignore_errors(opts.ignore_errors, where, 3)
   local sp = schema_option(opts.schema, where, 3)
   local flow = self._flow
   ctx_options({}, opts, flow, where, 3) -- checked before anything is taken
   local shipped, env = ship(fn, kind, where, 3)
   local r = new_lua_stage(self, kind, shipped, env,
                           ctx_options({threads = threads, ordered = ordered,
-                                       queue = queue, deadline = deadline},
+                                       queue = queue, deadline = deadline,
+                                       ignore_errors = ignore_errors},
                                       opts, flow), sp, where, 3)
   return new_pipeline(r, self)
 end
@@ -659,6 +727,98 @@ end
 
 function Pipeline:filter(fn, opts)
   local p = lua_stage(self, "filter", fn, opts)
+  return p
+end
+
+-- --- flow stages: flat_map, take_while, scan (C sl__lua_flow) ---------------
+local FLOW_KIND = {flat_map = C.SL__LUA_FLAT_MAP,
+                   take_while = C.SL__LUA_TAKE_WHILE, scan = C.SL__LUA_SCAN}
+local FLOW_OPTS = {
+  flat_map = set("threads", "ordered", "queue", "schema", "deadline", "seed",
+                 "epoch"),
+  take_while = set("deadline", "seed", "epoch"),
+  scan = set("schema", "deadline", "seed", "epoch"),
+}
+
+-- scan's init: nil, a boolean, a number, a string or a table of those
+-- (keys too), which the stage copies into each pass.  Returns nil or a
+-- message naming the offending part ("init.a[2] is a function").
+local function plain_value(v, path, seen)
+  local t = type(v)
+  if t == "boolean" or t == "number" or t == "string" or t == "nil" then
+    return nil
+  end
+  if t ~= "table" or getmetatable(v) ~= nil then
+    return ("%s is a %s"):format(path, t == "table" and "table with a "
+                                 .. "metatable (a sample, a tensor or an "
+                                 .. "object)" or t)
+  end
+  if seen[v] then return nil end
+  seen[v] = true
+  for k, x in pairs(v) do
+    local sub = type(k) == "string" and k:match("^[%a_][%w_]*$")
+      and path .. "." .. k or path .. "[" .. tostring(k) .. "]"
+    local why = plain_value(k, sub .. " (a key)", seen) or
+      plain_value(x, sub, seen)
+    if why then return why end
+  end
+  return nil
+end
+
+-- The flow stage `kind` over self: fn shipped as a Lua map's, init (scan)
+-- shipped as the upvalue of a function returning it.
+local function flow_stage(self, kind, fn, opts, init)
+  local where = ":" .. kind .. "()"
+  live(self, where, 3)
+  opts = check_opts(opts, where, FLOW_OPTS[kind], 3)
+  local threads = opts.threads == nil and 1 or
+    check_int(opts.threads, 1, where, "option 'threads'", 3)
+  local ordered = check_bool(opts.ordered, where, "ordered", true, 3)
+  local queue = opts.queue ~= nil and
+    check_int(opts.queue, 1, where, "option 'queue'", 3) or nil
+  local deadline = check_deadline(opts.deadline, where, 3)
+  local sp = schema_option(opts.schema, where, 3)
+  local flow = self._flow
+  local o = ctx_options({}, opts, flow, where, 3)
+  local shipped, env = ship(fn, kind, where, 3)
+  local shipped_init = nil
+  if kind == "scan" then
+    local why = plain_value(init, "init", {})
+    if why then
+      error(("sluice: %s: init must be nil, a boolean, a number, a string "
+             .. "or a table of those (%s)"):format(where, why), 3)
+    end
+    shipped_init = ship(function() return init end, kind, where, 3)
+  end
+  local copts = ffi.new("sl__lua_stage_opts")
+  copts.threads = threads > INT_MAX and INT_MAX or threads
+  copts.ordered = ordered and 1 or 0
+  copts.queue = queue or 0
+  copts.deadline = deadline or 0
+  copts.seed = o.seed
+  copts.epoch = o.epoch
+  local up = take(self, where)
+  local rc = C.sl__lua_flow(up, FLOW_KIND[kind], shipped, shipped_init, env,
+                            copts, sp, OUT)
+  if rc < 0 then error(c_message(rc), 3) end
+  local r = ffi_gc(OUT[0], reader_destroy)
+  OUT[0] = nil
+  return new_pipeline(r, self)
+end
+
+-- (Not tail calls: error levels count the method's frame.)
+function Pipeline:flat_map(fn, opts)
+  local p = flow_stage(self, "flat_map", fn, opts)
+  return p
+end
+
+function Pipeline:take_while(fn, opts)
+  local p = flow_stage(self, "take_while", fn, opts)
+  return p
+end
+
+function Pipeline:scan(init, fn, opts)
+  local p = flow_stage(self, "scan", fn, opts, init)
   return p
 end
 
@@ -1089,7 +1249,7 @@ local function wds_options(o, name, opts, where, keep, level)
 end
 
 -- sluice.open: any name sl_open understands ("tag:path", a known extension,
--- a glob); first/count/chunks select records of one slr file.
+-- braces, a glob); first/count/chunks select records of one slr file.
 function sluice.open(name, opts)
   local where = "sluice.open()"
   if type(name) ~= "string" then
@@ -1562,6 +1722,215 @@ function Pipeline:mix_counts()
   end
   for i = 1, k do shares[i] = total > 0 and counts[i] / total or 0 end
   return {counts = counts, shares = shares}
+end
+
+-- --- reshaping and distributing (src/readers/unbatch.c, interleave.c, shard.c) --
+
+-- The LoD field names for :unbatch() / :rebatch(): opts.lod (a name or an
+-- array; false or {} for none), else those of the :batch() right before.
+local function lod_option(self, opts, where, level)
+  local lod = opts.lod
+  if lod == nil then lod = self._lod end
+  if not lod or (type(lod) == "table" and #lod == 0) then return nil, 0 end
+  return string_array(lod, where, "lod", level + 1)
+end
+
+local UNBATCH_OPTS = set("lod")
+-- :unbatch{lod = {...}}: each batch split into its rows (tf.data's unbatch).
+function Pipeline:unbatch(opts)
+  local where = ":unbatch()"
+  live(self, where, 2)
+  opts = check_opts(opts, where, UNBATCH_OPTS, 2)
+  local names, n = lod_option(self, opts, where, 2)
+  local result = made(C.sl_unbatch(take(self, where), names, n, OUT), 2, self)
+  return result
+end
+
+local REBATCH_OPTS = set("drop_last", "lod")
+-- :rebatch(n, {drop_last = false, lod = {...}}): rows re-cut into batches
+-- of n (tf.data's rebatch: unbatch then batch).
+function Pipeline:rebatch(n, opts)
+  local where = ":rebatch()"
+  live(self, where, 2)
+  check_int(n, 1, where, "batch size", 2)
+  opts = check_opts(opts, where, REBATCH_OPTS, 2)
+  local names, k = lod_option(self, opts, where, 2)
+  local lod = opts.lod == nil and self._lod or opts.lod
+  local o = ffi.new("sl_batch_opts")
+  o.drop_last = check_bool(opts.drop_last, where, "drop_last", false, 2)
+    and 1 or 0
+  local result = made(C.sl_rebatch(take(self, where), n, o, names, k, OUT), 2,
+                      self)
+  -- The LoD fields stay LoD fields (batch concatenates their rows again).
+  result._lod = type(lod) == "string" and {lod} or lod or nil
+  return result
+end
+
+local INTERLEAVE_OPTS = set("cycle", "block", "threads")
+-- sluice.interleave(sources, {cycle =, block = 1, threads = 0}): tf.data's
+-- interleave over pipelines, or over sluice.open names opened lazily.
+function sluice.interleave(sources, opts)
+  local where = "sluice.interleave()"
+  if type(sources) ~= "table" or is_pipeline(sources) or #sources == 0 then
+    error(("sluice: %s: expects a non-empty array of pipelines or of "
+           .. "source names"):format(where), 2)
+  end
+  opts = check_opts(opts, where, INTERLEAVE_OPTS, 2)
+  local n = #sources
+  local o = ffi.new("sl_interleave_opts")
+  o.size = ffi.sizeof("sl_interleave_opts")
+  local cycle = opts.cycle == nil and n or
+    check_int(opts.cycle, 1, where, "option 'cycle'", 2)
+  o.cycle = cycle < n and cycle or n
+  o.block = opts.block == nil and 1 or
+    check_int(opts.block, 1, where, "option 'block'", 2)
+  local threads = opts.threads == nil and 0 or
+    check_int(opts.threads, 0, where, "option 'threads'", 2)
+  if threads >= 2^31 then
+    error(("sluice: %s: option 'threads' is too large (%s)")
+          :format(where, tostring(threads)), 2)
+  end
+  o.threads = threads
+  if type(sources[1]) == "string" then
+    local names, k = string_array(sources, where, "sources", 2)
+    local result = made(C.sl_interleave_open(names, k, o, OUT), 2)
+    return result
+  end
+  local arr, k = pipelines_arg(where, sources, 2)
+  local result = made(C.sl_interleave(arr, k, o, OUT), 2, flow_of(sources))
+  return result
+end
+
+-- (SHARD_POLICIES, sl_shard_policy's values, is open_files'.)
+local SHARD_STAGE_OPTS = set("remainder")
+-- :shard(world, rank, {remainder = "uneven" | "drop" | "pad"}), or
+-- :shard({remainder =}) / :shard() with world and rank from the launcher's
+-- environment (sluice.shard_env).
+function Pipeline:shard(world, rank, opts)
+  local where = ":shard()"
+  live(self, where, 2)
+  if type(world) == "table" and rank == nil and opts == nil then
+    world, opts = nil, world
+  end
+  if world == nil then
+    if rank ~= nil then
+      error(("sluice: %s: rank given without world"):format(where), 2)
+    end
+    local rw = ffi.new("int[2]")
+    local rc = C.sl_shard_env(rw, rw + 1)
+    if rc < 0 then error(c_message(rc), 2) end
+    world, rank = rw[1], rw[0]
+  else
+    check_int(world, 1, where, "world", 2)
+    check_int(rank, 0, where, "rank", 2)
+    if world >= 2^31 then
+      error(("sluice: %s: world %s is too large"):format(where,
+            tostring(world)), 2)
+    end
+    if rank >= world then
+      error(("sluice: %s: rank %d is not in [0, world %d)")
+            :format(where, rank, world), 2)
+    end
+  end
+  opts = check_opts(opts, where, SHARD_STAGE_OPTS, 2)
+  local o = ffi.new("sl_shard_opts")
+  o.size = ffi.sizeof("sl_shard_opts")
+  o.remainder = SHARD_POLICIES.uneven
+  if opts.remainder ~= nil then
+    o.remainder = SHARD_POLICIES[opts.remainder] or
+      error(("sluice: %s: option 'remainder' must be \"uneven\", \"drop\" "
+             .. "or \"pad\" (got %s)"):format(where, tostring(opts.remainder)),
+            2)
+  end
+  local result = made(C.sl_shard(take(self, where), world, rank, o, OUT), 2,
+                      self)
+  return result
+end
+
+-- --- samplers and splits (src/readers/sampler.c) ---------------------------------
+-- Positions are 0-based, as sluice's positions and ctx.index are.  Types
+-- are checked here; values (ranges, sums, lengths) by C, whose messages
+-- count entries in words ("the 2nd weight"), the same from Lua and C.
+
+-- A Lua array of numbers as a C array of `ctype` (room for at least one).
+local function number_array(t, ctype, where, what, level)
+  if type(t) ~= "table" or is_pipeline(t) then
+    error(("sluice: %s: %s must be an array of numbers (got a %s)")
+          :format(where, what, type(t)), level + 1)
+  end
+  local n = #t
+  local a = ffi.new(ctype .. "[?]", n > 0 and n or 1)
+  for i = 1, n do
+    local x = t[i]
+    if type(x) ~= "number" then
+      error(("sluice: %s: entry %d of %s must be a number (got a %s)")
+            :format(where, i, what, type(x)), level + 1)
+    end
+    if ctype == "uint64_t" and (x ~= floor(x) or x < 0 or x >= 2^53) then
+      error(("sluice: %s: entry %d of %s must be an integer >= 0 (got %s)")
+            :format(where, i, what, tostring(x)), level + 1)
+    end
+    a[i - 1] = x
+  end
+  return a, n
+end
+
+local WEIGHTED_OPTS = set("num_samples", "replacement", "seed")
+-- :weighted_sample(weights, {num_samples =, replacement = true, seed =}):
+-- PyTorch's WeightedRandomSampler over this pipeline's positions.
+function Pipeline:weighted_sample(weights, opts)
+  local where = ":weighted_sample()"
+  local r = live(self, where, 2)
+  local w, n = number_array(weights, "double", where, "weights", 2)
+  opts = check_opts(opts, where, WEIGHTED_OPTS, 2)
+  local o = ffi.new("sl_weighted_sample_opts")
+  o.size = ffi.sizeof("sl_weighted_sample_opts")
+  if opts.num_samples ~= nil then
+    o.num_samples = check_int(opts.num_samples, 1, where,
+                              "option 'num_samples'", 2)
+  end
+  o.without_replacement = check_bool(opts.replacement, where, "replacement",
+                                     true, 2) and 0 or 1
+  o.seed = seed_option(opts.seed == nil and self._flow and self._flow.seed
+                       or opts.seed, where, 2)
+  -- One weight per sample: checked before the pipeline is taken.
+  if C.sl_reader_length(r, LENGTH) == 0 and tonumber(LENGTH[0]) ~= n then
+    error(("sluice: %s: %d weights for a pipeline of %d samples (one "
+           .. "weight per sample)"):format(where, n, tonumber(LENGTH[0])), 2)
+  end
+  local result = made(C.sl_weighted_sample(take(self, where), w, n, o, OUT),
+                      2, self)
+  return result
+end
+
+-- :subset(indices): PyTorch's Subset; indices are 0-based positions.
+function Pipeline:subset(indices)
+  local where = ":subset()"
+  live(self, where, 2)
+  local idx, n = number_array(indices, "uint64_t", where, "indices", 2)
+  local result = made(C.sl_subset(take(self, where), idx, n, OUT), 2, self)
+  return result
+end
+
+local SPLIT_OPTS = set("seed")
+-- sluice.random_split(source, sizes, {seed =}): PyTorch's random_split;
+-- returns one pipeline per size (several values), sharing the source.
+function sluice.random_split(source, sizes, opts)
+  local where = "sluice.random_split()"
+  live(source, where, 2)
+  local s, k = number_array(sizes, "double", where, "sizes", 2)
+  if k == 0 then
+    error(("sluice: %s: needs at least one size"):format(where), 2)
+  end
+  opts = check_opts(opts, where, SPLIT_OPTS, 2)
+  local seed = seed_option(opts.seed == nil and source._flow
+                           and source._flow.seed or opts.seed, where, 2)
+  local parts = ffi.new("sl_reader *[?]", k)
+  local rc = C.sl_random_split(take(source, where), s, k, seed, parts)
+  if rc < 0 then error(c_message(rc), 2) end
+  local out = {}
+  for i = 1, k do out[i] = new_pipeline(parts[i - 1], source) end
+  return unpack(out, 1, k)
 end
 
 -- sluice.rng(seed, epoch, index): the generator ctx.rng is for sample

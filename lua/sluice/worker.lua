@@ -178,11 +178,13 @@ end
 -- Whether fn takes ctx: a Lua function declaring a second parameter (or
 -- `...`).  If it does, sets this state's seed (two 32-bit halves) and
 -- returns the ctx variant of operation `op` ("map", "filter", "parser");
--- else false (the plain operation, which passes nothing more).
+-- else false (the plain operation, which passes nothing more).  A scan's
+-- function takes (state, s): ctx is its third parameter.
 function M.context(fn, op, seed_hi, seed_lo)
   if type(fn) ~= "function" then return false end
   local info = debug.getinfo(fn, "Su")
-  if info.what == "C" or not (info.nparams >= 2 or info.isvararg) then
+  local nparams = op == "scan" and 3 or 2
+  if info.what == "C" or not (info.nparams >= nparams or info.isvararg) then
     return false
   end
   local seed = bit.lshift(ffi.new("uint64_t", seed_hi), 32) + seed_lo
@@ -190,6 +192,159 @@ function M.context(fn, op, seed_hi, seed_lo)
   ctx_rng = rng_mod.new(seed, 0, 0)
   ctx = {seed = ctx_seed, epoch = 0, index = 0, rng = ctx_rng}
   return M[op .. "_ctx"]
+end
+
+-- --- flow stages (src/script/lua_flow.c) -----------------------------------
+--   worker.flat_map(fn, sample, slots, cap, schema) -> n
+--   worker.flat_map_ctx(fn, sample, slots, cap, schema, index, epoch) -> n
+--   worker.flat_map_fill(slots)
+--   worker.take_while(fn, sample), worker.take_while_ctx(...): filter's
+--   worker.scan(fn, state, sample, slot, schema) -> state
+--   worker.scan_ctx(fn, state, sample, slot, schema, index, epoch) -> state
+--   worker.scan_init(init) -> a deep copy of init()
+-- `slots` is an sl_sample *[cap] the stage zeroed; `schema` the stage's
+-- sl_schema* once known, else nil (a table row then gets its own inferred
+-- schema, which the stage checks).  Each output gets a reference for C.
+
+-- A new sl_sample* with a reference for C from output `r` (a sample
+-- object, which stays usable: it may be returned twice, or be the input;
+-- or a table of fields), `label` naming it in messages.
+local function output_ptr(r, label, schema, op)
+  if getmetatable(r) == Sample then
+    local p = r[1]
+    if not p then error(label .. " is a released sample", 0) end
+    return sample_retain(p)
+  end
+  if type(r) ~= "table" then
+    error(("%s function returned a %s as %s (it must be a sample or a "
+           .. "table of fields)"):format(op, type(r), label), 0)
+  end
+  local sp, why
+  if schema ~= nil then
+    sp = ffi_cast(SCHEMA_PTR, schema)
+  else
+    sp, why = sample.inferred_schema({r})
+    if not sp then error(label .. ": " .. why, 0) end
+  end
+  local q
+  q, why = sample.build_row(r, info_for(sp), label)
+  if not q then error(why, 0) end
+  return ffi_gc(q, nil)
+end
+
+-- The n outputs of array r into slots[0..n): a slot is written only with
+-- a reference for C, so the stage releases what is there after an error.
+local function fill_slots(r, n, slots, schema)
+  local v = ffi_cast(SLOT, slots)
+  for i = 1, n do
+    v[i - 1] = output_ptr(r[i], "element " .. i .. " of the returned array",
+                          schema, "flat_map")
+  end
+end
+
+local function is_pipeline(r)
+  local s = package.loaded.sluice
+  return type(s) == "table" and s.Pipeline ~= nil and
+    getmetatable(r) == s.Pipeline
+end
+
+-- The number of outputs in fn's result r (an array, or nil for none).
+local function flat_count(r)
+  if r == nil then return 0 end
+  if type(r) ~= "table" or getmetatable(r) == Sample or is_pipeline(r) then
+    local what, hint = "a " .. type(r), ""
+    if getmetatable(r) == Sample then
+      what, hint = "a sample", "; for one sample, return {s}"
+    elseif is_pipeline(r) then
+      what, hint = "a pipeline", "; a pipeline cannot be returned: it lives "
+        .. "in this worker state and cannot be handed over to the stage"
+    end
+    error(("flat_map function returned %s (it must return an array (a "
+           .. "table) of samples or tables of fields, or nil for none%s)")
+          :format(what, hint), 0)
+  end
+  local n = #r
+  for k in pairs(r) do
+    if type(k) ~= "number" or k < 1 or k > n or k ~= math.floor(k) then
+      error(("flat_map function returned a table with the key %s (it must "
+             .. "return an array of samples or tables of fields: to return "
+             .. "one row, return {row})"):format(
+               type(k) == "string" and "'" .. k .. "'" or tostring(k)), 0)
+    end
+  end
+  return n
+end
+
+-- What flat_map_fill hands over when fn returned more than `cap` outputs.
+local pend_r, pend_s, pend_schema
+
+local function flat_out(r, s, slots, cap, schema)
+  local n = flat_count(r)
+  if n <= cap then
+    fill_slots(r, n, slots, schema)
+    drop(s)
+  else
+    pend_r, pend_s, pend_schema = r, s, schema
+  end
+  return n
+end
+
+function M.flat_map(fn, ptr, slots, cap, schema)
+  local s = wrap(ptr)
+  return flat_out(fn(s), s, slots, cap, schema)
+end
+
+function M.flat_map_ctx(fn, ptr, slots, cap, schema, index, epoch)
+  local s = wrap(ptr)
+  return flat_out(fn(s, set_ctx(index, epoch)), s, slots, cap, schema)
+end
+
+function M.flat_map_fill(slots)
+  local r, s, schema = pend_r, pend_s, pend_schema
+  pend_r, pend_s, pend_schema = nil, nil, nil
+  fill_slots(r, #r, slots, schema)
+  drop(s)
+end
+
+M.take_while, M.take_while_ctx = M.filter, M.filter_ctx
+
+local function scan_out(state, out, s, slot, schema)
+  if out == nil then
+    error("scan function returned no output (it must return the new state "
+          .. "and a sample or a table of fields)", 0)
+  end
+  ffi_cast(SLOT, slot)[0] = output_ptr(out, "its output", schema, "scan")
+  drop(s)
+  return state
+end
+
+function M.scan(fn, state, ptr, slot, schema)
+  local s = wrap(ptr)
+  local st, out = fn(state, s)
+  return scan_out(st, out, s, slot, schema)
+end
+
+function M.scan_ctx(fn, state, ptr, slot, schema, index, epoch)
+  local s = wrap(ptr)
+  local st, out = fn(state, s, set_ctx(index, epoch))
+  return scan_out(st, out, s, slot, schema)
+end
+
+-- A copy of v sharing nothing with it (tables copied, shared and cyclic
+-- references kept), so every pass starts from the same state whatever fn
+-- did to the last one.
+local function deep_copy(v, seen)
+  if type(v) ~= "table" then return v end
+  local c = seen[v]
+  if c then return c end
+  c = {}
+  seen[v] = c
+  for k, x in pairs(v) do c[deep_copy(k, seen)] = deep_copy(x, seen) end
+  return setmetatable(c, getmetatable(v))
+end
+
+function M.scan_init(init)
+  return deep_copy(init(), {})
 end
 
 function M.export(value, slot, schema)

@@ -21,11 +21,12 @@
  *             hands the notes to dec_skipped on the consumer's thread in
  *             delivery order, which counts them in `bad` (per pass) and
  *             fails the pass with SL_ECORRUPT once more than max_bad were
- *             skipped.  So the count and where the cap trips are the same
- *             for any number of threads in ordered mode, and exact in
- *             unordered mode.  Other errors (SL_ENOMEM, upstream errors)
- *             always end the pass.
- *   window    At most `window` samples are pulled and not yet handed out
+ *             skipped (sl__ignore_error, the rule ignore_errors of the maps
+ *             and filters follows too: the stats row carries the count of
+ *             skipped images and the last message).  So the count and where the
+ * cap trips are the same for any number of threads in ordered mode, and exact
+ * in unordered mode.  Other errors (SL_ENOMEM, upstream errors) always end the
+ * pass. window    At most `window` samples are pulled and not yet handed out
  *             (the engine's window, with a consumer cache of 1): the bound
  *             on decoded images held.
  *
@@ -65,7 +66,7 @@ typedef struct dec_state {
   char field_name[64];
   sl_image_shape shape;
   sl_corrupt_policy policy;
-  uint32_t max_bad;
+  uint64_t max_bad;
   const char *const *names; /* borrowed; nnames entries, or NULL */
   size_t nnames;
   sl__buffer_pool *pool; /* the decoded pixels' buffers (buffer_pool.c) */
@@ -159,14 +160,11 @@ static int dec_process(void *ud, void *wctx, uint64_t seq, sl_sample *in,
 static int dec_skipped(void *ud, uint64_t seq, const char *note) {
   dec_state *d = ud;
   if (!d->ordered) sl__engine_pos_dropped(&d->pos, seq);
-  d->bad++;
-  if (d->bad > d->max_bad)
-    return sl_set_error(SL_ECORRUPT,
-                        "%s: %llu images failed to decode in this pass, "
-                        "more than max_bad (%u); the last: %s",
-                        d->stage, (unsigned long long)d->bad, d->max_bad, note);
-  SL_DEBUGLOG("%s: skipped: %s", d->stage, note);
-  return SL_OK;
+  /* The rule and the words of ignore_errors (core/stats.h); the count and
+   * the last message also go to the stats row. */
+  return sl__ignore_error(sl__engine_counters(d->engine), &d->bad, d->max_bad,
+                          SL_ECORRUPT, d->stage, "images failed to decode",
+                          "max_bad", note);
 }
 
 static const sl__engine_ops dec_ops = {dec_pull, dec_worker_init,
@@ -234,12 +232,12 @@ static void dec_identity(const sl_reader *r, void *st, char *buf, size_t cap) {
   (void)r;
   const dec_state *d = st;
   snprintf(buf, cap,
-           "field=%s shape=%ux%ux%d resize=%d policy=%s max_bad=%u "
+           "field=%s shape=%ux%ux%d resize=%d policy=%s max_bad=%llu "
            "ordered=%d",
            d->field_name, d->shape.height, d->shape.width, d->shape.channels,
            (int)d->shape.resize,
-           d->policy == SL_CORRUPT_SKIP_CHUNK ? "skip" : "fail", d->max_bad,
-           d->ordered ? 1 : 0);
+           d->policy == SL_CORRUPT_SKIP_CHUNK ? "skip" : "fail",
+           (unsigned long long)d->max_bad, d->ordered ? 1 : 0);
 }
 
 /* Stop signal (readers/reader_impl.h). */

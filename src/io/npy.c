@@ -111,6 +111,11 @@ static int parse_shape(const char *what, const char *v, const char *end,
 
 int sl__npy_parse(const char *what, const unsigned char *p, size_t n,
                   sl__npy *out) {
+  return sl__npy_parse_head(what, p, n, n, out);
+}
+
+int sl__npy_parse_head(const char *what, const unsigned char *p, size_t n,
+                       uint64_t total, sl__npy *out) {
   memset(out, 0, sizeof *out);
   SL_RETURN_ERROR_IF(n < 10 || memcmp(p, "\x93NUMPY", 6) != 0, SL_ECORRUPT,
                      "npy: %s: not a .npy file (no \\x93NUMPY magic)", what);
@@ -155,9 +160,9 @@ int sl__npy_parse(const char *what, const unsigned char *p, size_t n,
                        SL_ECORRUPT, "npy: %s: the shape overflows", what);
   out->data_off = hoff + hlen;
   out->nbytes = nb;
-  SL_RETURN_ERROR_IF(nb > n - out->data_off, SL_ECORRUPT,
+  SL_RETURN_ERROR_IF(nb > total - out->data_off, SL_ECORRUPT,
                      "npy: %s: %llu bytes of elements expected, %llu present",
                      what, (unsigned long long)nb,
-                     (unsigned long long)(n - out->data_off));
+                     (unsigned long long)(total - out->data_off));
   return SL_OK;
 }

@@ -24,4 +24,10 @@ typedef struct sl__npy {
 int sl__npy_parse(const char *what, const unsigned char *p, size_t n,
                   sl__npy *out);
 
+/* The same for a file of `total` bytes (total >= n) of which p[0..n) holds
+ * at least the header: the elements are checked to fit in `total` (the npy
+ * reader of a URL reads rows by ranges, never the whole object). */
+int sl__npy_parse_head(const char *what, const unsigned char *p, size_t n,
+                       uint64_t total, sl__npy *out);
+
 #endif

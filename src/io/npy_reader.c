@@ -15,11 +15,20 @@
  * (numpy writes ZIP64 extra fields even for small members: both places are
  * read); encrypted members and other methods are refused.
  *
+ * A .npy URL (http(s)://, s3://) is not fetched whole: its header is read
+ * from a URL byte source (source_http.c) and each sample's row by a read
+ * of that source, whose read-ahead block (SLUICE_HTTP_READAHEAD) serves
+ * the rows after it, so a pass costs one ranged GET per block and a
+ * partial pass only the blocks it reached.  Such rows are copies (one
+ * buffer per row), not views.  An .npz URL is fetched whole, as the
+ * other formats without an index are.
+ *
  * Saving (readers/state.h): the position is the index; the record holds the
  * count and the file's size, so a state of another file is refused.
  */
 #include "io/bytes.h"
 #include "io/fmt_map.h"
+#include "io/http.h"
 #include "io/npy.h"
 #include "readers/state.h"
 
@@ -40,7 +49,21 @@ typedef struct npy_state {
   uint64_t count, pos, file_size;
   sl_schema *schema;
   char *path;
+  sl__source *src; /* a .npy URL, read row by row; else NULL */
 } npy_state;
+
+/* Row `pos` of field f read from the URL source into a new buffer. */
+static int url_row(npy_state *s, const npy_field *f, sl_tensor *t) {
+  sl_buffer *b = sl_buffer_new(f->row);
+  SL_RETURN_ERROR_IF(!b, SL_ENOMEM, "npy: %s: cannot allocate a %zu-byte row",
+                     s->path, f->row);
+  int rc = s->src->read_at(s->src, f->h.data_off + s->pos * f->row,
+                           sl_buffer_data(b), f->row);
+  if (rc == SL_OK)
+    rc = sl_tensor_view(t, f->h.dtype, f->h.rank - 1, f->h.shape + 1, b, 0);
+  sl_buffer_release(b); /* the view holds its own reference */
+  return rc;
+}
 
 static int npy_next(void *st, sl_sample **out) {
   npy_state *s = st;
@@ -51,8 +74,10 @@ static int npy_next(void *st, sl_sample **out) {
   for (int i = 0; i < s->nf && rc == SL_OK; i++) {
     const npy_field *f = &s->f[i];
     sl_tensor t;
-    rc = sl_tensor_view(&t, f->h.dtype, f->h.rank - 1, f->h.shape + 1, f->buf,
-                        (size_t)(f->h.data_off + s->pos * f->row));
+    rc = s->src ? url_row(s, f, &t)
+                : sl_tensor_view(&t, f->h.dtype, f->h.rank - 1, f->h.shape + 1,
+                                 f->buf,
+                                 (size_t)(f->h.data_off + s->pos * f->row));
     if (rc == SL_OK && (rc = sl_sample_set_move(smp, i, &t)) < 0)
       sl_tensor_clear(&t);
   }
@@ -77,6 +102,7 @@ static void npy_destroy(void *st) {
   for (int i = 0; i < s->nf; i++)
     sl_buffer_release(s->f[i].buf);
   sl_schema_release(s->schema);
+  sl__source_close(s->src);
   sl__free(s->path);
   sl__free(s);
 }
@@ -385,6 +411,50 @@ static int make_schema(npy_state *s) {
                 : SL_OK;
 }
 
+/* A .npy URL: the header from the URL source, rows read later (see the
+ * banner).  *npz is set, and nothing kept, when the object is a zip: the
+ * caller fetches it whole. */
+static int open_url(npy_state *s, const char *field, bool *npz) {
+  *npz = false;
+  SL_FORWARD_IF_ERROR(sl__source_open_url("npy", s->path, &s->src));
+  uint64_t size = s->src->size;
+  /* The magic, version and header length, then the header itself. */
+  size_t n = (size_t)(size < 12 ? size : 12);
+  unsigned char *p = sl__malloc(12);
+  int rc = p ? s->src->read_at(s->src, 0, p, n)
+             : sl_set_error(SL_ENOMEM, "npy: %s: out of memory", s->path);
+  if (rc == SL_OK && n >= 4 && sl__get32(p) == 0x04034b50) {
+    *npz = true;
+  } else if (rc == SL_OK && n >= 10 && memcmp(p, "\x93NUMPY", 6) == 0) {
+    uint64_t want = p[6] == 1 ? 10 + (uint64_t)sl__get16(p + 8)
+                              : (n >= 12 ? 12 + (uint64_t)sl__get32(p + 8) : n);
+    /* A header past the object's end or absurdly long is left for the
+     * parse below to call cut short. */
+    unsigned char *q = want > n && want <= size && want <= ((uint64_t)1 << 26)
+                           ? sl__realloc(p, (size_t)want)
+                           : NULL;
+    if (q) {
+      p = q;
+      n = (size_t)want;
+      rc = s->src->read_at(s->src, 0, p, n);
+    }
+  }
+  sl__npy h;
+  if (rc == SL_OK && !*npz) rc = sl__npy_parse_head(s->path, p, n, size, &h);
+  sl__free(p);
+  if (rc == SL_OK && !*npz) {
+    s->file_size = size;
+    char stem[256];
+    sl__path_stem(s->path, stem, sizeof stem);
+    rc = add_field(s, field && field[0] ? field : stem, &h, NULL, s->path);
+  }
+  if (rc < 0 || *npz) {
+    sl__source_close(s->src);
+    s->src = NULL;
+  }
+  return rc;
+}
+
 static bool is_zip(sl_buffer *b) {
   return sl_buffer_size(b) >= 4 &&
          sl__get32(sl_buffer_data(b)) == 0x04034b50; /* "PK\3\4" */
@@ -403,8 +473,10 @@ int sl_npy_reader(const char *path, const sl_npy_opts *opts, sl_reader **out) {
   s->path = sl__strdup(path);
   sl_buffer *file = NULL;
   int rc = s->path ? SL_OK : sl_set_error(SL_ENOMEM, "npy: out of memory");
-  if (rc == SL_OK) rc = sl__map_file("npy", path, &file, NULL);
-  if (rc == SL_OK) {
+  bool npz = true; /* fetched or mapped whole */
+  if (rc == SL_OK && sl__is_url(path)) rc = open_url(s, o.field, &npz);
+  if (rc == SL_OK && npz) rc = sl__map_file("npy", path, &file, NULL);
+  if (rc == SL_OK && npz) {
     s->file_size = sl_buffer_size(file);
     if (is_zip(file)) {
       rc = load_npz(s, file);

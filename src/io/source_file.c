@@ -5,7 +5,9 @@
  * the readers open by path themselves.
  */
 #include "core/internal.h"
+#include "io/http.h"
 #include "io/io_faults.h"
+#include "io/s3.h"
 #include "io/source.h"
 
 #include <errno.h>
@@ -74,6 +76,9 @@ static const char *file_kind(mode_t m) {
 
 int sl__source_open_file(const char *path, sl__source **out) {
   *out = NULL;
+  /* An http(s):// or s3:// URL is read by ranged GETs (source_http.c). */
+  if (sl__is_url(path))
+    return sl__source_open_url(sl__is_s3(path) ? "s3" : "http", path, out);
   /* O_NONBLOCK: opening a FIFO for reading would otherwise wait for a
    * writer forever; it is refused below, and cleared for a regular file. */
   int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);

@@ -12,6 +12,13 @@
  * again) and never touch upstream, not even to reset it.  A reset before
  * the first pass is complete, including after an upstream error, discards
  * the partial cache and resets upstream, so caching starts over.
+ *
+ * Random access (sl__reader_fetch, for the samplers of sampler.c and a
+ * shuffle's restore): position i is held sample i; a position not yet held
+ * is read ahead from upstream (kept like any other).  `pos` counts the
+ * samples handed out in every pass, so a pass under way that was read
+ * ahead continues from the held samples before it pulls upstream again:
+ * next yields what it would have without the fetch.
  */
 #include "readers/state.h"
 
@@ -21,7 +28,7 @@ typedef struct cache_state {
   size_t count, cap;
   bool complete;  /* the first pass was read whole (see "Complete") */
   uint64_t known; /* upstream's length when known, else UINT64_MAX */
-  size_t pos;     /* replay position once complete */
+  size_t pos;     /* samples handed out this pass (<= count) */
 } cache_state;
 
 static void discard(cache_state *c) {
@@ -49,7 +56,7 @@ static int keep(cache_state *c, sl_sample *s) {
 
 static int cache_next(void *st, sl_sample **out) {
   cache_state *c = st;
-  if (c->complete) {
+  if (c->complete || c->pos < c->count) { /* held: replayed or read ahead */
     if (c->pos == c->count) return SL_EOF;
     *out = sl_sample_retain(c->items[c->pos++]);
     return SL_OK;
@@ -67,6 +74,7 @@ static int cache_next(void *st, sl_sample **out) {
     *out = NULL;
     return rc;
   }
+  c->pos = c->count;
   if (c->count == c->known) { /* the whole pass, without asking for more */
     c->complete = true;
     c->pos = c->count;
@@ -87,6 +95,7 @@ static int cache_reset(void *st) {
     return SL_OK;
   }
   discard(c);
+  c->pos = 0;
   return sl_reader_reset(c->up);
 }
 
@@ -121,6 +130,7 @@ static int cache_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
   uint64_t complete;
   discard(c);
   c->complete = false;
+  c->pos = 0;
   SL_FORWARD_IF_ERROR(sl__state_restore_up(in, c->up));
   SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &complete));
   for (uint64_t i = 0; complete || i < k; i++) {
@@ -143,7 +153,39 @@ static int cache_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                        (unsigned long long)k, c->count);
     c->complete = true;
     c->pos = (size_t)k;
+  } else {
+    c->pos = c->count;
   }
+  return SL_OK;
+}
+
+/* Random access (see the banner): reads ahead until position `pos` is
+ * held (or upstream ends); upstream's errors are returned as they come
+ * (the samples read ahead stay held, and the pass meets the same error
+ * when it reaches them). */
+static int cache_fetch(sl_reader *r, void *st, uint64_t pass, uint64_t pos,
+                       sl_sample **out) {
+  (void)r;
+  (void)pass;
+  cache_state *c = st;
+  if (!out) return SL_OK;
+  while (!c->complete && pos >= c->count) {
+    sl_sample *s = NULL;
+    int rc = sl_reader_next(c->up, &s);
+    if (rc == SL_EOF) {
+      c->complete = true;
+      break;
+    }
+    SL_FORWARD_IF_ERROR(rc);
+    rc = keep(c, s);
+    sl_sample_release(s);
+    SL_FORWARD_IF_ERROR(rc);
+    if (c->count == c->known) c->complete = true;
+  }
+  SL_RETURN_ERROR_IF(pos >= c->count, SL_ECORRUPT,
+                     "cache: sample %llu is past its %zu samples",
+                     (unsigned long long)pos, c->count);
+  *out = sl_sample_retain(c->items[pos]);
   return SL_OK;
 }
 
@@ -166,6 +208,9 @@ int sl_cache(sl_reader *up, sl_reader **out) {
   sl_schema *schema = sl_schema_retain((sl_schema *)sl_reader_schema(up));
   int rc = sl__decorator_make_1to1(&cache_vt, c, schema, &c->up, NULL, out);
   sl_schema_release(schema);
-  if (rc == SL_OK) sl__reader_set_state_ops(*out, &cache_state_ops);
+  if (rc == SL_OK) {
+    sl__reader_set_state_ops(*out, &cache_state_ops);
+    sl__reader_set_fetch(*out, cache_fetch);
+  }
   return rc;
 }

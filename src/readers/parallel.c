@@ -10,6 +10,16 @@
  * thread).  reset = stop the engine (join), reset upstream, start it again;
  * destroy = stop, destroy upstream, free_ud.
  *
+ * ignore_errors (opts): a sample whose callback fails (any code but
+ * SL_ENOMEM and SL_EKILLED) is SL__ENGINE_SKIP with the message as its
+ * note; the engine hands the notes to par_skipped on the consumer's thread
+ * in delivery order, which counts them in `ignored` (per pass) and ends the
+ * pass once more than the cap were skipped (sl__ignore_error: the count, the
+ * cap and the last message).  The callback's failure is told apart from a
+ * failed output check by a per-call flag (call_ctx): only the callback's
+ * own errors are the sample's.  Such a map leaves holes, so its position is
+ * logged as a filter's and its length is not known.
+ *
  * Save / restore (readers/state.h, sl__engine_pos): an ordered map is 1:1
  * (the state is the position), an ordered filter keeps a log of the seqs it
  * delivered (a save too far behind it replays the pass), an unordered stage
@@ -30,7 +40,30 @@ typedef struct par_state {
   sl__engine *engine;
   sl__engine_pos pos;
   bool ordered;
+  uint64_t ignore_cap; /* ignore_errors: 0 off, SL_IGNORE_ALL no cap */
+  uint64_t ignored;    /* consumer: samples skipped this pass */
+  const char *what;    /* "map" / "filter" */
 } par_state;
+
+/* The user's map callback, noting whether it failed (so that a failed
+ * output check is not taken for the callback's error). */
+typedef struct call_ctx {
+  const par_state *p;
+  bool failed;
+} call_ctx;
+
+static int call_map(void *ud, sl_sample *in, sl_sample **out) {
+  call_ctx *c = ud;
+  int rc = c->p->map(c->p->ud, in, out);
+  c->failed = rc != SL_OK;
+  return rc;
+}
+
+/* Whether an error of the callback may be ignored: not running out of
+ * memory, not a stop. */
+static bool ignorable(const par_state *p, int rc) {
+  return p->ignore_cap > 0 && rc < 0 && rc != SL_ENOMEM && rc != SL_EKILLED;
+}
 
 static int par_pull(void *ud, sl_sample **out) {
   return sl_reader_next(((par_state *)ud)->up, out);
@@ -52,10 +85,25 @@ static int par_process(void *ud, void *wctx, uint64_t seq, sl_sample *in,
     }
     sl_sample_release(in);
     if (rc == 0 && !p->ordered) sl__engine_pos_dropped(&p->pos, seq);
-    return rc == 0 ? SL__ENGINE_DROP : sl__filter_callback_error(rc, seq);
+    if (rc == 0) return SL__ENGINE_DROP;
+    int code = sl__filter_callback_error(rc, seq);
+    return ignorable(p, rc) ? SL__ENGINE_SKIP : code; /* message: the note */
   }
-  int rc = sl__map_call(p->map, p->ud, p->schema, in, seq, out);
+  call_ctx c = {p, false};
+  int rc = sl__map_call(call_map, &c, p->schema, in, seq, out);
+  if (rc < 0 && c.failed && ignorable(p, rc)) return SL__ENGINE_SKIP;
   return rc < 0 ? rc : SL__ENGINE_OUT;
+}
+
+/* A sample whose callback failed, on the consumer's thread in delivery
+ * order (ignore_errors).  Past the cap the pass ends with SL_EINVAL: the
+ * engine hands over the message only, which names the callback's error. */
+static int par_skipped(void *ud, uint64_t seq, const char *note) {
+  par_state *p = ud;
+  if (!p->ordered) sl__engine_pos_dropped(&p->pos, seq);
+  return sl__ignore_error((sl__stage_counters *)sl__engine_counters(p->engine),
+                          &p->ignored, p->ignore_cap, SL_EINVAL, p->what,
+                          "samples failed", "ignore_errors", note);
 }
 
 static const sl__engine_ops par_ops = {par_pull, NULL, NULL, par_process, NULL};
@@ -72,6 +120,7 @@ static int par_reset(void *st) {
   par_state *p = st;
   sl__engine_stop(p->engine);
   sl__engine_pos_reset(&p->pos);
+  p->ignored = 0;
   SL_FORWARD_IF_ERROR(sl_reader_reset(p->up));
   return sl__engine_start(p->engine);
 }
@@ -102,6 +151,7 @@ static int par_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
   par_state *p = st;
   uint64_t start;
   sl__engine_stop(p->engine);
+  p->ignored = 0; /* errors before the restored position are not counted */
   SL_FORWARD_IF_ERROR(sl__engine_pos_restore(&p->pos, p->up, k, in, &start));
   return sl__engine_pos_resume(&p->pos, p->engine, k, par_next, p);
 }
@@ -110,9 +160,12 @@ static void par_identity(const sl_reader *r, void *st, char *buf, size_t cap) {
   (void)r;
   const par_state *p = st;
   char schema[256];
-  snprintf(buf, cap, "%s ordered=%d schema=%s", p->map ? "map" : "filter",
+  /* ignore_errors changes how a map's position is saved: named when on
+   * (and only then, so that states saved before it existed still match). */
+  snprintf(buf, cap, "%s ordered=%d schema=%s%s", p->map ? "map" : "filter",
            p->ordered ? 1 : 0,
-           sl_schema_describe(p->schema, schema, sizeof schema));
+           sl_schema_describe(p->schema, schema, sizeof schema),
+           p->ignore_cap ? " ignore_errors" : "");
 }
 
 static const sl__state_ops par_state_ops = {par_save, par_restore,
@@ -157,10 +210,13 @@ static int make(const char *what, sl_reader *up, sl_map_fn map,
     return sl__fail_with_upstream(up, rc);
   }
   p->ordered = !o.unordered;
+  p->ignore_cap = o.ignore_errors;
+  p->what = what;
+  /* A map that may leave samples out is logged as a filter. */
   sl__engine_pos_init(&p->pos,
-                      !p->ordered ? SL__EPOS_UNORDERED
-                      : map       ? SL__EPOS_1TO1
-                                  : SL__EPOS_LOG,
+                      !p->ordered               ? SL__EPOS_UNORDERED
+                      : map && !o.ignore_errors ? SL__EPOS_1TO1
+                                                : SL__EPOS_LOG,
                       what);
   p->up = up;
   p->map = map;
@@ -173,16 +229,18 @@ static int make(const char *what, sl_reader *up, sl_map_fn map,
                               o.threads ? (int)SL_MIN(o.threads, 1u << 20) : 1,
                               !o.unordered, o.queue};
   rc = sl__engine_create(&par_ops, p, &eo, &p->engine);
+  if (rc == SL_OK && p->ignore_cap) sl__engine_on_skip(p->engine, par_skipped);
   if (rc == SL_OK) rc = sl__engine_start(p->engine);
   if (rc < 0) {
     par_destroy(p);
     return rc;
   }
   const sl__stage_counters *c = sl__engine_counters(p->engine);
-  if (map)
+  if (map && !p->ignore_cap)
     rc = sl__decorator_make_1to1(&map_vt, p, p->schema, &p->up, c, out);
-  else
-    rc = sl__decorator_make(&filter_vt, p, p->schema, &p->up, c, out);
+  else /* a filter, or a map that may leave samples out: no length */
+    rc = sl__decorator_make(map ? &map_vt : &filter_vt, p, p->schema, &p->up, c,
+                            out);
   if (rc == SL_OK) {
     sl__reader_set_state_ops(*out, &par_state_ops);
     sl__reader_set_stop_signal(*out, par_signal_stop);

@@ -50,6 +50,24 @@
  * batch instead of once per sample (docs/PERFORMANCE.md, "prefetch's
  * consumer cache", has the figures).
  *
+ * Autotuning (sl_prefetch_auto; tf.data's prefetch autotuner): the channel
+ * is made with max_depth slots and its byte budget, and its depth
+ * (sync/channel.h) starts at 1.  The consumer takes one sample per receive
+ * (no cache: the depth is then the whole bound) and notes what each receive
+ * found (sl__channel_recv_seen), in two modes:
+ *   upswing    the channel has not been seen full since the last change;
+ *              seeing it full (at the depth, or a send refused for bytes)
+ *              turns to downswing.
+ *   downswing  seeing it empty (the consumer must wait although the worker
+ *              had filled it: the demand came in a burst) doubles the depth,
+ *              up to max_depth and to max_bytes / the average sample size
+ *              so far, and turns back to upswing.
+ * A consumer slower than the worker finds the channel full, never empty; a
+ * worker slower than the consumer never fills it: neither grows the depth.
+ * The depth never shrinks and survives reset and restore; it is published
+ * in stats.queue_depth.  `tune` and the running size sums are the
+ * consumer's.
+ *
  * Over a batch (sl__batch_defer, batch.c): batch's outputs leave the worker
  * with their rows still to copy unless the worker copies them itself, which
  * it does when the consumer is not waiting (`waiting`, set by the consumer
@@ -61,12 +79,28 @@
  * batch's table until the reset or destroy that follows, which drops them.
  */
 #include "readers/state.h"
+#include "sync/channel.h"
 
 #include <pthread.h>
 
 #define PREFETCH_CACHE 16
 /* At most this many batches out with their rows still to copy. */
 #define PREFETCH_MAX_DEFERRED 64
+/* sl_prefetch_auto's defaults and the largest max_depth. */
+#define AUTO_MAX_BYTES ((uint64_t)64 << 20)
+#define AUTO_MAX_DEPTH 1024u
+#define AUTO_DEPTH_LIMIT 65536u
+
+/* The autotuner's state (consumer-only). */
+typedef struct prefetch_tune {
+  bool on;
+  bool downswing;        /* the channel was seen full since the last change */
+  size_t depth;          /* the channel's depth now */
+  size_t max_depth;      /* the channel's slots */
+  uint64_t max_bytes;    /* the channel's byte budget */
+  uint64_t seen_bytes;   /* payload of the samples received so far */
+  uint64_t seen_samples; /* and their number */
+} prefetch_tune;
 
 typedef struct prefetch_state {
   sl_reader *up;
@@ -82,6 +116,7 @@ typedef struct prefetch_state {
   /* Held by the worker around each upstream pull, and by a save, so that
    * the chain below is still while it is saved (state.h). */
   pthread_mutex_t pulling;
+  prefetch_tune tune; /* sl_prefetch_auto only */
 } prefetch_state;
 
 static void *worker_main(void *arg) {
@@ -151,8 +186,39 @@ static void prefetch_signal_stop(void *st) {
   sl_channel_abort(p->ch, SL_EKILLED, "prefetch: stopped");
 }
 
+/* One received sample and what its receive found (the autotuner above). */
+static void tune_after(prefetch_state *p, const sl_sample *s, int seen) {
+  prefetch_tune *t = &p->tune;
+  t->seen_bytes += sl_sample_nbytes(s);
+  t->seen_samples++;
+  if (!t->downswing) {
+    t->downswing = seen == SL__CH_SEEN_FULL;
+    return;
+  }
+  if (seen != SL__CH_SEEN_EMPTY) return;
+  t->downswing = false;
+  size_t want = SL_MIN(2 * t->depth, t->max_depth);
+  uint64_t avg = t->seen_bytes / t->seen_samples;
+  if (avg > 0 && want > 1 && (uint64_t)want * avg > t->max_bytes)
+    want = (size_t)SL_MAX(t->max_bytes / avg, (uint64_t)1);
+  if (want <= t->depth) return;
+  t->depth = want;
+  sl__channel_set_depth(p->ch, want);
+  atomic_store_explicit(&p->stats.queue_depth, want, memory_order_relaxed);
+}
+
 static int prefetch_next(void *st, sl_sample **out) {
   prefetch_state *p = st;
+  if (p->tune.on) {
+    int seen = SL__CH_SEEN_SOME;
+    atomic_store_explicit(&p->waiting, true, memory_order_relaxed);
+    int rc = sl__channel_recv_seen(p->ch, out, &seen);
+    atomic_store_explicit(&p->waiting, false, memory_order_relaxed);
+    if (rc != SL_OK) return rc; /* SL_EOF, or the kill code and message */
+    tune_after(p, *out, seen);
+    if (p->batch) sl__batch_fill(p->batch, *out);
+    return SL_OK;
+  }
   if (p->cache_pos == p->cache_len) {
     atomic_store_explicit(&p->waiting, true, memory_order_relaxed);
     int n = sl_channel_recv_many(p->ch, p->cache, PREFETCH_CACHE);
@@ -218,17 +284,21 @@ static const sl__state_ops prefetch_state_ops = {prefetch_save,
 static const sl_reader_vtable prefetch_vt = {"prefetch", prefetch_next,
                                              prefetch_reset, prefetch_destroy};
 
-int sl_prefetch(sl_reader *up, size_t n, sl_reader **out) {
-  SL_DECORATOR_ARGS("prefetch", up, out);
-  if (n == 0)
-    return sl__fail_with_upstream(
-        up, sl_set_error(SL_EINVAL, "prefetch: buffer size must be >= 1"));
+/* Both constructors: `n` samples of depth, or autotuned when `tune` is
+ * set (its max_depth slots, its byte budget). */
+static int make(sl_reader *up, size_t n, const prefetch_tune *tune,
+                sl_reader **out) {
   prefetch_state *p = sl__calloc(1, sizeof *p);
   if (!p)
     return sl__fail_with_upstream(
         up, sl_set_error(SL_ENOMEM, "prefetch: cannot allocate"));
   p->up = up;
   p->stats.threads = 1;
+  if (tune) {
+    p->tune = *tune;
+    n = tune->max_depth;
+  }
+  atomic_init(&p->stats.queue_depth, tune ? tune->depth : n);
   pthread_mutex_init(&p->pulling, NULL);
   atomic_init(&p->stop, false);
   atomic_init(&p->waiting, false);
@@ -237,7 +307,8 @@ int sl_prefetch(sl_reader *up, size_t n, sl_reader **out) {
    * the cache and the worker can hold at once. */
   p->batch = sl__batch_defer(
       up, SL_MIN(n + PREFETCH_CACHE + 1, (size_t)PREFETCH_MAX_DEFERRED));
-  p->ch = sl_channel_new(n, 0);
+  p->ch = sl_channel_new(n, tune ? (size_t)tune->max_bytes : 0);
+  if (p->ch && tune) sl__channel_set_depth(p->ch, tune->depth);
   if (!p->ch) {
     int rc = sl_wrap_error(sl_last_error_code(), "prefetch");
     prefetch_destroy(p);
@@ -256,4 +327,40 @@ int sl_prefetch(sl_reader *up, size_t n, sl_reader **out) {
     *out = NULL;
   }
   return rc;
+}
+
+int sl_prefetch(sl_reader *up, size_t n, sl_reader **out) {
+  SL_DECORATOR_ARGS("prefetch", up, out);
+  if (n == 0)
+    return sl__fail_with_upstream(
+        up, sl_set_error(SL_EINVAL, "prefetch: buffer size must be >= 1"));
+  return make(up, n, NULL, out);
+}
+
+int sl_prefetch_auto(sl_reader *up, const sl_prefetch_auto_opts *opts,
+                     sl_reader **out) {
+  SL_DECORATOR_ARGS("prefetch", up, out);
+  sl_prefetch_auto_opts o = SL_PREFETCH_AUTO_OPTS_INIT;
+  if (opts) {
+    int rc = sl__opts_copy("sl_prefetch_auto_opts", &o, sizeof o, opts);
+    if (rc < 0) return sl__fail_with_upstream(up, rc);
+  }
+  if (o.max_depth > AUTO_DEPTH_LIMIT)
+    return sl__fail_with_upstream(
+        up, sl_set_error(SL_EINVAL,
+                         "prefetch(\"auto\"): option 'max_depth' must be "
+                         "1..%u samples (0: %u; got %u)",
+                         AUTO_DEPTH_LIMIT, AUTO_MAX_DEPTH, o.max_depth));
+  if (o.max_bytes > (uint64_t)SIZE_MAX / 2)
+    return sl__fail_with_upstream(
+        up, sl_set_error(SL_EINVAL,
+                         "prefetch(\"auto\"): option 'max_bytes' is too "
+                         "large (%llu)",
+                         (unsigned long long)o.max_bytes));
+  prefetch_tune t = {0};
+  t.on = true;
+  t.depth = 1;
+  t.max_depth = o.max_depth ? o.max_depth : AUTO_MAX_DEPTH;
+  t.max_bytes = o.max_bytes ? o.max_bytes : AUTO_MAX_BYTES;
+  return make(up, 0, &t, out);
 }

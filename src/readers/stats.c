@@ -32,6 +32,55 @@
 
 #define MAX_DEPTH 256 /* chains are short; this bounds the recursion */
 
+/* --- ignored errors (core/stats.h) ----------------------------------------
+ * The note is written on the consumer's thread and read by a stats walk,
+ * perhaps on another thread: a spin lock held for one short copy. */
+
+static void note_lock(sl__stage_counters *c) {
+  int free_ = 0;
+  while (!atomic_compare_exchange_weak_explicit(
+      &c->note_lock, &free_, 1, memory_order_acquire, memory_order_relaxed))
+    free_ = 0;
+}
+
+static void note_unlock(sl__stage_counters *c) {
+  atomic_store_explicit(&c->note_lock, 0, memory_order_release);
+}
+
+void sl__stat_note(sl__stage_counters *c, const char *msg) {
+  note_lock(c);
+  snprintf(c->last_error, sizeof c->last_error, "%s", msg ? msg : "");
+  note_unlock(c);
+}
+
+void sl__stat_note_read(const sl__stage_counters *c, char *buf, size_t cap) {
+  if (!cap) return;
+  /* The lock is the only field written through this const view. */
+  sl__stage_counters *m = (sl__stage_counters *)c;
+  note_lock(m);
+  snprintf(buf, cap, "%s", c->last_error);
+  note_unlock(m);
+}
+
+int sl__ignore_error(sl__stage_counters *c, uint64_t *count, uint64_t cap,
+                     int code, const char *stage, const char *what,
+                     const char *option, const char *note) {
+  ++*count;
+  if (c) {
+    sl__stat_add(&c->ignored, 1);
+    sl__stat_note(c, note);
+  }
+  if (*count <= cap) {
+    SL_DEBUGLOG("%s: ignored: %s", stage, note);
+    return SL_OK;
+  }
+  return sl_set_error(code,
+                      "%s: %llu %s in this pass, more than %s (%llu); "
+                      "the last: %s",
+                      stage, (unsigned long long)*count, what, option,
+                      (unsigned long long)cap, note ? note : "?");
+}
+
 typedef struct walk {
   sl_stage_stats *out;
   size_t cap, n;
@@ -75,6 +124,12 @@ static void visit(walk *w, const sl_reader *r, int depth, int downstream) {
     s->busy_s = seconds(busy);
     s->wait_up_s = seconds(wait_up);
     s->wait_down_s = seconds(wait_down);
+    s->errors_ignored =
+        c ? atomic_load_explicit(&c->ignored, memory_order_relaxed) : 0;
+    s->queue_depth =
+        c ? atomic_load_explicit(&c->queue_depth, memory_order_relaxed) : 0;
+    s->last_error[0] = '\0';
+    if (c) sl__stat_note_read(c, s->last_error, sizeof s->last_error);
   }
   for (size_t i = 0; i < v.nups; i++)
     if (v.ups[i]) visit(w, v.ups[i], depth + 1, (int)me);

@@ -169,6 +169,12 @@ typedef struct sl__lua_stage_opts {
    * with one parameter gets none of it and pays nothing. */
   uint64_t seed;
   uint64_t epoch; /* at most 2^53 - 1 (a Lua number) */
+  /* map / filter (not a parser): 0 an error raised by fn ends the pass;
+   * N > 0 a sample whose call fails (SL_ELUA: an error, the deadline) is
+   * left out and counted, at most N per pass, the next ends the pass with
+   * SL_ELUA naming the count, the cap and the last message;
+   * SL_IGNORE_ALL: no cap (sl_parallel_opts.ignore_errors' rule). */
+  uint64_t ignore_errors;
 } sl__lua_stage_opts;
 
 /* A map or filter stage running `fn` (retained) in `opts->threads` worker
@@ -185,6 +191,38 @@ typedef struct sl__lua_stage_opts {
 SL_API int sl__lua_stage(sl_reader *up, sl__lua_kind kind, sl__shipped *fn,
                          sl__lua_env *env, const sl__lua_stage_opts *opts,
                          sl_schema *schema, sl_reader **out);
+
+/* --- flow stages (lua_flow.c; its banner states the protocols) -------------
+ *   SL__LUA_FLAT_MAP    fn(s[, ctx]) returns an array of samples or tables
+ *                       of fields (nil or {} for none), on `opts->threads`
+ *                       engine workers, upstream order when opts->ordered.
+ *                       Schema: `schema`, else the first output's (the
+ *                       constructor runs fn until one output), else
+ *                       upstream's.  Length: not known.  A save of an
+ *                       unordered one is SL_EUNSUPPORTED.
+ *   SL__LUA_TAKE_WHILE  upstream's samples while fn(s[, ctx]) is truthy;
+ *                       the first falsy one ends the pass (upstream is not
+ *                       read further).  `schema` must be NULL (upstream's).
+ *   SL__LUA_SCAN        state, out = fn(state, s[, ctx]); each pass starts
+ *                       from a copy of init() (`init`: a shipped function,
+ *                       scan's only).  Schema as flat_map's (the first
+ *                       output is made by the constructor).  Length:
+ *                       upstream's.  A restore replays the pass.
+ * take_while and scan run their one worker state on the thread that pulls
+ * them (no thread of their own; threads, ordered and queue are ignored).
+ * Ownership and errors as sl__lua_stage: `up` is taken also on failure,
+ * `fn`, `init`, `env` and `schema` are retained; messages read "<what>
+ * (<where>): sample N: <message + traceback>". */
+typedef enum sl__lua_flow_kind {
+  SL__LUA_FLAT_MAP,
+  SL__LUA_TAKE_WHILE,
+  SL__LUA_SCAN
+} sl__lua_flow_kind;
+
+SL_API int sl__lua_flow(sl_reader *up, sl__lua_flow_kind kind,
+                        sl__shipped *fn, sl__shipped *init, sl__lua_env *env,
+                        const sl__lua_stage_opts *opts, sl_schema *schema,
+                        sl_reader **out);
 
 /* --- what a Lua sample pins (lua_pin.c) -------------------------------------
  * A sample's fields are views into buffers that may be far larger than the

@@ -18,9 +18,15 @@
  *             filter: worker.filter(fn, sample)     -> keep?
  *             parser: worker.parser(fn, ptr, len, slot, schema) -> keep?
  *             under sl__lua_pcall; an error (SL_ELUA, message and traceback)
- *             ends the pass at that sample.  A map (parser) output is
- *             checked against the stage schema on the worker as soon as that
- *             is known (check_schema, published once with release order).
+ *             ends the pass at that sample, or, with ignore_errors (map and
+ *             filter), is SL__ENGINE_SKIP with the message as its note:
+ *             stage_skipped counts it on the consumer's thread in delivery
+ *             order and ends the pass past the cap (sl__ignore_error), so
+ *             the same samples are left out for any thread count; such a
+ *             map is logged as a filter (no length, SL__EPOS_LOG).
+ *             A map (parser) output is checked against the stage schema on
+ *             the worker as soon as that is known (check_schema, published
+ *             once with release order).
  *             A function declaring a second parameter (asked once per state:
  *             worker.context) is called through worker.<op>_ctx with the
  *             sample's sequence number (ctx.index) and the epoch (opts'
@@ -107,6 +113,8 @@ typedef struct lua_stage {
 
   sl__engine_pos pos; /* what a save needs (readers/state.h) */
   bool ordered;
+  uint64_t ignore_cap; /* ignore_errors: 0 off, SL_IGNORE_ALL no cap */
+  uint64_t ignored;    /* consumer: samples skipped this pass */
 
   pthread_mutex_t pend_mu;
   unchecked *pend;
@@ -390,6 +398,12 @@ static int stage_process(void *ud, void *wctx, uint64_t seq, sl_sample *s,
     lua_settop(L, top);
     if (sl_last_error_code() != rc || !sl_last_error()[0])
       sl_set_error(rc, "%s: %s", st->label, sl_strerror(rc));
+    /* ignore_errors: fn's own error (not a stop) leaves the sample out;
+     * the message is the note (stage_skipped). */
+    if (st->ignore_cap && rc == SL_ELUA &&
+        !atomic_load_explicit(sl__engine_stop_flag(st->engine),
+                              memory_order_relaxed))
+      return SL__ENGINE_SKIP;
     return rc;
   }
   if (!map) {
@@ -415,6 +429,17 @@ static int stage_process(void *ud, void *wctx, uint64_t seq, sl_sample *s,
 
 static const sl__engine_ops lua_ops = {stage_pull, stage_worker_init,
                                        stage_worker_fini, stage_process, NULL};
+
+/* A sample whose call failed under ignore_errors, on the consumer's thread
+ * in delivery order: counted (per pass and in the stats row), and past the
+ * cap the end of the pass (sl__ignore_error). */
+static int stage_skipped(void *ud, uint64_t seq, const char *note) {
+  lua_stage *st = ud;
+  if (!st->ordered) sl__engine_pos_dropped(&st->pos, seq);
+  return sl__ignore_error(sl__engine_counters(st->engine), &st->ignored,
+                          st->ignore_cap, SL_ELUA, st->label, "samples failed",
+                          "ignore_errors", note);
+}
 
 /* --- the reader ----------------------------------------------------------- */
 
@@ -468,6 +493,7 @@ static int stage_reset(void *state) {
   lua_stage *st = state;
   stop_pass(st);
   sl__engine_pos_reset(&st->pos);
+  st->ignored = 0;
   st->pass++; /* counts even if the reset fails, as shuffle's passes */
   SL_FORWARD_IF_ERROR(sl_reader_reset(st->up));
   return sl__engine_start(st->engine);
@@ -520,6 +546,7 @@ static int stage_restore(sl_reader *r, void *state, uint64_t pass, uint64_t k,
   lua_stage *st = state;
   stop_pass(st);
   st->pass = pass;
+  st->ignored = 0; /* errors before the restored position are not counted */
   uint64_t start = 0;
   SL_FORWARD_IF_ERROR(sl__engine_pos_restore(&st->pos, st->up, k, in, &start));
   st->pulled = start; /* the parser's line[] is indexed by seq */
@@ -532,11 +559,13 @@ static void stage_identity(const sl_reader *r, void *state, char *buf,
   (void)r;
   const lua_stage *st = state;
   char schema[256];
-  snprintf(buf, cap, "%s %s ordered=%d seed=%llu epoch=%llu schema=%s",
+  snprintf(buf, cap, "%s %s ordered=%d seed=%llu epoch=%llu schema=%s%s",
            st->what, sl__lua_where_base(st->where), st->ordered ? 1 : 0,
            (unsigned long long)st->seed, (unsigned long long)st->epoch0,
            st->schema ? sl_schema_describe(st->schema, schema, sizeof schema)
-                      : "?");
+                      : "?",
+           /* named only when on: older states still match */
+           st->ignore_cap ? " ignore_errors" : "");
 }
 
 static const sl__state_ops stage_state_ops = {stage_save, stage_restore,
@@ -601,10 +630,12 @@ int sl__lua_stage(sl_reader *up, sl__lua_kind kind, sl__shipped *fn,
         up, sl_set_error(SL_ENOMEM, "%s: cannot allocate", what));
   pthread_mutex_init(&st->pend_mu, NULL);
   st->ordered = kind == SL__LUA_PARSE || opts->ordered != 0;
+  st->ignore_cap = kind == SL__LUA_PARSE ? 0 : opts->ignore_errors;
+  /* A map that may leave samples out is logged as a filter. */
   sl__engine_pos_init(&st->pos,
-                      !st->ordered          ? SL__EPOS_UNORDERED
-                      : kind == SL__LUA_MAP ? SL__EPOS_1TO1
-                                            : SL__EPOS_LOG,
+                      !st->ordered ? SL__EPOS_UNORDERED
+                      : kind == SL__LUA_MAP && !st->ignore_cap ? SL__EPOS_1TO1
+                                                               : SL__EPOS_LOG,
                       what);
   atomic_init(&st->check_schema, NULL);
   atomic_init(&st->npend, 0);
@@ -636,6 +667,7 @@ int sl__lua_stage(sl_reader *up, sl__lua_kind kind, sl__shipped *fn,
     stage_destroy(st);
     return rc;
   }
+  if (st->ignore_cap) sl__engine_on_skip(st->engine, stage_skipped);
   st->w = sl__calloc((size_t)opts->threads, sizeof *st->w);
   if (kind == SL__LUA_PARSE)
     st->line = sl__calloc(st->window, sizeof *st->line);
@@ -665,6 +697,8 @@ int sl__lua_stage(sl_reader *up, sl__lua_kind kind, sl__shipped *fn,
     rc = sl__decorator_make(&filter_vt, st, st->schema, &st->up, c, out);
   else if (kind == SL__LUA_PARSE)
     rc = sl__decorator_make(&parse_vt, st, st->schema, &st->up, c, out);
+  else if (st->ignore_cap) /* may leave samples out: no length */
+    rc = sl__decorator_make(&map_vt, st, st->schema, &st->up, c, out);
   else
     rc = sl__decorator_make_1to1(&map_vt, st, st->schema, &st->up, c, out);
   if (rc == SL_OK) {

@@ -16,6 +16,9 @@
  *   reopen  returns to OPEN with an empty queue, for the next pass.
  *
  * Invariants (all protected by mu):
+ *   - 1 <= depth <= cap (sync/channel.h: sl_prefetch_auto changes it while
+ *     the channel is used); a send is admitted only while len < depth, so
+ *     len <= depth except right after a depth was lowered.
  *   - 0 <= len <= cap; queued samples are ring[(head + k) % cap], k < len,
  *     and size[] holds the byte count recorded for each when it was sent.
  *   - bytes == sum of size[] over queued samples.
@@ -31,7 +34,7 @@
  *     microseconds, far more than the few hundred nanoseconds a busy peer
  *     needs to hand over the next sample.
  */
-#include "core/internal.h"
+#include "sync/channel.h"
 
 #include <pthread.h>
 #include <sched.h>
@@ -56,7 +59,8 @@ struct sl_channel {
   pthread_cond_t not_full;  /* signalled when len shrinks or the state ends */
   sl_sample **ring;         /* protected by mu */
   size_t *size;             /* protected by mu */
-  size_t cap;               /* immutable */
+  size_t cap;               /* immutable: the ring's slots */
+  size_t depth;             /* protected by mu: the most a send admits */
   size_t max_bytes;         /* immutable */
   size_t head, len, bytes;  /* protected by mu */
   int state;                /* protected by mu */
@@ -88,6 +92,7 @@ sl_channel *sl_channel_new(size_t capacity, size_t max_bytes) {
     return NULL;
   }
   ch->cap = capacity;
+  ch->depth = capacity;
   ch->max_bytes = max_bytes;
   pthread_mutex_init(&ch->mu, NULL);
   pthread_cond_init(&ch->not_empty, NULL);
@@ -123,7 +128,7 @@ void sl_channel_destroy(sl_channel *ch) {
 
 /* Caller holds mu. */
 static bool admits(const sl_channel *ch, size_t nbytes) {
-  if (ch->len == ch->cap) return false;
+  if (ch->len >= ch->depth) return false;
   if (ch->max_bytes == 0 || ch->len == 0) return true;
   return ch->bytes + nbytes <= ch->max_bytes;
 }
@@ -209,12 +214,18 @@ static int ended(const sl_channel *ch) {
                       ch->kill_msg ? ch->kill_msg : sl_strerror(ch->kill_code));
 }
 
-/* Receives up to max samples into out; blocks for the first if `block`. */
-static int do_recv(sl_channel *ch, sl_sample **out, size_t max, bool block) {
+/* Receives up to max samples into out; blocks for the first if `block`.
+ * `seen` (optional) receives what the receive found when it began. */
+static int do_recv(sl_channel *ch, sl_sample **out, size_t max, bool block,
+                   int *seen) {
   SL_RETURN_ERROR_IF(!ch || !out || !max, SL_EINVAL,
                      "channel: NULL channel or output");
   bool spun = false;
   pthread_mutex_lock(&ch->mu);
+  if (seen)
+    *seen = ch->len == 0                                   ? SL__CH_SEEN_EMPTY
+            : ch->len >= ch->depth || ch->send_waiters > 0 ? SL__CH_SEEN_FULL
+                                                           : SL__CH_SEEN_SOME;
   while (ch->len == 0) {
     if (ch->state != CH_OPEN) {
       int rc = ended(ch);
@@ -253,18 +264,32 @@ static int do_recv(sl_channel *ch, sl_sample **out, size_t max, bool block) {
 }
 
 int sl_channel_recv(sl_channel *ch, sl_sample **out) {
-  int rc = do_recv(ch, out, 1, true);
+  int rc = do_recv(ch, out, 1, true, NULL);
   return rc > 0 ? SL_OK : rc;
 }
 
+int sl__channel_recv_seen(sl_channel *ch, sl_sample **out, int *seen) {
+  int rc = do_recv(ch, out, 1, true, seen);
+  return rc > 0 ? SL_OK : rc;
+}
+
+void sl__channel_set_depth(sl_channel *ch, size_t depth) {
+  if (!ch) return;
+  pthread_mutex_lock(&ch->mu);
+  bool grew = depth > ch->depth;
+  ch->depth = SL_MIN(SL_MAX(depth, (size_t)1), ch->cap);
+  if (grew && ch->send_waiters) pthread_cond_broadcast(&ch->not_full);
+  pthread_mutex_unlock(&ch->mu);
+}
+
 int sl_channel_try_recv(sl_channel *ch, sl_sample **out) {
-  int rc = do_recv(ch, out, 1, false);
+  int rc = do_recv(ch, out, 1, false, NULL);
   return rc > 0 ? SL_OK : rc;
 }
 
 int sl_channel_recv_many(sl_channel *ch, sl_sample **out, size_t max) {
   if (max > INT32_MAX) max = INT32_MAX;
-  return do_recv(ch, out, max, true);
+  return do_recv(ch, out, max, true, NULL);
 }
 
 static void end(sl_channel *ch, int state, int code, const char *msg,

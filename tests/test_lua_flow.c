@@ -1,0 +1,247 @@
+/* test_lua_flow.c - the Lua flow stages of src/script/lua_flow.c
+ * (sl__lua_flow: flat_map, take_while, scan) from C: argument checks and
+ * ownership (the upstream is taken on every failure: ASan finds a leak),
+ * the three stages' output, lengths, thread counts, and the resume contract
+ * (tests/test_util.h: test_resume_check) at many cuts, including a flat_map
+ * restored into other thread counts.  The functions are a module written to
+ * the test's scratch folder and shipped by name ("flowfns.copies"); the
+ * worker states load the real sluice package from the source tree, which
+ * reaches this executable's sl_* symbols through ffi.C (ENABLE_EXPORTS). */
+#include "test.h"
+#include "test_util.h"
+
+#include "core/internal.h"
+#include "script/lua_host.h"
+
+static const char MODULE[] =
+    "local M = {}\n"
+    "function M.copies(s)\n" /* k copies of sample k */
+    "  local t = {}\n"
+    "  for j = 1, s.i do t[j] = s end\n"
+    "  return t\n"
+    "end\n"
+    "function M.rows(s, ctx)\n" /* 0..3 rows, from ctx.rng */
+    "  local t = {}\n"
+    "  for j = 1, ctx.rng:random(0, 3) do\n"
+    "    t[j] = {i = s.i * 10 + j}\n"
+    "  end\n"
+    "  return t\n"
+    "end\n"
+    "function M.below4(s) return s.i < 4 end\n"
+    "function M.zero() return 0 end\n"
+    "function M.sum(acc, s)\n"
+    "  acc = acc + s.i\n"
+    "  return acc, {i = acc}\n"
+    "end\n"
+    "function M.number(s) return 42 end\n"
+    "return M\n";
+
+/* Objects of the static library that the sluice package's Lua files
+ * reach through ffi.C when they load (nothing else here calls them). */
+void *const test_lua_flow_keep[] = {(void *)sl__lua_sample_account,
+                                    (void *)sl__lua_sample_clone,
+                                    (void *)sl__lua_buffer_new,
+                                    (void *)sl_repeat_first,
+                                    (void *)sl_skip,
+                                    (void *)sl_take,
+                                    (void *)sl_multi_pass};
+
+static sl__lua_env *env(void) {
+  static char path[4096];
+  /* The sluice package finds libsluice through ffi.C.sl_version: link the
+   * object that defines it into this executable. */
+  ASSERT_NOT_NULL(sl_version());
+  ASSERT_NOT_NULL(test_lua_flow_keep[0]);
+  const char *dir = test_tmpdir("lua_flow");
+  test_write_file(test_tmppath("lua_flow", "flowfns.lua"), MODULE,
+                  sizeof MODULE - 1);
+  snprintf(path, sizeof path,
+           "%s/?.lua;" SLUICE_SOURCE_DIR "/lua/?.lua;" SLUICE_SOURCE_DIR
+           "/lua/?/init.lua;;",
+           dir);
+  sl__lua_env *e = sl__lua_env_new(path, NULL);
+  ASSERT_NOT_NULL(e);
+  return e;
+}
+
+static sl__shipped *fn(const char *name, const char *what) {
+  sl__shipped *f = NULL;
+  ASSERT_OK(sl__shipped_new(what, NULL, NULL, 0, name, &f));
+  return f;
+}
+
+/* The stage `kind` running flowfns.<name> over `up` (init: flowfns.zero
+ * for scan). */
+static int flow(sl_reader *up, sl__lua_flow_kind kind, const char *name,
+                int threads, sl_reader **out) {
+  static const char *const what[] = {"flat_map", "take_while", "scan"};
+  char full[64];
+  snprintf(full, sizeof full, "flowfns.%s", name);
+  sl__shipped *f = fn(full, what[kind]);
+  sl__shipped *init = kind == SL__LUA_SCAN ? fn("flowfns.zero", "scan") : NULL;
+  sl__lua_env *e = env();
+  sl__lua_stage_opts o = {.threads = threads, .ordered = 1, .seed = 5};
+  int rc = sl__lua_flow(up, kind, f, init, e, &o, NULL, out);
+  sl__shipped_release(f);
+  sl__shipped_release(init);
+  sl__lua_env_release(e);
+  return rc;
+}
+
+TEST(bad_arguments_take_the_upstream) {
+  sl__shipped *f = fn("flowfns.copies", "flat_map");
+  sl__shipped *init = fn("flowfns.zero", "scan");
+  sl__lua_env *e = sl__lua_env_new(NULL, NULL);
+  sl__lua_stage_opts o = {.threads = 1, .ordered = 1};
+  sl_reader *r = (sl_reader *)1;
+  ASSERT_RC(sl__lua_flow(test_range_reader(3), SL__LUA_FLAT_MAP, f, NULL, e, &o,
+                         NULL, NULL),
+            SL_EINVAL);
+  ASSERT_CONTAINS(sl_last_error(), "flat_map: NULL out pointer");
+  ASSERT_RC(sl__lua_flow(NULL, SL__LUA_FLAT_MAP, f, NULL, e, &o, NULL, &r),
+            SL_EINVAL);
+  ASSERT_NULL(r);
+  ASSERT_CONTAINS(sl_last_error(), "flat_map: NULL upstream reader");
+  ASSERT_RC(sl__lua_flow(test_range_reader(3), SL__LUA_TAKE_WHILE, NULL, NULL,
+                         e, &o, NULL, &r),
+            SL_EINVAL);
+  ASSERT_CONTAINS(sl_last_error(), "take_while: NULL function");
+  ASSERT_RC(sl__lua_flow(test_range_reader(3), (sl__lua_flow_kind)7, f, NULL, e,
+                         &o, NULL, &r),
+            SL_EINVAL);
+  ASSERT_CONTAINS(sl_last_error(), "unknown kind");
+  ASSERT_RC(sl__lua_flow(test_range_reader(3), SL__LUA_SCAN, f, NULL, e, &o,
+                         NULL, &r),
+            SL_EINVAL);
+  ASSERT_CONTAINS(sl_last_error(), "scan: an init function is scan's only");
+  ASSERT_RC(sl__lua_flow(test_range_reader(3), SL__LUA_FLAT_MAP, f, init, e, &o,
+                         NULL, &r),
+            SL_EINVAL);
+  ASSERT_CONTAINS(sl_last_error(), "flat_map: an init function");
+  sl_reader *up = test_range_reader(3);
+  sl_schema *s = (sl_schema *)sl_reader_schema(up);
+  sl_schema_retain(s);
+  ASSERT_RC(sl__lua_flow(up, SL__LUA_TAKE_WHILE, f, NULL, e, &o, s, &r),
+            SL_EINVAL);
+  ASSERT_CONTAINS(sl_last_error(), "take_while has no schema option");
+  sl_schema_release(s);
+  o.deadline = -1;
+  ASSERT_RC(sl__lua_flow(test_range_reader(3), SL__LUA_FLAT_MAP, f, NULL, e, &o,
+                         NULL, &r),
+            SL_EINVAL);
+  ASSERT_CONTAINS(sl_last_error(),
+                  "flat_map (flowfns.copies): option 'deadline'");
+  o.deadline = 0;
+  o.epoch = (uint64_t)1 << 53;
+  ASSERT_RC(sl__lua_flow(test_range_reader(3), SL__LUA_SCAN, f, init, e, &o,
+                         NULL, &r),
+            SL_EINVAL);
+  ASSERT_CONTAINS(sl_last_error(), "scan (flowfns.copies): option 'epoch'");
+  o.epoch = 0;
+  o.threads = 0;
+  ASSERT_RC(sl__lua_flow(test_range_reader(3), SL__LUA_FLAT_MAP, f, NULL, e, &o,
+                         NULL, &r),
+            SL_EINVAL);
+  ASSERT_CONTAINS(sl_last_error(), "threads");
+  ASSERT_NULL(r);
+  sl__lua_env_release(e);
+  sl__shipped_release(init);
+  sl__shipped_release(f);
+}
+
+TEST(flat_map_copies_for_1_2_4_threads) {
+  for (int threads = 1; threads <= 4; threads *= 2) {
+    sl_reader *r = NULL;
+    ASSERT_OK(
+        flow(test_range_reader(5), SL__LUA_FLAT_MAP, "copies", threads, &r));
+    uint64_t n = 0;
+    ASSERT_RC(sl_reader_length(r, &n), SL_EUNSUPPORTED);
+    ASSERT_CONTAINS(sl_last_error(), "flat_map");
+    for (int pass = 0; pass < 2; pass++) {
+      EXPECT(r, SL_EOF, 1, 2, 2, 3, 3, 3, 4, 4, 4, 4);
+      ASSERT_OK(sl_reader_reset(r));
+    }
+    sl_reader_destroy(r);
+  }
+}
+
+TEST(flat_map_error_names_the_stage_and_sample) {
+  sl_reader *r = NULL;
+  ASSERT_OK(flow(test_range_reader(5), SL__LUA_FLAT_MAP, "number", 2, &r));
+  sl_sample *s = NULL;
+  ASSERT_RC(sl_reader_next(r, &s), SL_ELUA);
+  ASSERT_CONTAINS(sl_last_error(), "flat_map (flowfns.number): sample 0: "
+                                   "flat_map function returned a number");
+  sl_reader_destroy(r);
+}
+
+TEST(take_while_and_scan) {
+  sl_reader *r = NULL;
+  ASSERT_OK(flow(test_range_reader(10), SL__LUA_TAKE_WHILE, "below4", 1, &r));
+  uint64_t n = 0;
+  ASSERT_RC(sl_reader_length(r, &n), SL_EUNSUPPORTED);
+  EXPECT(r, SL_EOF, 0, 1, 2, 3);
+  ASSERT_OK(sl_reader_reset(r));
+  EXPECT(r, SL_EOF, 0, 1, 2, 3);
+  sl_reader_destroy(r);
+  ASSERT_OK(flow(test_range_reader(6), SL__LUA_SCAN, "sum", 1, &r));
+  ASSERT_EQ(test_length_checked(r), 6);
+  EXPECT(r, SL_EOF, 0, 1, 3, 6, 10, 15);
+  ASSERT_OK(sl_reader_reset(r));
+  EXPECT(r, SL_EOF, 0, 1, 3, 6, 10, 15);
+  sl_reader_destroy(r);
+}
+
+typedef struct build_args {
+  sl__lua_flow_kind kind;
+  const char *name;
+  int threads;
+  int64_t n;
+  bool prefetch;
+} build_args;
+
+static sl_reader *build(void *ud) {
+  const build_args *a = ud;
+  sl_reader *r = NULL;
+  ASSERT_OK(flow(test_range_reader(a->n), a->kind, a->name, a->threads, &r));
+  if (a->prefetch) ASSERT_OK(sl_prefetch(r, 7, &r));
+  return r;
+}
+
+static const uint64_t CUTS[] = {0, 1, 2, 3, 5, 8, 13, 21, 34, 40, 55, 89};
+
+TEST(flat_map_resumes_at_every_cut) {
+  for (int threads = 1; threads <= 4; threads *= 2) {
+    build_args a = {SL__LUA_FLAT_MAP, "rows", threads, 20, false};
+    fprintf(stderr, "DBG threads=%d\n", threads);
+    test_resume_check(build, &a, 2, CUTS, sizeof CUTS / sizeof *CUTS, 0);
+    a.prefetch = true; /* saves behind what the stage delivered */
+    fprintf(stderr, "DBG prefetch\n");
+    test_resume_check(build, &a, 2, CUTS, sizeof CUTS / sizeof *CUTS, 0);
+  }
+}
+
+TEST(take_while_and_scan_resume_at_every_cut) {
+  build_args a = {SL__LUA_TAKE_WHILE, "below4", 1, 10, false};
+  test_resume_check(build, &a, 3, CUTS, sizeof CUTS / sizeof *CUTS, 0);
+  a.prefetch = true;
+  test_resume_check(build, &a, 3, CUTS, sizeof CUTS / sizeof *CUTS, 0);
+  build_args b = {SL__LUA_SCAN, "sum", 1, 12, false};
+  test_resume_check(build, &b, 2, CUTS, sizeof CUTS / sizeof *CUTS, 0);
+  b.prefetch = true;
+  test_resume_check(build, &b, 2, CUTS, sizeof CUTS / sizeof *CUTS, 0);
+}
+
+TEST(destroy_mid_pass) {
+  for (int k = 0; k < 20; k++) {
+    sl_reader *r = NULL;
+    ASSERT_OK(flow(test_range_reader(1000), SL__LUA_FLAT_MAP, "copies",
+                   1 + k % 3, &r));
+    sl_sample *s = NULL;
+    for (int j = 0; j < k; j++) {
+      ASSERT_OK(sl_reader_next(r, &s));
+      sl_sample_release(s);
+    }
+    sl_reader_destroy(r);
+  }
+}
