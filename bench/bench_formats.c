@@ -6,7 +6,9 @@
  *   wds       sl_wds_open over S tar shards (1 and 2 threads), every
  *             member's bytes touched, vs `tar -xOf SHARD > /dev/null` for
  *             each shard (the bytes out of the archive, nothing parsed);
- *   http      the same shards through nginx on loopback vs from disk;
+ *   http      the same shards through nginx on loopback vs from disk,
+ *             and the ranged reads: an SLR file of the npy rows (chunks)
+ *             and the .npy (rows) over http vs from disk;
  *   npy       the npy: reader over an N x D f32 .npy, each row's first
  *             element read, vs numpy.load(mmap_mode="r") iterating rows
  *             the same way (Debian's python3-numpy);
@@ -117,6 +119,29 @@ static void write_npy(void) {
     fwrite(row, sizeof row, 1, f);
   }
   fclose(f);
+}
+
+/* The npy rows again as an SLR file (x f32[64], the writer's default
+ * chunks): what the ranged HTTP reads (source_http.c) fetch by chunk. */
+static void write_slr(void) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/x.slr", g_dir);
+  sl_schema *sc = sl_schema_new();
+  int64_t dim = NPY_D;
+  CHECK(sl_schema_add(sc, "x", SL_F32, 1, &dim));
+  sl_slr_writer *w;
+  CHECK(sl_slr_writer_open(path, sc, NULL, &w));
+  uint64_t st = BENCH_RNG_SEED;
+  for (int64_t i = 0; i < g_npy_n; i++) {
+    sl_sample *smp = sl_sample_new(sc);
+    float *row;
+    CHECK(sl_sample_alloc(smp, 0, 1, &dim, (void **)&row));
+    bench_features(row, NPY_D, i, &st);
+    CHECK(sl_slr_writer_append(w, smp));
+    sl_sample_release(smp);
+  }
+  CHECK(sl_slr_writer_close(w));
+  sl_schema_release(sc);
 }
 
 /* Protobuf wire format, for the bench's own Examples. */
@@ -387,6 +412,7 @@ int main(int argc, char **argv) {
   }
   write_shards();
   write_npy();
+  write_slr();
   write_tfrecord();
 
   /* wds vs tar -xO */
@@ -413,6 +439,21 @@ int main(int argc, char **argv) {
     emit("http", "sluice wds over http, 1 thread", h1.s, h1.bytes, h1.n);
     emit("http", "sluice wds over http, 2 threads", h2.s, h2.bytes, h2.n);
     emit("http", "sluice wds from disk, 1 thread", w1.s, w1.bytes, w1.n);
+    /* Ranged reads: an SLR file's chunks, an .npy file's rows. */
+    char url[600], disk[600];
+    snprintf(url, sizeof url, "slr:http://127.0.0.1:%d/x.slr", g_port);
+    snprintf(disk, sizeof disk, "%s/x.slr", g_dir);
+    result su = time_reader(open_name, url);
+    result sd = time_reader(open_name, disk);
+    emit("http", "sluice slr over http (ranged chunks)", su.s, su.bytes, su.n);
+    emit("http", "sluice slr from disk", sd.s, sd.bytes, sd.n);
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/x.npy", g_port);
+    snprintf(disk, sizeof disk, "%s/x.npy", g_dir);
+    result nu = time_npy(url);
+    result nd = time_npy(disk);
+    uint64_t nb = (uint64_t)g_npy_n * NPY_D * 4;
+    emit("http", "sluice npy over http (ranged rows)", nu.s, nb, nu.n);
+    emit("http", "sluice npy from disk", nd.s, nb, nd.n);
     kill(ng, SIGQUIT);
     waitpid(ng, NULL, 0);
   } else {

@@ -134,6 +134,65 @@ static sl_reader *b_prefetch(uint64_t n) {
   CHECK(sl_prefetch(source(n), 1024, &r));
   return r;
 }
+static sl_reader *b_prefetch_auto(uint64_t n) {
+  sl_reader *r;
+  CHECK(sl_prefetch_auto(source(n), NULL, &r));
+  return r;
+}
+/* Rows of batches of 128: the cost per row of cutting them out again
+ * (includes batch128's own cost per row). */
+static sl_reader *b_unbatch(uint64_t n) {
+  sl_reader *b, *r;
+  CHECK(sl_batch(source(n), 128, NULL, &b));
+  CHECK(sl_unbatch(b, NULL, 0, &r));
+  return r;
+}
+/* Rank 0 of 1: the stage's own per-sample cost (every sample kept). */
+static sl_reader *b_shard(uint64_t n) {
+  sl_reader *r;
+  CHECK(sl_shard(source(n), 1, 0, NULL, &r));
+  return r;
+}
+/* Four sources of n/4, cycle 4, block 1: one switch per sample. */
+static sl_reader *b_interleave(uint64_t n) {
+  sl_reader *ups[4], *r;
+  for (int i = 0; i < 4; i++)
+    ups[i] = source(n / 4 + (i < (int)(n % 4)));
+  sl_interleave_opts o = SL_INTERLEAVE_OPTS_INIT;
+  o.cycle = 4;
+  o.block = 1;
+  CHECK(sl_interleave(ups, 4, &o, &r));
+  return r;
+}
+/* The samplers need random access: over a range source, whose own cost is
+ * the "range" row (compare with it, not with "source"). */
+static sl_reader *b_range(uint64_t n) {
+  sl_reader *r;
+  CHECK(sl_reader_range(n, &r));
+  return r;
+}
+static double *g_weights; /* n weights of 1..4, made once */
+static sl_reader *b_weighted(uint64_t n) {
+  if (!g_weights) {
+    g_weights = malloc(n * sizeof *g_weights);
+    for (uint64_t i = 0; i < n; i++)
+      g_weights[i] = (double)(1 + i % 4);
+  }
+  sl_reader *r;
+  CHECK(sl_weighted_sample(b_range(n), g_weights, n, NULL, &r));
+  return r;
+}
+static uint64_t *g_indices; /* a reversed order, made once */
+static sl_reader *b_subset(uint64_t n) {
+  if (!g_indices) {
+    g_indices = malloc(n * sizeof *g_indices);
+    for (uint64_t i = 0; i < n; i++)
+      g_indices[i] = n - 1 - i;
+  }
+  sl_reader *r;
+  CHECK(sl_subset(b_range(n), g_indices, n, &r));
+  return r;
+}
 static sl_reader *b_cache(uint64_t n) { /* the first pass: recording */
   sl_reader *r;
   CHECK(sl_cache(source(n), &r));
@@ -307,6 +366,13 @@ int main(int argc, char **argv) {
       {"threaded", b_threaded},
       {"batch128", b_batch},
       {"prefetch", b_prefetch},
+      {"prefetch_auto", b_prefetch_auto},
+      {"unbatch", b_unbatch},
+      {"shard", b_shard},
+      {"interleave4", b_interleave},
+      {"range", b_range},
+      {"weighted", b_weighted},
+      {"subset", b_subset},
       {"cache", b_cache},
       {"chain", b_chain},
       {"zip", b_zip},

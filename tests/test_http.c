@@ -33,27 +33,6 @@
 #define DIR SLUICE_SOURCE_DIR "/tests/data/formats"
 #define NGINX "/usr/sbin/nginx"
 
-static int free_port(void) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET,
-                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  ASSERT_EQ(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
-  socklen_t l = sizeof a;
-  ASSERT_EQ(getsockname(fd, (struct sockaddr *)&a, &l), 0);
-  close(fd);
-  return ntohs(a.sin_port);
-}
-
-static bool can_connect(int port) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET,
-                          .sin_port = htons((uint16_t)port),
-                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  bool ok = connect(fd, (struct sockaddr *)&a, sizeof a) == 0;
-  close(fd);
-  return ok;
-}
-
 typedef struct server {
   pid_t pid;
   int port;
@@ -71,7 +50,7 @@ static void nginx_start(server *s) {
               NGINX);
   snprintf(s->dir, sizeof s->dir, "/tmp/sluice-nginx-XXXXXX");
   ASSERT_NOT_NULL(mkdtemp(s->dir));
-  s->port = free_port();
+  s->port = test_free_port();
   char conf[512];
   snprintf(conf, sizeof conf, "%s/nginx.conf", s->dir);
   FILE *f = fopen(conf, "w");
@@ -119,9 +98,9 @@ static void nginx_start(server *s) {
           (char *)NULL);
     _exit(127);
   }
-  for (int i = 0; i < 500 && !can_connect(s->port); i++)
+  for (int i = 0; i < 500 && !test_can_connect(s->port); i++)
     usleep(10000);
-  if (!can_connect(s->port)) {
+  if (!test_can_connect(s->port)) {
     kill(s->pid, SIGKILL);
     waitpid(s->pid, NULL, 0);
     test_fail(__FILE__, __LINE__, "nginx did not start on port %d (see %s)",

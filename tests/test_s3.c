@@ -37,27 +37,6 @@
 #define TOKEN "session-token+/="
 #define REGION "eu-west-3"
 
-static int free_port(void) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET,
-                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  ASSERT_EQ(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
-  socklen_t l = sizeof a;
-  ASSERT_EQ(getsockname(fd, (struct sockaddr *)&a, &l), 0);
-  close(fd);
-  return ntohs(a.sin_port);
-}
-
-static bool can_connect(int port) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET,
-                          .sin_port = htons((uint16_t)port),
-                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  bool ok = connect(fd, (struct sockaddr *)&a, sizeof a) == 0;
-  close(fd);
-  return ok;
-}
-
 typedef struct server {
   pid_t pid;
   int port;
@@ -89,7 +68,7 @@ static void s3_start(server *s) {
   copy_in(s->root, "x.npy");
   copy_in(s->root, "wds-000001.tar");
   test_write_ids_slr(test_tmppath("s3", "ids.slr"), 0, 100000, 500);
-  s->port = free_port();
+  s->port = test_free_port();
   char port[16];
   snprintf(port, sizeof port, "%d", s->port);
   s->pid = fork();
@@ -102,9 +81,9 @@ static void s3_start(server *s) {
           REGION, TOKEN, (char *)NULL);
     _exit(127);
   }
-  for (int i = 0; i < 1000 && !can_connect(s->port); i++)
+  for (int i = 0; i < 1000 && !test_can_connect(s->port); i++)
     usleep(10000);
-  if (!can_connect(s->port)) {
+  if (!test_can_connect(s->port)) {
     kill(s->pid, SIGKILL);
     waitpid(s->pid, NULL, 0);
     test_fail(__FILE__, __LINE__, "%s did not start on port %d", SERVER,

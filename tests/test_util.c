@@ -1,8 +1,11 @@
 /* test_util.c - the helpers of test_util.h. */
 #include "test_util.h"
 
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <ftw.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -328,4 +331,25 @@ void test_resume_check(test_build_fn build, void *ud, int passes,
     free(tail.v);
   }
   free(ref.v);
+}
+
+int test_free_port(void) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET,
+                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  ASSERT_EQ(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+  socklen_t l = sizeof a;
+  ASSERT_EQ(getsockname(fd, (struct sockaddr *)&a, &l), 0);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+bool test_can_connect(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET,
+                          .sin_port = htons((uint16_t)port),
+                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  bool ok = connect(fd, (struct sockaddr *)&a, sizeof a) == 0;
+  close(fd);
+  return ok;
 }

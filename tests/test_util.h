@@ -135,4 +135,10 @@ void test_resume_check(test_build_fn build, void *ud, int passes,
  * the test started is joined. */
 bool test_leaked(void);
 
+/* A TCP port on 127.0.0.1 free a moment ago (bound, read, closed), for a
+ * test server (nginx, tests/http/s3_server.py). */
+int test_free_port(void);
+/* Whether something accepts connections on 127.0.0.1:port. */
+bool test_can_connect(int port);
+
 #endif

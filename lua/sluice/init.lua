@@ -613,14 +613,17 @@ end
 
 local KIND = {map = C.SL__LUA_MAP, filter = C.SL__LUA_FILTER,
               parse = C.SL__LUA_PARSE}
+local FLOW_KIND = {flat_map = C.SL__LUA_FLAT_MAP,
+                   take_while = C.SL__LUA_TAKE_WHILE, scan = C.SL__LUA_SCAN}
 local INT_MAX = 0x7fffffff
 
--- Runs sl__lua_stage over pipeline `p`'s reader (taken: disowned before the
+-- Runs sl__lua_stage (or, for a FLOW_KIND, sl__lua_flow with scan's
+-- shipped `init`) over pipeline `p`'s reader (taken: disowned before the
 -- call, which owns it on every path) with options `o` (a table of
 -- sl__lua_stage_opts fields; their ranges are the stage's to check, the one
 -- place) and the optional schema cdata `sp` (retained by the stage).  The
 -- new reader gets its finalizer before anything can raise.
-local function new_lua_stage(p, kind, shipped, env, o, sp, where, level)
+local function new_lua_stage(p, kind, shipped, env, o, sp, where, level, init)
   local opts = ffi.new("sl__lua_stage_opts")
   -- A count past an int's range is still too many threads: saturate, so
   -- the stage says so instead of the conversion wrapping around.
@@ -632,7 +635,12 @@ local function new_lua_stage(p, kind, shipped, env, o, sp, where, level)
   opts.epoch = o.epoch or 0
   opts.ignore_errors = o.ignore_errors or 0
   local up = take(p, where)
-  local rc = C.sl__lua_stage(up, KIND[kind], shipped, env, opts, sp, OUT)
+  local rc
+  if FLOW_KIND[kind] then
+    rc = C.sl__lua_flow(up, FLOW_KIND[kind], shipped, init, env, opts, sp, OUT)
+  else
+    rc = C.sl__lua_stage(up, KIND[kind], shipped, env, opts, sp, OUT)
+  end
   if rc < 0 then error(c_message(rc), level + 1) end
   local r = OUT[0]
   OUT[0] = nil
@@ -696,26 +704,32 @@ local function check_deadline(v, where, level)
   return v
 end
 
+-- The options of a Lua stage over self (those in `allowed`), checked
+-- before anything is taken: a table of sl__lua_stage_opts fields for
+-- new_lua_stage, and the schema cdata or nil.  `level` is the caller's.
+local function stage_options(self, opts, where, allowed, level)
+  level = level + 1
+  live(self, where, level)
+  opts = check_opts(opts, where, allowed, level)
+  local o = {
+    threads = opts.threads == nil and 1 or
+      check_int(opts.threads, 1, where, "option 'threads'", level),
+    ordered = check_bool(opts.ordered, where, "ordered", true, level),
+    queue = opts.queue ~= nil and
+      check_int(opts.queue, 1, where, "option 'queue'", level) or nil,
+    deadline = check_deadline(opts.deadline, where, level),
+    ignore_errors = check_ignore_errors(opts.ignore_errors, where, level),
+  }
+  local sp = schema_option(opts.schema, where, level)
+  return ctx_options(o, opts, self._flow, where, level), sp
+end
+
 local function lua_stage(self, kind, fn, opts)
   local where = ":" .. kind .. "()"
-  live(self, where, 3)
-  opts = check_opts(opts, where, kind == "map" and MAP_OPTS or FILTER_OPTS, 3)
-  local threads = opts.threads == nil and 1 or
-    check_int(opts.threads, 1, where, "option 'threads'", 3)
-  local ordered = check_bool(opts.ordered, where, "ordered", true, 3)
-  local queue = opts.queue ~= nil and
-    check_int(opts.queue, 1, where, "option 'queue'", 3) or nil
-  local deadline = check_deadline(opts.deadline, where, 3)
-  local ignore_errors = check_ignore_errors(opts.ignore_errors, where, 3)
-  local sp = schema_option(opts.schema, where, 3)
-  local flow = self._flow
-  ctx_options({}, opts, flow, where, 3) -- checked before anything is taken
+  local o, sp = stage_options(self, opts, where,
+                              kind == "map" and MAP_OPTS or FILTER_OPTS, 3)
   local shipped, env = ship(fn, kind, where, 3)
-  local r = new_lua_stage(self, kind, shipped, env,
-                          ctx_options({threads = threads, ordered = ordered,
-                                       queue = queue, deadline = deadline,
-                                       ignore_errors = ignore_errors},
-                                      opts, flow), sp, where, 3)
+  local r = new_lua_stage(self, kind, shipped, env, o, sp, where, 3)
   return new_pipeline(r, self)
 end
 
@@ -731,8 +745,6 @@ function Pipeline:filter(fn, opts)
 end
 
 -- --- flow stages: flat_map, take_while, scan (C sl__lua_flow) ---------------
-local FLOW_KIND = {flat_map = C.SL__LUA_FLAT_MAP,
-                   take_while = C.SL__LUA_TAKE_WHILE, scan = C.SL__LUA_SCAN}
 local FLOW_OPTS = {
   flat_map = set("threads", "ordered", "queue", "schema", "deadline", "seed",
                  "epoch"),
@@ -769,17 +781,7 @@ end
 -- shipped as the upvalue of a function returning it.
 local function flow_stage(self, kind, fn, opts, init)
   local where = ":" .. kind .. "()"
-  live(self, where, 3)
-  opts = check_opts(opts, where, FLOW_OPTS[kind], 3)
-  local threads = opts.threads == nil and 1 or
-    check_int(opts.threads, 1, where, "option 'threads'", 3)
-  local ordered = check_bool(opts.ordered, where, "ordered", true, 3)
-  local queue = opts.queue ~= nil and
-    check_int(opts.queue, 1, where, "option 'queue'", 3) or nil
-  local deadline = check_deadline(opts.deadline, where, 3)
-  local sp = schema_option(opts.schema, where, 3)
-  local flow = self._flow
-  local o = ctx_options({}, opts, flow, where, 3)
+  local o, sp = stage_options(self, opts, where, FLOW_OPTS[kind], 3)
   local shipped, env = ship(fn, kind, where, 3)
   local shipped_init = nil
   if kind == "scan" then
@@ -790,19 +792,8 @@ local function flow_stage(self, kind, fn, opts, init)
     end
     shipped_init = ship(function() return init end, kind, where, 3)
   end
-  local copts = ffi.new("sl__lua_stage_opts")
-  copts.threads = threads > INT_MAX and INT_MAX or threads
-  copts.ordered = ordered and 1 or 0
-  copts.queue = queue or 0
-  copts.deadline = deadline or 0
-  copts.seed = o.seed
-  copts.epoch = o.epoch
-  local up = take(self, where)
-  local rc = C.sl__lua_flow(up, FLOW_KIND[kind], shipped, shipped_init, env,
-                            copts, sp, OUT)
-  if rc < 0 then error(c_message(rc), 3) end
-  local r = ffi_gc(OUT[0], reader_destroy)
-  OUT[0] = nil
+  local r = new_lua_stage(self, kind, shipped, env, o, sp, where, 3,
+                          shipped_init)
   return new_pipeline(r, self)
 end
 

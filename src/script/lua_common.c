@@ -1,11 +1,16 @@
 /*
- * lua_common.c - what the Lua stages (lua_stage.c) and the Lua reader
- * (lua_reader.c) share: setting up a worker state for their per-sample
- * protocol, and checking a sample they produced against the schema they
- * promised.  Declared in lua_internal.h.
+ * lua_common.c - what the Lua stages (lua_stage.c: map, filter, parser;
+ * lua_flow.c: flat_map, take_while, scan) and the Lua reader (lua_reader.c)
+ * share: setting up a worker state for their per-sample protocol (with a
+ * stage's deadline, ctx and extra functions), checking a sample they
+ * produced against the schema they promised, and a stage constructor's
+ * common steps (argument and option checks, label, window, schema, state
+ * identity), so both stage files give the same messages.  Declared in
+ * lua_internal.h.
  */
 #include "core/internal.h"
 #include "core/rng.h"
+#include "readers/reader_impl.h"
 #include "script/lua_host.h"
 #include "script/lua_internal.h"
 
@@ -341,4 +346,180 @@ void sl__lua_push_ptr(lua_State *L, const void *p) {
     lua_pushnumber(L, (lua_Number)u);
   else
     lua_pushlightuserdata(L, (void *)p);
+}
+
+/* --- what the Lua stages share (lua_stage.c, lua_flow.c) ------------------ */
+
+int sl__lua_stage_check_args(sl_reader *up, sl_reader **out, const char *what,
+                             const char *bad, const sl__shipped *fn,
+                             const sl__lua_stage_opts *opts) {
+  if (!out) {
+    sl_reader_destroy(up);
+    return sl_set_error(SL_EINVAL, "%s: NULL out pointer", what);
+  }
+  *out = NULL;
+  if (!up) return sl_set_error(SL_EINVAL, "%s: NULL upstream reader", what);
+  if (bad)
+    return sl__fail_with_upstream(up,
+                                  sl_set_error(SL_EINVAL, "%s: %s", what, bad));
+  /* The options' one check (the Lua facade passes them on unchecked);
+   * threads and queue are the engine's. */
+  if (!(opts->deadline >= 0 && opts->deadline <= SL__LUA_DEADLINE_MAX))
+    return sl__fail_with_upstream(
+        up, sl_set_error(SL_EINVAL,
+                         "%s (%s): option 'deadline' must be a number of "
+                         "seconds in [0, %g] (0: none; got %g)",
+                         what, sl__shipped_where(fn), SL__LUA_DEADLINE_MAX,
+                         opts->deadline));
+  if (opts->epoch >= ((uint64_t)1 << 53))
+    return sl__fail_with_upstream(
+        up, sl_set_error(SL_EINVAL,
+                         "%s (%s): option 'epoch' must be an integer in "
+                         "[0, 2^53) (got %llu)",
+                         what, sl__shipped_where(fn),
+                         (unsigned long long)opts->epoch));
+  return SL_OK;
+}
+
+char *sl__lua_stage_label(const char *what, const char *where) {
+  size_t n = strlen(what) + strlen(where) + 4;
+  char *label = sl__malloc(n);
+  if (label) snprintf(label, n, "%s (%s)", what, where);
+  return label;
+}
+
+size_t sl__lua_stage_window(const sl__lua_stage_opts *opts) {
+  size_t dflt = opts->threads > 0 ? (size_t)opts->threads * 32 : (size_t)128;
+  return opts->queue ? opts->queue : (dflt > 128 ? dflt : 128);
+}
+
+/* lua_cpcall'd in a new worker state: the auxiliary worker function, the
+ * init function, and the ctx variant of the operation. */
+typedef struct extras_args {
+  const sl__lua_stage_worker_spec *spec;
+  sl__lua_worker_refs *ref;
+  int rc;
+} extras_args;
+
+static int extras_cp(lua_State *L) {
+  extras_args *a = lua_touserdata(L, 1);
+  const sl__lua_stage_worker_spec *sp = a->spec;
+  sl__lua_worker_refs *ref = a->ref;
+  lua_settop(L, 0);
+  /* sl__lua_worker_setup left sluice.worker in one of the two places (the
+   * host's registry entry, or package.loaded after its require). */
+  lua_getfield(L, LUA_REGISTRYINDEX, "sluice.worker");
+  if (!lua_istable(L, -1)) {
+    lua_getfield(L, LUA_REGISTRYINDEX, "_LOADED");
+    if (lua_istable(L, -1)) lua_getfield(L, -1, "sluice.worker");
+  }
+  int wk = lua_gettop(L);
+  if (!lua_istable(L, wk)) {
+    a->rc = sl_set_error(SL_ELUA, "%s: sluice.worker is not loaded", sp->label);
+    return 0;
+  }
+  if (sp->aux) {
+    lua_getfield(L, wk, sp->aux);
+    if (!lua_isfunction(L, -1)) {
+      a->rc = sl_set_error(SL_ELUA, "%s: sluice.worker has no function '%s'",
+                           sp->label, sp->aux);
+      return 0;
+    }
+    ref->aux = luaL_ref(L, LUA_REGISTRYINDEX);
+  }
+  if (sp->init) {
+    int rc = sl__lua_unship(L, sp->init);
+    if (rc < 0) {
+      a->rc = rc;
+      return 0;
+    }
+    ref->init = luaL_ref(L, LUA_REGISTRYINDEX);
+  }
+  /* A host's own sluice.worker without `context` gives no ctx. */
+  lua_getfield(L, wk, "context");
+  if (lua_isfunction(L, -1)) {
+    lua_rawgeti(L, LUA_REGISTRYINDEX, ref->fn);
+    lua_pushstring(L, sp->op);
+    lua_pushnumber(L, (lua_Number)(sp->seed >> 32));
+    lua_pushnumber(L, (lua_Number)(sp->seed & 0xFFFFFFFFu));
+    int rc = sl__lua_pcall(L, 4, 1, sp->what, sp->where);
+    if (rc < 0) {
+      a->rc = rc;
+      return 0;
+    }
+    if (lua_isfunction(L, -1)) {
+      luaL_unref(L, LUA_REGISTRYINDEX, ref->op);
+      ref->op = luaL_ref(L, LUA_REGISTRYINDEX);
+      ref->ctx = true;
+    }
+  }
+  lua_settop(L, 0);
+  a->rc = SL_OK;
+  return 0;
+}
+
+int sl__lua_stage_worker(const sl__lua_stage_worker_spec *sp, int index,
+                         const atomic_bool *stop, sl__lua_worker_refs *ref,
+                         lua_State **out) {
+  lua_State *L = NULL;
+  *ref =
+      (sl__lua_worker_refs){LUA_NOREF, LUA_NOREF, LUA_NOREF, LUA_NOREF, false};
+  int rc = sl__lua_worker_setup(sp->env, sp->fn, sp->what, sp->where, sp->op,
+                                &ref->op, &ref->fn, &L);
+  if (rc == SL_OK && sp->deadline > 0)
+    rc = sl__lua_deadline_set(L, sp->deadline, stop, ref->fn, sp->what,
+                              sp->where);
+  if (rc == SL_OK) {
+    extras_args a = {sp, ref, SL_OK};
+    if (lua_cpcall(L, extras_cp, &a) != 0) {
+      lua_pop(L, 1);
+      rc = sl_set_error(SL_ENOMEM, "%s: cannot set up a worker state",
+                        sp->label);
+    } else {
+      rc = a.rc;
+    }
+  }
+  if (rc == SL_OK)
+    rc = sl__lua_worker_seed_random(L, sp->seed, sp->where, index);
+  if (rc < 0) {
+    if (L) lua_close(L);
+    return rc;
+  }
+  *out = L;
+  return SL_OK;
+}
+
+void sl__lua_stage_fix_schema(sl_schema *given, const sl_reader *up,
+                              sl_schema **schema,
+                              _Atomic(const sl_schema *) *check) {
+  *schema = sl_schema_retain(given ? given : (sl_schema *)sl_reader_schema(up));
+  sl_schema_freeze(*schema);
+  atomic_store_explicit(check, *schema, memory_order_release);
+}
+
+int sl__lua_stage_learn_schema(const sl_schema *keep, const sl_reader *up,
+                               const sl_sample *first, const char *label,
+                               sl_schema **schema,
+                               _Atomic(const sl_schema *) *check) {
+  if (first) {
+    int rc = sl__lua_infer_schema(keep, first, schema);
+    if (rc < 0)
+      return sl_wrap_error(rc, "%s: the schema of the first output", label);
+  } else {
+    *schema = sl_schema_retain((sl_schema *)sl_reader_schema(up));
+  }
+  atomic_store_explicit(check, *schema, memory_order_release);
+  return SL_OK;
+}
+
+void sl__lua_stage_identity(char *buf, size_t cap, const char *what,
+                            const char *where, bool ordered, uint64_t seed,
+                            uint64_t epoch, const sl_schema *schema,
+                            const char *extra) {
+  char desc[256];
+  snprintf(buf, cap, "%s %s ordered=%d seed=%llu epoch=%llu schema=%s%s", what,
+           sl__lua_where_base(where), ordered ? 1 : 0, (unsigned long long)seed,
+           (unsigned long long)epoch,
+           schema ? sl_schema_describe(schema, desc, sizeof desc) : "?",
+           extra ? extra : "");
 }

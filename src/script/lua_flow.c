@@ -71,11 +71,10 @@
 /* One worker state and its registry references. */
 typedef struct flow_worker {
   lua_State *L;
-  int fn_ref, op_ref; /* the function; worker.<op> or its ctx variant */
-  int aux_ref;        /* flat_map: worker.flat_map_fill; scan: scan_init */
-  int init_ref;       /* scan: the shipped init function */
-  bool ctx;           /* fn takes ctx */
-  size_t cap;         /* flat_map: slots offered to the next call */
+  /* fn; worker.<op> or its ctx variant; aux: worker.flat_map_fill (flat_map)
+   * or worker.scan_init (scan); init: scan's shipped init function */
+  sl__lua_worker_refs ref;
+  size_t cap; /* flat_map: slots offered to the next call */
 } flow_worker;
 
 /* One output of flat_map: upstream item seq, its output off of n. */
@@ -164,102 +163,24 @@ static int check_out(const flow_stage *st, const sl_schema *want, sl_sample **s,
 
 /* --- worker states -------------------------------------------------------- */
 
-/* lua_cpcall'd in a new worker state: the auxiliary worker function (name
- * `aux`, may be NULL), the init function (scan), and the ctx variant of the
- * operation when fn takes ctx (worker.context). */
-typedef struct extras_args {
-  const flow_stage *st;
-  flow_worker *w;
-  const char *aux;
-  int rc;
-} extras_args;
-
-static int extras_cp(lua_State *L) {
-  extras_args *a = lua_touserdata(L, 1);
-  const flow_stage *st = a->st;
-  lua_settop(L, 0);
-  lua_getfield(L, LUA_REGISTRYINDEX, "sluice.worker");
-  if (!lua_istable(L, -1)) {
-    lua_getfield(L, LUA_REGISTRYINDEX, "_LOADED");
-    if (lua_istable(L, -1)) lua_getfield(L, -1, "sluice.worker");
-  }
-  int wk = lua_gettop(L);
-  if (!lua_istable(L, wk)) {
-    a->rc = sl_set_error(SL_ELUA, "%s: sluice.worker is not loaded", st->label);
-    return 0;
-  }
-  if (a->aux) {
-    lua_getfield(L, wk, a->aux);
-    if (!lua_isfunction(L, -1)) {
-      a->rc = sl_set_error(SL_ELUA, "%s: sluice.worker has no function '%s'",
-                           st->label, a->aux);
-      return 0;
-    }
-    a->w->aux_ref = luaL_ref(L, LUA_REGISTRYINDEX);
-  }
-  if (st->init) {
-    int rc = sl__lua_unship(L, st->init);
-    if (rc < 0) {
-      a->rc = rc;
-      return 0;
-    }
-    a->w->init_ref = luaL_ref(L, LUA_REGISTRYINDEX);
-  }
-  lua_getfield(L, wk, "context");
-  if (lua_isfunction(L, -1)) {
-    lua_rawgeti(L, LUA_REGISTRYINDEX, a->w->fn_ref);
-    lua_pushstring(L, OP[st->kind]);
-    lua_pushnumber(L, (lua_Number)(st->seed >> 32));
-    lua_pushnumber(L, (lua_Number)(st->seed & 0xFFFFFFFFu));
-    int rc = sl__lua_pcall(L, 4, 1, st->what, st->where);
-    if (rc < 0) {
-      a->rc = rc;
-      return 0;
-    }
-    if (lua_isfunction(L, -1)) {
-      luaL_unref(L, LUA_REGISTRYINDEX, a->w->op_ref);
-      a->w->op_ref = luaL_ref(L, LUA_REGISTRYINDEX);
-      a->w->ctx = true;
-    }
-  }
-  lua_settop(L, 0);
-  a->rc = SL_OK;
-  return 0;
-}
-
 /* Makes worker state `index` of the stage into *w.  `stop` is the flag a
  * deadline hook watches.  SL_OK or the error (message set). */
 static int worker_make(const flow_stage *st, int index, const atomic_bool *stop,
                        flow_worker *w) {
-  lua_State *L = NULL;
-  w->ctx = false;
-  w->aux_ref = w->init_ref = LUA_NOREF;
-  int rc = sl__lua_worker_setup(st->env, st->fn, st->what, st->where,
-                                OP[st->kind], &w->op_ref, &w->fn_ref, &L);
-  if (rc == SL_OK && st->deadline > 0)
-    rc = sl__lua_deadline_set(L, st->deadline, stop, w->fn_ref, st->what,
-                              st->where);
-  if (rc == SL_OK) {
-    extras_args a = {st, w,
-                     st->kind == SL__LUA_FLAT_MAP ? "flat_map_fill"
-                     : st->kind == SL__LUA_SCAN   ? "scan_init"
-                                                  : NULL,
-                     SL_OK};
-    if (lua_cpcall(L, extras_cp, &a) != 0) {
-      lua_pop(L, 1);
-      rc = sl_set_error(SL_ENOMEM, "%s: cannot set up a worker state",
-                        st->label);
-    } else {
-      rc = a.rc;
-    }
-  }
-  if (rc == SL_OK)
-    rc = sl__lua_worker_seed_random(L, st->seed, st->where, index);
-  if (rc < 0) {
-    if (L) lua_close(L);
-    return rc;
-  }
-  w->L = L;
+  const sl__lua_stage_worker_spec spec = {
+      .env = st->env,
+      .fn = st->fn,
+      .init = st->init,
+      .what = st->what,
+      .where = st->where,
+      .label = st->label,
+      .op = OP[st->kind],
+      .aux = st->kind == SL__LUA_FLAT_MAP ? "flat_map_fill"
+             : st->kind == SL__LUA_SCAN   ? "scan_init"
+                                          : NULL,
+      .deadline = st->deadline,
+      .seed = st->seed};
+  SL_FORWARD_IF_ERROR(sl__lua_stage_worker(&spec, index, stop, &w->ref, &w->L));
   w->cap = 8;
   return SL_OK;
 }
@@ -319,7 +240,7 @@ static int fm_fill(flow_stage *st, flow_worker *w, uint64_t seq, sl_sample ***v,
   *have = m;
   lua_State *L = w->L;
   int top = lua_gettop(L);
-  lua_rawgeti(L, LUA_REGISTRYINDEX, w->aux_ref);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, w->ref.aux);
   sl__lua_push_ptr(L, nv);
   int rc = sl__lua_pcall(L, 1, 0, st->what, st->where);
   lua_settop(L, top);
@@ -341,8 +262,8 @@ static int fm_many(void *ud, void *wctx, uint64_t seq, sl_sample *in,
                         st->label, (unsigned long long)seq);
   }
   int top = lua_gettop(L);
-  lua_rawgeti(L, LUA_REGISTRYINDEX, w->op_ref);
-  lua_rawgeti(L, LUA_REGISTRYINDEX, w->fn_ref);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, w->ref.op);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, w->ref.fn);
   sl__lua_push_ptr(L, in); /* this reference now belongs to Lua */
   sl__lua_push_ptr(L, v);
   lua_pushnumber(L, (lua_Number)cap);
@@ -350,8 +271,8 @@ static int fm_many(void *ud, void *wctx, uint64_t seq, sl_sample *in,
     sl__lua_push_ptr(L, want);
   else
     lua_pushnil(L);
-  if (w->ctx) push_ctx(st, L, seq);
-  int rc = sl__lua_pcall(L, w->ctx ? 7 : 5, 1, st->what, st->where);
+  if (w->ref.ctx) push_ctx(st, L, seq);
+  int rc = sl__lua_pcall(L, w->ref.ctx ? 7 : 5, 1, st->what, st->where);
   lua_Number got = rc == SL_OK ? lua_tonumber(L, -1) : 0;
   lua_settop(L, top);
   if (rc < 0) {
@@ -359,7 +280,6 @@ static int fm_many(void *ud, void *wctx, uint64_t seq, sl_sample *in,
     return at_sample(st, seq, rc);
   }
   size_t m = got > 0 ? (size_t)got : 0;
-  fprintf(stderr, "DBG many seq=%llu pass=%llu m=%zu ctx=%d\n", (unsigned long long)seq, (unsigned long long)st->pass, m, (int)w->ctx);
   if (m > cap) {
     size_t have = cap;
     rc = fm_fill(st, w, seq, &v, &have, m);
@@ -454,11 +374,11 @@ static int tw_next(void *state, sl_sample **out) {
   lua_State *L = w->L;
   int top = lua_gettop(L);
   sl_sample_retain(s); /* ours, yielded if fn says so */
-  lua_rawgeti(L, LUA_REGISTRYINDEX, w->op_ref);
-  lua_rawgeti(L, LUA_REGISTRYINDEX, w->fn_ref);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, w->ref.op);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, w->ref.fn);
   sl__lua_push_ptr(L, s); /* the other reference belongs to Lua */
-  if (w->ctx) push_ctx(st, L, seq);
-  int rc = sl__lua_pcall(L, w->ctx ? 4 : 2, 1, st->what, st->where);
+  if (w->ref.ctx) push_ctx(st, L, seq);
+  int rc = sl__lua_pcall(L, w->ref.ctx ? 4 : 2, 1, st->what, st->where);
   bool keep = rc == SL_OK && lua_toboolean(L, -1);
   lua_settop(L, top);
   if (rc < 0) {
@@ -484,8 +404,8 @@ static int scan_init(flow_stage *st, uint64_t seq) {
   lua_State *L = w->L;
   int top = lua_gettop(L);
   lua_pushlightuserdata(L, (void *)&SCAN_STATE_KEY);
-  lua_rawgeti(L, LUA_REGISTRYINDEX, w->aux_ref);
-  lua_rawgeti(L, LUA_REGISTRYINDEX, w->init_ref);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, w->ref.aux);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, w->ref.init);
   int rc = sl__lua_pcall(L, 1, 1, st->what, st->where);
   if (rc == SL_OK) lua_rawset(L, LUA_REGISTRYINDEX);
   lua_settop(L, top);
@@ -510,8 +430,8 @@ static int scan_step(flow_stage *st, sl_sample **out) {
   int top = lua_gettop(L);
   sl_sample *o = NULL;
   lua_pushlightuserdata(L, (void *)&SCAN_STATE_KEY);
-  lua_rawgeti(L, LUA_REGISTRYINDEX, w->op_ref);
-  lua_rawgeti(L, LUA_REGISTRYINDEX, w->fn_ref);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, w->ref.op);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, w->ref.fn);
   lua_pushlightuserdata(L, (void *)&SCAN_STATE_KEY);
   lua_rawget(L, LUA_REGISTRYINDEX);
   sl__lua_push_ptr(L, s); /* this reference now belongs to Lua */
@@ -520,8 +440,8 @@ static int scan_step(flow_stage *st, sl_sample **out) {
     sl__lua_push_ptr(L, st->schema);
   else
     lua_pushnil(L);
-  if (w->ctx) push_ctx(st, L, seq);
-  int rc = sl__lua_pcall(L, w->ctx ? 7 : 5, 1, st->what, st->where);
+  if (w->ref.ctx) push_ctx(st, L, seq);
+  int rc = sl__lua_pcall(L, w->ref.ctx ? 7 : 5, 1, st->what, st->where);
   if (rc == SL_OK) lua_rawset(L, LUA_REGISTRYINDEX); /* the new state */
   lua_settop(L, top);
   if (rc < 0) {
@@ -675,7 +595,6 @@ static int fm_save(sl_reader *r, void *state, uint64_t pass, uint64_t k,
   } else {
     replay = true;
   }
-  fprintf(stderr, "DBG save k=%llu count=%llu known=%llu u=%llu d=%llu replay=%d upk=%llu\n", (unsigned long long)k, (unsigned long long)st->count, (unsigned long long)st->known, (unsigned long long)u, (unsigned long long)d, replay, 0ull);
   SL_FORWARD_IF_ERROR(sl__state_put_u64(w, replay ? UINT64_MAX : u));
   SL_FORWARD_IF_ERROR(sl__state_put_u64(w, d));
   sl__engine_hold_pulls(st->engine);
@@ -691,7 +610,6 @@ static int fm_restore(flow_stage *st, uint64_t k, sl__state_in *in) {
   SL_FORWARD_IF_ERROR(sl__state_restore_up(in, st->up));
   SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &u));
   SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &d));
-  fprintf(stderr, "DBG restore k=%llu u=%llu d=%llu\n", (unsigned long long)k, (unsigned long long)u, (unsigned long long)d);
   if (u == UINT64_MAX) {
     SL_FORWARD_IF_ERROR(sl__engine_start(st->engine));
     return sl__state_replay(fm_next, st, k, st->label);
@@ -762,12 +680,8 @@ static void flow_identity(const sl_reader *r, void *state, char *buf,
                           size_t cap) {
   (void)r;
   const flow_stage *st = state;
-  char schema[256];
-  snprintf(buf, cap, "%s %s ordered=%d seed=%llu epoch=%llu schema=%s",
-           st->what, sl__lua_where_base(st->where), st->ordered ? 1 : 0,
-           (unsigned long long)st->seed, (unsigned long long)st->epoch0,
-           st->schema ? sl_schema_describe(st->schema, schema, sizeof schema)
-                      : "?");
+  sl__lua_stage_identity(buf, cap, st->what, st->where, st->ordered, st->seed,
+                         st->epoch0, st->schema, NULL);
 }
 
 static const sl__state_ops flow_state_ops = {flow_save, flow_restore,
@@ -794,32 +708,9 @@ static int learn_schema(flow_stage *st) {
       st->first_msg = sl__error_dup();
     }
   }
-  if (got == SL_OK) {
-    int rc = sl__lua_infer_schema(sl_reader_schema(st->up), first, &st->schema);
-    if (rc < 0)
-      return sl_wrap_error(rc, "%s: the schema of the first output", st->label);
-  } else {
-    st->schema = sl_schema_retain((sl_schema *)sl_reader_schema(st->up));
-  }
-  atomic_store_explicit(&st->check_schema, st->schema, memory_order_release);
-  return SL_OK;
-}
-
-static int check_options(const char *what, const sl__shipped *fn,
-                         const sl__lua_stage_opts *opts) {
-  if (!(opts->deadline >= 0 && opts->deadline <= SL__LUA_DEADLINE_MAX))
-    return sl_set_error(SL_EINVAL,
-                        "%s (%s): option 'deadline' must be a number of "
-                        "seconds in [0, %g] (0: none; got %g)",
-                        what, sl__shipped_where(fn), SL__LUA_DEADLINE_MAX,
-                        opts->deadline);
-  if (opts->epoch >= ((uint64_t)1 << 53))
-    return sl_set_error(SL_EINVAL,
-                        "%s (%s): option 'epoch' must be an integer in "
-                        "[0, 2^53) (got %llu)",
-                        what, sl__shipped_where(fn),
-                        (unsigned long long)opts->epoch);
-  return SL_OK;
+  return sl__lua_stage_learn_schema(sl_reader_schema(st->up), st->up,
+                                    got == SL_OK ? first : NULL, st->label,
+                                    &st->schema, &st->check_schema);
 }
 
 int sl__lua_flow(sl_reader *up, sl__lua_flow_kind kind, sl__shipped *fn,
@@ -827,12 +718,6 @@ int sl__lua_flow(sl_reader *up, sl__lua_flow_kind kind, sl__shipped *fn,
                  const sl__lua_stage_opts *opts, sl_schema *schema,
                  sl_reader **out) {
   const char *what = (unsigned)kind <= SL__LUA_SCAN ? WHAT[kind] : "lua flow";
-  if (!out) {
-    sl_reader_destroy(up);
-    return sl_set_error(SL_EINVAL, "%s: NULL out pointer", what);
-  }
-  *out = NULL;
-  if (!up) return sl_set_error(SL_EINVAL, "%s: NULL upstream reader", what);
   const char *bad = !fn                                ? "NULL function"
                     : !env                             ? "NULL environment"
                     : !opts                            ? "NULL options"
@@ -843,18 +728,16 @@ int sl__lua_flow(sl_reader *up, sl__lua_flow_kind kind, sl__shipped *fn,
                         ? "take_while has no schema option (it yields its "
                           "upstream's samples)"
                         : NULL;
-  if (bad)
-    return sl__fail_with_upstream(up,
-                                  sl_set_error(SL_EINVAL, "%s: %s", what, bad));
-  int rc = check_options(what, fn, opts);
-  if (rc < 0) return sl__fail_with_upstream(up, rc);
+  SL_FORWARD_IF_ERROR(sl__lua_stage_check_args(up, out, what, bad, fn, opts));
   flow_stage *st = sl__calloc(1, sizeof *st);
   if (!st)
     return sl__fail_with_upstream(
         up, sl_set_error(SL_ENOMEM, "%s: cannot allocate", what));
+  int rc = SL_OK;
   atomic_init(&st->check_schema, NULL);
   atomic_init(&st->stop, false);
-  st->one.op_ref = st->one.fn_ref = LUA_NOREF;
+  st->one.ref =
+      (sl__lua_worker_refs){LUA_NOREF, LUA_NOREF, LUA_NOREF, LUA_NOREF, false};
   st->up = up;
   st->kind = kind;
   st->what = what;
@@ -866,23 +749,16 @@ int sl__lua_flow(sl_reader *up, sl__lua_flow_kind kind, sl__shipped *fn,
   st->seed = opts->seed;
   st->epoch0 = opts->epoch;
   st->ordered = kind != SL__LUA_FLAT_MAP || opts->ordered != 0;
-  size_t nl = strlen(what) + strlen(st->where) + 4;
-  st->label = sl__malloc(nl);
+  st->label = sl__lua_stage_label(what, st->where);
   if (!st->label) {
     flow_destroy(st);
     return sl_set_error(SL_ENOMEM, "%s: cannot allocate", what);
   }
-  snprintf(st->label, nl, "%s (%s)", what, st->where);
 
-  if (schema || kind == SL__LUA_TAKE_WHILE) {
-    st->schema =
-        sl_schema_retain(schema ? schema : (sl_schema *)sl_reader_schema(up));
-    sl_schema_freeze(st->schema);
-    atomic_store_explicit(&st->check_schema, st->schema, memory_order_release);
-  }
+  if (schema || kind == SL__LUA_TAKE_WHILE)
+    sl__lua_stage_fix_schema(schema, up, &st->schema, &st->check_schema);
   if (kind == SL__LUA_FLAT_MAP) {
-    size_t dflt = opts->threads > 0 ? (size_t)opts->threads * 32 : (size_t)128;
-    st->window = opts->queue ? opts->queue : (dflt > 128 ? dflt : 128);
+    st->window = sl__lua_stage_window(opts);
     const sl__engine_opts eo = {st->label, "sl-lua-flatmap", opts->threads,
                                 st->ordered, st->window};
     rc = sl__engine_create(&fm_ops, st, &eo, &st->engine);

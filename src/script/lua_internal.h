@@ -1,6 +1,6 @@
 /*
  * lua_internal.h - helpers shared by the Lua host's own files (lua_env.c,
- * lua_ship.c, lua_stage.c, lua_reader.c).  Private to src/script/: not
+ * lua_ship.c, lua_stage.c, lua_flow.c, lua_reader.c).  Private to src/script/: not
  * exported, not called by the binding.
  */
 #ifndef SLUICE_LUA_INTERNAL_H
@@ -104,6 +104,73 @@ int sl__lua_retype_empty(const sl_schema *want, sl_sample **s);
  * reference in *out (frozen), or SL_ENOMEM / sl_schema_add's error. */
 int sl__lua_infer_schema(const sl_schema *up, const sl_sample *first,
                          sl_schema **out);
+
+/* --- what the Lua stages share (lua_stage.c, lua_flow.c; lua_common.c) --- */
+
+/* A stage constructor's first checks, in this order: `out` NULL (up
+ * destroyed), *out = NULL, `up` NULL, `bad` (the caller's own complaint,
+ * NULL when none: "<what>: <bad>"), then the options' one check (the Lua
+ * facade passes them on unchecked): deadline in [0, SL__LUA_DEADLINE_MAX]
+ * and epoch < 2^53, "<what> (<fn's where>): option '...' ...".  SL_OK, or
+ * SL_EINVAL with up taken.  fn and opts must be non-NULL unless `bad`. */
+int sl__lua_stage_check_args(sl_reader *up, sl_reader **out, const char *what,
+                             const char *bad, const sl__shipped *fn,
+                             const sl__lua_stage_opts *opts);
+/* "<what> (<where>)", the stage's label (sl__malloc'd), or NULL. */
+char *sl__lua_stage_label(const char *what, const char *where);
+/* The engine window of a stage: opts->queue, else max(128, 32 x threads). */
+size_t sl__lua_stage_window(const sl__lua_stage_opts *opts);
+
+/* What a stage's worker state is made from. */
+typedef struct sl__lua_stage_worker_spec {
+  const sl__lua_env *env;
+  const sl__shipped *fn;   /* rebuilt under ref->fn */
+  const sl__shipped *init; /* NULL, or rebuilt under ref->init (scan) */
+  const char *what, *where, *label;
+  const char *op;  /* sluice.worker's operation, under ref->op */
+  const char *aux; /* NULL, or another sluice.worker function (ref->aux) */
+  double deadline; /* 0: none */
+  uint64_t seed;   /* ctx.seed, and math.random's (with the index) */
+} sl__lua_stage_worker_spec;
+
+/* A worker state's registry references (LUA_NOREF where none), and
+ * whether fn takes ctx (ref->op is then worker.<op>_ctx). */
+typedef struct sl__lua_worker_refs {
+  int fn, op, aux, init;
+  bool ctx;
+} sl__lua_worker_refs;
+
+/* Worker state `index` of a stage: sl__lua_worker_setup, the deadline
+ * (watching *stop) when spec->deadline > 0, the aux and init functions, the
+ * ctx variant of the operation when fn declares ctx (sluice.worker's
+ * `context`), then math.random's seed (sl__lua_worker_seed_random).  SL_OK
+ * with the state in *out; else the error (message set), the state closed
+ * and *out untouched.  *ref is (re)set either way. */
+int sl__lua_stage_worker(const sl__lua_stage_worker_spec *spec, int index,
+                         const atomic_bool *stop, sl__lua_worker_refs *ref,
+                         lua_State **out);
+
+/* A stage schema known at construction: `given` (retained) or upstream's,
+ * frozen, into *schema and published in *check (release order). */
+void sl__lua_stage_fix_schema(sl_schema *given, const sl_reader *up,
+                              sl_schema **schema,
+                              _Atomic(const sl_schema *) *check);
+/* A stage schema learned from its first output `first` (NULL: the pass was
+ * empty or failed, then upstream's), keeping the variable dimensions of
+ * `keep` (sl__lua_infer_schema; may be NULL), into *schema and published
+ * in *check.  SL_OK, or the error "<label>: the schema of the first
+ * output: ...". */
+int sl__lua_stage_learn_schema(const sl_schema *keep, const sl_reader *up,
+                               const sl_sample *first, const char *label,
+                               sl_schema **schema,
+                               _Atomic(const sl_schema *) *check);
+/* A stage's identity (readers/state.h): "<what> <where's base>
+ * ordered=0|1 seed=S epoch=E schema=<described or ?><extra>" (extra may
+ * be NULL).  Not threads nor queue: a state restores into any count. */
+void sl__lua_stage_identity(char *buf, size_t cap, const char *what,
+                            const char *where, bool ordered, uint64_t seed,
+                            uint64_t epoch, const sl_schema *schema,
+                            const char *extra);
 
 /* --- the per-sample deadline (lua_deadline.c) ------------------------------
  */

@@ -6,7 +6,8 @@
  * here:
  *
  *   worker_init  Each worker thread makes its lua_State at its first start
- *             (sl__lua_worker_setup: `sluice.worker` unless the host put it
+ *             (sl__lua_stage_worker, lua_common.c, shared with lua_flow.c:
+ *             sl__lua_worker_setup: `sluice.worker` unless the host put it
  *             in the registry, the function rebuilt by sl__lua_unship, both
  *             kept as registry references) and, with a deadline, the hook
  *             that ends a call past it or once the engine stops
@@ -71,10 +72,9 @@
 #include <pthread.h>
 
 typedef struct lua_worker {
-  lua_State *L;       /* NULL until its worker_init succeeds */
-  int fn_ref, op_ref; /* registry refs: the function, worker.map/filter */
-  sl_sample *slot;    /* map's output slot handed to Lua */
-  bool ctx;           /* fn takes ctx: op is worker.<op>_ctx */
+  lua_State *L;            /* NULL until its worker_init succeeds */
+  sl__lua_worker_refs ref; /* fn; worker.<op> or, with ctx, its ctx variant */
+  sl_sample *slot;         /* map's output slot handed to Lua */
 } lua_worker;
 
 /* An output made before the stage schema was known, checked when taken. */
@@ -224,76 +224,23 @@ static int stage_pull(void *ud, sl_sample **out) {
   return rc;
 }
 
-static int setup_ctx(const lua_stage *st, lua_worker *w, lua_State *L);
-
 static int stage_worker_init(void *ud, int index, void **wctx) {
   lua_stage *st = ud;
   lua_worker *w = &st->w[index];
   if (!w->L) {
-    lua_State *L = NULL;
-    int rc = sl__lua_worker_setup(st->env, st->fn, st->what, st->where,
-                                  st->what, &w->op_ref, &w->fn_ref, &L);
-    if (rc == SL_OK && st->deadline > 0)
-      rc = sl__lua_deadline_set(L, st->deadline,
-                                sl__engine_stop_flag(st->engine), w->fn_ref,
-                                st->what, st->where);
-    if (rc == SL_OK) rc = setup_ctx(st, w, L);
-    if (rc == SL_OK)
-      rc = sl__lua_worker_seed_random(L, st->seed, st->where, index);
-    if (rc < 0 && L) lua_close(L);
-    if (rc < 0) return rc;
-    w->L = L;
+    const sl__lua_stage_worker_spec spec = {.env = st->env,
+                                            .fn = st->fn,
+                                            .what = st->what,
+                                            .where = st->where,
+                                            .label = st->label,
+                                            .op = st->what,
+                                            .deadline = st->deadline,
+                                            .seed = st->seed};
+    SL_FORWARD_IF_ERROR(sl__lua_stage_worker(
+        &spec, index, sl__engine_stop_flag(st->engine), &w->ref, &w->L));
   }
   *wctx = w;
   return SL_OK;
-}
-
-/* lua_cpcall'd in a new worker state: asks sluice.worker whether the
- * function takes ctx (worker.context), and if so replaces the operation by
- * its ctx variant.  A host's own sluice.worker without `context` gives no
- * ctx. */
-typedef struct ctx_args {
-  const lua_stage *st;
-  lua_worker *w;
-  int rc;
-} ctx_args;
-
-static int ctx_setup_cp(lua_State *L) {
-  ctx_args *a = lua_touserdata(L, 1);
-  const lua_stage *st = a->st;
-  lua_settop(L, 0);
-  lua_getfield(L, LUA_REGISTRYINDEX, "sluice.worker");
-  if (!lua_istable(L, -1)) {
-    lua_getfield(L, LUA_REGISTRYINDEX, "_LOADED");
-    if (!lua_istable(L, -1)) return 0;
-    lua_getfield(L, -1, "sluice.worker");
-    if (!lua_istable(L, -1)) return 0;
-  }
-  lua_getfield(L, -1, "context");
-  if (!lua_isfunction(L, -1)) return 0;
-  lua_rawgeti(L, LUA_REGISTRYINDEX, a->w->fn_ref);
-  lua_pushstring(L, st->what);
-  lua_pushnumber(L, (lua_Number)(st->seed >> 32));
-  lua_pushnumber(L, (lua_Number)(st->seed & 0xFFFFFFFFu));
-  a->rc = sl__lua_pcall(L, 4, 1, st->what, st->where);
-  if (a->rc == SL_OK && lua_isfunction(L, -1)) {
-    luaL_unref(L, LUA_REGISTRYINDEX, a->w->op_ref);
-    a->w->op_ref = luaL_ref(L, LUA_REGISTRYINDEX);
-    a->w->ctx = true;
-  }
-  lua_settop(L, 0);
-  return 0;
-}
-
-static int setup_ctx(const lua_stage *st, lua_worker *w, lua_State *L) {
-  ctx_args a = {st, w, SL_OK};
-  w->ctx = false;
-  if (lua_cpcall(L, ctx_setup_cp, &a) != 0) {
-    lua_pop(L, 1);
-    return sl_set_error(SL_ENOMEM, "%s: cannot set up a worker state",
-                        st->label);
-  }
-  return a.rc;
 }
 
 static void stage_worker_fini(void *ud, int index, void *wctx) {
@@ -327,8 +274,8 @@ static int run_parse(lua_stage *st, lua_worker *w, uint64_t seq, sl_sample *s,
   }
   const sl_schema *want =
       atomic_load_explicit(&st->check_schema, memory_order_acquire);
-  lua_rawgeti(L, LUA_REGISTRYINDEX, w->op_ref);
-  lua_rawgeti(L, LUA_REGISTRYINDEX, w->fn_ref);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, w->ref.op);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, w->ref.fn);
   sl__lua_push_ptr(L, t->data);
   lua_pushnumber(L, (lua_Number)t->nbytes);
   w->slot = NULL;
@@ -337,8 +284,8 @@ static int run_parse(lua_stage *st, lua_worker *w, uint64_t seq, sl_sample *s,
     sl__lua_push_ptr(L, want);
   else
     lua_pushnil(L);
-  if (w->ctx) push_ctx(st, L, seq);
-  int rc = sl__lua_pcall(L, w->ctx ? 7 : 5, 1, st->what, st->where);
+  if (w->ref.ctx) push_ctx(st, L, seq);
+  int rc = sl__lua_pcall(L, w->ref.ctx ? 7 : 5, 1, st->what, st->where);
   bool keep = rc == SL_OK && lua_toboolean(L, -1);
   lua_settop(L, top);
   sl_sample *o = w->slot;
@@ -374,19 +321,19 @@ static int stage_process(void *ud, void *wctx, uint64_t seq, sl_sample *s,
   lua_State *L = w->L;
   int top = lua_gettop(L);
   bool map = st->kind == SL__LUA_MAP;
-  lua_rawgeti(L, LUA_REGISTRYINDEX, w->op_ref);
-  lua_rawgeti(L, LUA_REGISTRYINDEX, w->fn_ref);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, w->ref.op);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, w->ref.fn);
   sl__lua_push_ptr(L, s); /* this reference now belongs to Lua */
   int rc;
   if (map) {
     w->slot = NULL;
     sl__lua_push_ptr(L, &w->slot);
-    if (w->ctx) push_ctx(st, L, seq);
-    rc = sl__lua_pcall(L, w->ctx ? 5 : 3, 0, st->what, st->where);
+    if (w->ref.ctx) push_ctx(st, L, seq);
+    rc = sl__lua_pcall(L, w->ref.ctx ? 5 : 3, 0, st->what, st->where);
   } else {
     sl_sample_retain(s); /* ours, kept if the filter says so */
-    if (w->ctx) push_ctx(st, L, seq);
-    rc = sl__lua_pcall(L, w->ctx ? 4 : 2, 1, st->what, st->where);
+    if (w->ref.ctx) push_ctx(st, L, seq);
+    rc = sl__lua_pcall(L, w->ref.ctx ? 4 : 2, 1, st->what, st->where);
   }
   if (rc < 0) {
     if (map) {
@@ -558,14 +505,10 @@ static void stage_identity(const sl_reader *r, void *state, char *buf,
                            size_t cap) {
   (void)r;
   const lua_stage *st = state;
-  char schema[256];
-  snprintf(buf, cap, "%s %s ordered=%d seed=%llu epoch=%llu schema=%s%s",
-           st->what, sl__lua_where_base(st->where), st->ordered ? 1 : 0,
-           (unsigned long long)st->seed, (unsigned long long)st->epoch0,
-           st->schema ? sl_schema_describe(st->schema, schema, sizeof schema)
-                      : "?",
-           /* named only when on: older states still match */
-           st->ignore_cap ? " ignore_errors" : "");
+  /* ignore_errors is named only when on: older states still match. */
+  sl__lua_stage_identity(buf, cap, st->what, st->where, st->ordered, st->seed,
+                         st->epoch0, st->schema,
+                         st->ignore_cap ? " ignore_errors" : NULL);
 }
 
 static const sl__state_ops stage_state_ops = {stage_save, stage_restore,
@@ -574,19 +517,12 @@ static const sl__state_ops stage_state_ops = {stage_save, stage_restore,
 /* The stage schema from result 0 (map and parser without `schema`). */
 static int learn_schema(lua_stage *st) {
   const sl_sample *first = NULL;
-  if (sl__engine_peek(st->engine, &first) == SL_OK) {
-    /* A map keeps the variable dimensions upstream declared (a parser's
-     * rows are inferred with variable lengths already). */
-    int rc = sl__lua_infer_schema(
-        st->kind == SL__LUA_MAP ? sl_reader_schema(st->up) : NULL, first,
-        &st->schema);
-    if (rc < 0)
-      return sl_wrap_error(rc, "%s: the schema of the first output", st->label);
-  } else {
-    st->schema = sl_schema_retain((sl_schema *)sl_reader_schema(st->up));
-  }
-  atomic_store_explicit(&st->check_schema, st->schema, memory_order_release);
-  return SL_OK;
+  if (sl__engine_peek(st->engine, &first) != SL_OK) first = NULL;
+  /* A map keeps the variable dimensions upstream declared (a parser's rows
+   * are inferred with variable lengths already). */
+  return sl__lua_stage_learn_schema(
+      st->kind == SL__LUA_MAP ? sl_reader_schema(st->up) : NULL, st->up, first,
+      st->label, &st->schema, &st->check_schema);
 }
 
 int sl__lua_stage(sl_reader *up, sl__lua_kind kind, sl__shipped *fn,
@@ -595,35 +531,15 @@ int sl__lua_stage(sl_reader *up, sl__lua_kind kind, sl__shipped *fn,
   const char *what = kind == SL__LUA_FILTER  ? "filter"
                      : kind == SL__LUA_PARSE ? "parser"
                                              : "map";
-  if (!out) {
-    sl_reader_destroy(up);
-    return sl_set_error(SL_EINVAL, "%s: NULL out pointer", what);
-  }
-  *out = NULL;
-  if (!up) return sl_set_error(SL_EINVAL, "%s: NULL upstream reader", what);
-  if (!fn || !env || !opts ||
-      (kind != SL__LUA_MAP && kind != SL__LUA_FILTER && kind != SL__LUA_PARSE))
-    return sl__fail_with_upstream(up, sl_set_error(SL_EINVAL, "%s: %s", what,
-                                                   !fn     ? "NULL function"
-                                                   : !env  ? "NULL environment"
-                                                   : !opts ? "NULL options"
-                                                           : "unknown kind"));
-  /* The options' one check (the Lua facade passes them on unchecked);
-   * threads and queue are the engine's. */
-  if (!(opts->deadline >= 0 && opts->deadline <= SL__LUA_DEADLINE_MAX))
-    return sl__fail_with_upstream(
-        up, sl_set_error(SL_EINVAL,
-                         "%s (%s): option 'deadline' must be a number of "
-                         "seconds in [0, %g] (0: none; got %g)",
-                         what, sl__shipped_where(fn), SL__LUA_DEADLINE_MAX,
-                         opts->deadline));
-  if (opts->epoch >= ((uint64_t)1 << 53))
-    return sl__fail_with_upstream(
-        up, sl_set_error(SL_EINVAL,
-                         "%s (%s): option 'epoch' must be an integer in "
-                         "[0, 2^53) (got %llu)",
-                         what, sl__shipped_where(fn),
-                         (unsigned long long)opts->epoch));
+  SL_FORWARD_IF_ERROR(sl__lua_stage_check_args(
+      up, out, what,
+      !fn     ? "NULL function"
+      : !env  ? "NULL environment"
+      : !opts ? "NULL options"
+      : kind != SL__LUA_MAP && kind != SL__LUA_FILTER && kind != SL__LUA_PARSE
+          ? "unknown kind"
+          : NULL,
+      fn, opts));
   lua_stage *st = sl__calloc(1, sizeof *st);
   if (!st)
     return sl__fail_with_upstream(
@@ -648,18 +564,15 @@ int sl__lua_stage(sl_reader *up, sl__lua_kind kind, sl__shipped *fn,
   st->deadline = opts->deadline;
   st->seed = opts->seed;
   st->epoch0 = opts->epoch;
-  size_t nl = strlen(what) + strlen(st->where) + 4;
-  st->label = sl__malloc(nl);
+  st->label = sl__lua_stage_label(what, st->where);
   if (!st->label) {
     stage_destroy(st);
     return sl_set_error(SL_ENOMEM, "%s: cannot allocate", what);
   }
-  snprintf(st->label, nl, "%s (%s)", what, st->where);
   st->pos.what = st->label;
   /* The engine checks the thread count (the one place) and the window.
    * The window is set here so that the parser's line numbers fit it. */
-  size_t dflt = opts->threads > 0 ? (size_t)opts->threads * 32 : (size_t)128;
-  st->window = opts->queue ? opts->queue : (dflt > 128 ? dflt : 128);
+  st->window = sl__lua_stage_window(opts);
   const sl__engine_opts eo = {st->label, "sl-lua-map", opts->threads,
                               st->ordered, st->window};
   int rc = sl__engine_create(&lua_ops, st, &eo, &st->engine);
@@ -678,12 +591,8 @@ int sl__lua_stage(sl_reader *up, sl__lua_kind kind, sl__shipped *fn,
   }
 
   /* The schema: given, upstream's (filter), or the first output's (map). */
-  if (schema || kind == SL__LUA_FILTER) {
-    st->schema =
-        sl_schema_retain(schema ? schema : (sl_schema *)sl_reader_schema(up));
-    sl_schema_freeze(st->schema);
-    atomic_store_explicit(&st->check_schema, st->schema, memory_order_release);
-  }
+  if (schema || kind == SL__LUA_FILTER)
+    sl__lua_stage_fix_schema(schema, up, &st->schema, &st->check_schema);
   rc = sl__engine_start(st->engine);
   if (rc == SL_OK && !st->schema) rc = learn_schema(st);
   if (rc < 0) {
