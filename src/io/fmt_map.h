@@ -11,7 +11,9 @@
 /* Maps `path` read-only (mmap, MAP_PRIVATE) into *out, a buffer whose last
  * release unmaps it; an empty file is an empty buffer.  An http:// or
  * https:// URL is fetched whole instead (http.h: retries, errors naming
- * the URL and status; SL_EUNSUPPORTED without libcurl).  *id (may be NULL)
+ * the URL and status; SL_EUNSUPPORTED without libcurl): csv and npz come
+ * here for URLs; wds shards and plain TFRecord files read URLs by ranges
+ * through sl__source_open_url instead, and never call this for one.  *id (may be NULL)
  * gets the file's identity at open.  `stage` prefixes messages.  Returns
  * SL_OK, SL_EIO naming the file (missing, unreadable, not a regular file)
  * or SL_ENOMEM. */

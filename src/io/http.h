@@ -50,7 +50,9 @@ int sl__http_get_range(const char *stage, const char *url, uint64_t from,
 /* Opens `url` as a byte source read by ranged GETs (source_http.c): its
  * size, ETag and Last-Modified come from a first ranged GET of the first
  * read-ahead block; each read_at missing the block cache fetches
- * max(n, SLUICE_HTTP_READAHEAD bytes, default 4 MiB) around it.  A server
+ * max(n, SLUICE_HTTP_READAHEAD bytes, default 4 MiB) around it, or, when
+ * the read starts inside the cached block, only the bytes after that block
+ * (a forward walk fetches each byte once).  A server
  * that ignores ranges gives the whole object at once, kept for every read.
  * The source's id is the object's size, hashed ETag and Last-Modified; a
  * read that finds another ETag or size fails (SL_EIO "changed while read").

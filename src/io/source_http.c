@@ -11,7 +11,10 @@
  * not hold fetches one block of max(n, R) bytes holding it (moved back so
  * that it ends at the object's end when it would pass it: the tail of an
  * SLR file - schema, index, footer - comes in one request), which replaces
- * the cached block.  Every response's ETag and size must be the ones seen
+ * the cached block; a read that starts inside the cached block fetches only
+ * the bytes after it (at least R of them) and joins them to the cached
+ * tail, so a reader walking forward fetches each byte once.  Every
+ * response's ETag and size must be the ones seen
  * at open, else the read fails "changed while read" rather than mixing two
  * versions of the object.  A server that ignores ranges answers 200 with
  * the whole object: it is kept as the block, and every later read is served
@@ -83,11 +86,20 @@ static int check_same(url_source *u, const sl__http_meta *m) {
   return SL_OK;
 }
 
-/* Fills the cache with a block holding [off, off + n); under the lock. */
+/* Fills the cache with a block holding [off, off + n); under the lock.
+ * A read that starts inside the cached block and runs past its end (a
+ * reader walking forward: tar members, TFRecord records) keeps the cached
+ * part and fetches only what follows it, so a sequential walk fetches each
+ * byte once. */
 static int fill(url_source *u, uint64_t off, size_t n) {
   uint64_t size = u->base.size;
-  uint64_t len = n > u->readahead ? n : u->readahead;
-  uint64_t start = off;
+  uint64_t end = u->blk_off + u->blk_n;
+  size_t keep =
+      u->blk && off >= u->blk_off && off < end ? (size_t)(end - off) : 0;
+  uint64_t want = n - keep;
+  uint64_t len = want > u->readahead ? want : u->readahead;
+  uint64_t start = keep ? end : off;
+  if (keep && len > size - end) len = size - end;
   if (len > size) len = size;
   if (start + len > size) start = size - len; /* end at the object's end */
   unsigned char *p;
@@ -98,12 +110,27 @@ static int fill(url_source *u, uint64_t off, size_t n) {
   int rc = check_same(u, &m);
   if (rc == SL_OK && m.whole) {
     start = 0; /* the whole object: it serves every read from now on */
+    keep = 0;
   } else if (rc == SL_OK && (m.status != 206 || got < off + n - start)) {
     rc = sl_set_error(SL_EIO,
                       "%s: %s: asked for bytes %llu-%llu, got %zu bytes "
                       "(HTTP %ld): the object shrank?",
                       u->stage, u->base.name, (unsigned long long)start,
                       (unsigned long long)(start + len - 1), got, m.status);
+  }
+  if (rc == SL_OK && keep) { /* the cached tail, then the new bytes */
+    unsigned char *q = sl__malloc(keep + got);
+    if (!q) {
+      rc = sl_set_error(SL_ENOMEM, "%s: %s: out of memory (%zu bytes)",
+                        u->stage, u->base.name, keep + got);
+    } else {
+      memcpy(q, u->blk + (off - u->blk_off), keep);
+      memcpy(q + keep, p, got);
+      sl__free(p);
+      p = q;
+      start = off;
+      got += keep;
+    }
   }
   if (rc < 0) {
     sl__free(p);

@@ -15,10 +15,45 @@
  * Global pax headers ('g') and GNU long link names ('K') are passed over.
  * Each header's checksum is checked (both the unsigned sum POSIX asks for
  * and the signed one some old tars wrote are accepted).
+ *
+ * Bytes come from memory (a mapped file) or from a byte source (a URL):
+ * at() gives a pointer to [off, off + n), from the mapping or read into
+ * the header buffer / scratch space, so the walk is the same code either
+ * way.  From a source only headers and long-name / pax records are read;
+ * member data is the caller's to read.
  */
 #include "io/tar.h"
 
 #define BLOCK 512
+#define SCRATCH_MAX ((size_t)1 << 20) /* a long-name or pax record, read */
+
+/* The bytes [off, off + n) of the archive (within t->n, checked by the
+ * caller) into *out: a pointer into the mapping, or bytes read from the
+ * source into `buf` (a header: n <= BLOCK) or the scratch space. */
+static int at(sl__tar *t, const char *what, uint64_t off, uint64_t n,
+              unsigned char *buf, const unsigned char **out) {
+  if (!t->src) {
+    *out = t->p + off;
+    return SL_OK;
+  }
+  if (!buf) {
+    SL_RETURN_ERROR_IF(n > SCRATCH_MAX, SL_ECORRUPT,
+                       "tar: %s: a long-name or pax record of %llu bytes at "
+                       "offset %llu (more than %zu)",
+                       what, (unsigned long long)n, (unsigned long long)off,
+                       SCRATCH_MAX);
+    if (n > t->scratch_cap || !t->scratch) {
+      unsigned char *p = sl__realloc(t->scratch, n ? (size_t)n : 1);
+      SL_RETURN_ERROR_IF(!p, SL_ENOMEM, "tar: out of memory");
+      t->scratch = p;
+      t->scratch_cap = n ? (size_t)n : 1;
+    }
+    buf = t->scratch;
+  }
+  SL_FORWARD_IF_ERROR(t->src->read_at(t->src, off, buf, (size_t)n));
+  *out = buf;
+  return SL_OK;
+}
 
 void sl__tar_init(sl__tar *t, const void *p, size_t n) {
   memset(t, 0, sizeof *t);
@@ -26,7 +61,16 @@ void sl__tar_init(sl__tar *t, const void *p, size_t n) {
   t->n = n;
 }
 
+void sl__tar_init_source(sl__tar *t, sl__source *src) {
+  memset(t, 0, sizeof *t);
+  t->src = src;
+  t->n = src->size;
+}
+
 void sl__tar_fini(sl__tar *t) {
+  sl__free(t->scratch);
+  t->scratch = NULL;
+  t->scratch_cap = 0;
   sl__free(t->name);
   t->name = NULL;
   t->name_cap = 0;
@@ -144,7 +188,8 @@ int sl__tar_next(sl__tar *t, const char *what) {
     SL_RETURN_ERROR_IF(t->n - t->off < BLOCK, SL_ECORRUPT,
                        "tar: %s: a header cut short at offset %llu", what,
                        (unsigned long long)t->off);
-    const unsigned char *h = t->p + t->off;
+    const unsigned char *h;
+    SL_FORWARD_IF_ERROR(at(t, what, t->off, BLOCK, t->hbuf, &h));
     bool zero = true;
     for (int i = 0; i < BLOCK && zero; i++)
       zero = h[i] == 0;
@@ -174,12 +219,16 @@ int sl__tar_next(sl__tar *t, const char *what) {
                        "offset %llu",
                        what, (unsigned long long)t->off);
     if (type == 'L') { /* GNU long name: the data is the next name */
-      SL_FORWARD_IF_ERROR(set_name(t, NULL, 0, (const char *)t->p + data,
-                                   field_len(t->p + data, (size_t)size)));
+      const unsigned char *d;
+      SL_FORWARD_IF_ERROR(at(t, what, data, size, NULL, &d));
+      SL_FORWARD_IF_ERROR(
+          set_name(t, NULL, 0, (const char *)d, field_len(d, (size_t)size)));
       long_name = true;
     } else if (type == 'x') {
-      SL_FORWARD_IF_ERROR(parse_pax(t, what, data, t->p + data, size,
-                                    &long_name, &pax_size, &psize));
+      const unsigned char *d;
+      SL_FORWARD_IF_ERROR(at(t, what, data, size, NULL, &d));
+      SL_FORWARD_IF_ERROR(
+          parse_pax(t, what, data, d, size, &long_name, &pax_size, &psize));
     } else if (type == '0' || type == 0 || type == '7') {
       if (!long_name) {
         size_t nl = field_len(h, 100), pl = 0;

@@ -1,16 +1,24 @@
-/* tar.h - walking the members of a tar archive held in memory (POSIX
- * ustar, GNU long names, pax extended headers), for the wds: reader
- * (wds_reader.c) and its fuzz target. */
+/* tar.h - walking the members of a tar archive (POSIX ustar, GNU long
+ * names, pax extended headers), for the wds: reader (wds_reader.c) and its
+ * fuzz target.  The archive is either held in memory (a mapped local file:
+ * members are zero-copy views) or read through a byte source (a URL:
+ * source_http.c), where the walk reads only the 512-byte headers and the
+ * long-name / pax records by read_at, and the caller reads member data. */
 #ifndef SLUICE_IO_TAR_H
 #define SLUICE_IO_TAR_H
 
 #include "core/internal.h"
+#include "io/source.h"
 
 #include <stdio.h>
 
 typedef struct sl__tar {
-  const unsigned char *p; /* the archive */
-  size_t n;
+  const unsigned char *p;  /* the archive in memory, or NULL */
+  sl__source *src;         /* or the archive's source (not owned) */
+  uint64_t n;              /* its size */
+  unsigned char hbuf[512]; /* a header read from src */
+  unsigned char *scratch;  /* a long-name or pax record read from src */
+  size_t scratch_cap;
   uint64_t off; /* the next header to read */
   /* The member found last: */
   char *name; /* full path, NUL-terminated (heap, reused) */
@@ -21,11 +29,16 @@ typedef struct sl__tar {
 
 /* Starts walking p[0..n). */
 void sl__tar_init(sl__tar *t, const void *p, size_t n);
+/* Starts walking the archive read from `src` (not taken; it must outlive
+ * the walk).  Read errors from src are forwarded (they name the source). */
+void sl__tar_init_source(sl__tar *t, sl__source *src);
 /* The next regular file member (directories, links and other entries are
  * passed over): SL_OK with name, header, data and size set; SL_EOF at the
  * end (two zero blocks, or the end of the bytes at a block boundary);
  * SL_ECORRUPT naming `what` and the offset (a bad checksum, a member that
- * runs past the end, a malformed size or pax record); SL_ENOMEM. */
+ * runs past the end, a malformed size or pax record; from a source, a
+ * long-name or pax record over 1 MiB); SL_EIO (a source's read); SL_ENOMEM.
+ */
 int sl__tar_next(sl__tar *t, const char *what);
 void sl__tar_fini(sl__tar *t);
 

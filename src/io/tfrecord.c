@@ -56,6 +56,58 @@ int sl__tfrecord_next(const unsigned char *p, size_t n, uint64_t *off,
   return SL_OK;
 }
 
+int sl__tfrecord_read(sl__source *src, uint64_t *off, sl_buffer **rec,
+                      uint64_t *len, bool skip, const char *what, uint64_t n) {
+  *rec = NULL;
+  uint64_t at = *off, size = src->size;
+  if (at >= size) return SL_EOF;
+  SL_RETURN_ERROR_IF(size - at < 12, SL_ECORRUPT,
+                     "tfrecord: %s: record %llu at offset %llu: the header "
+                     "is cut short (%llu bytes left)",
+                     what, (unsigned long long)n, (unsigned long long)at,
+                     (unsigned long long)(size - at));
+  unsigned char h[12];
+  SL_FORWARD_IF_ERROR(src->read_at(src, at, h, sizeof h));
+  uint64_t l = sl__get64(h);
+  SL_RETURN_ERROR_IF(sl__tfrecord_mask(sl__crc32c(0, h, 8)) != sl__get32(h + 8),
+                     SL_ECORRUPT,
+                     "tfrecord: %s: record %llu at offset %llu: the length's "
+                     "CRC does not match (not a TFRecord file, or a damaged "
+                     "one)",
+                     what, (unsigned long long)n, (unsigned long long)at);
+  SL_RETURN_ERROR_IF(l > size - at - 12 || size - at - 12 - l < 4, SL_ECORRUPT,
+                     "tfrecord: %s: record %llu at offset %llu: %llu bytes "
+                     "of data run past the end of the file",
+                     what, (unsigned long long)n, (unsigned long long)at,
+                     (unsigned long long)l);
+  if (!skip) {
+    SL_RETURN_ERROR_IF(l > SIZE_MAX - 4, SL_ENOMEM,
+                       "tfrecord: %s: record %llu: %llu bytes", what,
+                       (unsigned long long)n, (unsigned long long)l);
+    sl_buffer *b = sl_buffer_new((size_t)l + 4);
+    SL_RETURN_ERROR_IF(!b, SL_ENOMEM,
+                       "tfrecord: %s: record %llu: out of memory (%llu "
+                       "bytes)",
+                       what, (unsigned long long)n, (unsigned long long)l);
+    unsigned char *d = sl_buffer_data(b);
+    int rc = src->read_at(src, at + 12, d, (size_t)l + 4);
+    if (rc == SL_OK &&
+        sl__tfrecord_mask(sl__crc32c(0, d, (size_t)l)) != sl__get32(d + l))
+      rc = sl_set_error(SL_ECORRUPT,
+                        "tfrecord: %s: record %llu at offset %llu: the data's "
+                        "CRC does not match (a damaged record)",
+                        what, (unsigned long long)n, (unsigned long long)at);
+    if (rc < 0) {
+      sl_buffer_release(b);
+      return rc;
+    }
+    *rec = b;
+  }
+  *len = l;
+  *off = at + 16 + l;
+  return SL_OK;
+}
+
 int sl__tf_features_parse(const char *spec, sl__tf_feature *f, int max,
                           int *nf) {
   *nf = 0;

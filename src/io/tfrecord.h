@@ -6,6 +6,7 @@
 #define SLUICE_IO_TFRECORD_H
 
 #include "core/internal.h"
+#include "io/source.h"
 
 /* The record at p[*off..n): on SL_OK *data and *len are its bytes and *off is
  * past it; SL_EOF at n; SL_ECORRUPT naming `what`, the record number `rec`
@@ -14,6 +15,15 @@
 int sl__tfrecord_next(const unsigned char *p, size_t n, uint64_t *off,
                       const unsigned char **data, uint64_t *len,
                       const char *what, uint64_t rec);
+/* The record at *off of `src` (a URL read by ranges): reads its 12-byte
+ * header and checks the length's CRC; then, unless `skip`, reads the data
+ * and its CRC into a new buffer *rec (the data at byte 0, *len bytes;
+ * release it) and checks that CRC.  With `skip` (a restore walking to a
+ * saved count) *rec is NULL and the data is not read.  On SL_OK *off is
+ * past the record; SL_EOF at the source's end; SL_ECORRUPT as
+ * sl__tfrecord_next; SL_EIO from the source (naming it); SL_ENOMEM. */
+int sl__tfrecord_read(sl__source *src, uint64_t *off, sl_buffer **rec,
+                      uint64_t *len, bool skip, const char *what, uint64_t n);
 /* TFRecord's masked CRC32C. */
 uint32_t sl__tfrecord_mask(uint32_t crc);
 

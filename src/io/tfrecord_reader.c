@@ -4,8 +4,12 @@
  *
  * Bytes.  A plain file is mapped (fmt_map.c); a GZIP file (told by its
  * magic, or sl_tfrecord_opts.compression) is inflated once at open into
- * one buffer.  Every record's two masked CRC32Cs are checked as it is read
- * (tfrecord.c).
+ * one buffer.  A plain file named by URL is read through a ranged byte
+ * source (source_http.c) record by record - the 12-byte header, then the
+ * data and its CRC into a buffer of the record's own - so memory is the
+ * read-ahead block plus the records in flight; a GZIP one over a URL is
+ * still fetched and inflated whole.  Every record's two masked CRC32Cs are
+ * checked as it is read (tfrecord.c).
  *
  * Samples.  With sl_tfrecord_opts.features, each record is decoded as a
  * tf.train.Example and the named features become the fields
@@ -18,6 +22,7 @@
  * the start.  The record holds the stream's size.
  */
 #include "io/fmt_map.h"
+#include "io/http.h"
 #include "io/tfrecord.h"
 #include "readers/state.h"
 
@@ -26,6 +31,7 @@
 typedef struct tf_state {
   char *path;
   sl_buffer *bytes;
+  sl__source *src; /* a plain file by URL: read by ranges; or NULL */
   const unsigned char *p;
   size_t n;
   uint64_t off, rec;
@@ -40,29 +46,39 @@ static int tf_next(void *st, sl_sample **out) {
   tf_state *s = st;
   const unsigned char *d;
   uint64_t len;
-  int rc = sl__tfrecord_next(s->p, s->n, &s->off, &d, &len, s->path, s->rec);
+  sl_buffer *own = NULL; /* from a source: the record's bytes */
+  int rc;
+  if (s->src) {
+    rc = sl__tfrecord_read(s->src, &s->off, &own, &len, false, s->path, s->rec);
+    d = own ? sl_buffer_data(own) : NULL;
+  } else {
+    rc = sl__tfrecord_next(s->p, s->n, &s->off, &d, &len, s->path, s->rec);
+  }
   if (rc != SL_OK) return rc;
+  sl_buffer *base = own ? own : s->bytes;
+  size_t boff = own ? 0 : (size_t)(d - s->p);
   char what[600];
   snprintf(what, sizeof what, "%s: record %llu", s->path,
            (unsigned long long)s->rec);
   s->rec++;
   if (s->nf) {
-    SL_FORWARD_IF_ERROR(sl__tf_example_sample(what, d, (size_t)len, s->f, s->nf,
-                                              s->schema, out));
+    rc = sl__tf_example_sample(what, d, (size_t)len, s->f, s->nf, s->schema,
+                               out);
   } else {
     sl_sample *smp = sl_sample_new(s->schema);
-    SL_RETURN_ERROR_IF(!smp, SL_ENOMEM, "tfrecord: out of memory");
+    rc = smp ? SL_OK : sl_set_error(SL_ENOMEM, "tfrecord: out of memory");
     sl_tensor t;
     int64_t l = (int64_t)len;
-    rc = sl_tensor_view(&t, SL_BYTES, 1, &l, s->bytes, (size_t)(d - s->p));
+    if (rc == SL_OK) rc = sl_tensor_view(&t, SL_BYTES, 1, &l, base, boff);
     if (rc == SL_OK && (rc = sl_sample_set_move(smp, 0, &t)) < 0)
       sl_tensor_clear(&t);
-    if (rc < 0) {
+    if (rc < 0)
       sl_sample_release(smp);
-      return rc;
-    }
-    *out = smp;
+    else
+      *out = smp;
   }
+  sl_buffer_release(own);
+  if (rc < 0) return rc;
   sl__state_log_note(&s->offs, s->off);
   return SL_OK;
 }
@@ -78,6 +94,7 @@ static void tf_destroy(void *st) {
   tf_state *s = st;
   if (!s) return;
   sl_buffer_release(s->bytes);
+  sl__source_close(s->src);
   sl_schema_release(s->schema);
   sl__free(s->path);
   sl__free(s);
@@ -116,7 +133,11 @@ static int tf_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
     for (uint64_t i = 0; i < k; i++) {
       const unsigned char *d;
       uint64_t len;
-      int rc = sl__tfrecord_next(s->p, s->n, &s->off, &d, &len, s->path, i);
+      sl_buffer *none;
+      int rc =
+          s->src ? sl__tfrecord_read(s->src, &s->off, &none, &len, true,
+                                     s->path, i)
+                 : sl__tfrecord_next(s->p, s->n, &s->off, &d, &len, s->path, i);
       SL_RETURN_ERROR_IF(rc == SL_EOF, SL_ECORRUPT,
                          "restore: tfrecord %s: ended after %llu records, "
                          "the state needs %llu",
@@ -143,6 +164,25 @@ static const sl_reader_vtable tf_vt = {"tfrecord", tf_next, tf_reset,
                                        tf_destroy};
 
 static int load(tf_state *s, int compression) {
+  if (sl__is_url(s->path) && compression != SL_TFRECORD_GZIP) {
+    SL_FORWARD_IF_ERROR(sl__source_open_url("tfrecord", s->path, &s->src));
+    unsigned char magic[2] = {0, 0};
+    if (compression == SL_TFRECORD_AUTO && s->src->size >= 2)
+      SL_FORWARD_IF_ERROR(s->src->read_at(s->src, 0, magic, 2));
+    if (!(magic[0] == 0x1f && magic[1] == 0x8b)) {
+      SL_RETURN_ERROR_IF(s->src->size > SIZE_MAX, SL_EUNSUPPORTED,
+                         "tfrecord: %s: too large", s->path);
+      s->n = (size_t)s->src->size;
+      return SL_OK;
+    }
+    /* GZIP over a URL: fetched and inflated whole, below. */
+    sl__source_close(s->src);
+    s->src = NULL;
+    SL_FORWARD_IF_ERROR(sl__read_gzip_file("tfrecord", s->path, &s->bytes));
+    s->p = sl_buffer_data(s->bytes);
+    s->n = sl_buffer_size(s->bytes);
+    return SL_OK;
+  }
   SL_FORWARD_IF_ERROR(sl__map_file("tfrecord", s->path, &s->bytes, NULL));
   const unsigned char *p = sl_buffer_data(s->bytes);
   bool gz = compression == SL_TFRECORD_GZIP ||

@@ -33,12 +33,22 @@ typedef struct sl__wds_layout {
 typedef struct sl__wds_member {
   char ext[SL__WDS_EXT_MAX];
   uint64_t data, size;
+  sl_buffer *buf; /* from a source: its bytes once read (owned), or NULL */
 } sl__wds_member;
 
-/* One open shard: its mapping and the walk through it. */
+/* One open shard: its mapping (a local file) or its byte source (a URL,
+ * read by ranges: source_http.c), and the walk through it.  From a source,
+ * grouping reads each member's bytes in file order as it passes it (so the
+ * source's read-ahead serves a forward walk), into a buffer of the
+ * member's own released with the next group - unless headers_only, when
+ * the walk reads the 512-byte headers alone. */
 typedef struct sl__wds_shard {
   char *path;
-  sl_buffer *map;
+  sl_buffer *map;    /* or NULL */
+  sl__source *src;   /* or NULL */
+  uint64_t size;     /* the shard's bytes */
+  bool headers_only; /* from a source: grouping reads no member bytes (a
+                        restore or skip walking to a count) */
   sl__file_id id;
   sl__tar tar;
   uint64_t index; /* samples passed so far */
@@ -50,7 +60,8 @@ typedef struct sl__wds_shard {
   int nm;
 } sl__wds_shard;
 
-/* Maps `path`.  SL_OK, SL_EIO naming it, SL_ENOMEM. */
+/* Maps `path`, or opens a URL as a ranged byte source.  SL_OK, SL_EIO
+ * naming it (an http error names the URL and status), SL_ENOMEM. */
 int sl__wds_shard_open(const char *path, sl__wds_shard **out);
 void sl__wds_shard_close(sl__wds_shard *sh); /* NULL-safe */
 /* Restarts the walk at byte `off` (a sample's first header, or 0) as
@@ -58,17 +69,18 @@ void sl__wds_shard_close(sl__wds_shard *sh); /* NULL-safe */
 void sl__wds_shard_seek(sl__wds_shard *sh, uint64_t off, uint64_t index);
 /* Reads the next sample's members into sh->key / sh->m: SL_OK, SL_EOF,
  * SL_ECORRUPT or SL_EINVAL (a member repeated within a sample, an
- * extension too long), naming the shard. */
+ * extension too long), naming the shard; from a source also SL_EIO (a
+ * read, naming the URL) and SL_ENOMEM. */
 int sl__wds_shard_group(sl__wds_shard *sh);
 /* The layout of the group just read (the data set's first sample).
  * SL_OK and *out (free with sl__wds_layout_free), or an error. */
-int sl__wds_layout_make(const sl__wds_shard *sh, sl__wds_layout **out);
+int sl__wds_layout_make(sl__wds_shard *sh, sl__wds_layout **out);
 void sl__wds_layout_free(sl__wds_layout *lay);
 /* The sample of the group just read, by `lay`: SL_OK and *out, SL_EINVAL
  * naming the shard and key (a field missing or extra, a .cls that is not
  * an integer, an .npy of another dtype or rank), SL_ECORRUPT (a bad .npy),
  * SL_ENOMEM. */
-int sl__wds_shard_sample(const sl__wds_shard *sh, const sl__wds_layout *lay,
+int sl__wds_shard_sample(sl__wds_shard *sh, const sl__wds_layout *lay,
                          sl_sample **out);
 
 #endif

@@ -55,7 +55,7 @@ static int wds_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
   else if (k > s->log_from && k <= s->offs.count &&
            s->offs.count - k < SL__STATE_LOG - 1)
     off = s->offs.up[(k - 1) % SL__STATE_LOG];
-  SL_FORWARD_IF_ERROR(sl__state_put_u64(w, sl_buffer_size(s->sh->map)));
+  SL_FORWARD_IF_ERROR(sl__state_put_u64(w, s->sh->size));
   return sl__state_put_u64(w, off);
 }
 
@@ -67,7 +67,7 @@ static int wds_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
   uint64_t size, off;
   SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &size));
   SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &off));
-  uint64_t have = sl_buffer_size(s->sh->map);
+  uint64_t have = s->sh->size;
   SL_RETURN_ERROR_IF(
       size != have || (off != UINT64_MAX && off > have), SL_ECORRUPT,
       "restore: wds %s: the shard changed since the state was "
@@ -75,8 +75,10 @@ static int wds_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
       s->sh->path, (unsigned long long)size, (unsigned long long)have);
   wds_reset(s);
   if (off == UINT64_MAX) {
+    s->sh->headers_only = true; /* a URL's walk reads headers alone */
     for (uint64_t i = 0; i < k; i++) {
       int rc = sl__wds_shard_group(s->sh);
+      if (rc != SL_OK) s->sh->headers_only = false;
       SL_RETURN_ERROR_IF(rc == SL_EOF, SL_ECORRUPT,
                          "restore: wds %s: ended after %llu samples, the "
                          "state needs %llu",
@@ -84,6 +86,7 @@ static int wds_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                          (unsigned long long)k);
       SL_FORWARD_IF_ERROR(rc);
     }
+    s->sh->headers_only = false;
   } else {
     sl__wds_shard_seek(s->sh, off, k);
   }

@@ -16,9 +16,14 @@
  * split, or its fields filtered before packing).
  *
  * Samples are views of the mapping (bytes and npy fields) plus one small
- * buffer for the key and the cls values.
+ * buffer for the key and the cls values.  A shard named by URL is read
+ * through a ranged byte source instead of being fetched whole: the walk
+ * reads headers by read_at, and each member a sample needs is read into a
+ * buffer of its own, so memory is the source's read-ahead block plus the
+ * samples in flight, whatever the shard's size.
  */
 #include "io/fmt_map.h"
+#include "io/http.h"
 #include "io/npy.h"
 #include "io/wds.h"
 
@@ -30,21 +35,39 @@ int sl__wds_shard_open(const char *path, sl__wds_shard **out) {
   sl__wds_shard *sh = sl__calloc(1, sizeof *sh);
   SL_RETURN_ERROR_IF(!sh, SL_ENOMEM, "wds: out of memory");
   sh->path = sl__strdup(path);
-  int rc = sh->path ? sl__map_file("wds", path, &sh->map, &sh->id)
-                    : sl_set_error(SL_ENOMEM, "wds: out of memory");
+  int rc = !sh->path          ? sl_set_error(SL_ENOMEM, "wds: out of memory")
+           : sl__is_url(path) ? sl__source_open_url("wds", path, &sh->src)
+                              : sl__map_file("wds", path, &sh->map, &sh->id);
   if (rc < 0) {
     sl__wds_shard_close(sh);
     return rc;
   }
-  sl__tar_init(&sh->tar, sl_buffer_data(sh->map), sl_buffer_size(sh->map));
+  if (sh->src) {
+    sh->id = sh->src->id;
+    sh->size = sh->src->size;
+    sl__tar_init_source(&sh->tar, sh->src);
+  } else {
+    sh->size = sl_buffer_size(sh->map);
+    sl__tar_init(&sh->tar, sl_buffer_data(sh->map), sl_buffer_size(sh->map));
+  }
   *out = sh;
   return SL_OK;
 }
 
+/* Drops the member bytes read for the group read last. */
+static void drop_members(sl__wds_shard *sh) {
+  for (int i = 0; i < sh->nm; i++) {
+    sl_buffer_release(sh->m[i].buf);
+    sh->m[i].buf = NULL;
+  }
+}
+
 void sl__wds_shard_close(sl__wds_shard *sh) {
   if (!sh) return;
+  drop_members(sh);
   sl__tar_fini(&sh->tar);
   sl_buffer_release(sh->map);
+  sl__source_close(sh->src);
   sl__free(sh->key);
   sl__free(sh->path);
   sl__free(sh);
@@ -67,7 +90,38 @@ static int set_key(sl__wds_shard *sh, const char *k, size_t kl) {
   return SL_OK;
 }
 
+/* The bytes of member m: *buf (borrowed) at byte *off.  Mapped: the
+ * mapping at the member's offset; from a source: read once into m->buf. */
+static int member_bytes(sl__wds_shard *sh, sl__wds_member *m, sl_buffer **buf,
+                        size_t *off) {
+  if (!sh->src) {
+    *buf = sh->map;
+    *off = (size_t)m->data;
+    return SL_OK;
+  }
+  if (!m->buf) {
+    SL_RETURN_ERROR_IF(m->size > SIZE_MAX / 2, SL_ENOMEM,
+                       "wds: %s: member .%s of %llu bytes", sh->path, m->ext,
+                       (unsigned long long)m->size);
+    sl_buffer *b = sl_buffer_new((size_t)m->size);
+    SL_RETURN_ERROR_IF(!b, SL_ENOMEM, "wds: %s: out of memory (%llu bytes)",
+                       sh->path, (unsigned long long)m->size);
+    int rc =
+        sh->src->read_at(sh->src, m->data, sl_buffer_data(b), (size_t)m->size);
+    if (rc < 0) {
+      sl_buffer_release(b);
+      return sl_wrap_error(rc, "wds: %s: sample '%s', member %s", sh->path,
+                           sh->key, m->ext);
+    }
+    m->buf = b;
+  }
+  *buf = m->buf;
+  *off = 0;
+  return SL_OK;
+}
+
 int sl__wds_shard_group(sl__wds_shard *sh) {
+  drop_members(sh);
   sh->nm = 0;
   for (;;) {
     uint64_t before = sh->tar.off;
@@ -99,8 +153,14 @@ int sl__wds_shard_group(sl__wds_shard *sh) {
                        sh->path, sh->key, SL__WDS_MAX_FIELDS - 1);
     sl__wds_member *m = &sh->m[sh->nm++];
     snprintf(m->ext, sizeof m->ext, "%s", ext);
+    m->buf = NULL;
     m->data = sh->tar.data;
     m->size = sh->tar.size;
+    if (sh->src && !sh->headers_only) { /* in file order: see wds.h */
+      sl_buffer *b;
+      size_t bo;
+      SL_FORWARD_IF_ERROR(member_bytes(sh, m, &b, &bo));
+    }
   }
   if (sh->nm == 0) return SL_EOF;
   sh->index++;
@@ -113,8 +173,8 @@ static bool ends_with(const char *s, const char *suffix) {
 }
 
 static int cmp_member(const void *a, const void *b) {
-  return strcmp(((const sl__wds_member *)a)->ext,
-                ((const sl__wds_member *)b)->ext);
+  return strcmp((*(sl__wds_member *const *)a)->ext,
+                (*(sl__wds_member *const *)b)->ext);
 }
 
 void sl__wds_layout_free(sl__wds_layout *lay) {
@@ -123,29 +183,34 @@ void sl__wds_layout_free(sl__wds_layout *lay) {
   sl__free(lay);
 }
 
-int sl__wds_layout_make(const sl__wds_shard *sh, sl__wds_layout **out) {
+int sl__wds_layout_make(sl__wds_shard *sh, sl__wds_layout **out) {
   *out = NULL;
   sl__wds_layout *lay = sl__calloc(1, sizeof *lay);
   SL_RETURN_ERROR_IF(!lay, SL_ENOMEM, "wds: out of memory");
-  sl__wds_member m[SL__WDS_MAX_FIELDS];
-  memcpy(m, sh->m, (size_t)sh->nm * sizeof *m);
+  sl__wds_member *m[SL__WDS_MAX_FIELDS];
+  for (int i = 0; i < sh->nm; i++)
+    m[i] = &sh->m[i];
   qsort(m, (size_t)sh->nm, sizeof *m, cmp_member);
   snprintf(lay->name[0], SL__WDS_EXT_MAX, "__key__");
   lay->kind[0] = SL__WDS_KEY;
   lay->nf = 1;
   int rc = SL_OK;
-  const unsigned char *base = sl_buffer_data(sh->map);
   for (int i = 0; i < sh->nm && rc == SL_OK; i++) {
     int f = lay->nf++;
-    snprintf(lay->name[f], SL__WDS_EXT_MAX, "%s", m[i].ext);
-    if (strcmp(m[i].ext, "cls") == 0) {
+    snprintf(lay->name[f], SL__WDS_EXT_MAX, "%s", m[i]->ext);
+    if (strcmp(m[i]->ext, "cls") == 0) {
       lay->kind[f] = SL__WDS_CLS;
-    } else if (ends_with(m[i].ext, "npy")) {
+    } else if (ends_with(m[i]->ext, "npy")) {
       sl__npy h;
       char what[512];
       snprintf(what, sizeof what, "%s, sample '%s', member %s", sh->path,
-               sh->key, m[i].ext);
-      rc = sl__npy_parse(what, base + m[i].data, (size_t)m[i].size, &h);
+               sh->key, m[i]->ext);
+      sl_buffer *b;
+      size_t bo;
+      rc = member_bytes(sh, m[i], &b, &bo);
+      if (rc == SL_OK)
+        rc = sl__npy_parse(what, (const unsigned char *)sl_buffer_data(b) + bo,
+                           (size_t)m[i]->size, &h);
       lay->kind[f] = SL__WDS_NPY;
       lay->dtype[f] = h.dtype;
       lay->rank[f] = h.rank;
@@ -181,9 +246,11 @@ int sl__wds_layout_make(const sl__wds_shard *sh, sl__wds_layout **out) {
 }
 
 /* A .cls member: an integer written as text (spaces around allowed). */
-static int parse_cls(const sl__wds_shard *sh, const sl__wds_member *m,
-                     int64_t *v) {
-  const char *p = (const char *)sl_buffer_data(sh->map) + m->data;
+static int parse_cls(sl__wds_shard *sh, sl__wds_member *m, int64_t *v) {
+  sl_buffer *b;
+  size_t bo;
+  SL_FORWARD_IF_ERROR(member_bytes(sh, m, &b, &bo));
+  const char *p = (const char *)sl_buffer_data(b) + bo;
   char tmp[32];
   size_t n = (size_t)m->size;
   while (n && (p[n - 1] == '\n' || p[n - 1] == '\r' || p[n - 1] == ' '))
@@ -207,11 +274,11 @@ static int parse_cls(const sl__wds_shard *sh, const sl__wds_member *m,
   return SL_OK;
 }
 
-int sl__wds_shard_sample(const sl__wds_shard *sh, const sl__wds_layout *lay,
+int sl__wds_shard_sample(sl__wds_shard *sh, const sl__wds_layout *lay,
                          sl_sample **out) {
   *out = NULL;
   /* Every member must be a field of the layout, and the other way round. */
-  const sl__wds_member *by_field[SL__WDS_MAX_FIELDS] = {0};
+  sl__wds_member *by_field[SL__WDS_MAX_FIELDS] = {0};
   int ncls = 0;
   for (int i = 0; i < sh->nm; i++) {
     int f = 1;
@@ -241,9 +308,11 @@ int sl__wds_shard_sample(const sl__wds_shard *sh, const sl__wds_layout *lay,
   int rc = s ? SL_OK : sl_set_error(SL_ENOMEM, "wds: out of memory");
   int cls_at = 0;
   for (int f = 0; f < lay->nf && rc == SL_OK; f++) {
-    const sl__wds_member *m = by_field[f];
+    sl__wds_member *m = by_field[f];
     sl_tensor t;
     int64_t len;
+    sl_buffer *b = NULL;
+    size_t bo = 0;
     switch (lay->kind[f]) {
     case SL__WDS_KEY:
       len = (int64_t)kl;
@@ -263,9 +332,10 @@ int sl__wds_shard_sample(const sl__wds_shard *sh, const sl__wds_layout *lay,
       char what[512];
       snprintf(what, sizeof what, "%s, sample '%s', member %s", sh->path,
                sh->key, m->ext);
-      rc = sl__npy_parse(
-          what, (const unsigned char *)sl_buffer_data(sh->map) + m->data,
-          (size_t)m->size, &h);
+      rc = member_bytes(sh, m, &b, &bo);
+      if (rc == SL_OK)
+        rc = sl__npy_parse(what, (const unsigned char *)sl_buffer_data(b) + bo,
+                           (size_t)m->size, &h);
       if (rc == SL_OK && (h.dtype != lay->dtype[f] || h.rank != lay->rank[f]))
         rc = sl_set_error(SL_EINVAL,
                           "wds: %s: an array of %s, rank %d, where the data "
@@ -273,13 +343,14 @@ int sl__wds_shard_sample(const sl__wds_shard *sh, const sl__wds_layout *lay,
                           what, sl_dtype_name(h.dtype), h.rank,
                           sl_dtype_name(lay->dtype[f]), lay->rank[f]);
       if (rc == SL_OK)
-        rc = sl_tensor_view(&t, h.dtype, h.rank, h.shape, sh->map,
-                            (size_t)(m->data + h.data_off));
+        rc = sl_tensor_view(&t, h.dtype, h.rank, h.shape, b,
+                            bo + (size_t)h.data_off);
       break;
     }
     default:
       len = (int64_t)m->size;
-      rc = sl_tensor_view(&t, SL_BYTES, 1, &len, sh->map, (size_t)m->data);
+      rc = member_bytes(sh, m, &b, &bo);
+      if (rc == SL_OK) rc = sl_tensor_view(&t, SL_BYTES, 1, &len, b, bo);
     }
     if (rc == SL_OK && (rc = sl_sample_set_move(s, f, &t)) < 0)
       sl_tensor_clear(&t);

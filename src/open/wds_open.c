@@ -14,8 +14,9 @@
  * shard: WebDataset's split_by_node), and its worker t of T takes its
  * shards t, t + T, ...
  *
- * Threads.  Worker t reads its shards one after another (each mapped,
- * walked and unmapped: no file handle outlives its shard) into its own
+ * Threads.  Worker t reads its shards one after another (each mapped, or
+ * for a URL read by ranges through a byte source, walked and closed: no
+ * file handle or connection's block outlives its shard) into its own
  * bounded channel; the consumer takes one sample from each worker in turn,
  * passing over workers that have ended.  The output is therefore the same
  * for any timing - a function of (shards, T, seed, pass) - and an error
@@ -120,7 +121,10 @@ static int worker_shard(wds_worker *w, size_t f, uint64_t *skip) {
   sl__wds_shard *sh;
   SL_FORWARD_IF_ERROR(sl__wds_shard_open(o->paths[f], &sh));
   int rc;
-  while ((rc = sl__wds_shard_group(sh)) == SL_OK) {
+  for (;;) {
+    /* Samples skipped (a restore) are walked by their headers alone. */
+    sh->headers_only = *skip > 0;
+    if ((rc = sl__wds_shard_group(sh)) != SL_OK) break;
     if (*skip) {
       (*skip)--;
       continue;
