@@ -27,10 +27,24 @@
 -- draws nothing for a sample pays two table stores.  The arithmetic is
 -- LuaJIT's 64-bit integer cdata and bit operations, which the compiler
 -- keeps in registers (no allocation in compiled code).
+--
+-- No bit.band here, on purpose: LuaJIT 2.1 before its fix of issue #1079
+-- (2023; Debian 12 ships 2.1.0-beta3+git20220320) constant-folds a
+-- right shift or rotate of a 64-bit and-with-constant, (x & k) >> s, as
+-- (x >> s) & k', computing k' with 32-bit arithmetic: k' = (int32_t)
+-- ((uint32_t)k >> s), sign-extended.  mul128 once took its halves with
+-- band(x, 0xFFFFFFFF); in a trace where the bound of rng:random(0, 3) was
+-- a constant, a0 * 4 became (a << 2) & 0x3FFFFFFFC and its >> 32 became
+-- (a << 2 >> 32) & -4 instead of & 3, so the high word, the draw, came
+-- out wrong (4 from random(0, 3)).  The low half of x is taken as
+-- rshift(lshift(x, 32), 32), which no fold rule turns into an and; the
+-- remaining operations (shifts, rotates, xor, add, multiply) fold
+-- correctly.  spec/31-rng_jit_spec.lua draws under the JIT in the
+-- patterns that triggered it and compares with core/rng.h's values.
 local ffi = require "ffi"
 local bit = require "bit"
 
-local band, bor, bxor = bit.band, bit.bor, bit.bxor
+local bxor = bit.bxor
 local lshift, rshift, rol = bit.lshift, bit.rshift, bit.rol
 local floor, sqrt, log, cos, pi = math.floor, math.sqrt, math.log, math.cos,
   math.pi
@@ -43,7 +57,6 @@ local U64 = ffi.typeof("uint64_t")
 local STATE = ffi.typeof("uint64_t[4]")
 local GOLDEN = 0x9E3779B97F4A7C15ULL
 local GOLDEN2 = GOLDEN * 2ULL
-local M32 = 0xFFFFFFFFULL
 local ZERO = 0ULL
 
 local function mix(z)
@@ -68,14 +81,21 @@ local function next64(st)
   return result
 end
 
--- The high and low 64 bits of a * b.
+-- The low 32 bits of x (a uint64_t), without an and-mask: see the top of
+-- this file for the miscompiled fold that a mask reaches.
+local function low32(x)
+  return rshift(lshift(x, 32), 32)
+end
+
+-- The high and low 64 bits of a * b (core/rng.h's sl__mul128 without
+-- __int128): the high word from the four 32x32-bit partial products, the
+-- low word as the wrapping 64-bit product.
 local function mul128(a, b)
-  local a0, a1 = band(a, M32), rshift(a, 32)
-  local b0, b1 = band(b, M32), rshift(b, 32)
+  local a0, a1 = low32(a), rshift(a, 32)
+  local b0, b1 = low32(b), rshift(b, 32)
   local p00, p01, p10, p11 = a0 * b0, a0 * b1, a1 * b0, a1 * b1
-  local mid = rshift(p00, 32) + band(p01, M32) + band(p10, M32)
-  local lo = bor(lshift(mid, 32), band(p00, M32))
-  return p11 + rshift(p01, 32) + rshift(p10, 32) + rshift(mid, 32), lo
+  local mid = rshift(p00, 32) + low32(p01) + low32(p10)
+  return p11 + rshift(p01, 32) + rshift(p10, 32) + rshift(mid, 32), a * b
 end
 
 -- A uniform integer in [0, n) (n: uint64 >= 1), as sl__rng_bounded.
