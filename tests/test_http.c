@@ -85,33 +85,12 @@ static void nginx_start(server *s) {
   ASSERT_EQ(mkdir(conf, 0755), 0);
   snprintf(conf, sizeof conf, "%s/nginx.conf", s->dir);
   fclose(f);
-  s->pid = fork();
-  ASSERT_TRUE(s->pid >= 0);
-  if (s->pid == 0) {
-    /* A test that fails exits at once: nginx must not outlive it, nor hold
-     * its output open (CTest would wait for it). */
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    int null = open("/dev/null", O_WRONLY);
-    dup2(null, 1);
-    dup2(null, 2);
-    execl(NGINX, "nginx", "-p", s->dir, "-c", conf, "-g", "daemon off;",
-          (char *)NULL);
-    _exit(127);
-  }
-  for (int i = 0; i < 500 && !test_can_connect(s->port); i++)
-    usleep(10000);
-  if (!test_can_connect(s->port)) {
-    kill(s->pid, SIGKILL);
-    waitpid(s->pid, NULL, 0);
-    test_fail(__FILE__, __LINE__, "nginx did not start on port %d (see %s)",
-              s->port, s->dir);
-  }
+  char *argv[] = {NGINX, "-p", s->dir, "-c", conf, "-g", "daemon off;", NULL};
+  s->pid = test_server_start("nginx", argv, s->port, true);
 }
 
 static void nginx_stop(server *s) {
-  kill(s->pid, SIGQUIT);
-  int st;
-  ASSERT_EQ(waitpid(s->pid, &st, 0), s->pid);
+  test_server_stop(s->pid, SIGQUIT);
   char cmd[300];
   snprintf(cmd, sizeof cmd, "rm -rf %s", s->dir);
   ASSERT_EQ(system(cmd), 0);

@@ -71,24 +71,9 @@ static void s3_start(server *s) {
   s->port = test_free_port();
   char port[16];
   snprintf(port, sizeof port, "%d", s->port);
-  s->pid = fork();
-  ASSERT_TRUE(s->pid >= 0);
-  if (s->pid == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGKILL); /* a failed test exits at once */
-    int null = open("/dev/null", O_WRONLY);
-    dup2(null, 1);
-    execl(PYTHON, "python3", SERVER, port, s->root, "bkt", KEY_ID, SECRET,
-          REGION, TOKEN, (char *)NULL);
-    _exit(127);
-  }
-  for (int i = 0; i < 1000 && !test_can_connect(s->port); i++)
-    usleep(10000);
-  if (!test_can_connect(s->port)) {
-    kill(s->pid, SIGKILL);
-    waitpid(s->pid, NULL, 0);
-    test_fail(__FILE__, __LINE__, "%s did not start on port %d", SERVER,
-              s->port);
-  }
+  char *argv[] = {PYTHON, SERVER, port,   (char *)s->root, "bkt",
+                  KEY_ID, SECRET, REGION, TOKEN,           NULL};
+  s->pid = test_server_start(SERVER, argv, s->port, false);
   char endpoint[64];
   snprintf(endpoint, sizeof endpoint, "http://127.0.0.1:%d/", s->port);
   setenv("SLUICE_S3_ENDPOINT", endpoint, 1);
@@ -99,9 +84,7 @@ static void s3_start(server *s) {
 }
 
 static void s3_stop(server *s) {
-  kill(s->pid, SIGTERM);
-  int st;
-  ASSERT_EQ(waitpid(s->pid, &st, 0), s->pid);
+  test_server_stop(s->pid, SIGTERM);
 }
 
 static uint64_t digest_all(sl_reader *r, uint64_t *n) {

@@ -3,10 +3,14 @@
 
 #include <arpa/inet.h>
 #include <dirent.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <netinet/in.h>
+#include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -352,4 +356,34 @@ bool test_can_connect(int port) {
   bool ok = connect(fd, (struct sockaddr *)&a, sizeof a) == 0;
   close(fd);
   return ok;
+}
+
+pid_t test_server_start(const char *what, char *const argv[], int port,
+                        bool quiet_stderr) {
+  pid_t pid = fork();
+  ASSERT_TRUE(pid >= 0);
+  if (pid == 0) {
+    /* A test that fails exits at once: the server must not outlive it, nor
+     * hold its output open (CTest would wait for it). */
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    int null = open("/dev/null", O_WRONLY);
+    dup2(null, 1);
+    if (quiet_stderr) dup2(null, 2);
+    execv(argv[0], argv);
+    _exit(127);
+  }
+  for (int i = 0; i < 1000 && !test_can_connect(port); i++)
+    usleep(10000);
+  if (!test_can_connect(port)) {
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    test_fail(__FILE__, __LINE__, "%s did not start on port %d", what, port);
+  }
+  return pid;
+}
+
+void test_server_stop(pid_t pid, int sig) {
+  kill(pid, sig);
+  int st;
+  ASSERT_EQ(waitpid(pid, &st, 0), pid);
 }

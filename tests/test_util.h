@@ -9,6 +9,7 @@
 #include "test.h"
 
 #include <stdbool.h>
+#include <sys/types.h>
 
 /* --- scratch files ----------------------------------------------------------
  * One scratch directory per test process, removed with its contents at exit.
@@ -140,5 +141,14 @@ bool test_leaked(void);
 int test_free_port(void);
 /* Whether something accepts connections on 127.0.0.1:port. */
 bool test_can_connect(int port);
+
+/* Starts argv[0] (argv NULL-terminated) as a test server that listens on
+ * 127.0.0.1:port: killed with the test process (PR_SET_PDEATHSIG), its
+ * stdout (and stderr when quiet_stderr) to /dev/null; waits up to 10 s for
+ * the port, else fails the test naming `what`.  Returns its pid. */
+pid_t test_server_start(const char *what, char *const argv[], int port,
+                        bool quiet_stderr);
+/* Sends `sig` to the server and reaps it (the test fails if it cannot). */
+void test_server_stop(pid_t pid, int sig);
 
 #endif
