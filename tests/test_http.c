@@ -201,7 +201,8 @@ typedef struct bad_server {
                the first body cut in half */
   const unsigned char *body;
   size_t n;
-  atomic_int served; /* the server thread's count, read by the test */
+  atomic_int served; /* requests answered or being answered (the server
+                        thread's count, read by the test) */
   pthread_t tid;
 } bad_server;
 
@@ -218,6 +219,9 @@ static void *bad_main(void *arg) {
       close(c);
       return NULL;
     }
+    /* Counted before the response goes out: a client that has read it may
+     * check the count at once. */
+    int k = atomic_fetch_add(&b->served, 1);
     if (b->mode >= 2) {
       const char *range = strstr(req, "Range: bytes=");
       size_t from = 0, to = b->n - 1;
@@ -234,15 +238,14 @@ static void *bad_main(void *arg) {
                          "HTTP/1.1 206 Partial Content\r\nETag: "
                          "\"v%d\"\r\nContent-Range: bytes %zu-%zu/%zu\r\n"
                          "Content-Length: %zu\r\nConnection: close\r\n\r\n",
-                         atomic_load(&b->served), from, to, b->n, to - from + 1)
+                         k, from, to, b->n, to - from + 1)
               : snprintf(head, sizeof head,
                          "HTTP/1.1 200 OK\r\nContent-Length: %zu\r\n"
                          "Connection: close\r\n\r\n",
                          b->n);
       send(c, head, (size_t)hl, MSG_NOSIGNAL);
       /* Mode 4 drops the first connection half way through the body. */
-      size_t end =
-          b->mode == 4 && atomic_load(&b->served) == 0 ? b->n / 2 : to + 1;
+      size_t end = b->mode == 4 && k == 0 ? b->n / 2 : to + 1;
       send(c, b->body + from, end - from, MSG_NOSIGNAL);
     } else if (b->mode == 1) {
       const char *r = "HTTP/1.1 500 Internal Server Error\r\nContent-Length: "
@@ -262,10 +265,9 @@ static void *bad_main(void *arg) {
                                 b->n);
       send(c, head, (size_t)hl, MSG_NOSIGNAL);
       /* The first response stops half way: the connection drops. */
-      size_t end = atomic_load(&b->served) == 0 ? b->n / 2 : b->n;
+      size_t end = k == 0 ? b->n / 2 : b->n;
       send(c, b->body + from, end - from, MSG_NOSIGNAL);
     }
-    atomic_fetch_add(&b->served, 1);
     close(c);
   }
 }
