@@ -20,6 +20,39 @@ uint32_t sl__tfrecord_mask(uint32_t crc) {
   return ((crc >> 15) | (crc << 17)) + 0xa282ead8u;
 }
 
+/* Record `rec`'s 12-byte header `h` at offset `at`, with `left` bytes of
+ * the file from `at` on (at least 12): its data length in *len once the
+ * length's CRC matches and the data and its CRC fit in the file. */
+static int check_header(const unsigned char *h, uint64_t left, uint64_t at,
+                        uint64_t rec, const char *what, uint64_t *len) {
+  uint64_t l = sl__get64(h);
+  SL_RETURN_ERROR_IF(sl__tfrecord_mask(sl__crc32c(0, h, 8)) != sl__get32(h + 8),
+                     SL_ECORRUPT,
+                     "tfrecord: %s: record %llu at offset %llu: the length's "
+                     "CRC does not match (not a TFRecord file, or a damaged "
+                     "one)",
+                     what, (unsigned long long)rec, (unsigned long long)at);
+  SL_RETURN_ERROR_IF(l > left - 12 || left - 12 - l < 4, SL_ECORRUPT,
+                     "tfrecord: %s: record %llu at offset %llu: %llu bytes "
+                     "of data run past the end of the file",
+                     what, (unsigned long long)rec, (unsigned long long)at,
+                     (unsigned long long)l);
+  *len = l;
+  return SL_OK;
+}
+
+/* The data CRC of record `rec` (data d[0..l), its masked CRC after it). */
+static int check_data(const unsigned char *d, uint64_t l, uint64_t at,
+                      uint64_t rec, const char *what) {
+  SL_RETURN_ERROR_IF(sl__tfrecord_mask(sl__crc32c(0, d, (size_t)l)) !=
+                         sl__get32(d + l),
+                     SL_ECORRUPT,
+                     "tfrecord: %s: record %llu at offset %llu: the data's "
+                     "CRC does not match (a damaged record)",
+                     what, (unsigned long long)rec, (unsigned long long)at);
+  return SL_OK;
+}
+
 int sl__tfrecord_next(const unsigned char *p, size_t n, uint64_t *off,
                       const unsigned char **data, uint64_t *len,
                       const char *what, uint64_t rec) {
@@ -30,26 +63,10 @@ int sl__tfrecord_next(const unsigned char *p, size_t n, uint64_t *off,
                      "is cut short (%llu bytes left)",
                      what, (unsigned long long)rec, (unsigned long long)at,
                      (unsigned long long)(n - at));
-  uint64_t l = sl__get64(p + at);
-  SL_RETURN_ERROR_IF(sl__tfrecord_mask(sl__crc32c(0, p + at, 8)) !=
-                         sl__get32(p + at + 8),
-                     SL_ECORRUPT,
-                     "tfrecord: %s: record %llu at offset %llu: the length's "
-                     "CRC does not match (not a TFRecord file, or a damaged "
-                     "one)",
-                     what, (unsigned long long)rec, (unsigned long long)at);
-  SL_RETURN_ERROR_IF(l > n - at - 12 || n - at - 12 - l < 4, SL_ECORRUPT,
-                     "tfrecord: %s: record %llu at offset %llu: %llu bytes "
-                     "of data run past the end of the file",
-                     what, (unsigned long long)rec, (unsigned long long)at,
-                     (unsigned long long)l);
+  uint64_t l;
+  SL_FORWARD_IF_ERROR(check_header(p + at, n - at, at, rec, what, &l));
   const unsigned char *d = p + at + 12;
-  SL_RETURN_ERROR_IF(sl__tfrecord_mask(sl__crc32c(0, d, (size_t)l)) !=
-                         sl__get32(d + l),
-                     SL_ECORRUPT,
-                     "tfrecord: %s: record %llu at offset %llu: the data's "
-                     "CRC does not match (a damaged record)",
-                     what, (unsigned long long)rec, (unsigned long long)at);
+  SL_FORWARD_IF_ERROR(check_data(d, l, at, rec, what));
   *data = d;
   *len = l;
   *off = at + 16 + l;
@@ -68,18 +85,8 @@ int sl__tfrecord_read(sl__source *src, uint64_t *off, sl_buffer **rec,
                      (unsigned long long)(size - at));
   unsigned char h[12];
   SL_FORWARD_IF_ERROR(src->read_at(src, at, h, sizeof h));
-  uint64_t l = sl__get64(h);
-  SL_RETURN_ERROR_IF(sl__tfrecord_mask(sl__crc32c(0, h, 8)) != sl__get32(h + 8),
-                     SL_ECORRUPT,
-                     "tfrecord: %s: record %llu at offset %llu: the length's "
-                     "CRC does not match (not a TFRecord file, or a damaged "
-                     "one)",
-                     what, (unsigned long long)n, (unsigned long long)at);
-  SL_RETURN_ERROR_IF(l > size - at - 12 || size - at - 12 - l < 4, SL_ECORRUPT,
-                     "tfrecord: %s: record %llu at offset %llu: %llu bytes "
-                     "of data run past the end of the file",
-                     what, (unsigned long long)n, (unsigned long long)at,
-                     (unsigned long long)l);
+  uint64_t l;
+  SL_FORWARD_IF_ERROR(check_header(h, size - at, at, n, what, &l));
   if (!skip) {
     SL_RETURN_ERROR_IF(l > SIZE_MAX - 4, SL_ENOMEM,
                        "tfrecord: %s: record %llu: %llu bytes", what,
@@ -91,12 +98,7 @@ int sl__tfrecord_read(sl__source *src, uint64_t *off, sl_buffer **rec,
                        what, (unsigned long long)n, (unsigned long long)l);
     unsigned char *d = sl_buffer_data(b);
     int rc = src->read_at(src, at + 12, d, (size_t)l + 4);
-    if (rc == SL_OK &&
-        sl__tfrecord_mask(sl__crc32c(0, d, (size_t)l)) != sl__get32(d + l))
-      rc = sl_set_error(SL_ECORRUPT,
-                        "tfrecord: %s: record %llu at offset %llu: the data's "
-                        "CRC does not match (a damaged record)",
-                        what, (unsigned long long)n, (unsigned long long)at);
+    if (rc == SL_OK) rc = check_data(d, l, at, n, what);
     if (rc < 0) {
       sl_buffer_release(b);
       return rc;
