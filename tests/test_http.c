@@ -96,21 +96,6 @@ static void nginx_stop(server *s) {
   ASSERT_EQ(system(cmd), 0);
 }
 
-static uint64_t digest_all(sl_reader *r, uint64_t *n) {
-  uint64_t h = 0;
-  *n = 0;
-  sl_sample *s;
-  int rc;
-  while ((rc = sl_reader_next(r, &s)) == SL_OK) {
-    h = h * 31 + test_sample_digest(s);
-    (*n)++;
-    sl_sample_release(s);
-  }
-  ASSERT_RC(rc, SL_EOF);
-  sl_reader_destroy(r);
-  return h;
-}
-
 static void same_as_local(const server *s, const char *tag, const char *file) {
   char url[512], local[512];
   snprintf(url, sizeof url, "%s:http://127.0.0.1:%d/%s", tag, s->port, file);
@@ -119,7 +104,7 @@ static void same_as_local(const server *s, const char *tag, const char *file) {
   ASSERT_OK(sl_open(url, NULL, &a));
   ASSERT_OK(sl_open(local, NULL, &b));
   uint64_t na, nb;
-  uint64_t ha = digest_all(a, &na), hb = digest_all(b, &nb);
+  uint64_t ha = test_digest_all(a, &na), hb = test_digest_all(b, &nb);
   ASSERT_EQ(na, nb);
   ASSERT_TRUE(na > 0);
   ASSERT_TRUE(ha == hb);
@@ -148,7 +133,7 @@ TEST(http_every_format_reads_as_from_disk) {
   o.world = 1;
   ASSERT_OK(sl_wds_open(&name, 1, &o, &r));
   uint64_t n;
-  digest_all(r, &n);
+  test_digest_all(r, &n);
   ASSERT_EQ(n, 12);
   nginx_stop(&s);
 }
@@ -185,7 +170,7 @@ TEST(http_500_then_200_is_retried) {
   sl__http_counts(&req1, &ret1);
   ASSERT_GE(ret1 - ret0, 1);
   uint64_t n;
-  digest_all(r, &n);
+  test_digest_all(r, &n);
   ASSERT_EQ(n, 5);
   unsetenv("SLUICE_HTTP_BACKOFF_MS");
   nginx_stop(&s);
@@ -311,7 +296,7 @@ TEST(http_connection_closed_mid_body_resumes_with_a_range) {
   ASSERT_EQ(atomic_load(&b.served), 2);
   ASSERT_OK(sl_open("wds:" DIR "/wds-000002.tar", NULL, &local));
   uint64_t na, nb;
-  ASSERT_TRUE(digest_all(r, &na) == digest_all(local, &nb));
+  ASSERT_TRUE(test_digest_all(r, &na) == test_digest_all(local, &nb));
   ASSERT_EQ(na, 4);
   unsetenv("SLUICE_HTTP_BACKOFF_MS");
   bad_stop(&b);
@@ -384,8 +369,8 @@ TEST(http_slr_reads_as_from_disk) {
   ASSERT_OK(sl_reader_length(a, &len));
   ASSERT_EQ(len, 3000);
   uint64_t na, nb, nc;
-  uint64_t ha = digest_all(a, &na), hb = digest_all(b, &nb),
-           hc = digest_all(c, &nc);
+  uint64_t ha = test_digest_all(a, &na), hb = test_digest_all(b, &nb),
+           hc = test_digest_all(c, &nc);
   ASSERT_EQ(na, 3000);
   ASSERT_EQ(nb, 3000);
   ASSERT_EQ(nc, 3000);
@@ -722,7 +707,7 @@ TEST(http_npy_reads_rows_by_ranges) {
   ASSERT_OK(sl_open(url, NULL, &a));
   ASSERT_OK(sl_open(local, NULL, &b));
   uint64_t na, nb;
-  ASSERT_TRUE(digest_all(a, &na) == digest_all(b, &nb));
+  ASSERT_TRUE(test_digest_all(a, &na) == test_digest_all(b, &nb));
   ASSERT_EQ(na, 20000);
   ASSERT_EQ(nb, 20000);
   sl__http_counts(&req1, &ret1);

@@ -87,27 +87,12 @@ static void s3_stop(server *s) {
   test_server_stop(s->pid, SIGTERM);
 }
 
-static uint64_t digest_all(sl_reader *r, uint64_t *n) {
-  uint64_t h = 0;
-  *n = 0;
-  sl_sample *s;
-  int rc;
-  while ((rc = sl_reader_next(r, &s)) == SL_OK) {
-    h = h * 31 + test_sample_digest(s);
-    (*n)++;
-    sl_sample_release(s);
-  }
-  ASSERT_RC(rc, SL_EOF);
-  sl_reader_destroy(r);
-  return h;
-}
-
 static void same_as_local(const char *name, const char *local) {
   sl_reader *a, *b;
   ASSERT_OK(sl_open(name, NULL, &a));
   ASSERT_OK(sl_open(local, NULL, &b));
   uint64_t na, nb;
-  uint64_t ha = digest_all(a, &na), hb = digest_all(b, &nb);
+  uint64_t ha = test_digest_all(a, &na), hb = test_digest_all(b, &nb);
   ASSERT_EQ(na, nb);
   ASSERT_TRUE(na > 0);
   ASSERT_TRUE(ha == hb);

@@ -387,3 +387,18 @@ void test_server_stop(pid_t pid, int sig) {
   int st;
   ASSERT_EQ(waitpid(pid, &st, 0), pid);
 }
+
+uint64_t test_digest_all(sl_reader *r, uint64_t *n) {
+  uint64_t h = 0;
+  *n = 0;
+  sl_sample *s;
+  int rc;
+  while ((rc = sl_reader_next(r, &s)) == SL_OK) {
+    h = h * 31 + test_sample_digest(s);
+    (*n)++;
+    sl_sample_release(s);
+  }
+  ASSERT_RC(rc, SL_EOF);
+  sl_reader_destroy(r);
+  return h;
+}

@@ -115,6 +115,10 @@ int test_temporaries_of(const char *path);
 /* A digest of everything a sample holds: each field's dtype, shape, LoD
  * and bytes (FNV-1a, 64 bits). */
 uint64_t test_sample_digest(const sl_sample *s);
+/* Reads one whole pass of `r` (which must end with SL_EOF), then destroys
+ * it: a digest of its samples in order (test_sample_digest of each), and
+ * their count in *n. */
+uint64_t test_digest_all(sl_reader *r, uint64_t *n);
 
 /* Builds a fresh chain, the same way each call (the test's ud). */
 typedef sl_reader *(*test_build_fn)(void *ud);
