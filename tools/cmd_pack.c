@@ -32,7 +32,8 @@ static const char synopsis[] =
     "  sluice pack text FILE... -o OUT.slr [options]\n"
     "  sluice pack images FOLDER -o OUT.slr [options]\n"
     "  sluice pack images FOLDER --format wds -o OUT.tar [options]\n"
-    "  sluice pack wds SHARD... -o OUT.slr [options]\n";
+    "  sluice pack wds SHARD... -o OUT.slr [options]\n"
+    "  sluice pack tokens FILE... -o OUT.bin [options]\n";
 
 static const char help[] =
     "Packs data into SLR record files (format: docs/FORMAT.md).\n"
@@ -62,6 +63,9 @@ static const char help[] =
     "         a tag is wds:) become one record per sample, in the given\n"
     "         order: {__key__: bytes, one field per member extension: cls\n"
     "         -> i64, *npy -> the array, others -> bytes} (docs/FORMATS.md).\n"
+    "  tokens llm.c token shards (OUT.bin, not SLR) from text or token\n"
+    "         ids, for the tokens: reader; its options are its own: see\n"
+    "         'sluice pack tokens --help' (docs/TEXT.md).\n"
     "\n"
     "Options:\n"
     "  -o, --output FILE       the output file (required)\n"
@@ -379,7 +383,8 @@ int cmd_pack(int argc, char **argv) {
   }
   if (!fmt) {
     rc = cli_usage_error("pack", synopsis,
-                         "what to pack: 'idx', 'text', 'images' or 'wds'");
+                         "what to pack: 'idx', 'text', 'images', 'wds' or "
+                         "'tokens'");
     goto done;
   }
   bool idx = strcmp(fmt, "idx") == 0, images = strcmp(fmt, "images") == 0;
@@ -387,8 +392,8 @@ int cmd_pack(int argc, char **argv) {
   bool to_wds = out_fmt && strcmp(out_fmt, "wds") == 0;
   if (!idx && !images && !wds && strcmp(fmt, "text") != 0) {
     rc = cli_usage_error("pack", synopsis,
-                         "unknown input format '%s' (idx, text, images or "
-                         "wds)",
+                         "unknown input format '%s' (idx, text, images, "
+                         "wds or tokens)",
                          fmt);
     goto done;
   }

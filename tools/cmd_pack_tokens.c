@@ -25,16 +25,23 @@
 #define LLMC_MAGIC 20240520
 
 static const char synopsis[] =
-    "usage: sluice pack tokens FILE... -o OUT.bin [options]\n"
-    "  Writes llm.c token shards (256 x int32 header, uint16 tokens).\n"
+    "  sluice pack tokens FILE... -o OUT.bin [options]\n";
+
+static const char help[] =
+    "Writes llm.c token shards (256 x int32 header, uint16 tokens), the\n"
+    "input of the tokens: reader (docs/TEXT.md).\n"
+    "\n"
+    "Options:\n"
+    "  -o, --out OUT.bin  the output (required)\n"
     "  --ids            FILEs hold whitespace-separated token ids (0..65535;\n"
     "                   a blank line ends a document); default: bytes\n"
     "  --eos ID         append token ID after every document\n"
     "  --shards K       K shards OUT_000000.bin ... (default 1: OUT itself)\n"
     "  --val-tokens N   the first N tokens go to OUT_val.bin\n"
-    "  -q, --quiet      no summary line\n";
+    "  -q, --quiet      no summary line\n"
+    "  -h, --help       this help\n";
 
-enum { OPT_OUT = 1, OPT_IDS, OPT_EOS, OPT_SHARDS, OPT_VAL, OPT_QUIET };
+enum { OPT_OUT = 1, OPT_IDS, OPT_EOS, OPT_SHARDS, OPT_VAL, OPT_QUIET, OPT_HELP };
 
 static const cli_opt opts[] = {{"out", 'o', true, OPT_OUT},
                                {"ids", 0, false, OPT_IDS},
@@ -42,6 +49,7 @@ static const cli_opt opts[] = {{"out", 'o', true, OPT_OUT},
                                {"shards", 0, true, OPT_SHARDS},
                                {"val-tokens", 0, true, OPT_VAL},
                                {"quiet", 'q', false, OPT_QUIET},
+                               {"help", 'h', false, OPT_HELP},
                                {NULL, 0, false, 0}};
 
 typedef struct tokens {
@@ -234,6 +242,9 @@ int cmd_pack_tokens(int argc, char **argv) {
     case OPT_QUIET:
       quiet = true;
       break;
+    case OPT_HELP:
+      printf("Usage:\n%s\n%s", synopsis, help);
+      goto done;
     }
   }
   if (!out || nin == 0) {

@@ -12,16 +12,21 @@
 #include <zlib.h>
 #include <zstd.h>
 
+/* The same lines as docs/CLI.md's synopsis, and each subcommand's usage
+ * lines are among them (tests/cli/synopsis.sh). */
 static const char synopsis[] =
     "  sluice pack idx IMAGES LABELS -o OUT.slr [options]\n"
     "  sluice pack text FILE... -o OUT.slr [options]\n"
     "  sluice pack images FOLDER -o OUT.slr [options]\n"
+    "  sluice pack images FOLDER --format wds -o OUT.tar [options]\n"
+    "  sluice pack wds SHARD... -o OUT.slr [options]\n"
     "  sluice pack tokens FILE... -o OUT.bin [options]\n"
-    "  sluice inspect [--json] [--chunks] FILE\n"
-    "  sluice verify FILE...\n"
-    "  sluice cat [--from K] [--count N] [--json] FILE\n"
+    "  sluice inspect [--json] [--chunks] [--max-chunk-bytes N] FILE\n"
+    "  sluice verify [-q] [--max-chunk-bytes N] FILE...\n"
+    "  sluice cat [--from K] [--count N] [--json] [--max-chunk-bytes N] FILE\n"
     "  sluice run [--epochs N | --limit N] SCRIPT [ARGS...]\n"
-    "  sluice run [--stop-after N] [--save-state F] [--resume F] SCRIPT ...\n"
+    "  sluice run [--stop-after N] [--save-state FILE] [--resume FILE]\n"
+    "             [--digest] [--stats] [--epochs N] SCRIPT [ARGS...]\n"
     "  sluice help [COMMAND]\n"
     "  sluice --version\n";
 
@@ -33,8 +38,9 @@ static void print_help(FILE *o) {
           "Usage:\n%s"
           "\n"
           "Commands:\n"
-          "  pack     pack idx (MNIST), text or image files into SLR "
-          "file(s)\n"
+          "  pack     pack idx (MNIST), text, image or WebDataset files "
+          "into SLR\n"
+          "           file(s), or text into llm.c token shards\n"
           "  inspect  show a file's schema, counts, sizes and compression\n"
           "  verify   check every checksum, size and index entry of files\n"
           "  cat      print records as text or JSON lines\n"
