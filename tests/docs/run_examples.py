@@ -176,7 +176,7 @@ def check_links(md, src):
             continue
         names = [t for t in re.findall(r"\]\(([^)#\s]*)", line) if t]
         names += re.findall(r"(?<![\w./:-])((?:\.\./|\./)?[\w./-]*[\w-]+\.md)\b", line)
-        for t in names:
+        for t in dict.fromkeys(names):
             if re.match(r"^[a-z]+:", t):
                 bad.append(f"{n}: a link out of the repository: {t}")
                 continue
