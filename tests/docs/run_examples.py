@@ -44,9 +44,12 @@ Several comments may precede one block (blank lines between are fine).
 Runners: lua -> luajit (LUA_PATH: the source's lua/, the build's lua/);
 c -> cc -std=c11 -Wall -Wextra -Werror against include/sluice.h and the
 built libsluice, then run when the block has a main(); sh/bash -> bash -e
-with the built `sluice` first on PATH; python -> python3 with the built
-binding on PYTHONPATH (skipped, saying so, when it was not built); json ->
-parsed.  Another language must be marked `skip`.
+with the built `sluice` first on PATH; console -> its `$ ` commands run in
+one shell, each must exit 0 (or the status a following `echo $?` shows),
+their output is not compared; python -> python3 with the built binding on
+PYTHONPATH (skipped, saying so, when it was not built); json -> parsed.
+Another language must be marked `skip`, and a block with no language that
+holds `$ ` lines (a shell session) must be tagged console or marked.
 
 The scratch folder starts with small Fashion-MNIST fixtures (from the
 Debian dataset-fashion-mnist files, the first 1000 training and 200 test
@@ -63,13 +66,14 @@ import gzip
 import json
 import os
 import re
+import shlex
 import shutil
 import struct
 import subprocess
 import sys
 import tempfile
 
-RUNNABLE = {"lua", "c", "sh", "bash", "python", "json"}
+RUNNABLE = {"lua", "c", "sh", "bash", "console", "python", "json"}
 BLOCK_TIMEOUT = 120
 FENCE = re.compile(r"^( {0,3}|\s*)(`{3,}|~{3,})\s*([^`]*)$")
 MARKER = re.compile(r"<!--\s*doctest:\s*(\w[\w-]*)(.*?)-->", re.S)
@@ -216,6 +220,34 @@ def excerpt_mismatch(body, path):
     return None
 
 
+def console_script(body):
+    """A ```console session as a bash script: its `$ ` commands (with their
+    backslash continuations) run in order in one shell, the other lines
+    (their output) are not compared; a command that exits non-zero fails
+    the block, unless the session's next command is `echo $?` and the line
+    after it shows that status."""
+    lines = body.split("\n")
+    cmds, i = [], 0
+    while i < len(lines):
+        if lines[i].startswith("$ "):
+            cmd = lines[i][2:]
+            while cmd.endswith("\\") and i + 1 < len(lines):
+                i += 1
+                cmd += "\n" + lines[i]
+            shown = (lines[i + 1].strip() if i + 1 < len(lines) else "")
+            if cmd.strip() == "echo $?" and cmds and re.fullmatch(r"\d+", shown):
+                cmds[-1][1] = int(shown)
+            else:
+                cmds.append([cmd, 0])
+        i += 1
+    out = ["set -o pipefail"]
+    for cmd, want in cmds:
+        first = shlex.quote(cmd.split("\n")[0])
+        out += [cmd, f"__rc=$?; if [ $__rc -ne {want} ]; then echo \"doctest: \\$ \"{first}"
+                f"\" exited $__rc, not {want}\" >&2; exit 1; fi"]
+    return "\n".join(out) + "\n"
+
+
 def small_idx(src, dst, count):
     """Writes the first `count` items of the gzipped idx file src to dst."""
     with gzip.open(src, "rb") as f:
@@ -314,6 +346,12 @@ def main():
         for n, b in enumerate(blocks, 1):
             where = f"{name}:{b.line}"
             if not b.lang:
+                if any(t.startswith("$ ") for t in b.body.split("\n")):
+                    counts["failed"] += 1
+                    failures.append(f"{where}: a shell session in a block with no language: "
+                                    "tag it ```console (its $ commands run) or mark it "
+                                    "<!-- doctest: skip REASON -->")
+                    continue
                 counts["listings"] += 1
                 continue
             if "skip" in b.marks:
@@ -354,7 +392,11 @@ def main():
             steps = []
             if "setup" in b.marks:
                 steps.append(["bash", "-euo", "pipefail", "-c", b.marks["setup"]])
-            ext = {"lua": ".lua", "c": ".c", "sh": ".sh", "python": ".py", "json": ".json"}[lang]
+            if lang == "console":
+                code = (b.marks.get("prelude", "") + console_script(b.body)
+                        + b.marks.get("after", ""))
+            ext = {"lua": ".lua", "c": ".c", "sh": ".sh", "console": ".sh", "python": ".py",
+                   "json": ".json"}[lang]
             path = os.path.join(scratch, fname or f".block{n}{ext}")
             if lang == "json":
                 try:
@@ -382,7 +424,7 @@ def main():
                 default = [exe] if has_main and not fname else None
             else:
                 default = {"lua": ["luajit", path], "sh": ["bash", "-euo", "pipefail", path],
-                           "python": [sys.executable, path]}[lang]
+                           "console": ["bash", path], "python": [sys.executable, path]}[lang]
                 if fname:
                     default = None
             if "run" in b.marks:
