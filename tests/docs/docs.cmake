@@ -32,4 +32,13 @@ if(SLUICE_BUILD_TESTS AND SLUICE_WITH_LUA AND SLUICE_WITH_IMAGES
     endif()
     set_tests_properties(docs.${name} PROPERTIES TIMEOUT 300 LABELS docs)
   endforeach()
+  # The harness itself: what it must fail on (a stale block, a bad marker,
+  # a broken link, ...) and what it must pass.
+  if(Python3_EXECUTABLE)
+    add_test(NAME docs.harness
+             COMMAND bash ${PROJECT_SOURCE_DIR}/tests/docs/selftest.sh
+                     ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR} ${CMAKE_BINARY_DIR}
+                     $<TARGET_FILE:sluice_cli>)
+    set_tests_properties(docs.harness PROPERTIES TIMEOUT 300 LABELS docs)
+  endif()
 endif()
