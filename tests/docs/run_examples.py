@@ -14,7 +14,9 @@ layout) and never runs.  The convention, documented in docs/ARCHITECTURE.md
                                     cannot be imported, saying so
   <!-- doctest: file NAME -->       write the block to NAME (in the scratch
                                     folder) for later blocks, run nothing
-                                    (C: compiled to NAME without .c)
+                                    (C: compiled to NAME without .c); a
+                                    block of any language can be written
+                                    so (a CMakeLists.txt for `run`)
   <!-- doctest: excerpt PATH -->   the block quotes PATH (relative to the
                                     source root): each of its lines, blanks
                                     collapsed (C: comments removed), is a
@@ -35,8 +37,8 @@ layout) and never runs.  The convention, documented in docs/ARCHITECTURE.md
   <!-- doctest: after               code appended to the block (e.g. to
   ...                               iterate the pipeline it declares)
   -->
-  <!-- doctest: stdout              what the block must print (exactly,
-  ...                               trailing blanks ignored)
+  <!-- doctest: stdout              what the block must print (line by
+  ...                               line, runs of blanks as one)
   -->
 
 Several comments may precede one block (blank lines between are fine).
@@ -359,7 +361,9 @@ def main():
                 print(f"skip   {where} [{b.lang}]: {b.marks['skip']}")
                 continue
             lang = "sh" if b.lang == "bash" else b.lang
-            if lang not in RUNNABLE:
+            if lang not in RUNNABLE and "file" in b.marks:
+                lang = "file"  # any language: written for a `run` command (cmake, ...)
+            elif lang not in RUNNABLE:
                 counts["failed"] += 1
                 failures.append(f"{where}: a ```{b.lang} block: no runner for that language; "
                                 "mark it <!-- doctest: skip REASON --> or make it one of "
@@ -399,7 +403,7 @@ def main():
                 code = (b.marks.get("prelude", "") + console_script(b.body)
                         + b.marks.get("after", ""))
             ext = {"lua": ".lua", "c": ".c", "sh": ".sh", "console": ".sh", "python": ".py",
-                   "json": ".json"}[lang]
+                   "json": ".json", "file": ""}[lang]
             path = os.path.join(scratch, fname or f".block{n}{ext}")
             if lang == "json":
                 try:
@@ -427,7 +431,8 @@ def main():
                 default = [exe] if has_main and not fname else None
             else:
                 default = {"lua": ["luajit", path], "sh": ["bash", "-euo", "pipefail", path],
-                           "console": ["bash", path], "python": [sys.executable, path]}[lang]
+                           "console": ["bash", path], "python": [sys.executable, path],
+                           "file": None}[lang]
                 if fname:
                     default = None
             if "run" in b.marks:
@@ -443,8 +448,9 @@ def main():
             ok = rc == 0
             why = f"exit status {rc}"
             if ok and "stdout" in b.marks:
-                want = "\n".join(s.rstrip() for s in b.marks["stdout"].strip("\n").split("\n"))
-                got = "\n".join(s.rstrip() for s in out.strip("\n").split("\n"))
+                want = "\n".join(" ".join(s.split())
+                                 for s in b.marks["stdout"].strip("\n").split("\n"))
+                got = "\n".join(" ".join(s.split()) for s in out.strip("\n").split("\n"))
                 if want != got:
                     ok, why = False, f"stdout differs:\n--- expected\n{want}\n--- got\n{got}"
             if ok:
