@@ -3,7 +3,7 @@
 --   local sluice = require "sluice"
 --   local p = sluice.open("slr:train.slr")
 --     :shuffle(8192, {seed = 42})
---     :map(function(s) s.label = s.label - 1 return s end, {threads = 2})
+--     :map(function(s) s.weight = 1.0 return s end, {threads = 2})
 --     :batch(128)
 --     :prefetch(4)
 --   for b in p:iter() do ... end

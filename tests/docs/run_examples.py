@@ -57,7 +57,8 @@ The scratch folder starts with small Fashion-MNIST fixtures (from the
 Debian dataset-fashion-mnist files, the first 1000 training and 200 test
 images, 100 records a chunk): train.slr, t10k.slr, data/train.slr,
 data/t10k.slr and data/train-0000K-of-00004.slr.  Environment for `setup`/`run`/sh blocks:
-SLUICE_SOURCE_DIR, SLUICE_BUILD_DIR, FMNIST (the dataset folder).
+SLUICE_SOURCE_DIR, SLUICE_BUILD_DIR, FMNIST (the dataset folder), PYTHON
+(this harness's Python, for a setup that writes a binary format).
 
 Exit status: 0 when every unmarked block passed, 1 otherwise (each failure
 names FILE:LINE, the command and its output), 2 on a malformed marker.
@@ -336,7 +337,7 @@ def main():
         "PATH": os.path.dirname(sluice) + os.pathsep + env.get("PATH", ""),
         "LUA_PATH": f"{src}/lua/?.lua;{src}/lua/?/init.lua;{build}/lua/?.lua;;",
         "SLUICE_SOURCE_DIR": src, "SLUICE_BUILD_DIR": build, "FMNIST": a.fmnist,
-        "PYTHONDONTWRITEBYTECODE": "1", "LC_ALL": "C",
+        "PYTHONDONTWRITEBYTECODE": "1", "LC_ALL": "C", "PYTHON": sys.executable,
     })
     if a.python_binding:
         env["PYTHONPATH"] = a.python_binding
