@@ -41,16 +41,21 @@ static const char help[] =
     "  -q, --quiet      no summary line\n"
     "  -h, --help       this help\n";
 
-enum { OPT_OUT = 1, OPT_IDS, OPT_EOS, OPT_SHARDS, OPT_VAL, OPT_QUIET, OPT_HELP };
+enum {
+  OPT_OUT = 1,
+  OPT_IDS,
+  OPT_EOS,
+  OPT_SHARDS,
+  OPT_VAL,
+  OPT_QUIET,
+  OPT_HELP
+};
 
-static const cli_opt opts[] = {{"out", 'o', true, OPT_OUT},
-                               {"ids", 0, false, OPT_IDS},
-                               {"eos", 0, true, OPT_EOS},
-                               {"shards", 0, true, OPT_SHARDS},
-                               {"val-tokens", 0, true, OPT_VAL},
-                               {"quiet", 'q', false, OPT_QUIET},
-                               {"help", 'h', false, OPT_HELP},
-                               {NULL, 0, false, 0}};
+static const cli_opt opts[] = {
+    {"out", 'o', true, OPT_OUT},      {"ids", 0, false, OPT_IDS},
+    {"eos", 0, true, OPT_EOS},        {"shards", 0, true, OPT_SHARDS},
+    {"val-tokens", 0, true, OPT_VAL}, {"quiet", 'q', false, OPT_QUIET},
+    {"help", 'h', false, OPT_HELP},   {NULL, 0, false, 0}};
 
 typedef struct tokens {
   uint16_t *v;

@@ -267,6 +267,13 @@ def small_idx(src, dst, count):
 
 
 def fixtures(scratch, sluice, fmnist):
+    try:
+        make_fixtures(scratch, sluice, fmnist)
+    except (OSError, subprocess.CalledProcessError) as e:
+        sys.exit(f"docs: cannot make the Fashion-MNIST fixtures in {scratch}: {e}")
+
+
+def make_fixtures(scratch, sluice, fmnist):
     idx = os.path.join(scratch, ".idx")
     os.makedirs(idx)
     os.makedirs(os.path.join(scratch, "data"))
