@@ -23,7 +23,9 @@ layout) and never runs.  The convention, documented in docs/ARCHITECTURE.md
                                     line of PATH, in order
   <!-- doctest: run COMMAND -->     run COMMAND (bash) instead of the
                                     block's default runner, after writing
-                                    the block (with `file`, under NAME)
+                                    the block (with `file`, under NAME;
+                                    json: after parsing it, e.g. to compare
+                                    it with a command's output)
   <!-- doctest: setup               bash lines run before the block (data
   ...                               the block reads)
   -->
@@ -420,9 +422,10 @@ def main():
                     counts["failed"] += 1
                     failures.append(f"{where}: [json] does not parse: {e}")
                     continue
-                counts["passed"] += 1
-                print(f"pass   {where} [json]")
-                continue
+                if not fname and "run" not in b.marks:
+                    counts["passed"] += 1
+                    print(f"pass   {where} [json]")
+                    continue
             os.makedirs(os.path.dirname(path), exist_ok=True)
             with open(path, "w", encoding="utf-8") as f:
                 f.write(code)
@@ -440,7 +443,7 @@ def main():
             else:
                 default = {"lua": ["luajit", path], "sh": ["bash", "-euo", "pipefail", path],
                            "console": ["bash", path], "python": [sys.executable, path],
-                           "file": None}[lang]
+                           "file": None, "json": None}[lang]
                 if fname:
                     default = None
             if "run" in b.marks:
