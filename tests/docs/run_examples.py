@@ -379,6 +379,10 @@ def main():
                                 "mark it <!-- doctest: skip REASON --> or make it one of "
                                 f"{', '.join(sorted(RUNNABLE))}")
                 continue
+            if "needs" in b.marks and lang != "python":
+                counts["failed"] += 1
+                failures.append(f"{where}: doctest: needs is for python blocks, not {b.lang}")
+                continue
             if lang == "python":
                 if not a.python_binding:
                     counts["not built"] += 1
