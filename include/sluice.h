@@ -2202,7 +2202,9 @@ SL_API int sl__tokens_shard_name(const char *out, uint32_t shard,
                                  uint32_t shards, char *buf, size_t size);
 /* Also exported, declared in src/io/output.h and src/io/import.h (their
  * types are internal): sl__out_signals_catch(), sl__out_signals_restore()
- * (the packing commands' signal handlers) and sl__pack_tokens(). */
+ * (the packing commands' signal handlers), sl__out_open(), sl__out_write(),
+ * sl__out_commit(), sl__out_abort() (the output path, for the state files
+ * of `run --save-state`) and sl__pack_tokens(). */
 SL_API int sl__pack_wds(const char *const *names, size_t n, const char *out,
                         const struct sl__pack_opts *o, uint64_t *records);
 SL_API int sl__pack_images_wds(const char *root, const char *out,

@@ -182,7 +182,7 @@ int sl__out_open(const char *what, const char *path, sl__out_file **out) {
     sfx[6] = 0;
     snprintf(f->tmp, cap, "%s.tmp-%ld-%s", path, (long)getpid(), sfx);
     f->fd = open(f->tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
-                 0644);
+                 0666); /* the mode a plain create gives: the umask applies */
     if (f->fd < 0 && errno != EEXIST) break;
   }
   if (f->fd < 0) {

@@ -34,15 +34,17 @@ void sl__random_bytes(void *buf, size_t n);
  */
 typedef struct sl__out_file sl__out_file;
 
-/* Creates the temporary file of output `path` (mode 0644 less the umask)
+/* Creates the temporary file of output `path` (mode 0666 less the umask,
+ * as a plain create)
  * and registers it for sl__out_remove_temps.  The folder must exist.
  * `what` ("slr writer", "pack tokens") prefixes the messages.  SL_OK,
  * SL_EIO (naming the temporary name) or SL_ENOMEM. */
-int sl__out_open(const char *what, const char *path, sl__out_file **f);
+SL_API int sl__out_open(const char *what, const char *path,
+                        sl__out_file **f);
 /* Writes n bytes at the end (looping over short writes and EINTR; the
  * write fault hook of io_faults.h applies).  SL_EIO names the temporary
  * file and the offset; after a failure every later write fails. */
-int sl__out_write(sl__out_file *f, const void *p, size_t n);
+SL_API int sl__out_write(sl__out_file *f, const void *p, size_t n);
 /* Bytes written so far. */
 uint64_t sl__out_bytes(const sl__out_file *f);
 /* The final name and the temporary name. */
@@ -53,9 +55,9 @@ const char *sl__out_temp_name(const sl__out_file *f);
 int sl__out_finish(sl__out_file *f);
 /* Finishes if needed, renames to the final name, syncs the folder, frees
  * `f` (also on failure, the temporary file then removed). */
-int sl__out_commit(sl__out_file *f);
+SL_API int sl__out_commit(sl__out_file *f);
 /* Removes the temporary file and frees `f`.  NULL-safe. */
-void sl__out_abort(sl__out_file *f);
+SL_API void sl__out_abort(sl__out_file *f);
 
 /* Removes every temporary file of the process (and every folder an output
  * set created that is empty again): async-signal-safe (unlink and rmdir
