@@ -229,6 +229,9 @@ TEST(output_temporaries_are_unique_and_removed_by_the_signal_cleanup) {
   ASSERT_OK(sl__out_set_open("test", names, 2, NULL, 0, &set));
   sl__out_file *f;
   ASSERT_OK(sl__out_open("test", out, &f));
+  ASSERT_NOT_NULL(sl__out_set_file(set, 1));
+  ASSERT_NULL(sl__out_set_file(set, 2));
+  ASSERT_CONTAINS(sl_last_error(), "output 2 of 2");
   const char *t0 = sl__out_temp_name(sl__out_set_file(set, 0));
   ASSERT_NE(strcmp(t0, sl__out_temp_name(f)), 0);
   ASSERT_EQ(test_count_named(path("u/v"), ".tmp-"), 3);

@@ -113,8 +113,9 @@ int sl__sink_open(const char *out, sl_schema *schema, uint64_t total,
   char set_id[SL__SET_ID_LEN + 1];
   sl__new_set_id(set_id);
   for (uint32_t i = 0; i < k; i++) {
-    rc = sl__slr_writer_open_on(sl__out_set_file(files, i), schema, &o->writer,
-                                &sink->w[i]);
+    sl__out_file *f = sl__out_set_file(files, i);
+    rc = f ? sl__slr_writer_open_on(f, schema, &o->writer, &sink->w[i])
+           : sl_last_error_code();
     if (rc < 0) {
       sl__sink_abort(sink);
       return rc;

@@ -100,9 +100,11 @@ static int read_file(const char *path, bool ids, int64_t eos, tokens *t) {
   return rc;
 }
 
-/* Writes v[0..n) as file `index` of the set into `f`. */
+/* Writes v[0..n) as file `index` of the set into `f` (NULL: it could not
+ * be created, the error set) and finishes it: one file open at a time. */
 static int write_shard(sl__out_file *f, const char *set_id, uint32_t size,
                        uint32_t index, const uint16_t *v, size_t n) {
+  if (!f) return sl_last_error_code();
   SL_RETURN_ERROR_IF(n > INT32_MAX, SL_EINVAL,
                      "pack tokens: %s: %zu tokens do not fit llm.c's int32 "
                      "count (use more shards)",
@@ -122,7 +124,7 @@ static int write_shard(sl__out_file *f, const char *set_id, uint32_t size,
     }
     SL_FORWARD_IF_ERROR(sl__out_write(f, buf, 2 * k));
   }
-  return SL_OK;
+  return sl__out_finish(f);
 }
 
 int sl__tokens_shard_name(const char *out, uint32_t shard, uint32_t shards,
@@ -202,9 +204,8 @@ int sl__pack_tokens(const char *const *files, size_t n, const char *out,
       rc = sl_set_error(SL_EKILLED, "pack tokens: interrupted by signal %d",
                         (int)*o->cancel);
   }
-  /* Every file complete under its temporary name, then the summary, then
-   * the renames. */
-  if (rc == SL_OK) rc = sl__out_set_finish(set);
+  /* Every file complete and synced under its temporary name (write_shard
+   * finished it), then the summary, then the renames. */
   if (rc == SL_OK && o->before_commit)
     rc = o->before_commit(o->ud, t.n, sl__out_set_bytes(set));
   sl__free(t.v);

@@ -309,7 +309,8 @@ int sl__out_commit(sl__out_file *f) {
  */
 struct sl__out_set {
   char *what;
-  sl__out_file **f;
+  char **names;     /* the k final names */
+  sl__out_file **f; /* created on first use (sl__out_set_file) */
   uint32_t k;
   char **dirs; /* folders this set made, outermost first */
   _Atomic(char *) **dir_slots;
@@ -323,6 +324,9 @@ static void set_free(sl__out_set *s) {
   }
   sl__free(s->dirs);
   sl__free(s->dir_slots);
+  for (uint32_t i = 0; s->names && i < s->k; i++)
+    sl__free(s->names[i]);
+  sl__free(s->names);
   sl__free(s->f);
   sl__free(s->what);
   sl__free(s);
@@ -431,17 +435,19 @@ int sl__out_set_open(const char *what, const char *const *names, uint32_t k,
   }
   sl__out_set *s = sl__calloc(1, sizeof *s);
   if (s) s->f = sl__calloc(k, sizeof *s->f);
+  if (s) s->names = sl__calloc(k, sizeof *s->names);
   if (s) s->what = sl__strdup(what);
-  if (!s || !s->f || !s->what) {
+  bool ok = s && s->f && s->names && s->what;
+  if (s) s->k = k;
+  for (uint32_t i = 0; ok && i < k; i++)
+    ok = (s->names[i] = sl__strdup(names[i])) != NULL;
+  if (!ok) {
     if (s) set_free(s);
     return sl_set_error(SL_ENOMEM, "%s: cannot allocate %u outputs", what, k);
   }
-  s->k = k;
   int rc = SL_OK;
   for (uint32_t i = 0; i < k && rc == SL_OK; i++)
     rc = make_folders(s, names[i]);
-  for (uint32_t i = 0; i < k && rc == SL_OK; i++)
-    rc = sl__out_open(what, names[i], &s->f[i]);
   if (rc < 0) {
     sl__out_set_abort(s);
     return rc;
@@ -451,7 +457,13 @@ int sl__out_set_open(const char *what, const char *const *names, uint32_t k,
 }
 
 sl__out_file *sl__out_set_file(sl__out_set *s, uint32_t i) {
-  return i < s->k ? s->f[i] : NULL;
+  if (i >= s->k) {
+    sl_set_error(SL_EINVAL, "%s: output %u of %u", s->what, i, s->k);
+    return NULL;
+  }
+  if (!s->f[i] && sl__out_open(s->what, s->names[i], &s->f[i]) < 0)
+    s->f[i] = NULL;
+  return s->f[i];
 }
 
 uint64_t sl__out_set_bytes(const sl__out_set *s) {
@@ -505,7 +517,9 @@ static int rename_all(sl__out_set *s) {
 int sl__out_set_finish(sl__out_set *s) {
   int rc = SL_OK;
   for (uint32_t i = 0; rc == SL_OK && i < s->k; i++) {
-    rc = sl__out_finish(s->f[i]);
+    /* An output never written is an empty file. */
+    sl__out_file *f = sl__out_set_file(s, i);
+    rc = f ? sl__out_finish(f) : sl_last_error_code();
     if (rc < 0 && s->k > 1)
       rc = sl_wrap_error(rc, "%s: output %u of %u", s->what, i, s->k);
   }

@@ -72,16 +72,20 @@ typedef struct sl__out_set sl__out_set;
  * every name is checked: one that is one of the `n_inputs` files `inputs`
  * (same device and inode, links followed) or an existing folder is
  * refused (SL_EINVAL), as is a name given twice; then the missing folders
- * are made and the k temporary files created. */
+ * are made.  Each temporary file is created when first asked for
+ * (sl__out_set_file), so a writer that fills the files one at a time and
+ * finishes each (sl__out_finish closes it) holds one descriptor. */
 int sl__out_set_open(const char *what, const char *const *names, uint32_t k,
                      const char *const *inputs, size_t n_inputs,
                      sl__out_set **set);
-/* Output i (0 <= i < k), owned by the set. */
+/* Output i (0 <= i < k), owned by the set; its temporary file is created
+ * on the first call.  NULL with the error set when it cannot be. */
 sl__out_file *sl__out_set_file(sl__out_set *set, uint32_t i);
 /* Total bytes written to the set's files. */
 uint64_t sl__out_set_bytes(const sl__out_set *set);
-/* Finishes every file: written and synced under its temporary name (on
- * failure, abort the set).  Idempotent. */
+/* Finishes every file: written and synced under its temporary name (a
+ * file never asked for is created empty; on failure, abort the set).
+ * Idempotent. */
 int sl__out_set_finish(sl__out_set *set);
 /* Finishes every file (sl__out_set_finish), then renames them all with the catchable asynchronous signals held.  Until
  * the first rename any failure removes every temporary file and made

@@ -122,6 +122,14 @@ static int open_outputs(const char *out, uint32_t k, bool sharded,
   if (rc == SL_OK)
     rc = sl__out_set_open("pack images", (const char *const *)names, k,
                           (const char *const *)l->paths, l->n, set);
+  /* Records are dealt among the shards: every file is open from the
+   * start. */
+  for (uint32_t i = 0; i < k && rc == SL_OK; i++)
+    if (!sl__out_set_file(*set, i)) {
+      rc = sl_last_error_code();
+      sl__out_set_abort(*set);
+      *set = NULL;
+    }
   for (uint32_t i = 0; names && i < k; i++)
     sl__free(names[i]);
   sl__free(names);

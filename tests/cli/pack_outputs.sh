@@ -100,6 +100,10 @@ if [ "$IMAGES" != 0 ]; then
   [ -f new/c/w-000001.tar ] || fail "new/c/w-000001.tar not written"
 fi
 no_temps "missing folders"
+# Token shards are written one at a time: 300 of them under 64 descriptors.
+(ulimit -n 64 && exec "$SLUICE" pack tokens corpus.txt --shards 300 -o many/m.bin -q) ||
+  fail "pack tokens --shards 300 under ulimit -n 64"
+[ "$(ls many | wc -l)" -eq 300 ] || fail "many/ does not hold 300 shards"
 
 # --- a token re-pack that fails on its 3rd shard -------------------------------
 # 1537 byte tokens in 3 shards: 512, 512, 513 tokens, files of 2048, 2048 and
