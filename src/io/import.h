@@ -22,8 +22,7 @@
  * only writes (sl__slr_writer_finish, then free it with
  * sl_slr_writer_abort).  Checks as sl_slr_writer_open. */
 int sl__slr_writer_open_on(sl__out_file *file, sl_schema *schema,
-                           const sl_slr_writer_opts *opts,
-                           sl_slr_writer **out);
+                           const sl_slr_writer_opts *opts, sl_slr_writer **out);
 
 /* Makes `w` shard `index` of a set of `size` files named by `set_id` (a
  * writer opened alone is a set of one with an id of its own). */
@@ -145,7 +144,7 @@ typedef struct sl__tokens_pack_opts {
   uint64_t val;    /* > 0: the first val tokens go to OUT_val.bin */
   sl__commit_fn before_commit; /* once every file is complete, before the
                                   renames (tokens, bytes); may be NULL */
-  void *ud;                            /* for before_commit */
+  void *ud;                    /* for before_commit */
   const volatile sig_atomic_t *cancel; /* non-zero: stop (SL_EKILLED) */
 } sl__tokens_pack_opts;
 

@@ -83,7 +83,7 @@ int sl__sink_open(const char *out, sl_schema *schema, uint64_t total,
   int rc = names ? SL_OK : sl_set_error(SL_ENOMEM, "pack: cannot allocate");
   for (uint32_t i = 0; i < k && rc == SL_OK; i++) {
     names[i] = sl__malloc(cap);
-    rc = !names[i]     ? sl_set_error(SL_ENOMEM, "pack: cannot allocate a name")
+    rc = !names[i]   ? sl_set_error(SL_ENOMEM, "pack: cannot allocate a name")
          : o->shards ? sl__shard_name(out, i, k, names[i], cap)
                      : (snprintf(names[i], cap, "%s", out), SL_OK);
   }

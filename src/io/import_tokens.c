@@ -13,8 +13,8 @@
  * under a temporary name and all renamed once all are complete, each
  * recording the run's set identity.
  */
-#include "io/import.h"
 #include "io/bytes.h"
+#include "io/import.h"
 #include "io/tokens_set.h"
 
 #include <ctype.h>
@@ -31,8 +31,8 @@ static int push(tokens *t, uint16_t x) {
   if (t->n == t->cap) {
     size_t cap = t->cap ? t->cap * 2 : 1 << 16;
     uint16_t *v = sl__realloc(t->v, cap * sizeof *v);
-    SL_RETURN_ERROR_IF(!v, SL_ENOMEM,
-                       "pack tokens: cannot allocate %zu tokens", cap);
+    SL_RETURN_ERROR_IF(!v, SL_ENOMEM, "pack tokens: cannot allocate %zu tokens",
+                       cap);
     t->v = v;
     t->cap = cap;
   }
@@ -61,8 +61,7 @@ static int read_ids(FILE *f, const char *path, int64_t eos, tokens *t) {
       unsigned long v = strtoul(word, NULL, 10);
       SL_RETURN_ERROR_IF(v > 65535, SL_EINVAL,
                          "pack tokens: %s:%zu: token id %s is above 65535",
-                         path, line,
-                         word);
+                         path, line, word);
       rc = push(t, (uint16_t)v);
       in_doc = true;
       len = 0;
@@ -83,8 +82,7 @@ static int read_ids(FILE *f, const char *path, int64_t eos, tokens *t) {
 /* Appends the tokens of `path`. */
 static int read_file(const char *path, bool ids, int64_t eos, tokens *t) {
   FILE *f = fopen(path, "rb");
-  SL_RETURN_ERROR_IF(!f, SL_EIO, "pack tokens: %s: %s", path,
-                     strerror(errno));
+  SL_RETURN_ERROR_IF(!f, SL_EIO, "pack tokens: %s: %s", path, strerror(errno));
   int rc = SL_OK;
   if (ids) {
     rc = read_ids(f, path, eos, t);
@@ -131,11 +129,11 @@ int sl__tokens_shard_name(const char *out, uint32_t shard, uint32_t shards,
                           char *buf, size_t size) {
   size_t len = strlen(out);
   if (len > 4 && strcmp(out + len - 4, ".bin") == 0) len -= 4;
-  int n = shard == UINT32_MAX ? snprintf(buf, size, "%.*s_val.bin", (int)len,
-                                         out)
-          : shards == 1       ? snprintf(buf, size, "%s", out)
-                              : snprintf(buf, size, "%.*s_%06u.bin", (int)len,
-                                         out, shard);
+  int n = shard == UINT32_MAX
+              ? snprintf(buf, size, "%.*s_val.bin", (int)len, out)
+          : shards == 1
+              ? snprintf(buf, size, "%s", out)
+              : snprintf(buf, size, "%.*s_%06u.bin", (int)len, out, shard);
   SL_RETURN_ERROR_IF(n < 0 || (size_t)n >= size, SL_EINVAL,
                      "pack tokens: output name '%s' is too long", out);
   return SL_OK;
@@ -149,18 +147,18 @@ static int open_set(const char *out, uint32_t k, bool val,
   uint32_t nf = k + (val ? 1 : 0);
   size_t cap = strlen(out) + 32;
   char **names = sl__calloc(nf, sizeof *names);
-  int rc = names ? SL_OK
-                 : sl_set_error(SL_ENOMEM, "pack tokens: cannot allocate");
+  int rc =
+      names ? SL_OK : sl_set_error(SL_ENOMEM, "pack tokens: cannot allocate");
   for (uint32_t i = 0; i < nf && rc == SL_OK; i++) {
     names[i] = sl__malloc(cap);
-    rc = !names[i] ? sl_set_error(SL_ENOMEM, "pack tokens: cannot allocate")
-                   : sl__tokens_shard_name(out, val && i == 0 ? UINT32_MAX
-                                                               : i - val,
-                                           k, names[i], cap);
+    rc = !names[i]
+             ? sl_set_error(SL_ENOMEM, "pack tokens: cannot allocate")
+             : sl__tokens_shard_name(out, val && i == 0 ? UINT32_MAX : i - val,
+                                     k, names[i], cap);
   }
   if (rc == SL_OK)
-    rc = sl__out_set_open("pack tokens", (const char *const *)names, nf,
-                          inputs, n_inputs, set);
+    rc = sl__out_set_open("pack tokens", (const char *const *)names, nf, inputs,
+                          n_inputs, set);
   for (uint32_t i = 0; names && i < nf; i++)
     sl__free(names[i]);
   sl__free(names);
@@ -184,8 +182,7 @@ int sl__pack_tokens(const char *const *files, size_t n, const char *out,
   for (size_t i = 0; i < n && rc == SL_OK; i++)
     rc = read_file(files[i], o->ids, o->eos, &t);
   sl__out_set *set = NULL;
-  if (rc == SL_OK)
-    rc = open_set(out, o->shards, o->val > 0, files, n, &set);
+  if (rc == SL_OK) rc = open_set(out, o->shards, o->val > 0, files, n, &set);
   char set_id[SL__SET_ID_LEN + 1];
   sl__new_set_id(set_id);
   uint32_t k = o->shards, nf = k + (o->val > 0 ? 1 : 0), at = 0;

@@ -218,18 +218,17 @@ static ssize_t hooked_write(int fd, const void *p, size_t n) {
 }
 
 int sl__out_write(sl__out_file *f, const void *data, size_t n) {
-  SL_RETURN_ERROR_IF(f->failed || f->finished, SL_ESTATE,
-                     "%s: %s: %s", f->what, f->path,
-                     f->failed ? "an earlier write failed"
-                               : "written after it was finished");
+  SL_RETURN_ERROR_IF(
+      f->failed || f->finished, SL_ESTATE, "%s: %s: %s", f->what, f->path,
+      f->failed ? "an earlier write failed" : "written after it was finished");
   const char *p = data;
   while (n) {
     ssize_t k = hooked_write(f->fd, p, n);
     if (k < 0 && errno == EINTR) continue;
     if (k <= 0) {
       f->failed = true;
-      return sl_set_error(SL_EIO, "%s: write failed at offset %llu: %s",
-                          f->tmp, (unsigned long long)f->bytes,
+      return sl_set_error(SL_EIO, "%s: write failed at offset %llu: %s", f->tmp,
+                          (unsigned long long)f->bytes,
                           k < 0 ? strerror(errno) : "no progress");
     }
     p += k;
@@ -295,8 +294,8 @@ int sl__out_commit(sl__out_file *f) {
   if (!f) return SL_OK;
   int rc = sl__out_finish(f);
   if (rc == SL_OK && rename(f->tmp, f->path) != 0) {
-    rc = sl_set_error(SL_EIO, "%s: cannot rename %s to %s: %s", f->what,
-                      f->tmp, f->path, strerror(errno));
+    rc = sl_set_error(SL_EIO, "%s: cannot rename %s to %s: %s", f->what, f->tmp,
+                      f->path, strerror(errno));
     unlink(f->tmp);
   }
   table_drop(&f->slot);
@@ -346,8 +345,7 @@ void sl__out_set_abort(sl__out_set *s) {
 static int remember_dir(sl__out_set *s, const char *dir) {
   char **d = sl__realloc(s->dirs, (s->ndirs + 1) * sizeof *d);
   if (d) s->dirs = d;
-  _Atomic(char *) **ds =
-      sl__realloc(s->dir_slots, (s->ndirs + 1) * sizeof *ds);
+  _Atomic(char *) **ds = sl__realloc(s->dir_slots, (s->ndirs + 1) * sizeof *ds);
   if (ds) s->dir_slots = ds;
   char *copy = d && ds ? sl__strdup(dir) : NULL;
   _Atomic(char *) *slot = copy ? table_add(&g_dirs, copy) : NULL;
@@ -478,8 +476,8 @@ uint64_t sl__out_set_bytes(const sl__out_set *s) {
 static int rename_all(sl__out_set *s) {
   sigset_t all, old;
   sigfillset(&all);
-  static const int sync_sigs[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP,
-                                  SIGABRT, SIGSYS};
+  static const int sync_sigs[] = {SIGSEGV, SIGBUS,  SIGFPE, SIGILL,
+                                  SIGTRAP, SIGABRT, SIGSYS};
   for (size_t j = 0; j < sizeof sync_sigs / sizeof *sync_sigs; j++)
     sigdelset(&all, sync_sigs[j]);
   pthread_sigmask(SIG_BLOCK, &all, &old);
@@ -563,8 +561,8 @@ static void on_fatal(int sig) {
 }
 
 static const int g_sigs[SL__OUT_NSIGS] = {
-    SIGINT,  SIGTERM, SIGHUP,  /* interrupts: the first N_INTERRUPT */
-    SIGPIPE, SIGALRM, SIGXFSZ, SIGQUIT, SIGUSR1,
+    SIGINT,  SIGTERM,   SIGHUP, /* interrupts: the first N_INTERRUPT */
+    SIGPIPE, SIGALRM,   SIGXFSZ, SIGQUIT, SIGUSR1,
     SIGUSR2, SIGVTALRM, SIGPROF, SIGXCPU};
 #define N_INTERRUPT 3
 

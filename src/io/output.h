@@ -39,8 +39,7 @@ typedef struct sl__out_file sl__out_file;
  * and registers it for sl__out_remove_temps.  The folder must exist.
  * `what` ("slr writer", "pack tokens") prefixes the messages.  SL_OK,
  * SL_EIO (naming the temporary name) or SL_ENOMEM. */
-SL_API int sl__out_open(const char *what, const char *path,
-                        sl__out_file **f);
+SL_API int sl__out_open(const char *what, const char *path, sl__out_file **f);
 /* Writes n bytes at the end (looping over short writes and EINTR; the
  * write fault hook of io_faults.h applies).  SL_EIO names the temporary
  * file and the offset; after a failure every later write fails. */
@@ -87,11 +86,12 @@ uint64_t sl__out_set_bytes(const sl__out_set *set);
  * file never asked for is created empty; on failure, abort the set).
  * Idempotent. */
 int sl__out_set_finish(sl__out_set *set);
-/* Finishes every file (sl__out_set_finish), then renames them all with the catchable asynchronous signals held.  Until
- * the first rename any failure removes every temporary file and made
- * folder, leaving the outputs as they were; a rename that fails after
- * others succeeded cannot take those back (the message names them; the
- * set identity tells readers).  Frees the set.  NULL-safe. */
+/* Finishes every file (sl__out_set_finish), then renames them all with the
+ * catchable asynchronous signals held.  Until the first rename any failure
+ * removes every temporary file and made folder, leaving the outputs as they
+ * were; a rename that fails after others succeeded cannot take those back (the
+ * message names them; the set identity tells readers).  Frees the set.
+ * NULL-safe. */
 int sl__out_set_commit(sl__out_set *set);
 /* Removes every temporary file and made folder and frees the set. */
 void sl__out_set_abort(sl__out_set *set);

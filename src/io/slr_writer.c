@@ -242,8 +242,8 @@ static int flush_chunk(sl_slr_writer *w) {
   sl__free(tab);
   if (ZSTD_isError(zr)) {
     w->failed = true;
-    return sl_set_error(SL_EIO, "slr writer: %s: zstd: %s", sl__out_temp_name(w->file),
-                        ZSTD_getErrorName(zr));
+    return sl_set_error(SL_EIO, "slr writer: %s: zstd: %s",
+                        sl__out_temp_name(w->file), ZSTD_getErrorName(zr));
   }
   unsigned char h[SLR_CHUNK_HEADER_SIZE];
   sl__put32(h, SLR_CHUNK_MAGIC);
@@ -259,8 +259,8 @@ static int flush_chunk(sl_slr_writer *w) {
   SL_FORWARD_IF_ERROR(grow((void **)&w->index, &icap, (size_t)w->nchunks + 1,
                            sizeof *w->index));
   w->index_cap = icap;
-  w->index[w->nchunks] =
-      (index_entry){sl__out_bytes(w->file), w->records - w->nrec, w->nrec, hcrc};
+  w->index[w->nchunks] = (index_entry){sl__out_bytes(w->file),
+                                       w->records - w->nrec, w->nrec, hcrc};
   SL_FORWARD_IF_ERROR(write_all(w, h, sizeof h));
   SL_FORWARD_IF_ERROR(write_all(w, w->out, ob.pos));
   if (raw > w->max_raw) w->max_raw = raw;

@@ -33,7 +33,7 @@ typedef struct member {
   size_t pos;       /* in the caller's order */
   const char *path; /* paths[pos] */
   size_t glen;      /* the group: the first glen bytes of the path */
-  bool has_id;     /* a sluice identity was found */
+  bool has_id;      /* a sluice identity was found */
   char id[ID_LEN + 1];
   uint32_t size, index;
 } member;

@@ -32,7 +32,6 @@ void sl__tokens_set_put(unsigned char *header, const char *id, uint32_t size,
  * (the first in the given order) and the file it disagrees with, SL_EIO
  * (a file that cannot be read), SL_ENOMEM.  `stage` prefixes the
  * message. */
-int sl__tokens_set_check(const char *stage, const char *const *paths,
-                         size_t n);
+int sl__tokens_set_check(const char *stage, const char *const *paths, size_t n);
 
 #endif

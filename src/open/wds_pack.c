@@ -108,8 +108,8 @@ static int open_outputs(const char *out, uint32_t k, bool sharded,
                         const sl__image_list *l, sl__out_set **set) {
   char **names = sl__calloc(k, sizeof *names);
   size_t cap = strlen(out) + 32;
-  int rc = names ? SL_OK
-                 : sl_set_error(SL_ENOMEM, "pack images: out of memory");
+  int rc =
+      names ? SL_OK : sl_set_error(SL_ENOMEM, "pack images: out of memory");
   for (uint32_t i = 0; i < k && rc == SL_OK; i++) {
     names[i] = sl__malloc(cap);
     if (!names[i])
@@ -146,8 +146,8 @@ int sl__pack_images_wds(const char *root, const char *out,
   uint32_t k = o && o->shards ? o->shards : 1;
   sl__out_set *set = NULL;
   size_t *order = sl__malloc((l.n ? l.n : 1) * sizeof *order);
-  int rc = order ? SL_OK
-                 : sl_set_error(SL_ENOMEM, "pack images: out of memory");
+  int rc =
+      order ? SL_OK : sl_set_error(SL_ENOMEM, "pack images: out of memory");
   /* The order of sl__pack_images (pack_images.c's pack_order). */
   for (size_t i = 0; order && i < l.n; i++)
     order[i] = i;
