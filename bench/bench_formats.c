@@ -76,18 +76,19 @@ static void write_shards(void) {
   for (int s = 0; s < SHARDS; s++) {
     char path[512];
     snprintf(path, sizeof path, "%s/shard-%06d.tar", g_dir, s);
-    FILE *f = fopen(path, "wb");
+    sl__out_file *f;
+    CHECK(sl__out_open("bench", path, &f));
     for (int i = 0; i < g_per_shard; i++) {
       char name[64], cls[16];
       fill(buf, MEMBER, &st);
       snprintf(name, sizeof name, "%08d.jpg", s * g_per_shard + i);
-      CHECK(sl__tar_write_member(f, path, name, buf, MEMBER));
+      CHECK(sl__tar_write_member(f, name, buf, MEMBER));
       int cl = snprintf(cls, sizeof cls, "%d", i % 10);
       snprintf(name, sizeof name, "%08d.cls", s * g_per_shard + i);
-      CHECK(sl__tar_write_member(f, path, name, cls, (size_t)cl));
+      CHECK(sl__tar_write_member(f, name, cls, (size_t)cl));
     }
-    CHECK(sl__tar_write_end(f, path));
-    fclose(f);
+    CHECK(sl__tar_write_end(f));
+    CHECK(sl__out_commit(f));
   }
   free(buf);
 }

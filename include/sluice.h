@@ -2186,7 +2186,8 @@ typedef struct sl__lua_env sl__lua_env;
 typedef struct sl__shipped sl__shipped;
 
 /* The `sluice` command (tools/): pack, verify, signal handling.
- * src/io/import.h, src/image/image.h, src/open/shard_set.h. */
+ * src/io/import.h, src/io/output.h, src/image/image.h,
+ * src/open/shard_set.h. */
 SL_API int sl__pack_idx(const char *images, const char *labels,
                         const char *out, const struct sl__pack_opts *o,
                         uint64_t *records);
@@ -2196,7 +2197,14 @@ SL_API int sl__pack_images(const char *root, const char *out,
                            const struct sl__pack_opts *o, uint64_t *records);
 SL_API int sl__shard_name(const char *out, uint32_t shard, uint32_t shards,
                           char *buf, size_t size);
-SL_API void sl__slr_writer_remove_temps(void);
+SL_API void sl__out_remove_temps(void);
+SL_API int sl__tokens_shard_name(const char *out, uint32_t shard,
+                                 uint32_t shards, char *buf, size_t size);
+/* Also exported, declared in src/io/output.h and src/io/import.h (their
+ * types are internal): sl__out_signals_catch(), sl__out_signals_restore()
+ * (the packing commands' signal handlers), sl__out_open(), sl__out_write(),
+ * sl__out_commit(), sl__out_abort() (the output path, for the state files
+ * of `run --save-state`) and sl__pack_tokens(). */
 SL_API int sl__pack_wds(const char *const *names, size_t n, const char *out,
                         const struct sl__pack_opts *o, uint64_t *records);
 SL_API int sl__pack_images_wds(const char *root, const char *out,

@@ -118,6 +118,41 @@ void test_write_file(const char *path, const void *data, size_t n) {
   ASSERT_EQ(fclose(f), 0);
 }
 
+char *test_read_file(const char *path, size_t *n) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  ASSERT_EQ(fseek(f, 0, SEEK_END), 0);
+  long len = ftell(f);
+  ASSERT_GE(len, 0);
+  ASSERT_EQ(fseek(f, 0, SEEK_SET), 0);
+  char *b = malloc((size_t)len + 1);
+  ASSERT_NOT_NULL(b);
+  ASSERT_EQ(fread(b, 1, (size_t)len, f), (size_t)len);
+  fclose(f);
+  *n = (size_t)len;
+  return b;
+}
+
+void test_assert_file_is(const char *path, const void *data, size_t n,
+                         const char *what) {
+  size_t got = 0;
+  char *now = test_read_file(path, &got);
+  if (!now || got != n || memcmp(now, data, n) != 0)
+    test_fail(__FILE__, __LINE__, "%s: %s is %s, not the old file", what,
+              path, now ? "changed" : "gone");
+  free(now);
+}
+
+int test_count_named(const char *dir, const char *part) {
+  DIR *d = opendir(dir);
+  if (!d) return 0;
+  int n = 0;
+  for (struct dirent *e; (e = readdir(d)) != NULL;)
+    if (strstr(e->d_name, part)) n++;
+  closedir(d);
+  return n;
+}
+
 void test_write_gz(const char *path, const void *data, size_t n) {
   gzFile g = gzopen(path, "wb");
   ASSERT_TRUE(g != NULL);

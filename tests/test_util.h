@@ -84,6 +84,15 @@ void test_assert_i64_values(const int64_t *v, size_t n, const int64_t *want,
 
 /* Writes n bytes to path (created or truncated); fails the test on error. */
 void test_write_file(const char *path, const void *data, size_t n);
+/* The whole file in a new malloc'd buffer (*n its size), or NULL when it
+ * cannot be opened. */
+char *test_read_file(const char *path, size_t *n);
+/* Fails the test (naming `what`, e.g. "write 3 failed") unless the file at
+ * path holds exactly data[0..n). */
+void test_assert_file_is(const char *path, const void *data, size_t n,
+                         const char *what);
+/* The entries of folder `dir` whose name contains `part`. */
+int test_count_named(const char *dir, const char *part);
 /* Writes n bytes gzip-compressed to path; fails the test on error. */
 void test_write_gz(const char *path, const void *data, size_t n);
 /* An idx header (MNIST format) of element `type` (0x08 = u8, ...) with

@@ -54,20 +54,6 @@ static void spill(const char *p, const char *data, size_t n) {
 }
 
 /* The whole file in a malloc'd buffer (*n bytes), or NULL when missing. */
-static char *slurp(const char *p, size_t *n) {
-  FILE *f = fopen(p, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long len = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *b = malloc((size_t)len + 1);
-  ASSERT_NOT_NULL(b);
-  ASSERT_EQ(fread(b, 1, (size_t)len, f), (size_t)len);
-  fclose(f);
-  *n = (size_t)len;
-  return b;
-}
-
 /* Text lines "<tag> line <i>" for i in [0, n). */
 static void lines_file(const char *p, const char *tag, int n) {
   size_t cap = (size_t)n * 40 + 1, len = 0;
@@ -81,14 +67,7 @@ static void lines_file(const char *p, const char *tag, int n) {
 
 /* Entries of the scratch directory whose name contains `part`. */
 static int count_named(const char *part) {
-  DIR *d = opendir(test_tmpdir(TAG));
-  ASSERT_NOT_NULL(d);
-  int n = 0;
-  struct dirent *e;
-  while ((e = readdir(d)) != NULL)
-    if (strstr(e->d_name, part)) n++;
-  closedir(d);
-  return n;
+  return test_count_named(test_tmpdir(TAG), part);
 }
 
 static sl_schema *text_schema(void) {
@@ -128,7 +107,7 @@ TEST(failed_repack_keeps_the_old_set) {
   for (int f = 0; f < 2; f++) {
     for (uint32_t s = 0; s < 4; s++) {
       ASSERT_OK(sl__shard_name(out, s, 4, name[s], sizeof name[s]));
-      old[s] = slurp(name[s], &old_n[s]);
+      old[s] = test_read_file(name[s], &old_n[s]);
       ASSERT_NOT_NULL(old[s]);
     }
     long k = 0;
@@ -143,15 +122,10 @@ TEST(failed_repack_keeps_the_old_set) {
         break;
       }
       ASSERT_RC(rc, SL_EIO);
-      for (uint32_t s = 0; s < 4; s++) {
-        size_t n = 0;
-        char *now = slurp(name[s], &n);
-        if (!now || n != old_n[s] || memcmp(now, old[s], n) != 0)
-          test_fail(__FILE__, __LINE__,
-                    "write %ld failed: %s is %s, not the old shard", k, name[s],
-                    now ? "changed" : "gone");
-        free(now);
-      }
+      char what[64];
+      snprintf(what, sizeof what, "write %ld failed", k);
+      for (uint32_t s = 0; s < 4; s++)
+        test_assert_file_is(name[s], old[s], old_n[s], what);
     }
     /* The last run succeeded: the new set is in place; put the old back. */
     ASSERT_GE(k, 4 * 5);
@@ -283,7 +257,7 @@ TEST(planted_symlink_is_not_followed) {
   sl_sample_release(r);
   ASSERT_OK(sl_slr_writer_close(w));
   size_t n = 0;
-  char *v = slurp(victim, &n);
+  char *v = test_read_file(victim, &n);
   ASSERT_NOT_NULL(v);
   ASSERT_EQ(n, 9);
   ASSERT_TRUE(memcmp(v, "precious\n", 9) == 0);
@@ -365,11 +339,11 @@ TEST(output_that_is_an_input_is_refused) {
   const char *b[] = {in_link}; /* an input that is a link to a shard */
   refused(b, 1, test_tmppath(TAG, "s.slr"), 2);
   size_t n = 0;
-  char *v = slurp(in, &n);
+  char *v = test_read_file(in, &n);
   ASSERT_EQ(n, 8);
   ASSERT_TRUE(memcmp(v, "keep me\n", 8) == 0);
   free(v);
-  v = slurp(shard, &n);
+  v = test_read_file(shard, &n);
   ASSERT_EQ(n, 6);
   free(v);
   ASSERT_EQ(count_named(".tmp-"), 0);
@@ -425,13 +399,13 @@ TEST(failing_before_commit_leaves_the_old_outputs) {
   const char *ins[] = {in};
   ASSERT_OK(sl__pack_text(ins, 1, out, NULL, NULL));
   size_t n0 = 0, n1 = 0;
-  char *before = slurp(out, &n0);
+  char *before = test_read_file(out, &n0);
   lines_file(in, "changed", 70);
   sl__pack_opts o = {.before_commit = failing_hook};
   ASSERT_RC(sl__pack_text(ins, 1, out, &o, NULL), SL_EIO);
   ASSERT_EQ(g_hook_calls, 1);
   ASSERT_GE(g_hook_bytes, 100);
-  char *after = slurp(out, &n1);
+  char *after = test_read_file(out, &n1);
   ASSERT_EQ(n0, n1);
   ASSERT_TRUE(memcmp(before, after, n0) == 0);
   ASSERT_EQ(count_named(".tmp-"), 0);

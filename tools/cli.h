@@ -100,8 +100,9 @@ double cli_now(void);
 
 /* CRC-32C (Castagnoli) of n bytes. */
 uint32_t cli_crc32c(const void *data, size_t n);
-/* Writes n bytes to `path` atomically: a temporary "PATH.tmp-PID-XXXXXX" in
- * the same folder, fsync'd, then renamed over PATH (and the folder
+/* Writes n bytes to `path` atomically through the output path
+ * (src/io/output.h): a temporary "PATH.tmp-PID-XXXXXX" in the same folder
+ * (O_EXCL | O_NOFOLLOW), fsync'd, then renamed over PATH (and the folder
  * fsync'd), so PATH is either its old contents or all the new bytes, never
  * a part.  SL_OK, or SL_EIO / SL_ENOMEM with the detail set (the temporary
  * removed). */

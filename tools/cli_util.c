@@ -7,6 +7,7 @@
  * argv permutation, and a uniform message for every kind of bad usage.
  */
 #include "cli.h"
+#include "io/output.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -287,56 +288,16 @@ uint32_t cli_crc32c(const void *data, size_t n) {
 }
 
 int cli_write_file_atomic(const char *path, const void *data, size_t n) {
-  size_t cap = strlen(path) + 32;
-  char *tmp = malloc(cap);
-  if (!tmp) return sl_set_error(SL_ENOMEM, "%s: out of memory", path);
-  snprintf(tmp, cap, "%s.tmp-%ld-XXXXXX", path, (long)getpid());
-  int fd = mkstemp(tmp);
-  if (fd >= 0) {
-    /* mkstemp makes it 0600: give the file the mode a plain create would
-     * (0666 less the umask, read back at once: the CLI's threads create no
-     * files). */
-    mode_t mask = umask(0);
-    umask(mask);
-    (void)fchmod(fd, 0666 & ~mask);
-  }
-  if (fd < 0) {
-    int rc = sl_set_error(SL_EIO, "cannot create %s: %s", tmp, strerror(errno));
-    free(tmp);
+  /* The output path of every writer (src/io/output.h): a unique temporary
+   * created O_EXCL | O_NOFOLLOW, synced, renamed, the folder synced. */
+  sl__out_file *f;
+  SL_FORWARD_IF_ERROR(sl__out_open("write", path, &f));
+  int rc = sl__out_write(f, data, n);
+  if (rc < 0) {
+    sl__out_abort(f);
     return rc;
   }
-  const unsigned char *p = data;
-  size_t done = 0;
-  while (done < n) {
-    ssize_t k = write(fd, p + done, n - done);
-    if (k < 0 && errno == EINTR) continue;
-    if (k <= 0) break;
-    done += (size_t)k;
-  }
-  int err = done < n ? errno : 0;
-  if (!err && fsync(fd) != 0) err = errno;
-  if (close(fd) != 0 && !err) err = errno;
-  if (!err && rename(tmp, path) != 0) err = errno;
-  if (err) {
-    unlink(tmp);
-    int rc = sl_set_error(SL_EIO, "cannot write %s: %s", path,
-                          strerror(err ? err : EIO));
-    free(tmp);
-    return rc;
-  }
-  free(tmp);
-  /* Make the rename durable (best effort: the folder may refuse fsync). */
-  const char *slash = strrchr(path, '/');
-  char *dir = slash ? strndup(path, (size_t)(slash - path) + 1) : strdup(".");
-  if (dir) {
-    int dfd = open(dir, O_RDONLY | O_DIRECTORY);
-    if (dfd >= 0) {
-      (void)fsync(dfd);
-      close(dfd);
-    }
-    free(dir);
-  }
-  return SL_OK;
+  return sl__out_commit(f);
 }
 
 int cli_read_file(const char *path, size_t max, void **data, size_t *n) {

@@ -7,10 +7,11 @@
  * The work is done by the library's internal importers (src/io/import_*.c),
  * the same functions the tests call; this file parses options, shows a
  * progress line when stderr is a terminal, and turns signals into a clean
- * abort: SIGINT, SIGTERM and SIGHUP set the cancel flag the writers check
- * between compression blocks (the importers then remove their temporary
- * files); a second one, or any other catchable signal that ends the
- * process (SIGPIPE, SIGALRM, SIGXFSZ, ...), removes the temporary files in
+ * abort through the output path's handlers (src/io/output.h): SIGINT,
+ * SIGTERM and SIGHUP set the cancel flag the writers check between
+ * compression blocks (the importers then remove their temporary files); a
+ * second one, or any other catchable signal that ends the process
+ * (SIGPIPE, SIGALRM, SIGXFSZ, SIGUSR1, ...), removes the temporary files in
  * the handler and ends the process by that signal.  The summary is printed
  * (and flushed) before the outputs are renamed, so a stdout that cannot
  * take it fails the pack and leaves the old outputs.
@@ -18,6 +19,7 @@
 #include "cli.h"
 #include "image/image.h"
 #include "io/import.h"
+#include "io/output.h"
 #include "open/wds_pack.h"
 
 #include <errno.h>
@@ -135,58 +137,9 @@ static const cli_opt opts[] = {
 
 /* --- progress and interruption ------------------------------------------- */
 
-static volatile sig_atomic_t g_interrupted;
-
-/* Removes every temporary file and ends the process by `sig`. */
-static void die_by(int sig) {
-  sl__slr_writer_remove_temps();
-  signal(sig, SIG_DFL);
-  raise(sig); /* delivered when the handler returns */
-}
-
-/* SIGINT, SIGTERM, SIGHUP: the first asks the pack to stop (it cleans up
- * and exits 128 + sig); a second ends it now. */
-static void on_interrupt(int sig) {
-  if (g_interrupted)
-    die_by(sig);
-  else
-    g_interrupted = sig;
-}
-
-static void on_fatal(int sig) {
-  die_by(sig);
-}
-
-static const int interrupt_sigs[] = {SIGINT, SIGTERM, SIGHUP};
-static const int fatal_sigs[] = {SIGPIPE, SIGALRM,   SIGXFSZ,   SIGQUIT,
-                                 SIGUSR1, SIGUSR2,   SIGVTALRM, SIGPROF,
-                                 SIGXCPU};
-#define N_SIGS                                                                 \
-  (sizeof interrupt_sigs / sizeof *interrupt_sigs +                            \
-   sizeof fatal_sigs / sizeof *fatal_sigs)
-
-/* Installs the handlers (not over a signal the caller ignores, as nohup
- * does), saving the old actions in `old`. */
-static void catch_signals(struct sigaction old[N_SIGS]) {
-  size_t ni = sizeof interrupt_sigs / sizeof *interrupt_sigs;
-  for (size_t i = 0; i < N_SIGS; i++) {
-    int sig = i < ni ? interrupt_sigs[i] : fatal_sigs[i - ni];
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = i < ni ? on_interrupt : on_fatal;
-    sa.sa_flags = SA_RESTART; /* I/O in progress continues; the flag is
-                                 seen between compression blocks */
-    sigemptyset(&sa.sa_mask);
-    sigaction(sig, NULL, &old[i]);
-    if (old[i].sa_handler != SIG_IGN) sigaction(sig, &sa, NULL);
-  }
-}
-
-static void restore_signals(const struct sigaction old[N_SIGS]) {
-  size_t ni = sizeof interrupt_sigs / sizeof *interrupt_sigs;
-  for (size_t i = 0; i < N_SIGS; i++)
-    sigaction(i < ni ? interrupt_sigs[i] : fatal_sigs[i - ni], &old[i], NULL);
-}
+/* The interrupt flag of the handlers (sl__out_signals_catch): the signal
+ * number once SIGINT, SIGTERM or SIGHUP arrived. */
+static const volatile sig_atomic_t *g_cancel;
 
 typedef struct progress {
   bool tty, quiet;
@@ -199,9 +152,8 @@ typedef struct progress {
 
 static int on_progress(void *ud, uint64_t records, uint64_t bytes) {
   progress *p = ud;
-  if (g_interrupted)
-    return sl_set_error(SL_EKILLED, "interrupted by signal %d",
-                        (int)g_interrupted);
+  if (g_cancel && *g_cancel)
+    return sl_set_error(SL_EKILLED, "interrupted by signal %d", (int)*g_cancel);
   if (!p->tty) return SL_OK;
   double now = cli_now();
   if (now - p->last < 0.1) return SL_OK;
@@ -440,20 +392,19 @@ int cmd_pack(int argc, char **argv) {
   po.progress = on_progress;
   po.progress_ud = &prog;
   po.before_commit = print_summary;
-  po.cancel = &g_interrupted;
-  struct sigaction old[N_SIGS];
-  catch_signals(old);
+  sl__out_signals sigs;
+  po.cancel = g_cancel = sl__out_signals_catch(&sigs);
   uint64_t records = 0;
   int src = idx      ? sl__pack_idx(in[0], in[1], out, &po, &records)
             : images ? (to_wds ? sl__pack_images_wds(in[0], out, &po, &records)
                                : sl__pack_images(in[0], out, &po, &records))
             : wds    ? sl__pack_wds(in, nin, out, &po, &records)
                      : sl__pack_text(in, nin, out, &po, &records);
-  restore_signals(old);
+  sl__out_signals_restore(&sigs);
   clear_progress(&prog);
   if (src < 0) {
     rc = cli_fail("pack", src);
-    if (g_interrupted) rc = 128 + (int)g_interrupted;
+    if (*g_cancel) rc = 128 + (int)*g_cancel;
   }
 done:
   free(in);

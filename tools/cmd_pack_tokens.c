@@ -1,28 +1,20 @@
 /*
- * cmd_pack_tokens.c - `sluice pack tokens FILE... -o OUT.bin`: writes token
- * shards in llm.c's format (a header of 256 little-endian int32: magic
- * 20240520, version 1, token count; then the uint16 tokens), the input of
- * the `tokens:` reader (docs/TEXT.md).
- *
- * Tokenizers: bytes (default: token = byte, for tests and examples; each
- * file is one document) or ids (--ids: whitespace-separated decimal token
- * ids 0..65535; a blank line ends a document).  --eos ID appends ID after
- * each document.  --shards K splits the tokens into K shards of about the
- * same size, named OUT without ".bin" + "_%06u.bin" (llm.c's naming:
- * data_000000.bin, ...).  --val-tokens N writes the first N tokens to a
- * shard of their own, "<name>_val.bin" (llm.c keeps shard 0 for
- * validation); the rest are the training shards.  Each shard is written
- * to a temporary name and renamed when complete.
+ * cmd_pack_tokens.c - `sluice pack tokens FILE... -o OUT.bin`: token shards
+ * in llm.c's format, the input of the `tokens:` reader (docs/TEXT.md).  The
+ * library's sl__pack_tokens (src/io/import_tokens.c) does the work through
+ * the output path every packer shares (src/io/output.h): unique
+ * temporaries, inputs refused as outputs, folders made, all files renamed
+ * together, the run's set identity in every header; this file parses the
+ * options, catches the signals (sl__out_signals_catch) and prints the
+ * summary before the renames.
  */
 #include "cli.h"
+#include "io/import.h"
 
-#include <ctype.h>
 #include <errno.h>
+#include <stdio_ext.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
-
-#define LLMC_MAGIC 20240520
 
 static const char synopsis[] =
     "  sluice pack tokens FILE... -o OUT.bin [options]\n";
@@ -37,6 +29,8 @@ static const char help[] =
     "                   a blank line ends a document); default: bytes\n"
     "  --eos ID         append token ID after every document\n"
     "  --shards K       K shards OUT_000000.bin ... (default 1: OUT itself)\n"
+    "                   (a missing folder of OUT is created; OUT may not be\n"
+    "                   an input; files are renamed once all are complete)\n"
     "  --val-tokens N   the first N tokens go to OUT_val.bin\n"
     "  -q, --quiet      no summary line\n"
     "  -h, --help       this help\n";
@@ -57,138 +51,31 @@ static const cli_opt opts[] = {
     {"val-tokens", 0, true, OPT_VAL}, {"quiet", 'q', false, OPT_QUIET},
     {"help", 'h', false, OPT_HELP},   {NULL, 0, false, 0}};
 
-typedef struct tokens {
-  uint16_t *v;
-  size_t n, cap;
-} tokens;
+typedef struct summary {
+  bool quiet;
+  size_t nin;
+  uint64_t shards, val;
+} summary;
 
-static bool push(tokens *t, uint16_t x) {
-  if (t->n == t->cap) {
-    size_t cap = t->cap ? t->cap * 2 : 1 << 16;
-    uint16_t *v = realloc(t->v, cap * sizeof *v);
-    if (!v) return false;
-    t->v = v;
-    t->cap = cap;
-  }
-  t->v[t->n++] = x;
-  return true;
-}
-
-/* Appends the tokens of `path`; false after printing why. */
-static bool read_file(const char *path, bool ids, int64_t eos, tokens *t) {
-  FILE *f = fopen(path, "rb");
-  if (!f) {
-    fprintf(stderr, "sluice: pack tokens: %s: %s\n", path, strerror(errno));
-    return false;
-  }
-  bool ok = true;
-  if (!ids) {
-    int c;
-    while (ok && (c = getc(f)) != EOF)
-      ok = push(t, (uint16_t)c);
-    if (ok && eos >= 0) ok = push(t, (uint16_t)eos);
-  } else {
-    char word[32];
-    size_t len = 0, line = 1, newlines = 0;
-    bool in_doc = false;
-    for (int c = getc(f);; c = getc(f)) {
-      if (c != EOF && !isspace(c)) {
-        if (len + 1 >= sizeof word || !isdigit(c)) {
-          fprintf(stderr,
-                  "sluice: pack tokens: %s:%zu: a token id is a decimal "
-                  "number 0..65535\n",
-                  path, line);
-          ok = false;
-          break;
-        }
-        word[len++] = (char)c;
-        newlines = 0;
-        continue;
-      }
-      if (len) {
-        word[len] = 0;
-        unsigned long v = strtoul(word, NULL, 10);
-        if (v > 65535) {
-          fprintf(stderr,
-                  "sluice: pack tokens: %s:%zu: token id %s is above "
-                  "65535\n",
-                  path, line, word);
-          ok = false;
-          break;
-        }
-        ok = push(t, (uint16_t)v);
-        in_doc = true;
-        len = 0;
-      }
-      if (c == '\n') {
-        line++;
-        newlines++;
-      }
-      bool doc_end = c == EOF || newlines == 2;
-      if (doc_end && in_doc && eos >= 0) ok = ok && push(t, (uint16_t)eos);
-      if (doc_end) in_doc = false;
-      if (c == EOF || !ok) break;
-    }
-  }
-  if (!ok && errno == ENOMEM)
-    fprintf(stderr, "sluice: pack tokens: out of memory\n");
-  fclose(f);
-  return ok;
-}
-
-static void le32(unsigned char *p, uint32_t v) {
-  for (int i = 0; i < 4; i++)
-    p[i] = (unsigned char)(v >> (8 * i));
-}
-
-/* Writes v[0..n) as a shard at `path` (through a temporary); false after
- * printing why. */
-static bool write_shard(const char *path, const uint16_t *v, size_t n) {
-  if (n > INT32_MAX) {
-    fprintf(stderr,
-            "sluice: pack tokens: %s: %zu tokens do not fit llm.c's int32 "
-            "count (use --shards)\n",
-            path, n);
-    return false;
-  }
-  char tmp[4200];
-  snprintf(tmp, sizeof tmp, "%s.tmp-%ld", path, (long)getpid());
-  FILE *f = fopen(tmp, "wb");
-  if (!f) {
-    fprintf(stderr, "sluice: pack tokens: %s: %s\n", tmp, strerror(errno));
-    return false;
-  }
-  unsigned char header[1024] = {0};
-  le32(header, LLMC_MAGIC);
-  le32(header + 4, 1);
-  le32(header + 8, (uint32_t)n);
-  bool ok = fwrite(header, 1, sizeof header, f) == sizeof header;
-  unsigned char buf[8192];
-  for (size_t i = 0; ok && i < n;) {
-    size_t k = 0;
-    for (; k < sizeof buf / 2 && i < n; k++, i++) {
-      buf[2 * k] = (unsigned char)v[i];
-      buf[2 * k + 1] = (unsigned char)(v[i] >> 8);
-    }
-    ok = fwrite(buf, 2, k, f) == k;
-  }
-  ok = (fflush(f) == 0) && ok;
-  ok = (fsync(fileno(f)) == 0) && ok;
-  ok = (fclose(f) == 0) && ok;
-  if (ok) ok = rename(tmp, path) == 0;
-  if (!ok) {
-    fprintf(stderr, "sluice: pack tokens: %s: %s\n", path, strerror(errno));
-    unlink(tmp);
-  }
-  return ok;
-}
-
-/* OUT without ".bin", then the suffix. */
-static void name_of(const char *out, const char *suffix, char *buf,
-                    size_t size) {
-  size_t len = strlen(out);
-  if (len > 4 && strcmp(out + len - 4, ".bin") == 0) len -= 4;
-  snprintf(buf, size, "%.*s%s", (int)len, out, suffix);
+/* Printed and flushed once every file is complete, before the renames: a
+ * stdout that cannot take it fails the pack, the old files stay. */
+static int print_summary(void *ud, uint64_t n, uint64_t bytes) {
+  const summary *p = ud;
+  (void)bytes;
+  if (p->quiet) return SL_OK;
+  printf("packed %llu tokens from %zu file%s into %llu shard%s%s\n",
+         (unsigned long long)n, p->nin, p->nin == 1 ? "" : "s",
+         (unsigned long long)p->shards, p->shards == 1 ? "" : "s",
+         p->val ? " + a validation shard" : "");
+  errno = 0;
+  if (fflush(stdout) == 0 && !ferror(stdout)) return SL_OK;
+  int e = errno;
+  __fpurge(stdout);
+  clearerr(stdout);
+  return sl_set_error(SL_EIO,
+                      "pack tokens: cannot write the summary to stdout: %s; "
+                      "nothing was renamed",
+                      e ? strerror(e) : "write error");
 }
 
 int cmd_pack_tokens(int argc, char **argv) {
@@ -201,7 +88,6 @@ int cmd_pack_tokens(int argc, char **argv) {
   int64_t eos = -1;
   uint64_t shards = 1, val = 0;
   int rc = CLI_OK;
-  tokens t = {0};
   if (!in) return CLI_FAIL;
   for (;;) {
     const char *v;
@@ -257,44 +143,25 @@ int cmd_pack_tokens(int argc, char **argv) {
                          !out ? "missing -o OUT.bin" : "no input files");
     goto done;
   }
-  for (size_t i = 0; i < nin; i++)
-    if (!read_file(in[i], ids, eos, &t)) {
-      rc = CLI_FAIL;
-      goto done;
-    }
-  size_t first = 0;
-  char name[4200];
-  if (val > 0) {
-    size_t nv = val < t.n ? (size_t)val : t.n;
-    name_of(out, "_val.bin", name, sizeof name);
-    if (!write_shard(name, t.v, nv)) {
-      rc = CLI_FAIL;
-      goto done;
-    }
-    first = nv;
+  summary sum = {quiet, nin, shards, val};
+  sl__tokens_pack_opts po = {.ids = ids,
+                             .eos = eos,
+                             .shards = (uint32_t)shards,
+                             .val = val,
+                             .before_commit = print_summary,
+                             .ud = &sum};
+  sl__out_signals sigs;
+  po.cancel = sl__out_signals_catch(&sigs);
+  int prc = sl__pack_tokens(in, nin, out, &po, NULL);
+  sl__out_signals_restore(&sigs);
+  if (prc < 0) {
+    const char *msg = sl_last_error();
+    fprintf(stderr, "sluice: %s%s\n",
+            strncmp(msg, "pack tokens:", 12) == 0 ? "" : "pack tokens: ",
+            *msg ? msg : sl_strerror(prc));
+    rc = *po.cancel ? 128 + (int)*po.cancel : CLI_FAIL;
   }
-  size_t left = t.n - first;
-  for (uint64_t k = 0; k < shards; k++) {
-    size_t from = first + (size_t)(left * k / shards);
-    size_t to = first + (size_t)(left * (k + 1) / shards);
-    if (shards == 1) {
-      snprintf(name, sizeof name, "%s", out);
-    } else {
-      char suffix[32];
-      snprintf(suffix, sizeof suffix, "_%06u.bin", (unsigned)k);
-      name_of(out, suffix, name, sizeof name);
-    }
-    if (!write_shard(name, t.v + from, to - from)) {
-      rc = CLI_FAIL;
-      goto done;
-    }
-  }
-  if (!quiet)
-    printf("packed %zu tokens from %zu file%s into %llu shard%s%s\n", t.n, nin,
-           nin == 1 ? "" : "s", (unsigned long long)shards,
-           shards == 1 ? "" : "s", val ? " + a validation shard" : "");
 done:
-  free(t.v);
   free(in);
   return rc;
 }

@@ -7,6 +7,7 @@
 #define SLUICE_IMPORT_H
 
 #include "core/internal.h"
+#include "io/output.h"
 
 #include <signal.h>
 
@@ -15,12 +16,13 @@
 #define SL__META_SET_ID "sluice.set_id"       /* 32 lowercase hex digits */
 #define SL__META_SET_SIZE "sluice.set_size"   /* K, decimal */
 #define SL__META_SET_INDEX "sluice.set_index" /* 0..K-1, decimal */
-#define SL__SET_ID_LEN 32
 
-/* A new random set id (32 lowercase hex digits and a NUL). */
-void sl__new_set_id(char out[SL__SET_ID_LEN + 1]);
-/* n random bytes (getrandom; a clock-seeded fallback, never fails). */
-void sl__random_bytes(void *buf, size_t n);
+/* A writer on `file`, an output of a set (output.h): the set keeps the
+ * file, renames it at its commit and removes it at its abort; the writer
+ * only writes (sl__slr_writer_finish, then free it with
+ * sl_slr_writer_abort).  Checks as sl_slr_writer_open. */
+int sl__slr_writer_open_on(sl__out_file *file, sl_schema *schema,
+                           const sl_slr_writer_opts *opts, sl_slr_writer **out);
 
 /* Makes `w` shard `index` of a set of `size` files named by `set_id` (a
  * writer opened alone is a set of one with an id of its own). */
@@ -34,14 +36,12 @@ void sl__slr_writer_set_cancel(sl_slr_writer *w,
  * synced under the temporary name; nothing is renamed.  On failure the
  * temporary file is removed (abort the writer).  Idempotent. */
 int sl__slr_writer_finish(sl_slr_writer *w);
-/* Close, step 2: finishes if needed, renames to the final name, frees the
- * writer (also on failure).  sl_slr_writer_close is this. */
+/* Close, step 2 of a writer that owns its file (sl_slr_writer_open):
+ * finishes if needed, renames to the final name, frees the writer (also on
+ * failure).  sl_slr_writer_close is this. */
 int sl__slr_writer_commit(sl_slr_writer *w);
 /* Bytes written to the file so far (its size once finished). */
 uint64_t sl__slr_writer_bytes(const sl_slr_writer *w);
-/* Removes the temporary file of every writer of the process that has one:
- * async-signal-safe (unlink only), for the CLI's signal handlers. */
-SL_API void sl__slr_writer_remove_temps(void);
 
 /* How records are dealt to shards. */
 typedef enum sl__shard_mode {
@@ -133,5 +133,31 @@ SL_API int sl__pack_idx(const char *images, const char *labels, const char *out,
  * source=text, files=<basenames joined by ','>. */
 SL_API int sl__pack_text(const char *const *files, size_t n, const char *out,
                          const sl__pack_opts *o, uint64_t *records);
+
+/* --- token shards (import_tokens.c) ---------------------------------------
+ */
+typedef struct sl__tokens_pack_opts {
+  bool ids;        /* files hold whitespace-separated token ids (a blank
+                      line ends a document); else every byte is a token */
+  int64_t eos;     /* >= 0: appended after every document; -1: none */
+  uint32_t shards; /* K >= 1: 1 writes `out` itself, K > 1 OUT_%06u.bin */
+  uint64_t val;    /* > 0: the first val tokens go to OUT_val.bin */
+  sl__commit_fn before_commit; /* once every file is complete, before the
+                                  renames (tokens, bytes); may be NULL */
+  void *ud;                    /* for before_commit */
+  const volatile sig_atomic_t *cancel; /* non-zero: stop (SL_EKILLED) */
+} sl__tokens_pack_opts;
+
+/* The tokens of the n files into llm.c token shards (tokens_set.h) that
+ * record the run's set identity, written as one output set (output.h).
+ * *count (may be NULL) receives the number of tokens.  On any failure
+ * nothing is left under the output names. */
+SL_API int sl__pack_tokens(const char *const *files, size_t n, const char *out,
+                           const sl__tokens_pack_opts *o, uint64_t *count);
+/* The name of token shard `shard` of `shards` (UINT32_MAX: the
+ * validation shard) for output `out`: OUT itself for one shard, else OUT
+ * without ".bin" + "_%06u.bin" (or "_val.bin"). */
+SL_API int sl__tokens_shard_name(const char *out, uint32_t shard,
+                                 uint32_t shards, char *buf, size_t size);
 
 #endif

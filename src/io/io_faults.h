@@ -1,7 +1,7 @@
 /*
  * io_faults.h - the I/O fault hook of the reliability tests: makes the N-th
- * read of the file sources (source_file.c) or the N-th write of the SLR
- * writer (slr_writer.c) misbehave the way disks and network file systems
+ * read of the file sources (source_file.c) or the N-th write of any
+ * output (output.c: SLR, token and tar files) misbehave the way disks and network file systems
  * do, so that every I/O path of "pack -> read" is exercised
  * (tests/test_faults.c).  Process-wide, like sl__alloc_fail_after; off
  * unless a test arms it, and then costs one relaxed atomic add per system

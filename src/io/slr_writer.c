@@ -10,13 +10,13 @@
  * and renames the temporary file to the final name: until then the final
  * name does not exist, so a crash never leaves a complete-looking file.
  *
- * The temporary name is unique ("PATH.tmp-PID-XXXXXX", created with
- * O_EXCL | O_NOFOLLOW), so two writers of one path never share a file and a
- * planted symlink is never followed.  Live temporary names are kept in a
- * lock-free table that sl__slr_writer_remove_temps walks from a signal
- * handler.  Close is two steps for the shard sink (import_sink.c): finish
- * (everything written and synced under the temporary name) and commit (the
- * rename), so a set of files is renamed only once every file is complete.
+ * The file is written through the output path (output.h): a unique
+ * temporary name created O_EXCL | O_NOFOLLOW, registered for the signal
+ * handlers, renamed when complete.  A writer opened by sl_slr_writer_open
+ * owns its file; the shard sink (import_sink.c) opens its writers on the
+ * files of an output set, which renames them together once every one is
+ * finished.  Close is two steps for the sink: finish (everything written
+ * and synced under the temporary name) and the set's commit.
  *
  * Compression is fed in ZSTD_BLOCKSIZE_MAX slices with the cancel flag
  * (sl__slr_writer_set_cancel) checked between them, so a chunk of 256 MiB at
@@ -26,17 +26,11 @@
  * (sluice.set_id, sluice.set_size, sluice.set_index).
  */
 #include "core/crc32c.h"
-#include "io/io_faults.h"
 #include "io/slr_format.h"
 
 #include "io/import.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <signal.h>
-#include <sys/random.h>
-#include <time.h>
-#include <unistd.h>
 #include <zstd.h>
 
 /* A chunk's raw size (record table + body) never exceeds this: what every
@@ -51,10 +45,10 @@ typedef struct index_entry {
 } index_entry;
 
 struct sl_slr_writer {
-  char *path, *tmp_path;
-  int fd;
-  _Atomic(char *) *temp_slot; /* its entry in the temporary-name table */
-  bool finished;              /* finish() done: complete under tmp_path */
+  char *path;
+  sl__out_file *file; /* the output, under its temporary name */
+  bool own_file;      /* opened by sl_slr_writer_open: freed with it */
+  bool finished;      /* finish() done: complete under the temporary name */
   const volatile sig_atomic_t *cancel; /* non-zero: stop (may be NULL) */
   char set_id[SL__SET_ID_LEN + 1];
   uint32_t set_size, set_index;
@@ -73,158 +67,20 @@ struct sl_slr_writer {
   unsigned char *out;
   size_t out_cap;
   /* the file so far */
-  uint64_t offset, records;
+  uint64_t records;
   index_entry *index;
   uint64_t nchunks, index_cap;
   bool failed;
 };
 
-/* write, or what the fault hook (io_faults.h) makes of it. */
-static ssize_t hooked_write(int fd, const void *p, size_t n) {
-  switch (sl__io_fault_next(SL__IO_WRITE, &n)) {
-  case SL__IO_EIO:
-    errno = EIO;
-    return -1;
-  case SL__IO_ENOSPC:
-    errno = ENOSPC;
-    return -1;
-  default: /* SL__IO_SHORT lowered n */
-    return write(fd, p, n);
-  }
-}
-
 static int write_all(sl_slr_writer *w, const void *data, size_t n) {
-  const char *p = data;
-  while (n) {
-    ssize_t k = hooked_write(w->fd, p, n);
-    if (k < 0 && errno == EINTR) continue;
-    if (k <= 0) {
-      w->failed = true;
-      return sl_set_error(SL_EIO, "%s: write failed at offset %llu: %s",
-                          w->tmp_path, (unsigned long long)w->offset,
-                          k < 0 ? strerror(errno) : "no progress");
-    }
-    p += k;
-    n -= (size_t)k;
-    w->offset += (uint64_t)k;
-  }
-  return SL_OK;
-}
-
-/* --- the table of live temporary names ------------------------------------
- * Blocks of slots, linked and never freed; a slot holds a writer's
- * tmp_path while that file exists.  Registration claims a free slot with a
- * CAS, so the table needs no lock and a signal handler may walk it. */
-#define TEMP_SLOTS 256
-typedef struct temp_block {
-  _Atomic(char *) slot[TEMP_SLOTS];
-  _Atomic(struct temp_block *) next;
-} temp_block;
-
-static temp_block g_temps;
-static _Atomic(temp_block *) g_temps_hint = &g_temps;
-
-static _Atomic(char *) *claim_in(temp_block *b, temp_block *stop, char *path) {
-  for (; b && b != stop; b = atomic_load(&b->next))
-    for (int i = 0; i < TEMP_SLOTS; i++) {
-      char *expect = NULL;
-      if (atomic_load_explicit(&b->slot[i], memory_order_relaxed) == NULL &&
-          atomic_compare_exchange_strong(&b->slot[i], &expect, path)) {
-        atomic_store(&g_temps_hint, b);
-        return &b->slot[i];
-      }
-    }
-  return NULL;
-}
-
-static int temp_register(sl_slr_writer *w) {
-  temp_block *hint = atomic_load(&g_temps_hint);
-  for (;;) {
-    _Atomic(char *) *slot = claim_in(hint, NULL, w->tmp_path);
-    if (!slot) slot = claim_in(&g_temps, hint, w->tmp_path);
-    if (slot) {
-      w->temp_slot = slot;
-      return SL_OK;
-    }
-    /* Every slot taken: append a block after the last one. */
-    temp_block *last = hint;
-    for (temp_block *n; (n = atomic_load(&last->next)) != NULL;)
-      last = n;
-    temp_block *nb = sl__calloc(1, sizeof *nb), *expect = NULL;
-    SL_RETURN_ERROR_IF(!nb, SL_ENOMEM, "slr writer: %s: cannot allocate",
-                       w->path);
-    if (!atomic_compare_exchange_strong(&last->next, &expect, nb))
-      sl__free(nb); /* another thread appended one: use that */
-    hint = atomic_load(&last->next);
-  }
-}
-
-static void temp_unregister(sl_slr_writer *w) {
-  if (w->temp_slot) atomic_store(w->temp_slot, NULL);
-  w->temp_slot = NULL;
-}
-
-void sl__slr_writer_remove_temps(void) {
-  for (temp_block *b = &g_temps; b; b = atomic_load(&b->next))
-    for (int i = 0; i < TEMP_SLOTS; i++) {
-      char *p = atomic_load(&b->slot[i]);
-      if (p) unlink(p);
-    }
-}
-
-/* n random bytes: getrandom, else the clock and a counter (never fails). */
-void sl__random_bytes(void *buf, size_t n) {
-  unsigned char *b = buf;
-  size_t got = 0;
-  while (got < n) {
-    ssize_t k = getrandom(b + got, n - got, GRND_NONBLOCK);
-    if (k <= 0) break;
-    got += (size_t)k;
-  }
-  if (got == n) return;
-  static atomic_ulong counter;
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  uint64_t x = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 30) ^
-               ((uint64_t)getpid() << 16) ^ atomic_fetch_add(&counter, 1);
-  for (; got < n; got++) {
-    x ^= x << 13, x ^= x >> 7, x ^= x << 17; /* xorshift64 */
-    b[got] = (unsigned char)(x >> 24);
-  }
-}
-
-void sl__new_set_id(char out[SL__SET_ID_LEN + 1]) {
-  unsigned char r[SL__SET_ID_LEN / 2];
-  sl__random_bytes(r, sizeof r);
-  for (size_t i = 0; i < sizeof r; i++)
-    snprintf(out + 2 * i, 3, "%02x", r[i]);
-  out[SL__SET_ID_LEN] = 0;
-}
-
-/* Creates a new unique temporary file next to w->path: O_EXCL, so an
- * existing name (another writer's, or a planted symlink) is never opened. */
-static int create_temp(sl_slr_writer *w, size_t cap) {
-  static const char alnum[] =
-      "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
-  for (int attempt = 0; attempt < 100; attempt++) {
-    unsigned char r[6];
-    char sfx[7];
-    sl__random_bytes(r, sizeof r);
-    for (int i = 0; i < 6; i++)
-      sfx[i] = alnum[r[i] % (sizeof alnum - 1)];
-    sfx[6] = 0;
-    snprintf(w->tmp_path, cap, "%s.tmp-%ld-%s", w->path, (long)getpid(), sfx);
-    w->fd = open(w->tmp_path,
-                 O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-    if (w->fd >= 0) return SL_OK;
-    if (errno != EEXIST) break;
-  }
-  return sl_set_error(SL_EIO, "slr writer: cannot create %s: %s", w->tmp_path,
-                      strerror(errno));
+  int rc = sl__out_write(w->file, data, n);
+  if (rc < 0) w->failed = true;
+  return rc;
 }
 
 static void writer_free(sl_slr_writer *w) {
-  if (w->fd >= 0) close(w->fd);
+  if (w->own_file) sl__out_abort(w->file);
   ZSTD_freeCCtx(w->cctx);
   sl__slr_layout_free(&w->layout);
   sl_schema_release(w->schema);
@@ -233,53 +89,35 @@ static void writer_free(sl_slr_writer *w) {
   sl__free(w->out);
   sl__free(w->index);
   sl__free(w->path);
-  sl__free(w->tmp_path);
   sl__free(w);
 }
 
 void sl_slr_writer_abort(sl_slr_writer *w) {
-  if (!w) return;
-  if (w->fd >= 0) {
-    close(w->fd);
-    w->fd = -1;
-  }
-  if (w->temp_slot) {
-    unlink(w->tmp_path);
-    temp_unregister(w);
-  }
-  writer_free(w);
+  if (w) writer_free(w); /* removes its own file; a set's file is the set's */
 }
 
-int sl_slr_writer_open(const char *path, sl_schema *schema,
+/* Opens a writer on `file` (the set's when own is false, else taken). */
+static int writer_open(sl__out_file *file, bool own, sl_schema *schema,
                        const sl_slr_writer_opts *opts, sl_slr_writer **out) {
-  SL_RETURN_ERROR_IF(!out, SL_EINVAL, "slr writer: NULL out pointer");
-  *out = NULL;
-  SL_RETURN_ERROR_IF(!path || !*path || !schema, SL_EINVAL,
-                     "slr writer: NULL path or schema");
-  SL_RETURN_ERROR_IF(sl_schema_nfields(schema) == 0, SL_EINVAL,
-                     "slr writer: %s: the schema has no fields", path);
+  const char *path = sl__out_name(file);
   sl_slr_writer_opts o = opts ? *opts : (sl_slr_writer_opts){0};
   if (o.level == 0) o.level = 3;
   if (o.chunk_bytes == 0) o.chunk_bytes = (size_t)1 << 20;
-  SL_RETURN_ERROR_IF(o.level < 1 || o.level > ZSTD_maxCLevel(), SL_EINVAL,
-                     "slr writer: %s: zstd level %d is outside 1..%d", path,
-                     o.level, ZSTD_maxCLevel());
-  SL_RETURN_ERROR_IF(o.chunk_bytes > ((size_t)1 << 30), SL_EINVAL,
-                     "slr writer: %s: chunk size %zu exceeds 1 GiB", path,
-                     o.chunk_bytes);
   sl_slr_writer *w = sl__calloc(1, sizeof *w);
-  SL_RETURN_ERROR_IF(!w, SL_ENOMEM, "slr writer: cannot allocate");
-  w->fd = -1;
+  if (!w) {
+    if (own) sl__out_abort(file);
+    return sl_set_error(SL_ENOMEM, "slr writer: %s: cannot allocate", path);
+  }
+  w->file = file;
+  w->own_file = own;
   w->level = o.level;
   w->chunk_bytes = o.chunk_bytes;
   w->records_per_chunk = o.records_per_chunk;
   sl_schema_freeze(schema);
   w->schema = sl_schema_retain(schema);
   w->path = sl__strdup(path);
-  size_t tl = strlen(path) + 48;
-  w->tmp_path = sl__malloc(tl);
   w->cctx = ZSTD_createCCtx();
-  if (!w->path || !w->tmp_path || !w->cctx) {
+  if (!w->path || !w->cctx) {
     writer_free(w);
     return sl_set_error(SL_ENOMEM, "slr writer: %s: cannot allocate", path);
   }
@@ -289,17 +127,6 @@ int sl_slr_writer_open(const char *path, sl_schema *schema,
   if (rc < 0) {
     writer_free(w);
     return sl_wrap_error(rc, "slr writer: %s", path);
-  }
-  if ((rc = create_temp(w, tl)) < 0) {
-    writer_free(w);
-    return rc;
-  }
-  if ((rc = temp_register(w)) < 0) {
-    close(w->fd);
-    w->fd = -1;
-    unlink(w->tmp_path);
-    writer_free(w);
-    return rc;
   }
   unsigned char h[SLR_HEADER_SIZE] = {0};
   memcpy(h, sl__slr_magic, 8);
@@ -313,6 +140,41 @@ int sl_slr_writer_open(const char *path, sl_schema *schema,
   }
   *out = w;
   return SL_OK;
+}
+
+/* Checks what writer_open needs before a file is created. */
+static int check_open(const char *path, const sl_schema *schema,
+                      const sl_slr_writer_opts *opts, sl_slr_writer **out) {
+  SL_RETURN_ERROR_IF(!out, SL_EINVAL, "slr writer: NULL out pointer");
+  *out = NULL;
+  SL_RETURN_ERROR_IF(!path || !*path || !schema, SL_EINVAL,
+                     "slr writer: NULL path or schema");
+  SL_RETURN_ERROR_IF(sl_schema_nfields(schema) == 0, SL_EINVAL,
+                     "slr writer: %s: the schema has no fields", path);
+  int level = opts && opts->level ? opts->level : 3;
+  SL_RETURN_ERROR_IF(level < 1 || level > ZSTD_maxCLevel(), SL_EINVAL,
+                     "slr writer: %s: zstd level %d is outside 1..%d", path,
+                     level, ZSTD_maxCLevel());
+  SL_RETURN_ERROR_IF(opts && opts->chunk_bytes > ((size_t)1 << 30), SL_EINVAL,
+                     "slr writer: %s: chunk size %zu exceeds 1 GiB", path,
+                     opts->chunk_bytes);
+  return SL_OK;
+}
+
+int sl_slr_writer_open(const char *path, sl_schema *schema,
+                       const sl_slr_writer_opts *opts, sl_slr_writer **out) {
+  SL_FORWARD_IF_ERROR(check_open(path, schema, opts, out));
+  sl__out_file *f;
+  SL_FORWARD_IF_ERROR(sl__out_open("slr writer", path, &f));
+  return writer_open(f, true, schema, opts, out);
+}
+
+int sl__slr_writer_open_on(sl__out_file *file, sl_schema *schema,
+                           const sl_slr_writer_opts *opts,
+                           sl_slr_writer **out) {
+  SL_FORWARD_IF_ERROR(
+      check_open(file ? sl__out_name(file) : NULL, schema, opts, out));
+  return writer_open(file, false, schema, opts, out);
 }
 
 static int grow(void **p, size_t *cap, size_t need, size_t elem) {
@@ -380,8 +242,8 @@ static int flush_chunk(sl_slr_writer *w) {
   sl__free(tab);
   if (ZSTD_isError(zr)) {
     w->failed = true;
-    return sl_set_error(SL_EIO, "slr writer: %s: zstd: %s", w->tmp_path,
-                        ZSTD_getErrorName(zr));
+    return sl_set_error(SL_EIO, "slr writer: %s: zstd: %s",
+                        sl__out_temp_name(w->file), ZSTD_getErrorName(zr));
   }
   unsigned char h[SLR_CHUNK_HEADER_SIZE];
   sl__put32(h, SLR_CHUNK_MAGIC);
@@ -397,8 +259,8 @@ static int flush_chunk(sl_slr_writer *w) {
   SL_FORWARD_IF_ERROR(grow((void **)&w->index, &icap, (size_t)w->nchunks + 1,
                            sizeof *w->index));
   w->index_cap = icap;
-  w->index[w->nchunks] =
-      (index_entry){w->offset, w->records - w->nrec, w->nrec, hcrc};
+  w->index[w->nchunks] = (index_entry){sl__out_bytes(w->file),
+                                       w->records - w->nrec, w->nrec, hcrc};
   SL_FORWARD_IF_ERROR(write_all(w, h, sizeof h));
   SL_FORWARD_IF_ERROR(write_all(w, w->out, ob.pos));
   if (raw > w->max_raw) w->max_raw = raw;
@@ -564,35 +426,18 @@ static int schema_block(const sl_slr_writer *w, unsigned char **out,
   return SL_OK;
 }
 
-/* Makes the rename durable.  Best effort: some file systems refuse to sync
- * a directory, and the file itself is already complete and synced. */
-static void sync_dir(const char *path) {
-  const char *slash = strrchr(path, '/');
-  char dir[4096];
-  if (!slash)
-    snprintf(dir, sizeof dir, ".");
-  else if (slash == path)
-    snprintf(dir, sizeof dir, "/");
-  else
-    snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
-  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return;
-  (void)fsync(fd);
-  close(fd);
-}
-
 static int finish(sl_slr_writer *w) {
   SL_RETURN_ERROR_IF(w->failed, SL_EIO,
                      "slr writer: %s: an earlier write failed", w->path);
   SL_FORWARD_IF_ERROR(flush_chunk(w));
-  uint64_t schema_off = w->offset;
+  uint64_t schema_off = sl__out_bytes(w->file);
   unsigned char *sb = NULL;
   size_t sl = 0;
   SL_FORWARD_IF_ERROR(schema_block(w, &sb, &sl));
   int rc = write_all(w, sb, sl);
   sl__free(sb);
   SL_FORWARD_IF_ERROR(rc);
-  uint64_t index_off = w->offset;
+  uint64_t index_off = sl__out_bytes(w->file);
   size_t il = 16 + SLR_INDEX_ENTRY_SIZE * (size_t)w->nchunks + 4;
   unsigned char *ib = sl__calloc(1, il);
   SL_RETURN_ERROR_IF(!ib, SL_ENOMEM, "slr writer: cannot allocate the index");
@@ -619,12 +464,7 @@ static int finish(sl_slr_writer *w) {
   sl__put32(f + 52, sl__crc32c(0, f, 52));
   memcpy(f + 56, sl__slr_end_magic, 8);
   SL_FORWARD_IF_ERROR(write_all(w, f, sizeof f));
-  SL_RETURN_ERROR_IF(fsync(w->fd) != 0, SL_EIO, "slr writer: %s: fsync: %s",
-                     w->tmp_path, strerror(errno));
-  int fd = w->fd;
-  w->fd = -1;
-  SL_RETURN_ERROR_IF(close(fd) != 0, SL_EIO, "slr writer: %s: close: %s",
-                     w->tmp_path, strerror(errno));
+  SL_FORWARD_IF_ERROR(sl__out_finish(w->file));
   w->finished = true;
   return SL_OK;
 }
@@ -635,29 +475,27 @@ int sl__slr_writer_finish(sl_slr_writer *w) {
   int rc = finish(w);
   if (rc < 0) {
     /* The temporary file is removed now; the writer stays for abort. */
-    if (w->fd >= 0) close(w->fd);
-    w->fd = -1;
-    unlink(w->tmp_path);
-    temp_unregister(w);
     w->failed = true;
+    if (w->own_file) {
+      sl__out_abort(w->file);
+      w->file = NULL;
+      w->own_file = false;
+    }
   }
   return rc;
 }
 
 uint64_t sl__slr_writer_bytes(const sl_slr_writer *w) {
-  return w ? w->offset : 0;
+  return w && w->file ? sl__out_bytes(w->file) : 0;
 }
 
 int sl__slr_writer_commit(sl_slr_writer *w) {
   if (!w) return SL_OK;
   int rc = sl__slr_writer_finish(w);
-  if (rc == SL_OK && rename(w->tmp_path, w->path) != 0) {
-    rc = sl_set_error(SL_EIO, "slr writer: cannot rename %s to %s: %s",
-                      w->tmp_path, w->path, strerror(errno));
-    unlink(w->tmp_path);
+  if (rc == SL_OK && w->own_file) {
+    rc = sl__out_commit(w->file); /* frees the file, also on failure */
+    w->own_file = false;
   }
-  temp_unregister(w);
-  if (rc == SL_OK) sync_dir(w->path);
   writer_free(w);
   return rc;
 }

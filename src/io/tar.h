@@ -8,6 +8,7 @@
 #define SLUICE_IO_TAR_H
 
 #include "core/internal.h"
+#include "io/output.h"
 #include "io/source.h"
 
 #include <stdio.h>
@@ -42,11 +43,12 @@ void sl__tar_init_source(sl__tar *t, sl__source *src);
 int sl__tar_next(sl__tar *t, const char *what);
 void sl__tar_fini(sl__tar *t);
 
-/* Writing (tar_writer.c): a member `name` of n bytes (a GNU long-name
- * record first when the name exceeds 100 bytes), then, once, the end of the
- * archive.  `what` names the file in messages.  SL_OK or SL_EIO. */
-int sl__tar_write_member(FILE *f, const char *what, const char *name,
-                         const void *data, size_t n);
-int sl__tar_write_end(FILE *f, const char *what);
+/* Writing (tar_writer.c) to an output file (output.h): a member `name` of
+ * n bytes (a GNU long-name record first when the name exceeds 100 bytes),
+ * then, once, the end of the archive.  SL_OK or SL_EIO (sl__out_write's,
+ * naming the file). */
+int sl__tar_write_member(sl__out_file *f, const char *name, const void *data,
+                         size_t n);
+int sl__tar_write_end(sl__out_file *f);
 
 #endif

@@ -4,12 +4,10 @@
  * whose name exceeds 100 bytes, members padded to 512 bytes, two zero
  * blocks at the end (what GNU tar and Python's tarfile read).  Metadata is
  * fixed (mode 0644, owner 0, mtime 0), so the same input gives the same
- * bytes.
+ * bytes.  The archive is an output file (output.h): written under its
+ * temporary name, the set renames it.
  */
 #include "io/tar.h"
-
-#include <errno.h>
-#include <stdio.h>
 
 #define BLOCK 512
 
@@ -22,7 +20,7 @@ static void octal(unsigned char *f, size_t len, uint64_t v) {
   f[len - 1] = 0;
 }
 
-static int put_header(FILE *f, const char *what, const char *name, size_t nl,
+static int put_header(sl__out_file *f, const char *name, size_t nl,
                       uint64_t size, char type) {
   unsigned char h[BLOCK];
   memset(h, 0, sizeof h);
@@ -47,35 +45,28 @@ static int put_header(FILE *f, const char *what, const char *name, size_t nl,
     sum += h[i];
   octal(h + 148, 7, sum);
   h[155] = ' ';
-  SL_RETURN_ERROR_IF(fwrite(h, 1, BLOCK, f) != BLOCK, SL_EIO,
-                     "tar: %s: write: %s", what, strerror(errno));
-  return SL_OK;
+  return sl__out_write(f, h, BLOCK);
 }
 
-static int put_data(FILE *f, const char *what, const void *data, size_t n) {
+static int put_data(sl__out_file *f, const void *data, size_t n) {
   static const unsigned char zero[BLOCK];
-  SL_RETURN_ERROR_IF(n && fwrite(data, 1, n, f) != n, SL_EIO,
-                     "tar: %s: write: %s", what, strerror(errno));
+  if (n) SL_FORWARD_IF_ERROR(sl__out_write(f, data, n));
   size_t pad = (BLOCK - n % BLOCK) % BLOCK;
-  SL_RETURN_ERROR_IF(pad && fwrite(zero, 1, pad, f) != pad, SL_EIO,
-                     "tar: %s: write: %s", what, strerror(errno));
-  return SL_OK;
+  return pad ? sl__out_write(f, zero, pad) : SL_OK;
 }
 
-int sl__tar_write_member(FILE *f, const char *what, const char *name,
-                         const void *data, size_t n) {
+int sl__tar_write_member(sl__out_file *f, const char *name, const void *data,
+                         size_t n) {
   size_t nl = strlen(name);
   if (nl > 100) {
-    SL_FORWARD_IF_ERROR(put_header(f, what, "././@LongLink", 13, nl + 1, 'L'));
-    SL_FORWARD_IF_ERROR(put_data(f, what, name, nl + 1));
+    SL_FORWARD_IF_ERROR(put_header(f, "././@LongLink", 13, nl + 1, 'L'));
+    SL_FORWARD_IF_ERROR(put_data(f, name, nl + 1));
   }
-  SL_FORWARD_IF_ERROR(put_header(f, what, name, nl, n, '0'));
-  return put_data(f, what, data, n);
+  SL_FORWARD_IF_ERROR(put_header(f, name, nl, n, '0'));
+  return put_data(f, data, n);
 }
 
-int sl__tar_write_end(FILE *f, const char *what) {
+int sl__tar_write_end(sl__out_file *f) {
   static const unsigned char zero[2 * BLOCK];
-  SL_RETURN_ERROR_IF(fwrite(zero, 1, sizeof zero, f) != sizeof zero, SL_EIO,
-                     "tar: %s: write: %s", what, strerror(errno));
-  return SL_OK;
+  return sl__out_write(f, zero, sizeof zero);
 }

@@ -36,6 +36,7 @@
  * 8T-byte buffer.
  */
 #include "core/rng.h"
+#include "io/tokens_set.h"
 #include "readers/state.h"
 
 #include <errno.h>
@@ -549,6 +550,8 @@ int sl_tokens_reader(const char *const *paths, size_t n,
     sh->rounds = windows / per_round;
     s->total += sh->rounds * s->block;
   }
+  /* Files of two pack runs mixed under one set's names (tokens_set.h). */
+  if (rc == SL_OK) rc = sl__tokens_set_check("tokens", paths, n);
   if (rc < 0) {
     tokens_destroy(s);
     return rc;

@@ -31,6 +31,7 @@
  */
 #include "open/registry.h"
 #include "io/http.h"
+#include "io/tokens_set.h"
 #include "open/shard_set.h"
 
 #include <errno.h>
@@ -490,8 +491,9 @@ static int open_file(const sl__named_file *f, const sl_open_opts *o,
   return rc;
 }
 
-/* A pattern's files must not mix two pack runs' shards (shard_set.c); the
- * readers' schemas carry the files' metadata. */
+/* A pattern's files must not mix two pack runs' shards: SLR by the
+ * readers' schemas (shard_set.c), token shards by their headers
+ * (tokens_set.c). */
 static int check_set(const sl__named_file *files, sl_reader *const *readers,
                      size_t n) {
   const char **paths = sl__calloc(n, sizeof *paths);
@@ -506,6 +508,11 @@ static int check_set(const sl__named_file *files, sl_reader *const *readers,
     }
     rc = sl__shard_set_check("open", paths, schemas, n);
   }
+  /* Token shards carry their set identity in the header (tokens_set.h). */
+  size_t nt = 0;
+  for (size_t i = 0; rc == SL_OK && i < n; i++)
+    if (strcmp(files[i].tag, "tokens") == 0) paths[nt++] = files[i].path;
+  if (rc == SL_OK && nt > 1) rc = sl__tokens_set_check("open", paths, nt);
   sl__free(paths);
   sl__free(schemas);
   return rc;

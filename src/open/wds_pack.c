@@ -2,7 +2,9 @@
  * wds_pack.c - converting to and from WebDataset tar shards (wds_pack.h):
  * `sluice pack wds` reads shards with sl_wds_open into the SLR importers'
  * sink (import_sink.c); `sluice pack images --format wds` writes an image
- * folder as tar shards with the tar writer (tar_writer.c).
+ * folder as tar shards with the tar writer (tar_writer.c), as one output
+ * set (io/output.h: unique temporaries, inputs refused as outputs,
+ * folders made, all shards renamed together, signal cleanup).
  */
 #include "open/wds_pack.h"
 #include "core/rng.h"
@@ -12,7 +14,6 @@
 #include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
-#include <unistd.h>
 
 int sl__pack_wds(const char *const *names, size_t n, const char *out,
                  const sl__pack_opts *o, uint64_t *records) {
@@ -101,10 +102,39 @@ static int slurp(const char *path, unsigned char **buf, size_t *cap,
   return rc;
 }
 
-typedef struct shard_out {
-  char name[4096], tmp[4200];
-  FILE *f;
-} shard_out;
+/* The k output names of `out` (OUT itself, or OUT-%06u.tar) as one output
+ * set (output.h): the images are its inputs. */
+static int open_outputs(const char *out, uint32_t k, bool sharded,
+                        const sl__image_list *l, sl__out_set **set) {
+  char **names = sl__calloc(k, sizeof *names);
+  size_t cap = strlen(out) + 32;
+  int rc =
+      names ? SL_OK : sl_set_error(SL_ENOMEM, "pack images: out of memory");
+  for (uint32_t i = 0; i < k && rc == SL_OK; i++) {
+    names[i] = sl__malloc(cap);
+    if (!names[i])
+      rc = sl_set_error(SL_ENOMEM, "pack images: out of memory");
+    else if (sharded)
+      rc = sl__wds_shard_name(out, i, names[i], cap);
+    else
+      snprintf(names[i], cap, "%s", out);
+  }
+  if (rc == SL_OK)
+    rc = sl__out_set_open("pack images", (const char *const *)names, k,
+                          (const char *const *)l->paths, l->n, set);
+  /* Records are dealt among the shards: every file is open from the
+   * start. */
+  for (uint32_t i = 0; i < k && rc == SL_OK; i++)
+    if (!sl__out_set_file(*set, i)) {
+      rc = sl_last_error_code();
+      sl__out_set_abort(*set);
+      *set = NULL;
+    }
+  for (uint32_t i = 0; names && i < k; i++)
+    sl__free(names[i]);
+  sl__free(names);
+  return rc;
+}
 
 int sl__pack_images_wds(const char *root, const char *out,
                         const sl__pack_opts *o, uint64_t *records) {
@@ -114,10 +144,10 @@ int sl__pack_images_wds(const char *root, const char *out,
   sl__image_list l;
   SL_FORWARD_IF_ERROR(sl__image_list_make("pack images", root, &l));
   uint32_t k = o && o->shards ? o->shards : 1;
-  shard_out *so = sl__calloc(k, sizeof *so);
+  sl__out_set *set = NULL;
   size_t *order = sl__malloc((l.n ? l.n : 1) * sizeof *order);
-  int rc = so && order ? SL_OK
-                       : sl_set_error(SL_ENOMEM, "pack images: out of memory");
+  int rc =
+      order ? SL_OK : sl_set_error(SL_ENOMEM, "pack images: out of memory");
   /* The order of sl__pack_images (pack_images.c's pack_order). */
   for (size_t i = 0; order && i < l.n; i++)
     order[i] = i;
@@ -132,17 +162,7 @@ int sl__pack_images_wds(const char *root, const char *out,
       order[j] = t;
     }
   }
-  for (uint32_t i = 0; i < k && rc == SL_OK; i++) {
-    if (o && o->shards)
-      rc = sl__wds_shard_name(out, i, so[i].name, sizeof so[i].name);
-    else
-      snprintf(so[i].name, sizeof so[i].name, "%s", out);
-    snprintf(so[i].tmp, sizeof so[i].tmp, "%s.tmp-%ld", so[i].name,
-             (long)getpid());
-    if (rc == SL_OK && !(so[i].f = fopen(so[i].tmp, "wb")))
-      rc = sl_set_error(SL_EIO, "pack images: %s: %s", so[i].tmp,
-                        strerror(errno));
-  }
+  if (rc == SL_OK) rc = open_outputs(out, k, o && o->shards, &l, &set);
   unsigned char *buf = NULL;
   size_t cap = 0;
   uint64_t bytes = 0;
@@ -164,12 +184,13 @@ int sl__pack_images_wds(const char *root, const char *out,
     if (strcmp(ext, "jpeg") == 0) snprintf(ext, sizeof ext, "jpg");
     snprintf(name, sizeof name, "%08zu.%s", r, ext);
     if (rc == SL_OK)
-      rc = sl__tar_write_member(so[sh].f, so[sh].tmp, name, buf, len);
+      rc = sl__tar_write_member(sl__out_set_file(set, sh), name, buf, len);
     if (rc == SL_OK && l.labels) {
       char cls[32];
       int cl = snprintf(cls, sizeof cls, "%lld", (long long)l.labels[i]);
       snprintf(name, sizeof name, "%08zu.cls", r);
-      rc = sl__tar_write_member(so[sh].f, so[sh].tmp, name, cls, (size_t)cl);
+      rc = sl__tar_write_member(sl__out_set_file(set, sh), name, cls,
+                                (size_t)cl);
     }
     bytes += len;
     if (rc == SL_OK && o && o->cancel && *o->cancel)
@@ -178,26 +199,18 @@ int sl__pack_images_wds(const char *root, const char *out,
       rc = o->progress(o->progress_ud, r + 1, bytes);
   }
   sl__free(buf);
-  for (uint32_t i = 0; so && i < k; i++) {
-    if (!so[i].f) continue;
-    if (rc == SL_OK) rc = sl__tar_write_end(so[i].f, so[i].tmp);
-    if (fclose(so[i].f) != 0 && rc == SL_OK)
-      rc = sl_set_error(SL_EIO, "pack images: %s: %s", so[i].tmp,
-                        strerror(errno));
-    so[i].f = NULL;
-  }
+  for (uint32_t i = 0; rc == SL_OK && i < k; i++)
+    rc = sl__tar_write_end(sl__out_set_file(set, i));
+  /* Every shard complete and synced, then the summary, then the renames. */
+  if (rc == SL_OK) rc = sl__out_set_finish(set);
   if (rc == SL_OK && o && o->before_commit)
-    rc = o->before_commit(o->progress_ud, l.n, bytes);
-  for (uint32_t i = 0; so && i < k; i++) {
-    if (!so[i].tmp[0]) continue;
-    if (rc == SL_OK && rename(so[i].tmp, so[i].name) != 0)
-      rc = sl_set_error(SL_EIO, "pack images: rename %s: %s", so[i].name,
-                        strerror(errno));
-    if (rc < 0) unlink(so[i].tmp);
-  }
+    rc = o->before_commit(o->progress_ud, l.n, sl__out_set_bytes(set));
+  if (rc == SL_OK)
+    rc = sl__out_set_commit(set);
+  else
+    sl__out_set_abort(set);
   if (rc == SL_OK && records) *records = l.n;
   sl__free(order);
-  sl__free(so);
   sl__image_list_free(&l);
   return rc;
 }
