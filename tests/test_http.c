@@ -201,7 +201,7 @@ typedef struct bad_server {
   bool etag, lastmod, if_range, cut_first;
   atomic_int served; /* requests answered or being answered (the server
                         thread's count, read by the test) */
-  pthread_mutex_t mu; /* guards last_req */
+  pthread_mutex_t mu;  /* guards last_req */
   char last_req[4096]; /* the last request's text, as received */
   pthread_t tid;
 } bad_server;
@@ -227,7 +227,8 @@ static bool req_header(const char *req, const char *name, char *out,
 
 /* Mode 6: request number k of one object in two versions. */
 static void serve_versioned(bad_server *b, int c, const char *req, int k) {
-  int v = k >= b->switch_at && b->body2 != b->body; /* same body: same version */
+  int v =
+      k >= b->switch_at && b->body2 != b->body; /* same body: same version */
   const unsigned char *data = v ? b->body2 : b->body;
   const char *etag = v ? "\"vB\"" : "\"vA\"";
   const char *date =
@@ -247,7 +248,8 @@ static void serve_versioned(bad_server *b, int c, const char *req, int k) {
   char head[512];
   int hl = snprintf(head, sizeof head, "HTTP/1.1 %s\r\n",
                     ranged ? "206 Partial Content" : "200 OK");
-  if (b->etag) hl += snprintf(head + hl, sizeof head - hl, "ETag: %s\r\n", etag);
+  if (b->etag)
+    hl += snprintf(head + hl, sizeof head - hl, "ETag: %s\r\n", etag);
   if (b->lastmod)
     hl += snprintf(head + hl, sizeof head - hl, "Last-Modified: %s\r\n", date);
   if (ranged)
@@ -882,9 +884,14 @@ TEST(http_resumed_body_of_another_version_fails) {
   setenv("SLUICE_HTTP_BACKOFF_MS", "1", 1);
   for (int validators = 0; validators < 3; validators++) {
     for (int honour = 0; honour < 2; honour++) {
-      bad_server b = {.mode = 6, .body = va, .body2 = vb, .n = 20000,
-                      .switch_at = 1, .cut_first = true,
-                      .etag = validators != 1, .lastmod = validators != 0,
+      bad_server b = {.mode = 6,
+                      .body = va,
+                      .body2 = vb,
+                      .n = 20000,
+                      .switch_at = 1,
+                      .cut_first = true,
+                      .etag = validators != 1,
+                      .lastmod = validators != 0,
                       .if_range = honour};
       bad_start(&b);
       char url[256];
@@ -907,8 +914,13 @@ TEST(http_resumed_body_of_another_version_fails) {
     }
   }
   /* The same version cut and resumed: one request more, every byte once. */
-  bad_server b = {.mode = 6, .body = va, .body2 = va, .n = 20000,
-                  .switch_at = 1, .cut_first = true, .lastmod = true,
+  bad_server b = {.mode = 6,
+                  .body = va,
+                  .body2 = va,
+                  .n = 20000,
+                  .switch_at = 1,
+                  .cut_first = true,
+                  .lastmod = true,
                   .if_range = true};
   bad_start(&b);
   char url[256];
@@ -940,9 +952,13 @@ TEST(http_csv_of_two_versions_is_refused) {
   }
   ASSERT_EQ(na, nb);
   setenv("SLUICE_HTTP_BACKOFF_MS", "1", 1);
-  bad_server b = {.mode = 6, .body = (unsigned char *)a,
-                  .body2 = (unsigned char *)b2, .n = na, .switch_at = 1,
-                  .cut_first = true, .etag = true};
+  bad_server b = {.mode = 6,
+                  .body = (unsigned char *)a,
+                  .body2 = (unsigned char *)b2,
+                  .n = na,
+                  .switch_at = 1,
+                  .cut_first = true,
+                  .etag = true};
   bad_start(&b);
   char url[256];
   snprintf(url, sizeof url, "csv:http://127.0.0.1:%d/t.csv", b.port);
@@ -958,8 +974,12 @@ TEST(http_cut_body_without_validators_restarts_whole) {
   unsigned char *va, *vb;
   two_versions(20000, &va, &vb);
   setenv("SLUICE_HTTP_BACKOFF_MS", "1", 1);
-  bad_server b = {.mode = 6, .body = va, .body2 = vb, .n = 20000,
-                  .switch_at = 1, .cut_first = true};
+  bad_server b = {.mode = 6,
+                  .body = va,
+                  .body2 = vb,
+                  .n = 20000,
+                  .switch_at = 1,
+                  .cut_first = true};
   bad_start(&b);
   char url[256];
   snprintf(url, sizeof url, "http://127.0.0.1:%d/obj.bin", b.port);
@@ -993,9 +1013,14 @@ TEST(http_ranged_reads_of_a_replaced_object_fail) {
   setenv("SLUICE_HTTP_READAHEAD", "1000", 1);
   for (int validators = 0; validators < 3; validators++) {
     for (int honour = 0; honour < 2; honour++) {
-      bad_server b = {.mode = 6, .body = va, .body2 = vb, .n = 20000,
-                      .switch_at = 1, .etag = validators != 1,
-                      .lastmod = validators != 0, .if_range = honour};
+      bad_server b = {.mode = 6,
+                      .body = va,
+                      .body2 = vb,
+                      .n = 20000,
+                      .switch_at = 1,
+                      .etag = validators != 1,
+                      .lastmod = validators != 0,
+                      .if_range = honour};
       bad_start(&b);
       char url[256];
       snprintf(url, sizeof url, "http://127.0.0.1:%d/obj.bin", b.port);
@@ -1020,8 +1045,8 @@ TEST(http_ranged_reads_of_a_replaced_object_fail) {
   }
   /* No validator at all: the object is fetched whole at open, one
    * version, and every read is served from it. */
-  bad_server b = {.mode = 6, .body = va, .body2 = vb, .n = 20000,
-                  .switch_at = 1};
+  bad_server b = {
+      .mode = 6, .body = va, .body2 = vb, .n = 20000, .switch_at = 1};
   bad_start(&b);
   char url[256];
   snprintf(url, sizeof url, "http://127.0.0.1:%d/obj.bin", b.port);
@@ -1048,8 +1073,7 @@ TEST(http_redirects_only_to_http_and_not_forever) {
   bad_server ftp = {.mode = 7};
   bad_start(&ftp);
   bad_server r = {.mode = 5, .status = 302};
-  snprintf(r.location, sizeof r.location, "ftp://127.0.0.1:%d/x.npy",
-           ftp.port);
+  snprintf(r.location, sizeof r.location, "ftp://127.0.0.1:%d/x.npy", ftp.port);
   bad_start(&r);
   setenv("SLUICE_HTTP_BACKOFF_MS", "1", 1);
   char url[256];
@@ -1080,8 +1104,12 @@ TEST(http_redirects_only_to_http_and_not_forever) {
 TEST(http_redirect_keeps_credentials_at_home) {
   unsigned char *va, *vb;
   two_versions(5000, &va, &vb);
-  bad_server away = {.mode = 6, .body = va, .body2 = va, .n = 5000,
-                     .switch_at = 1 << 30, .etag = true};
+  bad_server away = {.mode = 6,
+                     .body = va,
+                     .body2 = va,
+                     .n = 5000,
+                     .switch_at = 1 << 30,
+                     .etag = true};
   bad_start(&away);
   bad_server home = {.mode = 5, .status = 307};
   snprintf(home.location, sizeof home.location,
@@ -1135,7 +1163,7 @@ TEST(http_url_credentials_are_redacted_in_messages) {
   static const char *cases[][2] = {
       {"npy: http://alice:s3cret@h:1/x.npy: refused",
        "npy: http://***@h:1/x.npy: refused"},
-      {"a https://u@h/p and s3://b/k@v and ftp://x:y@z", 
+      {"a https://u@h/p and s3://b/k@v and ftp://x:y@z",
        "a https://***@h/p and s3://b/k@v and ftp://***@z"},
       {"'http://u:p@h' \"https://q:r@[::1]:8/x?y=@z\"",
        "'http://***@h' \"https://***@[::1]:8/x?y=@z\""},
@@ -1165,8 +1193,7 @@ TEST(http_url_credentials_are_redacted_in_messages) {
   setenv("SLUICE_HTTP_RETRIES", "0", 1);
   int port = test_free_port();
   char url[256];
-  snprintf(url, sizeof url, "npy:http://alice:s3cret@127.0.0.1:%d/x.npy",
-           port);
+  snprintf(url, sizeof url, "npy:http://alice:s3cret@127.0.0.1:%d/x.npy", port);
   sl_reader *r = NULL;
   ASSERT_RC(sl_open(url, NULL, &r), SL_EIO);
   char want[128];

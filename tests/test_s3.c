@@ -261,14 +261,21 @@ TEST(s3_bucket_names_are_checked) {
   unsetenv("AWS_SESSION_TOKEN");
   unsetenv("SLUICE_S3_ENDPOINT");
   static const char *bad[] = {
-      "s3://127.0.0.1:18443#/data.npy", "s3://u:p@bkt/k",
-      "s3://192.168.5.4/k",             "s3://Bkt/k",
-      "s3://ab/k",                      "s3://a..b/k",
-      "s3://-bkt/k",                    "s3://bkt-/k",
-      "s3://bkt_1/k",                   "s3://xn--bkt/k",
-      "s3://bkt-s3alias/k",             "s3://host:80/k",
+      "s3://127.0.0.1:18443#/data.npy",
+      "s3://u:p@bkt/k",
+      "s3://192.168.5.4/k",
+      "s3://Bkt/k",
+      "s3://ab/k",
+      "s3://a..b/k",
+      "s3://-bkt/k",
+      "s3://bkt-/k",
+      "s3://bkt_1/k",
+      "s3://xn--bkt/k",
+      "s3://bkt-s3alias/k",
+      "s3://host:80/k",
       "s3://evil.com#/k",
-      "s3://aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa/k"};
+      "s3://aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa/"
+      "k"};
   uint64_t req0, ret0, req1, ret1;
   sl__http_counts(&req0, &ret0);
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
@@ -289,8 +296,8 @@ TEST(s3_bucket_names_are_checked) {
   sl__s3_target t;
   ASSERT_RC(sl__s3_target_make("t", "s3://bkt/a#b", &t), SL_EINVAL);
   ASSERT_CONTAINS(sl_last_error(), "percent-encode");
-  static const char *good[] = {"s3://bkt/k", "s3://my.bucket-1/k",
-                               "s3://123/k", "s3://a-b.c-d.e/x#"};
+  static const char *good[] = {"s3://bkt/k", "s3://my.bucket-1/k", "s3://123/k",
+                               "s3://a-b.c-d.e/x#"};
   for (size_t i = 0; i < 3; i++) {
     ASSERT_OK(sl__s3_target_make("t", good[i], &t));
     sl__s3_target_free(&t);

@@ -61,7 +61,6 @@ uint64_t sl__http_bytes(void) {
   return atomic_load(&g_bytes);
 }
 
-
 void sl__http_ident_unknown(sl__http_ident *id) {
   memset(id, 0, sizeof *id);
   id->filetime = -1;
@@ -102,8 +101,8 @@ sl__ident_cmp sl__http_ident_compare(const sl__http_ident *was,
              (unsigned long long)was->size, (unsigned long long)now->size);
     return SL__IDENT_CHANGED;
   }
-  bool shared = (was->etag[0] && now->etag[0]) ||
-                (was->modified[0] && now->modified[0]);
+  bool shared =
+      (was->etag[0] && now->etag[0]) || (was->modified[0] && now->modified[0]);
   return shared ? SL__IDENT_SAME : SL__IDENT_UNKNOWN;
 }
 
@@ -296,9 +295,8 @@ static bool origin_of(const char *url, char *out, size_t cap) {
 
 /* The request headers of one attempt: S3's payload hash and session token
  * (to the original origin only) and If-Range.  *oom on failure. */
-static struct curl_slist *request_headers(const sl__s3_target *s3,
-                                          bool creds, const char *if_range,
-                                          bool *oom) {
+static struct curl_slist *request_headers(const sl__s3_target *s3, bool creds,
+                                          const char *if_range, bool *oom) {
   struct curl_slist *l = NULL, *t;
   const char *add[3] = {NULL, NULL, if_range};
   if (s3->url && creds) {
@@ -389,9 +387,9 @@ static int fetch(const char *stage, const char *name, uint64_t from,
     size_t resume = b->n;
     uint64_t at = base + resume;
     bool ranged = at > 0 || to != UINT64_MAX;
-    bool creds = !hop || (have_origin &&
-                          origin_of(hop, hop_origin, sizeof hop_origin) &&
-                          strcmp(origin, hop_origin) == 0);
+    bool creds =
+        !hop || (have_origin && origin_of(hop, hop_origin, sizeof hop_origin) &&
+                 strcmp(origin, hop_origin) == 0);
     char if_range[220] = "";
     if (ranged && sl__http_ident_known(&want)) {
       /* A weak ETag may not be used in If-Range (RFC 9110 13.1.5). */
@@ -476,8 +474,8 @@ static int fetch(const char *stage, const char *name, uint64_t from,
                                       "%s: GET %s: more than 10 redirects "
                                       "(the last to %s)",
                                       stage, what, loc)
-                       : sl_set_error(SL_ENOMEM, "%s: %s: out of memory",
-                                      stage, what);
+                       : sl_set_error(SL_ENOMEM, "%s: %s: out of memory", stage,
+                                      what);
         break;
       }
       sl__free(hop);

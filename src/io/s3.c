@@ -55,8 +55,8 @@ static const char *bucket_fault(const char *b, size_t n) {
     if (c == '.' && i + 1 < n && b[i + 1] == '.')
       return "it may not hold two adjacent periods";
   }
-  bool alnum_ends = b[0] != '.' && b[0] != '-' && b[n - 1] != '.' &&
-                    b[n - 1] != '-';
+  bool alnum_ends =
+      b[0] != '.' && b[0] != '-' && b[n - 1] != '.' && b[n - 1] != '-';
   if (!alnum_ends) return "it must begin and end with a letter or a digit";
   int dots = 0;
   bool ip = true;
@@ -110,8 +110,7 @@ int sl__s3_target_make(const char *stage, const char *name, sl__s3_target *t) {
   SL_RETURN_ERROR_IF(key[bad], SL_EINVAL,
                      "%s: %s: the key holds %s at byte %zu: percent-encode it "
                      "(S3 keys are used as written in the request's path)",
-                     stage, name,
-                     key[bad] == '#' ? "'#'" : "white space", bad);
+                     stage, name, key[bad] == '#' ? "'#'" : "white space", bad);
   const char *id = env("AWS_ACCESS_KEY_ID"),
              *secret = env("AWS_SECRET_ACCESS_KEY");
   SL_RETURN_ERROR_IF(!id || !secret, SL_EINVAL,

@@ -84,9 +84,8 @@ static int fill(url_source *u, uint64_t off, size_t n) {
   unsigned char *p;
   size_t got;
   sl__http_meta m;
-  SL_FORWARD_IF_ERROR(sl__http_get_range(u->stage, u->base.name, start,
-                                         start + len - 1, &u->ident, &p, &got,
-                                         &m));
+  SL_FORWARD_IF_ERROR(sl__http_get_range(
+      u->stage, u->base.name, start, start + len - 1, &u->ident, &p, &got, &m));
   int rc = SL_OK;
   if (m.whole) { /* a 200 of the version seen at open (http.c checked) */
     start = 0; /* the whole object: it serves every read from now on */
