@@ -2214,6 +2214,9 @@ SL_API int sl__wds_shard_name(const char *out, uint32_t i, char *buf,
                               size_t size);
 SL_API int sl__shard_set_check(const char *stage, const char *const *paths,
                                const sl_schema *const *schemas, size_t n);
+/* The one redaction of a URL's user:password in what is shown (the error
+ * slot, the CLI's output).  src/core/internal.h. */
+SL_API size_t sl__redact_urls(const char *in, char *out, size_t cap);
 
 /* The Lua facade through the FFI (lua/sluice/cdef.lua): shipped functions
  * (bytes made by lua/sluice/ship.lua), worker environments, the Lua

@@ -180,34 +180,120 @@ TEST(http_500_then_200_is_retried) {
 
 typedef struct bad_server {
   int fd, port;
-  int mode; /* 0: cut the first body in half, serve ranges; 1: always 500;
-               2: ignore ranges (always 200, the whole body); 3: serve
-               ranges, with an ETag that changes at every request; 4: as 2,
-               the first body cut in half */
+  int mode; /* 0: cut the first body in half, serve ranges (with an ETag);
+               1: always 500; 2: ignore ranges (always 200, the whole body);
+               3: serve ranges, with an ETag that changes at every request;
+               4: as 2, the first body cut in half; 5: redirect (status,
+               location); 6: two versions of one object (versioned); 7: a
+               server that greets like FTP ("500") and closes */
   const unsigned char *body;
   size_t n;
+  /* mode 5 */
+  int status;
+  char location[256];
+  /* mode 6: `body` until request `switch_at`, then `body2` (n bytes too);
+   * with an ETag and/or a Last-Modified per version when etag/lastmod;
+   * honouring If-Range (a range asked of another version is answered 200
+   * with the whole object) when if_range; the first body cut in half when
+   * cut_first. */
+  const unsigned char *body2;
+  int switch_at;
+  bool etag, lastmod, if_range, cut_first;
   atomic_int served; /* requests answered or being answered (the server
                         thread's count, read by the test) */
+  pthread_mutex_t mu;  /* guards last_req */
+  char last_req[4096]; /* the last request's text, as received */
   pthread_t tid;
 } bad_server;
+
+/* The text of the last request b received (a copy, for the test). */
+static void last_request(bad_server *b, char *out, size_t cap) {
+  pthread_mutex_lock(&b->mu);
+  snprintf(out, cap, "%s", b->last_req);
+  pthread_mutex_unlock(&b->mu);
+}
+
+/* The value of header `name` (with ": ") in request `req`, copied to out
+ * (up to the line's end); false when absent. */
+static bool req_header(const char *req, const char *name, char *out,
+                       size_t cap) {
+  const char *h = strstr(req, name);
+  if (!h) return false;
+  h += strlen(name);
+  size_t k = strcspn(h, "\r\n");
+  snprintf(out, cap, "%.*s", (int)k, h);
+  return true;
+}
+
+/* Mode 6: request number k of one object in two versions. */
+static void serve_versioned(bad_server *b, int c, const char *req, int k) {
+  int v =
+      k >= b->switch_at && b->body2 != b->body; /* same body: same version */
+  const unsigned char *data = v ? b->body2 : b->body;
+  const char *etag = v ? "\"vB\"" : "\"vA\"";
+  const char *date =
+      v ? "Sat, 28 Nov 2026 11:00:00 GMT" : "Sat, 28 Nov 2026 10:00:00 GMT";
+  char range[64], ifr[128];
+  bool ranged = req_header(req, "Range: bytes=", range, sizeof range);
+  if (ranged && b->if_range && req_header(req, "If-Range: ", ifr, sizeof ifr))
+    ranged = strcmp(ifr, b->etag ? etag : date) == 0;
+  size_t from = 0, to = b->n - 1;
+  if (ranged) {
+    char *dash;
+    from = (size_t)strtoull(range, &dash, 10);
+    if (*dash == '-' && dash[1] >= '0' && dash[1] <= '9')
+      to = (size_t)strtoull(dash + 1, NULL, 10);
+    if (to > b->n - 1) to = b->n - 1;
+  }
+  char head[512];
+  int hl = snprintf(head, sizeof head, "HTTP/1.1 %s\r\n",
+                    ranged ? "206 Partial Content" : "200 OK");
+  if (b->etag)
+    hl += snprintf(head + hl, sizeof head - hl, "ETag: %s\r\n", etag);
+  if (b->lastmod)
+    hl += snprintf(head + hl, sizeof head - hl, "Last-Modified: %s\r\n", date);
+  if (ranged)
+    hl += snprintf(head + hl, sizeof head - hl,
+                   "Content-Range: bytes %zu-%zu/%zu\r\n", from, to, b->n);
+  hl += snprintf(head + hl, sizeof head - hl,
+                 "Content-Length: %zu\r\nConnection: close\r\n\r\n",
+                 to - from + 1);
+  send(c, head, (size_t)hl, MSG_NOSIGNAL);
+  size_t end = b->cut_first && k == 0 ? from + (to - from + 1) / 2 : to + 1;
+  send(c, data + from, end - from, MSG_NOSIGNAL);
+}
 
 static void *bad_main(void *arg) {
   bad_server *b = arg;
   for (;;) {
     int c = accept(b->fd, NULL, NULL);
     if (c < 0) return NULL;
+    if (b->mode == 7) send(c, "500 not FTP\r\n", 13, MSG_NOSIGNAL);
     char req[4096];
     ssize_t got = recv(c, req, sizeof req - 1, 0);
     req[got > 0 ? got : 0] = 0;
-    char head[256];
+    char head[512];
     if (strstr(req, "GET /quit")) {
       close(c);
       return NULL;
     }
+    pthread_mutex_lock(&b->mu);
+    memcpy(b->last_req, req, sizeof b->last_req);
+    pthread_mutex_unlock(&b->mu);
     /* Counted before the response goes out: a client that has read it may
      * check the count at once. */
     int k = atomic_fetch_add(&b->served, 1);
-    if (b->mode >= 2) {
+    if (b->mode == 7) {
+    } else if (b->mode == 5) {
+      int hl = snprintf(head, sizeof head,
+                        "HTTP/1.1 %d Elsewhere\r\nLocation: %s\r\n"
+                        "Content-Length: 5\r\nConnection: close\r\n\r\n"
+                        "moved",
+                        b->status, b->location);
+      send(c, head, (size_t)hl, MSG_NOSIGNAL);
+    } else if (b->mode == 6) {
+      serve_versioned(b, c, req, k);
+    } else if (b->mode >= 2) {
       const char *range = strstr(req, "Range: bytes=");
       size_t from = 0, to = b->n - 1;
       if (b->mode == 3 && range) {
@@ -240,13 +326,15 @@ static void *bad_main(void *arg) {
       const char *range = strstr(req, "Range: bytes=");
       size_t from = range ? (size_t)atoll(range + 13) : 0;
       int hl = range ? snprintf(head, sizeof head,
-                                "HTTP/1.1 206 Partial Content\r\nContent-"
-                                "Range: bytes %zu-%zu/%zu\r\nContent-Length: "
-                                "%zu\r\nConnection: close\r\n\r\n",
+                                "HTTP/1.1 206 Partial Content\r\nETag: "
+                                "\"e0\"\r\nContent-Range: bytes %zu-%zu/%zu"
+                                "\r\nContent-Length: %zu\r\nConnection: "
+                                "close\r\n\r\n",
                                 from, b->n - 1, b->n, b->n - from)
                      : snprintf(head, sizeof head,
-                                "HTTP/1.1 200 OK\r\nContent-Length: %zu\r\n"
-                                "Connection: close\r\n\r\n",
+                                "HTTP/1.1 200 OK\r\nETag: \"e0\"\r\n"
+                                "Content-Length: %zu\r\nConnection: close"
+                                "\r\n\r\n",
                                 b->n);
       send(c, head, (size_t)hl, MSG_NOSIGNAL);
       /* The first response stops half way: the connection drops. */
@@ -258,6 +346,7 @@ static void *bad_main(void *arg) {
 }
 
 static void bad_start(bad_server *b) {
+  ASSERT_EQ(pthread_mutex_init(&b->mu, NULL), 0);
   b->fd = socket(AF_INET, SOCK_STREAM, 0);
   struct sockaddr_in a = {.sin_family = AF_INET,
                           .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
@@ -279,6 +368,7 @@ static void bad_stop(bad_server *b) {
   close(fd);
   pthread_join(b->tid, NULL);
   close(b->fd);
+  pthread_mutex_destroy(&b->mu);
 }
 
 TEST(http_connection_closed_mid_body_resumes_with_a_range) {
@@ -294,6 +384,10 @@ TEST(http_connection_closed_mid_body_resumes_with_a_range) {
   sl_reader *r, *local;
   ASSERT_OK(sl_open(url, NULL, &r));
   ASSERT_EQ(atomic_load(&b.served), 2);
+  char req[4096];
+  last_request(&b, req, sizeof req); /* the rest, of the same version */
+  ASSERT_CONTAINS(req, "Range: bytes=");
+  ASSERT_CONTAINS(req, "If-Range: \"e0\"");
   ASSERT_OK(sl_open("wds:" DIR "/wds-000002.tar", NULL, &local));
   uint64_t na, nb;
   ASSERT_TRUE(test_digest_all(r, &na) == test_digest_all(local, &nb));
@@ -617,6 +711,22 @@ TEST(http_server_without_ranges_is_read_whole_once) {
   free((void *)b.body);
 }
 
+/* Opens `name` and reads it all: the open or a read must fail SL_EIO
+ * "changed while read", naming `what`. */
+static void expect_changed_while_read(const char *name, const char *what) {
+  sl_reader *r = NULL;
+  int rc = sl_open(name, NULL, &r);
+  if (rc == SL_OK) {
+    sl_sample *x;
+    while ((rc = sl_reader_next(r, &x)) == SL_OK)
+      sl_sample_release(x);
+    sl_reader_destroy(r);
+  }
+  ASSERT_RC(rc, SL_EIO);
+  ASSERT_CONTAINS(sl_last_error(), "changed while read");
+  ASSERT_CONTAINS(sl_last_error(), what);
+}
+
 TEST(http_object_changed_while_read_fails_naming_it) {
   const char *path = test_tmppath("http", "ids2.slr");
   test_write_ids_slr(path, 0, 2000, 100);
@@ -626,17 +736,7 @@ TEST(http_object_changed_while_read_fails_naming_it) {
   setenv("SLUICE_HTTP_READAHEAD", "1K", 1);
   char url[256];
   snprintf(url, sizeof url, "slr:http://127.0.0.1:%d/ids2.slr", b.port);
-  sl_reader *r = NULL;
-  int rc = sl_open(url, NULL, &r);
-  if (rc == SL_OK) {
-    sl_sample *x;
-    while ((rc = sl_reader_next(r, &x)) == SL_OK)
-      sl_sample_release(x);
-    sl_reader_destroy(r);
-  }
-  ASSERT_RC(rc, SL_EIO);
-  ASSERT_CONTAINS(sl_last_error(), "changed while read");
-  ASSERT_CONTAINS(sl_last_error(), "/ids2.slr");
+  expect_changed_while_read(url, "/ids2.slr");
   unsetenv("SLUICE_HTTP_READAHEAD");
   bad_stop(&b);
   free((void *)b.body);
@@ -751,7 +851,7 @@ TEST(http_resume_answered_with_200_restarts_from_byte_0) {
   char url[256];
   snprintf(url, sizeof url, "http://127.0.0.1:%d/wds-000002.tar", b.port);
   sl_buffer *got;
-  ASSERT_OK(sl__http_get("test", url, &got));
+  ASSERT_OK(sl__http_get("test", url, &got, NULL));
   ASSERT_EQ(atomic_load(&b.served), 2);
   ASSERT_EQ(sl_buffer_size(got), n);
   ASSERT_TRUE(memcmp(sl_buffer_data(got), body, n) == 0);
@@ -759,4 +859,360 @@ TEST(http_resume_answered_with_200_restarts_from_byte_0) {
   unsetenv("SLUICE_HTTP_BACKOFF_MS");
   bad_stop(&b);
   free(body);
+}
+
+/* --- versions: one object read whole or by ranges must be one version ---- */
+
+/* Two versions of a `n`-byte object: A holds bytes 'a' + i % 20, B 'A' +
+ * i % 20 (caller frees). */
+static void two_versions(size_t n, unsigned char **a, unsigned char **b) {
+  *a = malloc(n);
+  *b = malloc(n);
+  for (size_t i = 0; i < n; i++) {
+    (*a)[i] = (unsigned char)('a' + i % 20);
+    (*b)[i] = (unsigned char)('A' + i % 20);
+  }
+}
+
+/* A body cut short, then replaced before the resume: the resumed GET
+ * carries If-Range, and an answer of the new version - a range of it (a
+ * server that ignores If-Range) or the whole of it (a 200, a server that
+ * honours it) - fails naming the URL; no buffer mixes the versions. */
+TEST(http_resumed_body_of_another_version_fails) {
+  unsigned char *va, *vb;
+  two_versions(20000, &va, &vb);
+  setenv("SLUICE_HTTP_BACKOFF_MS", "1", 1);
+  for (int validators = 0; validators < 3; validators++) {
+    for (int honour = 0; honour < 2; honour++) {
+      bad_server b = {.mode = 6,
+                      .body = va,
+                      .body2 = vb,
+                      .n = 20000,
+                      .switch_at = 1,
+                      .cut_first = true,
+                      .etag = validators != 1,
+                      .lastmod = validators != 0,
+                      .if_range = honour};
+      bad_start(&b);
+      char url[256];
+      snprintf(url, sizeof url, "http://127.0.0.1:%d/obj.bin", b.port);
+      sl_buffer *got = NULL;
+      ASSERT_RC(sl__http_get("test", url, &got, NULL), SL_EIO);
+      ASSERT_NULL(got);
+      ASSERT_CONTAINS(sl_last_error(), "changed while read");
+      ASSERT_CONTAINS(sl_last_error(), url);
+      ASSERT_CONTAINS(sl_last_error(),
+                      validators == 1 ? "Last-Modified" : "ETag \"vA\"");
+      char req[4096];
+      last_request(&b, req, sizeof req);
+      ASSERT_CONTAINS(req, "Range: bytes=10000-");
+      ASSERT_CONTAINS(req, validators == 1
+                               ? "If-Range: Sat, 28 Nov 2026 10:00:00 GMT"
+                               : "If-Range: \"vA\"");
+      ASSERT_EQ(atomic_load(&b.served), 2);
+      bad_stop(&b);
+    }
+  }
+  /* The same version cut and resumed: one request more, every byte once. */
+  bad_server b = {.mode = 6,
+                  .body = va,
+                  .body2 = va,
+                  .n = 20000,
+                  .switch_at = 1,
+                  .cut_first = true,
+                  .lastmod = true,
+                  .if_range = true};
+  bad_start(&b);
+  char url[256];
+  snprintf(url, sizeof url, "http://127.0.0.1:%d/obj.bin", b.port);
+  sl_buffer *got;
+  sl__http_ident id;
+  ASSERT_OK(sl__http_get("test", url, &got, &id));
+  ASSERT_EQ(atomic_load(&b.served), 2);
+  ASSERT_EQ(sl_buffer_size(got), 20000);
+  ASSERT_TRUE(memcmp(sl_buffer_data(got), va, 20000) == 0);
+  ASSERT_STREQ(id.modified, "Sat, 28 Nov 2026 10:00:00 GMT");
+  ASSERT_EQ(id.filetime, 1795860000);
+  ASSERT_EQ(id.size, 20000);
+  sl_buffer_release(got);
+  bad_stop(&b);
+  unsetenv("SLUICE_HTTP_BACKOFF_MS");
+  free(va);
+  free(vb);
+}
+
+/* The issue's case: a CSV over HTTP cut mid-body and replaced; the reader
+ * must not read rows of version A, then rows of version B. */
+TEST(http_csv_of_two_versions_is_refused) {
+  char a[20000], b2[20000];
+  size_t na = 0, nb = 0;
+  for (int i = 0; i < 1000; i++) {
+    na += (size_t)snprintf(a + na, sizeof a - na, "A,%05d\n", i);
+    nb += (size_t)snprintf(b2 + nb, sizeof b2 - nb, "B,%05d\n", i);
+  }
+  ASSERT_EQ(na, nb);
+  setenv("SLUICE_HTTP_BACKOFF_MS", "1", 1);
+  bad_server b = {.mode = 6,
+                  .body = (unsigned char *)a,
+                  .body2 = (unsigned char *)b2,
+                  .n = na,
+                  .switch_at = 1,
+                  .cut_first = true,
+                  .etag = true};
+  bad_start(&b);
+  char url[256];
+  snprintf(url, sizeof url, "csv:http://127.0.0.1:%d/t.csv", b.port);
+  expect_changed_while_read(url, "/t.csv"); /* no mixed table comes out */
+  unsetenv("SLUICE_HTTP_BACKOFF_MS");
+  bad_stop(&b);
+}
+
+/* Without any validator the bytes received cannot be shown to belong with
+ * the rest: a cut body is fetched again from byte 0 (no Range), and what
+ * comes is one version - the new one - whole. */
+TEST(http_cut_body_without_validators_restarts_whole) {
+  unsigned char *va, *vb;
+  two_versions(20000, &va, &vb);
+  setenv("SLUICE_HTTP_BACKOFF_MS", "1", 1);
+  bad_server b = {.mode = 6,
+                  .body = va,
+                  .body2 = vb,
+                  .n = 20000,
+                  .switch_at = 1,
+                  .cut_first = true};
+  bad_start(&b);
+  char url[256];
+  snprintf(url, sizeof url, "http://127.0.0.1:%d/obj.bin", b.port);
+  sl_buffer *got;
+  sl__http_ident id;
+  ASSERT_OK(sl__http_get("test", url, &got, &id));
+  ASSERT_EQ(atomic_load(&b.served), 2);
+  char req[4096];
+  last_request(&b, req, sizeof req);
+  ASSERT_TRUE(strstr(req, "Range:") == NULL);
+  ASSERT_EQ(sl_buffer_size(got), 20000);
+  ASSERT_TRUE(memcmp(sl_buffer_data(got), vb, 20000) == 0);
+  ASSERT_TRUE(!sl__http_ident_known(&id));
+  sl__file_id fid;
+  sl__http_ident_file_id(&id, url, &fid);
+  ASSERT_EQ(fid.mtime_ns, -1); /* an identity that proves nothing */
+  sl_buffer_release(got);
+  bad_stop(&b);
+  unsetenv("SLUICE_HTTP_BACKOFF_MS");
+  free(va);
+  free(vb);
+}
+
+/* Read by ranges (source_http.c): an object replaced between two ranges
+ * fails "changed while read", whichever validator the server sends (only
+ * Last-Modified: the size is the same) and whether it honours If-Range
+ * (a 200 of the new version) or not (a 206 of it). */
+TEST(http_ranged_reads_of_a_replaced_object_fail) {
+  unsigned char *va, *vb;
+  two_versions(20000, &va, &vb);
+  setenv("SLUICE_HTTP_READAHEAD", "1000", 1);
+  for (int validators = 0; validators < 3; validators++) {
+    for (int honour = 0; honour < 2; honour++) {
+      bad_server b = {.mode = 6,
+                      .body = va,
+                      .body2 = vb,
+                      .n = 20000,
+                      .switch_at = 1,
+                      .etag = validators != 1,
+                      .lastmod = validators != 0,
+                      .if_range = honour};
+      bad_start(&b);
+      char url[256];
+      snprintf(url, sizeof url, "http://127.0.0.1:%d/obj.bin", b.port);
+      sl__source *src;
+      ASSERT_OK(sl__source_open_url("test", url, &src));
+      sl__http_ident id;
+      ASSERT_OK(sl__source_url_ident(src, &id));
+      ASSERT_TRUE(sl__http_ident_known(&id));
+      ASSERT_EQ(id.size, 20000);
+      unsigned char got[100];
+      ASSERT_OK(src->read_at(src, 0, got, 100));
+      ASSERT_TRUE(memcmp(got, va, 100) == 0);
+      ASSERT_RC(src->read_at(src, 15000, got, 100), SL_EIO);
+      ASSERT_CONTAINS(sl_last_error(), "changed while read");
+      ASSERT_CONTAINS(sl_last_error(), url);
+      char req[4096];
+      last_request(&b, req, sizeof req);
+      ASSERT_CONTAINS(req, "If-Range: ");
+      sl__source_close(src);
+      bad_stop(&b);
+    }
+  }
+  /* No validator at all: the object is fetched whole at open, one
+   * version, and every read is served from it. */
+  bad_server b = {
+      .mode = 6, .body = va, .body2 = vb, .n = 20000, .switch_at = 1};
+  bad_start(&b);
+  char url[256];
+  snprintf(url, sizeof url, "http://127.0.0.1:%d/obj.bin", b.port);
+  sl__source *src;
+  ASSERT_OK(sl__source_open_url("test", url, &src));
+  static unsigned char all[20000];
+  for (size_t off = 0; off < 20000; off += 500)
+    ASSERT_OK(src->read_at(src, off, all + off, 500));
+  ASSERT_TRUE(memcmp(all, vb, 20000) == 0);
+  ASSERT_EQ(atomic_load(&b.served), 2);
+  ASSERT_EQ(src->id.mtime_ns, -1);
+  sl__source_close(src);
+  bad_stop(&b);
+  ASSERT_RC(sl__source_url_ident(NULL, &(sl__http_ident){0}), SL_EINVAL);
+  unsetenv("SLUICE_HTTP_READAHEAD");
+  free(va);
+  free(vb);
+}
+
+/* --- redirects ------------------------------------------------------------ */
+
+/* Only http(s) redirects are followed, at most 10. */
+TEST(http_redirects_only_to_http_and_not_forever) {
+  bad_server ftp = {.mode = 7};
+  bad_start(&ftp);
+  bad_server r = {.mode = 5, .status = 302};
+  snprintf(r.location, sizeof r.location, "ftp://127.0.0.1:%d/x.npy", ftp.port);
+  bad_start(&r);
+  setenv("SLUICE_HTTP_BACKOFF_MS", "1", 1);
+  char url[256];
+  snprintf(url, sizeof url, "http://127.0.0.1:%d/x.npy", r.port);
+  sl_buffer *got = NULL;
+  ASSERT_RC(sl__http_get("test", url, &got, NULL), SL_EIO);
+  ASSERT_CONTAINS(sl_last_error(), url);
+  ASSERT_CONTAINS(sl_last_error(), "HTTP 302 redirects to ftp://");
+  ASSERT_CONTAINS(sl_last_error(), "only http:// and https:// redirects");
+  ASSERT_EQ(atomic_load(&ftp.served), 0);
+  bad_stop(&r);
+  bad_stop(&ftp);
+  /* A redirect to itself (a relative Location: the same origin). */
+  bad_server loop = {.mode = 5, .status = 307, .location = "/again"};
+  bad_start(&loop);
+  snprintf(url, sizeof url, "http://127.0.0.1:%d/x.npy", loop.port);
+  ASSERT_RC(sl__http_get("test", url, &got, NULL), SL_EIO);
+  ASSERT_CONTAINS(sl_last_error(), "more than 10 redirects");
+  ASSERT_EQ(atomic_load(&loop.served), 11);
+  bad_stop(&loop);
+  unsetenv("SLUICE_HTTP_BACKOFF_MS");
+}
+
+/* An s3:// request redirected to another host:port gets there without the
+ * signature and without the session token; the object still comes. */
+TEST(http_redirect_keeps_credentials_at_home) {
+  unsigned char *va, *vb;
+  two_versions(5000, &va, &vb);
+  bad_server away = {.mode = 6,
+                     .body = va,
+                     .body2 = va,
+                     .n = 5000,
+                     .switch_at = 1 << 30,
+                     .etag = true};
+  bad_start(&away);
+  bad_server home = {.mode = 5, .status = 307};
+  snprintf(home.location, sizeof home.location,
+           "http://127.0.0.1:%d/bkt/obj.bin", away.port);
+  bad_start(&home);
+  char endpoint[64];
+  snprintf(endpoint, sizeof endpoint, "http://127.0.0.1:%d", home.port);
+  setenv("SLUICE_S3_ENDPOINT", endpoint, 1);
+  setenv("AWS_ACCESS_KEY_ID", "AKIDREDIRECT", 1);
+  setenv("AWS_SECRET_ACCESS_KEY", "secret-of-home", 1);
+  setenv("AWS_SESSION_TOKEN", "token-of-home", 1);
+  sl_buffer *got;
+  ASSERT_OK(sl__http_get("test", "s3://bkt/obj.bin", &got, NULL));
+  ASSERT_EQ(sl_buffer_size(got), 5000);
+  ASSERT_TRUE(memcmp(sl_buffer_data(got), va, 5000) == 0);
+  sl_buffer_release(got);
+  char req[4096];
+  last_request(&home, req, sizeof req);
+  ASSERT_CONTAINS(req, "x-amz-security-token: token-of-home");
+  ASSERT_CONTAINS(req, "Authorization: AWS4-HMAC-SHA256");
+  last_request(&away, req, sizeof req);
+  ASSERT_CONTAINS(req, "GET /bkt/obj.bin");
+  ASSERT_TRUE(strstr(req, "token-of-home") == NULL);
+  ASSERT_TRUE(strstr(req, "AKIDREDIRECT") == NULL);
+  ASSERT_TRUE(strstr(req, "Authorization") == NULL);
+  ASSERT_TRUE(strstr(req, "x-amz-") == NULL);
+  /* A plain URL's user:password stays home too. */
+  char url[256];
+  snprintf(url, sizeof url, "http://alice:pw-of-home@127.0.0.1:%d/obj.bin",
+           home.port);
+  ASSERT_OK(sl__http_get("test", url, &got, NULL));
+  sl_buffer_release(got);
+  last_request(&home, req, sizeof req);
+  ASSERT_CONTAINS(req, "Authorization: Basic");
+  last_request(&away, req, sizeof req);
+  ASSERT_TRUE(strstr(req, "Authorization") == NULL);
+  unsetenv("SLUICE_S3_ENDPOINT");
+  unsetenv("AWS_ACCESS_KEY_ID");
+  unsetenv("AWS_SECRET_ACCESS_KEY");
+  unsetenv("AWS_SESSION_TOKEN");
+  bad_stop(&home);
+  bad_stop(&away);
+  free(va);
+  free(vb);
+}
+
+/* --- credentials never in messages --------------------------------------- */
+
+TEST(http_url_credentials_are_redacted_in_messages) {
+  char out[256];
+  static const char *cases[][2] = {
+      {"npy: http://alice:s3cret@h:1/x.npy: refused",
+       "npy: http://***@h:1/x.npy: refused"},
+      {"a https://u@h/p and s3://b/k@v and ftp://x:y@z",
+       "a https://***@h/p and s3://b/k@v and ftp://***@z"},
+      {"'http://u:p@h' \"https://q:r@[::1]:8/x?y=@z\"",
+       "'http://***@h' \"https://***@[::1]:8/x?y=@z\""},
+      {"no url, user@example.com", "no url, user@example.com"},
+      {"http://a:b@c@host/x", "http://***@host/x"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    size_t n = sl__redact_urls(cases[i][0], out, sizeof out);
+    ASSERT_STREQ(out, cases[i][1]);
+    ASSERT_EQ(n, strlen(cases[i][1]));
+  }
+  ASSERT_EQ(sl__redact_urls("http://a:b@h/", out, 5), 13);
+  ASSERT_STREQ(out, "http");
+  /* Every message: set, wrapped, and one too long for the slot whose
+   * middle is elided (the redaction comes first). */
+  sl_set_error(SL_EIO, "x: %s: gone", "https://bob:hunter2@h/o");
+  ASSERT_STREQ(sl_last_error(), "x: https://***@h/o: gone");
+  sl_wrap_error(SL_EIO, "outer http://eve:pw2@h/");
+  ASSERT_TRUE(strstr(sl_last_error(), "pw2") == NULL);
+  ASSERT_TRUE(strstr(sl_last_error(), "hunter2") == NULL);
+  static char pad[3000];
+  memset(pad, 'p', sizeof pad - 1);
+  sl_set_error(SL_EIO, "%.300s http://carol:topsecret@h/%s", pad, pad);
+  ASSERT_TRUE(strstr(sl_last_error(), "topsecret") == NULL);
+  ASSERT_TRUE(strstr(sl_last_error(), "carol") == NULL);
+  /* A reader's message, through the whole stack. */
+  setenv("SLUICE_HTTP_RETRIES", "0", 1);
+  int port = test_free_port();
+  char url[256];
+  snprintf(url, sizeof url, "npy:http://alice:s3cret@127.0.0.1:%d/x.npy", port);
+  sl_reader *r = NULL;
+  ASSERT_RC(sl_open(url, NULL, &r), SL_EIO);
+  char want[128];
+  snprintf(want, sizeof want, "http://***@127.0.0.1:%d/x.npy", port);
+  ASSERT_CONTAINS(sl_last_error(), want);
+  ASSERT_TRUE(strstr(sl_last_error(), "s3cret") == NULL);
+  ASSERT_TRUE(strstr(sl_last_error(), "alice") == NULL);
+  /* SLUICE_S3_ENDPOINT's, shown with the URL an s3:// name maps to. */
+  snprintf(url, sizeof url, "http://ak:endpoint-pw@127.0.0.1:%d/", port);
+  setenv("SLUICE_S3_ENDPOINT", url, 1);
+  setenv("AWS_ACCESS_KEY_ID", "AK", 1);
+  setenv("AWS_SECRET_ACCESS_KEY", "SK", 1);
+  ASSERT_RC(sl_open("npy:s3://bkt/x.npy", NULL, &r), SL_EIO);
+  ASSERT_CONTAINS(sl_last_error(), "s3://bkt/x.npy (http://***@127.0.0.1:");
+  ASSERT_TRUE(strstr(sl_last_error(), "endpoint-pw") == NULL);
+  setenv("SLUICE_S3_ENDPOINT", "ftp://ak:endpoint-pw@h/", 1);
+  ASSERT_RC(sl_open("npy:s3://bkt/x.npy", NULL, &r), SL_EINVAL);
+  ASSERT_CONTAINS(sl_last_error(), "SLUICE_S3_ENDPOINT 'ftp://***@h/'");
+  ASSERT_TRUE(strstr(sl_last_error(), "endpoint-pw") == NULL);
+  unsetenv("SLUICE_S3_ENDPOINT");
+  unsetenv("AWS_ACCESS_KEY_ID");
+  unsetenv("AWS_SECRET_ACCESS_KEY");
+  unsetenv("SLUICE_HTTP_RETRIES");
 }

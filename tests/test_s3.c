@@ -251,3 +251,58 @@ TEST(s3_names_map_to_urls) {
   unsetenv("AWS_DEFAULT_REGION");
   unsetenv("AWS_SESSION_TOKEN");
 }
+
+/* Bucket names by S3's rules: a name that is not one - an address with a
+ * port and a fragment, user:password@, upper case, a dotted quad - is
+ * refused before any request, so nothing signed goes to where it points. */
+TEST(s3_bucket_names_are_checked) {
+  setenv("AWS_ACCESS_KEY_ID", "AK", 1);
+  setenv("AWS_SECRET_ACCESS_KEY", "SK", 1);
+  unsetenv("AWS_SESSION_TOKEN");
+  unsetenv("SLUICE_S3_ENDPOINT");
+  static const char *bad[] = {
+      "s3://127.0.0.1:18443#/data.npy",
+      "s3://u:p@bkt/k",
+      "s3://192.168.5.4/k",
+      "s3://Bkt/k",
+      "s3://ab/k",
+      "s3://a..b/k",
+      "s3://-bkt/k",
+      "s3://bkt-/k",
+      "s3://bkt_1/k",
+      "s3://xn--bkt/k",
+      "s3://bkt-s3alias/k",
+      "s3://host:80/k",
+      "s3://evil.com#/k",
+      "s3://aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa/"
+      "k"};
+  uint64_t req0, ret0, req1, ret1;
+  sl__http_counts(&req0, &ret0);
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    sl__s3_target t;
+    ASSERT_RC(sl__s3_target_make("t", bad[i], &t), SL_EINVAL);
+    ASSERT_CONTAINS(sl_last_error(), "is not an S3 bucket name");
+    ASSERT_NULL(t.url);
+    sl_reader *r = NULL;
+    char name[160];
+    snprintf(name, sizeof name, "npy:%s", bad[i]);
+    ASSERT_RC(sl_open(name, NULL, &r), SL_EINVAL);
+    ASSERT_NULL(r);
+  }
+  sl__http_counts(&req1, &ret1);
+  ASSERT_EQ(req1 - req0, 0); /* nothing was sent anywhere */
+  ASSERT_TRUE(strstr(sl_last_error(), "u:p@") == NULL);
+  /* A key with '#' would lose its end to the URL's fragment. */
+  sl__s3_target t;
+  ASSERT_RC(sl__s3_target_make("t", "s3://bkt/a#b", &t), SL_EINVAL);
+  ASSERT_CONTAINS(sl_last_error(), "percent-encode");
+  static const char *good[] = {"s3://bkt/k", "s3://my.bucket-1/k", "s3://123/k",
+                               "s3://a-b.c-d.e/x#"};
+  for (size_t i = 0; i < 3; i++) {
+    ASSERT_OK(sl__s3_target_make("t", good[i], &t));
+    sl__s3_target_free(&t);
+  }
+  ASSERT_RC(sl__s3_target_make("t", good[3], &t), SL_EINVAL);
+  unsetenv("AWS_ACCESS_KEY_ID");
+  unsetenv("AWS_SECRET_ACCESS_KEY");
+}

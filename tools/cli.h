@@ -90,6 +90,9 @@ void cli_json_string(FILE *o, const void *data, size_t n);
  * other non-printable bytes and invalid UTF-8; at most `max` bytes, then
  * "..." after the closing quote. */
 void cli_text_string(FILE *o, const void *data, size_t n, size_t max);
+/* `name` as it may be shown: a URL's user:password replaced by "***"
+ * (sl__redact_urls, the library's one redaction), into buf. */
+const char *cli_shown(const char *name, char *buf, size_t size);
 /* "1.5 MB" style (powers of 1000) into buf. */
 const char *cli_human_bytes(uint64_t n, char *buf, size_t size);
 /* Monotonic seconds. */

@@ -7,6 +7,7 @@
  * argv permutation, and a uniform message for every kind of bad usage.
  */
 #include "cli.h"
+#include "core/internal.h"
 #include "io/output.h"
 
 #include <ctype.h>
@@ -30,13 +31,19 @@ void cli_parser_init(cli_parser *p, int argc, char **argv, const char *cmd,
   p->opts = opts;
 }
 
+const char *cli_shown(const char *name, char *buf, size_t size) {
+  sl__redact_urls(name, buf, size);
+  return buf;
+}
+
 int cli_usage_error(const char *cmd, const char *synopsis, const char *fmt,
                     ...) {
   va_list ap;
-  fprintf(stderr, "sluice: %s: ", cmd);
+  char msg[4096], shown[4096];
   va_start(ap, fmt);
-  vfprintf(stderr, fmt, ap);
+  vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
+  fprintf(stderr, "sluice: %s: %s", cmd, cli_shown(msg, shown, sizeof shown));
   fprintf(stderr, "\nUsage:\n%sRun 'sluice %s --help' for details.\n", synopsis,
           cmd);
   return CLI_USAGE;

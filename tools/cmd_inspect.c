@@ -198,10 +198,12 @@ int cmd_inspect(int argc, char **argv) {
     stored += ci[c].stored_size;
   }
   if (rc == SL_OK) {
+    char shown[4096];
+    cli_shown(path, shown, sizeof shown);
     if (json)
-      print_json(path, file_bytes, f, ci, raw, stored, chunks);
+      print_json(shown, file_bytes, f, ci, raw, stored, chunks);
     else
-      print_text(path, file_bytes, f, ci, raw, stored, chunks);
+      print_text(shown, file_bytes, f, ci, raw, stored, chunks);
   }
   int ret = rc < 0 ? cli_fail("inspect", rc) : CLI_OK;
   free(ci);

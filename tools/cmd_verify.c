@@ -49,8 +49,10 @@ static bool verify_one(const char *path, bool quiet,
   if (rc < 0) {
     cli_fail("verify", rc);
   } else if (!quiet) {
-    printf("%s: ok (%" PRIu64 " records, %" PRIu64 " chunks)\n", path,
-           sl_slr_records(f), sl_slr_chunks(f));
+    char shown[4096];
+    printf("%s: ok (%" PRIu64 " records, %" PRIu64 " chunks)\n",
+           cli_shown(path, shown, sizeof shown), sl_slr_records(f),
+           sl_slr_chunks(f));
     fflush(stdout); /* keep the order of stdout and stderr lines */
   }
   if (rc == SL_OK) *keep = sl_schema_retain((sl_schema *)sl_slr_schema(f));

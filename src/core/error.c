@@ -77,21 +77,86 @@ static void store_elided(const char *full, size_t n) {
   t_msg[head + mark + (n - from)] = '\0';
 }
 
-/* Formats into the slot, eliding the middle of a message that does not fit.
- * Consumes `ap`. */
+/* --- credentials ----------------------------------------------------------
+ * A URL may carry a user name and password ("https://USER:PASS@host/x",
+ * SLUICE_S3_ENDPOINT's value); no message shows them.  Every "scheme://"
+ * in a text has its authority (up to the first '/', '?', '#', space or
+ * quote) searched for its last '@', and what comes before it is replaced
+ * with three asterisks ("https://USER:PASS@host/x" is shown with "***@host/x"
+ * after its scheme). */
+
+size_t sl__redact_urls(const char *in, char *out, size_t cap) {
+  size_t n = 0;
+#define PUT(c)                                                                 \
+  do {                                                                         \
+    if (n + 1 < cap) out[n] = (c);                                             \
+    n++;                                                                       \
+  } while (0)
+  const char *p = in;
+  while (*p) {
+    const char *sep = strstr(p, "://");
+    const char *auth = sep ? sep + 3 : p + strlen(p);
+    const char *at = NULL;
+    if (sep) {
+      size_t alen = strcspn(auth, "/?#\\ \t\r\n'\"<>`");
+      for (size_t i = 0; i < alen; i++)
+        if (auth[i] == '@') at = auth + i;
+    }
+    for (; p < auth; p++)
+      PUT(*p);
+    if (at) {
+      PUT('*');
+      PUT('*');
+      PUT('*');
+      p = at;
+    }
+  }
+#undef PUT
+  if (cap) out[n < cap ? n : cap - 1] = '\0';
+  return n;
+}
+
+/* Formats into the slot, with URLs' credentials redacted, eliding the
+ * middle of a message that does not fit (after the redaction, so that no
+ * cut can hide a credential from it).  Consumes `ap`; its arguments may
+ * point into the slot. */
 static void store_v(const char *fmt, va_list ap) {
   va_list again;
   va_copy(again, ap);
-  int n = vsnprintf(t_msg, sizeof t_msg, fmt, ap);
-  if (n >= (int)sizeof t_msg) {
-    char *full = sl__malloc((size_t)n + 1);
-    if (full) {
+  char small[SL_ERRMSG_MAX];
+  char *full = small;
+  int n = vsnprintf(small, sizeof small, fmt, ap);
+  if (n >= (int)sizeof small) {
+    full = sl__malloc((size_t)n + 1);
+    if (full)
       vsnprintf(full, (size_t)n + 1, fmt, again);
-      store_elided(full, (size_t)n);
-      sl__free(full);
-    }
+    else
+      full = small, n = (int)sizeof small - 1;
   }
   va_end(again);
+  if (n < 0) {
+    t_msg[0] = '\0';
+    return;
+  }
+  char *text = full, *red = NULL;
+  size_t len = (size_t)n;
+  if (strstr(full, "://") && strchr(full, '@')) {
+    len = sl__redact_urls(full, NULL, 0);
+    red = sl__malloc(len + 1);
+    if (red) {
+      sl__redact_urls(full, red, len + 1);
+      text = red;
+    } else { /* no memory: redacted and cut at the end */
+      sl__redact_urls(full, t_msg, sizeof t_msg);
+      text = NULL;
+    }
+  }
+  if (text && len < SL_ERRMSG_MAX)
+    memcpy(t_msg, text, len + 1);
+  else if (text)
+    store_elided(text, len);
+  sl__free(red);
+  if (full != small) sl__free(full);
 }
 
 static void store(const char *fmt, ...) SL_PRINTF(1, 2);

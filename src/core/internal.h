@@ -54,6 +54,15 @@ size_t sl__alloc_largest(void);
  * (NULL on allocation failure).  Used to carry errors across threads. */
 char *sl__error_dup(void);
 
+/* Copies `in` to `out` (cap bytes, NUL-terminated, cut when short; out may
+ * be NULL when cap is 0) with the user:password of every URL replaced by
+ * three asterisks: "https://USER:PASS@host/x" is shown with "***@host/x"
+ * after its "https://".  Returns the
+ * length of the whole redacted text, as snprintf does.  The one place
+ * that keeps credentials out of what is shown: every error message passes
+ * through it (error.c), and so does every URL the CLI prints. */
+SL_API size_t sl__redact_urls(const char *in, char *out, size_t cap);
+
 /* Forgets the code of the last error (not its text), so that a caller can
  * tell whether a callee that failed set a message of its own. */
 void sl__error_forget_code(void);

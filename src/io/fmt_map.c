@@ -26,8 +26,13 @@ int sl__map_file(const char *stage, const char *path, sl_buffer **out,
                  sl__file_id *id) {
   *out = NULL;
   if (sl__is_url(path)) { /* fetched whole (http.c) */
-    if (id) memset(id, 0, sizeof *id);
-    return sl__http_get(stage, path, out);
+    sl__http_ident ident;
+    int rc = sl__http_get(stage, path, out, &ident);
+    if (id) {
+      memset(id, 0, sizeof *id);
+      if (rc == SL_OK) sl__http_ident_file_id(&ident, path, id);
+    }
+    return rc;
   }
   int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   SL_RETURN_ERROR_IF(fd < 0, SL_EIO, "%s: %s: %s", stage, path,
@@ -120,7 +125,7 @@ int sl__read_gzip_file(const char *stage, const char *path, sl_buffer **out) {
   *out = NULL;
   if (sl__is_url(path)) {
     sl_buffer *z;
-    SL_FORWARD_IF_ERROR(sl__http_get(stage, path, &z));
+    SL_FORWARD_IF_ERROR(sl__http_get(stage, path, &z, NULL));
     int rc =
         gunzip_memory(stage, path, sl_buffer_data(z), sl_buffer_size(z), out);
     sl_buffer_release(z);

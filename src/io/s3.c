@@ -39,6 +39,48 @@ static char *dup_printf(const char *fmt, ...) {
   return s;
 }
 
+/* Why `b` (n bytes) is not a bucket name by S3's rules, or NULL: 3 to 63
+ * characters of lower-case letters, digits, '.' and '-', beginning and
+ * ending with a letter or digit, no two adjacent periods, not an IPv4
+ * address, none of S3's reserved prefixes and suffixes.  The bucket
+ * becomes part of a host name (virtual-host style) or of a path: a name
+ * with ':', '@', '#' or '/' in it could send the signed request elsewhere. */
+static const char *bucket_fault(const char *b, size_t n) {
+  if (n < 3 || n > 63) return "it must be 3 to 63 characters long";
+  for (size_t i = 0; i < n; i++) {
+    char c = b[i];
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' ||
+          c == '-'))
+      return "it may hold only lower-case letters, digits, '.' and '-'";
+    if (c == '.' && i + 1 < n && b[i + 1] == '.')
+      return "it may not hold two adjacent periods";
+  }
+  bool alnum_ends =
+      b[0] != '.' && b[0] != '-' && b[n - 1] != '.' && b[n - 1] != '-';
+  if (!alnum_ends) return "it must begin and end with a letter or a digit";
+  int dots = 0;
+  bool ip = true;
+  for (size_t i = 0; i < n; i++) {
+    if (b[i] == '.')
+      dots++;
+    else if (b[i] < '0' || b[i] > '9')
+      ip = false;
+  }
+  if (ip && dots == 3) return "it may not be an IP address";
+  static const char *prefix[] = {"xn--", "sthree-", "amzn-s3-demo-"};
+  static const char *suffix[] = {"-s3alias", "--ol-s3", ".mrap", "--x-s3",
+                                 "--table-s3"};
+  for (size_t i = 0; i < sizeof prefix / sizeof *prefix; i++)
+    if (strncmp(b, prefix[i], strlen(prefix[i])) == 0)
+      return "it may not begin with a prefix S3 reserves";
+  for (size_t i = 0; i < sizeof suffix / sizeof *suffix; i++) {
+    size_t k = strlen(suffix[i]);
+    if (n >= k && strncmp(b + n - k, suffix[i], k) == 0)
+      return "it may not end with a suffix S3 reserves";
+  }
+  return NULL;
+}
+
 void sl__s3_target_free(sl__s3_target *t) {
   if (!t) return;
   sl__free(t->url);
@@ -59,6 +101,16 @@ int sl__s3_target_make(const char *stage, const char *name, sl__s3_target *t) {
                      stage, name);
   int blen = (int)(slash - bucket);
   const char *key = slash + 1;
+  const char *fault = bucket_fault(bucket, (size_t)blen);
+  SL_RETURN_ERROR_IF(fault, SL_EINVAL,
+                     "%s: %s: the bucket is not an S3 bucket name: %s "
+                     "(an s3 name is s3://BUCKET/KEY)",
+                     stage, name, fault);
+  size_t bad = strcspn(key, "#\r\n\t ");
+  SL_RETURN_ERROR_IF(key[bad], SL_EINVAL,
+                     "%s: %s: the key holds %s at byte %zu: percent-encode it "
+                     "(S3 keys are used as written in the request's path)",
+                     stage, name, key[bad] == '#' ? "'#'" : "white space", bad);
   const char *id = env("AWS_ACCESS_KEY_ID"),
              *secret = env("AWS_SECRET_ACCESS_KEY");
   SL_RETURN_ERROR_IF(!id || !secret, SL_EINVAL,

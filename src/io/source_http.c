@@ -13,10 +13,14 @@
  * SLR file - schema, index, footer - comes in one request), which replaces
  * the cached block; a read that starts inside the cached block fetches only
  * the bytes after it (at least R of them) and joins them to the cached
- * tail, so a reader walking forward fetches each byte once.  Every
- * response's ETag and size must be the ones seen
- * at open, else the read fails "changed while read" rather than mixing two
- * versions of the object.  A server that ignores ranges answers 200 with
+ * tail, so a reader walking forward fetches each byte once.  Every range
+ * after the first is asked with If-Range and the open's identity (ETag,
+ * Last-Modified, size), and http.c checks that every answer is that
+ * version, else the read fails "changed while read" rather than mixing two
+ * versions of the object.  A server that sends neither ETag nor
+ * Last-Modified gives nothing to check a range against, so such an object
+ * is fetched whole at open, one version, and served from memory like a
+ * server's that ignores ranges.  A server that ignores ranges answers 200 with
  * the whole object: it is kept as the block, and every later read is served
  * from memory (no range support costs memory, not correctness).  An empty
  * object has size 0, whether the server answers its first range with 416
@@ -39,7 +43,7 @@ typedef struct url_source {
   unsigned char *blk; /* cached bytes [blk_off, blk_off + blk_n) */
   uint64_t blk_off;
   size_t blk_n;
-  char etag[128]; /* at open */
+  sl__http_ident ident; /* at open */
   char stage[32]; /* the opener's, for messages */
 } url_source;
 
@@ -61,31 +65,6 @@ static size_t readahead_bytes(void) {
   return (size_t)(x << shift);
 }
 
-static uint64_t fnv1a(const char *s) {
-  uint64_t h = 1469598103934665603ull;
-  for (; *s; s++)
-    h = (h ^ (unsigned char)*s) * 1099511628211ull;
-  return h;
-}
-
-/* Checks that a response describes the object seen at open. */
-static int check_same(url_source *u, const sl__http_meta *m) {
-  uint64_t size = m->total;
-  if (size != UINT64_MAX && size != u->base.size)
-    return sl_set_error(SL_EIO,
-                        "%s: %s: the object changed while read (it was %llu "
-                        "bytes at open, now %llu)",
-                        u->stage, u->base.name,
-                        (unsigned long long)u->base.size,
-                        (unsigned long long)size);
-  if (u->etag[0] && m->etag[0] && strcmp(u->etag, m->etag) != 0)
-    return sl_set_error(SL_EIO,
-                        "%s: %s: the object changed while read (ETag %s at "
-                        "open, now %s)",
-                        u->stage, u->base.name, u->etag, m->etag);
-  return SL_OK;
-}
-
 /* Fills the cache with a block holding [off, off + n); under the lock.
  * A read that starts inside the cached block and runs past its end (a
  * reader walking forward: tar members, TFRecord records) keeps the cached
@@ -105,10 +84,10 @@ static int fill(url_source *u, uint64_t off, size_t n) {
   unsigned char *p;
   size_t got;
   sl__http_meta m;
-  SL_FORWARD_IF_ERROR(sl__http_get_range(u->stage, u->base.name, start,
-                                         start + len - 1, &p, &got, &m));
-  int rc = check_same(u, &m);
-  if (rc == SL_OK && m.whole) {
+  SL_FORWARD_IF_ERROR(sl__http_get_range(
+      u->stage, u->base.name, start, start + len - 1, &u->ident, &p, &got, &m));
+  int rc = SL_OK;
+  if (m.whole) { /* a 200 of the version seen at open (http.c checked) */
     start = 0; /* the whole object: it serves every read from now on */
     keep = 0;
   } else if (rc == SL_OK && (m.status != 206 || got < off + n - start)) {
@@ -176,8 +155,24 @@ int sl__source_open_url(const char *stage, const char *url, sl__source **out) {
   unsigned char *p;
   size_t got;
   sl__http_meta m;
-  SL_FORWARD_IF_ERROR(sl__http_get_range(stage, url, 0, ra - 1, &p, &got, &m));
-  uint64_t size = m.whole ? got : m.total;
+  SL_FORWARD_IF_ERROR(
+      sl__http_get_range(stage, url, 0, ra - 1, NULL, &p, &got, &m));
+  if (m.status == 206 && !sl__http_ident_known(&m.id) &&
+      !(m.id.size != UINT64_MAX && got >= m.id.size)) {
+    /* No validator: two ranges could come from two versions unnoticed, so
+     * the whole object is fetched in one answer instead. */
+    sl__free(p);
+    SL_FORWARD_IF_ERROR(
+        sl__http_get_range(stage, url, 0, UINT64_MAX, NULL, &p, &got, &m));
+    if (!m.whole) { /* a plain GET answered with a range: not HTTP */
+      sl__free(p);
+      return sl_set_error(SL_EIO,
+                          "%s: %s: a GET without Range was answered with "
+                          "HTTP %ld",
+                          stage, url, m.status);
+    }
+  }
+  uint64_t size = m.whole ? got : m.id.size;
   if (m.status == 416 && size == UINT64_MAX) size = 0; /* empty, unsaid */
   if (size == UINT64_MAX || (m.status == 416 && size != 0) ||
       (m.status == 206 && got != (size < ra ? size : ra))) {
@@ -187,7 +182,7 @@ int sl__source_open_url(const char *stage, const char *url, sl__source **out) {
                         "0-%zu does not say the object's size (HTTP %ld, %zu "
                         "bytes, Content-Range total %s)",
                         stage, url, ra - 1, m.status, got,
-                        m.total == UINT64_MAX ? "absent" : "unexpected");
+                        m.id.size == UINT64_MAX ? "absent" : "unexpected");
   }
   url_source *u = sl__calloc(1, sizeof *u);
   char *name = sl__strdup(url);
@@ -201,16 +196,24 @@ int sl__source_open_url(const char *stage, const char *url, sl__source **out) {
   u->readahead = ra;
   u->blk = p;
   u->blk_n = got;
-  snprintf(u->etag, sizeof u->etag, "%s", m.etag);
+  u->ident = m.id;
+  u->ident.size = size;
   snprintf(u->stage, sizeof u->stage, "%s", stage);
   u->base.read_at = url_read_at;
   u->base.close = url_close;
   u->base.size = size;
   u->base.name = name;
-  /* The identity a saved state checks: the ETag (or, without one, the URL)
-   * and Last-Modified stand where a file's device, inode and mtime do. */
-  u->base.id = (sl__file_id){m.etag[0] ? fnv1a(m.etag) : 0, fnv1a(url), size,
-                             m.filetime, 0};
+  /* The identity a saved state checks: the ETag, the URL and Last-Modified
+   * stand where a file's device, inode and mtime do. */
+  sl__http_ident_file_id(&u->ident, url, &u->base.id);
   *out = &u->base;
+  return SL_OK;
+}
+
+int sl__source_url_ident(const sl__source *s, sl__http_ident *out) {
+  sl__http_ident_unknown(out);
+  SL_RETURN_ERROR_IF(!s || s->close != url_close, SL_EINVAL,
+                     "%s: not a URL source", s && s->name ? s->name : "?");
+  *out = ((const url_source *)s)->ident;
   return SL_OK;
 }
