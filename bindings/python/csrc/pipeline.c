@@ -17,28 +17,24 @@
  *
  * The pending batch.  Between an interrupted next and the next that
  * collects its batch, that batch belongs to the caller although the
- * pipeline has moved past it.  So:
- *   - state() returns the position *before* it (restoring that state
- *     yields it first) and leaves it pending.  The position cannot be
- *     saved while the puller is inside sl_pipeline_next, so the puller
- *     saves it beforehand: after every operation that moves the pipeline
- *     (next, reset, restore) it saves the position, idle, while the trainer
- *     works on its batch (`cand`), and when it takes a next it keeps that
- *     save as the pending batch's `pre` (a save that failed is kept as its
- *     error, raised by state());
- *   - a restore() that is refused (the pipeline left as it was) keeps it
- *     (`held`, set aside while the restore runs); one that succeeds, and
- *     reset(), drop it: they leave the pass it belongs to.
- * Everything that asks whether a batch is pending is pending_next().
+ * pipeline has handed it out.  Another operation posted meanwhile waits for
+ * the next to finish and sets its result aside (`held`) instead of
+ * discarding it; then
+ *   - state() saves the position before that batch
+ *     (sl__pipeline_save_back, one batch back: restoring it yields that
+ *     batch first) and leaves it pending;
+ *   - a restore() that is refused (the pipeline left as it was) keeps it;
+ *     one that succeeds, and reset(), drop it: they leave its pass.
+ * The following next takes a held batch as its own.
  *
  * The protocol (everything below `mu` is protected by it):
  *   op       posted by Python, taken by the puller (OP_NONE: none);
  *   running  the operation the puller is running (OP_NONE: idle);
- *   ready    a finished operation's result (res) waits to be collected;
- *            posting clears a result that was not collected (it is
- *            discarded), except a next's before a restore (held);
- *   moved    the pipeline moved since the idle puller's save (cand);
- *   pre      the save taken with the pending next (state() returns it);
+ *   ready    a finished operation's result (result_op, rc, msg, sample,
+ *            state) waits to be collected; posting clears a result that
+ *            was not collected (it is discarded), except a next's (held);
+ *   held     a pending next's result set aside (held_rc, held_msg,
+ *            held_sample); save_back: OP_SAVE saves that many batches back;
  *   closing  the puller closes the pipeline once idle and exits (exited).
  * Closing: close() asks for it and waits for `exited` (interruptible: the
  * puller then finishes on its own, `detached`, and frees the struct).  The
@@ -69,24 +65,6 @@ PyObject *slpy_PipelineType;
 
 enum { OP_NONE, OP_NEXT, OP_RESET, OP_SAVE, OP_RESTORE };
 
-/* A saved position, or the error saving it gave. */
-typedef struct saved {
-  int rc;      /* SL_OK, or the save's error */
-  char *msg;   /* malloc'd detail when rc < 0 */
-  void *state; /* sl_free */
-  size_t len;
-} saved;
-
-/* An operation's result (OP_NEXT: sample). */
-typedef struct result {
-  int op;
-  int rc;
-  char *msg;         /* malloc'd detail when rc < 0 and not SL_EOF */
-  sl_sample *sample; /* OP_NEXT's batch */
-  void *state;       /* OP_SAVE's state (sl_free) */
-  size_t len;        /* OP_SAVE's length */
-} result;
-
 typedef struct puller {
   pthread_mutex_t mu;
   pthread_cond_t wake; /* to the puller: an op was posted, or closing */
@@ -95,14 +73,19 @@ typedef struct puller {
   int op;
   int running;
   int ready;
-  result res;   /* valid when ready */
-  int has_held; /* a next's result set aside while a restore runs */
-  result held;
-  int moved;    /* the position changed since cand was saved */
-  saved cand;   /* the position now (saved by the idle puller) */
-  saved pre;    /* the position before the pending next's batch */
-  void *in;     /* OP_RESTORE's input, a malloc'd copy */
+  int result_op;
+  int rc;
+  char *msg;         /* malloc'd detail when rc < 0 and not SL_EOF */
+  sl_sample *sample; /* OP_NEXT's batch */
+  void *state;       /* OP_SAVE's state (sl_free) */
+  size_t len;        /* OP_SAVE's length */
+  void *in;          /* OP_RESTORE's input, a malloc'd copy */
   size_t inlen;
+  int held; /* an interrupted next's result, set aside */
+  int held_rc;
+  char *held_msg;
+  sl_sample *held_sample;
+  int save_back; /* OP_SAVE: batches back (the held one) */
   int closing;
   int exited;
   int detached; /* nobody waits: the puller frees the struct */
@@ -123,36 +106,54 @@ typedef struct {
 /* --- the puller ------------------------------------------------------------
  */
 
-static void result_clear(result *r) {
-  sl_sample_release(r->sample);
-  sl_free(r->state);
-  free(r->msg);
-  memset(r, 0, sizeof *r);
-}
-
-static void saved_clear(saved *s) {
-  sl_free(s->state);
-  free(s->msg);
-  memset(s, 0, sizeof *s);
-}
-
 static void result_discard(puller *pu) {
-  result_clear(&pu->res);
+  sl_sample_release(pu->sample);
+  pu->sample = NULL;
+  sl_free(pu->state);
+  pu->state = NULL;
+  free(pu->msg);
+  pu->msg = NULL;
   pu->ready = 0;
 }
 
-/* Whether a next's batch is pending (posted, running, ready or held):
- * under mu. */
-static int pending_next(const puller *pu) {
-  return pu->op == OP_NEXT || pu->running == OP_NEXT ||
-         (pu->ready && pu->res.op == OP_NEXT) || pu->has_held;
+static void held_discard(puller *pu) {
+  sl_sample_release(pu->held_sample);
+  pu->held_sample = NULL;
+  free(pu->held_msg);
+  pu->held_msg = NULL;
+  pu->held = 0;
+}
+
+/* Posting an operation other than next: an uncollected next's result is
+ * set aside, not discarded (under mu, the puller idle). */
+static void hold_next_result(puller *pu) {
+  if (!pu->ready || pu->result_op != OP_NEXT) return;
+  held_discard(pu);
+  pu->held = 1;
+  pu->held_rc = pu->rc;
+  pu->held_msg = pu->msg;
+  pu->held_sample = pu->sample;
+  pu->msg = NULL;
+  pu->sample = NULL;
+  pu->ready = 0;
+}
+
+/* The next takes the held result as its own (under mu, the puller idle). */
+static void take_held(puller *pu) {
+  result_discard(pu);
+  pu->result_op = OP_NEXT;
+  pu->rc = pu->held_rc;
+  pu->msg = pu->held_msg;
+  pu->sample = pu->held_sample;
+  pu->held_msg = NULL;
+  pu->held_sample = NULL;
+  pu->held = 0;
+  pu->ready = 1;
 }
 
 static void puller_free(puller *pu) {
   result_discard(pu);
-  result_clear(&pu->held);
-  saved_clear(&pu->cand);
-  saved_clear(&pu->pre);
+  held_discard(pu);
   free(pu->in);
   pthread_mutex_destroy(&pu->mu);
   pthread_cond_destroy(&pu->wake);
@@ -160,71 +161,50 @@ static void puller_free(puller *pu) {
   free(pu);
 }
 
-/* Saves where the pipeline stands into *s (the error, when it cannot). */
-static void save_position(sl_pipeline *p, saved *s) {
-  memset(s, 0, sizeof *s);
-  s->rc = sl_pipeline_save(p, &s->state, &s->len);
-  if (s->rc < 0) s->msg = strdup(sl_last_error());
-}
-
 static void *puller_main(void *arg) {
   puller *pu = arg;
   pthread_mutex_lock(&pu->mu);
   for (;;) {
-    if (pu->moved && !pu->closing) {
-      /* Idle: save the position, for a next that may be interrupted. */
-      pthread_mutex_unlock(&pu->mu);
-      saved s;
-      save_position(pu->p, &s);
-      pthread_mutex_lock(&pu->mu);
-      saved_clear(&pu->cand);
-      pu->cand = s;
-      pu->moved = 0;
-      continue;
-    }
     while (pu->op == OP_NONE && !pu->closing)
       pthread_cond_wait(&pu->wake, &pu->mu);
     if (pu->op == OP_NONE) break; /* closing, idle */
     int op = pu->op;
     pu->op = OP_NONE;
     pu->running = op;
-    if (op == OP_NEXT) {
-      /* cand is where the pipeline stands (moved is clear: the save above
-       * ran before any op is taken). */
-      saved_clear(&pu->pre);
-      pu->pre = pu->cand;
-      memset(&pu->cand, 0, sizeof pu->cand);
-    }
     pthread_mutex_unlock(&pu->mu);
 
-    result r = {op, 0, NULL, NULL, NULL, 0};
+    sl_sample *s = NULL;
+    void *state = NULL;
+    size_t len = 0;
+    int rc;
     switch (op) {
     case OP_NEXT:
-      r.rc = sl_pipeline_next(pu->p, &r.sample);
+      rc = sl_pipeline_next(pu->p, &s);
       break;
     case OP_RESET:
-      r.rc = sl_pipeline_reset(pu->p);
+      rc = sl_pipeline_reset(pu->p);
       break;
     case OP_SAVE:
-      r.rc = sl_pipeline_save(pu->p, &r.state, &r.len);
+      rc = sl__pipeline_save_back(pu->p, (uint64_t)pu->save_back, &state, &len);
       break;
     default:
-      r.rc = sl_pipeline_restore(pu->p, pu->in, pu->inlen);
+      rc = sl_pipeline_restore(pu->p, pu->in, pu->inlen);
       break;
     }
-    if (r.rc < 0 && r.rc != SL_EOF) r.msg = strdup(sl_last_error());
+    char *msg = rc < 0 && rc != SL_EOF ? strdup(sl_last_error()) : NULL;
 
     pthread_mutex_lock(&pu->mu);
     free(pu->in);
     pu->in = NULL;
     pu->running = OP_NONE;
-    if (op == OP_RESTORE && pu->has_held && r.rc == SL_OK) {
-      /* The restore moved the pipeline: the held batch's pass is left. */
-      result_clear(&pu->held);
-      pu->has_held = 0;
-    }
-    if (op != OP_SAVE) pu->moved = 1;
-    pu->res = r;
+    if (op == OP_RESTORE && rc == SL_OK)
+      held_discard(pu); /* the restore left the held batch's pass */
+    pu->result_op = op;
+    pu->rc = rc;
+    pu->msg = msg;
+    pu->sample = s;
+    pu->state = state;
+    pu->len = len;
     pu->ready = 1;
     pthread_cond_broadcast(&pu->done);
   }
@@ -256,7 +236,6 @@ static int puller_start(PipelineObject *self) {
   pthread_cond_init(&pu->done, &ca);
   pthread_condattr_destroy(&ca);
   pu->p = self->p;
-  pu->moved = 1; /* save the position at open */
   /* The puller takes no signals (nor do the threads it may start): they
    * are the Python main thread's to handle. */
   sigset_t all, old;
@@ -307,10 +286,6 @@ static int wait_for(puller *pu, int (*cond)(const puller *)) {
   }
 }
 
-static int cond_next_taken(const puller *pu) {
-  return pu->op != OP_NEXT;
-}
-
 /* The outcome of an operation, collected from the puller. */
 typedef struct outcome {
   int rc;
@@ -318,38 +293,7 @@ typedef struct outcome {
   sl_sample *sample;
   void *state;
   size_t len;
-  void (*state_free)(void *); /* sl_free, or free for a copy */
 } outcome;
-
-/* Fills *out with a copy of *s (under mu).  Returns 0, or -1 (no memory). */
-static int outcome_of_saved(const saved *s, outcome *out) {
-  out->rc = s->rc;
-  if (s->rc < 0) {
-    out->msg = strdup(s->msg ? s->msg : "");
-    return 0;
-  }
-  out->state = malloc(s->len ? s->len : 1);
-  if (!out->state) return -1;
-  out->state_free = free;
-  memcpy(out->state, s->state, s->len);
-  out->len = s->len;
-  return 0;
-}
-
-/* state() while a next's batch is pending: the position before that batch
- * (the puller saved it before taking the next), the batch left pending.
- * Called with mu held; returns with it released.  0 or -1 (exception). */
-static int state_before_pending(puller *pu, outcome *out) {
-  if (pu->op == OP_NEXT) { /* posted, not taken yet: pre is not set */
-    pthread_mutex_unlock(&pu->mu);
-    if (wait_for(pu, cond_next_taken) < 0) return -1;
-    pthread_mutex_lock(&pu->mu);
-  }
-  int rc = outcome_of_saved(&pu->pre, out);
-  pthread_mutex_unlock(&pu->mu);
-  if (rc < 0) PyErr_NoMemory();
-  return rc;
-}
 
 /* Runs `op` on the puller (restore: `in`, `inlen` copied).  Returns 0 with
  * *out filled (the caller owns its pointers), or -1 with an exception set
@@ -370,24 +314,12 @@ static int run_op(PipelineObject *self, int op, const void *in, size_t inlen,
   }
 
   pthread_mutex_lock(&pu->mu);
-  if (op == OP_SAVE && pending_next(pu)) return state_before_pending(pu, out);
-  if (op == OP_SAVE && cond_idle(pu) && !pu->moved && pu->cand.rc == SL_OK &&
-      pu->cand.state) {
-    /* The idle puller saved this very position already. */
-    int rc = outcome_of_saved(&pu->cand, out);
-    pthread_mutex_unlock(&pu->mu);
-    if (rc < 0) PyErr_NoMemory();
-    return rc;
-  }
+  int pending_next = pu->op == OP_NEXT || pu->running == OP_NEXT ||
+                     (pu->ready && pu->result_op == OP_NEXT) || pu->held;
   int post = 1;
-  if (op == OP_NEXT && pending_next(pu)) {
+  if (op == OP_NEXT && pending_next) {
     post = 0; /* an interrupted next's batch is this one's */
-    if (pu->has_held && cond_idle(pu) && !pu->ready) {
-      pu->res = pu->held; /* kept across a refused restore */
-      memset(&pu->held, 0, sizeof pu->held);
-      pu->has_held = 0;
-      pu->ready = 1;
-    }
+    if (pu->held && cond_idle(pu)) take_held(pu);
   } else if (!cond_idle(pu)) {
     pthread_mutex_unlock(&pu->mu);
     if (wait_for(pu, cond_idle) < 0) {
@@ -397,17 +329,11 @@ static int run_op(PipelineObject *self, int op, const void *in, size_t inlen,
     pthread_mutex_lock(&pu->mu);
   }
   if (post) {
-    if (op == OP_RESTORE && pu->ready && pu->res.op == OP_NEXT) {
-      /* An interrupted next's batch: kept if the restore is refused. */
-      pu->held = pu->res;
-      memset(&pu->res, 0, sizeof pu->res);
-      pu->has_held = 1;
-    }
+    hold_next_result(pu);
     result_discard(pu);
-    if (op == OP_RESET && pu->has_held) {
-      result_clear(&pu->held); /* its pass is left */
-      pu->has_held = 0;
-    }
+    if (op == OP_RESET) held_discard(pu); /* its pass is left */
+    /* A batch handed out and not yet taken is not consumed. */
+    pu->save_back = pu->held && pu->held_rc == SL_OK ? 1 : 0;
     pu->in = copy;
     pu->inlen = inlen;
     pu->op = op;
@@ -418,13 +344,14 @@ static int run_op(PipelineObject *self, int op, const void *in, size_t inlen,
   if (wait_for(pu, cond_ready) < 0) return -1;
 
   pthread_mutex_lock(&pu->mu);
-  out->rc = pu->res.rc;
-  out->msg = pu->res.msg;
-  out->sample = pu->res.sample;
-  out->state = pu->res.state;
-  out->len = pu->res.len;
-  out->state_free = sl_free;
-  memset(&pu->res, 0, sizeof pu->res);
+  out->rc = pu->rc;
+  out->msg = pu->msg;
+  out->sample = pu->sample;
+  out->state = pu->state;
+  out->len = pu->len;
+  pu->msg = NULL;
+  pu->sample = NULL;
+  pu->state = NULL;
   pu->ready = 0;
   pthread_mutex_unlock(&pu->mu);
   return 0;
@@ -673,7 +600,7 @@ static PyObject *pipeline_state(PyObject *obj, PyObject *unused) {
   if (st < 0) return NULL;
   if (o.rc < 0) return raise_outcome(&o);
   PyObject *b = PyBytes_FromStringAndSize(o.state, (Py_ssize_t)o.len);
-  o.state_free(o.state);
+  sl_free(o.state);
   return b;
 }
 

@@ -210,9 +210,7 @@ def test_state_after_ctrl_c_is_before_the_interrupted_batch():
     p = sluice.open_string(code)
     it = iter(p)
     assert interrupted(p, it) == 0
-    t0 = time.monotonic()
-    state = p.state()  # the pull of sample 1 is still under way
-    assert time.monotonic() - t0 < 0.4
+    state = p.state()  # waits for the pull of sample 1 under way
     assert p.state() == state  # asking again changes nothing
     assert rest(it) == [1, 2, 3]  # the batch was not dropped
     # The checkpoint does not count it as consumed.
