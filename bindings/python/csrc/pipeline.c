@@ -314,19 +314,29 @@ static int run_op(PipelineObject *self, int op, const void *in, size_t inlen,
   }
 
   pthread_mutex_lock(&pu->mu);
-  int pending_next = pu->op == OP_NEXT || pu->running == OP_NEXT ||
-                     (pu->ready && pu->result_op == OP_NEXT) || pu->held;
   int post = 1;
-  if (op == OP_NEXT && pending_next) {
-    post = 0; /* an interrupted next's batch is this one's */
-    if (pu->held && cond_idle(pu)) take_held(pu);
-  } else if (!cond_idle(pu)) {
-    pthread_mutex_unlock(&pu->mu);
-    if (wait_for(pu, cond_idle) < 0) {
-      free(copy);
-      return -1;
+  for (;;) {
+    if (op == OP_NEXT && (pu->op == OP_NEXT || pu->running == OP_NEXT ||
+                          (pu->ready && pu->result_op == OP_NEXT))) {
+      post = 0; /* an interrupted next's batch is this one's */
+      break;
     }
-    pthread_mutex_lock(&pu->mu);
+    if (!cond_idle(pu)) {
+      /* Another operation (an interrupted one) finishes first; then look
+       * again: a restore that succeeded has dropped a held batch. */
+      pthread_mutex_unlock(&pu->mu);
+      if (wait_for(pu, cond_idle) < 0) {
+        free(copy);
+        return -1;
+      }
+      pthread_mutex_lock(&pu->mu);
+      continue;
+    }
+    if (op == OP_NEXT && pu->held) {
+      take_held(pu); /* set aside by a state() or a refused restore() */
+      post = 0;
+    }
+    break;
   }
   if (post) {
     hold_next_result(pu);

@@ -280,3 +280,37 @@ def test_state_after_ctrl_c_of_a_pipeline_that_cannot_save():
         p.state()
     assert rest(it) == [1, 2, 3]
     p.close()
+
+
+# scan replays its pass on a restore: k calls of a slow fn make a restore
+# slow enough to interrupt.
+SLOW_SCAN = LUA_SLEEP + """
+local sluice = require "sluice"
+return sluice.range(6):scan(0, function(acc, s)
+  sleep_ms(%d)
+  return acc, s
+end)
+"""
+
+
+def test_next_after_an_interrupted_restore_over_a_held_batch():
+    code = SLOW_SCAN % 300
+    with sluice.open_string(code) as q:
+        for _ in range(3):
+            next(q)
+        state = q.state()  # before sample 3
+    p = sluice.open_string(code)
+    it = iter(p)
+    interrupted(p, it)  # sample 1 pending
+    time.sleep(0.5)  # it arrives: the restore below is posted at once
+    timer = interrupt_after(0.1)
+    with pytest.raises(KeyboardInterrupt):
+        p.restore(state)  # 3 calls of fn to replay: about 0.9 s
+    timer.join()
+    # The restore finishes and succeeds: the held batch is dropped, and
+    # next continues the restored pass - not the restore's result taken
+    # for a batch.
+    assert [int(np.asarray(next(p)["i"])) for _ in range(3)] == [3, 4, 5]
+    with pytest.raises(StopIteration):
+        next(p)
+    p.close()
