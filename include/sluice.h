@@ -2179,6 +2179,12 @@ SL_API int sl_stats_format(const sl_stage_stats *stats, size_t n,
  * libsluice.so exports an sl__ symbol this section does not name, or this
  * section names one it does not export. */
 
+/* sl_pipeline_save as of `back` batches ago in the current pass: batches
+ * sl_pipeline_next handed out that the caller has not used (the Python
+ * binding's batch of an interrupted next, docs/PYTHON.md).  SL_EINVAL when
+ * fewer were handed out in this pass.  src/readers/state.h. */
+SL_API int sl__pipeline_save_back(sl_pipeline *p, uint64_t back, void **state,
+                                  size_t *len);
 struct sl__pack_opts;
 struct sl__lua_stage_opts;
 struct sl__lua_pins;

@@ -5,10 +5,12 @@
  * foreign, corrupt and truncated states are refused with the chain left as
  * it was.
  */
+#include "readers/state.h"
 #include "test.h"
 #include "test_util.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 /* --- callbacks ----------------------------------------------------------- */
 
@@ -210,6 +212,70 @@ static sl_reader *build_filter_under_big_shuffle(void *ud) {
 TEST(filter_far_behind_replays_exactly) {
   const uint64_t cuts[] = {10, 3000, 4000};
   test_resume_check(build_filter_under_big_shuffle, NULL, 2, cuts, 3, 4096);
+}
+
+/* --- saving behind what was handed out ----------------------------------- */
+
+/* sl__reader_save_back(r, 1) after n outputs is the position before the
+ * n-th: a fresh chain restored to it yields that output, then the rest of
+ * the pass, as the saved chain does (issue 24 item 3: the Python binding's
+ * batch of an interrupted next). */
+static void check_save_back(chain_kind kind, int n) {
+  sl_reader *a = build((void *)(intptr_t)kind);
+  ASSERT_TRUE(a != NULL);
+  int64_t last = -1;
+  for (int i = 0; i < n; i++) {
+    sl_sample *s;
+    ASSERT_OK(sl_reader_next(a, &s));
+    last = test_sample_i64(s, 0);
+    sl_sample_release(s);
+  }
+  void *st = NULL;
+  size_t len = 0;
+  ASSERT_OK(sl__reader_save_back(a, 1, &st, &len));
+  sl_reader *b = build((void *)(intptr_t)kind);
+  ASSERT_OK(sl_reader_restore(b, st, len));
+  sl_free(st);
+  sl_sample *s;
+  ASSERT_OK(sl_reader_next(b, &s));
+  ASSERT_EQ(test_sample_i64(s, 0), last);
+  sl_sample_release(s);
+  for (;;) {
+    sl_sample *x, *y;
+    int ra = sl_reader_next(a, &x), rb = sl_reader_next(b, &y);
+    ASSERT_EQ(ra, rb);
+    if (ra != SL_OK) break;
+    ASSERT_EQ(test_sample_i64(x, 0), test_sample_i64(y, 0));
+    sl_sample_release(x);
+    sl_sample_release(y);
+  }
+  sl_reader_destroy(a);
+  sl_reader_destroy(b);
+}
+
+TEST(save_back_one_is_the_position_before_the_last_output) {
+  static const chain_kind kinds[] = {
+      CH_RANGE, CH_MAP,      CH_FILTER, CH_CHAIN,    CH_SHUFFLE,
+      CH_BATCH, CH_PREFETCH, CH_CACHE,  CH_THREADED, CH_DEMO};
+  static const int cuts[] = {1, 2, 9};
+  for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++)
+    for (size_t c = 0; c < sizeof cuts / sizeof *cuts; c++)
+      check_save_back(kinds[k], cuts[c]);
+}
+
+TEST(save_back_further_than_handed_out_is_refused) {
+  sl_reader *r = build((void *)(intptr_t)CH_SHUFFLE);
+  sl_sample *s;
+  ASSERT_OK(sl_reader_next(r, &s));
+  sl_sample_release(s);
+  void *st = (void *)1;
+  size_t len = 1;
+  ASSERT_EQ(sl__reader_save_back(r, 2, &st, &len), SL_EINVAL);
+  ASSERT_TRUE(st == NULL && len == 0);
+  ASSERT_TRUE(strstr(sl_last_error(), "cannot save 2 output(s) back") != NULL);
+  ASSERT_OK(sl__reader_save_back(r, 1, &st, &len)); /* the pass's start */
+  sl_free(st);
+  sl_reader_destroy(r);
 }
 
 /* --- refusals

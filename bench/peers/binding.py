@@ -89,7 +89,7 @@ def bench_c(build, slr, epochs):
                            stderr=subprocess.STDOUT, text=True)
         if p.returncode:
             emit(bench="peer_error", impl="c_run", case=case, map=mapname,
-                 error=p.stdout.strip()[-300:])
+                 error=p.stdout.strip()[-6000:])
             continue
         pat = re.compile(r"^epoch (\d+): \d+ batches, (\d+) samples in "
                          r"([0-9.]+) s")

@@ -255,18 +255,15 @@ static unsigned char *write_record(unsigned char *p, const record *rec) {
   return p;
 }
 
-int sl_reader_save(sl_reader *r, void **state, size_t *len) {
-  SL_RETURN_ERROR_IF(!r || !state || !len, SL_EINVAL, "save: NULL %s",
-                     !r       ? "reader"
-                     : !state ? "state pointer"
-                              : "length pointer");
-  *state = NULL;
-  *len = 0;
+/* The state of `r` at output k of its current pass (k <= delivered: the
+ * protocol of state.h lets every stage save a position behind what it has
+ * handed out). */
+static int save_at(sl_reader *r, uint64_t k, void **state, size_t *len) {
   record root;
   memset(&root, 0, sizeof root);
   root.r = r;
   root.pass = sl__reader_pass(r);
-  root.k = sl__reader_delivered(r);
+  root.k = k;
   sl__state_out w = {&root, 0, 0};
   int rc = save_record(&w, &root);
   if (rc == SL_OK) {
@@ -291,6 +288,33 @@ int sl_reader_save(sl_reader *r, void **state, size_t *len) {
   }
   record_free(&root, true);
   return rc;
+}
+
+static int save_check(sl_reader *r, void **state, size_t *len) {
+  SL_RETURN_ERROR_IF(!r || !state || !len, SL_EINVAL, "save: NULL %s",
+                     !r       ? "reader"
+                     : !state ? "state pointer"
+                              : "length pointer");
+  *state = NULL;
+  *len = 0;
+  return SL_OK;
+}
+
+int sl_reader_save(sl_reader *r, void **state, size_t *len) {
+  SL_FORWARD_IF_ERROR(save_check(r, state, len));
+  return save_at(r, sl__reader_delivered(r), state, len);
+}
+
+int sl__reader_save_back(sl_reader *r, uint64_t back, void **state,
+                         size_t *len) {
+  SL_FORWARD_IF_ERROR(save_check(r, state, len));
+  uint64_t k = sl__reader_delivered(r);
+  SL_RETURN_ERROR_IF(back > k, SL_EINVAL,
+                     "save: cannot save %llu output(s) back: stage '%s' has "
+                     "handed out %llu in this pass",
+                     (unsigned long long)back, sl_reader_name(r),
+                     (unsigned long long)k);
+  return save_at(r, k - back, state, len);
 }
 
 void sl_free(void *p) {

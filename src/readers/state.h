@@ -83,6 +83,11 @@ void sl__reader_set_state_ops(sl_reader *r, const sl__state_ops *ops);
 uint64_t sl__reader_pass(const sl_reader *r);
 /* Samples r's next has handed out in the current pass. */
 uint64_t sl__reader_delivered(const sl_reader *r);
+/* sl_reader_save as of `back` outputs ago in the current pass (outputs
+ * handed out but not yet used by the caller: the Python binding's batch of
+ * an interrupted next).  SL_EINVAL when fewer were handed out. */
+int sl__reader_save_back(sl_reader *r, uint64_t back, void **state,
+                         size_t *len);
 
 /* --- inside save ------------------------------------------------------------
  * Each returns SL_OK or SL_ENOMEM (with a message). */

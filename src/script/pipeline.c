@@ -29,6 +29,7 @@
  * into libsluice for objects the script made and dropped.
  */
 #include "core/internal.h"
+#include "readers/state.h"
 #include "script/lua_host.h"
 
 #include <lauxlib.h>
@@ -298,6 +299,14 @@ int sl_pipeline_save(sl_pipeline *p, void **state, size_t *len) {
   if (len) *len = 0;
   SL_RETURN_ERROR_IF(!p, SL_EINVAL, "sl_pipeline_save: pipeline is NULL");
   return sl_reader_save(p->r, state, len);
+}
+
+int sl__pipeline_save_back(sl_pipeline *p, uint64_t back, void **state,
+                           size_t *len) {
+  if (state) *state = NULL;
+  if (len) *len = 0;
+  SL_RETURN_ERROR_IF(!p, SL_EINVAL, "sl_pipeline_save: pipeline is NULL");
+  return sl__reader_save_back(p->r, back, state, len);
 }
 
 int sl_pipeline_restore(sl_pipeline *p, const void *state, size_t len) {

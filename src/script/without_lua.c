@@ -79,6 +79,12 @@ int sl_pipeline_save(sl_pipeline *p, void **state, size_t *len) {
   return without_lua("sl_pipeline_save");
 }
 
+int sl__pipeline_save_back(sl_pipeline *p, uint64_t back, void **state,
+                           size_t *len) {
+  (void)back;
+  return sl_pipeline_save(p, state, len);
+}
+
 int sl_pipeline_restore(sl_pipeline *p, const void *state, size_t len) {
   SL_UNUSED(len);
   SL_RETURN_ERROR_IF(!p || !state, SL_EINVAL,

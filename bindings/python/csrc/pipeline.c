@@ -15,12 +15,26 @@
  * pulled twice).  All pipeline calls are thus made by one thread, one at a
  * time, as sl_pipeline_* asks.
  *
+ * The pending batch.  Between an interrupted next and the next that
+ * collects its batch, that batch belongs to the caller although the
+ * pipeline has handed it out.  Another operation posted meanwhile waits for
+ * the next to finish and sets its result aside (`held`) instead of
+ * discarding it; then
+ *   - state() saves the position before that batch
+ *     (sl__pipeline_save_back, one batch back: restoring it yields that
+ *     batch first) and leaves it pending;
+ *   - a restore() that is refused (the pipeline left as it was) keeps it;
+ *     one that succeeds, and reset(), drop it: they leave its pass.
+ * The following next takes a held batch as its own.
+ *
  * The protocol (everything below `mu` is protected by it):
  *   op       posted by Python, taken by the puller (OP_NONE: none);
  *   running  the operation the puller is running (OP_NONE: idle);
  *   ready    a finished operation's result (result_op, rc, msg, sample,
  *            state) waits to be collected; posting clears a result that
- *            was not collected (it is discarded);
+ *            was not collected (it is discarded), except a next's (held);
+ *   held     a pending next's result set aside (held_rc, held_msg,
+ *            held_sample); save_back: OP_SAVE saves that many batches back;
  *   closing  the puller closes the pipeline once idle and exits (exited).
  * Closing: close() asks for it and waits for `exited` (interruptible: the
  * puller then finishes on its own, `detached`, and frees the struct).  The
@@ -67,6 +81,11 @@ typedef struct puller {
   size_t len;        /* OP_SAVE's length */
   void *in;          /* OP_RESTORE's input, a malloc'd copy */
   size_t inlen;
+  int held; /* an interrupted next's result, set aside */
+  int held_rc;
+  char *held_msg;
+  sl_sample *held_sample;
+  int save_back; /* OP_SAVE: batches back (the held one) */
   int closing;
   int exited;
   int detached; /* nobody waits: the puller frees the struct */
@@ -97,8 +116,44 @@ static void result_discard(puller *pu) {
   pu->ready = 0;
 }
 
+static void held_discard(puller *pu) {
+  sl_sample_release(pu->held_sample);
+  pu->held_sample = NULL;
+  free(pu->held_msg);
+  pu->held_msg = NULL;
+  pu->held = 0;
+}
+
+/* Posting an operation other than next: an uncollected next's result is
+ * set aside, not discarded (under mu, the puller idle). */
+static void hold_next_result(puller *pu) {
+  if (!pu->ready || pu->result_op != OP_NEXT) return;
+  held_discard(pu);
+  pu->held = 1;
+  pu->held_rc = pu->rc;
+  pu->held_msg = pu->msg;
+  pu->held_sample = pu->sample;
+  pu->msg = NULL;
+  pu->sample = NULL;
+  pu->ready = 0;
+}
+
+/* The next takes the held result as its own (under mu, the puller idle). */
+static void take_held(puller *pu) {
+  result_discard(pu);
+  pu->result_op = OP_NEXT;
+  pu->rc = pu->held_rc;
+  pu->msg = pu->held_msg;
+  pu->sample = pu->held_sample;
+  pu->held_msg = NULL;
+  pu->held_sample = NULL;
+  pu->held = 0;
+  pu->ready = 1;
+}
+
 static void puller_free(puller *pu) {
   result_discard(pu);
+  held_discard(pu);
   free(pu->in);
   pthread_mutex_destroy(&pu->mu);
   pthread_cond_destroy(&pu->wake);
@@ -130,7 +185,7 @@ static void *puller_main(void *arg) {
       rc = sl_pipeline_reset(pu->p);
       break;
     case OP_SAVE:
-      rc = sl_pipeline_save(pu->p, &state, &len);
+      rc = sl__pipeline_save_back(pu->p, (uint64_t)pu->save_back, &state, &len);
       break;
     default:
       rc = sl_pipeline_restore(pu->p, pu->in, pu->inlen);
@@ -142,6 +197,8 @@ static void *puller_main(void *arg) {
     free(pu->in);
     pu->in = NULL;
     pu->running = OP_NONE;
+    if (op == OP_RESTORE && rc == SL_OK)
+      held_discard(pu); /* the restore left the held batch's pass */
     pu->result_op = op;
     pu->rc = rc;
     pu->msg = msg;
@@ -257,21 +314,36 @@ static int run_op(PipelineObject *self, int op, const void *in, size_t inlen,
   }
 
   pthread_mutex_lock(&pu->mu);
-  int pending_next = pu->op == OP_NEXT || pu->running == OP_NEXT ||
-                     (pu->ready && pu->result_op == OP_NEXT);
   int post = 1;
-  if (op == OP_NEXT && pending_next) {
-    post = 0; /* an interrupted next's batch is this one's */
-  } else if (!cond_idle(pu)) {
-    pthread_mutex_unlock(&pu->mu);
-    if (wait_for(pu, cond_idle) < 0) {
-      free(copy);
-      return -1;
+  for (;;) {
+    if (op == OP_NEXT && (pu->op == OP_NEXT || pu->running == OP_NEXT ||
+                          (pu->ready && pu->result_op == OP_NEXT))) {
+      post = 0; /* an interrupted next's batch is this one's */
+      break;
     }
-    pthread_mutex_lock(&pu->mu);
+    if (!cond_idle(pu)) {
+      /* Another operation (an interrupted one) finishes first; then look
+       * again: a restore that succeeded has dropped a held batch. */
+      pthread_mutex_unlock(&pu->mu);
+      if (wait_for(pu, cond_idle) < 0) {
+        free(copy);
+        return -1;
+      }
+      pthread_mutex_lock(&pu->mu);
+      continue;
+    }
+    if (op == OP_NEXT && pu->held) {
+      take_held(pu); /* set aside by a state() or a refused restore() */
+      post = 0;
+    }
+    break;
   }
   if (post) {
+    hold_next_result(pu);
     result_discard(pu);
+    if (op == OP_RESET) held_discard(pu); /* its pass is left */
+    /* A batch handed out and not yet taken is not consumed. */
+    pu->save_back = pu->held && pu->held_rc == SL_OK ? 1 : 0;
     pu->in = copy;
     pu->inlen = inlen;
     pu->op = op;

@@ -42,12 +42,72 @@ from ._sluice import (  # noqa: E402
     Tensor,
     library_path,
     libsluice_version,
-    open_script,
-    open_string,
     stats_enable,
     stats_enabled,
 )
 from . import _sluice  # noqa: E402
+import threading as _threading  # noqa: E402
+
+# The launcher's variables a rank/world given to open_* stands in for, and
+# one open at a time while they are set (the environment is the process's).
+_LAUNCHER_VARS = ("RANK", "WORLD_SIZE")
+_ENV_LOCK = _threading.Lock()
+
+
+def _check_rank_world(rank, world):
+    """rank and world as given to open_* or sluice.torch: both or neither,
+    integers, 0 <= rank < world.  Returns (rank, world) or (None, None)."""
+    if rank is None and world is None:
+        return None, None
+    if rank is None or world is None:
+        raise ValueError("sluice: rank and world go together (got rank=%r, "
+                         "world=%r); give neither to read the launcher's "
+                         "RANK and WORLD_SIZE" % (rank, world))
+    for what, v in (("rank", rank), ("world", world)):
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise TypeError("sluice: %s must be an int (got %r)" % (what, v))
+    if world < 1 or not 0 <= rank < world:
+        raise ValueError("sluice: rank %d is not in [0, world %d)"
+                         % (rank, world))
+    return rank, world
+
+
+def _as_launcher(open_fn, rank, world, *args, **kw):
+    """open_fn(*args, **kw) with rank/world (when given) in the environment
+    as a launcher puts them there - RANK and WORLD_SIZE, which every
+    sharded source reads (sl_shard_env, sluice.shard_env()) while the script
+    runs - and the previous values put back after."""
+    rank, world = _check_rank_world(rank, world)
+    if rank is None:
+        return open_fn(*args, **kw)
+    with _ENV_LOCK:
+        saved = {k: _os.environ.get(k) for k in _LAUNCHER_VARS}
+        _os.environ["RANK"] = str(rank)
+        _os.environ["WORLD_SIZE"] = str(world)
+        try:
+            return open_fn(*args, **kw)
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    _os.environ.pop(k, None)
+                else:
+                    _os.environ[k] = v
+
+
+def open_script(path, *args, rank=None, world=None):
+    """Runs the Lua pipeline script `path` (sl_pipeline_open_file); `args`
+    reach it as `...` (each str()).  rank and world (both or neither): this
+    process's place in a distributed job, given to the script's sharded
+    sources as the launcher's RANK and WORLD_SIZE would be."""
+    return _as_launcher(_sluice.open_script, rank, world, path, *args)
+
+
+def open_string(code, *args, name=None, rank=None, world=None):
+    """open_script for Lua source text (sl_pipeline_open_string); `name`
+    names the chunk in messages."""
+    kw = {} if name is None else {"name": name}
+    return _as_launcher(_sluice.open_string, rank, world, code, *args, **kw)
+
 
 # The exception classes, one per SL_E* code (sluice.ELUA, sluice.EIO, ...).
 _ERRORS = {name: getattr(_sluice, name) for name in dir(_sluice)

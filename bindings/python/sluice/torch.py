@@ -11,10 +11,14 @@ pipeline batches and runs its own threads, so the DataLoader must neither
 batch (batch_size=None) nor start worker processes (num_workers=0).
 
 Sharding: when torch.distributed is initialised, the rank and world size
-come from it (otherwise from the rank=/world= arguments, else none); they
-are put into the environment as RANK and WORLD_SIZE before the script
-runs, where sluice.shard_env() (and so a script's
-`open_files{..., shard = {rank =, world =}}`) reads them.
+come from it (otherwise from the rank=/world= arguments, else the
+launcher's environment); they reach the script as
+sluice.open_script(..., rank=, world=) gives them: as RANK and WORLD_SIZE,
+which every sharded source reads.
+
+Fields: sluice.columns - fixed-shape fields as torch tensors sharing the
+batch's memory (DLPack), ragged ones as one entry per sample: a list of
+bytes (of str for __key__), or of tensors (views, no copy).
 """
 import os
 
@@ -22,6 +26,7 @@ import torch
 import torch.utils.data
 
 import sluice
+from sluice.columns import columns
 
 
 def _dist_rank_world():
@@ -33,25 +38,25 @@ def _dist_rank_world():
 
 class IterableDataset(torch.utils.data.IterableDataset):
     """A Lua pipeline script (sluice.open_script(script, *args)) yielding
-    dicts of torch tensors that share the batches' memory (DLPack)."""
+    dicts of torch tensors that share the batches' memory (DLPack); ragged
+    fields as lists, one entry per sample (sluice.columns)."""
 
     def __init__(self, script, *args, rank=None, world=None):
         super().__init__()
         self.script = os.fspath(script)
         self.args = tuple(str(a) for a in args)
         drank, dworld = _dist_rank_world()
-        self.rank = drank if drank is not None else rank
-        self.world = dworld if dworld is not None else world
+        if drank is None:
+            drank, dworld = sluice._check_rank_world(rank, world)
+        self.rank, self.world = drank, dworld
         self._pipeline = None
 
     @property
     def pipeline(self):
         """The sluice.Pipeline (opened at first use)."""
         if self._pipeline is None or self._pipeline.closed:
-            if self.rank is not None and self.world is not None:
-                os.environ["RANK"] = str(self.rank)
-                os.environ["WORLD_SIZE"] = str(self.world)
-            self._pipeline = sluice.open_script(self.script, *self.args)
+            self._pipeline = sluice.open_script(
+                self.script, *self.args, rank=self.rank, world=self.world)
         return self._pipeline
 
     def __iter__(self):
@@ -62,7 +67,7 @@ class IterableDataset(torch.utils.data.IterableDataset):
                 "num_workers=0): the pipeline runs its own threads")
         from_dlpack = torch.utils.dlpack.from_dlpack
         for batch in self.pipeline:
-            yield {k: from_dlpack(v) for k, v in batch.items()}
+            yield columns(batch, from_dlpack)
 
     def __len__(self):
         return len(self.pipeline)

@@ -177,3 +177,140 @@ def test_a_forked_child_refuses_the_parents_pipeline_and_drops_it():
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
     assert int(np.asarray(next(p)["i"])) == 1  # the parent's is intact
     p.close()
+
+
+# Issue 24 item 3: "catch KeyboardInterrupt, save a checkpoint".  The batch
+# an interrupted next was pulling is the caller's: state() is the position
+# before it, a refused restore() keeps it, reset() and a restore() that
+# succeeds leave its pass.
+def interrupted(p, it):
+    """Pulls sample 0, then interrupts the pull of sample 1."""
+    first = int(np.asarray(next(it)["i"]))
+    timer = interrupt_after(0.1)
+    with pytest.raises(KeyboardInterrupt):
+        next(it)
+    timer.join()
+    return first
+
+
+def rest(it):
+    return [int(np.asarray(b["i"])) for b in it]
+
+
+def resumed(code, state):
+    """The rest of the pass a new pipeline of `code` restored to `state`
+    yields."""
+    with sluice.open_string(code) as q:
+        q.restore(state)
+        return rest(iter(q))
+
+
+def test_state_after_ctrl_c_is_before_the_interrupted_batch():
+    code = SLOW % (4, 600)
+    p = sluice.open_string(code)
+    it = iter(p)
+    assert interrupted(p, it) == 0
+    state = p.state()  # waits for the pull of sample 1 under way
+    assert p.state() == state  # asking again changes nothing
+    assert rest(it) == [1, 2, 3]  # the batch was not dropped
+    # The checkpoint does not count it as consumed.
+    assert resumed(code, state) == [1, 2, 3]
+    p.close()
+
+
+def test_state_after_the_interrupted_batch_is_collected_counts_it():
+    code = SLOW % (4, 300)
+    p = sluice.open_string(code)
+    it = iter(p)
+    interrupted(p, it)
+    assert int(np.asarray(next(it)["i"])) == 1
+    assert resumed(code, p.state()) == [2, 3]
+    assert rest(it) == [2, 3]
+    p.close()
+
+
+def test_state_when_the_interrupted_batch_has_arrived():
+    code = SLOW % (4, 300)
+    p = sluice.open_string(code)
+    it = iter(p)
+    interrupted(p, it)
+    time.sleep(0.6)  # the batch is there, not collected
+    assert resumed(code, p.state()) == [1, 2, 3]
+    assert rest(it) == [1, 2, 3]
+    p.close()
+
+
+def test_refused_restore_after_ctrl_c_keeps_the_interrupted_batch():
+    p = sluice.open_string(SLOW % (4, 300))
+    it = iter(p)
+    interrupted(p, it)
+    with pytest.raises(sluice.Error) as e:
+        p.restore(b"not a state")
+    assert e.value.code_name in ("SL_ECORRUPT", "SL_EINVAL")
+    assert rest(it) == [1, 2, 3]
+    p.close()
+
+
+def test_restore_or_reset_after_ctrl_c_leave_the_interrupted_pass():
+    code = SLOW % (4, 300)
+    p = sluice.open_string(code)
+    at_start = p.state()
+    it = iter(p)
+    interrupted(p, it)
+    p.restore(at_start)
+    assert rest(iter(p)) == [0, 1, 2, 3]  # not sample 1 first
+    it = iter(p)
+    interrupted(p, it)
+    p.reset()
+    assert rest(iter(p)) == [0, 1, 2, 3]
+    p.close()
+
+
+def test_state_after_ctrl_c_of_a_pipeline_that_cannot_save():
+    p = sluice.open_string(LUA_SLEEP + """
+        local sluice = require "sluice"
+        return sluice.range(4):flat_map(function(s)
+          if s.i > 0 then sleep_ms(400) end
+          return {s}
+        end, {ordered = false})
+        """)
+    it = iter(p)
+    interrupted(p, it)
+    with pytest.raises(sluice.EUNSUPPORTED):
+        p.state()
+    assert rest(it) == [1, 2, 3]
+    p.close()
+
+
+# scan replays its pass on a restore: k calls of a slow fn make a restore
+# slow enough to interrupt.
+SLOW_SCAN = LUA_SLEEP + """
+local sluice = require "sluice"
+return sluice.range(6):scan(0, function(acc, s)
+  sleep_ms(%d)
+  return acc, s
+end)
+"""
+
+
+def test_next_after_an_interrupted_restore_over_a_held_batch():
+    code = SLOW_SCAN % 300
+    with sluice.open_string(code) as q:
+        for _ in range(3):
+            next(q)
+        state = q.state()  # before sample 3
+    p = sluice.open_string(code)
+    it = iter(p)
+    interrupted(p, it)  # sample 1 pending
+    time.sleep(0.5)  # it arrives: the restore below is posted at once
+    timer = interrupt_after(0.1)
+    with pytest.raises(KeyboardInterrupt):
+        p.restore(state)  # 3 calls of fn to replay: about 0.9 s
+    timer.join()
+    # The restore finishes and succeeds: the held batch is dropped, and
+    # next continues the restored pass - not the restore's result taken
+    # for a batch.
+    assert [int(np.asarray(next(p)["i"])) for _ in range(3)] == [3, 4, 5]
+    with pytest.raises(StopIteration):
+        next(p)
+    p.close()

@@ -55,17 +55,47 @@ def main(t10k):
         raise AssertionError("num_workers=1 was accepted")
     checks += 1
 
-    # rank/world given by hand reach the environment (sluice.shard_env).
-    ds2 = IterableDataset(SCRIPT, "test", t10k, rank=1, world=2)
-    assert (ds2.rank, ds2.world) == (1, 2)
-    next(iter(ds2))
-    assert os.environ["RANK"] == "1" and os.environ["WORLD_SIZE"] == "2"
-    ds2.close()
+    # rank/world given by hand reach the script as the launcher's
+    # RANK/WORLD_SIZE (a wds reader reading them: each rank half the
+    # samples), and the environment is left as it was.
+    import tempfile
+    from wds_shards import write_wds_shards
+    before = os.environ.get("RANK")
+    with tempfile.TemporaryDirectory() as tmp:
+        pattern = write_wds_shards(tmp, 4, 16)
+        wds = os.path.join(tmp, "wds.lua")
+        with open(wds, "w") as f:
+            f.write('return require("sluice").open((...), {shard = "env"})'
+                    ':batch(8)')
+        seen = []
+        for rank in (0, 1):
+            ds2 = IterableDataset(wds, pattern, rank=rank, world=2)
+            assert (ds2.rank, ds2.world) == (rank, 2)
+            mine = []
+            for b in DataLoader(ds2, batch_size=None, num_workers=0):
+                # Ragged fields one entry per sample (sluice.columns).
+                assert isinstance(b["__key__"], list)
+                assert len(b["__key__"]) == 8 == len(b["txt"])
+                assert all(isinstance(k, str) for k in b["__key__"])
+                assert all(isinstance(t, bytes) for t in b["txt"])
+                assert isinstance(b["cls"], torch.Tensor)
+                assert tuple(b["cls"].shape) == (8,)
+                mine += b["__key__"]
+            ds2.close()
+            assert len(mine) == 32, len(mine)
+            seen += mine
+        assert len(set(seen)) == 64
+    assert os.environ.get("RANK") == before
+    try:
+        IterableDataset(SCRIPT, "test", t10k, rank=1)
+    except ValueError as e:
+        assert "go together" in str(e), e
+    else:
+        raise AssertionError("rank without world was accepted")
     ds.close()
     checks += 1
 
     # torch.distributed, when initialised, gives the rank and world size.
-    import tempfile
     import torch.distributed as dist
     if dist.is_available():
         store = tempfile.NamedTemporaryFile(delete=False)
@@ -76,8 +106,6 @@ def main(t10k):
             ds3 = IterableDataset(SCRIPT, "test", t10k, rank=5, world=9)
             assert (ds3.rank, ds3.world) == (0, 1), (ds3.rank, ds3.world)
             assert sum(b["label"].shape[0] for b in ds3) == 10000
-            assert os.environ["RANK"] == "0"
-            assert os.environ["WORLD_SIZE"] == "1"
             ds3.close()
         finally:
             dist.destroy_process_group()
