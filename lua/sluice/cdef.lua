@@ -151,6 +151,8 @@ typedef struct sl_wds_opts {
   uint64_t seed;
   int rank, world;
   size_t buffer;
+  int remainder; /* sl_shard_policy */
+  const char *fields;
 } sl_wds_opts;
 ]])
 

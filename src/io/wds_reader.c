@@ -122,7 +122,7 @@ int sl_wds_reader(const char *path, sl_reader **out) {
                         "extension)",
                         path);
   }
-  if (rc == SL_OK) rc = sl__wds_layout_make(s->sh, &s->lay);
+  if (rc == SL_OK) rc = sl__wds_layout_make(s->sh, NULL, &s->lay);
   if (rc < 0) {
     wds_destroy(s);
     return rc;
