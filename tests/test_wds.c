@@ -7,6 +7,7 @@
  */
 #include "test.h"
 #include "test_util.h"
+#include "io/tar.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -372,6 +373,65 @@ TEST(wds_open_knows_its_length_from_headers) {
   }
 }
 
+/* A shard of members name[i] (the bytes "x"), then the end blocks. */
+static void write_shard(char *path, const char *const *names, int n) {
+  int fd = mkstemp(path);
+  ASSERT_TRUE(fd >= 0);
+  FILE *f = fdopen(fd, "wb");
+  for (int i = 0; i < n; i++) {
+    const char *data = strstr(names[i], ".cls") ? "1" : "x";
+    ASSERT_OK(sl__tar_write_member(f, path, names[i], data, 1));
+  }
+  ASSERT_OK(sl__tar_write_end(f, path));
+  fclose(f);
+}
+
+TEST(wds_image_fields_take_jpg_or_png_and_fields_pick_alternatives) {
+  char path[] = "/tmp/sluice-wds-XXXXXX";
+  const char *mixed[] = {"a.cls", "a.jpg", "b.cls", "b.png", "c.cls",
+                         "c.jpeg", "d.cls", "d.jpg", "d.png"};
+  write_shard(path, mixed, 9);
+  sl_reader *r;
+  ASSERT_OK(sl_wds_reader(path, &r));
+  ASSERT_STREQ(sl_schema_field_name(sl_reader_schema(r), 2), "jpg");
+  sl_sample *s;
+  for (int i = 0; i < 3; i++) { /* a, b and c: one image each */
+    ASSERT_OK(sl_reader_next(r, &s));
+    ASSERT_EQ(sl_sample_field(s, "jpg")->nbytes, 1u);
+    sl_sample_release(s);
+  }
+  ASSERT_RC(sl_reader_next(r, &s), SL_EINVAL); /* d: two */
+  ASSERT_CONTAINS(sl_last_error(), "sample 'd' has a 'jpg' and a 'png' "
+                                   "member, both for field 'jpg'");
+  sl_reader_destroy(r);
+  /* Asked-for fields: named, alternatives, other members passed over. */
+  const char *p = path;
+  sl_wds_opts o = SL_WDS_OPTS_INIT;
+  o.world = 1;
+  o.fields = "image=png;jpg;jpeg";
+  ASSERT_OK(sl_wds_open(&p, 1, &o, &r));
+  const sl_schema *sc = sl_reader_schema(r);
+  ASSERT_EQ(sl_schema_nfields(sc), 2);
+  ASSERT_STREQ(sl_schema_field_name(sc, 1), "image");
+  for (int i = 0; i < 3; i++) {
+    ASSERT_OK(sl_reader_next(r, &s));
+    sl_sample_release(s);
+  }
+  ASSERT_RC(sl_reader_next(r, &s), SL_EINVAL);
+  sl_reader_destroy(r);
+  /* Bad fields lists. */
+  const char *bad[] = {"", "cls,", "=jpg", "a=", "jpg;;png", "cls;txt",
+                       "jpg,jpg", "x=cls,x=jpg", "npy"};
+  for (int i = 0; i < 9; i++) {
+    o.fields = bad[i];
+    r = NULL;
+    ASSERT_RC(sl_wds_open(&p, 1, &o, &r), SL_EINVAL);
+    ASSERT_NULL(r);
+    ASSERT_CONTAINS(sl_last_error(), "fields");
+  }
+  unlink(path);
+}
+
 TEST(wds_open_refuses_bad_names) {
   sl_reader *r = NULL;
   const char *bad[] = {DIR "wds-{2..1}.tar", DIR "wds-{a..b}.tar",
@@ -440,7 +500,8 @@ TEST(wds_resume_exactly) {
   test_resume_check(build_one, (void *)("wds:" DIR "wds-000002.tar"), 3, cuts,
                     8, 0);
   for (uint32_t t = 1; t <= 3; t++) {
-    open_case a = {t, 0, false}, b = {t, 1, false}, c = {t, 1, true};
+    open_case a = {t, 0, false, 0, 0}, b = {t, 1, false, 0, 0},
+              c = {t, 1, true, 0, 0};
     test_resume_check(build_open, &a, 3, cuts, 12, 0);
     test_resume_check(build_open, &b, 3, cuts, 12, 0);
     test_resume_check(build_open, &c, 3, cuts, 12, 0);

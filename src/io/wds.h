@@ -79,6 +79,10 @@ void sl__wds_shard_seek(sl__wds_shard *sh, uint64_t off, uint64_t index);
  * extension too long), naming the shard; from a source also SL_EIO (a
  * read, naming the URL) and SL_ENOMEM. */
 int sl__wds_shard_group(sl__wds_shard *sh);
+/* The number of samples of the shard at `path`, walking its headers alone
+ * with a handle of its own: SL_OK and *n, or sl__wds_shard_group's
+ * errors. */
+int sl__wds_shard_count(const char *path, uint64_t *n);
 /* The layout of the group just read (the data set's first sample), with
  * `fields` (sl_wds_opts.fields, or NULL).  SL_OK and *out (free with
  * sl__wds_layout_free), or SL_EINVAL (a malformed fields list, a field the

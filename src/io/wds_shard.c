@@ -167,6 +167,21 @@ int sl__wds_shard_group(sl__wds_shard *sh) {
   return SL_OK;
 }
 
+int sl__wds_shard_count(const char *path, uint64_t *n) {
+  *n = 0;
+  sl__wds_shard *sh;
+  SL_FORWARD_IF_ERROR(sl__wds_shard_open(path, &sh));
+  sh->headers_only = true;
+  uint64_t c = 0;
+  int rc;
+  while ((rc = sl__wds_shard_group(sh)) == SL_OK)
+    c++;
+  sl__wds_shard_close(sh);
+  if (rc != SL_EOF) return rc;
+  *n = c;
+  return SL_OK;
+}
+
 static bool ends_with(const char *s, const char *suffix) {
   size_t n = strlen(s), k = strlen(suffix);
   return n >= k && strcmp(s + n - k, suffix) == 0;

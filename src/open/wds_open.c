@@ -43,6 +43,7 @@
 #include "io/wds.h"
 #include "open/epoch_plan.h"
 #include "open/registry.h"
+#include "open/wds_pack.h"
 #include "readers/state.h"
 
 #include <ctype.h>
@@ -53,6 +54,7 @@
 
 #define DEFAULT_BUFFER 64
 #define MAX_NAMES 100000
+#define SL__WDS_CLASSES_MAX ((size_t)1 << 20)
 
 typedef struct wds_open wds_open;
 
@@ -155,14 +157,7 @@ static int count_samples(wds_open *o) {
   uint64_t all = 0;
   int rc = SL_OK;
   for (size_t i = 0; i < o->nfiles && rc == SL_OK; i++) {
-    sl__wds_shard *sh;
-    rc = sl__wds_shard_open(o->paths[i], &sh);
-    if (rc < 0) break;
-    sh->headers_only = true;
-    while ((rc = sl__wds_shard_group(sh)) == SL_OK)
-      c[i]++;
-    if (rc == SL_EOF) rc = SL_OK;
-    sl__wds_shard_close(sh);
+    rc = sl__wds_shard_count(o->paths[i], &c[i]);
     all += c[i];
   }
   if (rc < 0) {
@@ -479,6 +474,46 @@ static int expand_names(const char *const *names, size_t n, wds_open *o) {
   return rc;
 }
 
+/* The class names beside the first shard (sl__wds_classes_name, written
+ * by `sluice pack images --format wds`), when it is local and has them,
+ * into the schema's "classes" metadata, joined by ','. */
+static int read_classes(wds_open *o) {
+  char name[4096];
+  if (sl__is_url(o->paths[0]) ||
+      sl__wds_classes_name(o->paths[0], name, sizeof name) < 0)
+    return SL_OK;
+  FILE *f = fopen(name, "rb");
+  if (!f) return SL_OK;
+  char *buf = sl__malloc(SL__WDS_CLASSES_MAX + 1);
+  size_t n = buf ? fread(buf, 1, SL__WDS_CLASSES_MAX + 1, f) : 0;
+  bool err = ferror(f) != 0;
+  fclose(f);
+  SL_RETURN_ERROR_IF(!buf, SL_ENOMEM, "wds: out of memory");
+  int rc = SL_OK;
+  if (err || n > SL__WDS_CLASSES_MAX)
+    rc = sl_set_error(err ? SL_EIO : SL_EINVAL,
+                      "wds: %s: %s", name,
+                      err ? "cannot read it" : "more than 1 MiB of class names");
+  /* lines -> "a,b,c" (a last line without '\n' counts) */
+  size_t k = 0;
+  for (size_t i = 0; i < n && rc == SL_OK; i++) {
+    if (buf[i] == ',' || buf[i] == 0) {
+      rc = sl_set_error(SL_EINVAL,
+                        "wds: %s: a class name holds a ',' or a NUL byte "
+                        "(offset %zu)",
+                        name, i);
+    } else if (buf[i] == '\n') {
+      if (i + 1 < n) buf[k++] = ',';
+    } else if (buf[i] != '\r') {
+      buf[k++] = buf[i];
+    }
+  }
+  buf[k] = 0;
+  if (rc == SL_OK && k) rc = sl_schema_set_meta(o->lay->schema, "classes", buf);
+  sl__free(buf);
+  return rc;
+}
+
 /* The layout from the first shard's first sample; every shard's size. */
 static int survey(wds_open *o, const char *fields) {
   sl__wds_shard *sh;
@@ -491,6 +526,7 @@ static int survey(wds_open *o, const char *fields) {
                       o->paths[0]);
   if (rc == SL_OK) rc = sl__wds_layout_make(sh, fields, &o->lay);
   sl__wds_shard_close(sh);
+  if (rc == SL_OK) rc = read_classes(o);
   for (size_t i = 0; i < o->nfiles && rc == SL_OK; i++) {
     struct stat st;
     if (sl__is_url(o->paths[i])) /* sized when fetched: 0 in the states */

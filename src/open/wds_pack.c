@@ -2,7 +2,10 @@
  * wds_pack.c - converting to and from WebDataset tar shards (wds_pack.h):
  * `sluice pack wds` reads shards with sl_wds_open into the SLR importers'
  * sink (import_sink.c); `sluice pack images --format wds` writes an image
- * folder as tar shards with the tar writer (tar_writer.c).
+ * folder as tar shards with the tar writer (tar_writer.c): members
+ * KEY.jpg or KEY.png by the image's format, and KEY.cls with its class
+ * number, whose names go to a file beside the shards, OUT-classes.txt
+ * (sl__wds_classes_name), one a line in class order.
  */
 #include "open/wds_pack.h"
 #include "core/rng.h"
@@ -47,6 +50,19 @@ int sl__pack_wds(const char *const *names, size_t n, const char *out,
   sl_schema_release(schema);
   sl_reader_destroy(r);
   return rc < 0 ? sl_wrap_error(rc, "pack wds") : SL_OK;
+}
+
+int sl__wds_classes_name(const char *shard, char *buf, size_t size) {
+  size_t n = strlen(shard);
+  if (n >= 4 && strcmp(shard + n - 4, ".tar") == 0) n -= 4;
+  size_t d = n;
+  while (d > 0 && isdigit((unsigned char)shard[d - 1]))
+    d--;
+  if (n - d == 6 && d > 0 && shard[d - 1] == '-') n = d - 1; /* -NNNNNN */
+  int len = snprintf(buf, size, "%.*s-classes.txt", (int)n, shard);
+  SL_RETURN_ERROR_IF(len < 0 || (size_t)len >= size, SL_EINVAL,
+                     "pack: output name '%s' is too long", shard);
+  return SL_OK;
 }
 
 int sl__wds_shard_name(const char *out, uint32_t i, char *buf, size_t size) {
@@ -114,7 +130,9 @@ int sl__pack_images_wds(const char *root, const char *out,
   sl__image_list l;
   SL_FORWARD_IF_ERROR(sl__image_list_make("pack images", root, &l));
   uint32_t k = o && o->shards ? o->shards : 1;
-  shard_out *so = sl__calloc(k, sizeof *so);
+  /* so[k]: the class names, one a line (line c: .cls value c), written
+   * and renamed with the shards. */
+  shard_out *so = sl__calloc(k + 1, sizeof *so);
   size_t *order = sl__malloc((l.n ? l.n : 1) * sizeof *order);
   int rc = so && order ? SL_OK
                        : sl_set_error(SL_ENOMEM, "pack images: out of memory");
@@ -143,6 +161,18 @@ int sl__pack_images_wds(const char *root, const char *out,
       rc = sl_set_error(SL_EIO, "pack images: %s: %s", so[i].tmp,
                         strerror(errno));
   }
+  if (rc == SL_OK && l.labels) {
+    shard_out *c = &so[k];
+    rc = sl__wds_classes_name(so[0].name, c->name, sizeof c->name);
+    snprintf(c->tmp, sizeof c->tmp, "%s.tmp-%ld", c->name, (long)getpid());
+    if (rc == SL_OK && !(c->f = fopen(c->tmp, "wb")))
+      rc = sl_set_error(SL_EIO, "pack images: %s: %s", c->tmp,
+                        strerror(errno));
+    for (size_t j = 0; j < l.nclasses && rc == SL_OK; j++)
+      if (fprintf(c->f, "%s\n", l.classes[j]) < 0)
+        rc = sl_set_error(SL_EIO, "pack images: %s: %s", c->tmp,
+                          strerror(errno));
+  }
   unsigned char *buf = NULL;
   size_t cap = 0;
   uint64_t bytes = 0;
@@ -156,13 +186,11 @@ int sl__pack_images_wds(const char *root, const char *out,
       rc = sl_set_error(SL_ECORRUPT,
                         "pack images: %s: not a JPEG or PNG image (%zu bytes)",
                         l.paths[i], len);
-    char name[64], ext[16];
-    const char *dot = strrchr(l.paths[i], '.');
-    snprintf(ext, sizeof ext, "%s", dot ? dot + 1 : "bin");
-    for (char *c = ext; *c; c++)
-      *c = (char)tolower((unsigned char)*c);
-    if (strcmp(ext, "jpeg") == 0) snprintf(ext, sizeof ext, "jpg");
-    snprintf(name, sizeof name, "%08zu.%s", r, ext);
+    /* The member's extension is the image's format (not its file name's):
+     * jpg or png, the image field's alternatives (wds_shard.c). */
+    char name[64];
+    snprintf(name, sizeof name, "%08zu.%s", r,
+             sl_image_sniff(buf, len) == SL_IMAGE_PNG ? "png" : "jpg");
     if (rc == SL_OK)
       rc = sl__tar_write_member(so[sh].f, so[sh].tmp, name, buf, len);
     if (rc == SL_OK && l.labels) {
@@ -178,9 +206,9 @@ int sl__pack_images_wds(const char *root, const char *out,
       rc = o->progress(o->progress_ud, r + 1, bytes);
   }
   sl__free(buf);
-  for (uint32_t i = 0; so && i < k; i++) {
+  for (uint32_t i = 0; so && i <= k; i++) {
     if (!so[i].f) continue;
-    if (rc == SL_OK) rc = sl__tar_write_end(so[i].f, so[i].tmp);
+    if (rc == SL_OK && i < k) rc = sl__tar_write_end(so[i].f, so[i].tmp);
     if (fclose(so[i].f) != 0 && rc == SL_OK)
       rc = sl_set_error(SL_EIO, "pack images: %s: %s", so[i].tmp,
                         strerror(errno));
@@ -188,7 +216,7 @@ int sl__pack_images_wds(const char *root, const char *out,
   }
   if (rc == SL_OK && o && o->before_commit)
     rc = o->before_commit(o->progress_ud, l.n, bytes);
-  for (uint32_t i = 0; so && i < k; i++) {
+  for (uint32_t i = 0; so && i <= k; i++) {
     if (!so[i].tmp[0]) continue;
     if (rc == SL_OK && rename(so[i].tmp, so[i].name) != 0)
       rc = sl_set_error(SL_EIO, "pack images: rename %s: %s", so[i].name,
