@@ -1933,8 +1933,19 @@ typedef struct sl_wds_opts {
    * (alternatives: the sample's one member among them) or "NAME=EXT;..."
    * (the field named NAME); members of no field are passed over. */
   const char *fields;
+  /* A sample without a member for every field: SL_WDS_MISSING_FAIL (0)
+   * fails the pass naming the shard and key; SL_WDS_MISSING_SKIP passes
+   * it over (it is not part of the pass: counts, shares and the length
+   * leave it out too). */
+  int missing;
 } sl_wds_opts;
-#define SL_WDS_OPTS_INIT {sizeof(sl_wds_opts), 0, 0, 0, 0, 0, 0, SL_SHARD_PAD, NULL}
+#define SL_WDS_MISSING_FAIL 0
+#define SL_WDS_MISSING_SKIP 1
+/* clang-format off */
+#define SL_WDS_OPTS_INIT                                                       \
+  {sizeof(sl_wds_opts), 0, 0, 0, 0, 0, 0, SL_SHARD_PAD, NULL,                  \
+   SL_WDS_MISSING_FAIL}
+/* clang-format on */
 
 /* WebDataset shards `names[0..n)` read by opts->threads threads as one
  * reader.  A name may hold brace patterns ("train-{000000..000127}.tar",

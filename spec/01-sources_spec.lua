@@ -320,7 +320,8 @@ describe("sluice", function()
                    .. "buffer, channels, chunks, columns, compression, count, "
                    .. "delimiter, features, field, fields, first, header, "
                    .. "labels, "
-                   .. "max_bad, max_bad_chunks, max_chunk_bytes, mmap, "
+                   .. "max_bad, max_bad_chunks, max_chunk_bytes, missing, "
+                   .. "mmap, "
                    .. "ordered, parser, parser_options, policy, resize, "
                    .. "schema, seed, shape, shard, shuffle, threads, window)",
                    misuse(function() sluice.open(path, {polcy = "fail"}) end))

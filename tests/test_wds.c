@@ -419,6 +419,38 @@ TEST(wds_image_fields_take_jpg_or_png_and_fields_pick_alternatives) {
   }
   ASSERT_RC(sl_reader_next(r, &s), SL_EINVAL);
   sl_reader_destroy(r);
+  /* Skipping a sample without every field: d's two images still fail. */
+  o.fields = "png,cls";
+  o.missing = SL_WDS_MISSING_SKIP;
+  ASSERT_OK(sl_wds_open(&p, 1, &o, &r));
+  uint64_t len = 0;
+  ASSERT_OK(sl_reader_length(r, &len));
+  ASSERT_EQ(len, 2u); /* b and d have a png */
+  ASSERT_OK(sl_reader_next(r, &s));
+  ASSERT_EQ(((const char *)sl_sample_field(s, "__key__")->data)[0], 'b');
+  sl_sample_release(s);
+  ASSERT_OK(sl_reader_next(r, &s));
+  ASSERT_EQ(((const char *)sl_sample_field(s, "__key__")->data)[0], 'd');
+  sl_sample_release(s);
+  ASSERT_RC(sl_reader_next(r, &s), SL_EOF);
+  sl_reader_destroy(r);
+  /* ... and ranks share what is left: 2 samples, 2 ranks, one each. */
+  for (int rank = 0; rank < 2; rank++) {
+    o.world = 2;
+    o.rank = rank;
+    ASSERT_OK(sl_wds_open(&p, 1, &o, &r));
+    ASSERT_OK(sl_reader_next(r, &s));
+    ASSERT_EQ(((const char *)sl_sample_field(s, "__key__")->data)[0], rank ? 'd' : 'b');
+    sl_sample_release(s);
+    ASSERT_RC(sl_reader_next(r, &s), SL_EOF);
+    sl_reader_destroy(r);
+  }
+  o.world = 1;
+  o.rank = 0;
+  o.missing = 7;
+  ASSERT_RC(sl_wds_open(&p, 1, &o, &r), SL_EINVAL);
+  ASSERT_CONTAINS(sl_last_error(), "missing 7");
+  o.missing = SL_WDS_MISSING_FAIL;
   /* Bad fields lists. */
   const char *bad[] = {"", "cls,", "=jpg", "a=", "jpg;;png", "cls;txt",
                        "jpg,jpg", "x=cls,x=jpg", "npy"};

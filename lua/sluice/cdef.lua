@@ -153,6 +153,7 @@ typedef struct sl_wds_opts {
   size_t buffer;
   int remainder; /* sl_shard_policy */
   const char *fields;
+  int missing;
 } sl_wds_opts;
 ]])
 

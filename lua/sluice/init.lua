@@ -1091,7 +1091,7 @@ local OPEN_OPTS = set("policy", "max_bad_chunks", "max_chunk_bytes", "first",
                       "shape", "ordered", "window", "max_bad", "schema",
                       "field", "columns", "delimiter", "header", "features",
                       "compression", "shuffle", "seed", "shard", "buffer",
-                      "fields")
+                      "fields", "missing")
 
 -- "name:spec,..." from a string, an array ({"x:f32", {"y", "i64"}}) or a
 -- table of name = spec (in name order); spec(v) turns a value into the
@@ -1201,13 +1201,17 @@ local SHARD_POLICIES = {pad = 0, drop = 1, uneven = 2}
 
 -- WebDataset shards through sl_wds_open (sl_open_opts.wds): when the name
 -- is wds ("wds:" or ".tar", braces allowed) and threads is given, or when
--- any option only shards have is (shuffle, seed, shard, buffer, fields).
+-- any option only shards have is (shuffle, seed, shard, buffer, fields,
+-- missing).
 -- Rank and world come from the launcher's environment (sl_shard_env)
 -- unless `shard = {rank =, world =}` gives them; `shard.remainder` ("pad",
 -- the default, "drop" or "uneven") says what each rank reads of the pass's
 -- samples.  `fields`: a list of "EXT", "EXT;EXT" or "NAME=EXT;EXT" (or one
--- comma-separated string).  The C stage checks that the name is all shards.
-local WDS_ONLY = {"shuffle", "seed", "shard", "buffer", "fields"}
+-- comma-separated string).  `missing`: "fail" (default) or "skip" a sample
+-- without a member for every field.  The C stage checks that the name is
+-- all shards.
+local WDS_ONLY = {"shuffle", "seed", "shard", "buffer", "fields", "missing"}
+local WDS_MISSING = {fail = 0, skip = 1}
 local function wds_options(o, name, opts, where, keep, level)
   local only = false
   for _, k in ipairs(WDS_ONLY) do only = only or opts[k] ~= nil end
@@ -1257,6 +1261,11 @@ local function wds_options(o, name, opts, where, keep, level)
   if f ~= nil then
     w.fields = check_string(f, where, "fields", level + 1)
     keep[#keep + 1] = f
+  end
+  if opts.missing ~= nil then
+    w.missing = WDS_MISSING[opts.missing] or
+      error(("sluice: %s: option 'missing' must be \"fail\" or \"skip\" "
+             .. "(got %s)"):format(where, tostring(opts.missing)), level + 1)
   end
   keep[#keep + 1] = w
   o.wds = w

@@ -29,6 +29,7 @@ typedef enum {
 typedef struct sl__wds_layout {
   int nf;
   char *fields; /* the fields asked for, or NULL (the first sample's) */
+  bool skip_incomplete; /* SL_WDS_MISSING_SKIP */
   char name[SL__WDS_MAX_FIELDS][SL__WDS_EXT_MAX];
   char alts[SL__WDS_MAX_FIELDS][SL__WDS_ALTS_MAX];
   sl__wds_kind kind[SL__WDS_MAX_FIELDS];
@@ -79,15 +80,20 @@ void sl__wds_shard_seek(sl__wds_shard *sh, uint64_t off, uint64_t index);
  * extension too long), naming the shard; from a source also SL_EIO (a
  * read, naming the URL) and SL_ENOMEM. */
 int sl__wds_shard_group(sl__wds_shard *sh);
-/* The number of samples of the shard at `path`, walking its headers alone
- * with a handle of its own: SL_OK and *n, or sl__wds_shard_group's
+/* The number of samples of the shard at `path` (those with a member for
+ * every field of `lay`, when lay->skip_incomplete), walking its headers
+ * alone with a handle of its own: SL_OK and *n, or sl__wds_shard_group's
  * errors. */
-int sl__wds_shard_count(const char *path, uint64_t *n);
+int sl__wds_shard_count(const char *path, const sl__wds_layout *lay,
+                        uint64_t *n);
+/* Whether the group just read has a member for every field of `lay`. */
+bool sl__wds_group_complete(const sl__wds_shard *sh,
+                            const sl__wds_layout *lay);
 /* The layout of the group just read (the data set's first sample), with
- * `fields` (sl_wds_opts.fields, or NULL).  SL_OK and *out (free with
+ * `fields` (sl_wds_opts.fields, or NULL) and `missing` (its policy).  SL_OK and *out (free with
  * sl__wds_layout_free), or SL_EINVAL (a malformed fields list, a field the
  * first sample has no member for), SL_ECORRUPT or SL_ENOMEM. */
-int sl__wds_layout_make(sl__wds_shard *sh, const char *fields,
+int sl__wds_layout_make(sl__wds_shard *sh, const char *fields, int missing,
                         sl__wds_layout **out);
 void sl__wds_layout_free(sl__wds_layout *lay);
 /* The sample of the group just read, by `lay`: SL_OK and *out, SL_EINVAL

@@ -119,7 +119,7 @@ static int wds_length(const sl_reader *r, void *st, uint64_t *n) {
                      "before reading it (shard %s is read by URL)",
                      sl_reader_name(r), s->sh->path);
   uint64_t c;
-  SL_FORWARD_IF_ERROR(sl__wds_shard_count(s->sh->path, &c));
+  SL_FORWARD_IF_ERROR(sl__wds_shard_count(s->sh->path, s->lay, &c));
   s->count = c;
   s->counted = true;
   *n = c;
@@ -147,7 +147,7 @@ int sl_wds_reader(const char *path, sl_reader **out) {
                         "extension)",
                         path);
   }
-  if (rc == SL_OK) rc = sl__wds_layout_make(s->sh, NULL, &s->lay);
+  if (rc == SL_OK) rc = sl__wds_layout_make(s->sh, NULL, SL_WDS_MISSING_FAIL, &s->lay);
   if (rc < 0) {
     wds_destroy(s);
     return rc;

@@ -167,7 +167,8 @@ int sl__wds_shard_group(sl__wds_shard *sh) {
   return SL_OK;
 }
 
-int sl__wds_shard_count(const char *path, uint64_t *n) {
+int sl__wds_shard_count(const char *path, const sl__wds_layout *lay,
+                        uint64_t *n) {
   *n = 0;
   sl__wds_shard *sh;
   SL_FORWARD_IF_ERROR(sl__wds_shard_open(path, &sh));
@@ -175,7 +176,7 @@ int sl__wds_shard_count(const char *path, uint64_t *n) {
   uint64_t c = 0;
   int rc;
   while ((rc = sl__wds_shard_group(sh)) == SL_OK)
-    c++;
+    c += !lay->skip_incomplete || sl__wds_group_complete(sh, lay);
   sl__wds_shard_close(sh);
   if (rc != SL_EOF) return rc;
   *n = c;
@@ -288,6 +289,17 @@ static int parse_fields(sl__wds_layout *lay, const char *fields) {
   }
 }
 
+bool sl__wds_group_complete(const sl__wds_shard *sh,
+                            const sl__wds_layout *lay) {
+  for (int f = 1; f < lay->nf; f++) {
+    int i = 0;
+    while (i < sh->nm && !is_alt(lay->alts[f], sh->m[i].ext))
+      i++;
+    if (i == sh->nm) return false;
+  }
+  return true;
+}
+
 /* The member of field f in the group just read, or NULL (several: an
  * error). */
 static int member_of(sl__wds_shard *sh, const sl__wds_layout *lay, int f,
@@ -306,21 +318,30 @@ static int member_of(sl__wds_shard *sh, const sl__wds_layout *lay, int f,
   return SL_OK;
 }
 
-int sl__wds_layout_make(sl__wds_shard *sh, const char *fields,
+int sl__wds_layout_make(sl__wds_shard *sh, const char *fields, int missing,
                         sl__wds_layout **out) {
   *out = NULL;
   sl__wds_layout *lay = sl__calloc(1, sizeof *lay);
   SL_RETURN_ERROR_IF(!lay, SL_ENOMEM, "wds: out of memory");
-  sl__wds_member *m[SL__WDS_MAX_FIELDS];
+  sl__wds_member *m[SL__WDS_MAX_FIELDS] = {0};
   snprintf(lay->name[0], SL__WDS_EXT_MAX, "__key__");
   lay->kind[0] = SL__WDS_KEY;
   lay->nf = 1;
-  int rc = SL_OK;
-  if (fields) {
+  lay->skip_incomplete = missing == SL_WDS_MISSING_SKIP;
+  int rc = missing == SL_WDS_MISSING_FAIL || missing == SL_WDS_MISSING_SKIP
+               ? SL_OK
+               : sl_set_error(SL_EINVAL,
+                              "wds: missing %d is not SL_WDS_MISSING_FAIL or "
+                              "SL_WDS_MISSING_SKIP",
+                              missing);
+  if (fields && rc == SL_OK) {
     rc = parse_fields(lay, fields);
     for (int f = 1; f < lay->nf && rc == SL_OK; f++) {
       rc = member_of(sh, lay, f, &m[f]);
-      if (rc == SL_OK && !m[f])
+      /* Skipping incomplete samples, the first may be one, unless an npy
+       * field needs its member's dtype and rank. */
+      if (rc == SL_OK && !m[f] &&
+          (!lay->skip_incomplete || lay->kind[f] == SL__WDS_NPY))
         rc = sl_set_error(SL_EINVAL,
                           "wds: %s: the first sample, '%s', has no member for "
                           "field '%s' (one of %.*s)",
@@ -345,7 +366,7 @@ int sl__wds_layout_make(sl__wds_shard *sh, const char *fields,
     lay->nf = sh->nm + 1;
   }
   for (int f = 1; f < lay->nf && rc == SL_OK; f++) {
-    if (lay->kind[f] != SL__WDS_NPY) continue;
+    if (lay->kind[f] != SL__WDS_NPY || !m[f]) continue;
     sl__npy h;
     char what[512];
     snprintf(what, sizeof what, "%s, sample '%s', member %s", sh->path,

@@ -157,7 +157,7 @@ static int count_samples(wds_open *o) {
   uint64_t all = 0;
   int rc = SL_OK;
   for (size_t i = 0; i < o->nfiles && rc == SL_OK; i++) {
-    rc = sl__wds_shard_count(o->paths[i], &c[i]);
+    rc = sl__wds_shard_count(o->paths[i], o->lay, &c[i]);
     all += c[i];
   }
   if (rc < 0) {
@@ -178,13 +178,16 @@ static int worker_shard(wds_worker *w, const wds_piece *pc, uint64_t *skip) {
   int rc = SL_OK;
   uint64_t pos = 0, end = pc->count == UINT64_MAX ? UINT64_MAX
                                                   : pc->from + pc->count;
-  for (; pos < end; pos++) {
+  while (pos < end) {
     /* Samples before the piece, and those skipped (a restore), are walked
-     * by their headers alone. */
+     * by their headers alone; under SL_WDS_MISSING_SKIP an incomplete
+     * sample is no position of the pass. */
     bool pass_over = pos < pc->from || *skip > 0;
     sh->headers_only = pass_over;
     if ((rc = sl__wds_shard_group(sh)) != SL_OK) break;
-    if (pos < pc->from) continue;
+    if (o->lay->skip_incomplete && !sl__wds_group_complete(sh, o->lay))
+      continue;
+    if (pos++ < pc->from) continue;
     if (*skip) {
       (*skip)--;
       continue;
@@ -515,7 +518,7 @@ static int read_classes(wds_open *o) {
 }
 
 /* The layout from the first shard's first sample; every shard's size. */
-static int survey(wds_open *o, const char *fields) {
+static int survey(wds_open *o, const char *fields, int missing) {
   sl__wds_shard *sh;
   SL_FORWARD_IF_ERROR(sl__wds_shard_open(o->paths[0], &sh));
   int rc = sl__wds_shard_group(sh);
@@ -524,7 +527,7 @@ static int survey(wds_open *o, const char *fields) {
                       "wds: %s: no samples (the first shard "
                       "decides the fields)",
                       o->paths[0]);
-  if (rc == SL_OK) rc = sl__wds_layout_make(sh, fields, &o->lay);
+  if (rc == SL_OK) rc = sl__wds_layout_make(sh, fields, missing, &o->lay);
   sl__wds_shard_close(sh);
   if (rc == SL_OK) rc = read_classes(o);
   for (size_t i = 0; i < o->nfiles && rc == SL_OK; i++) {
@@ -571,7 +574,7 @@ int sl_wds_open(const char *const *names, size_t n, const sl_wds_opts *opts,
   o->policy = p.remainder;
   o->buffer = p.buffer ? p.buffer : DEFAULT_BUFFER;
   int rc = expand_names(names, n, o);
-  if (rc == SL_OK) rc = survey(o, p.fields);
+  if (rc == SL_OK) rc = survey(o, p.fields, p.missing);
   if (rc == SL_OK && o->world > 1) rc = count_samples(o);
   if (rc == SL_OK) {
     /* A pad share wraps at most once: a segment per shard, plus one. */
