@@ -9,12 +9,19 @@
  * name without a tag is "wds:").
  *
  * Order.  Pass p reads the shard list in its given order or, with shuffle,
- * permuted by (seed, p) - the same permutation on every rank.  Rank r of W
- * takes shards r, r + W, r + 2W, ... of that order (ranks may differ by one
- * shard: WebDataset's split_by_node), and its worker t of T takes its
- * shards t, t + T, ...
+ * permuted by (seed, p) - the same permutation on every rank.  The pass's
+ * sequence is the samples of the shards in that order.  World 1 reads it
+ * all.  Rank r of W > 1 reads the positions sl__shard_segments gives it
+ * under the remainder policy (epoch_plan.c: by default pad, ceil(N/W) for
+ * every rank, wrapping to the first samples), so every rank reads as many
+ * samples and a world larger than the shard count splits shards; N and
+ * the per-shard counts come from walking every shard's tar headers at open
+ * (count_samples; under SL_WDS_MISSING_SKIP only the samples with every
+ * field count).  The rank's segments are cut at shard boundaries into
+ * pieces (shard, first sample, count); worker t of T reads pieces t,
+ * t + T, ...
  *
- * Threads.  Worker t reads its shards one after another (each mapped, or
+ * Threads.  Worker t reads its pieces one after another (each mapped, or
  * for a URL read by ranges through a byte source, walked and closed: no
  * file handle or connection's block outlives its shard) into its own
  * bounded channel; the consumer takes one sample from each worker in turn,
