@@ -901,8 +901,10 @@ typedef struct sl_open_opts {
    * name's shards (one or many: braces, globs) are read by sl_wds_open with
    * these options (threads, shard shuffle, rank/world; world 0 takes both
    * from the launcher's environment); NULL: each shard is one sl_wds_reader,
-   * several chained.  Set for a name that is not all wds shards, it is
-   * SL_EINVAL.  Borrowed for the call. */
+   * several chained - unless the launcher's environment (sl_shard_env)
+   * says world > 1: then sl_wds_open with SL_WDS_OPTS_INIT, so that each
+   * rank reads its equal share.  Set for a name that is not all wds
+   * shards, it is SL_EINVAL.  Borrowed for the call. */
   const struct sl_wds_opts *wds;
 } sl_open_opts;
 /* clang-format off */
@@ -1903,12 +1905,15 @@ SL_API int sl_csv_reader(const char *path, const sl_csv_opts *opts,
  * the .npy array (dtype and rank fixed by the first sample, dimensions
  * variable); anything else ("txt", "json", "jpg", "png", ...) -> bytes,
  * which sl_decode_image decodes.  The fields are the shard's first
- * sample's; a later sample missing one, or with another, fails the pass
- * with SL_EINVAL naming the shard and key.  The shard is memory-mapped;
- * bytes and npy fields are views of it.  Length unknown; saves its
+ * sample's (an image field, jpg, jpeg or png, takes any of the three); a
+ * later sample missing one, or with another, fails the pass with
+ * SL_EINVAL naming the shard and key.  The shard is memory-mapped; bytes
+ * and npy fields are views of it.  Length: a local shard's samples,
+ * counted once by walking its headers (unknown for a URL).  Saves its
  * position (a byte offset).  Borrows `path`.  Returns SL_OK and *out,
  * SL_EIO (cannot open), SL_ECORRUPT (a bad header checksum, a member past
- * the end), SL_EINVAL (no samples) or SL_ENOMEM.  Thread-safe. */
+ * the end, a shard that ends without its end-of-archive blocks or with
+ * data after them), SL_EINVAL (no samples) or SL_ENOMEM.  Thread-safe. */
 SL_API int sl_wds_reader(const char *path, sl_reader **out);
 
 /* Options of sl_wds_open.  Extensible like sl_open_opts: `size` is

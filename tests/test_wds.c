@@ -5,9 +5,9 @@
  * field types, GNU and pax long names, brace patterns, threads, shard
  * shuffle, rank sharding, errors, save/restore.
  */
+#include "io/tar.h"
 #include "test.h"
 #include "test_util.h"
-#include "io/tar.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -201,7 +201,6 @@ TEST(wds_shard_cut_or_zeroed_at_a_member_boundary_is_corrupt) {
   sl_reader_destroy(r);
 }
 
-
 TEST(wds_open_braces_threads_take_turns) {
   const char *name = DIR "wds-{000000..000002}.tar";
   for (uint32_t T = 1; T <= 4; T++) {
@@ -388,7 +387,7 @@ static void write_shard(char *path, const char *const *names, int n) {
 
 TEST(wds_image_fields_take_jpg_or_png_and_fields_pick_alternatives) {
   char path[] = "/tmp/sluice-wds-XXXXXX";
-  const char *mixed[] = {"a.cls", "a.jpg", "b.cls", "b.png", "c.cls",
+  const char *mixed[] = {"a.cls",  "a.jpg", "b.cls", "b.png", "c.cls",
                          "c.jpeg", "d.cls", "d.jpg", "d.png"};
   write_shard(path, mixed, 9);
   sl_reader *r;
@@ -440,7 +439,8 @@ TEST(wds_image_fields_take_jpg_or_png_and_fields_pick_alternatives) {
     o.rank = rank;
     ASSERT_OK(sl_wds_open(&p, 1, &o, &r));
     ASSERT_OK(sl_reader_next(r, &s));
-    ASSERT_EQ(((const char *)sl_sample_field(s, "__key__")->data)[0], rank ? 'd' : 'b');
+    ASSERT_EQ(((const char *)sl_sample_field(s, "__key__")->data)[0],
+              rank ? 'd' : 'b');
     sl_sample_release(s);
     ASSERT_RC(sl_reader_next(r, &s), SL_EOF);
     sl_reader_destroy(r);
@@ -452,8 +452,8 @@ TEST(wds_image_fields_take_jpg_or_png_and_fields_pick_alternatives) {
   ASSERT_CONTAINS(sl_last_error(), "missing 7");
   o.missing = SL_WDS_MISSING_FAIL;
   /* Bad fields lists. */
-  const char *bad[] = {"", "cls,", "=jpg", "a=", "jpg;;png", "cls;txt",
-                       "jpg,jpg", "x=cls,x=jpg", "npy"};
+  const char *bad[] = {"",        "cls,",    "=jpg",        "a=", "jpg;;png",
+                       "cls;txt", "jpg,jpg", "x=cls,x=jpg", "npy"};
   for (int i = 0; i < 9; i++) {
     o.fields = bad[i];
     r = NULL;

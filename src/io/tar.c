@@ -2,7 +2,10 @@
  * tar.c - the tar member walker (tar.h).
  *
  * A tar archive is a sequence of 512-byte headers, each followed by its
- * member's data padded to 512 bytes, ended by two zero blocks.  Header
+ * member's data padded to 512 bytes, ended by two zero blocks - required:
+ * bytes that stop without them (a cut, even at a member boundary), one
+ * zero block alone, or data after them (a zeroed hole) are corrupt
+ * (check_end), so a shard that ends early is never read as complete.  Header
  * fields are NUL- or space-terminated octal text; GNU tar writes sizes of
  * 8 GiB and more in base-256 (high bit of the first byte set).  A name
  * longer than 100 bytes is stored in one of three ways, all read here:

@@ -28,7 +28,7 @@ typedef enum {
  * by the threads that read shards. */
 typedef struct sl__wds_layout {
   int nf;
-  char *fields; /* the fields asked for, or NULL (the first sample's) */
+  char *fields;         /* the fields asked for, or NULL (the first sample's) */
   bool skip_incomplete; /* SL_WDS_MISSING_SKIP */
   char name[SL__WDS_MAX_FIELDS][SL__WDS_EXT_MAX];
   char alts[SL__WDS_MAX_FIELDS][SL__WDS_ALTS_MAX];
@@ -87,12 +87,11 @@ int sl__wds_shard_group(sl__wds_shard *sh);
 int sl__wds_shard_count(const char *path, const sl__wds_layout *lay,
                         uint64_t *n);
 /* Whether the group just read has a member for every field of `lay`. */
-bool sl__wds_group_complete(const sl__wds_shard *sh,
-                            const sl__wds_layout *lay);
+bool sl__wds_group_complete(const sl__wds_shard *sh, const sl__wds_layout *lay);
 /* The layout of the group just read (the data set's first sample), with
- * `fields` (sl_wds_opts.fields, or NULL) and `missing` (its policy).  SL_OK and *out (free with
- * sl__wds_layout_free), or SL_EINVAL (a malformed fields list, a field the
- * first sample has no member for), SL_ECORRUPT or SL_ENOMEM. */
+ * `fields` (sl_wds_opts.fields, or NULL) and `missing` (its policy).  SL_OK and
+ * *out (free with sl__wds_layout_free), or SL_EINVAL (a malformed fields list,
+ * a field the first sample has no member for), SL_ECORRUPT or SL_ENOMEM. */
 int sl__wds_layout_make(sl__wds_shard *sh, const char *fields, int missing,
                         sl__wds_layout **out);
 void sl__wds_layout_free(sl__wds_layout *lay);

@@ -147,7 +147,8 @@ int sl_wds_reader(const char *path, sl_reader **out) {
                         "extension)",
                         path);
   }
-  if (rc == SL_OK) rc = sl__wds_layout_make(s->sh, NULL, SL_WDS_MISSING_FAIL, &s->lay);
+  if (rc == SL_OK)
+    rc = sl__wds_layout_make(s->sh, NULL, SL_WDS_MISSING_FAIL, &s->lay);
   if (rc < 0) {
     wds_destroy(s);
     return rc;

@@ -12,8 +12,12 @@
  * "json", "jpg", "png", ...) -> bytes, for decode_image or a Lua map to
  * interpret.  A `__key__` bytes field carries the key.  Every sample must
  * have the first sample's fields: a missing or extra one is an error
- * naming the shard and key (a data set with optional fields is better
- * split, or its fields filtered before packing).
+ * naming the shard and key - except that an image field (jpg, jpeg, png)
+ * takes any of the three, so a mixed folder's shards read.  Fields asked
+ * for (sl_wds_opts.fields) hold alternatives, WebDataset's "jpg;png": the
+ * sample's one member among them; other members are passed over, and a
+ * sample without every field fails or, under SL_WDS_MISSING_SKIP, is no
+ * sample at all (sl__wds_group_complete, used by the counts too).
  *
  * Samples are views of the mapping (bytes and npy fields) plus one small
  * buffer for the key and the cls values.  A shard named by URL is read
@@ -229,14 +233,13 @@ void sl__wds_layout_free(sl__wds_layout *lay) {
 
 /* One field of a fields list, spec[0..n) = "EXT;EXT..." or "NAME=EXT;...",
  * into field f of lay. */
-static int parse_field(sl__wds_layout *lay, int f, const char *spec,
-                       size_t n) {
+static int parse_field(sl__wds_layout *lay, int f, const char *spec, size_t n) {
   const char *eq = memchr(spec, '=', n);
   const char *alts = eq ? eq + 1 : spec;
   size_t name_len = eq ? (size_t)(eq - spec) : n;
   size_t al = n - (size_t)(alts - spec);
-  SL_RETURN_ERROR_IF(name_len == 0 || name_len >= SL__WDS_EXT_MAX ||
-                         al == 0 || al + 3 > SL__WDS_ALTS_MAX,
+  SL_RETURN_ERROR_IF(name_len == 0 || name_len >= SL__WDS_EXT_MAX || al == 0 ||
+                         al + 3 > SL__WDS_ALTS_MAX,
                      SL_EINVAL,
                      "wds: fields: '%.*s' is not EXT, EXT;EXT... or "
                      "NAME=EXT;... (names below %d bytes, alternatives below "
@@ -251,9 +254,10 @@ static int parse_field(sl__wds_layout *lay, int f, const char *spec,
     const char *e = strchr(a, ';');
     char ext[SL__WDS_EXT_MAX];
     size_t el = (size_t)(e - a);
-    SL_RETURN_ERROR_IF(el == 0 || el >= SL__WDS_EXT_MAX,
-                       SL_EINVAL, "wds: fields: '%.*s': an empty or too long "
-                       "extension", (int)n, spec);
+    SL_RETURN_ERROR_IF(el == 0 || el >= SL__WDS_EXT_MAX, SL_EINVAL,
+                       "wds: fields: '%.*s': an empty or too long "
+                       "extension",
+                       (int)n, spec);
     snprintf(ext, sizeof ext, "%.*s", (int)el, a);
     SL_RETURN_ERROR_IF(kind >= 0 && (int)kind_of(ext) != kind, SL_EINVAL,
                        "wds: fields: '%.*s' mixes extensions of different "
@@ -369,8 +373,8 @@ int sl__wds_layout_make(sl__wds_shard *sh, const char *fields, int missing,
     if (lay->kind[f] != SL__WDS_NPY || !m[f]) continue;
     sl__npy h;
     char what[512];
-    snprintf(what, sizeof what, "%s, sample '%s', member %s", sh->path,
-             sh->key, m[f]->ext);
+    snprintf(what, sizeof what, "%s, sample '%s', member %s", sh->path, sh->key,
+             m[f]->ext);
     sl_buffer *b;
     size_t bo;
     rc = member_bytes(sh, m[f], &b, &bo);

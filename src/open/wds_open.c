@@ -119,8 +119,7 @@ static void add_segment(wds_open *o, const size_t *perm, uint64_t a,
                         uint64_t b) {
   uint64_t c = 0; /* the first position of shard perm[j] */
   for (size_t j = 0; j < o->nfiles && c < b; j++) {
-    uint64_t n = o->nsamples[perm[j]], lo = SL_MAX(a, c),
-             hi = SL_MIN(b, c + n);
+    uint64_t n = o->nsamples[perm[j]], lo = SL_MAX(a, c), hi = SL_MIN(b, c + n);
     if (lo < hi)
       o->pieces[o->npieces++] = (wds_piece){perm[j], lo - c, hi - lo};
     c += n;
@@ -183,8 +182,8 @@ static int worker_shard(wds_worker *w, const wds_piece *pc, uint64_t *skip) {
   sl__wds_shard *sh;
   SL_FORWARD_IF_ERROR(sl__wds_shard_open(o->paths[pc->shard], &sh));
   int rc = SL_OK;
-  uint64_t pos = 0, end = pc->count == UINT64_MAX ? UINT64_MAX
-                                                  : pc->from + pc->count;
+  uint64_t pos = 0,
+           end = pc->count == UINT64_MAX ? UINT64_MAX : pc->from + pc->count;
   while (pos < end) {
     /* Samples before the piece, and those skipped (a restore), are walked
      * by their headers alone; under SL_WDS_MISSING_SKIP an incomplete
@@ -396,16 +395,16 @@ static int wo_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
 static void wo_identity(const sl_reader *r, void *st, char *buf, size_t cap) {
   (void)r;
   const wds_open *o = st;
-  snprintf(buf, cap,
-           "shards=%zu threads=%u shuffle=%d seed=%llu rank=%d/%d%s%s%s",
-           o->nfiles, o->T, o->shuffle, (unsigned long long)o->seed, o->rank,
-           o->world,
-           o->world == 1                  ? ""
-           : o->policy == SL_SHARD_DROP   ? " remainder=drop"
-           : o->policy == SL_SHARD_UNEVEN ? " remainder=uneven"
-                                          : " remainder=pad",
-           o->lay->fields ? " fields=" : "",
-           o->lay->fields ? o->lay->fields : "");
+  snprintf(
+      buf, cap, "shards=%zu threads=%u shuffle=%d seed=%llu rank=%d/%d%s%s%s%s",
+      o->nfiles, o->T, o->shuffle, (unsigned long long)o->seed, o->rank,
+      o->world,
+      o->world == 1                  ? ""
+      : o->policy == SL_SHARD_DROP   ? " remainder=drop"
+      : o->policy == SL_SHARD_UNEVEN ? " remainder=uneven"
+                                     : " remainder=pad",
+      o->lay->fields ? " fields=" : "", o->lay->fields ? o->lay->fields : "",
+      o->lay->skip_incomplete ? " missing=skip" : "");
 }
 
 /* World 1: every sample of every shard (local shards counted once, by
@@ -501,9 +500,9 @@ static int read_classes(wds_open *o) {
   SL_RETURN_ERROR_IF(!buf, SL_ENOMEM, "wds: out of memory");
   int rc = SL_OK;
   if (err || n > SL__WDS_CLASSES_MAX)
-    rc = sl_set_error(err ? SL_EIO : SL_EINVAL,
-                      "wds: %s: %s", name,
-                      err ? "cannot read it" : "more than 1 MiB of class names");
+    rc =
+        sl_set_error(err ? SL_EIO : SL_EINVAL, "wds: %s: %s", name,
+                     err ? "cannot read it" : "more than 1 MiB of class names");
   /* lines -> "a,b,c" (a last line without '\n' counts) */
   size_t k = 0;
   for (size_t i = 0; i < n && rc == SL_OK; i++) {

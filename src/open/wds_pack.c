@@ -166,8 +166,7 @@ int sl__pack_images_wds(const char *root, const char *out,
     rc = sl__wds_classes_name(so[0].name, c->name, sizeof c->name);
     snprintf(c->tmp, sizeof c->tmp, "%s.tmp-%ld", c->name, (long)getpid());
     if (rc == SL_OK && !(c->f = fopen(c->tmp, "wb")))
-      rc = sl_set_error(SL_EIO, "pack images: %s: %s", c->tmp,
-                        strerror(errno));
+      rc = sl_set_error(SL_EIO, "pack images: %s: %s", c->tmp, strerror(errno));
     for (size_t j = 0; j < l.nclasses && rc == SL_OK; j++)
       if (fprintf(c->f, "%s\n", l.classes[j]) < 0)
         rc = sl_set_error(SL_EIO, "pack images: %s: %s", c->tmp,
