@@ -901,8 +901,10 @@ typedef struct sl_open_opts {
    * name's shards (one or many: braces, globs) are read by sl_wds_open with
    * these options (threads, shard shuffle, rank/world; world 0 takes both
    * from the launcher's environment); NULL: each shard is one sl_wds_reader,
-   * several chained.  Set for a name that is not all wds shards, it is
-   * SL_EINVAL.  Borrowed for the call. */
+   * several chained - unless the launcher's environment (sl_shard_env)
+   * says world > 1: then sl_wds_open with SL_WDS_OPTS_INIT, so that each
+   * rank reads its equal share.  Set for a name that is not all wds
+   * shards, it is SL_EINVAL.  Borrowed for the call. */
   const struct sl_wds_opts *wds;
 } sl_open_opts;
 /* clang-format off */
@@ -1903,12 +1905,15 @@ SL_API int sl_csv_reader(const char *path, const sl_csv_opts *opts,
  * the .npy array (dtype and rank fixed by the first sample, dimensions
  * variable); anything else ("txt", "json", "jpg", "png", ...) -> bytes,
  * which sl_decode_image decodes.  The fields are the shard's first
- * sample's; a later sample missing one, or with another, fails the pass
- * with SL_EINVAL naming the shard and key.  The shard is memory-mapped;
- * bytes and npy fields are views of it.  Length unknown; saves its
+ * sample's (an image field, jpg, jpeg or png, takes any of the three); a
+ * later sample missing one, or with another, fails the pass with
+ * SL_EINVAL naming the shard and key.  The shard is memory-mapped; bytes
+ * and npy fields are views of it.  Length: a local shard's samples,
+ * counted once by walking its headers (unknown for a URL).  Saves its
  * position (a byte offset).  Borrows `path`.  Returns SL_OK and *out,
  * SL_EIO (cannot open), SL_ECORRUPT (a bad header checksum, a member past
- * the end), SL_EINVAL (no samples) or SL_ENOMEM.  Thread-safe. */
+ * the end, a shard that ends without its end-of-archive blocks or with
+ * data after them), SL_EINVAL (no samples) or SL_ENOMEM.  Thread-safe. */
 SL_API int sl_wds_reader(const char *path, sl_reader **out);
 
 /* Options of sl_wds_open.  Extensible like sl_open_opts: `size` is
@@ -1923,23 +1928,52 @@ typedef struct sl_wds_opts {
   int rank, world;  /* world 0: from the launcher's environment
                        (sl_shard_env) */
   size_t buffer;    /* samples each thread reads ahead (0 = 64) */
+  /* Appended with equal shares.  World > 1: what each rank reads of the
+   * pass's samples (sl_shard_policy, as sl_open_files): SL_SHARD_PAD (0,
+   * the default) and SL_SHARD_DROP give every rank the same count. */
+  sl_shard_policy remainder;
+  /* Appended with alternatives.  NULL: the fields are the first sample's
+   * (an image field, jpg, jpeg or png, takes any of the three in later
+   * samples).  Else the fields, comma-separated, each "EXT", "EXT;EXT..."
+   * (alternatives: the sample's one member among them) or "NAME=EXT;..."
+   * (the field named NAME); members of no field are passed over. */
+  const char *fields;
+  /* A sample without a member for every field: SL_WDS_MISSING_FAIL (0)
+   * fails the pass naming the shard and key; SL_WDS_MISSING_SKIP passes
+   * it over (it is not part of the pass: counts, shares and the length
+   * leave it out too). */
+  int missing;
 } sl_wds_opts;
-#define SL_WDS_OPTS_INIT {sizeof(sl_wds_opts), 0, 0, 0, 0, 0, 0}
+#define SL_WDS_MISSING_FAIL 0
+#define SL_WDS_MISSING_SKIP 1
+/* clang-format off */
+#define SL_WDS_OPTS_INIT                                                       \
+  {sizeof(sl_wds_opts), 0, 0, 0, 0, 0, 0, SL_SHARD_PAD, NULL,                  \
+   SL_WDS_MISSING_FAIL}
+/* clang-format on */
 
 /* WebDataset shards `names[0..n)` read by opts->threads threads as one
  * reader.  A name may hold brace patterns ("train-{000000..000127}.tar",
  * "{a,b}"; ranges zero-padded to the first bound's width) and globs; a
  * name without a tag is "wds:".  Pass p takes the shards in the given
- * order (or shuffled by (seed, p)); rank r of W reads shards r, r + W, ...
- * of it (ranks differ by at most one shard); thread t of T reads the
- * rank's shards t, t + T, ..., and the output takes one sample from each
- * thread in turn, so it depends on T but not on timing.  Fields: as
- * sl_wds_reader, fixed by the first shard's first sample.  Length unknown;
- * saves its position (per thread counts; a restore walks tar headers to
- * them).  Borrows `names` and `opts`.  Returns SL_OK and *out, SL_EINVAL
- * (no names, a name matching nothing, a bad brace pattern, a tag other than
- * wds, rank outside [0, world), too many threads), SL_EIO, SL_ECORRUPT or
- * SL_ENOMEM. */
+ * order (or shuffled by (seed, p)): the pass's sequence is their samples
+ * one shard after another.  World 1 reads all of it; rank r of W > 1 reads
+ * the positions opts->remainder gives it (sl_shard_count: by default
+ * ceil(N/W), every rank as many, wrapping to the first samples), so a
+ * shard may be split between ranks and a world larger than the shard count
+ * still gives every rank samples; the sample counts of the shards come from
+ * walking their tar headers at open (for URLs, ranged reads of the
+ * headers).  The rank's part is cut into pieces at shard boundaries;
+ * thread t of T reads pieces t, t + T, ..., and the output takes one
+ * sample from each thread in turn, so it depends on T but not on timing.
+ * Fields: as sl_wds_reader, fixed by the first shard's first sample, or
+ * opts->fields.  Length: known for world > 1 and for local shards (their
+ * headers walked once, on the first sl_reader_length); unknown for URLs
+ * read by one rank.  Saves its position (per thread counts; a restore
+ * walks tar headers to them).  Borrows `names` and `opts`.  Returns SL_OK
+ * and *out, SL_EINVAL (no names, a name matching nothing, a bad brace
+ * pattern, a tag other than wds, rank outside [0, world), too many
+ * threads, bad fields), SL_EIO, SL_ECORRUPT or SL_ENOMEM. */
 SL_API int sl_wds_open(const char *const *names, size_t n,
                        const sl_wds_opts *opts, sl_reader **out);
 

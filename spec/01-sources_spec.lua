@@ -318,8 +318,10 @@ describe("sluice", function()
       assert.matches("foo%.unknownext", err)
       assert.equal("sluice: sluice.open(): unknown option 'polcy' (known: "
                    .. "buffer, channels, chunks, columns, compression, count, "
-                   .. "delimiter, features, field, first, header, labels, "
-                   .. "max_bad, max_bad_chunks, max_chunk_bytes, mmap, "
+                   .. "delimiter, features, field, fields, first, header, "
+                   .. "labels, "
+                   .. "max_bad, max_bad_chunks, max_chunk_bytes, missing, "
+                   .. "mmap, "
                    .. "ordered, parser, parser_options, policy, resize, "
                    .. "schema, seed, shape, shard, shuffle, threads, window)",
                    misuse(function() sluice.open(path, {polcy = "fail"}) end))

@@ -49,7 +49,7 @@ describe("sluice.open WebDataset options", function()
                                      shard = {rank = rank, world = 2}})
       for pass = 1, 3 do
         local k = keys(p)
-        assert.is_true(#k == 4 or #k == 8)
+        assert.equal(6, #k) -- 12 samples, half a shard each (docs/DATA.md)
         for _, v in ipairs(k) do seen[v] = (seen[v] or 0) + 1 end
         orders[rank .. ":" .. pass] = table.concat(k, ",")
         p:reset()
@@ -60,6 +60,70 @@ describe("sluice.open WebDataset options", function()
     local again = sluice.open(SHARDS, {shuffle = true, seed = 3,
                                        shard = {rank = 0, world = 2}})
     assert.equal(orders["0:1"], table.concat(keys(again), ","))
+  end)
+
+  it("gives every rank as many samples, more ranks than shards too", function()
+    for _, c in ipairs({{5, "pad", 3}, {5, "drop", 2}, {16, "pad", 1}}) do
+      local world, rem, each = c[1], c[2], c[3]
+      local seen = {}
+      for rank = 0, world - 1 do
+        local p = sluice.open(SHARDS, {shuffle = true, seed = 7, shard =
+                                       {rank = rank, world = world,
+                                        remainder = rem}})
+        assert.equal(each, p:length())
+        local k = keys(p)
+        assert.equal(each, #k)
+        for _, v in ipairs(k) do seen[v] = (seen[v] or 0) + 1 end
+      end
+      for v = 0, 11 do
+        if rem == "pad" then assert.is_true((seen[v] or 0) >= 1) end
+        if rem == "drop" then assert.is_true((seen[v] or 0) <= 1) end
+      end
+    end
+    local ok, err = pcall(sluice.open, SHARDS, {shard = {remainder = "most"}})
+    assert.is_false(ok)
+    assert.matches("shard.remainder must be", err, 1, true)
+  end)
+
+  it("reads rank and world from the launcher's environment", function()
+    -- A child LuaJIT with RANK/WORLD_SIZE set: sluice.open with no option,
+    -- and with threads (sl_wds_open), reads its rank's share.
+    local script = os.tmpname()
+    local f = assert(io.open(script, "w"))
+    f:write(([[
+      local sluice = require "sluice"
+      local a = sluice.open(%q)
+      local b = sluice.open(%q, {threads = 2})
+      local n = 0
+      for _ in a:iter() do n = n + 1 end
+      io.write(n, " ", b:length(), " ", a:length())
+    ]]):format(SHARDS, SHARDS))
+    f:close()
+    local cmd = ("RANK=3 WORLD_SIZE=5 LUA_PATH=%q LUA_CPATH=%q %s %s 2>&1")
+      :format(package.path, package.cpath, "luajit", script)
+    local out = io.popen(cmd):read("*a")
+    os.remove(script)
+    assert.equal("3 3 3", out)
+  end)
+
+  it("knows the length of local shards from their headers", function()
+    assert.equal(12, sluice.open(SHARDS):length())
+    assert.equal(12, sluice.open(SHARDS, {threads = 3}):length())
+  end)
+
+  it("takes field alternatives, named or not, and leaves other members out", function()
+    local p = sluice.open(SHARDS, {fields = {"label=cls", "json;txt"}})
+    local s = p:next()
+    assert.equal(0, s.label)
+    assert.equal("caption 0", s["json;txt"])
+    assert.is_false(pcall(function() return s["x.npy"] end))
+    local ok, err = pcall(sluice.open, SHARDS, {fields = "txt,jpg;png"})
+    assert.is_false(ok)
+    assert.matches("has no member for field 'jpg;png' (one of jpg;png)", err,
+                   1, true)
+    ok, err = pcall(sluice.open, SHARDS, {fields = "cls;txt"})
+    assert.is_false(ok)
+    assert.matches("mixes extensions of different types", err, 1, true)
   end)
 
   it("saves and restores a threaded shard reader", function()

@@ -471,3 +471,31 @@ TEST(the_tokens_tag_and_sl_tokens_open_expand_globs) {
   ASSERT_RC(sl_open(pattern, &o, &r), SL_EINVAL);
   ASSERT_CONTAINS(sl_last_error(), "needs options");
 }
+
+TEST(a_world_that_leaves_every_rank_nothing_is_refused) {
+  write_shard("few-a.bin", 0, 101); /* 10 windows of 10 */
+  write_shard("few-b.bin", 1, 51);  /* 5 */
+  char pattern[512];
+  snprintf(pattern, sizeof pattern, "%s/few-*.bin", test_tmpdir(TAG));
+  sl_tokens_opts t = SL_TOKENS_OPTS_INIT;
+  t.seq_len = 10;
+  t.world = 16; /* a round is 16 windows: no shard holds one */
+  t.rank = 3;
+  sl_reader *r = NULL;
+  ASSERT_RC(sl_tokens_open(pattern, &t, &r), SL_EINVAL);
+  ASSERT_NULL(r);
+  ASSERT_CONTAINS(sl_last_error(), "15 windows of 10 tokens make no round "
+                                   "of 16 ranks x 1");
+  ASSERT_CONTAINS(sl_last_error(), "every rank would read nothing");
+  /* 10 ranks: shard a holds a round, every rank one window. */
+  t.world = 10;
+  ASSERT_OK(sl_tokens_open(pattern, &t, &r));
+  ASSERT_EQ(test_length_checked(r), 1);
+  sl_reader_destroy(r);
+  /* Blocks of 4 over 3 ranks: 12 windows a round, again none. */
+  t.world = 3;
+  t.rank = 0;
+  t.block = 4;
+  ASSERT_RC(sl_tokens_open(pattern, &t, &r), SL_EINVAL);
+  ASSERT_CONTAINS(sl_last_error(), "no round of 3 ranks x 4");
+}

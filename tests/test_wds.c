@@ -5,6 +5,7 @@
  * field types, GNU and pax long names, brace patterns, threads, shard
  * shuffle, rank sharding, errors, save/restore.
  */
+#include "io/tar.h"
 #include "test.h"
 #include "test_util.h"
 
@@ -131,6 +132,75 @@ static int64_t read_all(sl_reader *r, int64_t *keys, int64_t cap) {
   return n;
 }
 
+/* A copy of fixture shard 0 (4 samples of 3072 bytes, then the
+ * end-of-archive blocks) in a temporary file, changed by `cut` (its new
+ * size, or 0) and by zeroing [zero_at, zero_at + zero_len). */
+static void damaged_copy(char *path, size_t cut, size_t zero_at,
+                         size_t zero_len) {
+  int fd = mkstemp(path);
+  ASSERT_TRUE(fd >= 0);
+  FILE *in = fopen(DIR "wds-000000.tar", "rb");
+  static unsigned char buf[20480];
+  size_t n = fread(buf, 1, sizeof buf, in);
+  fclose(in);
+  memset(buf + zero_at, 0, zero_len);
+  if (cut) n = cut;
+  ASSERT_EQ(write(fd, buf, n), (long)n);
+  close(fd);
+}
+
+/* Samples read from `path` by sl_wds_reader and by sl_wds_open until an
+ * error: both must stop with SL_ECORRUPT naming `want`, after `good` (the
+ * sample before the damage is not known to be whole either: its group ends
+ * at the next header). */
+static void expect_cut(const char *path, int good, const char *want) {
+  for (int open = 0; open < 2; open++) {
+    sl_reader *r = NULL;
+    int rc, n = 0;
+    if (open) {
+      sl_wds_opts o = SL_WDS_OPTS_INIT;
+      o.world = 1;
+      rc = sl_wds_open(&path, 1, &o, &r);
+    } else {
+      rc = sl_wds_reader(path, &r); /* reads the first sample */
+    }
+    sl_sample *s;
+    while (rc == SL_OK && (rc = sl_reader_next(r, &s)) == SL_OK) {
+      sl_sample_release(s);
+      n++;
+    }
+    ASSERT_RC(rc, SL_ECORRUPT);
+    ASSERT_EQ(n, good);
+    ASSERT_CONTAINS(sl_last_error(), want);
+    ASSERT_CONTAINS(sl_last_error(), path);
+    sl_reader_destroy(r);
+  }
+}
+
+TEST(wds_shard_cut_or_zeroed_at_a_member_boundary_is_corrupt) {
+  char path[] = "/tmp/sluice-wds-XXXXXX";
+  /* Cut after sample 2: every member whole, no end-of-archive blocks. */
+  damaged_copy(path, 2 * 3072, 0, 0);
+  expect_cut(path, 1, "ends at offset 6144 without its end-of-archive blocks");
+  unlink(path);
+  /* Cut after the first of the two zero blocks. */
+  strcpy(path, "/tmp/sluice-wds-XXXXXX");
+  damaged_copy(path, 4 * 3072 + 512, 0, 0);
+  expect_cut(path, 3, "one zero block at offset 12288, then the file ends");
+  unlink(path);
+  /* Samples 1 and 2 zeroed: a hole that looks like the end. */
+  strcpy(path, "/tmp/sluice-wds-XXXXXX");
+  damaged_copy(path, 0, 3072, 2 * 3072);
+  expect_cut(path, 0, "data at offset 9216 after zero blocks at offset 3072");
+  unlink(path);
+  /* The whole shard still reads: its end blocks and padding are zeros. */
+  sl_reader *r;
+  ASSERT_OK(sl_wds_reader(DIR "wds-000000.tar", &r));
+  int64_t keys[8];
+  ASSERT_EQ(read_all(r, keys, 8), 4);
+  sl_reader_destroy(r);
+}
+
 TEST(wds_open_braces_threads_take_turns) {
   const char *name = DIR "wds-{000000..000002}.tar";
   for (uint32_t T = 1; T <= 4; T++) {
@@ -170,7 +240,7 @@ TEST(wds_open_shuffles_shards_per_pass_and_splits_by_rank) {
     for (int pass = 0; pass < 4; pass++) {
       int64_t keys[16];
       int64_t n = read_all(r, keys, 16);
-      ASSERT_TRUE(n == 4 || n == 8);
+      ASSERT_EQ(n, 6); /* 12 samples, 3 shards: half a shard each */
       for (int64_t i = 0; i < n; i++)
         seen[keys[i]] += 1;
       orders |= 1ull << (keys[0] / 4 + 4 * rank); /* first shard */
@@ -181,6 +251,217 @@ TEST(wds_open_shuffles_shards_per_pass_and_splits_by_rank) {
   for (int k = 0; k < 12; k++) /* each pass covers every sample once */
     ASSERT_EQ(seen[k], 4);
   ASSERT_TRUE(__builtin_popcountll(orders) > 2); /* the order changes */
+}
+
+/* Every rank of `world` over the 3 fixture shards (12 samples) under
+ * `policy`: each must read `each` samples, with length `each`, and the
+ * ranks together every sample at least once (pad, uneven) or none twice
+ * (drop, uneven). */
+static void check_ranks(int world, sl_shard_policy policy, int64_t each,
+                        uint32_t threads) {
+  const char *name = DIR "wds-{000000..000002}.tar";
+  int64_t seen[12] = {0};
+  for (int rank = 0; rank < world; rank++) {
+    sl_wds_opts o = SL_WDS_OPTS_INIT;
+    o.rank = rank;
+    o.world = world;
+    o.remainder = policy;
+    o.threads = threads;
+    o.shuffle = 1;
+    o.seed = 3;
+    sl_reader *r;
+    ASSERT_OK(sl_wds_open(&name, 1, &o, &r));
+    uint64_t len = 0;
+    ASSERT_OK(sl_reader_length(r, &len));
+    int64_t keys[16];
+    int64_t n = read_all(r, keys, 16);
+    ASSERT_EQ(n, policy == SL_SHARD_UNEVEN ? (int64_t)len : each);
+    ASSERT_EQ((int64_t)len, n);
+    for (int64_t i = 0; i < n && i < 16; i++)
+      seen[keys[i]]++;
+    sl_reader_destroy(r);
+  }
+  for (int k = 0; k < 12; k++) {
+    if (policy != SL_SHARD_DROP) ASSERT_TRUE(seen[k] >= 1);
+    if (policy != SL_SHARD_PAD) ASSERT_TRUE(seen[k] <= 1);
+  }
+}
+
+TEST(wds_open_every_rank_reads_as_many_samples) {
+  /* World 5 over 3 shards: shards are split, no rank is left empty. */
+  check_ranks(5, SL_SHARD_PAD, 3, 1);
+  check_ranks(5, SL_SHARD_PAD, 3, 2);
+  check_ranks(5, SL_SHARD_DROP, 2, 3);
+  check_ranks(5, SL_SHARD_UNEVEN, 0, 2);
+  /* World 16 over 3 shards (more ranks than samples): one sample each. */
+  check_ranks(16, SL_SHARD_PAD, 1, 1);
+  /* World 2: six each. */
+  check_ranks(2, SL_SHARD_DROP, 6, 4);
+  /* A bad remainder. */
+  const char *name = DIR "wds-000000.tar";
+  sl_wds_opts o = SL_WDS_OPTS_INIT;
+  o.world = 2;
+  o.remainder = (sl_shard_policy)7;
+  sl_reader *r = NULL;
+  ASSERT_RC(sl_wds_open(&name, 1, &o, &r), SL_EINVAL);
+  ASSERT_CONTAINS(sl_last_error(), "remainder 7");
+}
+
+TEST(wds_ranks_come_from_the_launchers_environment) {
+  /* sl_open of shards, no wds options, and sl_wds_open with world 0. */
+  const char *name = "wds:" DIR "wds-{000000..000002}.tar";
+  int64_t seen[12] = {0};
+  for (int rank = 0; rank < 5; rank++) {
+    char rv[8];
+    snprintf(rv, sizeof rv, "%d", rank);
+    setenv("RANK", rv, 1);
+    setenv("WORLD_SIZE", "5", 1);
+    sl_reader *r;
+    ASSERT_OK(sl_open(name, NULL, &r));
+    int64_t keys[16];
+    ASSERT_EQ(read_all(r, keys, 16), 3);
+    for (int i = 0; i < 3; i++)
+      seen[keys[i]]++;
+    sl_reader_destroy(r);
+    sl_wds_opts o = SL_WDS_OPTS_INIT;
+    ASSERT_OK(sl_wds_open(&name, 1, &o, &r));
+    ASSERT_EQ(read_all(r, keys, 16), 3);
+    sl_reader_destroy(r);
+  }
+  unsetenv("RANK");
+  unsetenv("WORLD_SIZE");
+  for (int k = 0; k < 12; k++)
+    ASSERT_TRUE(seen[k] >= 1);
+  /* Without a launcher: world 1, every sample. */
+  sl_reader *r;
+  ASSERT_OK(sl_open(name, NULL, &r));
+  int64_t keys[16];
+  ASSERT_EQ(read_all(r, keys, 16), 12);
+  sl_reader_destroy(r);
+}
+
+TEST(wds_open_knows_its_length_from_headers) {
+  const char *name = DIR "wds-{000000..000002}.tar";
+  sl_wds_opts o = SL_WDS_OPTS_INIT;
+  o.world = 1;
+  o.threads = 2;
+  sl_reader *r;
+  ASSERT_OK(sl_wds_open(&name, 1, &o, &r));
+  uint64_t n = 0;
+  ASSERT_OK(sl_reader_length(r, &n));
+  ASSERT_EQ(n, 12u);
+  /* decode_image passes it on (one image in, one out) */
+  sl_image_opts io = SL_IMAGE_OPTS_INIT;
+  io.field = "txt";
+  sl_reader *d;
+  if (sl_decode_image(r, &io, &d) == SL_OK) {
+    ASSERT_OK(sl_reader_length(d, &n));
+    ASSERT_EQ(n, 12u);
+    sl_reader_destroy(d);
+  } else {
+    ASSERT_RC(sl_last_error_code(), SL_EUNSUPPORTED); /* no image layer */
+  }
+  /* Under the skip policy decode_image cannot know, and says so itself. */
+  ASSERT_OK(sl_wds_open(&name, 1, &o, &r));
+  io.policy = SL_CORRUPT_SKIP_CHUNK;
+  if (sl_decode_image(r, &io, &d) == SL_OK) {
+    ASSERT_RC(sl_reader_length(d, &n), SL_EUNSUPPORTED);
+    ASSERT_CONTAINS(sl_last_error(), "decode_image: the number of samples");
+    ASSERT_CONTAINS(sl_last_error(), "skip policy");
+    sl_reader_destroy(d);
+  }
+}
+
+/* A shard of members name[i] (the bytes "x"), then the end blocks. */
+static void write_shard(char *path, const char *const *names, int n) {
+  int fd = mkstemp(path);
+  ASSERT_TRUE(fd >= 0);
+  FILE *f = fdopen(fd, "wb");
+  for (int i = 0; i < n; i++) {
+    const char *data = strstr(names[i], ".cls") ? "1" : "x";
+    ASSERT_OK(sl__tar_write_member(f, path, names[i], data, 1));
+  }
+  ASSERT_OK(sl__tar_write_end(f, path));
+  fclose(f);
+}
+
+TEST(wds_image_fields_take_jpg_or_png_and_fields_pick_alternatives) {
+  char path[] = "/tmp/sluice-wds-XXXXXX";
+  const char *mixed[] = {"a.cls",  "a.jpg", "b.cls", "b.png", "c.cls",
+                         "c.jpeg", "d.cls", "d.jpg", "d.png"};
+  write_shard(path, mixed, 9);
+  sl_reader *r;
+  ASSERT_OK(sl_wds_reader(path, &r));
+  ASSERT_STREQ(sl_schema_field_name(sl_reader_schema(r), 2), "jpg");
+  sl_sample *s;
+  for (int i = 0; i < 3; i++) { /* a, b and c: one image each */
+    ASSERT_OK(sl_reader_next(r, &s));
+    ASSERT_EQ(sl_sample_field(s, "jpg")->nbytes, 1u);
+    sl_sample_release(s);
+  }
+  ASSERT_RC(sl_reader_next(r, &s), SL_EINVAL); /* d: two */
+  ASSERT_CONTAINS(sl_last_error(), "sample 'd' has a 'jpg' and a 'png' "
+                                   "member, both for field 'jpg'");
+  sl_reader_destroy(r);
+  /* Asked-for fields: named, alternatives, other members passed over. */
+  const char *p = path;
+  sl_wds_opts o = SL_WDS_OPTS_INIT;
+  o.world = 1;
+  o.fields = "image=png;jpg;jpeg";
+  ASSERT_OK(sl_wds_open(&p, 1, &o, &r));
+  const sl_schema *sc = sl_reader_schema(r);
+  ASSERT_EQ(sl_schema_nfields(sc), 2);
+  ASSERT_STREQ(sl_schema_field_name(sc, 1), "image");
+  for (int i = 0; i < 3; i++) {
+    ASSERT_OK(sl_reader_next(r, &s));
+    sl_sample_release(s);
+  }
+  ASSERT_RC(sl_reader_next(r, &s), SL_EINVAL);
+  sl_reader_destroy(r);
+  /* Skipping a sample without every field: d's two images still fail. */
+  o.fields = "png,cls";
+  o.missing = SL_WDS_MISSING_SKIP;
+  ASSERT_OK(sl_wds_open(&p, 1, &o, &r));
+  uint64_t len = 0;
+  ASSERT_OK(sl_reader_length(r, &len));
+  ASSERT_EQ(len, 2u); /* b and d have a png */
+  ASSERT_OK(sl_reader_next(r, &s));
+  ASSERT_EQ(((const char *)sl_sample_field(s, "__key__")->data)[0], 'b');
+  sl_sample_release(s);
+  ASSERT_OK(sl_reader_next(r, &s));
+  ASSERT_EQ(((const char *)sl_sample_field(s, "__key__")->data)[0], 'd');
+  sl_sample_release(s);
+  ASSERT_RC(sl_reader_next(r, &s), SL_EOF);
+  sl_reader_destroy(r);
+  /* ... and ranks share what is left: 2 samples, 2 ranks, one each. */
+  for (int rank = 0; rank < 2; rank++) {
+    o.world = 2;
+    o.rank = rank;
+    ASSERT_OK(sl_wds_open(&p, 1, &o, &r));
+    ASSERT_OK(sl_reader_next(r, &s));
+    ASSERT_EQ(((const char *)sl_sample_field(s, "__key__")->data)[0],
+              rank ? 'd' : 'b');
+    sl_sample_release(s);
+    ASSERT_RC(sl_reader_next(r, &s), SL_EOF);
+    sl_reader_destroy(r);
+  }
+  o.world = 1;
+  o.rank = 0;
+  o.missing = 7;
+  ASSERT_RC(sl_wds_open(&p, 1, &o, &r), SL_EINVAL);
+  ASSERT_CONTAINS(sl_last_error(), "missing 7");
+  o.missing = SL_WDS_MISSING_FAIL;
+  /* Bad fields lists. */
+  const char *bad[] = {"",        "cls,",    "=jpg",        "a=", "jpg;;png",
+                       "cls;txt", "jpg,jpg", "x=cls,x=jpg", "npy"};
+  for (int i = 0; i < 9; i++) {
+    o.fields = bad[i];
+    r = NULL;
+    ASSERT_RC(sl_wds_open(&p, 1, &o, &r), SL_EINVAL);
+    ASSERT_NULL(r);
+    ASSERT_CONTAINS(sl_last_error(), "fields");
+  }
+  unlink(path);
 }
 
 TEST(wds_open_refuses_bad_names) {
@@ -228,6 +509,7 @@ typedef struct open_case {
   uint32_t threads;
   int shuffle;
   bool shuffle_samples;
+  int rank, world; /* world 0: 1 */
 } open_case;
 
 static sl_reader *build_open(void *ud) {
@@ -237,7 +519,8 @@ static sl_reader *build_open(void *ud) {
   o.threads = c->threads;
   o.shuffle = c->shuffle;
   o.seed = 5;
-  o.world = 1;
+  o.world = c->world ? c->world : 1;
+  o.rank = c->rank;
   sl_reader *r = NULL;
   if (sl_wds_open(&name, 1, &o, &r) != SL_OK) return NULL;
   if (c->shuffle_samples && sl_shuffle(r, 5, 3, &r) != SL_OK) return NULL;
@@ -249,9 +532,13 @@ TEST(wds_resume_exactly) {
   test_resume_check(build_one, (void *)("wds:" DIR "wds-000002.tar"), 3, cuts,
                     8, 0);
   for (uint32_t t = 1; t <= 3; t++) {
-    open_case a = {t, 0, false}, b = {t, 1, false}, c = {t, 1, true};
+    open_case a = {t, 0, false, 0, 0}, b = {t, 1, false, 0, 0},
+              c = {t, 1, true, 0, 0};
     test_resume_check(build_open, &a, 3, cuts, 12, 0);
     test_resume_check(build_open, &b, 3, cuts, 12, 0);
     test_resume_check(build_open, &c, 3, cuts, 12, 0);
+    /* Rank 2 of 5: samples 6..8 of the pass, cut out of shards. */
+    open_case d = {t, 1, false, 2, 5};
+    test_resume_check(build_open, &d, 3, cuts, 7, 0);
   }
 }

@@ -151,6 +151,9 @@ typedef struct sl_wds_opts {
   uint64_t seed;
   int rank, world;
   size_t buffer;
+  int remainder; /* sl_shard_policy */
+  const char *fields;
+  int missing;
 } sl_wds_opts;
 ]])
 

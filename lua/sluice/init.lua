@@ -1090,7 +1090,8 @@ local OPEN_OPTS = set("policy", "max_bad_chunks", "max_chunk_bytes", "first",
                       "parser_options", "threads", "channels", "resize",
                       "shape", "ordered", "window", "max_bad", "schema",
                       "field", "columns", "delimiter", "header", "features",
-                      "compression", "shuffle", "seed", "shard", "buffer")
+                      "compression", "shuffle", "seed", "shard", "buffer",
+                      "fields", "missing")
 
 -- "name:spec,..." from a string, an array ({"x:f32", {"y", "i64"}}) or a
 -- table of name = spec (in name order); spec(v) turns a value into the
@@ -1195,12 +1196,22 @@ local function seed_option(v, where, level)
   return v
 end
 
+-- sl_shard_policy's values (open_files' and wds' remainder, :shard()'s).
+local SHARD_POLICIES = {pad = 0, drop = 1, uneven = 2}
+
 -- WebDataset shards through sl_wds_open (sl_open_opts.wds): when the name
 -- is wds ("wds:" or ".tar", braces allowed) and threads is given, or when
--- any option only shards have is (shuffle, seed, shard, buffer).  Without
--- `shard` the reader is rank 0 of 1 (the launcher's environment only with
--- shard = {} or "env"); the C stage checks that the name is all shards.
-local WDS_ONLY = {"shuffle", "seed", "shard", "buffer"}
+-- any option only shards have is (shuffle, seed, shard, buffer, fields,
+-- missing).
+-- Rank and world come from the launcher's environment (sl_shard_env)
+-- unless `shard = {rank =, world =}` gives them; `shard.remainder` ("pad",
+-- the default, "drop" or "uneven") says what each rank reads of the pass's
+-- samples.  `fields`: a list of "EXT", "EXT;EXT" or "NAME=EXT;EXT" (or one
+-- comma-separated string).  `missing`: "fail" (default) or "skip" a sample
+-- without a member for every field.  The C stage checks that the name is
+-- all shards.
+local WDS_ONLY = {"shuffle", "seed", "shard", "buffer", "fields", "missing"}
+local WDS_MISSING = {fail = 0, skip = 1}
 local function wds_options(o, name, opts, where, keep, level)
   local only = false
   for _, k in ipairs(WDS_ONLY) do only = only or opts[k] ~= nil end
@@ -1216,24 +1227,45 @@ local function wds_options(o, name, opts, where, keep, level)
   if opts.seed ~= nil then w.seed = seed_option(opts.seed, where, level + 1) end
   w.buffer = opts.buffer == nil and 0 or
     check_int(opts.buffer, 1, where, "option 'buffer'", level + 1)
-  w.rank, w.world = 0, 1
+  w.rank, w.world = 0, 0 -- the launcher's environment
   local sh = opts.shard
-  if sh == "env" then
-    w.world = 0
-  elseif sh ~= nil then
-    sh = check_opts(sh, where .. " option 'shard'", set("rank", "world"),
-                    level + 1)
+  if sh ~= nil and sh ~= "env" then
+    sh = check_opts(sh, where .. " option 'shard'",
+                    set("rank", "world", "remainder"), level + 1)
     if (sh.rank == nil) ~= (sh.world == nil) then
       error(("sluice: %s: option 'shard' needs both rank and world (or "
              .. "neither: then they come from the launcher's environment)")
             :format(where), level + 1)
     end
-    if sh.world == nil then
-      w.world = 0
-    else
+    if sh.world ~= nil then
       w.world = check_int(sh.world, 1, where, "shard.world", level + 1)
       w.rank = check_int(sh.rank, 0, where, "shard.rank", level + 1)
     end
+    if sh.remainder ~= nil then
+      w.remainder = SHARD_POLICIES[sh.remainder] or
+        error(("sluice: %s: shard.remainder must be \"pad\", \"drop\" or "
+               .. "\"uneven\" (got %s)"):format(where, tostring(sh.remainder)),
+              level + 1)
+    end
+  end
+  local f = opts.fields
+  if type(f) == "table" then
+    for i, v in ipairs(f) do
+      if type(v) ~= "string" then
+        error(("sluice: %s: fields[%d] must be a string (got a %s)")
+              :format(where, i, type(v)), level + 1)
+      end
+    end
+    f = table.concat(f, ",")
+  end
+  if f ~= nil then
+    w.fields = check_string(f, where, "fields", level + 1)
+    keep[#keep + 1] = f
+  end
+  if opts.missing ~= nil then
+    w.missing = WDS_MISSING[opts.missing] or
+      error(("sluice: %s: option 'missing' must be \"fail\" or \"skip\" "
+             .. "(got %s)"):format(where, tostring(opts.missing)), level + 1)
   end
   keep[#keep + 1] = w
   o.wds = w
@@ -1310,7 +1342,6 @@ function sluice.open(name, opts)
   return p
 end
 
-local SHARD_POLICIES = {pad = 0, drop = 1, uneven = 2}
 local OPEN_FILES_OPTS = set("threads", "buffer", "ordered", "shuffle", "seed",
                             "epoch", "window", "shard", "policy",
                             "max_bad_chunks", "max_chunk_bytes")

@@ -248,6 +248,18 @@ static void dec_signal_stop(void *state) {
 static const sl__state_ops dec_state_ops = {dec_save, dec_restore,
                                             dec_identity};
 
+/* One image in, one out: upstream's length, unless bad images are left
+ * out (the skip policy). */
+static int dec_length(const sl_reader *r, void *state, uint64_t *n) {
+  const dec_state *d = state;
+  SL_RETURN_ERROR_IF(d->policy == SL_CORRUPT_SKIP_CHUNK, SL_EUNSUPPORTED,
+                     "%s: the number of samples a pass yields is not known "
+                     "before reading it (the skip policy leaves bad images "
+                     "out)",
+                     sl_reader_name(r));
+  return sl__upstream_length(r, 0, n);
+}
+
 static const sl_reader_vtable dec_vt = {"decode_image", dec_next, dec_reset,
                                         dec_destroy};
 static const sl_reader_vtable image_vt = {"image", dec_next, dec_reset,
@@ -376,6 +388,7 @@ int sl__decode_image_make(sl_reader *up, const sl_image_opts *opts,
   if (rc == SL_OK) {
     sl__reader_set_state_ops(*out, &dec_state_ops);
     sl__reader_set_stop_signal(*out, dec_signal_stop);
+    sl__reader_set_length(*out, dec_length);
   }
   return rc;
 }

@@ -2,7 +2,10 @@
  * tar.c - the tar member walker (tar.h).
  *
  * A tar archive is a sequence of 512-byte headers, each followed by its
- * member's data padded to 512 bytes, ended by two zero blocks.  Header
+ * member's data padded to 512 bytes, ended by two zero blocks - required:
+ * bytes that stop without them (a cut, even at a member boundary), one
+ * zero block alone, or data after them (a zeroed hole) are corrupt
+ * (check_end), so a shard that ends early is never read as complete.  Header
  * fields are NUL- or space-terminated octal text; GNU tar writes sizes of
  * 8 GiB and more in base-256 (high bit of the first byte set).  A name
  * longer than 100 bytes is stored in one of three ways, all read here:
@@ -179,24 +182,55 @@ static int parse_pax(sl__tar *t, const char *what, uint64_t at,
   return SL_OK;
 }
 
+static bool all_zero(const unsigned char *p, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (p[i]) return false;
+  return true;
+}
+
+/* The end of the archive at t->off, where a zero block was found: a second
+ * zero block must follow, and nothing but zeros after it (the padding to
+ * a tar record).  A single zero block, or data after the zero blocks, is
+ * a zeroed hole or a cut, not an end.  Checked once per walk's end. */
+static int check_end(sl__tar *t, const char *what) {
+  uint64_t off = t->off;
+  if (t->end_ok && t->end_at == off) return SL_EOF;
+  SL_RETURN_ERROR_IF(t->n - off < 2 * BLOCK, SL_ECORRUPT,
+                     "tar: %s: one zero block at offset %llu, then the file "
+                     "ends (an archive ends with two: the file is cut short)",
+                     what, (unsigned long long)off);
+  for (uint64_t o = off + BLOCK; o < t->n; o += BLOCK) {
+    uint64_t len = SL_MIN((uint64_t)BLOCK, t->n - o);
+    const unsigned char *h;
+    SL_FORWARD_IF_ERROR(at(t, what, o, len, t->hbuf, &h));
+    SL_RETURN_ERROR_IF(
+        !all_zero(h, (size_t)len), SL_ECORRUPT,
+        "tar: %s: data at offset %llu after zero blocks at offset %llu (a "
+        "zeroed hole in the archive, or a damaged one)",
+        what, (unsigned long long)o, (unsigned long long)off);
+  }
+  t->end_ok = true;
+  t->end_at = off;
+  return SL_EOF;
+}
+
 int sl__tar_next(sl__tar *t, const char *what) {
   bool long_name = false, pax_size = false;
   uint64_t psize = 0;
   uint64_t first = t->off;
   for (;;) {
-    if (t->off >= t->n) return SL_EOF;
+    SL_RETURN_ERROR_IF(
+        t->off >= t->n, SL_ECORRUPT,
+        "tar: %s: the archive ends at offset %llu without its end-of-archive "
+        "blocks (the file is cut short%s)",
+        what, (unsigned long long)t->off,
+        t->off == t->n ? " at a member boundary" : "");
     SL_RETURN_ERROR_IF(t->n - t->off < BLOCK, SL_ECORRUPT,
                        "tar: %s: a header cut short at offset %llu", what,
                        (unsigned long long)t->off);
     const unsigned char *h;
     SL_FORWARD_IF_ERROR(at(t, what, t->off, BLOCK, t->hbuf, &h));
-    bool zero = true;
-    for (int i = 0; i < BLOCK && zero; i++)
-      zero = h[i] == 0;
-    if (zero) {
-      t->off = t->n; /* the end-of-archive blocks */
-      return SL_EOF;
-    }
+    if (all_zero(h, BLOCK)) return check_end(t, what);
     SL_RETURN_ERROR_IF(!checksum_ok(h), SL_ECORRUPT,
                        "tar: %s: bad header checksum at offset %llu (not a "
                        "tar file, or a damaged one)",

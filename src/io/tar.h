@@ -26,6 +26,9 @@ typedef struct sl__tar {
   size_t name_cap;
   uint64_t header; /* offset of its first header (long-name records too) */
   uint64_t data, size;
+  /* The end-of-archive blocks, once checked: their offset. */
+  bool end_ok;
+  uint64_t end_at;
 } sl__tar;
 
 /* Starts walking p[0..n). */
@@ -35,11 +38,14 @@ void sl__tar_init(sl__tar *t, const void *p, size_t n);
 void sl__tar_init_source(sl__tar *t, sl__source *src);
 /* The next regular file member (directories, links and other entries are
  * passed over): SL_OK with name, header, data and size set; SL_EOF at the
- * end (two zero blocks, or the end of the bytes at a block boundary);
+ * end-of-archive blocks (two zero blocks, then only zeros to the end of the
+ * file: the walk stays at them, so the next call is SL_EOF again);
  * SL_ECORRUPT naming `what` and the offset (a bad checksum, a member that
- * runs past the end, a malformed size or pax record; from a source, a
- * long-name or pax record over 1 MiB); SL_EIO (a source's read); SL_ENOMEM.
- */
+ * runs past the end, a malformed size or pax record, bytes that end without
+ * the end-of-archive blocks - a cut, even at a member boundary - a single
+ * zero block or data after the zero blocks - a zeroed hole; from a source,
+ * a long-name or pax record over 1 MiB); SL_EIO (a source's read);
+ * SL_ENOMEM. */
 int sl__tar_next(sl__tar *t, const char *what);
 void sl__tar_fini(sl__tar *t);
 

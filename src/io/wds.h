@@ -18,12 +18,20 @@ typedef enum {
   SL__WDS_BYTES
 } sl__wds_kind;
 
-/* The fields every sample of a data set has: its first sample's member
- * extensions, sorted, after the `__key__` field.  Immutable once made;
- * shared by the threads that read shards. */
+#define SL__WDS_ALTS_MAX 256
+
+/* The fields every sample of a data set has, after the `__key__` field:
+ * its first sample's member extensions, sorted, or the fields asked for
+ * (sl_wds_opts.fields).  Each field takes one member whose extension is
+ * one of its alternatives, alts[f] = ";ext;ext;" (an image field of the
+ * first sample's takes any image extension).  Immutable once made; shared
+ * by the threads that read shards. */
 typedef struct sl__wds_layout {
   int nf;
+  char *fields;         /* the fields asked for, or NULL (the first sample's) */
+  bool skip_incomplete; /* SL_WDS_MISSING_SKIP */
   char name[SL__WDS_MAX_FIELDS][SL__WDS_EXT_MAX];
+  char alts[SL__WDS_MAX_FIELDS][SL__WDS_ALTS_MAX];
   sl__wds_kind kind[SL__WDS_MAX_FIELDS];
   sl_dtype dtype[SL__WDS_MAX_FIELDS]; /* NPY: the array's */
   int rank[SL__WDS_MAX_FIELDS];       /* NPY: the array's */
@@ -72,14 +80,25 @@ void sl__wds_shard_seek(sl__wds_shard *sh, uint64_t off, uint64_t index);
  * extension too long), naming the shard; from a source also SL_EIO (a
  * read, naming the URL) and SL_ENOMEM. */
 int sl__wds_shard_group(sl__wds_shard *sh);
-/* The layout of the group just read (the data set's first sample).
- * SL_OK and *out (free with sl__wds_layout_free), or an error. */
-int sl__wds_layout_make(sl__wds_shard *sh, sl__wds_layout **out);
+/* The number of samples of the shard at `path` (those with a member for
+ * every field of `lay`, when lay->skip_incomplete), walking its headers
+ * alone with a handle of its own: SL_OK and *n, or sl__wds_shard_group's
+ * errors. */
+int sl__wds_shard_count(const char *path, const sl__wds_layout *lay,
+                        uint64_t *n);
+/* Whether the group just read has a member for every field of `lay`. */
+bool sl__wds_group_complete(const sl__wds_shard *sh, const sl__wds_layout *lay);
+/* The layout of the group just read (the data set's first sample), with
+ * `fields` (sl_wds_opts.fields, or NULL) and `missing` (its policy).  SL_OK and
+ * *out (free with sl__wds_layout_free), or SL_EINVAL (a malformed fields list,
+ * a field the first sample has no member for), SL_ECORRUPT or SL_ENOMEM. */
+int sl__wds_layout_make(sl__wds_shard *sh, const char *fields, int missing,
+                        sl__wds_layout **out);
 void sl__wds_layout_free(sl__wds_layout *lay);
 /* The sample of the group just read, by `lay`: SL_OK and *out, SL_EINVAL
- * naming the shard and key (a field missing or extra, a .cls that is not
- * an integer, an .npy of another dtype or rank), SL_ECORRUPT (a bad .npy),
- * SL_ENOMEM. */
+ * naming the shard and key (a field missing, two members of one field, a
+ * member of no field unless lay->fields, a .cls that is not an integer, an
+ * .npy of another dtype or rank), SL_ECORRUPT (a bad .npy), SL_ENOMEM. */
 int sl__wds_shard_sample(sl__wds_shard *sh, const sl__wds_layout *lay,
                          sl_sample **out);
 

@@ -8,6 +8,9 @@
  * a save a little behind the reader seeks there; further behind, the
  * restore walks the headers from the start (no member data is touched).
  * The record holds the shard's size.
+ *
+ * Length: a local shard's samples, counted once by walking its headers
+ * with a handle of its own; a URL's is not known.
  */
 #include "io/wds.h"
 #include "readers/state.h"
@@ -18,6 +21,8 @@ typedef struct wds_state {
   sl__state_log offs; /* after output i: the tar offset */
   uint64_t log_from;  /* the log knows outputs from here on */
   uint64_t from_off;  /* the tar offset at output log_from */
+  bool counted;       /* the length, once known: */
+  uint64_t count;
 } wds_state;
 
 static int wds_next(void *st, sl_sample **out) {
@@ -101,6 +106,26 @@ static void wds_identity(const sl_reader *r, void *st, char *buf, size_t cap) {
   snprintf(buf, cap, "%s", sl__basename(s->sh->path));
 }
 
+/* A local shard's sample count, walking a second handle's headers once;
+ * a URL's is not known before reading it. */
+static int wds_length(const sl_reader *r, void *st, uint64_t *n) {
+  wds_state *s = st;
+  if (s->counted) {
+    *n = s->count;
+    return SL_OK;
+  }
+  SL_RETURN_ERROR_IF(s->sh->src, SL_EUNSUPPORTED,
+                     "%s: the number of samples a pass yields is not known "
+                     "before reading it (shard %s is read by URL)",
+                     sl_reader_name(r), s->sh->path);
+  uint64_t c;
+  SL_FORWARD_IF_ERROR(sl__wds_shard_count(s->sh->path, s->lay, &c));
+  s->count = c;
+  s->counted = true;
+  *n = c;
+  return SL_OK;
+}
+
 static const sl__state_ops wds_state_ops = {wds_save, wds_restore,
                                             wds_identity};
 static const sl_reader_vtable wds_vt = {"wds", wds_next, wds_reset,
@@ -122,7 +147,8 @@ int sl_wds_reader(const char *path, sl_reader **out) {
                         "extension)",
                         path);
   }
-  if (rc == SL_OK) rc = sl__wds_layout_make(s->sh, &s->lay);
+  if (rc == SL_OK)
+    rc = sl__wds_layout_make(s->sh, NULL, SL_WDS_MISSING_FAIL, &s->lay);
   if (rc < 0) {
     wds_destroy(s);
     return rc;
@@ -130,5 +156,6 @@ int sl_wds_reader(const char *path, sl_reader **out) {
   sl__wds_shard_seek(s->sh, 0, 0);
   SL_FORWARD_IF_ERROR(sl__reader_make(&wds_vt, s, s->lay->schema, out));
   sl__reader_set_state_ops(*out, &wds_state_ops);
+  sl__reader_set_length(*out, wds_length);
   return SL_OK;
 }

@@ -12,8 +12,12 @@
  * "json", "jpg", "png", ...) -> bytes, for decode_image or a Lua map to
  * interpret.  A `__key__` bytes field carries the key.  Every sample must
  * have the first sample's fields: a missing or extra one is an error
- * naming the shard and key (a data set with optional fields is better
- * split, or its fields filtered before packing).
+ * naming the shard and key - except that an image field (jpg, jpeg, png)
+ * takes any of the three, so a mixed folder's shards read.  Fields asked
+ * for (sl_wds_opts.fields) hold alternatives, WebDataset's "jpg;png": the
+ * sample's one member among them; other members are passed over, and a
+ * sample without every field fails or, under SL_WDS_MISSING_SKIP, is no
+ * sample at all (sl__wds_group_complete, used by the counts too).
  *
  * Samples are views of the mapping (bytes and npy fields) plus one small
  * buffer for the key and the cls values.  A shard named by URL is read
@@ -167,9 +171,52 @@ int sl__wds_shard_group(sl__wds_shard *sh) {
   return SL_OK;
 }
 
+int sl__wds_shard_count(const char *path, const sl__wds_layout *lay,
+                        uint64_t *n) {
+  *n = 0;
+  sl__wds_shard *sh;
+  SL_FORWARD_IF_ERROR(sl__wds_shard_open(path, &sh));
+  sh->headers_only = true;
+  uint64_t c = 0;
+  int rc;
+  while ((rc = sl__wds_shard_group(sh)) == SL_OK)
+    c += !lay->skip_incomplete || sl__wds_group_complete(sh, lay);
+  sl__wds_shard_close(sh);
+  if (rc != SL_EOF) return rc;
+  *n = c;
+  return SL_OK;
+}
+
 static bool ends_with(const char *s, const char *suffix) {
   size_t n = strlen(s), k = strlen(suffix);
   return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+/* The kind a member's extension gives its field. */
+static sl__wds_kind kind_of(const char *ext) {
+  return strcmp(ext, "cls") == 0 ? SL__WDS_CLS
+         : ends_with(ext, "npy") ? SL__WDS_NPY
+                                 : SL__WDS_BYTES;
+}
+
+/* The image extensions a field of the first sample's takes in any later
+ * sample: a folder of JPEG and PNG files packs into shards of both. */
+static const char k_image_alts[] = ";jpg;jpeg;png;";
+
+/* Whether `ext` is one of alts = ";a;b;". */
+static bool is_alt(const char *alts, const char *ext) {
+  size_t n = strlen(ext);
+  if (n == 0 || strchr(ext, ';')) return false;
+  for (const char *p = strstr(alts, ext); p; p = strstr(p + 1, ext))
+    if (p > alts && p[-1] == ';' && p[n] == ';') return true;
+  return false;
+}
+
+/* The field of `lay` that member extension `ext` belongs to, or -1. */
+static int field_of(const sl__wds_layout *lay, const char *ext) {
+  for (int f = 1; f < lay->nf; f++)
+    if (is_alt(lay->alts[f], ext)) return f;
+  return -1;
 }
 
 static int cmp_member(const void *a, const void *b) {
@@ -180,42 +227,163 @@ static int cmp_member(const void *a, const void *b) {
 void sl__wds_layout_free(sl__wds_layout *lay) {
   if (!lay) return;
   sl_schema_release(lay->schema);
+  sl__free(lay->fields);
   sl__free(lay);
 }
 
-int sl__wds_layout_make(sl__wds_shard *sh, sl__wds_layout **out) {
+/* One field of a fields list, spec[0..n) = "EXT;EXT..." or "NAME=EXT;...",
+ * into field f of lay. */
+static int parse_field(sl__wds_layout *lay, int f, const char *spec, size_t n) {
+  const char *eq = memchr(spec, '=', n);
+  const char *alts = eq ? eq + 1 : spec;
+  size_t name_len = eq ? (size_t)(eq - spec) : n;
+  size_t al = n - (size_t)(alts - spec);
+  SL_RETURN_ERROR_IF(name_len == 0 || name_len >= SL__WDS_EXT_MAX || al == 0 ||
+                         al + 3 > SL__WDS_ALTS_MAX,
+                     SL_EINVAL,
+                     "wds: fields: '%.*s' is not EXT, EXT;EXT... or "
+                     "NAME=EXT;... (names below %d bytes, alternatives below "
+                     "%d)",
+                     (int)n, spec, SL__WDS_EXT_MAX, SL__WDS_ALTS_MAX - 2);
+  snprintf(lay->name[f], SL__WDS_EXT_MAX, "%.*s", (int)name_len, spec);
+  snprintf(lay->alts[f], SL__WDS_ALTS_MAX, ";%.*s;", (int)al, alts);
+  /* Every alternative non-empty, of one kind, and in no other field. */
+  const char *a = lay->alts[f] + 1;
+  int kind = -1;
+  while (*a) {
+    const char *e = strchr(a, ';');
+    char ext[SL__WDS_EXT_MAX];
+    size_t el = (size_t)(e - a);
+    SL_RETURN_ERROR_IF(el == 0 || el >= SL__WDS_EXT_MAX, SL_EINVAL,
+                       "wds: fields: '%.*s': an empty or too long "
+                       "extension",
+                       (int)n, spec);
+    snprintf(ext, sizeof ext, "%.*s", (int)el, a);
+    SL_RETURN_ERROR_IF(kind >= 0 && (int)kind_of(ext) != kind, SL_EINVAL,
+                       "wds: fields: '%.*s' mixes extensions of different "
+                       "types (cls, *npy and the rest are read apart)",
+                       (int)n, spec);
+    kind = (int)kind_of(ext);
+    int g = field_of(lay, ext);
+    SL_RETURN_ERROR_IF(g >= 0 && g < f, SL_EINVAL,
+                       "wds: fields: extension '%s' is in two fields", ext);
+    for (int h = 0; h < f; h++)
+      SL_RETURN_ERROR_IF(strcmp(lay->name[h], lay->name[f]) == 0, SL_EINVAL,
+                         "wds: fields: two fields named '%s'", lay->name[f]);
+    a = e + 1;
+  }
+  lay->kind[f] = (sl__wds_kind)kind;
+  return SL_OK;
+}
+
+/* The fields list "SPEC,SPEC,..." into lay's fields 1.. */
+static int parse_fields(sl__wds_layout *lay, const char *fields) {
+  SL_RETURN_ERROR_IF(!(lay->fields = sl__strdup(fields)), SL_ENOMEM,
+                     "wds: out of memory");
+  const char *p = fields;
+  for (;;) {
+    const char *c = strchr(p, ',');
+    size_t n = c ? (size_t)(c - p) : strlen(p);
+    SL_RETURN_ERROR_IF(lay->nf == SL__WDS_MAX_FIELDS, SL_EINVAL,
+                       "wds: fields: more than %d", SL__WDS_MAX_FIELDS - 1);
+    SL_FORWARD_IF_ERROR(parse_field(lay, lay->nf, p, n));
+    lay->nf++;
+    if (!c) return SL_OK;
+    p = c + 1;
+  }
+}
+
+bool sl__wds_group_complete(const sl__wds_shard *sh,
+                            const sl__wds_layout *lay) {
+  for (int f = 1; f < lay->nf; f++) {
+    int i = 0;
+    while (i < sh->nm && !is_alt(lay->alts[f], sh->m[i].ext))
+      i++;
+    if (i == sh->nm) return false;
+  }
+  return true;
+}
+
+/* The member of field f in the group just read, or NULL (several: an
+ * error). */
+static int member_of(sl__wds_shard *sh, const sl__wds_layout *lay, int f,
+                     sl__wds_member **out) {
+  *out = NULL;
+  for (int i = 0; i < sh->nm; i++) {
+    if (!is_alt(lay->alts[f], sh->m[i].ext)) continue;
+    SL_RETURN_ERROR_IF(*out, SL_EINVAL,
+                       "wds: %s: sample '%s' has a '%s' and a '%s' member, "
+                       "both for field '%s' (one of %.*s)",
+                       sh->path, sh->key, (*out)->ext, sh->m[i].ext,
+                       lay->name[f], (int)strlen(lay->alts[f]) - 2,
+                       lay->alts[f] + 1);
+    *out = &sh->m[i];
+  }
+  return SL_OK;
+}
+
+int sl__wds_layout_make(sl__wds_shard *sh, const char *fields, int missing,
+                        sl__wds_layout **out) {
   *out = NULL;
   sl__wds_layout *lay = sl__calloc(1, sizeof *lay);
   SL_RETURN_ERROR_IF(!lay, SL_ENOMEM, "wds: out of memory");
-  sl__wds_member *m[SL__WDS_MAX_FIELDS];
-  for (int i = 0; i < sh->nm; i++)
-    m[i] = &sh->m[i];
-  qsort(m, (size_t)sh->nm, sizeof *m, cmp_member);
+  sl__wds_member *m[SL__WDS_MAX_FIELDS] = {0};
   snprintf(lay->name[0], SL__WDS_EXT_MAX, "__key__");
   lay->kind[0] = SL__WDS_KEY;
   lay->nf = 1;
-  int rc = SL_OK;
-  for (int i = 0; i < sh->nm && rc == SL_OK; i++) {
-    int f = lay->nf++;
-    snprintf(lay->name[f], SL__WDS_EXT_MAX, "%s", m[i]->ext);
-    if (strcmp(m[i]->ext, "cls") == 0) {
-      lay->kind[f] = SL__WDS_CLS;
-    } else if (ends_with(m[i]->ext, "npy")) {
-      sl__npy h;
-      char what[512];
-      snprintf(what, sizeof what, "%s, sample '%s', member %s", sh->path,
-               sh->key, m[i]->ext);
-      sl_buffer *b;
-      size_t bo;
-      rc = member_bytes(sh, m[i], &b, &bo);
-      if (rc == SL_OK)
-        rc = sl__npy_parse(what, (const unsigned char *)sl_buffer_data(b) + bo,
-                           (size_t)m[i]->size, &h);
-      lay->kind[f] = SL__WDS_NPY;
+  lay->skip_incomplete = missing == SL_WDS_MISSING_SKIP;
+  int rc = missing == SL_WDS_MISSING_FAIL || missing == SL_WDS_MISSING_SKIP
+               ? SL_OK
+               : sl_set_error(SL_EINVAL,
+                              "wds: missing %d is not SL_WDS_MISSING_FAIL or "
+                              "SL_WDS_MISSING_SKIP",
+                              missing);
+  if (fields && rc == SL_OK) {
+    rc = parse_fields(lay, fields);
+    for (int f = 1; f < lay->nf && rc == SL_OK; f++) {
+      rc = member_of(sh, lay, f, &m[f]);
+      /* Skipping incomplete samples, the first may be one, unless an npy
+       * field needs its member's dtype and rank. */
+      if (rc == SL_OK && !m[f] &&
+          (!lay->skip_incomplete || lay->kind[f] == SL__WDS_NPY))
+        rc = sl_set_error(SL_EINVAL,
+                          "wds: %s: the first sample, '%s', has no member for "
+                          "field '%s' (one of %.*s)",
+                          sh->path, sh->key, lay->name[f],
+                          (int)strlen(lay->alts[f]) - 2, lay->alts[f] + 1);
+    }
+  } else {
+    for (int i = 0; i < sh->nm; i++)
+      m[i + 1] = &sh->m[i];
+    qsort(m + 1, (size_t)sh->nm, sizeof *m, cmp_member);
+    int images = 0;
+    for (int f = 1; f <= sh->nm; f++)
+      images += is_alt(k_image_alts, m[f]->ext);
+    for (int f = 1; f <= sh->nm; f++) {
+      snprintf(lay->name[f], SL__WDS_EXT_MAX, "%s", m[f]->ext);
+      if (images == 1 && is_alt(k_image_alts, m[f]->ext))
+        snprintf(lay->alts[f], SL__WDS_ALTS_MAX, "%s", k_image_alts);
+      else
+        snprintf(lay->alts[f], SL__WDS_ALTS_MAX, ";%s;", m[f]->ext);
+      lay->kind[f] = kind_of(m[f]->ext);
+    }
+    lay->nf = sh->nm + 1;
+  }
+  for (int f = 1; f < lay->nf && rc == SL_OK; f++) {
+    if (lay->kind[f] != SL__WDS_NPY || !m[f]) continue;
+    sl__npy h;
+    char what[512];
+    snprintf(what, sizeof what, "%s, sample '%s', member %s", sh->path, sh->key,
+             m[f]->ext);
+    sl_buffer *b;
+    size_t bo;
+    rc = member_bytes(sh, m[f], &b, &bo);
+    if (rc == SL_OK)
+      rc = sl__npy_parse(what, (const unsigned char *)sl_buffer_data(b) + bo,
+                         (size_t)m[f]->size, &h);
+    if (rc == SL_OK) {
       lay->dtype[f] = h.dtype;
       lay->rank[f] = h.rank;
-    } else {
-      lay->kind[f] = SL__WDS_BYTES;
     }
   }
   sl_schema *sc = lay->schema = rc == SL_OK ? sl_schema_new() : NULL;
@@ -277,26 +445,24 @@ static int parse_cls(sl__wds_shard *sh, sl__wds_member *m, int64_t *v) {
 int sl__wds_shard_sample(sl__wds_shard *sh, const sl__wds_layout *lay,
                          sl_sample **out) {
   *out = NULL;
-  /* Every member must be a field of the layout, and the other way round. */
+  /* Every field needs one member; a member of no field is an error, or
+   * passed over when the fields were asked for. */
   sl__wds_member *by_field[SL__WDS_MAX_FIELDS] = {0};
   int ncls = 0;
-  for (int i = 0; i < sh->nm; i++) {
-    int f = 1;
-    while (f < lay->nf && strcmp(lay->name[f], sh->m[i].ext) != 0)
-      f++;
-    SL_RETURN_ERROR_IF(f == lay->nf, SL_EINVAL,
+  for (int i = 0; i < sh->nm && !lay->fields; i++)
+    SL_RETURN_ERROR_IF(field_of(lay, sh->m[i].ext) < 0, SL_EINVAL,
                        "wds: %s: sample '%s' has a '%s' member, which the "
                        "data set's first sample has not (every sample needs "
-                       "the same fields)",
+                       "the same fields; sl_wds_opts.fields selects some)",
                        sh->path, sh->key, sh->m[i].ext);
-    by_field[f] = &sh->m[i];
-  }
   for (int f = 1; f < lay->nf; f++) {
+    SL_FORWARD_IF_ERROR(member_of(sh, lay, f, &by_field[f]));
     SL_RETURN_ERROR_IF(!by_field[f], SL_EINVAL,
                        "wds: %s: sample '%s' has no '%s' member (the data "
-                       "set's first sample has one; every sample needs the "
-                       "same fields)",
-                       sh->path, sh->key, lay->name[f]);
+                       "set's first sample has one: one of %.*s; every sample "
+                       "needs the same fields)",
+                       sh->path, sh->key, lay->name[f],
+                       (int)strlen(lay->alts[f]) - 2, lay->alts[f] + 1);
     ncls += lay->kind[f] == SL__WDS_CLS;
   }
   size_t kl = strlen(sh->key);

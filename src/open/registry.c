@@ -528,6 +528,21 @@ int sl_open(const char *name, const sl_open_opts *opts, sl_reader **out) {
   sl__named_file *files;
   size_t n;
   SL_FORWARD_IF_ERROR(sl__names_expand("open", &name, 1, &files, &n));
+  /* Shards read by several ranks (the launcher's environment) go through
+   * sl_wds_open too, so that every rank gets its equal share. */
+  sl_wds_opts env_wds = SL_WDS_OPTS_INIT;
+  bool all_wds = n > 0;
+  for (size_t i = 0; i < n; i++)
+    all_wds = all_wds && strcmp(files[i].tag, "wds") == 0;
+  if (!o.wds && all_wds) {
+    int rank, world;
+    int rc = sl_shard_env(&rank, &world);
+    if (rc < 0) {
+      sl__named_files_free(files, n);
+      return rc;
+    }
+    if (world > 1) o.wds = &env_wds; /* world 0: the environment's */
+  }
   if (o.wds) { /* every shard through sl_wds_open's threads and plan */
     int rc = SL_OK;
     for (size_t i = 0; i < n && rc == SL_OK; i++)

@@ -9,12 +9,19 @@
  * name without a tag is "wds:").
  *
  * Order.  Pass p reads the shard list in its given order or, with shuffle,
- * permuted by (seed, p) - the same permutation on every rank.  Rank r of W
- * takes shards r, r + W, r + 2W, ... of that order (ranks may differ by one
- * shard: WebDataset's split_by_node), and its worker t of T takes its
- * shards t, t + T, ...
+ * permuted by (seed, p) - the same permutation on every rank.  The pass's
+ * sequence is the samples of the shards in that order.  World 1 reads it
+ * all.  Rank r of W > 1 reads the positions sl__shard_segments gives it
+ * under the remainder policy (epoch_plan.c: by default pad, ceil(N/W) for
+ * every rank, wrapping to the first samples), so every rank reads as many
+ * samples and a world larger than the shard count splits shards; N and
+ * the per-shard counts come from walking every shard's tar headers at open
+ * (count_samples; under SL_WDS_MISSING_SKIP only the samples with every
+ * field count).  The rank's segments are cut at shard boundaries into
+ * pieces (shard, first sample, count); worker t of T reads pieces t,
+ * t + T, ...
  *
- * Threads.  Worker t reads its shards one after another (each mapped, or
+ * Threads.  Worker t reads its pieces one after another (each mapped, or
  * for a URL read by ranges through a byte source, walked and closed: no
  * file handle or connection's block outlives its shard) into its own
  * bounded channel; the consumer takes one sample from each worker in turn,
@@ -41,7 +48,9 @@
 #include "core/rng.h"
 #include "io/http.h"
 #include "io/wds.h"
+#include "open/epoch_plan.h"
 #include "open/registry.h"
+#include "open/wds_pack.h"
 #include "readers/state.h"
 
 #include <ctype.h>
@@ -52,8 +61,16 @@
 
 #define DEFAULT_BUFFER 64
 #define MAX_NAMES 100000
+#define SL__WDS_CLASSES_MAX ((size_t)1 << 20)
 
 typedef struct wds_open wds_open;
+
+/* A piece of the rank's part of the pass: samples [from, from + count) of
+ * one shard (count UINT64_MAX: to its end). */
+typedef struct wds_piece {
+  size_t shard;
+  uint64_t from, count;
+} wds_piece;
 
 typedef struct wds_worker {
   wds_open *o;
@@ -72,13 +89,17 @@ struct wds_open {
   sl__wds_layout *lay;
   uint32_t T;
   int shuffle, rank, world;
+  sl_shard_policy policy;
   uint64_t seed;
   size_t buffer;
   wds_worker *w;
+  uint64_t *nsamples; /* per shard, once counted (counted), else NULL */
+  uint64_t nall;      /* their sum */
   /* the consumer's */
   uint64_t pass;
-  size_t *order; /* this pass's shard order, rank's share first nmine */
-  size_t nmine;
+  size_t *order;     /* scratch: this pass's shard order */
+  wds_piece *pieces; /* the rank's part of this pass */
+  size_t npieces;
   uint64_t *count; /* per worker: samples taken this pass */
   bool *done;
   uint32_t turn;
@@ -92,9 +113,22 @@ struct wds_open {
 /* --- the pass's order ------------------------------------------------------
  */
 
+/* The pieces of one segment [a, b) of the pass's sequence (the shards'
+ * samples in perm order). */
+static void add_segment(wds_open *o, const size_t *perm, uint64_t a,
+                        uint64_t b) {
+  uint64_t c = 0; /* the first position of shard perm[j] */
+  for (size_t j = 0; j < o->nfiles && c < b; j++) {
+    uint64_t n = o->nsamples[perm[j]], lo = SL_MAX(a, c), hi = SL_MIN(b, c + n);
+    if (lo < hi)
+      o->pieces[o->npieces++] = (wds_piece){perm[j], lo - c, hi - lo};
+    c += n;
+  }
+}
+
 static void plan_pass(wds_open *o) {
   size_t n = o->nfiles;
-  size_t *perm = o->order + n; /* scratch: the second half */
+  size_t *perm = o->order;
   for (size_t i = 0; i < n; i++)
     perm[i] = i;
   if (o->shuffle) {
@@ -109,22 +143,57 @@ static void plan_pass(wds_open *o) {
       perm[j] = tmp;
     }
   }
-  o->nmine = 0;
-  for (size_t i = (size_t)o->rank; i < n; i += (size_t)o->world)
-    o->order[o->nmine++] = perm[i];
+  o->npieces = 0;
+  if (o->world == 1) {
+    for (size_t i = 0; i < n; i++)
+      o->pieces[o->npieces++] = (wds_piece){perm[i], 0, UINT64_MAX};
+    return;
+  }
+  uint64_t seg[4];
+  size_t k = sl__shard_segments(o->nall, o->rank, o->world, o->policy, seg);
+  for (size_t i = 0; i < k; i++)
+    add_segment(o, perm, seg[2 * i], seg[2 * i + 1]);
+}
+
+/* The sample count of every shard, walking its tar headers alone. */
+static int count_samples(wds_open *o) {
+  if (o->nsamples) return SL_OK;
+  uint64_t *c = sl__calloc(o->nfiles ? o->nfiles : 1, sizeof *c);
+  SL_RETURN_ERROR_IF(!c, SL_ENOMEM, "wds: out of memory");
+  uint64_t all = 0;
+  int rc = SL_OK;
+  for (size_t i = 0; i < o->nfiles && rc == SL_OK; i++) {
+    rc = sl__wds_shard_count(o->paths[i], o->lay, &c[i]);
+    all += c[i];
+  }
+  if (rc < 0) {
+    sl__free(c);
+    return sl_wrap_error(rc, "wds: counting the samples of the shards");
+  }
+  o->nsamples = c;
+  o->nall = all;
+  return SL_OK;
 }
 
 /* --- workers ------------------------------------------------------------- */
 
-static int worker_shard(wds_worker *w, size_t f, uint64_t *skip) {
+static int worker_shard(wds_worker *w, const wds_piece *pc, uint64_t *skip) {
   wds_open *o = w->o;
   sl__wds_shard *sh;
-  SL_FORWARD_IF_ERROR(sl__wds_shard_open(o->paths[f], &sh));
-  int rc;
-  for (;;) {
-    /* Samples skipped (a restore) are walked by their headers alone. */
-    sh->headers_only = *skip > 0;
+  SL_FORWARD_IF_ERROR(sl__wds_shard_open(o->paths[pc->shard], &sh));
+  int rc = SL_OK;
+  uint64_t pos = 0,
+           end = pc->count == UINT64_MAX ? UINT64_MAX : pc->from + pc->count;
+  while (pos < end) {
+    /* Samples before the piece, and those skipped (a restore), are walked
+     * by their headers alone; under SL_WDS_MISSING_SKIP an incomplete
+     * sample is no position of the pass. */
+    bool pass_over = pos < pc->from || *skip > 0;
+    sh->headers_only = pass_over;
     if ((rc = sl__wds_shard_group(sh)) != SL_OK) break;
+    if (o->lay->skip_incomplete && !sl__wds_group_complete(sh, o->lay))
+      continue;
+    if (pos++ < pc->from) continue;
     if (*skip) {
       (*skip)--;
       continue;
@@ -137,6 +206,12 @@ static int worker_shard(wds_worker *w, size_t f, uint64_t *skip) {
     }
   }
   sl__wds_shard_close(sh);
+  if (rc == SL_EOF && end != UINT64_MAX)
+    return sl_set_error(SL_ECORRUPT,
+                        "wds: %s: ended after %llu samples; it had %llu when "
+                        "the reader was opened (the shard changed?)",
+                        o->paths[pc->shard], (unsigned long long)pos,
+                        (unsigned long long)o->nsamples[pc->shard]);
   return rc == SL_EOF ? SL_OK : rc;
 }
 
@@ -145,8 +220,8 @@ static void *worker_main(void *arg) {
   wds_open *o = w->o;
   uint64_t skip = w->skip;
   int rc = SL_OK;
-  for (size_t i = (size_t)w->t; i < o->nmine && rc == SL_OK; i += o->T)
-    rc = worker_shard(w, o->order[i], &skip);
+  for (size_t i = (size_t)w->t; i < o->npieces && rc == SL_OK; i += o->T)
+    rc = worker_shard(w, &o->pieces[i], &skip);
   if (rc == SL_ECLOSED || rc == SL_EKILLED) {
     /* the consumer stopped us */
   } else if (rc < 0) {
@@ -243,6 +318,8 @@ static void wo_destroy(void *st) {
   sl__free(o->paths);
   sl__free(o->sizes);
   sl__free(o->order);
+  sl__free(o->pieces);
+  sl__free(o->nsamples);
   sl__free(o->count);
   sl__free(o->done);
   sl__free(o->w);
@@ -318,9 +395,33 @@ static int wo_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
 static void wo_identity(const sl_reader *r, void *st, char *buf, size_t cap) {
   (void)r;
   const wds_open *o = st;
-  snprintf(buf, cap, "shards=%zu threads=%u shuffle=%d seed=%llu rank=%d/%d",
-           o->nfiles, o->T, o->shuffle, (unsigned long long)o->seed, o->rank,
-           o->world);
+  snprintf(
+      buf, cap, "shards=%zu threads=%u shuffle=%d seed=%llu rank=%d/%d%s%s%s%s",
+      o->nfiles, o->T, o->shuffle, (unsigned long long)o->seed, o->rank,
+      o->world,
+      o->world == 1                  ? ""
+      : o->policy == SL_SHARD_DROP   ? " remainder=drop"
+      : o->policy == SL_SHARD_UNEVEN ? " remainder=uneven"
+                                     : " remainder=pad",
+      o->lay->fields ? " fields=" : "", o->lay->fields ? o->lay->fields : "",
+      o->lay->skip_incomplete ? " missing=skip" : "");
+}
+
+/* World 1: every sample of every shard (local shards counted once, by
+ * their headers); world > 1: the rank's share of them. */
+static int wo_length(const sl_reader *r, void *st, uint64_t *n) {
+  (void)r;
+  wds_open *o = st;
+  for (size_t i = 0; i < o->nfiles && !o->nsamples; i++)
+    SL_RETURN_ERROR_IF(sl__is_url(o->paths[i]), SL_EUNSUPPORTED,
+                       "wds_open: the number of samples a pass yields is "
+                       "not known before reading it (shard %s is read by "
+                       "URL; local shards are counted by their headers)",
+                       o->paths[i]);
+  SL_FORWARD_IF_ERROR(count_samples(o));
+  *n = o->world == 1 ? o->nall
+                     : sl_shard_count(o->nall, o->rank, o->world, o->policy);
+  return SL_OK;
 }
 
 static const sl__state_ops wo_state_ops = {wo_save, wo_restore, wo_identity};
@@ -382,8 +483,48 @@ static int expand_names(const char *const *names, size_t n, wds_open *o) {
   return rc;
 }
 
+/* The class names beside the first shard (sl__wds_classes_name, written
+ * by `sluice pack images --format wds`), when it is local and has them,
+ * into the schema's "classes" metadata, joined by ','. */
+static int read_classes(wds_open *o) {
+  char name[4096];
+  if (sl__is_url(o->paths[0]) ||
+      sl__wds_classes_name(o->paths[0], name, sizeof name) < 0)
+    return SL_OK;
+  FILE *f = fopen(name, "rb");
+  if (!f) return SL_OK;
+  char *buf = sl__malloc(SL__WDS_CLASSES_MAX + 1);
+  size_t n = buf ? fread(buf, 1, SL__WDS_CLASSES_MAX + 1, f) : 0;
+  bool err = ferror(f) != 0;
+  fclose(f);
+  SL_RETURN_ERROR_IF(!buf, SL_ENOMEM, "wds: out of memory");
+  int rc = SL_OK;
+  if (err || n > SL__WDS_CLASSES_MAX)
+    rc =
+        sl_set_error(err ? SL_EIO : SL_EINVAL, "wds: %s: %s", name,
+                     err ? "cannot read it" : "more than 1 MiB of class names");
+  /* lines -> "a,b,c" (a last line without '\n' counts) */
+  size_t k = 0;
+  for (size_t i = 0; i < n && rc == SL_OK; i++) {
+    if (buf[i] == ',' || buf[i] == 0) {
+      rc = sl_set_error(SL_EINVAL,
+                        "wds: %s: a class name holds a ',' or a NUL byte "
+                        "(offset %zu)",
+                        name, i);
+    } else if (buf[i] == '\n') {
+      if (i + 1 < n) buf[k++] = ',';
+    } else if (buf[i] != '\r') {
+      buf[k++] = buf[i];
+    }
+  }
+  buf[k] = 0;
+  if (rc == SL_OK && k) rc = sl_schema_set_meta(o->lay->schema, "classes", buf);
+  sl__free(buf);
+  return rc;
+}
+
 /* The layout from the first shard's first sample; every shard's size. */
-static int survey(wds_open *o) {
+static int survey(wds_open *o, const char *fields, int missing) {
   sl__wds_shard *sh;
   SL_FORWARD_IF_ERROR(sl__wds_shard_open(o->paths[0], &sh));
   int rc = sl__wds_shard_group(sh);
@@ -392,8 +533,9 @@ static int survey(wds_open *o) {
                       "wds: %s: no samples (the first shard "
                       "decides the fields)",
                       o->paths[0]);
-  if (rc == SL_OK) rc = sl__wds_layout_make(sh, &o->lay);
+  if (rc == SL_OK) rc = sl__wds_layout_make(sh, fields, missing, &o->lay);
   sl__wds_shard_close(sh);
+  if (rc == SL_OK) rc = read_classes(o);
   for (size_t i = 0; i < o->nfiles && rc == SL_OK; i++) {
     struct stat st;
     if (sl__is_url(o->paths[i])) /* sized when fetched: 0 in the states */
@@ -421,6 +563,13 @@ int sl_wds_open(const char *const *names, size_t n, const sl_wds_opts *opts,
   if (p.world == 0) SL_FORWARD_IF_ERROR(sl_shard_env(&p.rank, &p.world));
   SL_RETURN_ERROR_IF(p.world < 1 || p.rank < 0 || p.rank >= p.world, SL_EINVAL,
                      "wds: rank %d is not in [0, world %d)", p.rank, p.world);
+  SL_RETURN_ERROR_IF(p.remainder != SL_SHARD_PAD &&
+                         p.remainder != SL_SHARD_DROP &&
+                         p.remainder != SL_SHARD_UNEVEN,
+                     SL_EINVAL,
+                     "wds: remainder %d is not SL_SHARD_PAD, SL_SHARD_DROP "
+                     "or SL_SHARD_UNEVEN",
+                     (int)p.remainder);
   wds_open *o = sl__calloc(1, sizeof *o);
   SL_RETURN_ERROR_IF(!o, SL_ENOMEM, "wds: out of memory");
   o->T = p.threads;
@@ -428,11 +577,16 @@ int sl_wds_open(const char *const *names, size_t n, const sl_wds_opts *opts,
   o->seed = p.seed;
   o->rank = p.rank;
   o->world = p.world;
+  o->policy = p.remainder;
   o->buffer = p.buffer ? p.buffer : DEFAULT_BUFFER;
   int rc = expand_names(names, n, o);
-  if (rc == SL_OK) rc = survey(o);
+  if (rc == SL_OK) rc = survey(o, p.fields, p.missing);
+  if (rc == SL_OK && o->world > 1) rc = count_samples(o);
   if (rc == SL_OK) {
-    o->order = sl__calloc(2 * o->nfiles, sizeof *o->order);
+    /* A pad share wraps at most once: a segment per shard, plus one. */
+    o->order = sl__calloc(o->nfiles, sizeof *o->order);
+    o->pieces = sl__calloc(o->nfiles + 2, sizeof *o->pieces);
+    if (!o->pieces) rc = sl_set_error(SL_ENOMEM, "wds: out of memory");
     o->count = sl__calloc(o->T, sizeof *o->count);
     o->done = sl__calloc(o->T, sizeof *o->done);
     o->w = sl__calloc(o->T, sizeof *o->w);
@@ -450,5 +604,6 @@ int sl_wds_open(const char *const *names, size_t n, const sl_wds_opts *opts,
   }
   SL_FORWARD_IF_ERROR(sl__reader_make(&wo_vt, o, o->lay->schema, out));
   sl__reader_set_state_ops(*out, &wo_state_ops);
+  sl__reader_set_length(*out, wo_length);
   return SL_OK;
 }

@@ -2,9 +2,13 @@
  * wds_pack.c - converting to and from WebDataset tar shards (wds_pack.h):
  * `sluice pack wds` reads shards with sl_wds_open into the SLR importers'
  * sink (import_sink.c); `sluice pack images --format wds` writes an image
- * folder as tar shards with the tar writer (tar_writer.c), as one output
- * set (io/output.h: unique temporaries, inputs refused as outputs,
- * folders made, all shards renamed together, signal cleanup).
+ * folder as tar shards with the tar writer (tar_writer.c): members
+ * KEY.jpg or KEY.png by the image's format, and KEY.cls with its class
+ * number, whose names go to a file beside the shards, OUT-classes.txt
+ * (sl__wds_classes_name), one a line in class order.  The shards and the
+ * classes file are one output set (io/output.h: unique temporaries,
+ * inputs refused as outputs, folders made, all renamed together, signal
+ * cleanup).
  */
 #include "open/wds_pack.h"
 #include "core/rng.h"
@@ -48,6 +52,19 @@ int sl__pack_wds(const char *const *names, size_t n, const char *out,
   sl_schema_release(schema);
   sl_reader_destroy(r);
   return rc < 0 ? sl_wrap_error(rc, "pack wds") : SL_OK;
+}
+
+int sl__wds_classes_name(const char *shard, char *buf, size_t size) {
+  size_t n = strlen(shard);
+  if (n >= 4 && strcmp(shard + n - 4, ".tar") == 0) n -= 4;
+  size_t d = n;
+  while (d > 0 && isdigit((unsigned char)shard[d - 1]))
+    d--;
+  if (n - d == 6 && d > 0 && shard[d - 1] == '-') n = d - 1; /* -NNNNNN */
+  int len = snprintf(buf, size, "%.*s-classes.txt", (int)n, shard);
+  SL_RETURN_ERROR_IF(len < 0 || (size_t)len >= size, SL_EINVAL,
+                     "pack: output name '%s' is too long", shard);
+  return SL_OK;
 }
 
 int sl__wds_shard_name(const char *out, uint32_t i, char *buf, size_t size) {
@@ -106,31 +123,36 @@ static int slurp(const char *path, unsigned char **buf, size_t *cap,
  * set (output.h): the images are its inputs. */
 static int open_outputs(const char *out, uint32_t k, bool sharded,
                         const sl__image_list *l, sl__out_set **set) {
-  char **names = sl__calloc(k, sizeof *names);
+  /* Outputs 0..k-1: the shards; output k, with class folders: the class
+   * names beside the first shard (sl__wds_classes_name). */
+  uint32_t n = k + (l->labels ? 1 : 0);
+  char **names = sl__calloc(n, sizeof *names);
   size_t cap = strlen(out) + 32;
   int rc =
       names ? SL_OK : sl_set_error(SL_ENOMEM, "pack images: out of memory");
-  for (uint32_t i = 0; i < k && rc == SL_OK; i++) {
+  for (uint32_t i = 0; i < n && rc == SL_OK; i++) {
     names[i] = sl__malloc(cap);
     if (!names[i])
       rc = sl_set_error(SL_ENOMEM, "pack images: out of memory");
+    else if (i == k)
+      rc = sl__wds_classes_name(names[0], names[i], cap);
     else if (sharded)
       rc = sl__wds_shard_name(out, i, names[i], cap);
     else
       snprintf(names[i], cap, "%s", out);
   }
   if (rc == SL_OK)
-    rc = sl__out_set_open("pack images", (const char *const *)names, k,
+    rc = sl__out_set_open("pack images", (const char *const *)names, n,
                           (const char *const *)l->paths, l->n, set);
   /* Records are dealt among the shards: every file is open from the
    * start. */
-  for (uint32_t i = 0; i < k && rc == SL_OK; i++)
+  for (uint32_t i = 0; i < n && rc == SL_OK; i++)
     if (!sl__out_set_file(*set, i)) {
       rc = sl_last_error_code();
       sl__out_set_abort(*set);
       *set = NULL;
     }
-  for (uint32_t i = 0; names && i < k; i++)
+  for (uint32_t i = 0; names && i < n; i++)
     sl__free(names[i]);
   sl__free(names);
   return rc;
@@ -163,6 +185,15 @@ int sl__pack_images_wds(const char *root, const char *out,
     }
   }
   if (rc == SL_OK) rc = open_outputs(out, k, o && o->shards, &l, &set);
+  /* Output k: the class names, one a line (line c: .cls value c). */
+  if (rc == SL_OK && l.labels) {
+    sl__out_file *cf = sl__out_set_file(set, k);
+    rc = cf ? SL_OK : sl_last_error_code();
+    for (size_t j = 0; j < l.nclasses && rc == SL_OK; j++) {
+      rc = sl__out_write(cf, l.classes[j], strlen(l.classes[j]));
+      if (rc == SL_OK) rc = sl__out_write(cf, "\n", 1);
+    }
+  }
   unsigned char *buf = NULL;
   size_t cap = 0;
   uint64_t bytes = 0;
@@ -176,13 +207,11 @@ int sl__pack_images_wds(const char *root, const char *out,
       rc = sl_set_error(SL_ECORRUPT,
                         "pack images: %s: not a JPEG or PNG image (%zu bytes)",
                         l.paths[i], len);
-    char name[64], ext[16];
-    const char *dot = strrchr(l.paths[i], '.');
-    snprintf(ext, sizeof ext, "%s", dot ? dot + 1 : "bin");
-    for (char *c = ext; *c; c++)
-      *c = (char)tolower((unsigned char)*c);
-    if (strcmp(ext, "jpeg") == 0) snprintf(ext, sizeof ext, "jpg");
-    snprintf(name, sizeof name, "%08zu.%s", r, ext);
+    /* The member's extension is the image's format (not its file name's):
+     * jpg or png, the image field's alternatives (wds_shard.c). */
+    char name[64];
+    snprintf(name, sizeof name, "%08zu.%s", r,
+             sl_image_sniff(buf, len) == SL_IMAGE_PNG ? "png" : "jpg");
     if (rc == SL_OK)
       rc = sl__tar_write_member(sl__out_set_file(set, sh), name, buf, len);
     if (rc == SL_OK && l.labels) {

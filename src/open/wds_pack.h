@@ -15,13 +15,20 @@ SL_API int sl__pack_wds(const char *const *names, size_t n, const char *out,
 
 /* The images of folder `root` (sl__pack_images' listing, order, seed and
  * classes) into WebDataset tar shards: per image, members "KEY.EXT" (the
- * file's bytes; EXT its lowercased extension) and, with classes,
- * "KEY.cls"; KEY is the record's number, 8 digits.  o->shards K >= 1
+ * file's bytes; EXT "jpg" or "png", the image's format) and, with classes,
+ * "KEY.cls", the class names one a line in the file
+ * sl__wds_classes_name names; KEY is the record's number, 8 digits
+ * (sl_wds_open reads every such shard set).  o->shards K >= 1
  * writes OUT-000000.tar ... (OUT without ".tar"), records dealt by
  * o->mode; 0 writes `out` itself.  Files are written under temporary names
  * and renamed once all are complete (after o->before_commit). */
 SL_API int sl__pack_images_wds(const char *root, const char *out,
                                const sl__pack_opts *o, uint64_t *records);
+/* The file of class names beside wds shard `shard` into buf: its name
+ * without ".tar" and a "-NNNNNN" shard number, then "-classes.txt"
+ * ("x-000003.tar" and "x.tar": "x-classes.txt").  SL_OK or SL_EINVAL (too
+ * long). */
+int sl__wds_classes_name(const char *shard, char *buf, size_t size);
 /* The name of wds shard `i` of `out` into buf: "OUT-%06u.tar". */
 SL_API int sl__wds_shard_name(const char *out, uint32_t i, char *buf,
                               size_t size);

@@ -49,5 +49,23 @@ if [ "${SLUICE_WITH_IMAGES:-1}" != 0 ]; then
   sl pack wds "shards-{000000..000002}.tar" -o back.slr
   expect_rc 0 "pack wds of written shards"
   contains "$OUT" "packed 30 records"
+  # The class names beside the shards, and back in the SLR's metadata.
+  [ "$(wc -l < shards-classes.txt)" -eq 10 ] || fail "shards-classes.txt: 10 lines"
+  sl inspect --json back.slr
+  contains "$OUT" '"classes":"'
+  # A folder mixing JPEG and PNG (issue 24 item 11): the shards read back.
+  "$MKIMAGES" mixed 12 png "$DATA" > /dev/null || fail "mkimages png failed"
+  "$MKIMAGES" mixed 24 jpeg "$DATA" > /dev/null || fail "mkimages jpeg failed"
+  sl pack images mixed --format wds -o mixed.tar --order sorted
+  expect_rc 0 "pack images --format wds of a mixed folder"
+  contains "$OUT" "packed 36 records into mixed.tar"
+  tar -tf mixed.tar | grep -q '\.png$' || fail "no png member"
+  tar -tf mixed.tar | grep -q '\.jpg$' || fail "no jpg member"
+  sl pack wds mixed.tar -o mixed.slr
+  expect_rc 0 "pack wds of a mixed folder's shard"
+  contains "$OUT" "packed 36 records"
+  sl inspect --json mixed.slr
+  contains "$OUT" '"records":36'
+  contains "$OUT" '"classes":"Ankle_boot,Bag,'
 fi
 echo "ok"

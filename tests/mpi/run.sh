@@ -5,7 +5,9 @@
 # cover every record once, and that each rank's share changes between
 # epochs.  Then elastic restarts (tests/mpi/elastic.c): the states of a job
 # of 4 ranks resumed by 2, and of 2 resumed by 3, deliver the rest of the
-# epoch exactly once, and the next epoch whole.  Builds tests/mpi/*.c
+# epoch exactly once, and the next epoch whole.  Then 5 ranks read the
+# WebDataset fixture shards (3 of 4 samples) through sl_open with no
+# options: 3 samples each, together every one.  Builds tests/mpi/*.c
 # against BUILD_DIR/libsluice.so (CC and SLUICE_SAN_CFLAGS from the
 # environment, as CTest passes them).
 #
@@ -103,3 +105,17 @@ elastic() {
 }
 elastic 4 2
 elastic 2 3
+
+# WebDataset shards through sl_open with no options (issue 24 item 10):
+# 5 ranks over 3 shards of 4 samples each read 3 (pad: ceil(12/5)), and
+# together every sample.
+mpirun --allow-run-as-root --oversubscribe -np 5 \
+  "$work/shard_ids" wds "wds:$src/tests/data/formats/wds-{000000..000002}.tar" \
+  "$work/data"
+for r in 0 1 2 3 4; do
+  n=$(wc -l <"$work/data/wds$r.txt")
+  [ "$n" -eq 3 ] || fail "wds: rank $r read $n samples, not 3"
+done
+[ "$(sort -u "$work/data"/wds*.txt | wc -l)" -eq 12 ] ||
+  fail "wds: the 5 ranks do not cover the 12 samples"
+echo "mpi: wds 5 ranks over 3 shards: 3 samples each, covering"

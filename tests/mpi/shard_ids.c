@@ -11,6 +11,10 @@
  *                                ids of epoch e to DIR/rank<R>.epoch<e>.txt,
  *                                one per line, and "rank R world W" to
  *                                DIR/rank<R>.info
+ *   shard_ids wds NAME DIR       reads the WebDataset shards NAME with
+ *                                sl_open and no options (rank and world
+ *                                from the environment: issue 24 item 10);
+ *                                writes each sample's key to DIR/wds<R>.txt
  *
  * Exits 1 with a message on any failure.
  */
@@ -118,10 +122,38 @@ static int read_epochs(const char *dir, int epochs) {
   return 0;
 }
 
+static int read_wds(const char *name, const char *dir) {
+  int rank, world;
+  CHECK(sl_shard_env(&rank, &world));
+  char path[4200];
+  snprintf(path, sizeof path, "%s/wds%d.txt", dir, rank);
+  FILE *out = fopen(path, "w");
+  if (!out) {
+    perror(path);
+    return 1;
+  }
+  sl_reader *r;
+  CHECK(sl_open(name, NULL, &r));
+  sl_sample *s;
+  int rc;
+  while ((rc = sl_reader_next(r, &s)) == SL_OK) {
+    const sl_tensor *k = sl_sample_field(s, "__key__");
+    fprintf(out, "%.*s\n", (int)k->nbytes, (const char *)k->data);
+    sl_sample_release(s);
+  }
+  if (rc != SL_EOF) die("sl_reader_next", rc);
+  fclose(out);
+  sl_reader_destroy(r);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   if (argc == 3 && strcmp(argv[1], "write") == 0) return write_files(argv[2]);
   if (argc == 4 && strcmp(argv[1], "read") == 0)
     return read_epochs(argv[2], atoi(argv[3]));
-  fprintf(stderr, "usage: shard_ids write DIR | shard_ids read DIR EPOCHS\n");
+  if (argc == 4 && strcmp(argv[1], "wds") == 0)
+    return read_wds(argv[2], argv[3]);
+  fprintf(stderr, "usage: shard_ids write DIR | shard_ids read DIR EPOCHS | "
+                  "shard_ids wds NAME DIR\n");
   return 2;
 }
