@@ -273,9 +273,6 @@ def test_rank_and_world_reach_sluice_shard_env(script):
     assert len(sluice.open_script(path)) == 10  # no launcher: 0 of 1
 
 
-@pytest.mark.xfail(strict=False, reason="needs the wds reader to read "
-                   "RANK/WORLD_SIZE without a shard option (issue 24 item "
-                   "10, the C/Lua side)")
 def test_wds_without_shard_option_reads_half_on_each_of_two_ranks(tmp_path):
     check_halves(rank_keys(tmp_path, "plain"))
 
