@@ -5,6 +5,7 @@
  * field types, GNU and pax long names, brace patterns, threads, shard
  * shuffle, rank sharding, errors, save/restore.
  */
+#include "io/output.h"
 #include "io/tar.h"
 #include "test.h"
 #include "test_util.h"
@@ -376,13 +377,15 @@ TEST(wds_open_knows_its_length_from_headers) {
 static void write_shard(char *path, const char *const *names, int n) {
   int fd = mkstemp(path);
   ASSERT_TRUE(fd >= 0);
-  FILE *f = fdopen(fd, "wb");
+  close(fd);
+  sl__out_file *f;
+  ASSERT_OK(sl__out_open("test", path, &f));
   for (int i = 0; i < n; i++) {
     const char *data = strstr(names[i], ".cls") ? "1" : "x";
-    ASSERT_OK(sl__tar_write_member(f, path, names[i], data, 1));
+    ASSERT_OK(sl__tar_write_member(f, names[i], data, 1));
   }
-  ASSERT_OK(sl__tar_write_end(f, path));
-  fclose(f);
+  ASSERT_OK(sl__tar_write_end(f));
+  ASSERT_OK(sl__out_commit(f));
 }
 
 TEST(wds_image_fields_take_jpg_or_png_and_fields_pick_alternatives) {
