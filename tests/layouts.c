@@ -248,6 +248,9 @@ int main(void) {
   F(sl_wds_opts, rank);
   F(sl_wds_opts, world);
   F(sl_wds_opts, buffer);
+  F(sl_wds_opts, remainder);
+  F(sl_wds_opts, fields);
+  F(sl_wds_opts, missing);
   S(sl_tfrecord_opts);
   F(sl_tfrecord_opts, size);
   F(sl_tfrecord_opts, features);
