@@ -20,12 +20,6 @@
 int sl__map_file(const char *stage, const char *path, sl_buffer **out,
                  sl__file_id *id);
 
-/* Reads a whole gzip (or plain: zlib's transparent mode) file, or URL,
- * into *out.
- * Returns SL_OK, SL_EIO naming the file, SL_ECORRUPT (a damaged gzip
- * stream) or SL_ENOMEM. */
-int sl__read_gzip_file(const char *stage, const char *path, sl_buffer **out);
-
 /* The base name of `path` without its last extension, into buf ("a/x.npy"
  * -> "x"). */
 void sl__path_stem(const char *path, char *buf, size_t size);
