@@ -52,10 +52,12 @@ static int malformed(const hdr *x, const char *expected) {
                         "npy: %s: malformed header: it ends where %s was "
                         "expected",
                         x->what, expected);
+  /* The header is not NUL-terminated: at most what is left of it. */
+  int show = (int)SL_MIN(x->n - x->at, (size_t)12);
   return sl_set_error(SL_ECORRUPT,
-                      "npy: %s: malformed header at byte %zu ('%.12s'): %s "
+                      "npy: %s: malformed header at byte %zu ('%.*s'): %s "
                       "expected",
-                      x->what, x->at, x->h + x->at, expected);
+                      x->what, x->at, show, x->h + x->at, expected);
 }
 
 /* A quoted string at x->at: its contents in *s[0..*len). */
