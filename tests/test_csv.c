@@ -140,6 +140,75 @@ TEST(csv_bad_rows_name_file_line_and_column) {
   unlink(path);
 }
 
+/* table.csv with its line ends, outside quotes, replaced by `end`; inside
+ * quotes (the "two\nlines" field) they stay as written. */
+static const char *table_with_line_ends(const char *name, const char *end) {
+  FILE *f = fopen(DIR "table.csv", "rb");
+  ASSERT_NOT_NULL(f);
+  char in[1024], out[2048];
+  size_t n = fread(in, 1, sizeof in, f), k = 0;
+  fclose(f);
+  bool quoted = false;
+  for (size_t i = 0; i < n; i++) {
+    if (in[i] == '"') quoted = !quoted;
+    if (!quoted && in[i] == '\r' && i + 1 < n && in[i + 1] == '\n') {
+      memcpy(out + k, end, strlen(end));
+      k += strlen(end);
+      i++;
+    } else {
+      out[k++] = in[i];
+    }
+  }
+  const char *p = test_tmppath("csv", name);
+  test_write_file(p, out, k);
+  return p;
+}
+
+/* Issue 24 item 18: a file with CR-only line ends (classic Mac OS, Excel
+ * for Mac) gave 0 rows and no error; Python's csv reads it. */
+TEST(csv_cr_only_line_ends_read_like_crlf) {
+  const char *p = table_with_line_ends("cr.csv", "\r");
+  sl_reader *r;
+  ASSERT_OK(sl_csv_reader(p, NULL, &r));
+  expect_table(r);
+  /* Mixed ends, and a blank CR-only line, read the same. */
+  p = table_with_line_ends("mixed.csv", "\r\r\n");
+  ASSERT_OK(sl_csv_reader(p, NULL, &r));
+  expect_table(r);
+  /* Line numbers in messages count CR-only lines. */
+  p = test_tmppath("csv", "crbad.csv");
+  const char *text = "a,b\r1,2\r\"x\ry\",3\r4,oops\r";
+  test_write_file(p, text, strlen(text));
+  sl_csv_opts o = SL_CSV_OPTS_INIT;
+  o.columns = "a:bytes,b:i64";
+  ASSERT_OK(sl_csv_reader(p, &o, &r));
+  sl_sample *s;
+  for (int i = 0; i < 2; i++) {
+    ASSERT_OK(sl_reader_next(r, &s));
+    if (i == 1) {
+      const sl_tensor *t = sl_sample_field(s, "a");
+      ASSERT_EQ(t->nbytes, 3);
+      ASSERT_TRUE(memcmp(t->data, "x\ry", 3) == 0);
+    }
+    sl_sample_release(s);
+  }
+  ASSERT_RC(sl_reader_next(r, &s), SL_EINVAL);
+  ASSERT_CONTAINS(sl_last_error(), "crbad.csv:5: column 'b': 'oops'");
+  sl_reader_destroy(r);
+}
+
+static sl_reader *build_cr(void *ud) {
+  sl_reader *r = NULL;
+  return sl_csv_reader((const char *)ud, NULL, &r) == SL_OK ? r : NULL;
+}
+
+TEST(csv_cr_only_resume_exactly) {
+  static const uint64_t cuts[] = {0, 1, 2, 3, 4, 5, 7};
+  char *p = strdup(table_with_line_ends("cr-resume.csv", "\r"));
+  test_resume_check(build_cr, p, 2, cuts, 7, 0);
+  free(p);
+}
+
 TEST(csv_header_only_gives_no_samples) {
   /* A regression (fuzz): the dtype guess found no record and the
    * constructor returned SL_EOF. */

@@ -13,6 +13,7 @@
 #include "io/tfrecord.h"
 
 #include <unistd.h>
+#include <zlib.h>
 
 #define DIR SLUICE_SOURCE_DIR "/tests/data/formats/"
 
@@ -146,15 +147,23 @@ TEST(tfrecord_decodes_examples_into_fields) {
   sl_reader_destroy(r);
 }
 
-static void expect_fails(const char *features, const char *msg) {
+/* ex.tfrecord opens with these options and its first record fails with
+ * `code` and `msg`. */
+static void expect_first_fails(const char *features, int compression,
+                               int code, const char *msg) {
   sl_tfrecord_opts o = SL_TFRECORD_OPTS_INIT;
   o.features = features;
+  o.compression = compression;
   sl_reader *r;
   ASSERT_OK(sl_tfrecord_reader(DIR "ex.tfrecord", &o, &r));
   sl_sample *s;
-  ASSERT_RC(sl_reader_next(r, &s), SL_EINVAL);
+  ASSERT_RC(sl_reader_next(r, &s), code);
   ASSERT_CONTAINS(sl_last_error(), msg);
   sl_reader_destroy(r);
+}
+
+static void expect_fails(const char *features, const char *msg) {
+  expect_first_fails(features, SL_TFRECORD_AUTO, SL_EINVAL, msg);
 }
 
 TEST(tfrecord_missing_or_mistyped_features_name_the_record) {
@@ -190,4 +199,160 @@ TEST(tfrecord_resume_exactly) {
   static const uint64_t cuts[] = {0, 1, 2, 5, 6, 7, 11, 13, 17};
   test_resume_check(build, (void *)(DIR "ex.tfrecord"), 3, cuts, 9, 0);
   test_resume_check(build, (void *)(DIR "ex.tfrecord.gz"), 3, cuts, 9, 0);
+}
+
+/* --- GZIP streams -------------------------------------------------------- */
+
+/* Appends data[0..n) to f as one gzip member. */
+static void gz_member(FILE *f, const void *data, size_t n) {
+  z_stream z;
+  memset(&z, 0, sizeof z);
+  ASSERT_EQ(deflateInit2(&z, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY),
+            Z_OK);
+  unsigned char out[4096];
+  z.next_in = (Bytef *)(uintptr_t)data;
+  z.avail_in = (uInt)n;
+  int zrc;
+  do {
+    z.next_out = out;
+    z.avail_out = sizeof out;
+    zrc = deflate(&z, Z_FINISH);
+    ASSERT_TRUE(zrc == Z_OK || zrc == Z_STREAM_END);
+    ASSERT_EQ(fwrite(out, 1, sizeof out - z.avail_out, f),
+              sizeof out - z.avail_out);
+  } while (zrc != Z_STREAM_END);
+  deflateEnd(&z);
+}
+
+/* ex.tfrecord as gzip members cut at the offsets cuts[0..nc) (ascending),
+ * then `tail` bytes of trailing data (NULL: none); returns the path. */
+static const char *write_members(const char *name, const size_t *cuts,
+                                 int nc, const char *tail) {
+  FILE *in = fopen(DIR "ex.tfrecord", "rb");
+  ASSERT_NOT_NULL(in);
+  unsigned char buf[1024];
+  size_t n = fread(buf, 1, sizeof buf, in);
+  fclose(in);
+  const char *p = test_tmppath("tfrecord", name);
+  FILE *f = fopen(p, "wb");
+  ASSERT_NOT_NULL(f);
+  size_t from = 0;
+  for (int i = 0; i <= nc; i++) {
+    size_t to = i < nc ? cuts[i] : n;
+    ASSERT_TRUE(to >= from && to <= n);
+    gz_member(f, buf + from, to - from);
+    from = to;
+  }
+  if (tail) fputs(tail, f);
+  ASSERT_EQ(fclose(f), 0);
+  return p;
+}
+
+/* Issue 24 item 5: a GZIP file of several members (pigz, cat a.gz b.gz)
+ * read over HTTP stopped after the first; both paths now share one
+ * streaming inflater, which reads them all (test_http.c checks the URL). */
+TEST(tfrecord_gzip_of_several_members_reads_every_record) {
+  sl_reader *r;
+  ASSERT_OK(sl_open("tfrecord:" DIR "ex.tfrecord", NULL, &r));
+  uint64_t n0, h0 = test_digest_all(r, &n0);
+  ASSERT_EQ(n0, 6);
+  /* at record boundaries (3 + 3), inside records, and an empty member */
+  static const size_t at_records[] = {246}, inside[] = {5, 100, 100, 301};
+  const char *paths[] = {write_members("m2.tfrecord.gz", at_records, 1, NULL),
+                         write_members("m5.tfrecord.gz", inside, 4, NULL)};
+  for (int i = 0; i < 2; i++) {
+    ASSERT_OK(sl_tfrecord_reader(paths[i], NULL, &r));
+    uint64_t n, h = test_digest_all(r, &n);
+    ASSERT_EQ(n, 6);
+    ASSERT_TRUE(h == h0);
+  }
+}
+
+TEST(tfrecord_gzip_damage_is_reported_after_the_good_records) {
+  static const size_t cut[] = {246};
+  struct {
+    const char *name, *tail, *msg;
+  } bad[] = {
+      {"garbage.tfrecord.gz", "not gzip", "trailing garbage"},
+      {"short.tfrecord.gz", NULL, "cut short inside a member"},
+  };
+  const char *p[2];
+  p[0] = write_members(bad[0].name, cut, 1, bad[0].tail);
+  p[1] = write_members(bad[1].name, cut, 1, NULL);
+  FILE *f = fopen(p[1], "r+b");
+  ASSERT_NOT_NULL(f);
+  ASSERT_EQ(fseek(f, 0, SEEK_END), 0);
+  ASSERT_EQ(ftruncate(fileno(f), ftell(f) - 6), 0);
+  fclose(f);
+  for (int i = 0; i < 2; i++) {
+    sl_reader *r;
+    ASSERT_OK(sl_tfrecord_reader(p[i], NULL, &r));
+    for (int pass = 0; pass < 2; pass++) {
+      int k = 0, rc;
+      sl_sample *s;
+      while ((rc = sl_reader_next(r, &s)) == SL_OK) {
+        sl_sample_release(s);
+        k++;
+      }
+      ASSERT_EQ(k, 6);
+      ASSERT_RC(rc, SL_ECORRUPT);
+      ASSERT_CONTAINS(sl_last_error(), bad[i].name);
+      ASSERT_CONTAINS(sl_last_error(), bad[i].msg);
+      ASSERT_OK(sl_reader_reset(r));
+    }
+    sl_reader_destroy(r);
+  }
+  /* GZIP asked for, a plain file given: refused, not read as it is */
+  expect_first_fails(NULL, SL_TFRECORD_GZIP, SL_ECORRUPT, "not a gzip file");
+}
+
+TEST(tfrecord_gzip_members_resume_exactly) {
+  static const size_t inside[] = {5, 100, 301};
+  static const uint64_t cuts[] = {0, 1, 2, 5, 6, 7, 11};
+  char *p = strdup(write_members("resume.tfrecord.gz", inside, 3, NULL));
+  test_resume_check(build, p, 2, cuts, 7, 0);
+  free(p);
+}
+
+/* Issue 24 item 12: 256 MiB of zeros gzip to 256 KiB; the reader inflated
+ * the whole file into memory (and copied it) before the first record's
+ * CRC failed.  Streamed, the CRC of the first 12 bytes fails at once. */
+#define ZEROS_BYTES ((size_t)256 << 20)
+
+static void read_zeros(void *ud) {
+  sl_reader *r;
+  ASSERT_OK(sl_tfrecord_reader((const char *)ud, NULL, &r));
+  sl_sample *s;
+  ASSERT_RC(sl_reader_next(r, &s), SL_ECORRUPT);
+  ASSERT_CONTAINS(sl_last_error(), "record 0 at offset 0: the length's CRC");
+  sl_reader_destroy(r);
+}
+
+TEST(tfrecord_gzip_bomb_fails_its_first_crc_in_little_memory) {
+  const char *p = test_tmppath("tfrecord", "zeros.tfrecord.gz");
+  FILE *f = fopen(p, "wb");
+  ASSERT_NOT_NULL(f);
+  z_stream z;
+  memset(&z, 0, sizeof z);
+  ASSERT_EQ(deflateInit2(&z, 1, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY),
+            Z_OK);
+  static unsigned char zeros[64 << 10], out[64 << 10];
+  for (size_t done = 0; done <= ZEROS_BYTES; done += sizeof zeros) {
+    bool last = done == ZEROS_BYTES;
+    z.next_in = zeros;
+    z.avail_in = last ? 0 : sizeof zeros;
+    int zrc;
+    do {
+      z.next_out = out;
+      z.avail_out = sizeof out;
+      zrc = deflate(&z, last ? Z_FINISH : Z_NO_FLUSH);
+      fwrite(out, 1, sizeof out - z.avail_out, f);
+    } while (z.avail_out == 0 || (last && zrc != Z_STREAM_END));
+  }
+  deflateEnd(&z);
+  ASSERT_EQ(fclose(f), 0);
+  uint64_t rss = test_child_peak_rss(read_zeros, (void *)p);
+  printf("  peak RSS refusing a 256 MiB gzip bomb: %llu MiB\n",
+         (unsigned long long)(rss >> 20));
+  ASSERT_TRUE(rss < ZEROS_BYTES / 4);
 }

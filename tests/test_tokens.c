@@ -10,6 +10,7 @@
 
 #include <stdint.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define TAG "tokens"
@@ -242,6 +243,86 @@ TEST(npy_of_another_dtype_or_shape_is_refused) {
   ASSERT_EQ(ftruncate(fileno(f), ftell(f) - 2), 0);
   fclose(f);
   expect_open_error(p, SL_ECORRUPT, "truncated");
+}
+
+/* A version-1 .npy whose header dictionary is `dict` as given (padded to
+ * 64 bytes), followed by `data` zero bytes: for hostile headers. */
+static const char *write_npy_dict(const char *name, const char *dict,
+                                  size_t data) {
+  size_t dl = strlen(dict), padded = (10 + dl + 1 + 63) / 64 * 64;
+  unsigned char *b = calloc(1, padded + data);
+  ASSERT_NOT_NULL(b);
+  memcpy(b, "\x93NUMPY\x01\x00", 8);
+  b[8] = (unsigned char)(padded - 10);
+  b[9] = (unsigned char)((padded - 10) >> 8);
+  memset(b + 10, ' ', padded - 10);
+  memcpy(b + 10, dict, dl);
+  b[padded - 1] = '\n';
+  const char *p = test_tmppath(TAG, name);
+  test_write_file(p, b, padded + data);
+  free(b);
+  return p;
+}
+
+/* Headers the tokens: reader refused wrongly or not at all (issue 24
+ * items 2 and 18), with the data bytes after them and the message. */
+static const struct {
+  const char *name, *dict;
+  size_t data;
+  const char *msg;
+} k_bad_npy[] = {
+    /* The tester's 328-byte file: 2 x 9223372036854775908 is 2^64 + 200,
+     * 128 header bytes + 200 = 328: the size check passed and the first
+     * window read past the mapping (a Bus error). */
+    {"wrap2.npy",
+     "{'descr': '<u2', 'fortran_order': False, 'shape': "
+     "(9223372036854775908,), }",
+     200, "too large"},
+    /* Within int64 but 4 x (2^62 + 50) = 2^64 + 200. */
+    {"wrap4.npy",
+     "{'descr': '<u4', 'fortran_order': False, 'shape': "
+     "(4611686018427387954,), }",
+     200, "overflows"},
+    /* sscanf("%llu") took "-5" as 2^64 - 5. */
+    {"neg.npy", "{'descr': '<u2', 'fortran_order': False, 'shape': (-5,), }",
+     64, "negative dimension"},
+    /* numpy takes the last of a repeated key, a lookup the first. */
+    {"twice.npy",
+     "{'descr': '<u2', 'fortran_order': False, 'shape': (20,), "
+     "'shape': (10,), }",
+     40, "repeats key 'shape'"},
+    {"twice_descr.npy",
+     "{'descr': '<u4', 'fortran_order': False, 'shape': (10,), "
+     "'descr': '<u2', }",
+     40, "repeats key 'descr'"},
+    {"twod.npy", "{'descr': '<u2', 'fortran_order': False, 'shape': (4, 5), }",
+     40, "1-D"},
+};
+
+/* Each of k_bad_npy[from..to) is refused, SL_ECORRUPT naming the file. */
+static void expect_bad_npy(size_t from, size_t to) {
+  for (size_t i = from; i < to; i++)
+    expect_open_error(
+        write_npy_dict(k_bad_npy[i].name, k_bad_npy[i].dict, k_bad_npy[i].data),
+        SL_ECORRUPT, k_bad_npy[i].msg);
+}
+
+/* Issue 24 item 2 (the 328-byte file first). */
+TEST(npy_shape_whose_byte_count_wraps_is_refused) {
+  struct stat st;
+  const char *p = write_npy_dict(k_bad_npy[0].name, k_bad_npy[0].dict, 200);
+  ASSERT_EQ(stat(p, &st), 0);
+  ASSERT_EQ(st.st_size, 328);
+  expect_bad_npy(0, 2);
+}
+
+TEST(npy_negative_shape_is_refused) {
+  expect_bad_npy(2, 3);
+}
+
+/* Issue 24 item 18, by the same parser as the npy: reader's. */
+TEST(npy_header_with_a_repeated_key_is_refused) {
+  expect_bad_npy(3, sizeof k_bad_npy / sizeof *k_bad_npy);
 }
 
 /* --- llm.c's DataLoader, reimplemented from its dataloader.h ------------- */

@@ -3,11 +3,13 @@
 
 #include <arpa/inet.h>
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -370,6 +372,29 @@ void test_resume_check(test_build_fn build, void *ud, int passes,
     free(tail.v);
   }
   free(ref.v);
+}
+
+uint64_t test_child_peak_rss(void (*fn)(void *ud), void *ud) {
+  fflush(stdout);
+  fflush(stderr);
+  pid_t pid = fork();
+  ASSERT_TRUE(pid >= 0);
+  if (pid == 0) {
+    fn(ud);
+    fflush(stdout);
+    _exit(0);
+  }
+  int status;
+  struct rusage ru;
+  pid_t w;
+  while ((w = wait4(pid, &status, 0, &ru)) < 0 && errno == EINTR) {
+  }
+  ASSERT_EQ(w, pid);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    test_fail(__FILE__, __LINE__, "the child failed (%s %d)",
+              WIFEXITED(status) ? "exit" : "signal",
+              WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+  return (uint64_t)ru.ru_maxrss * 1024; /* Linux: kilobytes */
 }
 
 int test_free_port(void) {

@@ -144,6 +144,14 @@ void test_resume_check(test_build_fn build, void *ud, int passes,
                        const uint64_t *cuts, size_t ncuts,
                        size_t max_state_bytes);
 
+/* Runs fn(ud) in a child process (fork) and returns the child's peak
+ * resident memory in bytes (wait4's ru_maxrss): for the checks that a
+ * hostile file is refused without a giant allocation.  The child starts
+ * with the pages the parent has resident, so free large buffers first.
+ * Fails the test when the child does not exit 0 (an ASSERT failing in fn
+ * exits 1, its message on stderr). */
+uint64_t test_child_peak_rss(void (*fn)(void *ud), void *ud);
+
 /* Under ASan: runs LeakSanitizer now and returns whether it found leaks
  * (it prints them).  Elsewhere: false.  Only meaningful while every thread
  * the test started is joined. */

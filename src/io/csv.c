@@ -5,10 +5,12 @@
  * input); a quoted field is unescaped into the scratch buffer, whose
  * offsets are turned into pointers once the record is complete (the
  * scratch may move while it grows).  Lenient where RFC 4180 is silent and
- * practice differs: "\n" alone ends a line as "\r\n" does, and a last
- * record without a line end is a record.  Strict where a silent guess
- * would shift columns: a quote in the middle of an unquoted field, or text
- * after a closing quote, is an error naming the line.
+ * practice differs: "\n" alone and "\r" alone (old Mac OS, and what
+ * Excel for Mac still writes) end a line as "\r\n" does, as Python's csv
+ * module reads them, and a last record without a line end is a record.
+ * Strict where a silent guess would shift columns: a quote in the middle
+ * of an unquoted field, or text after a closing quote, is an error naming
+ * the line.
  */
 #include "io/csv.h"
 
@@ -40,20 +42,20 @@ static int scratch_put(sl__csv *c, size_t *used, char ch) {
   return SL_OK;
 }
 
+/* The line end at p[i] ("\n", "\r\n" or "\r"): its length, counting the
+ * line. */
+static size_t line_end(const char *p, size_t n, size_t i, uint64_t *line) {
+  (*line)++;
+  return p[i] == '\r' && i + 1 < n && p[i + 1] == '\n' ? 2 : 1;
+}
+
 int sl__csv_record(sl__csv *c, const char *p, size_t n, size_t *pos,
                    uint64_t *line, uint64_t *first, const char *what) {
   size_t i = *pos;
   /* Empty lines between records. */
-  while (i < n &&
-         (p[i] == '\n' || (p[i] == '\r' && i + 1 < n && p[i + 1] == '\n'))) {
-    i += p[i] == '\r' ? 2 : 1;
-    (*line)++;
-  }
+  while (i < n && (p[i] == '\n' || p[i] == '\r'))
+    i += line_end(p, n, i, line);
   if (i >= n) {
-    *pos = n;
-    return SL_EOF;
-  }
-  if (p[i] == '\r' && i + 1 == n) {
     *pos = n;
     return SL_EOF;
   }
@@ -80,20 +82,20 @@ int sl__csv_record(sl__csv *c, const char *p, size_t n, size_t *pos,
           i++;
           break;
         }
-        if (p[i] == '\n') (*line)++;
+        /* A line end inside quotes is data, kept as written. */
+        if (p[i] == '\n' || (p[i] == '\r' && (i + 1 == n || p[i + 1] != '\n')))
+          (*line)++;
         SL_FORWARD_IF_ERROR(scratch_put(c, &used, p[i]));
         i++;
       }
       SL_FORWARD_IF_ERROR(push_field(c, NULL, used - start, start, true));
-      SL_RETURN_ERROR_IF(
-          i < n && p[i] != d && p[i] != '\n' &&
-              !(p[i] == '\r' && (i + 1 == n || p[i + 1] == '\n')),
-          SL_ECORRUPT, "csv: %s:%llu: text after a closing quote (field %zu)",
-          what, (unsigned long long)*line, c->nf);
+      SL_RETURN_ERROR_IF(i < n && p[i] != d && p[i] != '\n' && p[i] != '\r',
+                         SL_ECORRUPT,
+                         "csv: %s:%llu: text after a closing quote (field %zu)",
+                         what, (unsigned long long)*line, c->nf);
     } else {
       size_t s = i;
-      while (i < n && p[i] != d && p[i] != '\n' &&
-             !(p[i] == '\r' && (i + 1 == n || p[i + 1] == '\n'))) {
+      while (i < n && p[i] != d && p[i] != '\n' && p[i] != '\r') {
         SL_RETURN_ERROR_IF(p[i] == '"', SL_ECORRUPT,
                            "csv: %s:%llu: a quote inside unquoted field %zu "
                            "(quote the whole field, doubling its quotes)",
@@ -107,11 +109,7 @@ int sl__csv_record(sl__csv *c, const char *p, size_t n, size_t *pos,
       continue;
     }
     /* The end of the record: a line end or the input's end. */
-    if (i < n && p[i] == '\r') i++;
-    if (i < n && p[i] == '\n') {
-      i++;
-      (*line)++;
-    }
+    if (i < n) i += line_end(p, n, i, line);
     break;
   }
   for (size_t k = 0; k < c->nf; k++)

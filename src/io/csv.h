@@ -22,8 +22,9 @@ typedef struct sl__csv {
 } sl__csv;
 
 /* Parses the record at p[*pos..n): fields separated by c->delim, ended by
- * "\n", "\r\n" or the end of the input; a field in double quotes may hold
- * the delimiter, line ends and "" (one quote).  Empty lines are skipped.
+ * "\n", "\r\n", "\r" alone or the end of the input (Python's csv module
+ * reads the same three); a field in double quotes may hold the delimiter,
+ * line ends (kept as written) and "" (one quote).  Empty lines are skipped.
  * *line is the 1-based number of the line at *pos.  On SL_OK: c->f[0..nf)
  * are the fields (valid until the next call), *first is the line the
  * record starts on, *pos is past its line end and *line the number of the

@@ -12,19 +12,13 @@
  * release unmaps it; an empty file is an empty buffer.  An http:// or
  * https:// URL is fetched whole instead (http.h: retries, errors naming
  * the URL and status; SL_EUNSUPPORTED without libcurl): csv and npz come
- * here for URLs; wds shards and plain TFRecord files read URLs by ranges
- * through sl__source_open_url instead, and never call this for one.  *id (may be NULL)
- * gets the file's identity at open.  `stage` prefixes messages.  Returns
+ * here for URLs; wds shards and TFRecord files read URLs by ranges through
+ * sl__source_open_url instead, and never call this for one.  *id (may be
+ * NULL) gets the file's identity at open.  `stage` prefixes messages.  Returns
  * SL_OK, SL_EIO naming the file (missing, unreadable, not a regular file)
  * or SL_ENOMEM. */
 int sl__map_file(const char *stage, const char *path, sl_buffer **out,
                  sl__file_id *id);
-
-/* Reads a whole gzip (or plain: zlib's transparent mode) file, or URL,
- * into *out.
- * Returns SL_OK, SL_EIO naming the file, SL_ECORRUPT (a damaged gzip
- * stream) or SL_ENOMEM. */
-int sl__read_gzip_file(const char *stage, const char *path, sl_buffer **out);
 
 /* The base name of `path` without its last extension, into buf ("a/x.npy"
  * -> "x"). */

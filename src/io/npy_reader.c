@@ -197,6 +197,7 @@ typedef struct zip_entry {
   unsigned method, flags;
   uint32_t crc;
   uint64_t csize, usize, local;
+  uint64_t data; /* where its data starts (member_span) */
 } zip_entry;
 
 /* The ZIP64 extra field (0x0001) in extra[0..n): the 0xFFFFFFFF fields of
@@ -280,27 +281,54 @@ static int inflate_member(const npy_state *s, const zip_entry *e,
   return SL_OK;
 }
 
-/* One member: its bytes, as a buffer whose element data is aligned. */
-static int load_member(npy_state *s, sl_buffer *file, const zip_entry *e) {
-  const unsigned char *base = sl_buffer_data(file);
-  size_t size = sl_buffer_size(file);
-  char what[512], name[256];
-  snprintf(name, sizeof name, "%.*s", (int)e->name_len, (const char *)e->name);
-  snprintf(what, sizeof what, "%s, member %s", s->path, name);
+/* Where entry e's member lies in the file of `size` bytes (of which the
+ * central directory starts at `cd`): its local header at e->local, its
+ * data at e->data, e->csize bytes, before the central directory. */
+static int member_span(const npy_state *s, const unsigned char *base,
+                       size_t size, uint64_t cd, zip_entry *e) {
+  char what[512];
+  snprintf(what, sizeof what, "%s, member %.*s", s->path, (int)e->name_len,
+           (const char *)e->name);
   SL_RETURN_ERROR_IF(e->flags & 1, SL_EUNSUPPORTED,
                      "npy: %s: encrypted members are refused", what);
   SL_RETURN_ERROR_IF(e->local > size || size - e->local < 30 ||
                          sl__get32(base + e->local) != 0x04034b50,
                      SL_ECORRUPT, "npy: %s: bad local header", what);
   const unsigned char *lh = base + e->local;
-  uint64_t data = e->local + 30 + sl__get16(lh + 26) + sl__get16(lh + 28);
-  SL_RETURN_ERROR_IF(data > size || e->csize > size - data, SL_ECORRUPT,
+  e->data = e->local + 30 + sl__get16(lh + 26) + sl__get16(lh + 28);
+  SL_RETURN_ERROR_IF(e->data > size || e->csize > size - e->data, SL_ECORRUPT,
                      "npy: %s: the member runs past the end of the file", what);
+  SL_RETURN_ERROR_IF(e->data + e->csize > cd, SL_ECORRUPT,
+                     "npy: %s: the member runs into the central directory "
+                     "(at offset %llu)",
+                     what, (unsigned long long)cd);
+  return SL_OK;
+}
+
+/* Whether entries a and b claim bytes in common (local header to data's
+ * end): two directory entries for one member would have it inflated once
+ * per entry, a small archive becoming gigabytes. */
+static bool overlap(const zip_entry *a, const zip_entry *b) {
+  return a->local < b->data + b->csize && b->local < a->data + a->csize;
+}
+
+/* One member: its bytes, as a buffer whose element data is aligned. */
+static int load_member(npy_state *s, sl_buffer *file, const zip_entry *e) {
+  const unsigned char *base = sl_buffer_data(file);
+  char what[512], name[256];
+  snprintf(name, sizeof name, "%.*s", (int)e->name_len, (const char *)e->name);
+  snprintf(what, sizeof what, "%s, member %s", s->path, name);
+  uint64_t data = e->data;
   sl_buffer *mb = NULL;
   uint64_t off = 0; /* of the member's bytes in mb */
   if (e->method == 0) {
     SL_RETURN_ERROR_IF(e->csize != e->usize, SL_ECORRUPT,
                        "npy: %s: stored member with two sizes", what);
+    /* The CRC-32 covers stored bytes as it does inflated ones. */
+    SL_RETURN_ERROR_IF((uint32_t)crc32_z(0, base + data, (size_t)e->csize) !=
+                           e->crc,
+                       SL_ECORRUPT,
+                       "npy: %s: CRC-32 mismatch (damaged archive)", what);
     mb = sl_buffer_retain(file);
     off = data;
   } else if (e->method == 8) {
@@ -373,6 +401,13 @@ static int load_npz(npy_state *s, sl_buffer *file) {
   }
   SL_RETURN_ERROR_IF(entries == 0, SL_EINVAL, "npy: %s: an empty archive",
                      s->path);
+  SL_RETURN_ERROR_IF(entries > MAX_FIELDS, SL_EUNSUPPORTED,
+                     "npy: %s: %llu members, more than %d arrays", s->path,
+                     (unsigned long long)entries, MAX_FIELDS);
+  /* The whole directory first, each member's span checked against the
+   * others', so that nothing is inflated for an archive that will be
+   * refused. */
+  zip_entry es[MAX_FIELDS];
   uint64_t at = cd;
   for (uint64_t i = 0; i < entries; i++) {
     SL_RETURN_ERROR_IF(at > n || n - at < 46 || sl__get32(p + at) != 0x02014b50,
@@ -386,15 +421,25 @@ static int load_npz(npy_state *s, sl_buffer *file) {
                    sl__get32(c + 16),
                    sl__get32(c + 20),
                    sl__get32(c + 24),
-                   sl__get32(c + 42)};
+                   sl__get32(c + 42),
+                   0};
     size_t xl = sl__get16(c + 30), cl = sl__get16(c + 32);
     SL_RETURN_ERROR_IF(n - at - 46 < e.name_len + xl + cl, SL_ECORRUPT,
                        "npy: %s: central directory entry %llu is cut short",
                        s->path, (unsigned long long)i);
     SL_FORWARD_IF_ERROR(zip64_extra(s, c + 46 + e.name_len, xl, &e));
-    SL_FORWARD_IF_ERROR(load_member(s, file, &e));
+    SL_FORWARD_IF_ERROR(member_span(s, p, n, cd, &e));
+    for (uint64_t j = 0; j < i; j++)
+      SL_RETURN_ERROR_IF(overlap(&es[j], &e), SL_ECORRUPT,
+                         "npy: %s: member %.*s overlaps member %.*s (two "
+                         "directory entries claim the same bytes)",
+                         s->path, (int)e.name_len, (const char *)e.name,
+                         (int)es[j].name_len, (const char *)es[j].name);
+    es[i] = e;
     at += 46 + e.name_len + xl + cl;
   }
+  for (uint64_t i = 0; i < entries; i++)
+    SL_FORWARD_IF_ERROR(load_member(s, file, &es[i]));
   return SL_OK;
 }
 

@@ -110,6 +110,104 @@ int sl__tfrecord_read(sl__source *src, uint64_t *off, sl_buffer **rec,
   return SL_OK;
 }
 
+/* A record's first allocation from a stream; doubled as its bytes arrive,
+ * up to its length.  A length field is only a claim: a stream that ends
+ * sooner costs the bytes it held, not the length it claimed. */
+#define TF_FIRST_CAP ((size_t)4 << 20)
+
+static void free_record(void *ud, void *data) {
+  (void)ud;
+  sl__free(data);
+}
+
+/* Reads the next `want` bytes of g into a new buffer grown as they arrive:
+ * *got < want only at the stream's end. */
+static int read_grown(sl__gz *g, uint64_t want, sl_buffer **out,
+                      uint64_t *got, const char *what, uint64_t rec) {
+  size_t cap = (size_t)SL_MIN(want, (uint64_t)TF_FIRST_CAP), have = 0;
+  unsigned char *d = sl__malloc(cap ? cap : 1);
+  int rc = d ? SL_OK : SL_ENOMEM;
+  while (rc == SL_OK && have < want) {
+    if (have == cap) {
+      size_t more = (size_t)SL_MIN(want, (uint64_t)cap * 2);
+      unsigned char *e = sl__realloc(d, more);
+      if (!e) {
+        rc = SL_ENOMEM;
+        break;
+      }
+      d = e;
+      cap = more;
+    }
+    size_t ask = cap - have, k;
+    rc = sl__gz_read(g, d + have, ask, &k);
+    have += k;
+    if (rc == SL_OK && k < ask) break; /* the stream's end */
+  }
+  if (rc == SL_ENOMEM)
+    rc = sl_set_error(SL_ENOMEM,
+                      "tfrecord: %s: record %llu: out of memory (%llu bytes)",
+                      what, (unsigned long long)rec, (unsigned long long)want);
+  sl_buffer *b =
+      rc == SL_OK ? sl_buffer_wrap(d, have, free_record, NULL) : NULL;
+  if (rc == SL_OK && !b)
+    rc = sl_set_error(SL_ENOMEM, "tfrecord: %s: out of memory", what);
+  if (rc < 0) {
+    sl__free(d);
+    return rc;
+  }
+  *out = b;
+  *got = have;
+  return SL_OK;
+}
+
+int sl__tfrecord_read_gz(sl__gz *g, uint64_t *off, sl_buffer **rec,
+                         uint64_t *len, bool skip, const char *what,
+                         uint64_t n) {
+  *rec = NULL;
+  uint64_t at = *off;
+  unsigned char h[12];
+  size_t hgot;
+  SL_FORWARD_IF_ERROR(sl__gz_read(g, h, sizeof h, &hgot));
+  if (hgot == 0) return SL_EOF;
+  SL_RETURN_ERROR_IF(hgot < sizeof h, SL_ECORRUPT,
+                     "tfrecord: %s: record %llu at offset %llu: the header "
+                     "is cut short (%zu bytes left)",
+                     what, (unsigned long long)n, (unsigned long long)at,
+                     hgot);
+  uint64_t l, got;
+  /* The stream's size is not known before its end: only the length's CRC
+   * is checked here, the end comes as a short read below. */
+  SL_FORWARD_IF_ERROR(check_header(h, UINT64_MAX, at, n, what, &l));
+  sl_buffer *b = NULL;
+  if (skip) {
+    SL_FORWARD_IF_ERROR(sl__gz_skip(g, l + 4, &got));
+  } else {
+    SL_RETURN_ERROR_IF(l > SIZE_MAX - 4, SL_ENOMEM,
+                       "tfrecord: %s: record %llu: %llu bytes", what,
+                       (unsigned long long)n, (unsigned long long)l);
+    SL_FORWARD_IF_ERROR(read_grown(g, l + 4, &b, &got, what, n));
+  }
+  int rc = SL_OK;
+  if (got < l + 4)
+    rc = sl_set_error(SL_ECORRUPT,
+                      "tfrecord: %s: record %llu at offset %llu: %llu bytes "
+                      "of data run past the end of the stream (%llu "
+                      "there)",
+                      what, (unsigned long long)n, (unsigned long long)at,
+                      (unsigned long long)l,
+                      (unsigned long long)(got > 4 ? got - 4 : 0));
+  else if (b)
+    rc = check_data(sl_buffer_data(b), l, at, n, what);
+  if (rc < 0) {
+    sl_buffer_release(b);
+    return rc;
+  }
+  *rec = b;
+  *len = l;
+  *off = at + 16 + l;
+  return SL_OK;
+}
+
 int sl__tf_features_parse(const char *spec, sl__tf_feature *f, int max,
                           int *nf) {
   *nf = 0;

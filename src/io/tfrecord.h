@@ -6,6 +6,7 @@
 #define SLUICE_IO_TFRECORD_H
 
 #include "core/internal.h"
+#include "io/gzip_stream.h"
 #include "io/source.h"
 
 /* The record at p[*off..n): on SL_OK *data and *len are its bytes and *off is
@@ -24,6 +25,17 @@ int sl__tfrecord_next(const unsigned char *p, size_t n, uint64_t *off,
  * sl__tfrecord_next; SL_EIO from the source (naming it); SL_ENOMEM. */
 int sl__tfrecord_read(sl__source *src, uint64_t *off, sl_buffer **rec,
                       uint64_t *len, bool skip, const char *what, uint64_t n);
+/* The same from a gzip stream (gzip_stream.h) positioned at *off, the
+ * record's offset in the inflated stream: its data arrive in a buffer
+ * grown as they are inflated (a length claimed but not there costs only
+ * what is there), so a damaged stream fails at its first bad record with
+ * memory bounded by the records read.  SL_EOF at the stream's end;
+ * SL_ECORRUPT as sl__tfrecord_next (a record running past the end of the
+ * stream) or from the stream (damaged gzip data, naming the compressed
+ * offset); SL_EIO from the source; SL_ENOMEM. */
+int sl__tfrecord_read_gz(sl__gz *g, uint64_t *off, sl_buffer **rec,
+                         uint64_t *len, bool skip, const char *what,
+                         uint64_t n);
 /* TFRecord's masked CRC32C. */
 uint32_t sl__tfrecord_mask(uint32_t crc);
 

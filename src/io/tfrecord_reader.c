@@ -2,14 +2,17 @@
  * tfrecord_reader.c - the `tfrecord` reader: a TFRecord file, plain or
  * GZIP-compressed, as one sample per record (docs/FORMATS.md).
  *
- * Bytes.  A plain file is mapped (fmt_map.c); a GZIP file (told by its
- * magic, or sl_tfrecord_opts.compression) is inflated once at open into
- * one buffer.  A plain file named by URL is read through a ranged byte
- * source (source_http.c) record by record - the 12-byte header, then the
- * data and its CRC into a buffer of the record's own - so memory is the
- * read-ahead block plus the records in flight; a GZIP one over a URL is
- * still fetched and inflated whole.  Every record's two masked CRC32Cs are
- * checked as it is read (tfrecord.c).
+ * Bytes.  A plain file is mapped (fmt_map.c).  A plain file named by URL
+ * is read through a ranged byte source (source_http.c) record by record -
+ * the 12-byte header, then the data and its CRC into a buffer of the
+ * record's own - so memory is the read-ahead block plus the records in
+ * flight.  A GZIP file (told by its magic, or sl_tfrecord_opts.
+ * compression), local or by URL, is inflated as it is read
+ * (gzip_stream.c: every member, in order), record by record into buffers
+ * of their own grown as the bytes arrive: memory is the records in flight
+ * whatever the file inflates to, and a damaged file fails at its first
+ * bad record.  Every record's two masked CRC32Cs are checked as it is
+ * read (tfrecord.c).
  *
  * Samples.  With sl_tfrecord_opts.features, each record is decoded as a
  * tf.train.Example and the named features become the fields
@@ -19,7 +22,9 @@
  * Saving (readers/state.h): the byte offset of the next record in the
  * (inflated) stream, from a log of each output's offset (sl__state_log);
  * further behind than the log, the restore walks the record headers from
- * the start.  The record holds the stream's size.
+ * the start; a GZIP stream is inflated again from its start up to that
+ * offset.  The record holds the file's size (a GZIP file's compressed
+ * size).
  */
 #include "io/fmt_map.h"
 #include "io/http.h"
@@ -32,6 +37,7 @@ typedef struct tf_state {
   char *path;
   sl_buffer *bytes;
   sl__source *src; /* a plain file by URL: read by ranges; or NULL */
+  sl__gz *gz;       /* a GZIP file: inflated as read; or NULL */
   const unsigned char *p;
   size_t n;
   uint64_t off, rec;
@@ -48,8 +54,11 @@ static int tf_next(void *st, sl_sample **out) {
   uint64_t len;
   sl_buffer *own = NULL; /* from a source: the record's bytes */
   int rc;
-  if (s->src) {
-    rc = sl__tfrecord_read(s->src, &s->off, &own, &len, false, s->path, s->rec);
+  if (s->gz || s->src) {
+    rc = s->gz ? sl__tfrecord_read_gz(s->gz, &s->off, &own, &len, false,
+                                      s->path, s->rec)
+               : sl__tfrecord_read(s->src, &s->off, &own, &len, false, s->path,
+                                   s->rec);
     d = own ? sl_buffer_data(own) : NULL;
   } else {
     rc = sl__tfrecord_next(s->p, s->n, &s->off, &d, &len, s->path, s->rec);
@@ -87,6 +96,7 @@ static int tf_reset(void *st) {
   tf_state *s = st;
   s->off = s->rec = 0;
   s->offs.count = s->log_from = s->from_off = 0;
+  if (s->gz) sl__gz_rewind(s->gz);
   return SL_OK;
 }
 
@@ -95,6 +105,7 @@ static void tf_destroy(void *st) {
   if (!s) return;
   sl_buffer_release(s->bytes);
   sl__source_close(s->src);
+  sl__gz_close(s->gz);
   sl_schema_release(s->schema);
   sl__free(s->path);
   sl__free(s);
@@ -123,7 +134,10 @@ static int tf_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
   uint64_t size, off;
   SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &size));
   SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &off));
-  SL_RETURN_ERROR_IF(size != s->n || (off != UINT64_MAX && off > s->n),
+  /* A GZIP stream's offsets are in the inflated bytes, whose size is not
+   * known before the end: the skip below finds out. */
+  SL_RETURN_ERROR_IF(size != s->n ||
+                         (off != UINT64_MAX && !s->gz && off > s->n),
                      SL_ECORRUPT,
                      "restore: tfrecord %s: the file changed since the state "
                      "was saved (%llu bytes then, %zu now)",
@@ -135,15 +149,27 @@ static int tf_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
       uint64_t len;
       sl_buffer *none;
       int rc =
-          s->src ? sl__tfrecord_read(s->src, &s->off, &none, &len, true,
-                                     s->path, i)
-                 : sl__tfrecord_next(s->p, s->n, &s->off, &d, &len, s->path, i);
+          s->gz ? sl__tfrecord_read_gz(s->gz, &s->off, &none, &len, true,
+                                       s->path, i)
+          : s->src
+              ? sl__tfrecord_read(s->src, &s->off, &none, &len, true, s->path,
+                                  i)
+              : sl__tfrecord_next(s->p, s->n, &s->off, &d, &len, s->path, i);
       SL_RETURN_ERROR_IF(rc == SL_EOF, SL_ECORRUPT,
                          "restore: tfrecord %s: ended after %llu records, "
                          "the state needs %llu",
                          s->path, (unsigned long long)i, (unsigned long long)k);
       SL_FORWARD_IF_ERROR(rc);
     }
+  } else if (s->gz) {
+    uint64_t got;
+    SL_FORWARD_IF_ERROR(sl__gz_skip(s->gz, off, &got));
+    SL_RETURN_ERROR_IF(got < off, SL_ECORRUPT,
+                       "restore: tfrecord %s: the stream ends at %llu bytes, "
+                       "the state's position is at %llu",
+                       s->path, (unsigned long long)got,
+                       (unsigned long long)off);
+    s->off = off;
   } else {
     s->off = off;
   }
@@ -164,35 +190,37 @@ static const sl_reader_vtable tf_vt = {"tfrecord", tf_next, tf_reset,
                                        tf_destroy};
 
 static int load(tf_state *s, int compression) {
-  if (sl__is_url(s->path) && compression != SL_TFRECORD_GZIP) {
-    SL_FORWARD_IF_ERROR(sl__source_open_url("tfrecord", s->path, &s->src));
+  bool url = sl__is_url(s->path);
+  sl__source *src = NULL;
+  /* A URL, or a file that may be GZIP, through a byte source. */
+  if (url)
+    SL_FORWARD_IF_ERROR(sl__source_open_url("tfrecord", s->path, &src));
+  else if (compression != SL_TFRECORD_NONE &&
+           sl__source_open_file(s->path, &src) < 0)
+    return sl_wrap_error(sl_last_error_code(), "tfrecord");
+  if (src) {
     unsigned char magic[2] = {0, 0};
-    if (compression == SL_TFRECORD_AUTO && s->src->size >= 2)
-      SL_FORWARD_IF_ERROR(s->src->read_at(s->src, 0, magic, 2));
-    if (!(magic[0] == 0x1f && magic[1] == 0x8b)) {
-      SL_RETURN_ERROR_IF(s->src->size > SIZE_MAX, SL_EUNSUPPORTED,
-                         "tfrecord: %s: too large", s->path);
-      s->n = (size_t)s->src->size;
+    int rc = SL_OK;
+    if (compression == SL_TFRECORD_AUTO && src->size >= 2)
+      rc = src->read_at(src, 0, magic, 2);
+    if (rc == SL_OK && src->size > SIZE_MAX)
+      rc = sl_set_error(SL_EUNSUPPORTED, "tfrecord: %s: too large", s->path);
+    if (rc < 0) {
+      sl__source_close(src);
+      return rc;
+    }
+    s->n = (size_t)src->size;
+    if (compression == SL_TFRECORD_GZIP ||
+        (compression == SL_TFRECORD_AUTO && magic[0] == 0x1f &&
+         magic[1] == 0x8b))
+      return sl__gz_open(src, &s->gz);
+    if (url) {
+      s->src = src;
       return SL_OK;
     }
-    /* GZIP over a URL: fetched and inflated whole, below. */
-    sl__source_close(s->src);
-    s->src = NULL;
-    SL_FORWARD_IF_ERROR(sl__read_gzip_file("tfrecord", s->path, &s->bytes));
-    s->p = sl_buffer_data(s->bytes);
-    s->n = sl_buffer_size(s->bytes);
-    return SL_OK;
+    sl__source_close(src);
   }
   SL_FORWARD_IF_ERROR(sl__map_file("tfrecord", s->path, &s->bytes, NULL));
-  const unsigned char *p = sl_buffer_data(s->bytes);
-  bool gz = compression == SL_TFRECORD_GZIP ||
-            (compression == SL_TFRECORD_AUTO && sl_buffer_size(s->bytes) >= 2 &&
-             p[0] == 0x1f && p[1] == 0x8b);
-  if (gz) {
-    sl_buffer_release(s->bytes);
-    s->bytes = NULL;
-    SL_FORWARD_IF_ERROR(sl__read_gzip_file("tfrecord", s->path, &s->bytes));
-  }
   s->p = sl_buffer_data(s->bytes);
   s->n = sl_buffer_size(s->bytes);
   return SL_OK;

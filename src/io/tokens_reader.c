@@ -36,6 +36,7 @@
  * 8T-byte buffer.
  */
 #include "core/rng.h"
+#include "io/npy.h"
 #include "io/tokens_set.h"
 #include "readers/state.h"
 
@@ -93,66 +94,30 @@ static uint32_t le32(const unsigned char *p) {
          (uint32_t)p[3] << 24;
 }
 
-/* The value after `key` in a .npy header dict ("'descr': '<u2', ..."). */
-static const char *npy_field(const char *h, const char *key) {
-  const char *p = strstr(h, key);
-  if (!p) return NULL;
-  p += strlen(key);
-  while (*p == ' ' || *p == ':')
-    p++;
-  return p;
-}
-
+/* A .npy shard's header, by the one .npy header parser (npy.c): a 1-D
+ * '<u2' or '<u4' array.  Its byte count is computed there with overflow
+ * checks (as if the file could hold 2^64 bytes: probe compares it with the
+ * file's size, saying truncated or trailing).  Every refusal is
+ * SL_ECORRUPT (docs/TEXT.md), naming the file. */
 static int parse_npy(const char *path, const unsigned char *b, size_t got,
                      tshard *s) {
-#define NPY_BAD(...)                                                           \
-  sl_set_error(SL_ECORRUPT, "tokens: %s: .npy header: " __VA_ARGS__)
-  if (got < 10) return NPY_BAD("%s", path, "truncated");
-  unsigned major = b[6];
-  size_t hlen, hoff;
-  if (major == 1) {
-    hlen = (size_t)b[8] | (size_t)b[9] << 8;
-    hoff = 10;
-  } else if (major == 2 || major == 3) {
-    if (got < 12) return NPY_BAD("%s", path, "truncated");
-    hlen = le32(b + 8);
-    hoff = 12;
-  } else {
+  sl__npy h;
+  if (sl__npy_parse_head(path, b, got, UINT64_MAX, &h) < 0)
+    return sl_wrap_error(SL_ECORRUPT, "tokens");
+  if (h.dtype != SL_U16 && h.dtype != SL_U32)
     return sl_set_error(SL_ECORRUPT,
-                        "tokens: %s: .npy version %u.%u is not "
-                        "1, 2 or 3",
-                        path, major, b[7]);
-  }
-  if (hoff + hlen > got || hlen >= 65536)
-    return NPY_BAD("%s", path, "longer than the file (or than 64 KiB)");
-  char h[65536];
-  memcpy(h, b + hoff, hlen);
-  h[hlen] = 0;
-  const char *d = npy_field(h, "'descr'");
-  if (!d) return NPY_BAD("%s", path, "no 'descr'");
-  if (strncmp(d, "'<u2'", 5) == 0 || strncmp(d, "'|u2'", 5) == 0)
-    s->esize = 2;
-  else if (strncmp(d, "'<u4'", 5) == 0)
-    s->esize = 4;
-  else
-    return sl_set_error(SL_ECORRUPT,
-                        "tokens: %s: .npy dtype %.8s is not '<u2' or '<u4' "
+                        "tokens: %s: .npy dtype '%s' is not '<u2' or '<u4' "
                         "(little-endian uint16 or uint32)",
-                        path, d);
-  const char *f = npy_field(h, "'fortran_order'");
-  if (!f || strncmp(f, "False", 5) != 0)
-    return NPY_BAD("%s", path, "fortran_order must be False");
-  const char *sh = npy_field(h, "'shape'");
-  unsigned long long n;
-  int used = 0;
-  if (!sh || sscanf(sh, "(%llu,)%n", &n, &used) != 1 || used == 0)
+                        path, sl__npy_descr(h.dtype));
+  if (h.rank != 1)
     return sl_set_error(SL_ECORRUPT,
-                        "tokens: %s: .npy shape must be 1-D, (N,), got %.24s",
-                        path, sh ? sh : "none");
-  s->ntok = n;
-  s->data_off = hoff + hlen;
+                        "tokens: %s: .npy shape must be 1-D, (N,), got %d "
+                        "dimensions",
+                        path, h.rank);
+  s->esize = sl_dtype_size(h.dtype);
+  s->ntok = (uint64_t)h.shape[0];
+  s->data_off = (size_t)h.data_off;
   return SL_OK;
-#undef NPY_BAD
 }
 
 /* Opens `path`, checks its header and size, fills s (path excepted). */
@@ -200,6 +165,8 @@ static int probe(const char *path, tshard *s) {
   }
   sl__free(b);
   if (rc < 0) return rc;
+  /* Neither sum can wrap: a .npy's were checked not to (npy.c), an llm.c
+   * count is 32 bits. */
   uint64_t want = (uint64_t)s->data_off + s->ntok * s->esize;
   if ((uint64_t)st.st_size != want)
     return sl_set_error(
