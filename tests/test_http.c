@@ -1216,6 +1216,8 @@ TEST(http_url_credentials_are_redacted_in_messages) {
   unsetenv("AWS_ACCESS_KEY_ID");
   unsetenv("AWS_SECRET_ACCESS_KEY");
   unsetenv("SLUICE_HTTP_RETRIES");
+}
+
 /* --- GZIP TFRecord of several members ------------------------------------ */
 
 /* Issue 24 item 5: over HTTP the whole object was inflated by one inflate
