@@ -22,13 +22,38 @@ static void unmap(void *ud, void *data) {
   munmap(data, (size_t)(uintptr_t)ud);
 }
 
+/* A URL fetched whole through a URL byte source (source_http.c), for a
+ * caller that needs its identity: *id is the one the source makes of the
+ * ETag, Last-Modified and size it saw at open (every later response must
+ * match them), which a saved state then carries (readers/state.h). */
+static int fetch_url(const char *stage, const char *url, sl_buffer **out,
+                     sl__file_id *id) {
+  sl__source *src;
+  SL_FORWARD_IF_ERROR(sl__source_open_url(stage, url, &src));
+  int rc = SL_OK;
+  if (src->size > SIZE_MAX)
+    rc = sl_set_error(SL_EUNSUPPORTED, "%s: %s: too large (%llu bytes)",
+                      stage, url, (unsigned long long)src->size);
+  else if (!(*out = sl_buffer_new((size_t)src->size)))
+    rc = sl_set_error(SL_ENOMEM, "%s: %s: out of memory", stage, url);
+  else if (src->size)
+    rc = src->read_at(src, 0, sl_buffer_data(*out), (size_t)src->size);
+  if (rc == SL_OK) {
+    *id = src->id;
+  } else {
+    sl_buffer_release(*out);
+    *out = NULL;
+  }
+  sl__source_close(src);
+  return rc;
+}
+
 int sl__map_file(const char *stage, const char *path, sl_buffer **out,
                  sl__file_id *id) {
   *out = NULL;
-  if (sl__is_url(path)) { /* fetched whole (http.c) */
-    if (id) memset(id, 0, sizeof *id);
-    return sl__http_get(stage, path, out);
-  }
+  if (sl__is_url(path)) /* fetched whole (http.c) */
+    return id ? fetch_url(stage, path, out, id)
+              : sl__http_get(stage, path, out);
   int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   SL_RETURN_ERROR_IF(fd < 0, SL_EIO, "%s: %s: %s", stage, path,
                      strerror(errno));
@@ -39,13 +64,7 @@ int sl__map_file(const char *stage, const char *path, sl_buffer **out,
   else if (!S_ISREG(st.st_mode))
     rc = sl_set_error(SL_EIO, "%s: %s: not a regular file%s", stage, path,
                       S_ISDIR(st.st_mode) ? " (a directory)" : "");
-  if (rc == SL_OK && id) {
-    id->dev = (uint64_t)st.st_dev;
-    id->ino = (uint64_t)st.st_ino;
-    id->size = (uint64_t)st.st_size;
-    id->mtime_s = (int64_t)st.st_mtim.tv_sec;
-    id->mtime_ns = (int64_t)st.st_mtim.tv_nsec;
-  }
+  if (rc == SL_OK && id) *id = sl__file_id_of(&st);
   if (rc == SL_OK && st.st_size == 0) {
     *out = sl_buffer_new(0);
     if (!*out)

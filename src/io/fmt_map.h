@@ -14,7 +14,8 @@
  * the URL and status; SL_EUNSUPPORTED without libcurl): csv and npz come
  * here for URLs; wds shards and plain TFRecord files read URLs by ranges
  * through sl__source_open_url instead, and never call this for one.  *id (may be NULL)
- * gets the file's identity at open.  `stage` prefixes messages.  Returns
+ * gets the file's identity at open (a URL's: its validators, fetched then
+ * through a URL source, sl__source_open_url).  `stage` prefixes messages.  Returns
  * SL_OK, SL_EIO naming the file (missing, unreadable, not a regular file)
  * or SL_ENOMEM. */
 int sl__map_file(const char *stage, const char *path, sl_buffer **out,

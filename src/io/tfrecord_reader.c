@@ -32,6 +32,7 @@ typedef struct tf_state {
   char *path;
   sl_buffer *bytes;
   sl__source *src; /* a plain file by URL: read by ranges; or NULL */
+  sl__file_id id;  /* the file (URL) as opened: what a state checks */
   const unsigned char *p;
   size_t n;
   uint64_t off, rec;
@@ -111,8 +112,25 @@ static int tf_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
   else if (k > s->log_from && k <= s->offs.count &&
            s->offs.count - k < SL__STATE_LOG - 1)
     off = s->offs.up[(k - 1) % SL__STATE_LOG];
-  SL_FORWARD_IF_ERROR(sl__state_put_u64(w, s->n));
+  SL_FORWARD_IF_ERROR(sl__state_put_file_ids(w, &s->id, 1));
   return sl__state_put_u64(w, off);
+}
+
+/* The file unchanged (its identity) and the offset inside its bytes. */
+static int tf_record(const tf_state *s, sl__state_in *in, uint64_t *off) {
+  SL_FORWARD_IF_ERROR(sl__state_check_file_id(in, "tfrecord", s->path, &s->id));
+  SL_FORWARD_IF_ERROR(sl__state_get_u64(in, off));
+  SL_RETURN_ERROR_IF(*off != UINT64_MAX && *off > s->n, SL_ECORRUPT,
+                     "restore: corrupt state: tfrecord %s: offset %llu of "
+                     "%zu bytes",
+                     s->path, (unsigned long long)*off, s->n);
+  return SL_OK;
+}
+
+static int tf_check(const sl_reader *r, void *st, sl__state_in *in) {
+  (void)r;
+  uint64_t off;
+  return tf_record(st, in, &off);
 }
 
 static int tf_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
@@ -120,14 +138,12 @@ static int tf_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
   (void)r;
   (void)pass;
   tf_state *s = st;
-  uint64_t size, off;
-  SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &size));
-  SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &off));
-  SL_RETURN_ERROR_IF(size != s->n || (off != UINT64_MAX && off > s->n),
-                     SL_ECORRUPT,
-                     "restore: tfrecord %s: the file changed since the state "
-                     "was saved (%llu bytes then, %zu now)",
-                     s->path, (unsigned long long)size, s->n);
+  uint64_t off;
+  SL_FORWARD_IF_ERROR(tf_record(s, in, &off));
+  SL_RETURN_ERROR_IF(k > s->n, SL_ECORRUPT,
+                     "restore: corrupt state: tfrecord %s: record %llu of a "
+                     "%zu-byte file",
+                     s->path, (unsigned long long)k, s->n);
   tf_reset(s);
   if (off == UINT64_MAX) {
     for (uint64_t i = 0; i < k; i++) {
@@ -166,6 +182,7 @@ static const sl_reader_vtable tf_vt = {"tfrecord", tf_next, tf_reset,
 static int load(tf_state *s, int compression) {
   if (sl__is_url(s->path) && compression != SL_TFRECORD_GZIP) {
     SL_FORWARD_IF_ERROR(sl__source_open_url("tfrecord", s->path, &s->src));
+    s->id = s->src->id; /* kept for a GZIP body fetched whole below too */
     unsigned char magic[2] = {0, 0};
     if (compression == SL_TFRECORD_AUTO && s->src->size >= 2)
       SL_FORWARD_IF_ERROR(s->src->read_at(s->src, 0, magic, 2));
@@ -183,7 +200,7 @@ static int load(tf_state *s, int compression) {
     s->n = sl_buffer_size(s->bytes);
     return SL_OK;
   }
-  SL_FORWARD_IF_ERROR(sl__map_file("tfrecord", s->path, &s->bytes, NULL));
+  SL_FORWARD_IF_ERROR(sl__map_file("tfrecord", s->path, &s->bytes, &s->id));
   const unsigned char *p = sl_buffer_data(s->bytes);
   bool gz = compression == SL_TFRECORD_GZIP ||
             (compression == SL_TFRECORD_AUTO && sl_buffer_size(s->bytes) >= 2 &&
@@ -234,5 +251,6 @@ int sl_tfrecord_reader(const char *path, const sl_tfrecord_opts *opts,
   }
   SL_FORWARD_IF_ERROR(sl__reader_make(&tf_vt, s, s->schema, out));
   sl__reader_set_state_ops(*out, &tf_state_ops);
+  sl__reader_set_state_check(*out, tf_check);
   return SL_OK;
 }
