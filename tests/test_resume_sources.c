@@ -688,9 +688,16 @@ static void copy_file(const char *from, const char *to) {
 }
 
 static sl_reader *open_named(void *ud) {
-  const char *const *names = ud; /* names[0]: sl_open; else open_files */
+  /* names[0] alone: sl_open; with names[2] (non-NULL): sl_wds_open of
+   * names[0..1]; else sl_open_files of names[0..1] */
+  const char *const *names = ud;
   sl_reader *r = NULL;
-  if (names[1]) {
+  if (names[1] && names[2]) {
+    sl_wds_opts o = SL_WDS_OPTS_INIT;
+    o.threads = 2;
+    o.world = 1;
+    if (sl_wds_open(names, 2, &o, &r) != SL_OK) return NULL;
+  } else if (names[1]) {
     sl_open_files_opts o = SL_OPEN_FILES_OPTS_INIT;
     if (sl_open_files(names, 2, &o, &r) != SL_OK) return NULL;
   } else if (sl_open(names[0], NULL, &r) != SL_OK) {
@@ -784,7 +791,7 @@ TEST(every_file_source_refuses_a_changed_file_naming_it) {
              SLUICE_SOURCE_DIR, cases[i].fixture);
     copy_file(fixture, p);
     snprintf(spec, sizeof spec, "%s%s", cases[i].tag, p);
-    const char *names[2] = {spec, NULL};
+    const char *names[3] = {spec, NULL, NULL};
     check_changes((void *)names, p);
   }
   /* slr alone and under open_files */
@@ -793,9 +800,17 @@ TEST(every_file_source_refuses_a_changed_file_naming_it) {
   snprintf(b, sizeof b, "%s", tmp("id-b.slr"));
   test_write_ids_slr(a, 0, 50, 8);
   test_write_ids_slr(b, 50, 50, 8);
-  const char *one[2] = {a, NULL}, *two[2] = {a, b};
+  const char *one[3] = {a, NULL, NULL}, *two[3] = {a, b, NULL};
   check_changes((void *)one, a);
   check_changes((void *)two, b);
+  /* wds shards read by sl_wds_open's threads */
+  char w0[4096], w1[4096];
+  snprintf(w0, sizeof w0, "%s", tmp("wo-0.tar"));
+  snprintf(w1, sizeof w1, "%s", tmp("wo-1.tar"));
+  copy_file(SLUICE_SOURCE_DIR "/tests/data/formats/wds-000000.tar", w0);
+  copy_file(SLUICE_SOURCE_DIR "/tests/data/formats/wds-000001.tar", w1);
+  const char *shards[3] = {w0, w1, "wds_open"};
+  check_changes((void *)shards, w1);
   /* idx: the images and the labels file */
   write_idx(tmp("x-images-idx3-ubyte"), tmp("x-labels-idx1-ubyte"), 100, 0);
   char lab[4096];
