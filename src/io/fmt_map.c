@@ -26,6 +26,8 @@ static void unmap(void *ud, void *data) {
  * caller that needs its identity: *id is the one the source makes of the
  * ETag, Last-Modified and size it saw at open (every later response must
  * match them), which a saved state then carries (readers/state.h). */
+#define FETCH_STEP ((size_t)64 << 20)
+
 static int fetch_url(const char *stage, const char *url, sl_buffer **out,
                      sl__file_id *id) {
   sl__source *src;
@@ -36,8 +38,14 @@ static int fetch_url(const char *stage, const char *url, sl_buffer **out,
                       stage, url, (unsigned long long)src->size);
   else if (!(*out = sl_buffer_new((size_t)src->size)))
     rc = sl_set_error(SL_ENOMEM, "%s: %s: out of memory", stage, url);
-  else if (src->size)
-    rc = src->read_at(src, 0, sl_buffer_data(*out), (size_t)src->size);
+  /* In steps, so that the source's block cache never holds more than one
+   * step beside the buffer. */
+  for (uint64_t off = 0; rc == SL_OK && *out && off < src->size;) {
+    size_t n = (size_t)SL_MIN(src->size - off, (uint64_t)FETCH_STEP);
+    rc = src->read_at(src, off, (unsigned char *)sl_buffer_data(*out) + off,
+                      n);
+    off += n;
+  }
   if (rc == SL_OK) {
     *id = src->id;
   } else {
