@@ -772,6 +772,27 @@ static void check_changes(void *ud, const char *p) {
   sl_free(st);
 }
 
+#if SLUICE_WITH_IMAGES
+#include <dirent.h>
+
+/* Moves the mtime of one image of the folder (the first found) on. */
+static void touch_first_image(const char *dir) {
+  DIR *d = opendir(dir);
+  ASSERT_NOT_NULL(d);
+  struct dirent *e;
+  char sub[4096] = "", img[4200] = "";
+  while ((e = readdir(d)) && !sub[0])
+    if (e->d_name[0] != '.') snprintf(sub, sizeof sub, "%s/%s", dir, e->d_name);
+  closedir(d);
+  ASSERT_NOT_NULL(d = opendir(sub));
+  while ((e = readdir(d)) && !img[0])
+    if (e->d_name[0] != '.') snprintf(img, sizeof img, "%s/%s", sub, e->d_name);
+  closedir(d);
+  ASSERT_TRUE(img[0] != '\0');
+  test_touch_later(img, 1);
+}
+#endif
+
 TEST(every_file_source_refuses_a_changed_file_naming_it) {
   static const struct {
     const char *tag, *fixture, *name;
@@ -826,4 +847,20 @@ TEST(every_file_source_refuses_a_changed_file_naming_it) {
   ASSERT_CONTAINS(sl_last_error(), "modification time");
   sl_reader_destroy(r);
   sl_free(st);
+#if SLUICE_WITH_IMAGES
+  /* an image folder: one image touched (16+ files: the folded identity) */
+  img_ud u = {1, 0};
+  r = build_images(&u);
+  st = save_after_idx(r, &len);
+  sl_reader_destroy(r);
+  r = build_images(&u);
+  ASSERT_OK(sl_reader_restore(r, st, len));
+  sl_reader_destroy(r);
+  touch_first_image(image_dir());
+  r = build_images(&u);
+  ASSERT_RC(sl_reader_restore(r, st, len), SL_ECORRUPT);
+  ASSERT_CONTAINS(sl_last_error(), "changed since the state was saved");
+  sl_reader_destroy(r);
+  sl_free(st);
+#endif
 }

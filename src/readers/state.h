@@ -142,7 +142,7 @@ uint64_t sl__state_position(const sl__state_in *in);
  * Last-Modified cannot be told unchanged: refused too.  Up to
  * SL__STATE_FILE_IDS files are kept one by one; more are folded into one
  * hash (a change then names "one of the N files"). */
-#define SL__STATE_FILE_IDS 64
+#define SL__STATE_FILE_IDS 16
 /* One file: sl__state_check_file_ids over {path} and {*id}. */
 int sl__state_check_file_id(sl__state_in *in, const char *stage,
                             const char *path, const sl__file_id *id);
