@@ -274,3 +274,67 @@ TEST(csv_resume_exactly) {
   test_resume_check(build_big, path, 2, big, 6, 0);
   unlink(path);
 }
+
+/* Writes a CSV of rows "i,word" whose words are `w` (all rows the same
+ * length, so that two versions of the file have the same size). */
+static void write_rows(const char *path, const char *w) {
+  char buf[4096];
+  size_t n = (size_t)snprintf(buf, sizeof buf, "i,s\n");
+  for (int i = 0; i < 20; i++)
+    n += (size_t)snprintf(buf + n, sizeof buf - n, "%02d,%s\n", i, w);
+  test_write_file(path, buf, n);
+}
+
+static void save_after(const char *path, int rows, void **st, size_t *len) {
+  sl_reader *r = NULL;
+  ASSERT_OK(sl_csv_reader(path, NULL, &r));
+  for (int i = 0; i < rows; i++) {
+    sl_sample *s;
+    ASSERT_OK(sl_reader_next(r, &s));
+    sl_sample_release(s);
+  }
+  ASSERT_OK(sl_reader_save(r, st, len));
+  sl_reader_destroy(r);
+}
+
+/* Issue 24 item 8: a CSV rewritten at the same size (in place, or replaced
+ * by a rename) is refused naming the file and what changed - not resumed
+ * mid-row - and the refused reader goes on from its own start. */
+TEST(csv_restore_into_a_rewritten_file_is_refused) {
+  const char *p = test_tmppath("csv-id", "rows.csv");
+  write_rows(p, "aaaa");
+  void *st;
+  size_t len;
+  save_after(p, 7, &st, &len);
+  /* The same file, untouched: restores. */
+  sl_reader *r = NULL;
+  ASSERT_OK(sl_csv_reader(p, NULL, &r));
+  ASSERT_OK(sl_reader_restore(r, st, len));
+  sl_sample *s;
+  ASSERT_OK(sl_reader_next(r, &s));
+  ASSERT_EQ(*(const int64_t *)sl_sample_field(s, "i")->data, 7);
+  sl_sample_release(s);
+  sl_reader_destroy(r);
+  /* Rewritten in place at the same size, a moment later. */
+  write_rows(p, "bbbb");
+  test_touch_later(p, 1);
+  ASSERT_OK(sl_csv_reader(p, NULL, &r));
+  ASSERT_RC(sl_reader_restore(r, st, len), SL_ECORRUPT);
+  ASSERT_CONTAINS(sl_last_error(), p);
+  ASSERT_CONTAINS(sl_last_error(), "modification time");
+  ASSERT_OK(sl_reader_next(r, &s)); /* unchanged: its first row */
+  ASSERT_EQ(*(const int64_t *)sl_sample_field(s, "i")->data, 0);
+  sl_sample_release(s);
+  sl_reader_destroy(r);
+  /* Replaced by a rename (another inode), same size. */
+  sl_free(st);
+  save_after(p, 5, &st, &len);
+  const char *q = test_tmppath("csv-id", "rows.new");
+  write_rows(q, "cccc");
+  ASSERT_EQ(rename(q, p), 0);
+  ASSERT_OK(sl_csv_reader(p, NULL, &r));
+  ASSERT_RC(sl_reader_restore(r, st, len), SL_ECORRUPT);
+  ASSERT_CONTAINS(sl_last_error(), "another file");
+  sl_free(st);
+  sl_reader_destroy(r);
+}

@@ -1271,3 +1271,45 @@ TEST(http_tfrecord_gzip_of_several_members_reads_every_record) {
                     0);
   nginx_stop(&s);
 }
+
+/* Issue 24 item 8: a csv: URL rewritten at the same size since the save (a
+ * new ETag and Last-Modified) is refused naming the URL, not resumed
+ * mid-row; the untouched object restores.  Before, a URL's state held its
+ * size alone. */
+TEST(http_csv_restore_into_a_rewritten_object_is_refused) {
+  server s;
+  nginx_start(&s);
+  const char *p = www(&s, "rows.csv");
+  char body[512];
+  size_t n = (size_t)snprintf(body, sizeof body, "i,s\n");
+  for (int i = 0; i < 10; i++)
+    n += (size_t)snprintf(body + n, sizeof body - n, "%d,aaaa\n", i);
+  test_write_file(p, body, n);
+  char url[256];
+  snprintf(url, sizeof url, "csv:http://127.0.0.1:%d/w/rows.csv", s.port);
+  sl_reader *r;
+  ASSERT_OK(sl_open(url, NULL, &r));
+  for (int i = 0; i < 3; i++) {
+    sl_sample *x;
+    ASSERT_OK(sl_reader_next(r, &x));
+    sl_sample_release(x);
+  }
+  void *st;
+  size_t stn;
+  ASSERT_OK(sl_reader_save(r, &st, &stn));
+  sl_reader_destroy(r);
+  ASSERT_OK(sl_open(url, NULL, &r));
+  ASSERT_OK(sl_reader_restore(r, st, stn));
+  sl_reader_destroy(r);
+  for (size_t i = 0; i < n; i++) /* the same size, other bytes */
+    if (body[i] == 'a') body[i] = 'b';
+  test_write_file(p, body, n);
+  test_touch_later(p, 2); /* another Last-Modified second, another ETag */
+  ASSERT_OK(sl_open(url, NULL, &r));
+  ASSERT_RC(sl_reader_restore(r, st, stn), SL_ECORRUPT);
+  ASSERT_CONTAINS(sl_last_error(), "rows.csv");
+  ASSERT_CONTAINS(sl_last_error(), "changed since the state was saved");
+  sl_free(st);
+  sl_reader_destroy(r);
+  nginx_stop(&s);
+}

@@ -664,3 +664,203 @@ TEST_SKIPPED(decode_image_threads, NO_IMAGES)
 TEST_SKIPPED(image_reader_unordered, NO_IMAGES)
 
 #endif /* SLUICE_WITH_IMAGES */
+
+/* --- changed files (issue 24 item 8) ----------------------------------------
+ * Every file-backed source carries its files' identity (device, inode,
+ * size, mtime) in its state, through one mechanism (state.h,
+ * sl__state_put_file_ids): a file touched or rewritten since the save
+ * (another mtime, same size and bytes) or replaced by a copy keeping its
+ * times (another inode) is refused with SL_ECORRUPT naming the file and
+ * what changed, and the refused reader goes on from where it was. */
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <sys/stat.h>
+
+static void copy_file(const char *from, const char *to) {
+  FILE *f = fopen(from, "rb");
+  ASSERT_NOT_NULL(f);
+  static unsigned char buf[1 << 20];
+  size_t n = fread(buf, 1, sizeof buf, f);
+  fclose(f);
+  ASSERT_TRUE(n < sizeof buf);
+  test_write_file(to, buf, n);
+}
+
+static sl_reader *open_named(void *ud) {
+  /* names[0] alone: sl_open; with names[2] (non-NULL): sl_wds_open of
+   * names[0..1]; else sl_open_files of names[0..1] */
+  const char *const *names = ud;
+  sl_reader *r = NULL;
+  if (names[1] && names[2]) {
+    sl_wds_opts o = SL_WDS_OPTS_INIT;
+    o.threads = 2;
+    o.world = 1;
+    if (sl_wds_open(names, 2, &o, &r) != SL_OK) return NULL;
+  } else if (names[1]) {
+    sl_open_files_opts o = SL_OPEN_FILES_OPTS_INIT;
+    if (sl_open_files(names, 2, &o, &r) != SL_OK) return NULL;
+  } else if (sl_open(names[0], NULL, &r) != SL_OK) {
+    return NULL;
+  }
+  return r;
+}
+
+static void *save_after_idx(sl_reader *r, size_t *len) {
+  sl_sample *s;
+  ASSERT_OK(sl_reader_next(r, &s));
+  sl_sample_release(s);
+  void *st;
+  ASSERT_OK(sl_reader_save(r, &st, len));
+  return st;
+}
+
+static void *save_at(void *ud, int k, size_t *len) {
+  sl_reader *r = open_named(ud);
+  ASSERT_NOT_NULL(r);
+  for (int i = 0; i < k; i++) {
+    sl_sample *s;
+    ASSERT_OK(sl_reader_next(r, &s));
+    sl_sample_release(s);
+  }
+  void *st;
+  ASSERT_OK(sl_reader_save(r, &st, len));
+  sl_reader_destroy(r);
+  return st;
+}
+
+/* A restore of st into a new reader over ud fails naming `path` and
+ * `what`; the reader then yields its first sample as a fresh one does. */
+static void assert_refused(void *ud, const void *st, size_t len,
+                           const char *path, const char *what) {
+  sl_reader *r = open_named(ud), *fresh = open_named(ud);
+  ASSERT_NOT_NULL(r);
+  ASSERT_RC(sl_reader_restore(r, st, len), SL_ECORRUPT);
+  ASSERT_CONTAINS(sl_last_error(), path);
+  ASSERT_CONTAINS(sl_last_error(), what);
+  sl_sample *a, *b;
+  ASSERT_OK(sl_reader_next(r, &a));
+  ASSERT_OK(sl_reader_next(fresh, &b));
+  ASSERT_EQ(test_sample_digest(a), test_sample_digest(b));
+  sl_sample_release(a);
+  sl_sample_release(b);
+  sl_reader_destroy(r);
+  sl_reader_destroy(fresh);
+}
+
+/* The file at p: touched one second on, then replaced by a copy with its
+ * times. */
+static void check_changes(void *ud, const char *p) {
+  size_t len;
+  void *st = save_at(ud, 1, &len);
+  sl_reader *r = open_named(ud); /* untouched: restores */
+  ASSERT_OK(sl_reader_restore(r, st, len));
+  sl_reader_destroy(r);
+  test_touch_later(p, 1);
+  assert_refused(ud, st, len, p, "modification time");
+  sl_free(st);
+  st = save_at(ud, 1, &len);
+  char q[4096];
+  snprintf(q, sizeof q, "%s.copy", p);
+  copy_file(p, q);
+  struct stat sb;
+  ASSERT_EQ(stat(p, &sb), 0);
+  struct timespec same[2] = {sb.st_atim, sb.st_mtim};
+  ASSERT_EQ(utimensat(AT_FDCWD, q, same, 0), 0);
+  ASSERT_EQ(rename(q, p), 0);
+  assert_refused(ud, st, len, p, "another file");
+  sl_free(st);
+}
+
+#if SLUICE_WITH_IMAGES
+#include <dirent.h>
+
+/* Moves the mtime of one image of the folder (the first found) on. */
+static void touch_first_image(const char *dir) {
+  DIR *d = opendir(dir);
+  ASSERT_NOT_NULL(d);
+  struct dirent *e;
+  char sub[4096] = "", img[4200] = "";
+  while ((e = readdir(d)) && !sub[0])
+    if (e->d_name[0] != '.') snprintf(sub, sizeof sub, "%s/%s", dir, e->d_name);
+  closedir(d);
+  ASSERT_NOT_NULL(d = opendir(sub));
+  while ((e = readdir(d)) && !img[0])
+    if (e->d_name[0] != '.') snprintf(img, sizeof img, "%s/%s", sub, e->d_name);
+  closedir(d);
+  ASSERT_TRUE(img[0] != '\0');
+  test_touch_later(img, 1);
+}
+#endif
+
+TEST(every_file_source_refuses_a_changed_file_naming_it) {
+  static const struct {
+    const char *tag, *fixture, *name;
+  } cases[] = {
+      {"npy:", "x.npy", "x.npy"},
+      {"npy:", "pair.npz", "pair.npz"},
+      {"tfrecord:", "ex.tfrecord", "ex.tfrecord"},
+      {"tfrecord:", "ex.tfrecord.gz", "ex.tfrecord.gz"},
+      {"wds:", "wds-000000.tar", "w.tar"},
+      {"csv:", "table.csv", "t.csv"},
+      {"text:", "table.csv", "t.txt"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    char p[4096], fixture[4096], spec[4200];
+    snprintf(p, sizeof p, "%s", tmp(cases[i].name));
+    snprintf(fixture, sizeof fixture, "%s/tests/data/formats/%s",
+             SLUICE_SOURCE_DIR, cases[i].fixture);
+    copy_file(fixture, p);
+    snprintf(spec, sizeof spec, "%s%s", cases[i].tag, p);
+    const char *names[3] = {spec, NULL, NULL};
+    check_changes((void *)names, p);
+  }
+  /* slr alone and under open_files */
+  char a[4096], b[4096];
+  snprintf(a, sizeof a, "%s", tmp("id-a.slr"));
+  snprintf(b, sizeof b, "%s", tmp("id-b.slr"));
+  test_write_ids_slr(a, 0, 50, 8);
+  test_write_ids_slr(b, 50, 50, 8);
+  const char *one[3] = {a, NULL, NULL}, *two[3] = {a, b, NULL};
+  check_changes((void *)one, a);
+  check_changes((void *)two, b);
+  /* wds shards read by sl_wds_open's threads */
+  char w0[4096], w1[4096];
+  snprintf(w0, sizeof w0, "%s", tmp("wo-0.tar"));
+  snprintf(w1, sizeof w1, "%s", tmp("wo-1.tar"));
+  copy_file(SLUICE_SOURCE_DIR "/tests/data/formats/wds-000000.tar", w0);
+  copy_file(SLUICE_SOURCE_DIR "/tests/data/formats/wds-000001.tar", w1);
+  const char *shards[3] = {w0, w1, "wds_open"};
+  check_changes((void *)shards, w1);
+  /* idx: the images and the labels file */
+  write_idx(tmp("x-images-idx3-ubyte"), tmp("x-labels-idx1-ubyte"), 100, 0);
+  char lab[4096];
+  snprintf(lab, sizeof lab, "%s", tmp("x-labels-idx1-ubyte"));
+  size_t len;
+  sl_reader *r = build_idx(NULL);
+  void *st = save_after_idx(r, &len);
+  sl_reader_destroy(r);
+  test_touch_later(lab, 1);
+  r = build_idx(NULL);
+  ASSERT_RC(sl_reader_restore(r, st, len), SL_ECORRUPT);
+  ASSERT_CONTAINS(sl_last_error(), lab);
+  ASSERT_CONTAINS(sl_last_error(), "modification time");
+  sl_reader_destroy(r);
+  sl_free(st);
+#if SLUICE_WITH_IMAGES
+  /* an image folder: one image touched (16+ files: the folded identity) */
+  img_ud u = {1, 0};
+  r = build_images(&u);
+  st = save_after_idx(r, &len);
+  sl_reader_destroy(r);
+  r = build_images(&u);
+  ASSERT_OK(sl_reader_restore(r, st, len));
+  sl_reader_destroy(r);
+  touch_first_image(image_dir());
+  r = build_images(&u);
+  ASSERT_RC(sl_reader_restore(r, st, len), SL_ECORRUPT);
+  ASSERT_CONTAINS(sl_last_error(), "changed since the state was saved");
+  sl_reader_destroy(r);
+  sl_free(st);
+#endif
+}

@@ -9,8 +9,12 @@
 #include "test.h"
 #include "test_util.h"
 
+#include "core/crc32c.h"
+
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* --- callbacks ----------------------------------------------------------- */
 
@@ -496,5 +500,140 @@ TEST(a_restore_over_shrunk_data_fails_clearly) {
   assert_goes_on(b, 1);
   sl_reader_destroy(b);
   sl_free(st);
+  sl_schema_release(sc);
+}
+
+/* --- tampered positions (issue 24 item 9) ---------------------------------
+ * A state whose checksum is right but whose positions are not ones the
+ * pipeline could have saved: each record's k is patched and the CRC32C
+ * sealed again, as a hostile or buggy writer would. */
+
+static uint32_t rd32(const unsigned char *p) {
+  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+         (uint32_t)p[3] << 24;
+}
+
+static uint64_t rd64(const unsigned char *p) {
+  return (uint64_t)rd32(p) | (uint64_t)rd32(p + 4) << 32;
+}
+
+/* Sets k of record `rec` (0: the outermost, in file order) and reseals;
+ * returns the k it had. */
+static uint64_t patch_k(unsigned char *st, size_t len, int rec, uint64_t k) {
+  uint64_t old = 0;
+  size_t at = 24;
+  for (int i = 0;; i++) {
+    ASSERT_TRUE(at + 8 < len);
+    at += 4 + rd32(st + at);     /* name */
+    at += 4 + rd32(st + at);     /* identity */
+    if (i == rec) {
+      old = rd64(st + at + 8);
+      for (int b = 0; b < 8; b++)
+        st[at + 8 + b] = (unsigned char)(k >> (8 * b));
+      break;
+    }
+    at += 8 + 8 + 4 + 8 + rd64(st + at + 20); /* pass, k, ups, payload */
+  }
+  uint32_t c = sl__crc32c(0, st, len - 4);
+  for (int b = 0; b < 4; b++)
+    st[len - 4 + b] = (unsigned char)(c >> (8 * b));
+  return old;
+}
+
+/* The next sample of a and of b are the same (b was refused: unchanged). */
+static void assert_same_next(sl_reader *a, sl_reader *b) {
+  sl_sample *x, *y;
+  ASSERT_OK(sl_reader_next(a, &x));
+  ASSERT_OK(sl_reader_next(b, &y));
+  ASSERT_EQ(test_sample_digest(x), test_sample_digest(y));
+  sl_sample_release(x);
+  sl_sample_release(y);
+}
+
+static sl_reader *shuffled(int over_generator, counter *c) {
+  sl_reader *r;
+  if (over_generator) { /* no length, no random access: the READ refill */
+    c->i = 0;
+    ASSERT_OK(sl_reader_from_generator(c->schema, count_next, count_reset,
+                                       NULL, c, &r));
+    ASSERT_OK(sl_map(r, times3, NULL, NULL, NULL, &r));
+  } else { /* length known, random access: the FETCH refill */
+    r = test_range_reader(100);
+  }
+  ASSERT_OK(sl_shuffle(r, 16, 42, &r));
+  return r;
+}
+
+/* Before: k = 2^40 replayed the window's draws for minutes.  Now refused at
+ * once, with the chain unchanged; an alarm fails the test if it hangs. */
+TEST(a_huge_shuffle_position_is_refused_at_once) {
+  sl_schema *sc = sl_schema_new();
+  ASSERT_OK(sl_schema_add(sc, "i", SL_I64, 0, NULL));
+  for (int gen = 0; gen < 2; gen++) {
+    counter c1 = {0, 100, sc}, c2 = {0, 100, sc};
+    sl_reader *a = shuffled(gen, &c1), *b = shuffled(gen, &c2);
+    size_t len;
+    unsigned char *st = save_after(a, 5, &len);
+    sl_free(save_after(b, 5, &len));
+    patch_k(st, len, 0, (uint64_t)1 << 40);
+    alarm(20);
+    double t0 = test_now_s();
+    ASSERT_RC(sl_reader_restore(b, st, len), SL_ECORRUPT);
+    alarm(0);
+    ASSERT_TRUE(test_now_s() - t0 < 5);
+    ASSERT_CONTAINS(sl_last_error(), "shuffle");
+    ASSERT_CONTAINS(sl_last_error(), "1099511627776");
+    assert_same_next(a, b);
+    /* the upstream's position huge too (consistent with the shuffle's) */
+    patch_k(st, len, 1, (uint64_t)1 << 40);
+    alarm(20);
+    ASSERT_TRUE(sl_reader_restore(b, st, len) == SL_ECORRUPT);
+    alarm(0);
+    sl_free(st);
+    sl_reader_destroy(a);
+    sl_reader_destroy(b);
+  }
+  sl_schema_release(sc);
+}
+
+/* Before: a smaller position that disagrees with the stage below it was
+ * accepted and changed the pass (other samples, another count).  Now each
+ * is refused, naming the stage, and the chain goes on as it was. */
+TEST(an_inconsistent_position_between_stages_is_refused) {
+  sl_schema *sc = sl_schema_new();
+  ASSERT_OK(sl_schema_add(sc, "i", SL_I64, 0, NULL));
+  for (int gen = 0; gen < 2; gen++) {
+    /* rec 0 batch(4) at 5, rec 1 shuffle at 20, rec 2 its upstream */
+    static const struct {
+      int rec;
+      uint64_t k;
+      const char *names;
+    } cases[] = {{0, 7, "batch"}, {1, 30, "batch"}, {1, 16, "batch"},
+                 {2, 0, NULL}, {0, 26, "batch"}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+      counter c1 = {0, 100, sc}, c2 = {0, 100, sc};
+      sl_reader *a = shuffled(gen, &c1), *b = shuffled(gen, &c2);
+      ASSERT_OK(sl_batch(a, 4, NULL, &a));
+      ASSERT_OK(sl_batch(b, 4, NULL, &b));
+      size_t len;
+      unsigned char *st = save_after(a, 5, &len);
+      sl_free(save_after(b, 5, &len));
+      if (cases[i].names) {
+        patch_k(st, len, cases[i].rec, cases[i].k);
+      } else { /* the shuffle's upstream one sample off */
+        uint64_t old = patch_k(st, len, 2, 0);
+        patch_k(st, len, 2, old ? old - 1 : 1);
+      }
+      ASSERT_RC(sl_reader_restore(b, st, len), SL_ECORRUPT);
+      ASSERT_CONTAINS(sl_last_error(), "corrupt state");
+      ASSERT_CONTAINS(sl_last_error(), cases[i].names  ? cases[i].names
+                                       : gen ? "map"
+                                             : "shuffle");
+      assert_same_next(a, b);
+      sl_free(st);
+      sl_reader_destroy(a);
+      sl_reader_destroy(b);
+    }
+  }
   sl_schema_release(sc);
 }

@@ -174,6 +174,16 @@ size_t test_idx_header(unsigned char *h, unsigned type, int rank,
   return 4 + 4 * (size_t)rank;
 }
 
+void test_touch_later(const char *path, int seconds) {
+  struct stat sb;
+  if (stat(path, &sb) != 0)
+    test_fail(__FILE__, __LINE__, "stat %s: %s", path, strerror(errno));
+  struct timespec ts[2] = {sb.st_atim, sb.st_mtim};
+  ts[1].tv_sec += seconds;
+  if (utimensat(AT_FDCWD, path, ts, 0) != 0)
+    test_fail(__FILE__, __LINE__, "utimensat %s: %s", path, strerror(errno));
+}
+
 void test_sleep_us(long us) {
   struct timespec ts = {us / 1000000, (us % 1000000) * 1000L};
   nanosleep(&ts, NULL);

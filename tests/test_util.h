@@ -107,6 +107,9 @@ int test_i64_sample(const sl_schema *schema, int64_t v, sl_sample **out);
 
 /* Sleeps `us` microseconds. */
 void test_sleep_us(long us);
+/* Moves the modification time of `path` `seconds` on (as a rewrite a
+ * little later would), keeping its bytes: fails the test on an error. */
+void test_touch_later(const char *path, int seconds);
 /* CLOCK_MONOTONIC in seconds. */
 double test_now_s(void);
 /* Writes an SLR file of `n` records {id: i64} numbered from `first`,

@@ -277,6 +277,7 @@ typedef struct files_state {
   sl__image_list list;
   sl_schema *schema;
   char *root; /* as given, for messages */
+  sl__file_id *ids; /* each listed file's identity, after listing */
   size_t pos;
   sl__buffer_pool *pool; /* the files' bytes, released once decoded */
 } files_state;
@@ -285,16 +286,26 @@ typedef struct files_state {
 #define FILES_POOL_IDLE 8
 #define FILES_POOL_IDLE_BYTES ((size_t)64 << 20)
 
-/* The whole file at `path` into a new buffer from `pool`. */
-static int read_file(sl__buffer_pool *pool, const char *path, sl_buffer **out) {
+/* The whole file at `path` into a new buffer from `pool`; a file whose
+ * identity is no longer `id` (replaced or rewritten since the folder was
+ * listed) is SL_ECORRUPT naming it. */
+static int read_file(sl__buffer_pool *pool, const char *path,
+                     const sl__file_id *id, sl_buffer **out) {
   *out = NULL;
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   SL_RETURN_ERROR_IF(fd < 0, SL_EIO, "image: %s: cannot open: %s", path,
                      strerror(errno));
   struct stat st;
   int rc = SL_OK;
+  sl__file_id now = {0};
   if (fstat(fd, &st) != 0) {
     rc = sl_set_error(SL_EIO, "image: %s: %s", path, strerror(errno));
+  } else if ((now = sl__file_id_of(&st)), !sl__file_id_equal(&now, id)) {
+    rc = sl_set_error(SL_ECORRUPT,
+                      "image: %s: the file changed since the folder was "
+                      "listed (replaced or rewritten: its inode, size or "
+                      "modification time differs)",
+                      path);
   } else if ((uint64_t)st.st_size > SL__IMAGE_MAX_BYTES) {
     rc = sl_set_error(SL_EINVAL,
                       "image: %s: %lld bytes, more than the %llu MiB an "
@@ -330,7 +341,8 @@ static int files_next(void *st, sl_sample **out) {
   files_state *f = st;
   if (f->pos >= f->list.n) return SL_EOF;
   sl_buffer *b;
-  SL_FORWARD_IF_ERROR(read_file(f->pool, f->list.paths[f->pos], &b));
+  SL_FORWARD_IF_ERROR(
+      read_file(f->pool, f->list.paths[f->pos], &f->ids[f->pos], &b));
   sl_sample *s = sl_sample_new(f->schema);
   int rc = s ? SL_OK : sl_set_error(SL_ENOMEM, "image: cannot allocate");
   sl_tensor t;
@@ -363,6 +375,7 @@ static void files_destroy(void *st) {
   if (!f) return;
   sl__image_list_free(&f->list);
   sl__free(f->root);
+  sl__free(f->ids);
   sl_schema_release(f->schema);
   sl__buffer_pool_release(f->pool);
   sl__free(f);
@@ -392,7 +405,8 @@ static int files_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
   (void)k;
   const files_state *f = st;
   SL_FORWARD_IF_ERROR(sl__state_put_u64(w, f->list.n));
-  return sl__state_put_u64(w, files_fingerprint(f));
+  SL_FORWARD_IF_ERROR(sl__state_put_u64(w, files_fingerprint(f)));
+  return sl__state_put_file_ids(w, f->ids, f->list.n);
 }
 
 static int files_check(const sl_reader *r, void *st, sl__state_in *in) {
@@ -406,7 +420,9 @@ static int files_check(const sl_reader *r, void *st, sl__state_in *in) {
                      "was saved (%llu files then, %zu now%s)",
                      f->root, (unsigned long long)n, f->list.n,
                      n == f->list.n ? ", other names or classes" : "");
-  return SL_OK;
+  return sl__state_check_file_ids(in, "image",
+                                  (const char *const *)f->list.paths, f->ids,
+                                  f->list.n);
 }
 
 static int files_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
@@ -457,6 +473,20 @@ static int files_schema(const char *root, const sl__image_list *l,
   return SL_OK;
 }
 
+/* Each listed file's identity (a stat after listing: what a saved state
+ * carries and each read checks). */
+static int list_ids(files_state *f) {
+  f->ids = sl__calloc(f->list.n ? f->list.n : 1, sizeof *f->ids);
+  SL_RETURN_ERROR_IF(!f->ids, SL_ENOMEM, "image: cannot allocate");
+  for (size_t i = 0; i < f->list.n; i++) {
+    struct stat st;
+    SL_RETURN_ERROR_IF(stat(f->list.paths[i], &st) != 0, SL_EIO,
+                       "image: %s: %s", f->list.paths[i], strerror(errno));
+    f->ids[i] = sl__file_id_of(&st);
+  }
+  return SL_OK;
+}
+
 int sl_image_reader(const char *path, const sl_image_opts *opts,
                     sl_reader **out) {
   SL_RETURN_ERROR_IF(!out, SL_EINVAL, "image: NULL out pointer");
@@ -478,6 +508,7 @@ int sl_image_reader(const char *path, const sl_image_opts *opts,
                ? sl__image_list_make("image", path, &f->list)
                : sl_set_error(SL_ENOMEM, "image: cannot allocate");
   if (rc == SL_OK) rc = files_schema(path, &f->list, &f->schema);
+  if (rc == SL_OK) rc = list_ids(f);
   if (rc < 0) {
     files_destroy(f);
     return rc;

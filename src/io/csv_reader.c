@@ -41,6 +41,7 @@ typedef struct csv_col {
 typedef struct csv_state {
   char *path;
   sl_buffer *map;
+  sl__file_id id; /* the file as mapped (a URL: its validators) */
   const char *base;
   size_t size;
   size_t data_pos; /* offset of the first record (after the header) */
@@ -218,8 +219,8 @@ static void csv_destroy(void *st) {
   sl__free(s);
 }
 
-/* Record: file size, then the offset and line to resume at (UINT64_MAX:
- * replay k records from the header). */
+/* Record: the file's identity (sl__state_put_file_ids), then the offset
+ * and line to resume at (UINT64_MAX: replay k records from the header). */
 static int csv_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                     sl__state_out *w) {
   (void)r;
@@ -234,7 +235,7 @@ static int csv_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
     off = s->offs.up[(k - 1) % SL__STATE_LOG];
     line = s->lines.up[(k - 1) % SL__STATE_LOG];
   }
-  SL_FORWARD_IF_ERROR(sl__state_put_u64(w, s->size));
+  SL_FORWARD_IF_ERROR(sl__state_put_file_ids(w, &s->id, 1));
   SL_FORWARD_IF_ERROR(sl__state_put_u64(w, off));
   return sl__state_put_u64(w, line);
 }
@@ -243,21 +244,38 @@ static int csv_replay_next(void *st, sl_sample **out) {
   return csv_next(st, out);
 }
 
+/* Reads the record: the file unchanged, the offset inside its records and
+ * no more records before it than bytes (a record takes at least one). */
+static int csv_record(const csv_state *s, uint64_t k, sl__state_in *in,
+                      uint64_t *off, uint64_t *line) {
+  SL_FORWARD_IF_ERROR(sl__state_check_file_id(in, "csv", s->path, &s->id));
+  SL_FORWARD_IF_ERROR(sl__state_get_u64(in, off));
+  SL_FORWARD_IF_ERROR(sl__state_get_u64(in, line));
+  SL_RETURN_ERROR_IF(
+      (*off != UINT64_MAX && (*off > s->size || *off < s->data_pos)) ||
+          k > s->size,
+      SL_ECORRUPT,
+      "restore: corrupt state: csv %s: record %llu at offset %llu of a "
+      "%zu-byte file",
+      s->path, (unsigned long long)k, (unsigned long long)*off, s->size);
+  return SL_OK;
+}
+
+/* The state check (before any stage changes): the same reads; the
+ * position is bounded again by the restore. */
+static int csv_check(const sl_reader *r, void *st, sl__state_in *in) {
+  (void)r;
+  uint64_t off, line;
+  return csv_record(st, 0, in, &off, &line);
+}
+
 static int csv_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                        sl__state_in *in) {
   (void)r;
   (void)pass;
   csv_state *s = st;
-  uint64_t size, off, line;
-  SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &size));
-  SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &off));
-  SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &line));
-  SL_RETURN_ERROR_IF(size != s->size || (off != UINT64_MAX &&
-                                         (off > s->size || off < s->data_pos)),
-                     SL_ECORRUPT,
-                     "restore: csv %s: the file changed since the state was "
-                     "saved (%llu bytes then, %zu now)",
-                     s->path, (unsigned long long)size, s->size);
+  uint64_t off, line;
+  SL_FORWARD_IF_ERROR(csv_record(s, k, in, &off, &line));
   csv_reset(s);
   if (off == UINT64_MAX) return sl__state_replay(csv_replay_next, s, k, "csv");
   s->pos = s->from_pos = (size_t)off;
@@ -441,7 +459,7 @@ int sl_csv_reader(const char *path, const sl_csv_opts *opts, sl_reader **out) {
   s->line = 1;
   s->path = sl__strdup(path);
   int rc = s->path ? SL_OK : sl_set_error(SL_ENOMEM, "csv: out of memory");
-  if (rc == SL_OK) rc = sl__map_file("csv", path, &s->map, NULL);
+  if (rc == SL_OK) rc = sl__map_file("csv", path, &s->map, &s->id);
   if (rc == SL_OK) {
     s->base = sl_buffer_data(s->map);
     s->size = sl_buffer_size(s->map);
@@ -454,5 +472,6 @@ int sl_csv_reader(const char *path, const sl_csv_opts *opts, sl_reader **out) {
   }
   SL_FORWARD_IF_ERROR(sl__reader_make(&csv_vt, s, s->schema, out));
   sl__reader_set_state_ops(*out, &csv_state_ops);
+  sl__reader_set_state_check(*out, csv_check);
   return SL_OK;
 }

@@ -43,13 +43,7 @@ int sl__map_file(const char *stage, const char *path, sl_buffer **out,
   else if (!S_ISREG(st.st_mode))
     rc = sl_set_error(SL_EIO, "%s: %s: not a regular file%s", stage, path,
                       S_ISDIR(st.st_mode) ? " (a directory)" : "");
-  if (rc == SL_OK && id) {
-    id->dev = (uint64_t)st.st_dev;
-    id->ino = (uint64_t)st.st_ino;
-    id->size = (uint64_t)st.st_size;
-    id->mtime_s = (int64_t)st.st_mtim.tv_sec;
-    id->mtime_ns = (int64_t)st.st_mtim.tv_nsec;
-  }
+  if (rc == SL_OK && id) *id = sl__file_id_of(&st);
   if (rc == SL_OK && st.st_size == 0) {
     *out = sl_buffer_new(0);
     if (!*out)

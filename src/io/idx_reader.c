@@ -15,8 +15,9 @@
  * "t10k-labels-idx1-ubyte.gz"); see sl_idx_reader in sluice.h.
  *
  * Saving (readers/state.h): the position alone (sample k is image k); the
- * record holds the count and a CRC32C of both files' elements, so a state
- * of files changed since is refused (SL_ECORRUPT naming them).
+ * record holds the count, a CRC32C of both files' elements and the files'
+ * identities (sl__state_put_file_ids, taken right after loading), so a
+ * state of files changed since is refused (SL_ECORRUPT naming them).
  */
 #include "core/crc32c.h"
 #include "io/idx.h"
@@ -36,6 +37,8 @@ typedef struct idx_state {
   uint64_t count, pos;
   sl_schema *schema;
   char *images_name, *labels_name; /* base names, for states */
+  char *paths[2];                  /* images, labels: as given */
+  sl__file_id ids[2];              /* theirs, after loading */
   uint64_t fingerprint;            /* of the elements; 0: not computed */
 } idx_state;
 
@@ -76,6 +79,8 @@ static void idx_destroy(void *st) {
   sl_schema_release(s->schema);
   sl__free(s->images_name);
   sl__free(s->labels_name);
+  sl__free(s->paths[0]);
+  sl__free(s->paths[1]);
   sl__free(s);
 }
 
@@ -104,7 +109,8 @@ static int idx_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
   (void)k;
   idx_state *s = st;
   SL_FORWARD_IF_ERROR(sl__state_put_u64(w, s->count));
-  return sl__state_put_u64(w, idx_fingerprint(s));
+  SL_FORWARD_IF_ERROR(sl__state_put_u64(w, idx_fingerprint(s)));
+  return sl__state_put_file_ids(w, s->ids, 2);
 }
 
 static int idx_check(const sl_reader *r, void *st, sl__state_in *in) {
@@ -119,7 +125,8 @@ static int idx_check(const sl_reader *r, void *st, sl__state_in *in) {
                      s->images_name, s->labels_name, (unsigned long long)count,
                      (unsigned long long)s->count,
                      count == s->count ? ", other contents" : "");
-  return SL_OK;
+  return sl__state_check_file_ids(in, "idx", (const char *const *)s->paths,
+                                  s->ids, 2);
 }
 
 static int idx_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
@@ -294,8 +301,17 @@ int sl_idx_reader(const char *images, const char *labels, sl_reader **out) {
   if (rc == SL_OK) {
     s->images_name = sl__strdup(sl__basename(images));
     s->labels_name = sl__strdup(sl__basename(by_name ? derived : labels));
-    if (!s->images_name || !s->labels_name)
+    s->paths[0] = sl__strdup(images);
+    s->paths[1] = sl__strdup(by_name ? derived : labels);
+    if (!s->images_name || !s->labels_name || !s->paths[0] || !s->paths[1])
       rc = sl_set_error(SL_ENOMEM, "idx: cannot allocate a reader");
+  }
+  for (int i = 0; i < 2 && rc == SL_OK; i++) {
+    struct stat st;
+    if (stat(s->paths[i], &st) != 0)
+      rc = sl_set_error(SL_EIO, "idx: %s: %s", s->paths[i], strerror(errno));
+    else
+      s->ids[i] = sl__file_id_of(&st);
   }
   if (rc < 0) {
     idx_destroy(s);

@@ -24,7 +24,8 @@
  * other formats without an index are.
  *
  * Saving (readers/state.h): the position is the index; the record holds the
- * count and the file's size, so a state of another file is refused.
+ * count and the file's identity (sl__state_put_file_ids), so a state of
+ * another or a rewritten file is refused.
  */
 #include "io/bytes.h"
 #include "io/fmt_map.h"
@@ -47,6 +48,7 @@ typedef struct npy_state {
   npy_field f[MAX_FIELDS];
   int nf;
   uint64_t count, pos, file_size;
+  sl__file_id id; /* the file (URL) as opened: what a state checks */
   sl_schema *schema;
   char *path;
   sl__source *src; /* a .npy URL, read row by row; else NULL */
@@ -120,7 +122,24 @@ static int npy_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
   (void)k;
   const npy_state *s = st;
   SL_FORWARD_IF_ERROR(sl__state_put_u64(w, s->count));
-  return sl__state_put_u64(w, s->file_size);
+  return sl__state_put_file_ids(w, &s->id, 1);
+}
+
+/* The count and the file unchanged. */
+static int npy_record(const npy_state *s, sl__state_in *in) {
+  uint64_t count;
+  SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &count));
+  SL_RETURN_ERROR_IF(count != s->count, SL_ECORRUPT,
+                     "restore: npy %s: the file changed since the state was "
+                     "saved (%llu samples then, %llu now)",
+                     s->path, (unsigned long long)count,
+                     (unsigned long long)s->count);
+  return sl__state_check_file_id(in, "npy", s->path, &s->id);
+}
+
+static int npy_check(const sl_reader *r, void *st, sl__state_in *in) {
+  (void)r;
+  return npy_record(st, in);
 }
 
 static int npy_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
@@ -128,16 +147,7 @@ static int npy_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
   (void)r;
   (void)pass;
   npy_state *s = st;
-  uint64_t count, size;
-  SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &count));
-  SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &size));
-  SL_RETURN_ERROR_IF(count != s->count || size != s->file_size, SL_ECORRUPT,
-                     "restore: npy %s: the file changed since the state was "
-                     "saved (%llu samples of %llu bytes then, %llu of %llu "
-                     "now)",
-                     s->path, (unsigned long long)count,
-                     (unsigned long long)size, (unsigned long long)s->count,
-                     (unsigned long long)s->file_size);
+  SL_FORWARD_IF_ERROR(npy_record(s, in));
   SL_RETURN_ERROR_IF(k > s->count, SL_ECORRUPT,
                      "restore: npy %s: position %llu is past its %llu "
                      "samples",
@@ -462,6 +472,7 @@ static int make_schema(npy_state *s) {
 static int open_url(npy_state *s, const char *field, bool *npz) {
   *npz = false;
   SL_FORWARD_IF_ERROR(sl__source_open_url("npy", s->path, &s->src));
+  s->id = s->src->id;
   uint64_t size = s->src->size;
   /* The magic, version and header length, then the header itself. */
   size_t n = (size_t)(size < 12 ? size : 12);
@@ -520,7 +531,7 @@ int sl_npy_reader(const char *path, const sl_npy_opts *opts, sl_reader **out) {
   int rc = s->path ? SL_OK : sl_set_error(SL_ENOMEM, "npy: out of memory");
   bool npz = true; /* fetched or mapped whole */
   if (rc == SL_OK && sl__is_url(path)) rc = open_url(s, o.field, &npz);
-  if (rc == SL_OK && npz) rc = sl__map_file("npy", path, &file, NULL);
+  if (rc == SL_OK && npz) rc = sl__map_file("npy", path, &file, &s->id);
   if (rc == SL_OK && npz) {
     s->file_size = sl_buffer_size(file);
     if (is_zip(file)) {
@@ -549,5 +560,6 @@ int sl_npy_reader(const char *path, const sl_npy_opts *opts, sl_reader **out) {
   SL_FORWARD_IF_ERROR(sl__reader_make(&npy_vt, s, s->schema, out));
   sl__reader_set_length(*out, npy_length);
   sl__reader_set_state_ops(*out, &npy_state_ops);
+  sl__reader_set_state_check(*out, npy_check);
   return SL_OK;
 }

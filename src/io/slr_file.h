@@ -47,6 +47,8 @@ void sl__slr_pass_start(sl_slr_file *f);
  * CRC, which covers the payload's CRC), so a state names a rewritten file. */
 void sl__slr_set_pass_bad(sl_slr_file *f, uint64_t n);
 uint32_t sl__slr_fingerprint(const sl_slr_file *f);
+/* The file's identity as opened (its source's: io/source.h). */
+const sl__file_id *sl__slr_file_id(const sl_slr_file *f);
 sl_corrupt_policy sl__slr_policy(const sl_slr_file *f);
 /* First record number and record count of chunk c (from the index). */
 void sl__slr_chunk_span(const sl_slr_file *f, uint64_t c, uint64_t *first,

@@ -498,6 +498,10 @@ void sl__slr_set_pass_bad(sl_slr_file *f, uint64_t n) {
   f->pass_bad_chunks = n;
 }
 
+const sl__file_id *sl__slr_file_id(const sl_slr_file *f) {
+  return &f->src->id;
+}
+
 uint32_t sl__slr_fingerprint(const sl_slr_file *f) {
   uint32_t crc = 0;
   for (uint64_t c = 0; c < f->nchunks; c++) {

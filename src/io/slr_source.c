@@ -13,8 +13,9 @@
  * came from (sl__state_log): a save at output k resumes at the record after
  * output k - 1's - a chunk-level position, no replay from the pass start -
  * and records the bad chunks met before it (the cap counts them).  The
- * record holds the range and the file's fingerprint, so a state of a file
- * rewritten since is refused (SL_ECORRUPT naming it).
+ * record holds the range, the file's fingerprint and its identity
+ * (sl__state_put_file_ids), so a state of a file rewritten since is refused
+ * (SL_ECORRUPT naming it).
  */
 #include "io/slr_file.h"
 #include "readers/state.h"
@@ -101,8 +102,8 @@ static int slr_length(const sl_reader *r, void *st, uint64_t *n) {
 
 /* --- saving and restoring ---------------------------------------------- */
 
-/* Record: first, end, records, fingerprint, the record to resume at, then
- * the bad chunks before it (count, first records). */
+/* Record: first, end, records, fingerprint, the file's identity, the record
+ * to resume at, then the bad chunks before it (count, first records). */
 static int slr_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                     sl__state_out *w) {
   (void)r;
@@ -123,6 +124,7 @@ static int slr_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
   SL_FORWARD_IF_ERROR(sl__state_put_u64(w, s->end));
   SL_FORWARD_IF_ERROR(sl__state_put_u64(w, sl_slr_records(s->f)));
   SL_FORWARD_IF_ERROR(sl__state_put_u64(w, sl__slr_fingerprint(s->f)));
+  SL_FORWARD_IF_ERROR(sl__state_put_file_ids(w, sl__slr_file_id(s->f), 1));
   SL_FORWARD_IF_ERROR(sl__state_put_u64(w, at));
   SL_FORWARD_IF_ERROR(sl__state_put_u64(w, nbad));
   for (size_t i = 0; i < s->nbad; i++)
@@ -152,7 +154,8 @@ static int slr_check(const sl_reader *r, void *st, sl__state_in *in) {
                      sl_slr_path(s->f), (unsigned long long)s->first,
                      (unsigned long long)s->end, (unsigned long long)first,
                      (unsigned long long)end);
-  return SL_OK;
+  return sl__state_check_file_id(in, "slr", sl_slr_path(s->f),
+                                 sl__slr_file_id(s->f));
 }
 
 static int slr_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,

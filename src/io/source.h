@@ -8,6 +8,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/stat.h>
 
 /* What tells one file from another (or from itself rewritten): a file
  * source's fstat at open; all zero for sources that are not files. */
@@ -15,6 +16,14 @@ typedef struct sl__file_id {
   uint64_t dev, ino, size;
   int64_t mtime_s, mtime_ns;
 } sl__file_id;
+
+/* A file's identity from its fstat. */
+static inline sl__file_id sl__file_id_of(const struct stat *st) {
+  sl__file_id id = {(uint64_t)st->st_dev, (uint64_t)st->st_ino,
+                    (uint64_t)st->st_size, (int64_t)st->st_mtim.tv_sec,
+                    (int64_t)st->st_mtim.tv_nsec};
+  return id;
+}
 
 /* Whether a and b are the same file, unchanged. */
 static inline int sl__file_id_equal(const sl__file_id *a,

@@ -115,9 +115,7 @@ int sl__source_open_file(const char *path, sl__source **out) {
   f->base.close = file_close;
   f->base.size = (uint64_t)st.st_size;
   f->base.name = name;
-  f->base.id = (sl__file_id){(uint64_t)st.st_dev, (uint64_t)st.st_ino,
-                             (uint64_t)st.st_size, (int64_t)st.st_mtim.tv_sec,
-                             (int64_t)st.st_mtim.tv_nsec};
+  f->base.id = sl__file_id_of(&st);
   *out = &f->base;
   return SL_OK;
 }

@@ -24,9 +24,10 @@
  * Saving (readers/state.h): a byte offset, not a replay.  Each output notes
  * the offset after its line and its line number (sl__state_log, so a save
  * a little behind the reader finds them); a restore seeks there.  The record
- * holds the file's size and a CRC32C of the (up to) 256 bytes before the
- * offset, so a state of a file changed since is refused (SL_ECORRUPT naming
- * it).
+ * holds the file's identity (sl__state_put_file_ids: device, inode, size,
+ * mtime; as mapped, or as fstat says at the save in buffer mode) and a
+ * CRC32C of the (up to) 256 bytes before the offset, so a state of a file
+ * changed since is refused (SL_ECORRUPT naming it).
  */
 #include "core/crc32c.h"
 #include "io/parser_plugin.h"
@@ -47,6 +48,7 @@ typedef struct text_state {
   char *ctx; /* "text: PATH", the start of every message */
   bool use_mmap;
   int fd;
+  sl__file_id id; /* mmap mode: the file as mapped */
   /* mmap mode: the mapping (NULL for an empty file) and the next offset */
   sl_buffer *map;
   const char *base;
@@ -240,25 +242,28 @@ static int text_tail_crc(const text_state *s, uint64_t off, uint32_t *crc) {
   return SL_OK;
 }
 
-static int text_size(const text_state *s, uint64_t *size) {
+/* The file's identity: as mapped, or (buffer mode) as it is now. */
+static int text_id(const text_state *s, sl__file_id *id) {
   if (s->use_mmap) {
-    *size = s->size;
+    *id = s->id;
     return SL_OK;
   }
   struct stat st;
   SL_RETURN_ERROR_IF(fstat(s->fd, &st) != 0, SL_EIO, "%s: cannot stat: %s",
                      s->ctx, strerror(errno));
-  *size = (uint64_t)st.st_size;
+  *id = sl__file_id_of(&st);
   return SL_OK;
 }
 
-/* Record: file size, offset, line number, CRC of the bytes before. */
+/* Record: the file's identity, offset, line number, CRC of the bytes
+ * before. */
 static int text_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                      sl__state_out *w) {
   (void)r;
   (void)pass;
   text_state *s = st;
-  uint64_t off, line, size;
+  uint64_t off, line;
+  sl__file_id id;
   uint32_t crc;
   SL_RETURN_ERROR_IF(!sl__state_log_find(&s->off_log, k, &off) ||
                          !sl__state_log_find(&s->line_log, k, &line),
@@ -266,38 +271,44 @@ static int text_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                      "save: %s: position %llu is more than %d samples behind "
                      "the reader",
                      s->ctx, (unsigned long long)k, SL__STATE_LOG);
-  SL_FORWARD_IF_ERROR(text_size(s, &size));
+  SL_FORWARD_IF_ERROR(text_id(s, &id));
   SL_FORWARD_IF_ERROR(text_tail_crc(s, off, &crc));
-  SL_FORWARD_IF_ERROR(sl__state_put_u64(w, size));
+  SL_FORWARD_IF_ERROR(sl__state_put_file_ids(w, &id, 1));
   SL_FORWARD_IF_ERROR(sl__state_put_u64(w, off));
   SL_FORWARD_IF_ERROR(sl__state_put_u64(w, line));
   return sl__state_put_u64(w, crc);
 }
 
-/* Reads the record, checking it against the file: *off and *line. */
-static int text_record(const text_state *s, sl__state_in *in, uint64_t *off,
-                       uint64_t *line) {
-  uint64_t size, crc, now;
+/* Reads the record, checking it against the file: *off and *line, and
+ * position k at most one sample a line and one line a byte. */
+static int text_record(const text_state *s, uint64_t k, sl__state_in *in,
+                       uint64_t *off, uint64_t *line) {
+  uint64_t crc;
+  sl__file_id now;
   uint32_t c = 0;
-  SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &size));
+  SL_FORWARD_IF_ERROR(text_id(s, &now));
+  SL_FORWARD_IF_ERROR(sl__state_check_file_id(in, "text", s->path, &now));
   SL_FORWARD_IF_ERROR(sl__state_get_u64(in, off));
   SL_FORWARD_IF_ERROR(sl__state_get_u64(in, line));
   SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &crc));
-  SL_FORWARD_IF_ERROR(text_size(s, &now));
-  if (now == size && *off <= size)
-    SL_FORWARD_IF_ERROR(text_tail_crc(s, *off, &c));
-  SL_RETURN_ERROR_IF(now != size || *off > size || c != crc, SL_ECORRUPT,
+  SL_RETURN_ERROR_IF(*off > now.size || *line > *off + 1 || k > *line,
+                     SL_ECORRUPT,
+                     "restore: corrupt state: %s: sample %llu, line %llu at "
+                     "offset %llu of %llu bytes",
+                     s->ctx, (unsigned long long)k, (unsigned long long)*line,
+                     (unsigned long long)*off, (unsigned long long)now.size);
+  SL_FORWARD_IF_ERROR(text_tail_crc(s, *off, &c));
+  SL_RETURN_ERROR_IF(c != crc, SL_ECORRUPT,
                      "restore: %s: the file changed since the state was saved "
-                     "(%llu bytes then, %llu now%s)",
-                     s->ctx, (unsigned long long)size, (unsigned long long)now,
-                     now == size ? ", other contents" : "");
+                     "(other contents before offset %llu)",
+                     s->ctx, (unsigned long long)*off);
   return SL_OK;
 }
 
 static int text_check(const sl_reader *r, void *st, sl__state_in *in) {
   (void)r;
   uint64_t off, line;
-  return text_record(st, in, &off, &line);
+  return text_record(st, sl__state_position(in), in, &off, &line);
 }
 
 static int text_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
@@ -306,7 +317,7 @@ static int text_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
   (void)pass;
   text_state *s = st;
   uint64_t off, line;
-  SL_FORWARD_IF_ERROR(text_record(s, in, &off, &line));
+  SL_FORWARD_IF_ERROR(text_record(s, k, in, &off, &line));
   SL_FORWARD_IF_ERROR(text_reset(s));
   if (s->use_mmap) {
     s->pos = (size_t)off;
@@ -396,6 +407,7 @@ static int open_state(text_state *s, const char *path, const char *parser,
   SL_RETURN_ERROR_IF(fstat(s->fd, &st) != 0, SL_EIO, "%s: cannot stat: %s",
                      s->ctx, strerror(errno));
   SL_RETURN_ERROR_IF(S_ISDIR(st.st_mode), SL_EIO, "%s: is a directory", s->ctx);
+  s->id = sl__file_id_of(&st);
   if (s->use_mmap) {
     SL_FORWARD_IF_ERROR(map_file(s, &st));
     /* The mapping holds the file's pages; the descriptor is not needed. */

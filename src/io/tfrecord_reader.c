@@ -23,8 +23,9 @@
  * (inflated) stream, from a log of each output's offset (sl__state_log);
  * further behind than the log, the restore walks the record headers from
  * the start; a GZIP stream is inflated again from its start up to that
- * offset.  The record holds the file's size (a GZIP file's compressed
- * size).
+ * offset.  The record holds the file's identity (sl__state_put_file_ids:
+ * device, inode, size, mtime; a URL's validators), checked before any
+ * stage changes.
  */
 #include "io/fmt_map.h"
 #include "io/http.h"
@@ -38,6 +39,7 @@ typedef struct tf_state {
   sl_buffer *bytes;
   sl__source *src; /* a plain file by URL: read by ranges; or NULL */
   sl__gz *gz;       /* a GZIP file: inflated as read; or NULL */
+  sl__file_id id;  /* the file (URL) as opened: what a state checks */
   const unsigned char *p;
   size_t n;
   uint64_t off, rec;
@@ -122,8 +124,27 @@ static int tf_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
   else if (k > s->log_from && k <= s->offs.count &&
            s->offs.count - k < SL__STATE_LOG - 1)
     off = s->offs.up[(k - 1) % SL__STATE_LOG];
-  SL_FORWARD_IF_ERROR(sl__state_put_u64(w, s->n));
+  SL_FORWARD_IF_ERROR(sl__state_put_file_ids(w, &s->id, 1));
   return sl__state_put_u64(w, off);
+}
+
+/* The file unchanged (its identity) and the offset inside its bytes. */
+static int tf_record(const tf_state *s, sl__state_in *in, uint64_t *off) {
+  SL_FORWARD_IF_ERROR(sl__state_check_file_id(in, "tfrecord", s->path, &s->id));
+  SL_FORWARD_IF_ERROR(sl__state_get_u64(in, off));
+  /* A GZIP stream's offsets are in the inflated bytes, whose size is not
+   * known before the end: the restore's skip finds out. */
+  SL_RETURN_ERROR_IF(*off != UINT64_MAX && !s->gz && *off > s->n, SL_ECORRUPT,
+                     "restore: corrupt state: tfrecord %s: offset %llu of "
+                     "%zu bytes",
+                     s->path, (unsigned long long)*off, s->n);
+  return SL_OK;
+}
+
+static int tf_check(const sl_reader *r, void *st, sl__state_in *in) {
+  (void)r;
+  uint64_t off;
+  return tf_record(st, in, &off);
 }
 
 static int tf_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
@@ -131,17 +152,12 @@ static int tf_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
   (void)r;
   (void)pass;
   tf_state *s = st;
-  uint64_t size, off;
-  SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &size));
-  SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &off));
-  /* A GZIP stream's offsets are in the inflated bytes, whose size is not
-   * known before the end: the skip below finds out. */
-  SL_RETURN_ERROR_IF(size != s->n ||
-                         (off != UINT64_MAX && !s->gz && off > s->n),
-                     SL_ECORRUPT,
-                     "restore: tfrecord %s: the file changed since the state "
-                     "was saved (%llu bytes then, %zu now)",
-                     s->path, (unsigned long long)size, s->n);
+  uint64_t off;
+  SL_FORWARD_IF_ERROR(tf_record(s, in, &off));
+  SL_RETURN_ERROR_IF(!s->gz && k > s->n, SL_ECORRUPT,
+                     "restore: corrupt state: tfrecord %s: record %llu of a "
+                     "%zu-byte file",
+                     s->path, (unsigned long long)k, s->n);
   tf_reset(s);
   if (off == UINT64_MAX) {
     for (uint64_t i = 0; i < k; i++) {
@@ -210,6 +226,7 @@ static int load(tf_state *s, int compression) {
       return rc;
     }
     s->n = (size_t)src->size;
+    s->id = src->id; /* what a saved state checks */
     if (compression == SL_TFRECORD_GZIP ||
         (compression == SL_TFRECORD_AUTO && magic[0] == 0x1f &&
          magic[1] == 0x8b))
@@ -220,7 +237,7 @@ static int load(tf_state *s, int compression) {
     }
     sl__source_close(src);
   }
-  SL_FORWARD_IF_ERROR(sl__map_file("tfrecord", s->path, &s->bytes, NULL));
+  SL_FORWARD_IF_ERROR(sl__map_file("tfrecord", s->path, &s->bytes, &s->id));
   s->p = sl_buffer_data(s->bytes);
   s->n = sl_buffer_size(s->bytes);
   return SL_OK;
@@ -262,5 +279,6 @@ int sl_tfrecord_reader(const char *path, const sl_tfrecord_opts *opts,
   }
   SL_FORWARD_IF_ERROR(sl__reader_make(&tf_vt, s, s->schema, out));
   sl__reader_set_state_ops(*out, &tf_state_ops);
+  sl__reader_set_state_check(*out, tf_check);
   return SL_OK;
 }

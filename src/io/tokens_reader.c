@@ -58,6 +58,7 @@ typedef struct tshard {
   size_t esize;    /* 2 (u16) or 4 (u32) */
   uint64_t ntok;
   uint64_t rounds; /* complete rounds of world x block windows */
+  sl__file_id id;  /* as probed: what a saved state checks */
 } tshard;
 
 typedef struct tokens_state {
@@ -165,6 +166,7 @@ static int probe(const char *path, tshard *s) {
   }
   sl__free(b);
   if (rc < 0) return rc;
+  s->id = sl__file_id_of(&st);
   /* Neither sum can wrap: a .npy's were checked not to (npy.c), an llm.c
    * count is 32 bits. */
   uint64_t want = (uint64_t)s->data_off + s->ntok * s->esize;
@@ -200,11 +202,17 @@ static int map_shard(tokens_state *s, size_t i) {
   struct stat st;
   size_t len = sh->data_off + (size_t)sh->ntok * sh->esize;
   int rc = SL_OK;
+  sl__file_id now = {0};
   if (fstat(fd, &st) != 0 || (uint64_t)st.st_size != len)
     rc = sl_set_error(SL_ECORRUPT,
                       "tokens: %s: the file changed size since it was "
                       "opened (%llu bytes, expected %zu)",
                       sh->path, (unsigned long long)st.st_size, len);
+  else if ((now = sl__file_id_of(&st)), !sl__file_id_equal(&now, &sh->id))
+    rc = sl_set_error(SL_ECORRUPT,
+                      "tokens: %s: the file was replaced or rewritten since "
+                      "it was opened (inode or modification time differs)",
+                      sh->path);
   void *m = MAP_FAILED;
   if (rc == SL_OK) {
     m = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
@@ -402,12 +410,48 @@ static int tokens_length(const sl_reader *r, void *st, uint64_t *n) {
   return SL_OK;
 }
 
-/* The position (pass, k) is all: the order is a function of (seed, pass). */
+/* The record: the shards' identities (sl__state_put_file_ids); with them
+ * the position (pass, k) is all: the order is a function of (seed, pass). */
+static int tokens_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
+                       sl__state_out *w) {
+  (void)r;
+  (void)pass;
+  (void)k;
+  const tokens_state *s = st;
+  sl__file_id *ids = sl__malloc((s->n ? s->n : 1) * sizeof *ids);
+  SL_RETURN_ERROR_IF(!ids, SL_ENOMEM, "save: tokens: out of memory");
+  for (size_t i = 0; i < s->n; i++)
+    ids[i] = s->shards[i].id;
+  int rc = sl__state_put_file_ids(w, ids, s->n);
+  sl__free(ids);
+  return rc;
+}
+
+/* The shards now against the record: SL_ECORRUPT naming a changed one. */
+static int tokens_check(const sl_reader *r, void *st, sl__state_in *in) {
+  (void)r;
+  const tokens_state *s = st;
+  const char **paths = sl__malloc((s->n ? s->n : 1) * sizeof *paths);
+  sl__file_id *ids = sl__malloc((s->n ? s->n : 1) * sizeof *ids);
+  int rc = SL_OK;
+  if (!paths || !ids) {
+    rc = sl_set_error(SL_ENOMEM, "restore: tokens: out of memory");
+  } else {
+    for (size_t i = 0; i < s->n; i++) {
+      paths[i] = s->shards[i].path;
+      ids[i] = s->shards[i].id;
+    }
+    rc = sl__state_check_file_ids(in, "tokens", paths, ids, s->n);
+  }
+  sl__free(paths);
+  sl__free(ids);
+  return rc;
+}
+
 static int tokens_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                           sl__state_in *in) {
-  (void)r;
-  (void)in;
   tokens_state *s = st;
+  SL_FORWARD_IF_ERROR(tokens_check(r, st, in));
   SL_RETURN_ERROR_IF(k > s->total / s->per, SL_ECORRUPT,
                      "restore: tokens: position %llu is past the end of the "
                      "pass (%llu windows)",
@@ -437,8 +481,8 @@ static void tokens_identity(const sl_reader *r, void *st, char *buf,
            (unsigned long long)s->block, s->batch);
 }
 
-static const sl__state_ops tokens_state_ops = {sl__state_save_position,
-                                               tokens_restore, tokens_identity};
+static const sl__state_ops tokens_state_ops = {tokens_save, tokens_restore,
+                                               tokens_identity};
 
 static const sl_reader_vtable tokens_vt = {"tokens", tokens_next, tokens_reset,
                                            tokens_destroy};
@@ -530,5 +574,6 @@ int sl_tokens_reader(const char *const *paths, size_t n,
   if (rc < 0) return rc;
   sl__reader_set_length(*out, tokens_length);
   sl__reader_set_state_ops(*out, &tokens_state_ops);
+  sl__reader_set_state_check(*out, tokens_check);
   return SL_OK;
 }

@@ -7,7 +7,9 @@
  * member header.  Each output notes the offset after it (sl__state_log), so
  * a save a little behind the reader seeks there; further behind, the
  * restore walks the headers from the start (no member data is touched).
- * The record holds the shard's size.
+ * The record holds the shard's identity (sl__state_put_file_ids: device,
+ * inode, size, mtime; a URL's validators), checked before any stage
+ * changes.
  *
  * Length: a local shard's samples, counted once by walking its headers
  * with a handle of its own; a URL's is not known.
@@ -60,8 +62,27 @@ static int wds_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
   else if (k > s->log_from && k <= s->offs.count &&
            s->offs.count - k < SL__STATE_LOG - 1)
     off = s->offs.up[(k - 1) % SL__STATE_LOG];
-  SL_FORWARD_IF_ERROR(sl__state_put_u64(w, s->sh->size));
+  SL_FORWARD_IF_ERROR(sl__state_put_file_ids(w, &s->sh->id, 1));
   return sl__state_put_u64(w, off);
+}
+
+/* The shard unchanged and the offset inside it. */
+static int wds_record(const wds_state *s, sl__state_in *in, uint64_t *off) {
+  SL_FORWARD_IF_ERROR(
+      sl__state_check_file_id(in, "wds", s->sh->path, &s->sh->id));
+  SL_FORWARD_IF_ERROR(sl__state_get_u64(in, off));
+  SL_RETURN_ERROR_IF(*off != UINT64_MAX && *off > s->sh->size, SL_ECORRUPT,
+                     "restore: corrupt state: wds %s: offset %llu of %llu "
+                     "bytes",
+                     s->sh->path, (unsigned long long)*off,
+                     (unsigned long long)s->sh->size);
+  return SL_OK;
+}
+
+static int wds_check(const sl_reader *r, void *st, sl__state_in *in) {
+  (void)r;
+  uint64_t off;
+  return wds_record(st, in, &off);
 }
 
 static int wds_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
@@ -69,15 +90,14 @@ static int wds_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
   (void)r;
   (void)pass;
   wds_state *s = st;
-  uint64_t size, off;
-  SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &size));
-  SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &off));
-  uint64_t have = s->sh->size;
-  SL_RETURN_ERROR_IF(
-      size != have || (off != UINT64_MAX && off > have), SL_ECORRUPT,
-      "restore: wds %s: the shard changed since the state was "
-      "saved (%llu bytes then, %llu now)",
-      s->sh->path, (unsigned long long)size, (unsigned long long)have);
+  uint64_t off;
+  SL_FORWARD_IF_ERROR(wds_record(s, in, &off));
+  /* a sample takes at least one 512-byte header */
+  SL_RETURN_ERROR_IF(k > s->sh->size / 512, SL_ECORRUPT,
+                     "restore: corrupt state: wds %s: sample %llu of a "
+                     "%llu-byte shard",
+                     s->sh->path, (unsigned long long)k,
+                     (unsigned long long)s->sh->size);
   wds_reset(s);
   if (off == UINT64_MAX) {
     s->sh->headers_only = true; /* a URL's walk reads headers alone */
@@ -156,6 +176,7 @@ int sl_wds_reader(const char *path, sl_reader **out) {
   sl__wds_shard_seek(s->sh, 0, 0);
   SL_FORWARD_IF_ERROR(sl__reader_make(&wds_vt, s, s->lay->schema, out));
   sl__reader_set_state_ops(*out, &wds_state_ops);
+  sl__reader_set_state_check(*out, wds_check);
   sl__reader_set_length(*out, wds_length);
   return SL_OK;
 }

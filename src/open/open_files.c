@@ -663,7 +663,8 @@ static const sl_reader_vtable of_vt = {"open_files", of_next, of_reset,
  * that replays (a shuffle, a cache), it is refused.
  *
  * Record: nfiles, the files' fingerprints (CRC32C of each index and its
- * record count: one per file up to FP_EACH files, else one for all), the
+ * record count: one per file up to FP_EACH files, else one for all), their
+ * identities as construction read them (sl__state_put_file_ids), the
  * explicit segments of an elastic restore's epoch (count, pairs), then the
  * ordered (g, m, skipped units) or unordered (done set, partial units and
  * their m)
@@ -723,11 +724,19 @@ static int put_common(const of_state *o, sl__state_out *w) {
   } else {
     SL_FORWARD_IF_ERROR(sl__state_put_u64(w, all_fp(o)));
   }
+  SL_FORWARD_IF_ERROR(sl__state_put_file_ids(w, o->ids, o->nfiles));
   /* 0: the rank's share; n + 1: n explicit segments */
   SL_FORWARD_IF_ERROR(sl__state_put_u64(w, o->segs ? o->nsegs + 1 : 0));
   for (size_t i = 0; o->segs && i < 2 * o->nsegs; i++)
     SL_FORWARD_IF_ERROR(sl__state_put_u64(w, o->segs[i]));
   return SL_OK;
+}
+
+/* The files' identities in a record against construction's. */
+static int check_ids(const of_state *o, sl__state_in *in) {
+  return sl__state_check_file_ids(in, "open_files",
+                                  (const char *const *)o->paths, o->ids,
+                                  o->nfiles);
 }
 
 /* Checks the files' fingerprints in a record against this reader's. */
@@ -744,7 +753,7 @@ static int check_files(const of_state *o, sl__state_in *in) {
                        "restore: open_files: one of the %zu files (%s .. %s) "
                        "changed since the state was saved",
                        o->nfiles, o->paths[0], o->paths[o->nfiles - 1]);
-    return SL_OK;
+    return check_ids(o, in);
   }
   for (size_t f = 0; f < o->nfiles; f++) {
     SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &v));
@@ -757,7 +766,7 @@ static int check_files(const of_state *o, sl__state_in *in) {
                        (unsigned long long)(o->fp[f] >> 32),
                        (unsigned long long)(o->fp[f] & 0xffffffffu));
   }
-  return SL_OK;
+  return check_ids(o, in);
 }
 
 /* Reads the segments of a record into *segs (heap; NULL: the share). */

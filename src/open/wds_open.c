@@ -38,8 +38,12 @@
  * output k - 1's).  A ring of the workers of the last SL__STATE_LOG outputs
  * turns the counts now into the counts at k; a restore restarts each worker
  * skipping its count (walking tar headers only).  A save further behind
- * than the ring replays the pass.  The record holds T, the shard count and
- * their total size, so a state of other shards or threads is refused.
+ * than the ring replays the pass.  The record holds T, the shard count,
+ * their total size and the identities of the local shards as construction
+ * found them (sl__state_put_file_ids), so a state of other shards or
+ * threads, or of shards changed since, is refused; a worker also refuses a
+ * local shard that changed since construction (SL_ECORRUPT naming it).
+ * URL shards are identified when a worker opens them, not in the state.
  *
  * Threads and ownership: workers own their shard handles; counts, turn,
  * done, ring, pass are the consumer's; the layout and file list are
@@ -84,6 +88,7 @@ typedef struct wds_worker {
 struct wds_open {
   char **paths;
   uint64_t *sizes;
+  sl__file_id *ids; /* local shards: as construction found them */
   size_t nfiles;
   uint64_t total;
   sl__wds_layout *lay;
@@ -181,6 +186,15 @@ static int worker_shard(wds_worker *w, const wds_piece *pc, uint64_t *skip) {
   wds_open *o = w->o;
   sl__wds_shard *sh;
   SL_FORWARD_IF_ERROR(sl__wds_shard_open(o->paths[pc->shard], &sh));
+  if (!sl__is_url(o->paths[pc->shard]) &&
+      !sl__file_id_equal(&sh->id, &o->ids[pc->shard])) {
+    sl__wds_shard_close(sh);
+    return sl_set_error(SL_ECORRUPT,
+                        "wds: %s: the shard changed since it was opened "
+                        "(replaced or rewritten: its inode, size or "
+                        "modification time differs)",
+                        o->paths[pc->shard]);
+  }
   int rc = SL_OK;
   uint64_t pos = 0,
            end = pc->count == UINT64_MAX ? UINT64_MAX : pc->from + pc->count;
@@ -317,6 +331,7 @@ static void wo_destroy(void *st) {
     sl__free(o->paths ? o->paths[i] : NULL);
   sl__free(o->paths);
   sl__free(o->sizes);
+  sl__free(o->ids);
   sl__free(o->order);
   sl__free(o->pieces);
   sl__free(o->nsamples);
@@ -327,7 +342,27 @@ static void wo_destroy(void *st) {
   sl__free(o);
 }
 
-/* Record: T, files, total size, then (replay flag, turn, counts[T]). */
+/* The local shards' names and identities (heap arrays, *n of them). */
+static int local_ids(const wds_open *o, const char ***paths, sl__file_id **ids,
+                     size_t *n) {
+  *n = 0;
+  *paths = sl__malloc((o->nfiles ? o->nfiles : 1) * sizeof **paths);
+  *ids = sl__malloc((o->nfiles ? o->nfiles : 1) * sizeof **ids);
+  if (!*paths || !*ids) {
+    sl__free(*paths);
+    sl__free(*ids);
+    return sl_set_error(SL_ENOMEM, "wds: out of memory");
+  }
+  for (size_t i = 0; i < o->nfiles; i++)
+    if (!sl__is_url(o->paths[i])) {
+      (*paths)[*n] = o->paths[i];
+      (*ids)[(*n)++] = o->ids[i];
+    }
+  return SL_OK;
+}
+
+/* Record: T, files, total size, the local shards' identities, then (replay
+ * flag, turn, counts[T]). */
 static int wo_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                    sl__state_out *w) {
   (void)r;
@@ -336,6 +371,14 @@ static int wo_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
   SL_FORWARD_IF_ERROR(sl__state_put_u64(w, o->T));
   SL_FORWARD_IF_ERROR(sl__state_put_u64(w, o->nfiles));
   SL_FORWARD_IF_ERROR(sl__state_put_u64(w, o->total));
+  const char **paths;
+  sl__file_id *ids;
+  size_t n;
+  SL_FORWARD_IF_ERROR(local_ids(o, &paths, &ids, &n));
+  int rc = sl__state_put_file_ids(w, ids, n);
+  sl__free(paths);
+  sl__free(ids);
+  SL_FORWARD_IF_ERROR(rc);
   bool known =
       k <= o->out && k >= o->ring_from && o->out - k < SL__STATE_LOG - 1;
   SL_FORWARD_IF_ERROR(sl__state_put_u64(w, known ? 0 : 1));
@@ -357,15 +400,13 @@ static int wo_replay_next(void *st, sl_sample **out) {
   return wo_next(st, out);
 }
 
-static int wo_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
-                      sl__state_in *in) {
-  (void)r;
-  wds_open *o = st;
-  uint64_t T, n, total, replay;
+/* Reads the record up to the replay flag: the same shards and threads,
+ * unchanged. */
+static int wo_record(const wds_open *o, sl__state_in *in, uint64_t *replay) {
+  uint64_t T, n, total;
   SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &T));
   SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &n));
   SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &total));
-  SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &replay));
   SL_RETURN_ERROR_IF(
       T != o->T || n != o->nfiles || total != o->total, SL_ECORRUPT,
       "restore: wds: the state is of %llu shards (%llu bytes) "
@@ -373,6 +414,29 @@ static int wo_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
       "and %u",
       (unsigned long long)n, (unsigned long long)total, (unsigned long long)T,
       o->nfiles, (unsigned long long)o->total, o->T);
+  const char **paths;
+  sl__file_id *ids;
+  size_t nl;
+  SL_FORWARD_IF_ERROR(local_ids(o, &paths, &ids, &nl));
+  int rc = sl__state_check_file_ids(in, "wds", paths, ids, nl);
+  sl__free(paths);
+  sl__free(ids);
+  SL_FORWARD_IF_ERROR(rc);
+  return sl__state_get_u64(in, replay);
+}
+
+static int wo_check(const sl_reader *r, void *st, sl__state_in *in) {
+  (void)r;
+  uint64_t replay;
+  return wo_record(st, in, &replay);
+}
+
+static int wo_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
+                      sl__state_in *in) {
+  (void)r;
+  wds_open *o = st;
+  uint64_t replay;
+  SL_FORWARD_IF_ERROR(wo_record(o, in, &replay));
   stop_workers(o);
   clear_pass(o);
   o->pass = pass;
@@ -466,7 +530,8 @@ static int expand_names(const char *const *names, size_t n, wds_open *o) {
                      MAX_NAMES);
   o->paths = sl__calloc(nf, sizeof *o->paths);
   o->sizes = sl__calloc(nf, sizeof *o->sizes);
-  rc = o->paths && o->sizes ? SL_OK
+  o->ids = sl__calloc(nf ? nf : 1, sizeof *o->ids);
+  rc = o->paths && o->sizes && o->ids ? SL_OK
                             : sl_set_error(SL_ENOMEM, "wds: out of memory");
   for (size_t i = 0; i < nf && rc == SL_OK; i++) {
     if (strcmp(files[i].tag, "wds") != 0)
@@ -542,8 +607,10 @@ static int survey(wds_open *o, const char *fields, int missing) {
       o->sizes[i] = 0;
     else if (stat(o->paths[i], &st) != 0)
       rc = sl_set_error(SL_EIO, "wds: %s: %s", o->paths[i], strerror(errno));
-    else
+    else {
       o->total += o->sizes[i] = (uint64_t)st.st_size;
+      o->ids[i] = sl__file_id_of(&st);
+    }
   }
   return rc;
 }
@@ -604,6 +671,7 @@ int sl_wds_open(const char *const *names, size_t n, const sl_wds_opts *opts,
   }
   SL_FORWARD_IF_ERROR(sl__reader_make(&wo_vt, o, o->lay->schema, out));
   sl__reader_set_state_ops(*out, &wo_state_ops);
+  sl__reader_set_state_check(*out, wo_check);
   sl__reader_set_length(*out, wo_length);
   return SL_OK;
 }

@@ -529,11 +529,34 @@ static int batch_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
   return sl__state_save_up(w, b->up, sl__reader_pass(b->up), pos);
 }
 
+/* Upstream at k x size, or inside the last (short) batch: a state whose
+ * batch and upstream positions disagree is refused (also as the state
+ * check, before any stage changes). */
+static int check_position(const batch_state *b, uint64_t k,
+                          const sl__state_in *in) {
+  uint64_t up;
+  SL_FORWARD_IF_ERROR(sl__state_up_position(in, &up));
+  SL_RETURN_ERROR_IF(k > UINT64_MAX / b->n || up > k * b->n ||
+                         (up < k * b->n && up <= (k - 1) * b->n),
+                     SL_ECORRUPT,
+                     "restore: corrupt state: batch (size %zu) at batch %llu "
+                     "but its upstream '%s' at sample %llu",
+                     b->n, (unsigned long long)k, sl_reader_name(b->up),
+                     (unsigned long long)up);
+  return SL_OK;
+}
+
+static int batch_check(const sl_reader *r, void *st, sl__state_in *in) {
+  (void)r;
+  return check_position(st, sl__state_position(in), in);
+}
+
 static int batch_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                          sl__state_in *in) {
   (void)r;
   (void)pass;
   batch_state *b = st;
+  SL_FORWARD_IF_ERROR(check_position(b, k, in));
   release_held(b);
   drop_pending(b);
   SL_FORWARD_IF_ERROR(sl__state_restore_up(in, b->up));
@@ -724,5 +747,6 @@ int sl_batch(sl_reader *up, size_t n, const sl_batch_opts *opts,
       sl__decorator_make(&batch_vt, b, b->out, &b->up, NULL, out));
   sl__reader_set_length(*out, batch_length);
   sl__reader_set_state_ops(*out, &batch_state_ops);
+  sl__reader_set_state_check(*out, batch_check);
   return SL_OK;
 }

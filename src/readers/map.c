@@ -111,7 +111,7 @@ static int map_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                        sl__state_in *in) {
   (void)pass;
   map_state *m = st;
-  SL_FORWARD_IF_ERROR(sl__state_restore_up(in, m->up));
+  SL_FORWARD_IF_ERROR(sl__state_restore_up_at(in, m->up, k));
   (void)r;
   m->index = k;
   return SL_OK;

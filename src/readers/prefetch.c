@@ -269,12 +269,11 @@ static int prefetch_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                             sl__state_in *in) {
   (void)r;
   (void)pass;
-  (void)k;
   prefetch_state *p = st;
   stop_worker(p);
   drop_cache(p);
   sl_channel_reopen(p->ch);
-  SL_FORWARD_IF_ERROR(sl__state_restore_up(in, p->up));
+  SL_FORWARD_IF_ERROR(sl__state_restore_up_at(in, p->up, k));
   return start_worker(p);
 }
 

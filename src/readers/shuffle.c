@@ -314,21 +314,82 @@ static int refill(shuffle_state *s, const replayed *w, bool fetch) {
   return rc;
 }
 
+/* The longest a sample stays in a full window: one stays m draws with
+ * probability (1 - 1/n)^m < e^-(m/n), so a window span of 64 windows is
+ * out of reach of any real pass (e^-64, about 1e-28, per sample), while it
+ * bounds what a restore replays by what its upstream was restored to. */
+#define SPAN_WINDOWS 64
+
+/* Bounds a restored position before anything is replayed: after k outputs
+ * the window has read min(size + k - 1, end) upstream samples (0 at k = 0);
+ * a FETCH state holds exactly that as its upstream's position, a READ
+ * state the window's oldest sample, which is at most k (every sample
+ * before it was drawn) and at most SPAN_WINDOWS windows behind.  A state
+ * that fails this is refused at once (SL_ECORRUPT) rather than replaying
+ * towards a position its upstream cannot have. */
+static int check_position(const shuffle_state *s, uint64_t k, uint64_t end,
+                          bool fetch, uint64_t up) {
+  SL_RETURN_ERROR_IF(end != UINT64_MAX && k > end, SL_ECORRUPT,
+                     "restore: corrupt state: shuffle at sample %llu of a "
+                     "pass whose upstream ended after %llu",
+                     (unsigned long long)k, (unsigned long long)end);
+  uint64_t pulled = 0;
+  if (k > 0)
+    pulled = k > UINT64_MAX - s->size ? UINT64_MAX : k + s->size - 1;
+  pulled = SL_MIN(pulled, end);
+  uint64_t span = s->size > UINT64_MAX / (SPAN_WINDOWS + 1)
+                      ? UINT64_MAX
+                      : (uint64_t)s->size * (SPAN_WINDOWS + 1);
+  bool ok = fetch ? up == pulled : up <= k && pulled - up <= span;
+  SL_RETURN_ERROR_IF(!ok, SL_ECORRUPT,
+                     "restore: corrupt state: shuffle (buffer_size %zu) at "
+                     "sample %llu cannot have its upstream '%s' at %llu "
+                     "(the window has read %llu samples there); the state "
+                     "is not one this pipeline saved",
+                     s->size, (unsigned long long)k, sl_reader_name(s->up),
+                     (unsigned long long)up, (unsigned long long)pulled);
+  return SL_OK;
+}
+
+/* Reads the payload and bounds the position (check_position). */
+static int read_record(const shuffle_state *s, uint64_t k, sl__state_in *in,
+                       uint64_t *end, uint64_t *how, uint64_t *up) {
+  SL_FORWARD_IF_ERROR(sl__state_get_u64(in, end));
+  SL_FORWARD_IF_ERROR(sl__state_get_u64(in, how));
+  SL_RETURN_ERROR_IF(*how != REFILL_READ && *how != REFILL_FETCH, SL_ECORRUPT,
+                     "restore: corrupt state: shuffle refill %llu",
+                     (unsigned long long)*how);
+  SL_FORWARD_IF_ERROR(sl__state_up_position(in, up));
+  return check_position(s, k, *end, *how == REFILL_FETCH, *up);
+}
+
+/* The state check: the same, before any stage of the chain changes. */
+static int shuffle_check(const sl_reader *r, void *st, sl__state_in *in) {
+  (void)r;
+  uint64_t end, how, up;
+  return read_record(st, sl__state_position(in), in, &end, &how, &up);
+}
+
 static int shuffle_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                            sl__state_in *in) {
   (void)r;
   shuffle_state *s = st;
+  uint64_t end, how, up;
+  SL_FORWARD_IF_ERROR(read_record(s, k, in, &end, &how, &up));
   release_window(s);
   s->ahead_ok = false;
   SL_FORWARD_IF_ERROR(sl__state_restore_up(in, s->up));
-  uint64_t end, how;
-  SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &end));
-  SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &how));
-  SL_RETURN_ERROR_IF(how != REFILL_READ && how != REFILL_FETCH, SL_ECORRUPT,
-                     "restore: corrupt state: shuffle refill %llu",
-                     (unsigned long long)how);
   replayed w;
   SL_FORWARD_IF_ERROR(replay(s, pass, k, end, &w));
+  uint64_t want = how == REFILL_FETCH ? w.pulled : oldest(&w);
+  if (up != want) { /* an inconsistency check_position could not see */
+    sl__free(w.slot);
+    return sl_set_error(SL_ECORRUPT,
+                         "restore: corrupt state: shuffle at sample %llu "
+                         "puts its upstream '%s' at %llu, the state at %llu",
+                         (unsigned long long)k, sl_reader_name(s->up),
+                         (unsigned long long)want, (unsigned long long)up);
+  }
   int rc = refill(s, &w, how == REFILL_FETCH);
   if (rc == SL_OK) {
     s->count = w.count;
@@ -373,6 +434,9 @@ int sl_shuffle(sl_reader *up, size_t buffer_size, uint64_t seed,
   sl_schema *schema = sl_schema_retain((sl_schema *)sl_reader_schema(up));
   int rc = sl__decorator_make_1to1(&shuffle_vt, s, schema, &s->up, NULL, out);
   sl_schema_release(schema);
-  if (rc == SL_OK) sl__reader_set_state_ops(*out, &shuffle_state_ops);
+  if (rc == SL_OK) {
+    sl__reader_set_state_ops(*out, &shuffle_state_ops);
+    sl__reader_set_state_check(*out, shuffle_check);
+  }
   return rc;
 }

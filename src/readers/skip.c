@@ -63,13 +63,18 @@ static int skip_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                         sl__state_in *in) {
   (void)r;
   (void)pass;
-  (void)k;
   skip_state *s = st;
-  SL_FORWARD_IF_ERROR(sl__state_restore_up(in, s->up));
-  SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &s->skipped));
-  SL_RETURN_ERROR_IF(s->skipped > s->n, SL_ECORRUPT,
-                     "restore: skip: %llu samples dropped, more than its %llu",
-                     (unsigned long long)s->skipped, (unsigned long long)s->n);
+  uint64_t dropped;
+  SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &dropped));
+  SL_RETURN_ERROR_IF(dropped > s->n || (k > 0 && dropped != s->n) ||
+                         k > UINT64_MAX - dropped,
+                     SL_ECORRUPT,
+                     "restore: skip: %llu samples dropped at position %llu, "
+                     "its n is %llu",
+                     (unsigned long long)dropped, (unsigned long long)k,
+                     (unsigned long long)s->n);
+  SL_FORWARD_IF_ERROR(sl__state_restore_up_at(in, s->up, dropped + k));
+  s->skipped = dropped;
   return SL_OK;
 }
 

@@ -23,6 +23,7 @@
 #include "readers/state.h"
 
 #include "core/crc32c.h"
+#include "io/http.h"
 #include "sync/engine.h"
 
 #include <pthread.h>
@@ -225,8 +226,7 @@ int sl__state_restore_1to1(sl_reader *r, void *state, uint64_t pass, uint64_t k,
                            sl__state_in *in) {
   (void)state;
   (void)pass;
-  (void)k;
-  return sl__state_restore_up(in, sl__reader_up(r, 0));
+  return sl__state_restore_up_at(in, sl__reader_up(r, 0), k);
 }
 
 static size_t record_bytes(const record *rec) {
@@ -461,6 +461,30 @@ static int check(record *rec, sl_reader *r, trail *t) {
                      "restore: stage %d from the top (%s) cannot restore a "
                      "position",
                      t->n, where);
+  /* A position past what one pass of the stage yields (when it knows) is
+   * no position of this pipeline: refused before a replay could run
+   * towards it. */
+  uint64_t len;
+  if (sl_reader_length(r, &len) == SL_OK) {
+    SL_RETURN_ERROR_IF(rec->k > len, SL_ECORRUPT,
+                       "restore: corrupt state: stage %d from the top (%s) "
+                       "is at sample %llu of a pass of %llu; the pipeline is "
+                       "unchanged",
+                       t->n, where, (unsigned long long)rec->k,
+                       (unsigned long long)len);
+  } else {
+    sl_clear_error();
+  }
+  /* A stage that yields its upstream's k-th sample as its own saved that
+   * upstream at its own k: a state that says otherwise was not saved by
+   * this pipeline. */
+  if (ops->save == sl__state_save_1to1 && nups == 1)
+    SL_RETURN_ERROR_IF(rec->kids[0].k != rec->k, SL_ECORRUPT,
+                       "restore: corrupt state: stage %d from the top (%s) "
+                       "is at sample %llu but its upstream at %llu; the "
+                       "pipeline is unchanged",
+                       t->n, where, (unsigned long long)rec->k,
+                       (unsigned long long)rec->kids[0].k);
   sl__state_check_fn check_fn = sl__reader_state_check(r);
   if (check_fn) {
     /* A source's data against its record: SL_ECORRUPT naming the file. */
@@ -519,6 +543,160 @@ int sl__state_restore_up(sl__state_in *in, sl_reader *up) {
                      "order (a bug in the stage)",
                      (int)in->rec->name_len, in->rec->name);
   return restore_record(&in->rec->kids[in->next_kid++]);
+}
+
+uint64_t sl__state_position(const sl__state_in *in) {
+  return in->rec->k;
+}
+
+int sl__state_up_position(const sl__state_in *in, uint64_t *k) {
+  SL_RETURN_ERROR_IF(in->next_kid >= in->rec->nkids, SL_ECORRUPT,
+                     "restore: corrupt state: stage '%.*s' has no upstream "
+                     "record left",
+                     (int)in->rec->name_len, in->rec->name);
+  *k = in->rec->kids[in->next_kid].k;
+  return SL_OK;
+}
+
+int sl__state_restore_up_at(sl__state_in *in, sl_reader *up, uint64_t k) {
+  if (in->next_kid < in->rec->nkids) {
+    const record *kid = &in->rec->kids[in->next_kid];
+    SL_RETURN_ERROR_IF(kid->k != k, SL_ECORRUPT,
+                       "restore: corrupt state: stage '%.*s' is at position "
+                       "%llu, which puts its upstream '%s' at %llu, but the "
+                       "state has that upstream at %llu",
+                       (int)in->rec->name_len, in->rec->name,
+                       (unsigned long long)in->rec->k, sl_reader_name(up),
+                       (unsigned long long)k, (unsigned long long)kid->k);
+  }
+  return sl__state_restore_up(in, up);
+}
+
+/* --- file identity ---------------------------------------------------------
+ */
+
+#define FILE_ID_WORDS 5
+
+static void file_id_words(const sl__file_id *id, uint64_t v[FILE_ID_WORDS]) {
+  v[0] = id->dev;
+  v[1] = id->ino;
+  v[2] = id->size;
+  v[3] = (uint64_t)id->mtime_s;
+  v[4] = (uint64_t)id->mtime_ns;
+}
+
+/* FNV-1a over the identities' words: one hash for a long list. */
+static uint64_t file_ids_fold(const sl__file_id *ids, size_t n) {
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < n; i++) {
+    uint64_t v[FILE_ID_WORDS];
+    file_id_words(&ids[i], v);
+    for (int j = 0; j < FILE_ID_WORDS; j++)
+      for (int b = 0; b < 8; b++)
+        h = (h ^ ((v[j] >> (8 * b)) & 0xff)) * 1099511628211ull;
+  }
+  return h;
+}
+
+int sl__state_put_file_ids(sl__state_out *w, const sl__file_id *ids,
+                           size_t n) {
+  SL_FORWARD_IF_ERROR(sl__state_put_u64(w, n));
+  if (n > SL__STATE_FILE_IDS)
+    return sl__state_put_u64(w, file_ids_fold(ids, n));
+  for (size_t i = 0; i < n; i++) {
+    uint64_t v[FILE_ID_WORDS];
+    file_id_words(&ids[i], v);
+    for (int j = 0; j < FILE_ID_WORDS; j++)
+      SL_FORWARD_IF_ERROR(sl__state_put_u64(w, v[j]));
+  }
+  return SL_OK;
+}
+
+/* What differs between `then` (the state's) and `now`, or NULL when
+ * nothing does and the identity says so; `url`: validators, not inodes. */
+static const char *file_id_change(const sl__file_id *then,
+                                  const sl__file_id *now, bool url, char *buf,
+                                  size_t cap) {
+  if (url) {
+    bool unknown = then->dev == 0 && then->mtime_s <= 0;
+    if (then->ino != now->ino)
+      snprintf(buf, cap, "it is another URL");
+    else if (then->dev != now->dev)
+      snprintf(buf, cap, "its ETag differs%s",
+               !then->dev ? " (none then)" : !now->dev ? " (none now)" : "");
+    else if (then->size != now->size)
+      snprintf(buf, cap, "its size (%llu bytes then, %llu now)",
+               (unsigned long long)then->size, (unsigned long long)now->size);
+    else if (then->mtime_s != now->mtime_s)
+      snprintf(buf, cap, "its Last-Modified (%lld then, %lld now)",
+               (long long)then->mtime_s, (long long)now->mtime_s);
+    else if (unknown)
+      snprintf(buf, cap,
+               "the server sends neither an ETag nor a Last-Modified, so a "
+               "change cannot be ruled out");
+    else
+      return NULL;
+    return buf;
+  }
+  if (then->dev != now->dev || then->ino != now->ino)
+    snprintf(buf, cap,
+             "it is another file (device %llu inode %llu then, device %llu "
+             "inode %llu now: replaced, or a copy)",
+             (unsigned long long)then->dev, (unsigned long long)then->ino,
+             (unsigned long long)now->dev, (unsigned long long)now->ino);
+  else if (then->size != now->size)
+    snprintf(buf, cap, "its size (%llu bytes then, %llu now)",
+             (unsigned long long)then->size, (unsigned long long)now->size);
+  else if (then->mtime_s != now->mtime_s || then->mtime_ns != now->mtime_ns)
+    snprintf(buf, cap,
+             "its modification time (%lld.%09lld then, %lld.%09lld now: "
+             "rewritten)",
+             (long long)then->mtime_s, (long long)then->mtime_ns,
+             (long long)now->mtime_s, (long long)now->mtime_ns);
+  else
+    return NULL;
+  return buf;
+}
+
+int sl__state_check_file_ids(sl__state_in *in, const char *stage,
+                             const char *const *paths, const sl__file_id *ids,
+                             size_t n) {
+  uint64_t m;
+  SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &m));
+  SL_RETURN_ERROR_IF(m != n, SL_ECORRUPT,
+                     "restore: %s %s: the state was saved over %llu files, "
+                     "this reader reads %zu",
+                     stage, n ? paths[0] : "(no file)", (unsigned long long)m,
+                     n);
+  if (n > SL__STATE_FILE_IDS) {
+    uint64_t h;
+    SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &h));
+    SL_RETURN_ERROR_IF(h != file_ids_fold(ids, n), SL_ECORRUPT,
+                       "restore: %s: one of its %zu files (%s ... %s) "
+                       "changed since the state was saved (replaced, "
+                       "rewritten or resized)",
+                       stage, n, paths[0], paths[n - 1]);
+    return SL_OK;
+  }
+  for (size_t i = 0; i < n; i++) {
+    uint64_t v[FILE_ID_WORDS];
+    for (int j = 0; j < FILE_ID_WORDS; j++)
+      SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &v[j]));
+    sl__file_id then = {v[0], v[1], v[2], (int64_t)v[3], (int64_t)v[4]};
+    char what[256];
+    const char *change =
+        file_id_change(&then, &ids[i], sl__is_url(paths[i]), what, sizeof what);
+    SL_RETURN_ERROR_IF(change, SL_ECORRUPT,
+                       "restore: %s %s: the file changed since the state was "
+                       "saved: %s",
+                       stage, paths[i], change);
+  }
+  return SL_OK;
+}
+
+int sl__state_check_file_id(sl__state_in *in, const char *stage,
+                            const char *path, const sl__file_id *id) {
+  return sl__state_check_file_ids(in, stage, &path, id, 1);
 }
 
 int sl__state_replay(sl__state_next_fn next, void *st, uint64_t n,

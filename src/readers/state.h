@@ -49,6 +49,7 @@
 #ifndef SLUICE_READERS_STATE_H
 #define SLUICE_READERS_STATE_H
 
+#include "io/source.h"
 #include "readers/reader_impl.h"
 
 #include <pthread.h>
@@ -115,6 +116,46 @@ int sl__state_get_u64(sl__state_in *in, uint64_t *v);
 int sl__state_get_bytes(sl__state_in *in, const void **data, size_t n);
 /* Restores the next upstream record into `up`. */
 int sl__state_restore_up(sl__state_in *in, sl_reader *up);
+/* Restores the next upstream record into `up`, after checking that the
+ * record puts `up` at position k of its pass: the position the stage
+ * derives from its own (a 1:1 stage: its k; a batch: k x size), so that a
+ * state whose stages disagree (a tampered position that still passes the
+ * checksum) is refused, SL_ECORRUPT naming the stage, before `up` moves. */
+int sl__state_restore_up_at(sl__state_in *in, sl_reader *up, uint64_t k);
+/* The position (k) the next upstream record holds, to bound a stage's own
+ * position by it before any replay: SL_OK, or SL_ECORRUPT when there is no
+ * next upstream record. */
+int sl__state_up_position(const sl__state_in *in, uint64_t *k);
+/* The position (k) of the record being read: for a state check, which is
+ * not handed it (a stage may set a check to bound its position against
+ * its upstream's before any stage changes). */
+uint64_t sl__state_position(const sl__state_in *in);
+
+/* --- file identity -----------------------------------------------------------
+ * The one way a source's record carries the files it reads, so that a
+ * state is refused when a file changed since the save (docs/RESUME.md,
+ * "What is refused").  An identity is io/source.h's sl__file_id: a file's
+ * device, inode, size and modification time (ns) as the reader opened it;
+ * for a URL what source_http.c makes of the response at open (a hash of
+ * the ETag, a hash of the URL, the size, Last-Modified).  The save op
+ * writes the list with sl__state_put_file_ids; the source's state check
+ * (sl__reader_set_state_check: before any stage changes) and its restore
+ * read it back with sl__state_check_file_ids, which compares it with the
+ * identities the reader has now and returns SL_ECORRUPT naming the file
+ * and what changed ("its modification time", "another file (inode)",
+ * "its ETag"...).  A URL whose server sent neither an ETag nor a
+ * Last-Modified cannot be told unchanged: refused too.  Up to
+ * SL__STATE_FILE_IDS files are kept one by one; more are folded into one
+ * hash (a change then names "one of the N files"). */
+#define SL__STATE_FILE_IDS 16
+/* One file: sl__state_check_file_ids over {path} and {*id}. */
+int sl__state_check_file_id(sl__state_in *in, const char *stage,
+                            const char *path, const sl__file_id *id);
+int sl__state_put_file_ids(sl__state_out *w, const sl__file_id *ids, size_t n);
+/* paths[i] names ids[i] in messages; `stage` is the source ("csv"). */
+int sl__state_check_file_ids(sl__state_in *in, const char *stage,
+                             const char *const *paths, const sl__file_id *ids,
+                             size_t n);
 
 /* For stages whose restore is "restore the upstream, then pull and drop
  * until position k": the generic replay (drops `n` samples of `r`'s

@@ -49,7 +49,7 @@ static int take_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
   (void)r;
   (void)pass;
   take_state *t = st;
-  SL_FORWARD_IF_ERROR(sl__state_restore_up(in, t->up));
+  SL_FORWARD_IF_ERROR(sl__state_restore_up_at(in, t->up, k));
   SL_RETURN_ERROR_IF(k > t->n, SL_ECORRUPT,
                      "restore: take: position %llu is past its %llu samples",
                      (unsigned long long)k, (unsigned long long)t->n);
