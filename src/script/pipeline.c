@@ -5,9 +5,10 @@
  *
  * Opening.  A fresh lua_State private to the pipeline (luaL_newstate, the
  * standard libraries; package.path/cpath are LuaJIT's - LUA_PATH/LUA_CPATH
- * from the environment when set - and, for a variable that is not set, the
- * Lua folders of the prefix libsluice itself was loaded from come first:
- * see add_install_paths).  The global `arg` is the script name at 0 and the
+ * from the environment when set - and sluice's own Lua folders (the build
+ * tree's, or those of the prefix libsluice was loaded from) come first when
+ * LUA_PATH is not set, last when it is set but cannot find sluice: see
+ * lua_path.c).  The global `arg` is the script name at 0 and the
  * arguments at 1..n; the chunk is called with the arguments as `...`.  The
  * script runs under sl__lua_pcall, so a runtime error carries the Lua
  * message and a traceback naming the script's line.  Everything that
@@ -30,11 +31,11 @@
  */
 #include "core/internal.h"
 #include "script/lua_host.h"
+#include "script/lua_internal.h"
 
 #include <lauxlib.h>
 #include <lualib.h>
 
-#include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -89,44 +90,12 @@ static int load_error(lua_State *L, int st, const char *name) {
   return code;
 }
 
-/* Prepends "<libdir>/<pat>;..." to package.<field> (libdir: the folder of
- * the libsluice that holds this code), unless the user set `env`: so a
- * trainer linked against an installed libsluice finds the sluice Lua
- * modules of the same prefix (share/lua/5.1) without any LUA_PATH.  Only
- * package.path: sluice has no Lua C module (the facade reaches this very
- * libsluice through the FFI, as ffi.C). */
-static void add_install_paths(lua_State *L, const char *env, const char *field,
-                              const char *const *pats, int npats) {
-  if (getenv(env)) return;
-  Dl_info info;
-  if (!dladdr((void *)sl_version, &info) || !info.dli_fname) return;
-  const char *slash = strrchr(info.dli_fname, '/');
-  if (!slash) return;
-  int dirlen = (int)(slash - info.dli_fname);
-  char buf[8192];
-  size_t n = 0;
-  for (int i = 0; i < npats && n < sizeof buf; i++) {
-    /* Each pattern holds one %.*s for the library's folder. */
-    int k = snprintf(buf + n, sizeof buf - n, pats[i], dirlen, info.dli_fname);
-    if (k < 0 || (size_t)k >= sizeof buf - n - 1) return; /* absurd path */
-    n += (size_t)k;
-    buf[n++] = ';';
-    buf[n] = '\0';
-  }
-  lua_getfield(L, LUA_GLOBALSINDEX, "package");
-  lua_getfield(L, -1, field);
-  lua_pushfstring(L, "%s%s", buf,
-                  lua_tostring(L, -1) ? lua_tostring(L, -1) : "");
-  lua_setfield(L, -3, field);
-  lua_pop(L, 2);
-}
-
 static int open_cp(lua_State *L) {
   open_ctx *c = lua_touserdata(L, 1);
   luaL_openlibs(L);
-  static const char *const lpath[] = {"%.*s/../share/lua/5.1/?.lua",
-                                      "%.*s/../share/lua/5.1/?/init.lua"};
-  add_install_paths(L, "LUA_PATH", "path", lpath, 2);
+  /* sluice's own Lua folders: first unless the user set LUA_PATH, then only
+   * when that path cannot find sluice (lua_path.c). */
+  sl__lua_add_own_path(L, getenv("LUA_PATH") == NULL);
 
   lua_createtable(L, c->argc, 1);
   lua_pushstring(L, c->name);
