@@ -90,6 +90,66 @@ static int load_error(lua_State *L, int st, const char *name) {
   return code;
 }
 
+/* Called with the script's chunk: its short source name and the lines of
+ * its tail calls ("3" or "3/5"), or nothing when LuaJIT's jit.util cannot
+ * be loaded.  Bytecode only: nothing of the script runs again. */
+static const char TAIL_LINES_SRC[] =
+    "local f = ...\n"
+    "local okj, ju = pcall(require, 'jit.util')\n"
+    "local okv, vmdef = pcall(require, 'jit.vmdef')\n"
+    "if not (okj and okv) then return end\n"
+    "local lines, seen, pc = {}, {}, 1\n"
+    "while true do\n"
+    "  local ins = ju.funcbc(f, pc)\n"
+    "  if not ins then break end\n"
+    "  local op = ins % 256\n"
+    "  local name = vmdef.bcnames:sub(op * 6 + 1, op * 6 + 6)\n"
+    "  if name == 'CALLT ' or name == 'CALLMT' then\n"
+    "    local l = ju.funcinfo(f, pc).currentline\n"
+    "    if l and not seen[l] then seen[l] = true; lines[#lines + 1] = l end\n"
+    "  end\n"
+    "  pc = pc + 1\n"
+    "end\n"
+    "if #lines > 0 then\n"
+    "  return debug.getinfo(f, 'S').short_src, table.concat(lines, '/')\n"
+    "end\n";
+
+/* After the script (its chunk at -1) raised an error: when no frame of the
+ * script is in the message's traceback, the script was left by a tail call
+ * (`return sluice.open_files(...)`: the callee's frame replaces the
+ * script's), and the message gets the script's line(s) that make tail calls
+ * - "pipeline script (X): X:3: <message>" and a traceback line - as
+ * docs/EMBEDDING.md promises for every error raised by the script.  Leaves
+ * the error as it is when it cannot tell. */
+static void name_tail_call(lua_State *L, const char *name) {
+  const char *err = sl_last_error();
+  size_t at = strlen("pipeline script (") + strlen(name) + strlen("): ");
+  if (sl_last_error_code() != SL_ELUA || !strstr(err, "\nstack traceback:") ||
+      strlen(err) < at || strncmp(err + at - 3, "): ", 3) != 0)
+    return;
+  int top = lua_gettop(L);
+  if (luaL_loadbuffer(L, TAIL_LINES_SRC, sizeof TAIL_LINES_SRC - 1,
+                      "=sluice embedding") != 0) {
+    lua_settop(L, top);
+    return;
+  }
+  lua_pushvalue(L, top);
+  if (lua_pcall(L, 1, 2, 0) != 0 || !lua_isstring(L, -2) ||
+      !lua_isstring(L, -1)) {
+    lua_settop(L, top);
+    return;
+  }
+  const char *src = lua_tostring(L, -2), *lines = lua_tostring(L, -1);
+  const char *frame = lua_pushfstring(L, "\n\t%s:", src);
+  char *saved = strstr(err, frame) ? NULL : sl__strdup(err);
+  if (saved) {
+    sl_set_error(SL_ELUA, "%.*s%s:%s: %s\n\t%s:%s: in main chunk (tail call)",
+                 (int)at, saved, src, lines, saved + at, src, lines);
+    sl__free(saved);
+  }
+  lua_settop(L, top);
+}
+
 static int open_cp(lua_State *L) {
   open_ctx *c = lua_touserdata(L, 1);
   luaL_openlibs(L);
@@ -112,11 +172,15 @@ static int open_cp(lua_State *L) {
     c->rc = load_error(L, st, c->name);
     return 0;
   }
-  luaL_checkstack(L, c->argc + 4, "pipeline script: too many arguments");
+  luaL_checkstack(L, c->argc + 5, "pipeline script: too many arguments");
+  lua_pushvalue(L, -1); /* the chunk, kept for name_tail_call */
   for (int i = 0; i < c->argc; i++)
     lua_pushstring(L, c->argv[i] ? c->argv[i] : "");
   c->rc = sl__lua_pcall(L, c->argc, 1, "pipeline script", c->name);
-  if (c->rc != SL_OK) return 0;
+  if (c->rc != SL_OK) {
+    name_tail_call(L, c->name);
+    return 0;
+  }
 
   /* The value is at the top: call TAKE_SRC(value, name). */
   st = luaL_loadbuffer(L, TAKE_SRC, sizeof TAKE_SRC - 1, "=sluice embedding");
