@@ -567,8 +567,9 @@ SL_API int sl_map(sl_reader *up, sl_map_fn fn, void *ud, sl_free_fn free_ud,
  * defaults). */
 typedef struct sl_parallel_opts {
   size_t size;      /* sizeof(sl_parallel_opts) */
-  uint32_t threads; /* worker threads, 1..the thread limit (0 = 1): 4 x the
-                       online CPUs, at least 8, or SLUICE_MAX_THREADS */
+  uint32_t threads; /* worker threads, 1..the thread limit (0 = 1): 1024,
+                       or SLUICE_MAX_THREADS; more than 4 x the online
+                       CPUs (at least 8) is accepted with a notice */
   int unordered;    /* 0: upstream's order, identical for any number of
                        threads; 1: samples as soon as they are ready */
   uint32_t queue;   /* samples in flight (0: max(128, 32 x threads)) */
@@ -997,8 +998,9 @@ typedef struct sl_open_files_opts {
                            SL_CORRUPT_SKIP_CHUNK the cap counts bad chunks
                            over all files, per pass */
   uint32_t threads;     /* worker threads (0 = 1), at most the thread
-                           limit: 4 x the online CPUs, at least 8, or
-                           SLUICE_MAX_THREADS (1..1024) */
+                           limit: 1024, or SLUICE_MAX_THREADS (1..1024);
+                           more than 4 x the online CPUs (at least 8) is
+                           accepted with a notice */
   uint32_t buffer;      /* decoded samples each worker may hold ready ahead
                            of the consumer (0 = 1024); a chunk's records
                            travel together, so a larger chunk is still
@@ -1728,8 +1730,9 @@ typedef struct sl_image_opts {
                                bytes or u8 (NULL = "image"); the reader's field
                                is always "image".  Borrowed for the call. */
   uint32_t threads;         /* decoding worker threads, 1..the thread limit
-                               (0 = 1): 4 x the CPUs, at least 8;
-                               SLUICE_MAX_THREADS sets it */
+                               (0 = 1): 1024, or SLUICE_MAX_THREADS; more
+                               than 4 x the CPUs (at least 8) is accepted
+                               with a notice */
   uint32_t window;          /* samples in flight, pulled and not yet consumed:
                                the bound on decoded images held, 0..65536
                                (0 = 4 x threads; at least threads) */
@@ -2155,8 +2158,9 @@ SL_API int sl_stats_limiting(const sl_stage_stats *stats, size_t n,
                              double wall_s);
 /* Formats a table of `stats` (one line per stage, indented by depth: in,
  * out, busy, waits, the share of capacity used) and a closing line naming
- * the limiting stage (sl_stats_limiting) into buf (NUL-terminated,
- * truncated to cap).  Returns the length the whole text needs, like
+ * the limiting stage (sl_stats_limiting), then one "oversubscribed:" line
+ * per stage running more threads than this machine runs well (4 x the
+ * online CPUs, at least 8), into buf (NUL-terminated, truncated to cap).  Returns the length the whole text needs, like
  * snprintf, or SL_EINVAL for NULL stats with n > 0 or NULL buf with
  * cap > 0.  Thread-safe. */
 SL_API int sl_stats_format(const sl_stage_stats *stats, size_t n,
