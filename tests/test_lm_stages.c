@@ -143,6 +143,44 @@ TEST(window_refuses_unusable_fields) {
   ASSERT_RC(sl_window(r, "ids", 0, 0, 0, &r), SL_EINVAL);
 }
 
+/* A window's length is known when its field has a fixed length per sample
+ * (tf.data knows window's cardinality): equal to the windows a pass yields,
+ * for every size, stride and drop_remainder (issue 24, item 24: the length
+ * was not known). */
+TEST(window_knows_its_length_over_a_fixed_length_field) {
+  const size_t sizes[] = {1, 2, 3, 5, 7, 40};
+  const size_t strides[] = {0, 1, 2, 4, 9};
+  const int64_t ns[] = {0, 1, 5, 13};
+  for (size_t a = 0; a < 6; a++)
+    for (size_t b = 0; b < 5; b++)
+      for (size_t c = 0; c < 4; c++)
+        for (int drop = 0; drop <= 1; drop++) {
+          /* ns[c] samples of a fixed i64[3] field "i" */
+          sl_batch_opts bo = {.drop_last = 1};
+          sl_reader *r = NULL;
+          ASSERT_OK(sl_batch(test_range_reader(3 * ns[c]), 3, &bo, &r));
+          ASSERT_OK(sl_window(r, "i", sizes[a], strides[b], drop, &r));
+          uint64_t len = 0;
+          ASSERT_OK(sl_reader_length(r, &len));
+          uint64_t got = 0;
+          sl_sample *s = NULL;
+          while (sl_reader_next(r, &s) == SL_OK) {
+            got++;
+            sl_sample_release(s);
+          }
+          ASSERT_EQ(len, got);
+          sl_reader_destroy(r);
+        }
+  /* A field of varying length: not known, saying why. */
+  const int lens[] = {3, 1};
+  sl_reader *r = NULL;
+  ASSERT_OK(sl_window(docs_reader(lens, 2), "ids", 2, 0, 0, &r));
+  uint64_t len = 0;
+  ASSERT_RC(sl_reader_length(r, &len), SL_EUNSUPPORTED);
+  ASSERT_CONTAINS(sl_last_error(), "window: field 'ids' varies in length");
+  sl_reader_destroy(r);
+}
+
 /* --- pack ----------------------------------------------------------------- */
 
 typedef struct packed {
@@ -453,8 +491,47 @@ TEST(bucket_batch_refuses_bad_boundaries) {
   ASSERT_RC(sl_bucket_batch(r, &o, &r), SL_EINVAL);
   ASSERT_CONTAINS(sl_last_error(), "increasing");
   r = docs_reader(lens, 1);
+  const int64_t negative[] = {-1, 5};
+  o.boundaries = negative;
+  ASSERT_RC(sl_bucket_batch(r, &o, &r), SL_EINVAL);
+  ASSERT_CONTAINS(sl_last_error(), "boundary 0 is -1");
+  r = docs_reader(lens, 1);
   o.batch_sizes = NULL;
   ASSERT_RC(sl_bucket_batch(r, &o, &r), SL_EINVAL);
+}
+
+/* tf.data's bucket_by_sequence_length accepts a boundary of 0 (its test
+ * uses [0, ...]): that bucket (length < 0) never holds a sample, and the
+ * others are as without it (issue 24, item 24: this was SL_EINVAL). */
+TEST(bucket_batch_accepts_a_boundary_of_zero) {
+  const int lens[] = {0, 2, 4, 1, 5, 3};
+  const int64_t bounds[] = {0, 3};
+  const size_t sizes[] = {1, 2, 2};
+  sl_reader *r = docs_reader(lens, 6);
+  sl_bucket_batch_opts o = SL_BUCKET_BATCH_OPTS_INIT;
+  o.length = "ids";
+  o.boundaries = bounds;
+  o.nboundaries = 2;
+  o.batch_sizes = sizes;
+  o.pad_to_bucket = 1;
+  ASSERT_OK(sl_bucket_batch(r, &o, &r));
+  /* [0,3): docs 0, 1 then 3 (+ end); [3,inf): docs 2, 4 then 5 (+ end). */
+  const int want[][2] = {{0, 1}, {2, 4}, {3, -1}, {5, -1}};
+  const int64_t width[] = {2, 5, 2, 3};
+  for (int b = 0; b < 4; b++) {
+    sl_sample *s = NULL;
+    ASSERT_OK(sl_reader_next(r, &s));
+    const sl_tensor *doc = field(s, "doc"), *ids = field(s, "ids");
+    int rows = want[b][1] < 0 ? 1 : 2;
+    ASSERT_EQ(doc->shape[0], rows);
+    for (int j = 0; j < rows; j++)
+      ASSERT_EQ(((int64_t *)doc->data)[j], want[b][j]);
+    ASSERT_EQ(ids->shape[1], width[b]);
+    sl_sample_release(s);
+  }
+  sl_sample *s = NULL;
+  ASSERT_RC(sl_reader_next(r, &s), SL_EOF);
+  sl_reader_destroy(r);
 }
 
 /* --- mix ------------------------------------------------------------------ */

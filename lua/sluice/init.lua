@@ -1639,7 +1639,7 @@ function Pipeline:bucket_batch(opts)
   local bounds = ffi.new("int64_t[?]", #b + 1)
   local sizes = ffi.new("size_t[?]", #s)
   for i = 1, #b do
-    bounds[i - 1] = check_int(b[i], 1, where, "a boundary", 2)
+    bounds[i - 1] = check_int(b[i], 0, where, "a boundary", 2)
   end
   for i = 1, #s do
     sizes[i - 1] = check_int(s[i], 1, where, "a batch size", 2)
