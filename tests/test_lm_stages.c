@@ -433,6 +433,20 @@ TEST(padded_batch_drop_remainder_and_errors) {
 
 /* --- bucket_batch --------------------------------------------------------- */
 
+/* Options over field "ids" with `nb` boundaries. */
+static sl_bucket_batch_opts bucket_opts(const int64_t *bounds, size_t nb,
+                                        const size_t *sizes, int ptb,
+                                        int drop) {
+  sl_bucket_batch_opts o = SL_BUCKET_BATCH_OPTS_INIT;
+  o.length = "ids";
+  o.boundaries = bounds;
+  o.nboundaries = nb;
+  o.batch_sizes = sizes;
+  o.pad_to_bucket = ptb;
+  o.drop_remainder = drop;
+  return o;
+}
+
 TEST(bucket_batch_groups_by_length_and_flushes_in_bucket_order) {
   /* boundaries 3, 6: buckets [0,3) [3,6) [6,inf) with sizes 2, 2, 1 */
   const int lens[] = {1, 4, 7, 2, 5, 0, 3, 8, 9, 1};
@@ -441,13 +455,7 @@ TEST(bucket_batch_groups_by_length_and_flushes_in_bucket_order) {
   for (int ptb = 0; ptb <= 1; ptb++)
     for (int drop = 0; drop <= 1; drop++) {
       sl_reader *r = docs_reader(lens, 10);
-      sl_bucket_batch_opts o = SL_BUCKET_BATCH_OPTS_INIT;
-      o.length = "ids";
-      o.boundaries = bounds;
-      o.nboundaries = 2;
-      o.batch_sizes = sizes;
-      o.pad_to_bucket = ptb;
-      o.drop_remainder = drop;
+      sl_bucket_batch_opts o = bucket_opts(bounds, 2, sizes, ptb, drop);
       ASSERT_OK(sl_bucket_batch(r, &o, &r));
       /* expected: 7 -> [2]; 1,2 -> [0,3]; 4,5 -> [1,4]; 8 -> [7]; 9 -> [8];
        * 0,3? 0 is len 1 -> bucket0 with doc 5 (len 0): [0..] order:
@@ -508,12 +516,7 @@ TEST(bucket_batch_accepts_a_boundary_of_zero) {
   const int64_t bounds[] = {0, 3};
   const size_t sizes[] = {1, 2, 2};
   sl_reader *r = docs_reader(lens, 6);
-  sl_bucket_batch_opts o = SL_BUCKET_BATCH_OPTS_INIT;
-  o.length = "ids";
-  o.boundaries = bounds;
-  o.nboundaries = 2;
-  o.batch_sizes = sizes;
-  o.pad_to_bucket = 1;
+  sl_bucket_batch_opts o = bucket_opts(bounds, 2, sizes, 1, 0);
   ASSERT_OK(sl_bucket_batch(r, &o, &r));
   /* [0,3): docs 0, 1 then 3 (+ end); [3,inf): docs 2, 4 then 5 (+ end). */
   const int want[][2] = {{0, 1}, {2, 4}, {3, -1}, {5, -1}};
