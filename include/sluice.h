@@ -1462,13 +1462,21 @@ typedef struct sl_mix_opts {
   const double *weights;  /* n weights >= 0, not all 0; NULL: equal */
   uint64_t seed;
   int stop;               /* an sl_mix_stop */
+  int keep_order;         /* 0 (default): each pass draws its own order
+                             (keyed by the pass number); 1: every pass
+                             draws pass 0's order, as tf.data's
+                             sample_from_datasets does unless
+                             rerandomize_each_iteration */
 } sl_mix_opts;
-#define SL_MIX_OPTS_INIT {sizeof(sl_mix_opts), NULL, 0, SL_MIX_STOP_FIRST}
+#define SL_MIX_OPTS_INIT {sizeof(sl_mix_opts), NULL, 0, SL_MIX_STOP_FIRST, 0}
 
 /* Draws each output from one of `readers[0..n)` chosen by weight: output j
  * of pass p comes from the reader a counter-based draw keyed by (seed, p,
- * j) picks among those still drawn (weights renormalised), so the same
- * seed gives the same interleaving whatever the threads do.  The readers
+ * j) - (seed, 0, j) with keep_order - picks among those still drawn
+ * (weights renormalised), so the same seed gives the same interleaving
+ * whatever the threads do.  A restore to pass p followed by a reset draws
+ * pass p + 1's order (pass 0's with keep_order), as the run that saved
+ * would have.  The readers
  * must have equal schemas (SL_ESHAPE).  Statistics: sl_mix_counts.  Saves
  * its position (restore re-reads the pass up to it).  Takes the readers
  * also on failure.  Returns SL_OK, SL_EINVAL (no readers, bad weights or

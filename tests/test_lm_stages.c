@@ -644,6 +644,69 @@ TEST(mix_is_reproducible_and_its_stops_end_as_asked) {
   sl_reader_destroy(r1);
 }
 
+/* keep_order: every pass draws pass 0's order, as tf.data's
+ * sample_from_datasets does unless rerandomize_each_iteration (issue 24,
+ * item 24); the default draws a new one.  A restore to pass 1 followed by a
+ * reset draws pass 2's order, the one the saving run drew: pass 0's with
+ * keep_order, a third one without. */
+TEST(mix_keeps_one_order_when_asked_and_restores_repeat_it) {
+  const int64_t n[] = {30, 30};
+  const double w[] = {1, 1};
+  static int64_t pass[2][3][100], got[100];
+  for (int keep = 0; keep <= 1; keep++) {
+    sl_reader *rs[2] = {offset_range(0, n[0]), offset_range(1, n[1])};
+    sl_mix_opts o = SL_MIX_OPTS_INIT;
+    o.weights = w;
+    o.seed = 5;
+    o.stop = SL_MIX_STOP_ALL;
+    o.keep_order = keep;
+    sl_reader *r = NULL;
+    ASSERT_OK(sl_mix(rs, 2, &o, &r));
+    void *st = NULL;
+    size_t len = 0;
+    for (int p = 0; p < 3; p++) {
+      if (p) ASSERT_OK(sl_reader_reset(r));
+      if (p == 1) { /* saved 7 outputs into pass 1 */
+        sl_sample *s = NULL;
+        for (int j = 0; j < 7; j++) {
+          ASSERT_OK(sl_reader_next(r, &s));
+          pass[keep][p][j] = test_sample_i64(s, 0);
+          sl_sample_release(s);
+        }
+        ASSERT_OK(sl_reader_save(r, &st, &len));
+        ASSERT_EQ(drain_all(r, pass[keep][p] + 7, 93), 53);
+      } else {
+        ASSERT_EQ(drain_all(r, pass[keep][p], 100), 60);
+      }
+    }
+    sl_reader_destroy(r);
+    bool same01 = memcmp(pass[keep][0], pass[keep][1], 60 * 8) == 0;
+    bool same02 = memcmp(pass[keep][0], pass[keep][2], 60 * 8) == 0;
+    ASSERT_EQ(same01, keep == 1);
+    ASSERT_EQ(same02, keep == 1);
+    /* A new pipeline restored to pass 1, output 7: the rest of pass 1,
+     * then after a reset pass 2's order. */
+    rs[0] = offset_range(0, n[0]);
+    rs[1] = offset_range(1, n[1]);
+    ASSERT_OK(sl_mix(rs, 2, &o, &r));
+    ASSERT_OK(sl_reader_restore(r, st, len));
+    ASSERT_EQ(drain_all(r, got, 100), 53);
+    ASSERT_TRUE(memcmp(got, pass[keep][1] + 7, 53 * 8) == 0);
+    ASSERT_OK(sl_reader_reset(r));
+    ASSERT_EQ(drain_all(r, got, 100), 60);
+    ASSERT_TRUE(memcmp(got, pass[keep][2], 60 * 8) == 0);
+    sl_reader_destroy(r);
+    /* The setting is part of the state's identity. */
+    rs[0] = offset_range(0, n[0]);
+    rs[1] = offset_range(1, n[1]);
+    o.keep_order = !keep;
+    ASSERT_OK(sl_mix(rs, 2, &o, &r));
+    ASSERT_TRUE(sl_reader_restore(r, st, len) < 0);
+    sl_reader_destroy(r);
+    sl_free(st);
+  }
+}
+
 TEST(mix_refuses_other_schemas_and_bad_weights) {
   sl_reader *rs[2] = {test_range_reader(3), NULL};
   const int lens[] = {1};

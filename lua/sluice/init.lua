@@ -1657,7 +1657,7 @@ function Pipeline:bucket_batch(opts)
   return result
 end
 
-local MIX_OPTS = set("weights", "seed", "stop")
+local MIX_OPTS = set("weights", "seed", "stop", "rerandomize")
 local MIX_STOPS = {first = 0, all = 1, never = 2}
 -- sluice.mix({p1, p2, ...}, {weights = {...}, seed =, stop = "first" |
 -- "all" | "never"}): the pipelines (all taken) drawn by weight.
@@ -1687,6 +1687,8 @@ function sluice.mix(list, opts)
     o.weights = w
   end
   o.seed = seed_option(opts.seed, where, 2)
+  o.keep_order = check_bool(opts.rerandomize, where, "rerandomize", true, 2)
+    and 0 or 1
   if opts.stop ~= nil then
     o.stop = MIX_STOPS[opts.stop] or
       error(("sluice: %s: option 'stop' must be \"first\", \"all\" or "
