@@ -169,8 +169,9 @@ static int worker_init_cp(lua_State *L) {
     }
     lua_pop(L, 1);
   }
-  /* A path that cannot find sluice (LuaJIT's default, a declaring state
-   * that had sluice preloaded) gets sluice's own folders last. */
+  /* A worker that loads sluice, on a path that cannot find it (LuaJIT's
+   * default, a declaring state that had sluice preloaded), gets sluice's
+   * own folders last.  A bare state (preload 0) keeps its caller's path. */
   if (!env || env->load_sluice) sl__lua_add_own_path(L, false);
   require_module(L, "ffi");
   lua_setfield(L, LUA_GLOBALSINDEX, "ffi");
