@@ -1462,25 +1462,25 @@ typedef struct sl_mix_opts {
   const double *weights;  /* n weights >= 0, not all 0; NULL: equal */
   uint64_t seed;
   int stop;               /* an sl_mix_stop */
-  int keep_order;         /* 0 (default): each pass draws its own order
-                             (keyed by the pass number); 1: every pass
-                             draws pass 0's order, as tf.data's
-                             sample_from_datasets does unless
-                             rerandomize_each_iteration */
+  /* 0 (default): each pass draws its own order (keyed by the pass number);
+   * 1: every pass draws pass 0's order, as tf.data's sample_from_datasets
+   * does unless rerandomize_each_iteration. */
+  int keep_order;
 } sl_mix_opts;
+/* clang-format off */
 #define SL_MIX_OPTS_INIT {sizeof(sl_mix_opts), NULL, 0, SL_MIX_STOP_FIRST, 0}
+/* clang-format on */
 
-/* Draws each output from one of `readers[0..n)` chosen by weight: output j
- * of pass p comes from the reader a counter-based draw keyed by (seed, p,
- * j) - (seed, 0, j) with keep_order - picks among those still drawn
- * (weights renormalised), so the same seed gives the same interleaving
- * whatever the threads do.  A restore to pass p followed by a reset draws
- * pass p + 1's order (pass 0's with keep_order), as the run that saved
- * would have.  The readers
- * must have equal schemas (SL_ESHAPE).  Statistics: sl_mix_counts.  Saves
- * its position (restore re-reads the pass up to it).  Takes the readers
- * also on failure.  Returns SL_OK, SL_EINVAL (no readers, bad weights or
- * stop), SL_ESHAPE or SL_ENOMEM. */
+/* Draws each output from one of `readers[0..n)` chosen by weight: output j of
+ * pass p comes from the reader a counter-based draw keyed by (seed, p, j) -
+ * (seed, 0, j) with keep_order - picks among those still drawn (weights
+ * renormalised), so the same seed gives the same interleaving whatever the
+ * threads do.  A restore to pass p followed by a reset draws pass p + 1's order
+ * (pass 0's with keep_order), as the run that saved would have.  The readers
+ * must have equal schemas (SL_ESHAPE).  Statistics: sl_mix_counts.  Saves its
+ * position (restore re-reads the pass up to it).  Takes the readers also on
+ * failure.  Returns SL_OK, SL_EINVAL (no readers, bad weights or stop),
+ * SL_ESHAPE or SL_ENOMEM. */
 SL_API int sl_mix(sl_reader **readers, size_t n, const sl_mix_opts *opts,
                   sl_reader **out);
 /* The samples the first mix stage of r's chain (in sl_reader_stats's
@@ -2164,13 +2164,13 @@ SL_API int sl_pipeline_stats(const sl_pipeline *p, sl_stage_stats *out,
  * max(threads, 1)).  Pure function; thread-safe. */
 SL_API int sl_stats_limiting(const sl_stage_stats *stats, size_t n,
                              double wall_s);
-/* Formats a table of `stats` (one line per stage, indented by depth: in,
- * out, busy, waits, the share of capacity used) and a closing line naming
- * the limiting stage (sl_stats_limiting), then one "oversubscribed:" line
- * per stage running more threads than this machine runs well (4 x the
- * online CPUs, at least 8), into buf (NUL-terminated, truncated to cap).  Returns the length the whole text needs, like
- * snprintf, or SL_EINVAL for NULL stats with n > 0 or NULL buf with
- * cap > 0.  Thread-safe. */
+/* Formats a table of `stats` (one line per stage, indented by depth: in, out,
+ * busy, waits, the share of capacity used) and a closing line naming the
+ * limiting stage (sl_stats_limiting), then one "oversubscribed:" line per stage
+ * running more threads than this machine runs well (4 x the online CPUs, at
+ * least 8), into buf (NUL-terminated, truncated to cap).  Returns the length
+ * the whole text needs, like snprintf, or SL_EINVAL for NULL stats with n > 0
+ * or NULL buf with cap > 0.  Thread-safe. */
 SL_API int sl_stats_format(const sl_stage_stats *stats, size_t n,
                            double wall_s, char *buf, size_t cap);
 

@@ -67,8 +67,9 @@ TEST(more_than_four_per_cpu_is_accepted_with_one_notice) {
 
 TEST(stats_show_the_oversubscribed_stages) {
   long advised = sl__thread_advised();
-  sl_stage_stats st[2] = {{.name = "map (x.lua:3)", .threads = (int)advised + 1},
-                          {.name = "range", .depth = 1}};
+  sl_stage_stats st[2] = {
+      {.name = "map (x.lua:3)", .threads = (int)advised + 1},
+      {.name = "range", .depth = 1}};
   char buf[2048];
   ASSERT_TRUE(sl_stats_format(st, 2, 1.0, buf, sizeof buf) > 0);
   char want[256];
@@ -96,8 +97,7 @@ TEST(too_many_threads_name_the_stage_the_limit_and_the_override) {
   ASSERT_STREQ(sl_last_error(), want);
   ASSERT_EQ(sl__threads_check("open_files", 10000), SL_EINVAL);
   ASSERT_EQ(sl__threads_check("open_files", 0), SL_EINVAL);
-  ASSERT_STREQ(sl_last_error(),
-                "open_files: threads must be >= 1 (got 0)");
+  ASSERT_STREQ(sl_last_error(), "open_files: threads must be >= 1 (got 0)");
 }
 
 TEST(the_environment_overrides_the_limit) {
@@ -106,8 +106,8 @@ TEST(the_environment_overrides_the_limit) {
   ASSERT_OK(sl__threads_check("prefetch", 3));
   ASSERT_EQ(sl__threads_check("prefetch", 4), SL_EINVAL);
   ASSERT_STREQ(sl_last_error(),
-                "prefetch: threads = 4 is more than the limit of 3 set by "
-                "SLUICE_MAX_THREADS");
+               "prefetch: threads = 4 is more than the limit of 3 set by "
+               "SLUICE_MAX_THREADS");
   /* The user's own limit: more than advised is accepted silently. */
   long over = sl__thread_advised() + 1;
   char env[32], err[512];
@@ -158,8 +158,8 @@ TEST(a_thread_that_cannot_start_is_an_error_naming_the_stage) {
   ASSERT_EQ(sl__thread_start(&t, "open_files", "sl-x", nothing, NULL),
             SL_ENOMEM);
   ASSERT_STREQ(sl_last_error(),
-                "open_files: cannot start a worker thread: Resource "
-                "temporarily unavailable");
+               "open_files: cannot start a worker thread: Resource "
+               "temporarily unavailable");
   ASSERT_EQ(sl__thread_fail_after(-1), 0);
   ASSERT_OK(sl__thread_start(&t, "open_files", "sl-x", nothing, NULL));
   ASSERT_EQ(pthread_join(t, NULL), 0);

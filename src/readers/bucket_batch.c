@@ -7,8 +7,9 @@
  * batch_sizes[i] samples they leave as one padded batch (padded_batch.c's
  * assembly: variable fields padded to the longest, or to boundaries[i] - 1
  * with pad_to_bucket, followed by their lengths).  A boundary of 0 is
- * accepted, as tf.data accepts it: its bucket (L < 0) never holds a sample.  At the end of the pass
- * the partial buckets leave in bucket order, unless drop_remainder.
+ * accepted, as tf.data accepts it: its bucket (L < 0) never holds a sample.  At
+ * the end of the pass the partial buckets leave in bucket order, unless
+ * drop_remainder.
  *
  * There is no random draw: the batches are a function of the input order.
  * Position: which samples wait in which bucket depends on every sample

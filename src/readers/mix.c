@@ -49,11 +49,11 @@ typedef struct mix_state {
 } mix_state;
 
 static double draw(const mix_state *m, uint64_t attempt) {
-  uint64_t k = sl__splitmix64_mix(m->seed) ^
-               sl__splitmix64_mix((m->keep_order ? 0 : m->pass) +
-                                  SL__RNG_GOLDEN) ^
-               sl__splitmix64_mix(m->j + 2 * SL__RNG_GOLDEN) ^
-               sl__splitmix64_mix(attempt + 3 * SL__RNG_GOLDEN);
+  uint64_t k =
+      sl__splitmix64_mix(m->seed) ^
+      sl__splitmix64_mix((m->keep_order ? 0 : m->pass) + SL__RNG_GOLDEN) ^
+      sl__splitmix64_mix(m->j + 2 * SL__RNG_GOLDEN) ^
+      sl__splitmix64_mix(attempt + 3 * SL__RNG_GOLDEN);
   return (double)(sl__splitmix64_mix(k) >> 11) * 0x1.0p-53;
 }
 
@@ -171,9 +171,9 @@ static int mix_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
 static void mix_identity(const sl_reader *r, void *st, char *buf, size_t cap) {
   (void)r;
   const mix_state *m = st;
-  int n = snprintf(buf, cap, "seed=%llu stop=%d%s weights=",
-                   (unsigned long long)m->seed, m->stop,
-                   m->keep_order ? " keep_order" : "");
+  int n = snprintf(buf, cap,
+                   "seed=%llu stop=%d%s weights=", (unsigned long long)m->seed,
+                   m->stop, m->keep_order ? " keep_order" : "");
   for (size_t i = 0; i < m->n && n >= 0 && (size_t)n < cap; i++)
     n += snprintf(buf + n, cap - (size_t)n, "%s%.17g", i ? "," : "", m->w[i]);
 }

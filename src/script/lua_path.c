@@ -63,7 +63,7 @@ static void find_own_path(void) {
                            (int)(slash - info.dli_fname), info.dli_fname)
                 : snprintf(dir, sizeof dir, ".");
   if (k < 0 || (size_t)k >= sizeof dir) return;
-#if defined(SLUICE_BUILD_LIB_DIR) && defined(SLUICE_SOURCE_LUA_DIR) &&      \
+#if defined(SLUICE_BUILD_LIB_DIR) && defined(SLUICE_SOURCE_LUA_DIR) &&         \
     defined(SLUICE_BUILD_LUA_DIR)
   if (same_dir(dir, SLUICE_BUILD_LIB_DIR)) {
     k = snprintf(own_path, sizeof own_path, "%s/?.lua;%s/?/init.lua;%s/?.lua",
