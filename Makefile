@@ -90,10 +90,8 @@ test: build
 
 # The main job: examples/trainer/trainer (C) fed by examples/fashion_mnist.lua
 # through the embedding API, on Fashion-MNIST packed into $(BUILD)/data/ by
-# the built CLI when missing.  The pipeline script finds the sluice Lua
-# modules through LUA_PATH (source lua/, and $(BUILD)/lua for the generated
-# sluice/library.lua).
-demo: export LUA_PATH := $(CURDIR)/lua/?.lua;$(CURDIR)/lua/?/init.lua;$(CURDIR)/$(BUILD)/lua/?.lua;;
+# the built CLI when missing.  No LUA_PATH: the build tree's libsluice
+# finds its own Lua modules (src/script/lua_path.c, docs/EMBEDDING.md).
 demo: build
 	@mkdir -p $(BUILD)/data
 	@for s in train t10k; do \

@@ -567,8 +567,9 @@ SL_API int sl_map(sl_reader *up, sl_map_fn fn, void *ud, sl_free_fn free_ud,
  * defaults). */
 typedef struct sl_parallel_opts {
   size_t size;      /* sizeof(sl_parallel_opts) */
-  uint32_t threads; /* worker threads, 1..the thread limit (0 = 1): 4 x the
-                       online CPUs, at least 8, or SLUICE_MAX_THREADS */
+  uint32_t threads; /* worker threads, 1..the thread limit (0 = 1): 1024,
+                       or SLUICE_MAX_THREADS; more than 4 x the online
+                       CPUs (at least 8) is accepted with a notice */
   int unordered;    /* 0: upstream's order, identical for any number of
                        threads; 1: samples as soon as they are ready */
   uint32_t queue;   /* samples in flight (0: max(128, 32 x threads)) */
@@ -999,8 +1000,9 @@ typedef struct sl_open_files_opts {
                            SL_CORRUPT_SKIP_CHUNK the cap counts bad chunks
                            over all files, per pass */
   uint32_t threads;     /* worker threads (0 = 1), at most the thread
-                           limit: 4 x the online CPUs, at least 8, or
-                           SLUICE_MAX_THREADS (1..1024) */
+                           limit: 1024, or SLUICE_MAX_THREADS (1..1024);
+                           more than 4 x the online CPUs (at least 8) is
+                           accepted with a notice */
   uint32_t buffer;      /* decoded samples each worker may hold ready ahead
                            of the consumer (0 = 1024); a chunk's records
                            travel together, so a larger chunk is still
@@ -1462,17 +1464,25 @@ typedef struct sl_mix_opts {
   const double *weights;  /* n weights >= 0, not all 0; NULL: equal */
   uint64_t seed;
   int stop;               /* an sl_mix_stop */
+  /* 0 (default): each pass draws its own order (keyed by the pass number);
+   * 1: every pass draws pass 0's order, as tf.data's sample_from_datasets
+   * does unless rerandomize_each_iteration. */
+  int keep_order;
 } sl_mix_opts;
-#define SL_MIX_OPTS_INIT {sizeof(sl_mix_opts), NULL, 0, SL_MIX_STOP_FIRST}
+/* clang-format off */
+#define SL_MIX_OPTS_INIT {sizeof(sl_mix_opts), NULL, 0, SL_MIX_STOP_FIRST, 0}
+/* clang-format on */
 
-/* Draws each output from one of `readers[0..n)` chosen by weight: output j
- * of pass p comes from the reader a counter-based draw keyed by (seed, p,
- * j) picks among those still drawn (weights renormalised), so the same
- * seed gives the same interleaving whatever the threads do.  The readers
- * must have equal schemas (SL_ESHAPE).  Statistics: sl_mix_counts.  Saves
- * its position (restore re-reads the pass up to it).  Takes the readers
- * also on failure.  Returns SL_OK, SL_EINVAL (no readers, bad weights or
- * stop), SL_ESHAPE or SL_ENOMEM. */
+/* Draws each output from one of `readers[0..n)` chosen by weight: output j of
+ * pass p comes from the reader a counter-based draw keyed by (seed, p, j) -
+ * (seed, 0, j) with keep_order - picks among those still drawn (weights
+ * renormalised), so the same seed gives the same interleaving whatever the
+ * threads do.  A restore to pass p followed by a reset draws pass p + 1's order
+ * (pass 0's with keep_order), as the run that saved would have.  The readers
+ * must have equal schemas (SL_ESHAPE).  Statistics: sl_mix_counts.  Saves its
+ * position (restore re-reads the pass up to it).  Takes the readers also on
+ * failure.  Returns SL_OK, SL_EINVAL (no readers, bad weights or stop),
+ * SL_ESHAPE or SL_ENOMEM. */
 SL_API int sl_mix(sl_reader **readers, size_t n, const sl_mix_opts *opts,
                   sl_reader **out);
 /* The samples the first mix stage of r's chain (in sl_reader_stats's
@@ -1730,8 +1740,9 @@ typedef struct sl_image_opts {
                                bytes or u8 (NULL = "image"); the reader's field
                                is always "image".  Borrowed for the call. */
   uint32_t threads;         /* decoding worker threads, 1..the thread limit
-                               (0 = 1): 4 x the CPUs, at least 8;
-                               SLUICE_MAX_THREADS sets it */
+                               (0 = 1): 1024, or SLUICE_MAX_THREADS; more
+                               than 4 x the CPUs (at least 8) is accepted
+                               with a notice */
   uint32_t window;          /* samples in flight, pulled and not yet consumed:
                                the bound on decoded images held, 0..65536
                                (0 = 4 x threads; at least threads) */
@@ -2187,12 +2198,13 @@ SL_API int sl_pipeline_stats(const sl_pipeline *p, sl_stage_stats *out,
  * max(threads, 1)).  Pure function; thread-safe. */
 SL_API int sl_stats_limiting(const sl_stage_stats *stats, size_t n,
                              double wall_s);
-/* Formats a table of `stats` (one line per stage, indented by depth: in,
- * out, busy, waits, the share of capacity used) and a closing line naming
- * the limiting stage (sl_stats_limiting) into buf (NUL-terminated,
- * truncated to cap).  Returns the length the whole text needs, like
- * snprintf, or SL_EINVAL for NULL stats with n > 0 or NULL buf with
- * cap > 0.  Thread-safe. */
+/* Formats a table of `stats` (one line per stage, indented by depth: in, out,
+ * busy, waits, the share of capacity used) and a closing line naming the
+ * limiting stage (sl_stats_limiting), then one "oversubscribed:" line per stage
+ * running more threads than this machine runs well (4 x the online CPUs, at
+ * least 8), into buf (NUL-terminated, truncated to cap).  Returns the length
+ * the whole text needs, like snprintf, or SL_EINVAL for NULL stats with n > 0
+ * or NULL buf with cap > 0.  Thread-safe. */
 SL_API int sl_stats_format(const sl_stage_stats *stats, size_t n,
                            double wall_s, char *buf, size_t cap);
 

@@ -228,6 +228,32 @@ describe("sluice.mix()", function()
     assert.is_true(math.abs(c.shares[1] - 0.8) < 0.02)
   end)
 
+  it("keeps one order over passes with rerandomize = false, as tf.data",
+     function()
+    local function passes(opts)
+      local b = sluice.range(30):map(function(s) s.i = s.i + 100 return s end)
+      local p = sluice.mix({sluice.range(30), b}, opts)
+      local out = {}
+      for e = 1, 3 do
+        local seq = {}
+        for s in p:iter() do seq[#seq + 1] = s.i end
+        out[e] = table.concat(seq, ",")
+        p:reset()
+      end
+      return out
+    end
+    local kept = passes({seed = 3, stop = "all", rerandomize = false})
+    assert.equal(kept[1], kept[2])
+    assert.equal(kept[1], kept[3])
+    local drawn = passes({seed = 3, stop = "all"})
+    assert.equal(kept[1], drawn[1])
+    assert.are_not.equal(drawn[1], drawn[2])
+    assert.has_error(function()
+      sluice.mix({sluice.range(1)}, {rerandomize = "no"})
+    end, "sluice: sluice.mix(): option 'rerandomize' must be a boolean "
+         .. "(got a string)")
+  end)
+
   it("stops as asked", function()
     local p = sluice.mix({sluice.range(5), sluice.range(3)}, {stop = "all"})
     assert.equal(8, #H.collect(p))

@@ -130,6 +130,28 @@ describe("sluice.interleave()", function()
     end
   end)
 
+  it("counts its threads against the cycle, not the sources (tf.data)",
+     function()
+    -- 1100 sources with cycle 10 (more sources than the 1024-thread
+    -- ceiling): accepted, and in the order of no threads.
+    local function sources()
+      local t = {}
+      for i = 1, 1100 do
+        t[i] = sluice.from_table({{i = 10 * i}, {i = 10 * i + 1}})
+      end
+      return t
+    end
+    local plain, ahead = {}, {}
+    for s in sluice.interleave(sources(), {cycle = 10}):iter() do
+      plain[#plain + 1] = s.i
+    end
+    for s in sluice.interleave(sources(), {cycle = 10, threads = 1}):iter() do
+      ahead[#ahead + 1] = s.i
+    end
+    assert.equal(2200, #plain)
+    assert.same(plain, ahead)
+  end)
+
   it("defaults to every source open, one sample per turn", function()
     local p = sluice.interleave({sluice.range(3), sluice.range(2)})
     assert.same({0, 0, 1, 1, 2}, collect(p))

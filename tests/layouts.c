@@ -217,6 +217,7 @@ int main(void) {
   F(sl_mix_opts, weights);
   F(sl_mix_opts, seed);
   F(sl_mix_opts, stop);
+  F(sl_mix_opts, keep_order);
   S(sl_interleave_opts);
   F(sl_interleave_opts, size);
   F(sl_interleave_opts, cycle);

@@ -1163,8 +1163,8 @@ TEST(decode_image_argument_errors) {
   ASSERT_RC(sl_random_crop_flip(r, NULL, &r), SL_EINVAL);
 }
 
-/* Thread counts are the engine's (sl__threads_check): 1..4 x CPUs (at least
- * 8), or SLUICE_MAX_THREADS; 0 means 1. */
+/* Thread counts are the engine's (sl__threads_check): 1..1024, or
+ * SLUICE_MAX_THREADS; 0 means 1. */
 TEST(thread_counts_beyond_the_limit_are_refused) {
   const char *dir = folder(FIX_PNG);
   const char *slr = tmppath("limit.slr");
@@ -1183,7 +1183,7 @@ TEST(thread_counts_beyond_the_limit_are_refused) {
   ASSERT_OK(sl_open(slr, NULL, &r));
   ASSERT_RC(sl_decode_image(r, &o, &r), SL_EINVAL);
   /* The limit itself is fine; so is 0 (one thread). */
-  o = image_opts((uint32_t)sl__thread_limit());
+  o = image_opts((uint32_t)sl__thread_advised());
   ASSERT_OK(sl_open(slr, NULL, &r));
   ASSERT_OK(sl_decode_image(r, &o, &r));
   pass_bytes pb = drain(r);

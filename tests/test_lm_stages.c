@@ -143,6 +143,44 @@ TEST(window_refuses_unusable_fields) {
   ASSERT_RC(sl_window(r, "ids", 0, 0, 0, &r), SL_EINVAL);
 }
 
+/* A window's length is known when its field has a fixed length per sample
+ * (tf.data knows window's cardinality): equal to the windows a pass yields,
+ * for every size, stride and drop_remainder (issue 24, item 24: the length
+ * was not known). */
+TEST(window_knows_its_length_over_a_fixed_length_field) {
+  const size_t sizes[] = {1, 2, 3, 5, 7, 40};
+  const size_t strides[] = {0, 1, 2, 4, 9};
+  const int64_t ns[] = {0, 1, 5, 13};
+  for (size_t a = 0; a < 6; a++)
+    for (size_t b = 0; b < 5; b++)
+      for (size_t c = 0; c < 4; c++)
+        for (int drop = 0; drop <= 1; drop++) {
+          /* ns[c] samples of a fixed i64[3] field "i" */
+          sl_batch_opts bo = {.drop_last = 1};
+          sl_reader *r = NULL;
+          ASSERT_OK(sl_batch(test_range_reader(3 * ns[c]), 3, &bo, &r));
+          ASSERT_OK(sl_window(r, "i", sizes[a], strides[b], drop, &r));
+          uint64_t len = 0;
+          ASSERT_OK(sl_reader_length(r, &len));
+          uint64_t got = 0;
+          sl_sample *s = NULL;
+          while (sl_reader_next(r, &s) == SL_OK) {
+            got++;
+            sl_sample_release(s);
+          }
+          ASSERT_EQ(len, got);
+          sl_reader_destroy(r);
+        }
+  /* A field of varying length: not known, saying why. */
+  const int lens[] = {3, 1};
+  sl_reader *r = NULL;
+  ASSERT_OK(sl_window(docs_reader(lens, 2), "ids", 2, 0, 0, &r));
+  uint64_t len = 0;
+  ASSERT_RC(sl_reader_length(r, &len), SL_EUNSUPPORTED);
+  ASSERT_CONTAINS(sl_last_error(), "window: field 'ids' varies in length");
+  sl_reader_destroy(r);
+}
+
 /* --- pack ----------------------------------------------------------------- */
 
 typedef struct packed {
@@ -395,6 +433,20 @@ TEST(padded_batch_drop_remainder_and_errors) {
 
 /* --- bucket_batch --------------------------------------------------------- */
 
+/* Options over field "ids" with `nb` boundaries. */
+static sl_bucket_batch_opts bucket_opts(const int64_t *bounds, size_t nb,
+                                        const size_t *sizes, int ptb,
+                                        int drop) {
+  sl_bucket_batch_opts o = SL_BUCKET_BATCH_OPTS_INIT;
+  o.length = "ids";
+  o.boundaries = bounds;
+  o.nboundaries = nb;
+  o.batch_sizes = sizes;
+  o.pad_to_bucket = ptb;
+  o.drop_remainder = drop;
+  return o;
+}
+
 TEST(bucket_batch_groups_by_length_and_flushes_in_bucket_order) {
   /* boundaries 3, 6: buckets [0,3) [3,6) [6,inf) with sizes 2, 2, 1 */
   const int lens[] = {1, 4, 7, 2, 5, 0, 3, 8, 9, 1};
@@ -403,13 +455,7 @@ TEST(bucket_batch_groups_by_length_and_flushes_in_bucket_order) {
   for (int ptb = 0; ptb <= 1; ptb++)
     for (int drop = 0; drop <= 1; drop++) {
       sl_reader *r = docs_reader(lens, 10);
-      sl_bucket_batch_opts o = SL_BUCKET_BATCH_OPTS_INIT;
-      o.length = "ids";
-      o.boundaries = bounds;
-      o.nboundaries = 2;
-      o.batch_sizes = sizes;
-      o.pad_to_bucket = ptb;
-      o.drop_remainder = drop;
+      sl_bucket_batch_opts o = bucket_opts(bounds, 2, sizes, ptb, drop);
       ASSERT_OK(sl_bucket_batch(r, &o, &r));
       /* expected: 7 -> [2]; 1,2 -> [0,3]; 4,5 -> [1,4]; 8 -> [7]; 9 -> [8];
        * 0,3? 0 is len 1 -> bucket0 with doc 5 (len 0): [0..] order:
@@ -453,8 +499,42 @@ TEST(bucket_batch_refuses_bad_boundaries) {
   ASSERT_RC(sl_bucket_batch(r, &o, &r), SL_EINVAL);
   ASSERT_CONTAINS(sl_last_error(), "increasing");
   r = docs_reader(lens, 1);
+  const int64_t negative[] = {-1, 5};
+  o.boundaries = negative;
+  ASSERT_RC(sl_bucket_batch(r, &o, &r), SL_EINVAL);
+  ASSERT_CONTAINS(sl_last_error(), "boundary 0 is -1");
+  r = docs_reader(lens, 1);
   o.batch_sizes = NULL;
   ASSERT_RC(sl_bucket_batch(r, &o, &r), SL_EINVAL);
+}
+
+/* tf.data's bucket_by_sequence_length accepts a boundary of 0 (its test
+ * uses [0, ...]): that bucket (length < 0) never holds a sample, and the
+ * others are as without it (issue 24, item 24: this was SL_EINVAL). */
+TEST(bucket_batch_accepts_a_boundary_of_zero) {
+  const int lens[] = {0, 2, 4, 1, 5, 3};
+  const int64_t bounds[] = {0, 3};
+  const size_t sizes[] = {1, 2, 2};
+  sl_reader *r = docs_reader(lens, 6);
+  sl_bucket_batch_opts o = bucket_opts(bounds, 2, sizes, 1, 0);
+  ASSERT_OK(sl_bucket_batch(r, &o, &r));
+  /* [0,3): docs 0, 1 then 3 (+ end); [3,inf): docs 2, 4 then 5 (+ end). */
+  const int want[][2] = {{0, 1}, {2, 4}, {3, -1}, {5, -1}};
+  const int64_t width[] = {2, 5, 2, 3};
+  for (int b = 0; b < 4; b++) {
+    sl_sample *s = NULL;
+    ASSERT_OK(sl_reader_next(r, &s));
+    const sl_tensor *doc = field(s, "doc"), *ids = field(s, "ids");
+    int rows = want[b][1] < 0 ? 1 : 2;
+    ASSERT_EQ(doc->shape[0], rows);
+    for (int j = 0; j < rows; j++)
+      ASSERT_EQ(((int64_t *)doc->data)[j], want[b][j]);
+    ASSERT_EQ(ids->shape[1], width[b]);
+    sl_sample_release(s);
+  }
+  sl_sample *s = NULL;
+  ASSERT_RC(sl_reader_next(r, &s), SL_EOF);
+  sl_reader_destroy(r);
 }
 
 /* --- mix ------------------------------------------------------------------ */
@@ -562,6 +642,69 @@ TEST(mix_is_reproducible_and_its_stops_end_as_asked) {
   na = drain_all(r1, a, 200);
   ASSERT_EQ(na, 20);
   sl_reader_destroy(r1);
+}
+
+/* keep_order: every pass draws pass 0's order, as tf.data's
+ * sample_from_datasets does unless rerandomize_each_iteration (issue 24,
+ * item 24); the default draws a new one.  A restore to pass 1 followed by a
+ * reset draws pass 2's order, the one the saving run drew: pass 0's with
+ * keep_order, a third one without. */
+TEST(mix_keeps_one_order_when_asked_and_restores_repeat_it) {
+  const int64_t n[] = {30, 30};
+  const double w[] = {1, 1};
+  static int64_t pass[2][3][100], got[100];
+  for (int keep = 0; keep <= 1; keep++) {
+    sl_reader *rs[2] = {offset_range(0, n[0]), offset_range(1, n[1])};
+    sl_mix_opts o = SL_MIX_OPTS_INIT;
+    o.weights = w;
+    o.seed = 5;
+    o.stop = SL_MIX_STOP_ALL;
+    o.keep_order = keep;
+    sl_reader *r = NULL;
+    ASSERT_OK(sl_mix(rs, 2, &o, &r));
+    void *st = NULL;
+    size_t len = 0;
+    for (int p = 0; p < 3; p++) {
+      if (p) ASSERT_OK(sl_reader_reset(r));
+      if (p == 1) { /* saved 7 outputs into pass 1 */
+        sl_sample *s = NULL;
+        for (int j = 0; j < 7; j++) {
+          ASSERT_OK(sl_reader_next(r, &s));
+          pass[keep][p][j] = test_sample_i64(s, 0);
+          sl_sample_release(s);
+        }
+        ASSERT_OK(sl_reader_save(r, &st, &len));
+        ASSERT_EQ(drain_all(r, pass[keep][p] + 7, 93), 53);
+      } else {
+        ASSERT_EQ(drain_all(r, pass[keep][p], 100), 60);
+      }
+    }
+    sl_reader_destroy(r);
+    bool same01 = memcmp(pass[keep][0], pass[keep][1], 60 * 8) == 0;
+    bool same02 = memcmp(pass[keep][0], pass[keep][2], 60 * 8) == 0;
+    ASSERT_EQ(same01, keep == 1);
+    ASSERT_EQ(same02, keep == 1);
+    /* A new pipeline restored to pass 1, output 7: the rest of pass 1,
+     * then after a reset pass 2's order. */
+    rs[0] = offset_range(0, n[0]);
+    rs[1] = offset_range(1, n[1]);
+    ASSERT_OK(sl_mix(rs, 2, &o, &r));
+    ASSERT_OK(sl_reader_restore(r, st, len));
+    ASSERT_EQ(drain_all(r, got, 100), 53);
+    ASSERT_TRUE(memcmp(got, pass[keep][1] + 7, 53 * 8) == 0);
+    ASSERT_OK(sl_reader_reset(r));
+    ASSERT_EQ(drain_all(r, got, 100), 60);
+    ASSERT_TRUE(memcmp(got, pass[keep][2], 60 * 8) == 0);
+    sl_reader_destroy(r);
+    /* The setting is part of the state's identity. */
+    rs[0] = offset_range(0, n[0]);
+    rs[1] = offset_range(1, n[1]);
+    o.keep_order = !keep;
+    ASSERT_OK(sl_mix(rs, 2, &o, &r));
+    ASSERT_TRUE(sl_reader_restore(r, st, len) < 0);
+    sl_reader_destroy(r);
+    sl_free(st);
+  }
 }
 
 TEST(mix_refuses_other_schemas_and_bad_weights) {

@@ -10,6 +10,7 @@
 #include "test.h"
 
 #include "script/lua_host.h"
+#include "script/lua_internal.h"
 
 #include <lauxlib.h>
 #include <lua.h>
@@ -955,14 +956,64 @@ TEST(worker_with_sluice_preload) {
   sl__lua_env_release(e);
   tmp_cleanup();
 
-  /* Without the package: an error saying which module is missing. */
-  e = sl__lua_env_new("/nowhere/?.lua", "/nowhere/?.so");
+  /* A module the package needs is missing: an error saying which. */
+  tmp_make();
+  tmp_write("sluice.lua", "return require 'sluice_missing_dep'\n");
+  tmp_path(path, sizeof path);
+  e = sl__lua_env_new(path, "/nowhere/?.so");
   ASSERT_NOT_NULL(e);
   W = (lua_State *)1;
   ASSERT_RC(sl__lua_worker_new(e, &W), SL_ELUA);
   ASSERT_NULL(W);
-  const char *want = "lua worker: module 'sluice' not found:";
+  const char *want = "lua worker: ";
   ASSERT_TRUE(strncmp(sl_last_error(), want, strlen(want)) == 0);
+  ASSERT_CONTAINS(sl_last_error(), "module 'sluice_missing_dep' not found:");
   sl__lua_env_release(sl__lua_env_retain(e));
+  sl__lua_env_release(e);
+  tmp_cleanup();
+}
+
+/* A worker that loads sluice, on a path that cannot find it, gets
+ * libsluice's own Lua folders appended (lua_path.c; issue 24, item 25: it
+ * failed "module 'sluice' not found"); a path that finds it, and a bare
+ * state's path, are kept as they are. */
+TEST(worker_path_without_sluice_gets_the_librarys_lua_folders) {
+  const char *own = sl__lua_own_path();
+  ASSERT_TRUE(own[0] != '\0');
+  sl__lua_env *e = sl__lua_env_new("/nowhere/?.lua", "/nowhere/?.so");
+  ASSERT_NOT_NULL(e);
+  lua_State *W = NULL;
+  int rc = sl__lua_worker_new(e, &W);
+  /* The package is found (this executable may not export what it needs
+   * from libsluice: then it fails loading, not finding it). */
+  ASSERT_TRUE(strstr(sl_last_error(), "module 'sluice' not found") == NULL);
+  if (rc == SL_OK) {
+    run_chunk(W, "return package.path\n");
+    char want[4096];
+    snprintf(want, sizeof want, "/nowhere/?.lua;%s", own);
+    ASSERT_STREQ(lua_tostring(W, -1), want);
+    lua_close(W);
+  }
+  sl__lua_env_release(e);
+
+  tmp_make();
+  tmp_write("sluice.lua", "return {}\n");
+  tmp_mkdir("sluice");
+  tmp_write("sluice/worker.lua", "return {}\n");
+  char path[128];
+  tmp_path(path, sizeof path);
+  e = sl__lua_env_new(path, "/nowhere/?.so");
+  ASSERT_OK(sl__lua_worker_new(e, &W));
+  run_chunk(W, "return package.path\n");
+  ASSERT_STREQ(lua_tostring(W, -1), path);
+  lua_close(W);
+  sl__lua_env_release(e);
+  tmp_cleanup();
+  e = sl__lua_env_new("/nowhere/?.lua", "/nowhere/?.so");
+  ASSERT_OK(sl__lua_env_set_preload(e, 0));
+  ASSERT_OK(sl__lua_worker_new(e, &W));
+  run_chunk(W, "return package.path\n");
+  ASSERT_STREQ(lua_tostring(W, -1), "/nowhere/?.lua");
+  lua_close(W);
   sl__lua_env_release(e);
 }

@@ -202,6 +202,51 @@ TEST(runtime_error_has_message_and_traceback) {
     test_fail(__FILE__, __LINE__, "unexpected message: %s", m);
 }
 
+/* A script ending in `return sluice.f(...)` calls f as a tail call, so the
+ * script's frame is gone from the traceback when f raises: the message
+ * still names the script's line (issue 24, item 21: an open_files pattern
+ * matching nothing gave no script line). */
+TEST(error_in_a_tail_call_names_the_script_line) {
+  sl_pipeline *p = (sl_pipeline *)(uintptr_t)1;
+  int rc = sl_pipeline_open_string(
+      "local sluice = require 'sluice'\n"
+      "\n"
+      "return sluice.open_files('/nonexistent-sluice-dir/*.slr')\n",
+      "nomatch.lua", 0, NULL, &p);
+  ASSERT_EQ(rc, SL_ELUA);
+  ASSERT_NULL(p);
+  const char *m = sl_last_error();
+  ASSERT_CONTAINS(m, "pipeline script (nomatch.lua): nomatch.lua:3: "
+                     "open_files: pattern '/nonexistent-sluice-dir/*.slr' "
+                     "matches no file");
+  ASSERT_CONTAINS(m, "stack traceback:");
+  ASSERT_CONTAINS(m, "nomatch.lua:3: in main chunk");
+
+  /* Two returns that are tail calls: the error names the one taken when
+   * it can tell (here it cannot: both lines are named). */
+  rc = sl_pipeline_open_string(
+      "local sluice = require 'sluice'\n"
+      "if ... then\n"
+      "  return sluice.open_files('/nonexistent-sluice-dir/a*.slr')\n"
+      "end\n"
+      "return sluice.range(3):map(nil)\n",
+      "two.lua", 0, NULL, &p);
+  ASSERT_EQ(rc, SL_ELUA);
+  ASSERT_CONTAINS(sl_last_error(), "pipeline script (two.lua): two.lua:3/5: "
+                                   "sluice: :map(): expected a function");
+
+  /* A script line the traceback already has is not added again. */
+  rc = sl_pipeline_open_string(
+      "local sluice = require 'sluice'\n"
+      "local p = sluice.open_files('/nonexistent-sluice-dir/*.slr')\n"
+      "return p\n",
+      "direct.lua", 0, NULL, &p);
+  ASSERT_EQ(rc, SL_ELUA);
+  m = sl_last_error();
+  ASSERT_CONTAINS(m, "pipeline script (direct.lua): direct.lua:2: open_files");
+  ASSERT_TRUE(strstr(m, "(tail call)") == NULL);
+}
+
 TEST(returning_a_number_is_einval) {
   sl_pipeline *p = NULL;
   int rc = sl_pipeline_open_file(SCRIPT("returns_number.lua"), 0, NULL, &p);

@@ -415,6 +415,7 @@ typedef struct sl_mix_opts {
   const double *weights;
   uint64_t seed;
   int stop;
+  int keep_order;
 } sl_mix_opts;
 ]])
 ffi.cdef [[

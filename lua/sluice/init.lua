@@ -1670,7 +1670,7 @@ function Pipeline:bucket_batch(opts)
   local bounds = ffi.new("int64_t[?]", #b + 1)
   local sizes = ffi.new("size_t[?]", #s)
   for i = 1, #b do
-    bounds[i - 1] = check_int(b[i], 1, where, "a boundary", 2)
+    bounds[i - 1] = check_int(b[i], 0, where, "a boundary", 2)
   end
   for i = 1, #s do
     sizes[i - 1] = check_int(s[i], 1, where, "a batch size", 2)
@@ -1688,7 +1688,7 @@ function Pipeline:bucket_batch(opts)
   return result
 end
 
-local MIX_OPTS = set("weights", "seed", "stop")
+local MIX_OPTS = set("weights", "seed", "stop", "rerandomize")
 local MIX_STOPS = {first = 0, all = 1, never = 2}
 -- sluice.mix({p1, p2, ...}, {weights = {...}, seed =, stop = "first" |
 -- "all" | "never"}): the pipelines (all taken) drawn by weight.
@@ -1718,6 +1718,8 @@ function sluice.mix(list, opts)
     o.weights = w
   end
   o.seed = seed_option(opts.seed, where, 2)
+  o.keep_order = check_bool(opts.rerandomize, where, "rerandomize", true, 2)
+    and 0 or 1
   if opts.stop ~= nil then
     o.stop = MIX_STOPS[opts.stop] or
       error(("sluice: %s: option 'stop' must be \"first\", \"all\" or "

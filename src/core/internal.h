@@ -88,17 +88,23 @@ int sl__buffer_refcount(const sl_buffer *b);
 
 /* --- worker threads (threads.c) -------------------------------------------
  * Every stage that owns threads checks its thread count and starts them
- * here.  The hard bound of any `threads` option; the usable limit is lower
- * (sl__thread_limit). */
+ * here.  The hard bound of any `threads` option. */
 #define SL__THREADS_HARD_MAX 1024
 /* Online CPUs (at least 1). */
 long sl__cpu_count(void);
-/* SLUICE_MAX_THREADS when set to 1..SL__THREADS_HARD_MAX, else 4 x the
- * online CPUs, at least 8.  Thread-safe (reads the environment). */
+/* The most threads a stage may start: SLUICE_MAX_THREADS when set to
+ * 1..SL__THREADS_HARD_MAX, else SL__THREADS_HARD_MAX.  Thread-safe (reads
+ * the environment). */
 long sl__thread_limit(void);
-/* SL_OK when 1 <= threads <= sl__thread_limit(); else SL_EINVAL with a
- * message naming `stage`, the count, the limit and how to raise it. */
+/* What the machine runs well: 4 x the online CPUs, at least 8.  More is
+ * accepted (one notice per process on stderr; a line in sl_stats_format). */
+long sl__thread_advised(void);
+/* SL_OK when 1 <= threads <= sl__thread_limit() (printing the notice the
+ * first time a count is above sl__thread_advised()); else SL_EINVAL with a
+ * message naming `stage`, the count, the limit and where it comes from. */
 int sl__threads_check(const char *stage, long threads);
+/* How many checks accepted more threads than advised (process-wide). */
+long sl__threads_oversubscribed(void);
 /* pthread_create + a thread name (at most 15 characters, e.g.
  * "sl-prefetch").  SL_OK, or SL_ENOMEM with a message naming `stage` and
  * the reason; *tid is then unset and nothing runs. */

@@ -2,25 +2,33 @@
  * threads.c - how many worker threads a stage may ask for, and starting one.
  *
  * Every stage that owns threads (prefetch, open_files, decode_image, the Lua
- * map/filter and reader, double_buffer) starts them here, so that:
+ * map/filter and reader, double_buffer, interleave) starts them here, so
+ * that:
  *
- *   - a request for more threads than the machine can use is refused with
- *     one message naming the stage and the limit, instead of creating
- *     thousands of threads (each with its own stack, and for Lua stages its
- *     own Lua state) that only contend;
+ *   - a thread count beyond what the machine runs well (4 x the online
+ *     CPUs, at least 8: sl__thread_advised) is accepted, as tf.data's
+ *     num_parallel_calls and Paddle's xmap_readers accept it, so a script
+ *     written for a 32-core machine runs on a laptop; the first such stage
+ *     of the process prints one notice on stderr, and `sluice run --stats`
+ *     (sl_stats_format) shows every stage running more threads than that;
+ *   - only a hard ceiling is refused (SLUICE_MAX_THREADS when that is set
+ *     to an integer in 1..SL__THREADS_HARD_MAX, else SL__THREADS_HARD_MAX):
+ *     one message naming the stage and the limit, instead of thousands of
+ *     threads (each with its own stack, and for Lua stages its own Lua
+ *     state) that exhaust the process;
  *   - a thread that cannot be created is an error the stage reports, never a
  *     stage that silently runs with fewer threads than it was asked for;
  *   - every thread carries a name (`sl-<stage>`) in ps, top and gdb.
  *
- * The limit is SLUICE_MAX_THREADS when that is set to an integer in
- * 1..SL__THREADS_HARD_MAX, else 4 x the online CPUs, at least 8.  It is read
- * at every check (stages are built rarely), so a test or a launcher can set
- * it before building a pipeline.
+ * The environment is read at every check (stages are built rarely), so a
+ * test or a launcher can set SLUICE_MAX_THREADS before building a pipeline;
+ * setting it also silences the notice (the limit is then the user's own).
  */
 #include "core/internal.h"
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -45,26 +53,50 @@ static long env_limit(void) {
 
 long sl__thread_limit(void) {
   long v = env_limit();
-  if (v) return v;
-  v = 4 * sl__cpu_count();
+  return v ? v : SL__THREADS_HARD_MAX;
+}
+
+long sl__thread_advised(void) {
+  long v = 4 * sl__cpu_count();
   return v < 8 ? 8 : v;
+}
+
+/* Stages accepted with more threads than advised (process-wide). */
+static atomic_long oversubscribed = 0;
+
+long sl__threads_oversubscribed(void) {
+  return atomic_load(&oversubscribed);
 }
 
 int sl__threads_check(const char *stage, long threads) {
   SL_RETURN_ERROR_IF(threads < 1, SL_EINVAL,
                      "%s: threads must be >= 1 (got %ld)", stage, threads);
   long limit = sl__thread_limit();
-  if (threads <= limit) return SL_OK;
-  if (env_limit())
+  bool from_env = env_limit() != 0;
+  if (threads > limit) {
+    if (from_env)
+      return sl_set_error(SL_EINVAL,
+                          "%s: threads = %ld is more than the limit of %ld "
+                          "set by " LIMIT_ENV,
+                          stage, threads, limit);
     return sl_set_error(SL_EINVAL,
                         "%s: threads = %ld is more than the limit of %ld "
-                        "set by " LIMIT_ENV,
+                        "threads a stage may start (" LIMIT_ENV
+                        " may set a lower one)",
                         stage, threads, limit);
-  return sl_set_error(SL_EINVAL,
-                      "%s: threads = %ld is more than the limit of %ld "
-                      "(4 x %ld CPUs, at least 8); set " LIMIT_ENV
-                      " to raise it",
-                      stage, threads, limit, sl__cpu_count());
+  }
+  long advised = sl__thread_advised();
+  if (threads <= advised) return SL_OK;
+  /* Accepted: said once per process (not at all under the user's own
+   * limit), so a loop of pipelines does not flood stderr. */
+  if (atomic_fetch_add(&oversubscribed, 1) == 0 && !from_env)
+    fprintf(stderr,
+            "sluice: %s: threads = %ld is more than this machine runs well "
+            "(4 x %ld CPUs, at least 8: %ld); accepted, the threads share "
+            "the CPUs (said once; set " LIMIT_ENV " to cap or to accept "
+            "silently)\n",
+            stage, threads, sl__cpu_count(), advised);
+  return SL_OK;
 }
 
 /* Test hook state: starts left before every start fails (< 0: off). */

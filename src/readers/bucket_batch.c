@@ -6,8 +6,10 @@
  * with L < boundaries[i] (the last bucket when none).  When bucket i holds
  * batch_sizes[i] samples they leave as one padded batch (padded_batch.c's
  * assembly: variable fields padded to the longest, or to boundaries[i] - 1
- * with pad_to_bucket, followed by their lengths).  At the end of the pass
- * the partial buckets leave in bucket order, unless drop_remainder.
+ * with pad_to_bucket, followed by their lengths).  A boundary of 0 is
+ * accepted, as tf.data accepts it: its bucket (L < 0) never holds a sample.  At
+ * the end of the pass the partial buckets leave in bucket order, unless
+ * drop_remainder.
  *
  * There is no random draw: the batches are a function of the input order.
  * Position: which samples wait in which bucket depends on every sample
@@ -161,11 +163,11 @@ static int setup(bucket_state *s, const sl_bucket_batch_opts *o) {
                      "bucket_batch: %zu boundaries (at most 4096)",
                      o->nboundaries);
   for (size_t i = 0; i < o->nboundaries; i++)
-    SL_RETURN_ERROR_IF(o->boundaries[i] < 1 ||
+    SL_RETURN_ERROR_IF(o->boundaries[i] < 0 ||
                            (i && o->boundaries[i] <= o->boundaries[i - 1]),
                        SL_EINVAL,
                        "bucket_batch: boundaries must be increasing and >= "
-                       "1 (boundary %zu is %lld)",
+                       "0 (boundary %zu is %lld)",
                        i, (long long)o->boundaries[i]);
   s->nb = o->nboundaries + 1;
   for (size_t i = 0; i < s->nb; i++)

@@ -19,7 +19,10 @@
  *                            else the turn moves on.
  *
  * So the order is a function of the sources' contents alone.  Reading ahead
- * (opts->threads > 0) wraps each source in sl_prefetch, which keeps order.
+ * (opts->threads > 0) wraps each source in a lazy sl_prefetch
+ * (sl__prefetch_lazy), which keeps order and holds a thread only from the
+ * source's first pull to its end: at most `cycle` threads run at once,
+ * whatever the number of sources, and the thread limit counts the cycle.
  *
  * Sources.  Readers (sl_interleave): all `n` are owned and linked (stats,
  * state), reset together; "opening" one is starting to read it.  A
@@ -96,7 +99,7 @@ static int wrap(il_state *t, sl_reader *r, sl_reader **out) {
   }
   uint64_t cap = (uint64_t)t->threads * t->block;
   if (cap > 4096 || cap / t->block != t->threads) cap = 4096;
-  return sl_prefetch(r, (size_t)cap, out);
+  return sl__prefetch_lazy(r, (size_t)cap, out);
 }
 
 /* Opens source i (callback mode): checked and wrapped. */
@@ -391,9 +394,9 @@ static const sl_reader_vtable il_vt = {"interleave", il_next, il_reset,
 
 /* --- construction --------------------------------------------------------- */
 
-/* `lazy`: sources opened by a callback.  threads > 0 starts one read-ahead
- * thread per reader (all n), or per open slot for a callback's sources. */
-static int check_opts(const sl_interleave_opts *o, size_t n, bool lazy) {
+/* threads > 0 runs one read-ahead thread per source in the cycle
+ * (min(cycle, n) at once), for readers and for a callback's sources. */
+static int check_opts(const sl_interleave_opts *o, size_t n) {
   SL_RETURN_ERROR_IF(o->size != sizeof *o,
                      o->size > sizeof *o ? SL_EUNSUPPORTED : SL_EINVAL,
                      "interleave: options of size %zu, this library's are "
@@ -405,7 +408,10 @@ static int check_opts(const sl_interleave_opts *o, size_t n, bool lazy) {
   SL_RETURN_ERROR_IF(o->block == 0, SL_EINVAL,
                      "interleave: block must be >= 1 (the samples taken "
                      "from a source per turn)");
-  size_t wrapped = lazy && o->cycle < n ? o->cycle : n;
+  /* Threads run for the sources in the cycle only (the wrappers start
+   * theirs at a source's first pull and join it at its end), so the cycle
+   * is what counts, not the number of sources (tf.data's rule). */
+  size_t wrapped = o->cycle < n ? o->cycle : n;
   if (o->threads)
     SL_FORWARD_IF_ERROR(sl__threads_check(
         "interleave", wrapped > (size_t)LONG_MAX ? LONG_MAX : (long)wrapped));
@@ -467,7 +473,7 @@ int sl_interleave(sl_reader **readers, size_t n, const sl_interleave_opts *opts,
   SL_FORWARD_IF_ERROR(sl__check_readers("interleave", readers, n, out));
   sl_interleave_opts dflt = SL_INTERLEAVE_OPTS_INIT;
   const sl_interleave_opts *o = opts ? opts : &dflt;
-  int rc = check_opts(o, n, false);
+  int rc = check_opts(o, n);
   const sl_schema *first = sl_reader_schema(readers[0]);
   for (size_t i = 1; rc == SL_OK && i < n; i++)
     if (!sl_schema_equal(first, sl_reader_schema(readers[i]))) {
@@ -517,7 +523,7 @@ int sl_interleave_sources(size_t n, sl_source_open_fn open, void *ud,
            : !open  ? sl_set_error(SL_EINVAL, "interleave: NULL open callback")
            : n == 0 ? sl_set_error(SL_EINVAL, "interleave: needs at least one "
                                               "source")
-                    : check_opts(o, n, true);
+                    : check_opts(o, n);
   if (out) *out = NULL;
   il_state *t = rc == SL_OK ? new_state(n, o) : NULL;
   if (!t) {

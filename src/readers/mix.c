@@ -3,7 +3,9 @@
  * sample_from_datasets, Grain's mixing).
  *
  * The draw.  Output j of pass p comes from the reader picked by a uniform
- * u in [0, 1) computed from (seed, p, j, attempt) alone - splitmix64's
+ * u in [0, 1) computed from (seed, p, j, attempt) alone (p = 0 on every
+ * pass with keep_order: tf.data's sample_from_datasets without
+ * rerandomize_each_iteration) - splitmix64's
  * finalizer over the four mixed together, as core/rng.h - against the
  * cumulative weights of the readers still drawn.  No generator state is
  * carried from one output to the next, so the interleaving depends on
@@ -40,16 +42,18 @@ typedef struct mix_state {
   uint64_t *start_pass; /* each reader's pass when this pass began */
   uint64_t seed;
   int stop;
+  bool keep_order; /* every pass draws pass 0's order */
   uint64_t pass, j;
   bool ended;
   atomic_uint_least64_t *count;
 } mix_state;
 
 static double draw(const mix_state *m, uint64_t attempt) {
-  uint64_t k = sl__splitmix64_mix(m->seed) ^
-               sl__splitmix64_mix(m->pass + SL__RNG_GOLDEN) ^
-               sl__splitmix64_mix(m->j + 2 * SL__RNG_GOLDEN) ^
-               sl__splitmix64_mix(attempt + 3 * SL__RNG_GOLDEN);
+  uint64_t k =
+      sl__splitmix64_mix(m->seed) ^
+      sl__splitmix64_mix((m->keep_order ? 0 : m->pass) + SL__RNG_GOLDEN) ^
+      sl__splitmix64_mix(m->j + 2 * SL__RNG_GOLDEN) ^
+      sl__splitmix64_mix(attempt + 3 * SL__RNG_GOLDEN);
   return (double)(sl__splitmix64_mix(k) >> 11) * 0x1.0p-53;
 }
 
@@ -168,8 +172,8 @@ static void mix_identity(const sl_reader *r, void *st, char *buf, size_t cap) {
   (void)r;
   const mix_state *m = st;
   int n = snprintf(buf, cap,
-                   "seed=%llu stop=%d weights=", (unsigned long long)m->seed,
-                   m->stop);
+                   "seed=%llu stop=%d%s weights=", (unsigned long long)m->seed,
+                   m->stop, m->keep_order ? " keep_order" : "");
   for (size_t i = 0; i < m->n && n >= 0 && (size_t)n < cap; i++)
     n += snprintf(buf + n, cap - (size_t)n, "%s%.17g", i ? "," : "", m->w[i]);
 }
@@ -249,6 +253,7 @@ int sl_mix(sl_reader **readers, size_t n, const sl_mix_opts *opts,
   m->n = n;
   m->seed = o.seed;
   m->stop = o.stop;
+  m->keep_order = o.keep_order != 0;
   rc = setup(m, &o);
   if (rc < 0) {
     mix_destroy(m);

@@ -25,6 +25,12 @@
  * The worker exits on its own at EOF or on an error; it is still joined by
  * the next reset or destroy (`running` means "started, not yet joined").
  *
+ * Lazy (sl__prefetch_lazy: interleave's read-ahead, one per source): no
+ * worker at construction, reset or restore; the pass's first next starts
+ * it, and the next that returns the end (or an error) joins it.  So only
+ * the sources being read hold a thread: interleave's cycle, not all of
+ * its sources.
+ *
  * Invariants and ownership:
  *   up       owned.  Used only by the worker while one is running, and only
  *            by the consumer while none is (thread create and join order the
@@ -108,6 +114,8 @@ typedef struct prefetch_state {
   atomic_bool stop;
   pthread_t thread;
   bool running;
+  bool lazy; /* sl__prefetch_lazy: the worker starts at the pass's first
+                next and is joined when the consumer reaches the end */
   sl_sample *cache[PREFETCH_CACHE];
   int cache_pos, cache_len;
   sl__stage_counters stats; /* wait_down: the worker blocked in send */
@@ -207,8 +215,21 @@ static void tune_after(prefetch_state *p, const sl_sample *s, int seen) {
   atomic_store_explicit(&p->stats.queue_depth, want, memory_order_relaxed);
 }
 
+static int prefetch_next_running(prefetch_state *p, sl_sample **out);
+
 static int prefetch_next(void *st, sl_sample **out) {
   prefetch_state *p = st;
+  if (!p->lazy) return prefetch_next_running(p, out);
+  /* Lazy: nothing runs before the pass's first pull, and the thread is
+   * joined at the end it reported (the reader base latches the end, so no
+   * next follows before a reset or restore). */
+  if (!p->running) SL_FORWARD_IF_ERROR(start_worker(p));
+  int rc = prefetch_next_running(p, out);
+  if (rc != SL_OK) stop_worker(p);
+  return rc;
+}
+
+static int prefetch_next_running(prefetch_state *p, sl_sample **out) {
   if (p->tune.on) {
     int seen = SL__CH_SEEN_SOME;
     atomic_store_explicit(&p->waiting, true, memory_order_relaxed);
@@ -238,7 +259,7 @@ static int prefetch_reset(void *st) {
   drop_cache(p);
   sl_channel_reopen(p->ch);
   SL_FORWARD_IF_ERROR(sl_reader_reset(p->up));
-  return start_worker(p);
+  return p->lazy ? SL_OK : start_worker(p);
 }
 
 static void prefetch_destroy(void *st) {
@@ -274,7 +295,7 @@ static int prefetch_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
   drop_cache(p);
   sl_channel_reopen(p->ch);
   SL_FORWARD_IF_ERROR(sl__state_restore_up_at(in, p->up, k));
-  return start_worker(p);
+  return p->lazy ? SL_OK : start_worker(p);
 }
 
 static const sl__state_ops prefetch_state_ops = {prefetch_save,
@@ -285,13 +306,14 @@ static const sl_reader_vtable prefetch_vt = {"prefetch", prefetch_next,
 
 /* Both constructors: `n` samples of depth, or autotuned when `tune` is
  * set (its max_depth slots, its byte budget). */
-static int make(sl_reader *up, size_t n, const prefetch_tune *tune,
+static int make(sl_reader *up, size_t n, const prefetch_tune *tune, bool lazy,
                 sl_reader **out) {
   prefetch_state *p = sl__calloc(1, sizeof *p);
   if (!p)
     return sl__fail_with_upstream(
         up, sl_set_error(SL_ENOMEM, "prefetch: cannot allocate"));
   p->up = up;
+  p->lazy = lazy;
   p->stats.threads = 1;
   if (tune) {
     p->tune = *tune;
@@ -320,7 +342,7 @@ static int make(sl_reader *up, size_t n, const prefetch_tune *tune,
                                               &p->up, &p->stats, out));
   sl__reader_set_state_ops(*out, &prefetch_state_ops);
   sl__reader_set_stop_signal(*out, prefetch_signal_stop);
-  int rc = start_worker(p);
+  int rc = lazy ? SL_OK : start_worker(p);
   if (rc != SL_OK) {
     sl_reader_destroy(*out); /* destroys up too: we own it; keeps the error */
     *out = NULL;
@@ -328,12 +350,20 @@ static int make(sl_reader *up, size_t n, const prefetch_tune *tune,
   return rc;
 }
 
-int sl_prefetch(sl_reader *up, size_t n, sl_reader **out) {
+static int make_fixed(sl_reader *up, size_t n, bool lazy, sl_reader **out) {
   SL_DECORATOR_ARGS("prefetch", up, out);
   if (n == 0)
     return sl__fail_with_upstream(
         up, sl_set_error(SL_EINVAL, "prefetch: buffer size must be >= 1"));
-  return make(up, n, NULL, out);
+  return make(up, n, NULL, lazy, out);
+}
+
+int sl_prefetch(sl_reader *up, size_t n, sl_reader **out) {
+  return make_fixed(up, n, false, out);
+}
+
+int sl__prefetch_lazy(sl_reader *up, size_t n, sl_reader **out) {
+  return make_fixed(up, n, true, out);
 }
 
 int sl_prefetch_auto(sl_reader *up, const sl_prefetch_auto_opts *opts,
@@ -361,5 +391,5 @@ int sl_prefetch_auto(sl_reader *up, const sl_prefetch_auto_opts *opts,
   t.depth = 1;
   t.max_depth = o.max_depth ? o.max_depth : AUTO_MAX_DEPTH;
   t.max_bytes = o.max_bytes ? o.max_bytes : AUTO_MAX_BYTES;
-  return make(up, 0, &t, out);
+  return make(up, 0, &t, false, out);
 }

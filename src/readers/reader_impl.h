@@ -146,6 +146,11 @@ void *sl__reader_state_of(sl_reader *r, const sl_reader_vtable *vt);
  *     by a reset or destroy of the batch (which drop their rows) before the
  *     next pull. */
 void *sl__batch_defer(sl_reader *r, size_t max_pending);
+/* sl_prefetch whose worker starts at a pass's first next (not at
+ * construction, reset or restore) and is joined when that pass's end (or
+ * error) is returned: a thread only while the reader is being read
+ * (prefetch.c, "Lazy").  Ownership and errors as sl_prefetch. */
+int sl__prefetch_lazy(sl_reader *up, size_t n, sl_reader **out);
 void sl__batch_fill(void *h, sl_sample *s);
 
 /* A snapshot of one reader's statistics and links (readers/stats.c). */

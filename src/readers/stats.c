@@ -228,5 +228,16 @@ int sl_stats_format(const sl_stage_stats *stats, size_t n, double wall_s,
         s->threads > 0 ? s->threads : 1, s->threads > 1 ? "s" : "",
         pct(stats[0].next_s, wall_s), wall_s);
   }
+  /* Stages running more threads than the machine runs well (accepted by
+   * sl__threads_check, which said so once on stderr). */
+  long advised = sl__thread_advised();
+  for (size_t i = 0; i < n; i++) {
+    const sl_stage_stats *s = &stats[i];
+    if (s->threads > advised)
+      put(&t,
+          "oversubscribed: %s runs %d threads on %ld CPUs (advised at most "
+          "%ld: 4 x the CPUs, at least 8)\n",
+          s->name ? s->name : "?", s->threads, sl__cpu_count(), advised);
+  }
   return t.len > INT_MAX ? INT_MAX : (int)t.len;
 }

@@ -15,6 +15,9 @@
  * yielded short unless drop_remainder (tf.data's drop_remainder=False:
  * with a stride below the size, the last size / stride windows shrink).
  *
+ * Length: known when field F has a fixed length per sample and upstream
+ * knows its length (window_length); unknown for a field of varying length.
+ *
  * Position.  Where window k starts is an upstream sample and an offset in
  * it: the stage keeps, for the values in its buffer, the samples they came
  * from (a queue of segments: sample number, offset of the first value held,
@@ -259,6 +262,31 @@ static void window_identity(const sl_reader *r, void *st, char *buf,
            w->drop);
 }
 
+/* The number of windows when field F has a fixed length C per sample (as
+ * tf.data knows the cardinality of window): the stream has T = upstream's
+ * length x C values; windows start at 0, S, 2S, ... below T, and with
+ * drop_remainder only those with N values count.  A field of varying
+ * length is SL_EUNSUPPORTED: the count depends on every sample's length. */
+static int window_length(const sl_reader *r, void *st, uint64_t *n) {
+  window_state *w = st;
+  int64_t c = sl_schema_field_shape(sl_reader_schema(w->up), w->field)[0];
+  if (c == SL_DIM_VAR)
+    return sl_set_error(SL_EUNSUPPORTED,
+                        "window: field '%s' varies in length from sample to "
+                        "sample, so the number of windows is not known",
+                        w->name);
+  uint64_t up;
+  SL_FORWARD_IF_ERROR(sl__upstream_length(r, 0, &up));
+  SL_RETURN_ERROR_IF(c && up > UINT64_MAX / (uint64_t)c, SL_EUNSUPPORTED,
+                     "window: the stream's length does not fit 64 bits");
+  uint64_t t = up * (uint64_t)c;
+  if (w->drop)
+    *n = t >= w->size ? (t - w->size) / w->stride + 1 : 0;
+  else
+    *n = t / w->stride + (t % w->stride != 0);
+  return SL_OK;
+}
+
 static const sl__state_ops window_state_ops = {window_save, window_restore,
                                                window_identity};
 
@@ -313,5 +341,6 @@ int sl_window(sl_reader *up, const char *field, size_t size, size_t stride,
   sl_schema_release(schema);
   if (rc < 0) return rc;
   sl__reader_set_state_ops(*out, &window_state_ops);
+  sl__reader_set_length(*out, window_length);
   return SL_OK;
 }

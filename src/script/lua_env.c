@@ -9,7 +9,9 @@
  *
  * Worker states.  luaL_newstate (LuaJIT's own allocator: on x64 LuaJIT
  * refuses custom allocators, so Lua memory cannot go through sl__malloc),
- * the standard libraries, package.path/cpath from the env, then
+ * the standard libraries, package.path/cpath from the env (plus sluice's
+ * own Lua folders, last, when that path cannot find sluice: lua_path.c),
+ * then
  *   ffi    = require "ffi"       (global)
  *   sluice = require "sluice"    (global; preload mode 1 only)
  *   registry["sluice.worker"] = require "sluice.worker"   (mode 1 only)
@@ -167,6 +169,10 @@ static int worker_init_cp(lua_State *L) {
     }
     lua_pop(L, 1);
   }
+  /* A worker that loads sluice, on a path that cannot find it (LuaJIT's
+   * default, a declaring state that had sluice preloaded), gets sluice's
+   * own folders last.  A bare state (preload 0) keeps its caller's path. */
+  if (!env || env->load_sluice) sl__lua_add_own_path(L, false);
   require_module(L, "ffi");
   lua_setfield(L, LUA_GLOBALSINDEX, "ffi");
   if (!env || env->load_sluice) {

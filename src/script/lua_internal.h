@@ -23,6 +23,21 @@
 int sl__lua_push_cached_cfunction(lua_State *L, const void *key,
                                   lua_CFunction fn);
 
+/* --- sluice's own Lua folders (lua_path.c) -------------------------------- */
+
+/* The package.path patterns of the Lua modules that belong to this
+ * libsluice: the source and build trees' lua/ when the library is the build
+ * tree's, else the install prefix's Lua folder relative to the library's
+ * own folder; "" when the library cannot tell where it was loaded from.
+ * Computed once; thread-safe. */
+const char *sl__lua_own_path(void);
+/* Adds sl__lua_own_path() to L's package.path: before everything when
+ * `first`, else after everything and only when `require "sluice"` would
+ * otherwise fail (not loaded, not preloaded, not on package.path).  A path
+ * already holding them is left alone.  Call inside a protected call (it
+ * allocates, and calls package.searchpath). */
+void sl__lua_add_own_path(lua_State *L, bool first);
+
 /* --- worker states of the stages and the reader (lua_common.c) ----------- */
 
 /* Pushes pointer p for sluice.worker, which ffi.casts it: as a number

@@ -5,9 +5,10 @@
  *
  * Opening.  A fresh lua_State private to the pipeline (luaL_newstate, the
  * standard libraries; package.path/cpath are LuaJIT's - LUA_PATH/LUA_CPATH
- * from the environment when set - and, for a variable that is not set, the
- * Lua folders of the prefix libsluice itself was loaded from come first:
- * see add_install_paths).  The global `arg` is the script name at 0 and the
+ * from the environment when set - and sluice's own Lua folders (the build
+ * tree's, or those of the prefix libsluice was loaded from) come first when
+ * LUA_PATH is not set, last when it is set but cannot find sluice: see
+ * lua_path.c).  The global `arg` is the script name at 0 and the
  * arguments at 1..n; the chunk is called with the arguments as `...`.  The
  * script runs under sl__lua_pcall, so a runtime error carries the Lua
  * message and a traceback naming the script's line.  Everything that
@@ -31,11 +32,11 @@
 #include "core/internal.h"
 #include "readers/state.h"
 #include "script/lua_host.h"
+#include "script/lua_internal.h"
 
 #include <lauxlib.h>
 #include <lualib.h>
 
-#include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -90,44 +91,72 @@ static int load_error(lua_State *L, int st, const char *name) {
   return code;
 }
 
-/* Prepends "<libdir>/<pat>;..." to package.<field> (libdir: the folder of
- * the libsluice that holds this code), unless the user set `env`: so a
- * trainer linked against an installed libsluice finds the sluice Lua
- * modules of the same prefix (share/lua/5.1) without any LUA_PATH.  Only
- * package.path: sluice has no Lua C module (the facade reaches this very
- * libsluice through the FFI, as ffi.C). */
-static void add_install_paths(lua_State *L, const char *env, const char *field,
-                              const char *const *pats, int npats) {
-  if (getenv(env)) return;
-  Dl_info info;
-  if (!dladdr((void *)sl_version, &info) || !info.dli_fname) return;
-  const char *slash = strrchr(info.dli_fname, '/');
-  if (!slash) return;
-  int dirlen = (int)(slash - info.dli_fname);
-  char buf[8192];
-  size_t n = 0;
-  for (int i = 0; i < npats && n < sizeof buf; i++) {
-    /* Each pattern holds one %.*s for the library's folder. */
-    int k = snprintf(buf + n, sizeof buf - n, pats[i], dirlen, info.dli_fname);
-    if (k < 0 || (size_t)k >= sizeof buf - n - 1) return; /* absurd path */
-    n += (size_t)k;
-    buf[n++] = ';';
-    buf[n] = '\0';
+/* Called with the script's chunk: its short source name and the lines of
+ * its tail calls ("3" or "3/5"), or nothing when LuaJIT's jit.util cannot
+ * be loaded.  Bytecode only: nothing of the script runs again. */
+static const char TAIL_LINES_SRC[] =
+    "local f = ...\n"
+    "local okj, ju = pcall(require, 'jit.util')\n"
+    "local okv, vmdef = pcall(require, 'jit.vmdef')\n"
+    "if not (okj and okv) then return end\n"
+    "local lines, seen, pc = {}, {}, 1\n"
+    "while true do\n"
+    "  local ins = ju.funcbc(f, pc)\n"
+    "  if not ins then break end\n"
+    "  local op = ins % 256\n"
+    "  local name = vmdef.bcnames:sub(op * 6 + 1, op * 6 + 6)\n"
+    "  if name == 'CALLT ' or name == 'CALLMT' then\n"
+    "    local l = ju.funcinfo(f, pc).currentline\n"
+    "    if l and not seen[l] then seen[l] = true; lines[#lines + 1] = l end\n"
+    "  end\n"
+    "  pc = pc + 1\n"
+    "end\n"
+    "if #lines > 0 then\n"
+    "  return debug.getinfo(f, 'S').short_src, table.concat(lines, '/')\n"
+    "end\n";
+
+/* After the script (its chunk at -1) raised an error: when no frame of the
+ * script is in the message's traceback, the script was left by a tail call
+ * (`return sluice.open_files(...)`: the callee's frame replaces the
+ * script's), and the message gets the script's line(s) that make tail calls
+ * - "pipeline script (X): X:3: <message>" and a traceback line - as
+ * docs/EMBEDDING.md promises for every error raised by the script.  Leaves
+ * the error as it is when it cannot tell. */
+static void name_tail_call(lua_State *L, const char *name) {
+  const char *err = sl_last_error();
+  size_t at = strlen("pipeline script (") + strlen(name) + strlen("): ");
+  if (sl_last_error_code() != SL_ELUA || !strstr(err, "\nstack traceback:") ||
+      strlen(err) < at || strncmp(err + at - 3, "): ", 3) != 0)
+    return;
+  int top = lua_gettop(L);
+  if (luaL_loadbuffer(L, TAIL_LINES_SRC, sizeof TAIL_LINES_SRC - 1,
+                      "=sluice embedding") != 0) {
+    lua_settop(L, top);
+    return;
   }
-  lua_getfield(L, LUA_GLOBALSINDEX, "package");
-  lua_getfield(L, -1, field);
-  lua_pushfstring(L, "%s%s", buf,
-                  lua_tostring(L, -1) ? lua_tostring(L, -1) : "");
-  lua_setfield(L, -3, field);
-  lua_pop(L, 2);
+  lua_pushvalue(L, top);
+  if (lua_pcall(L, 1, 2, 0) != 0 || !lua_isstring(L, -2) ||
+      !lua_isstring(L, -1)) {
+    lua_settop(L, top);
+    return;
+  }
+  const char *src = lua_tostring(L, -2), *lines = lua_tostring(L, -1);
+  const char *frame = lua_pushfstring(L, "\n\t%s:", src);
+  char *saved = strstr(err, frame) ? NULL : sl__strdup(err);
+  if (saved) {
+    sl_set_error(SL_ELUA, "%.*s%s:%s: %s\n\t%s:%s: in main chunk (tail call)",
+                 (int)at, saved, src, lines, saved + at, src, lines);
+    sl__free(saved);
+  }
+  lua_settop(L, top);
 }
 
 static int open_cp(lua_State *L) {
   open_ctx *c = lua_touserdata(L, 1);
   luaL_openlibs(L);
-  static const char *const lpath[] = {"%.*s/../share/lua/5.1/?.lua",
-                                      "%.*s/../share/lua/5.1/?/init.lua"};
-  add_install_paths(L, "LUA_PATH", "path", lpath, 2);
+  /* sluice's own Lua folders: first unless the user set LUA_PATH, then only
+   * when that path cannot find sluice (lua_path.c). */
+  sl__lua_add_own_path(L, getenv("LUA_PATH") == NULL);
 
   lua_createtable(L, c->argc, 1);
   lua_pushstring(L, c->name);
@@ -144,11 +173,15 @@ static int open_cp(lua_State *L) {
     c->rc = load_error(L, st, c->name);
     return 0;
   }
-  luaL_checkstack(L, c->argc + 4, "pipeline script: too many arguments");
+  luaL_checkstack(L, c->argc + 5, "pipeline script: too many arguments");
+  lua_pushvalue(L, -1); /* the chunk, kept for name_tail_call */
   for (int i = 0; i < c->argc; i++)
     lua_pushstring(L, c->argv[i] ? c->argv[i] : "");
   c->rc = sl__lua_pcall(L, c->argc, 1, "pipeline script", c->name);
-  if (c->rc != SL_OK) return 0;
+  if (c->rc != SL_OK) {
+    name_tail_call(L, c->name);
+    return 0;
+  }
 
   /* The value is at the top: call TAKE_SRC(value, name). */
   st = luaL_loadbuffer(L, TAKE_SRC, sizeof TAKE_SRC - 1, "=sluice embedding");

@@ -64,3 +64,21 @@ t10k_labels() {
 slr_labels() {
   "$SLUICE" cat --json "$1" | grep -o '"label":[0-9-]*}$' | tr -dc '0-9\n-'
 }
+
+# demo_data BUILD: prints the folder holding the demo's train.slr and
+# t10k.slr: BUILD/data when `make demo` or CTest's demo.short packed them
+# there, else $TMP/data, packed now from Fashion-MNIST.
+demo_data() {
+  local dir=$1/data s
+  if ! [ -s "$dir/train.slr" ] || ! [ -s "$dir/t10k.slr" ]; then
+    need_data
+    dir=$TMP/data
+    mkdir -p "$dir"
+    for s in train t10k; do
+      "$SLUICE" pack idx -q "$DATA/$s-images-idx3-ubyte.gz" \
+        "$DATA/$s-labels-idx1-ubyte.gz" -o "$dir/$s.slr" ||
+        fail "packing $s"
+    done
+  fi
+  printf '%s\n' "$dir"
+}

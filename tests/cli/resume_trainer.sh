@@ -110,17 +110,7 @@ contains "$ERR" "trainer: --resume nothere.bin: "
 # The demo's own script over Fashion-MNIST (what `make demo` runs): the
 # build's data/ (packed by `make demo` and CTest's demo.short), else packed
 # here.  One cut in its first epoch, 2 epochs of at most 100 steps.
-need_data
-DEMO_DATA=$BUILD/data
-if ! [ -s "$DEMO_DATA/train.slr" ] || ! [ -s "$DEMO_DATA/t10k.slr" ]; then
-  DEMO_DATA=$TMP/data
-  mkdir -p "$DEMO_DATA"
-  for s in train t10k; do
-    "$SLUICE" pack idx -q "$DATA/$s-images-idx3-ubyte.gz" \
-      "$DATA/$s-labels-idx1-ubyte.gz" -o "$DEMO_DATA/$s.slr" ||
-      fail "packing $s"
-  done
-fi
+DEMO_DATA=$(demo_data "$BUILD") || exit 1
 demo() { run "$TRAINER" --data "$DEMO_DATA" --epochs 2 --limit 100 "$@"; }
 demo
 expect_rc 0 "the demo"

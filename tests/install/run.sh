@@ -143,6 +143,10 @@ step "embedding API from the prefix (no LUA_PATH/LUA_CPATH)"
   $(pkg-config --cflags --libs sluice) -Wl,--disable-new-dtags,-rpath,"$pc_libdir" \
   -o "$tmp/embed"
 env -u LUA_PATH -u LUA_CPATH "$tmp/embed"
+# A LUA_PATH that cannot find sluice (the user's own modules only): the
+# prefix's Lua folder is appended (src/script/lua_path.c).
+mkdir -p "$tmp/own"
+env -u LUA_CPATH LUA_PATH="$tmp/own/?.lua" "$tmp/embed"
 
 step "the demo trainer from the prefix, with the installed sluice command"
 # examples/trainer as a user builds it: pkg-config, the installed library and
