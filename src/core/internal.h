@@ -165,6 +165,9 @@ int sl__opts_copy(const char *what, void *dst, size_t dst_size,
 /* --- paths (path.c) --------------------------------------------------------- */
 /* The last path component of `path` (a pointer into it). */
 const char *sl__basename(const char *path);
+/* Whether `path` is an http://, https:// or s3:// URL (read by the io
+ * layer's URL sources, io/http.h) rather than a file name. */
+bool sl__is_url(const char *path);
 
 /* --- misc ----------------------------------------------------------------- */
 #define SL_UNUSED(x) ((void)(x))

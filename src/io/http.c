@@ -45,11 +45,6 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 
-bool sl__is_url(const char *path) {
-  return path && (strncmp(path, "http://", 7) == 0 ||
-                  strncmp(path, "https://", 8) == 0 || sl__is_s3(path));
-}
-
 static atomic_uint_fast64_t g_requests, g_retries, g_bytes;
 
 void sl__http_counts(uint64_t *requests, uint64_t *retries) {

@@ -8,9 +8,8 @@
 #include "core/internal.h"
 #include "io/source.h"
 
-/* Whether `path` is an http://, https:// or s3:// URL.  An s3:// name is
- * mapped to an HTTP(S) URL and signed (s3.h). */
-bool sl__is_url(const char *path);
+/* sl__is_url (core/internal.h, core/path.c) tells an http://, https:// or
+ * s3:// URL; an s3:// name is mapped to an HTTP(S) URL and signed (s3.h). */
 
 /* What tells one version of a remote object from another: its validators
  * (ETag, Last-Modified) and its size.  A field the server did not send is

@@ -23,7 +23,6 @@
 #include "readers/state.h"
 
 #include "core/crc32c.h"
-#include "io/http.h"
 #include "sync/engine.h"
 
 #include <pthread.h>

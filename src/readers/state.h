@@ -49,7 +49,7 @@
 #ifndef SLUICE_READERS_STATE_H
 #define SLUICE_READERS_STATE_H
 
-#include "io/source.h"
+#include "core/file_id.h"
 #include "readers/reader_impl.h"
 
 #include <pthread.h>
@@ -134,7 +134,7 @@ uint64_t sl__state_position(const sl__state_in *in);
 /* --- file identity -----------------------------------------------------------
  * The one way a source's record carries the files it reads, so that a
  * state is refused when a file changed since the save (docs/RESUME.md,
- * "What is refused").  An identity is io/source.h's sl__file_id: a file's
+ * "What is refused").  An identity is core/file_id.h's sl__file_id: a file's
  * device, inode, size and modification time (ns) as the reader opened it;
  * for a URL what source_http.c makes of the response at open (a hash of
  * the ETag, a hash of the URL, the size, Last-Modified).  The save op
