@@ -105,8 +105,10 @@ static int writer_open(sl__out_file *file, bool own, sl_schema *schema,
   if (o.chunk_bytes == 0) o.chunk_bytes = (size_t)1 << 20;
   sl_slr_writer *w = sl__calloc(1, sizeof *w);
   if (!w) {
+    /* The message first: `path` is the file's, freed by the abort. */
+    int e = sl_set_error(SL_ENOMEM, "slr writer: %s: cannot allocate", path);
     if (own) sl__out_abort(file);
-    return sl_set_error(SL_ENOMEM, "slr writer: %s: cannot allocate", path);
+    return e;
   }
   w->file = file;
   w->own_file = own;
@@ -118,15 +120,17 @@ static int writer_open(sl__out_file *file, bool own, sl_schema *schema,
   w->path = sl__strdup(path);
   w->cctx = ZSTD_createCCtx();
   if (!w->path || !w->cctx) {
+    int e = sl_set_error(SL_ENOMEM, "slr writer: %s: cannot allocate", path);
     writer_free(w);
-    return sl_set_error(SL_ENOMEM, "slr writer: %s: cannot allocate", path);
+    return e;
   }
   sl__new_set_id(w->set_id); /* a set of one until told otherwise */
   w->set_size = 1;
   int rc = sl__slr_layout_init(&w->layout, schema);
   if (rc < 0) {
+    rc = sl_wrap_error(rc, "slr writer: %s", path);
     writer_free(w);
-    return sl_wrap_error(rc, "slr writer: %s", path);
+    return rc;
   }
   unsigned char h[SLR_HEADER_SIZE] = {0};
   memcpy(h, sl__slr_magic, 8);
