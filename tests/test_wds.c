@@ -7,10 +7,13 @@
  */
 #include "io/output.h"
 #include "io/tar.h"
+#include "io/wds.h"
+#include "open/wds_pack.h"
 #include "test.h"
 #include "test_util.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define DIR SLUICE_SOURCE_DIR "/tests/data/formats/"
@@ -544,4 +547,127 @@ TEST(wds_resume_exactly) {
     open_case d = {t, 1, false, 2, 5};
     test_resume_check(build_open, &d, 3, cuts, 7, 0);
   }
+}
+
+/* --- set identity (issue 24 item 1) ------------------------------------- */
+
+/* `pack images --format wds` of folder `img` into `out` (3 shards, sorted
+ * order); false when the image layer is not built. */
+static bool pack_wds_set(const char *img, const char *out) {
+  sl__pack_opts po = {0};
+  po.shards = 3;
+  uint64_t n = 0;
+  int rc = sl__pack_images_wds(img, out, &po, &n);
+  if (rc == SL_EUNSUPPORTED) return false;
+  ASSERT_OK(rc);
+  ASSERT_EQ(n, 6);
+  return true;
+}
+
+/* Opens `names`, reads every sample: the count, and every key is a packed
+ * image's (never the identity member), with the image and class fields. */
+static uint64_t read_wds_set(const char *const *names, size_t n) {
+  sl_reader *r;
+  ASSERT_OK(sl_wds_open(names, n, NULL, &r));
+  ASSERT_EQ(sl_schema_nfields(sl_reader_schema(r)), 3);
+  uint64_t len = 0, got = 0;
+  ASSERT_OK(sl_reader_length(r, &len));
+  sl_sample *s;
+  int rc;
+  while ((rc = sl_reader_next(r, &s)) == SL_OK) {
+    const sl_tensor *key = sl_sample_field(s, "__key__");
+    ASSERT_NOT_NULL(key);
+    ASSERT_EQ(key->nbytes, 8); /* "%08zu": the record number */
+    ASSERT_TRUE(memcmp(key->data, "__", 2) != 0);
+    const sl_tensor *png = sl_sample_field(s, "png");
+    ASSERT_NOT_NULL(png);
+    ASSERT_EQ(sl_image_sniff(png->data, png->nbytes), SL_IMAGE_PNG);
+    const sl_tensor *cls = sl_sample_field(s, "cls");
+    ASSERT_NOT_NULL(cls);
+    int64_t c = *(const int64_t *)cls->data;
+    ASSERT_TRUE(c == 0 || c == 1);
+    sl_sample_release(s);
+    got++;
+  }
+  ASSERT_RC(rc, SL_EOF);
+  ASSERT_EQ(got, len);
+  sl_reader_destroy(r);
+  return got;
+}
+
+TEST(wds_pack_set_identity_refuses_shards_of_two_runs) {
+  const char *img = test_tmppath("wds_set", "img");
+  char sub[2][512];
+  mkdir(img, 0755);
+  for (int c = 0; c < 2; c++) {
+    snprintf(sub[c], sizeof sub[c], "%s/%c", img, 'a' + c);
+    mkdir(sub[c], 0755);
+    for (int i = 0; i < 3; i++) {
+      char path[600], data[16] = "\x89PNG\r\n\x1a\n";
+      snprintf(path, sizeof path, "%s/%d.png", sub[c], i);
+      snprintf(data + 8, 8, "i%d%d", c, i);
+      test_write_file(path, data, 11);
+    }
+  }
+  const char *out = test_tmppath("wds_set", "s.tar");
+  if (!pack_wds_set(img, out)) TEST_SKIP("built without the image layer");
+  const char *names[3];
+  for (int i = 0; i < 3; i++) {
+    char nm[32];
+    snprintf(nm, sizeof nm, "s-%06d.tar", i);
+    names[i] = test_tmppath_dup("wds_set", nm);
+  }
+  /* Every shard starts with the identity: this run's id, 3, its index. */
+  sl__wds_set set[3];
+  for (int i = 0; i < 3; i++) {
+    ASSERT_OK(sl__wds_shard_set(names[i], &set[i]));
+    ASSERT_TRUE(set[i].has);
+    ASSERT_EQ(set[i].shards, 3);
+    ASSERT_EQ(set[i].index, (uint32_t)i);
+    ASSERT_STREQ(set[i].id, set[0].id);
+  }
+  /* A consistent set reads every image once, the member forms no sample
+   * (each shard: 2 samples), one shard alone too. */
+  ASSERT_EQ(read_wds_set(names, 3), 6);
+  ASSERT_EQ(read_wds_set(names + 1, 1), 2);
+  /* Keep shard 1 of this run, pack again into the same names, swap it in:
+   * refused, naming it and the shard it disagrees with. */
+  size_t n1;
+  char *old1 = test_read_file(names[1], &n1);
+  ASSERT_TRUE(pack_wds_set(img, out));
+  sl__wds_set again;
+  ASSERT_OK(sl__wds_shard_set(names[0], &again));
+  ASSERT_TRUE(strcmp(again.id, set[0].id) != 0);
+  ASSERT_EQ(read_wds_set(names, 3), 6);
+  test_write_file(names[1], old1, n1);
+  sl_reader *r = NULL;
+  ASSERT_RC(sl_wds_open(names, 3, NULL, &r), SL_ECORRUPT);
+  ASSERT_NULL(r);
+  ASSERT_CONTAINS(sl_last_error(), "s-000001.tar is shard 1 of 3 of set");
+  ASSERT_CONTAINS(sl_last_error(), "s-000000.tar is shard 0 of 3");
+  ASSERT_CONTAINS(sl_last_error(), set[0].id);
+  ASSERT_CONTAINS(sl_last_error(), again.id);
+  /* Through `pack wds` (which reads by sl_wds_open): refused, nothing
+   * written. */
+  const char *slr = test_tmppath("wds_set", "back.slr");
+  ASSERT_RC(sl__pack_wds(names, 3, slr, NULL, NULL), SL_ECORRUPT);
+  ASSERT_TRUE(access(slr, F_OK) != 0);
+  /* A shard with an identity beside one without (another tool's). */
+  const char *mixed[2] = {names[0], DIR "wds-000000.tar"};
+  ASSERT_RC(sl_wds_open(mixed, 2, NULL, &r), SL_ECORRUPT);
+  ASSERT_CONTAINS(sl_last_error(), "wds-000000.tar records no set identity");
+  ASSERT_CONTAINS(sl_last_error(), "s-000000.tar is shard 0 of 3");
+  const char *mixed2[2] = {DIR "wds-000000.tar", names[2]};
+  ASSERT_RC(sl_wds_open(mixed2, 2, NULL, &r), SL_ECORRUPT);
+  ASSERT_CONTAINS(sl_last_error(), "s-000002.tar is shard 2 of 3");
+  /* A damaged identity member: corrupt, naming the shard. */
+  int fd = open(names[2], O_WRONLY);
+  ASSERT_TRUE(fd >= 0);
+  ASSERT_EQ(pwrite(fd, "x", 1, 512 + 3), 1); /* the id's first digit */
+  close(fd);
+  ASSERT_RC(sl_wds_open(names + 2, 1, NULL, &r), SL_ECORRUPT);
+  ASSERT_CONTAINS(sl_last_error(), "s-000002.tar: member __sluice_set__");
+  free(old1);
+  for (int i = 0; i < 3; i++)
+    free((char *)names[i]);
 }

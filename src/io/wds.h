@@ -5,6 +5,7 @@
 #define SLUICE_IO_WDS_H
 
 #include "core/internal.h"
+#include "io/output.h"
 #include "io/source.h"
 #include "io/tar.h"
 
@@ -101,5 +102,30 @@ void sl__wds_layout_free(sl__wds_layout *lay);
  * .npy of another dtype or rank), SL_ECORRUPT (a bad .npy), SL_ENOMEM. */
 int sl__wds_shard_sample(sl__wds_shard *sh, const sl__wds_layout *lay,
                          sl_sample **out);
+
+/* --- set identity ----------------------------------------------------------
+ * `sluice pack images --format wds` writes, as every shard's first member,
+ * SL__WDS_SET_MEMBER holding the text "id HEX\nshards K\nindex I\n": the
+ * pack run's set id (sl__new_set_id), the shard count and the shard's
+ * index.  Its name has no extension, so it forms no sample (the grouping
+ * passes over it) and WebDataset's own readers skip it ("__*__" names are
+ * metadata to them). */
+#define SL__WDS_SET_MEMBER "__sluice_set__"
+#define SL__WDS_SET_MAX 256 /* the member's largest size */
+
+typedef struct sl__wds_set {
+  bool has; /* false: the shard records no identity (another tool's) */
+  char id[SL__SET_ID_LEN + 1];
+  uint32_t shards, index;
+} sl__wds_set;
+
+/* The member's text for shard `index` of `shards` of set `id` into buf
+ * (at least SL__WDS_SET_MAX bytes); returns its length. */
+size_t sl__wds_set_text(const char *id, uint32_t shards, uint32_t index,
+                        char *buf);
+/* The identity of local shard `path` from its first member; out->has is
+ * false when that member is not SL__WDS_SET_MEMBER.  SL_ECORRUPT naming
+ * the shard when the member is malformed. */
+int sl__wds_shard_set(const char *path, sl__wds_set *out);
 
 #endif

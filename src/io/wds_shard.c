@@ -529,3 +529,57 @@ int sl__wds_shard_sample(sl__wds_shard *sh, const sl__wds_layout *lay,
   *out = s;
   return SL_OK;
 }
+
+size_t sl__wds_set_text(const char *id, uint32_t shards, uint32_t index,
+                        char *buf) {
+  int n = snprintf(buf, SL__WDS_SET_MAX, "id %s\nshards %u\nindex %u\n", id,
+                   shards, index);
+  return n < 0 ? 0 : (size_t)n;
+}
+
+int sl__wds_shard_set(const char *path, sl__wds_set *out) {
+  memset(out, 0, sizeof *out);
+  sl__wds_shard *sh;
+  SL_FORWARD_IF_ERROR(sl__wds_shard_open(path, &sh));
+  int rc = sl__tar_next(&sh->tar, sh->path);
+  bool is_set = rc == SL_OK && strcmp(sh->tar.name, SL__WDS_SET_MEMBER) == 0;
+  char text[SL__WDS_SET_MAX + 1] = {0}, id[SL__SET_ID_LEN + 2] = {0};
+  if (is_set && sh->tar.size >= SL__WDS_SET_MAX)
+    rc = sl_set_error(SL_ECORRUPT,
+                      "wds: %s: member %s of %llu bytes (a set identity "
+                      "has below %d)",
+                      path, SL__WDS_SET_MEMBER,
+                      (unsigned long long)sh->tar.size, SL__WDS_SET_MAX);
+  else if (is_set && sh->src)
+    rc = sh->src->read_at(sh->src, sh->tar.data, text, (size_t)sh->tar.size);
+  else if (is_set)
+    memcpy(text, (const char *)sl_buffer_data(sh->map) + sh->tar.data,
+           (size_t)sh->tar.size);
+  if (rc == SL_OK && is_set) {
+    unsigned shards = 0, index = 0;
+    int end = -1;
+    bool ok = strlen(text) == (size_t)sh->tar.size &&
+              sscanf(text, "id %33[0-9a-f] shards %u index %u%n", id, &shards,
+                     &index, &end) == 3 &&
+              strlen(id) == SL__SET_ID_LEN && shards > 0 && index < shards &&
+              (size_t)end + 1 == (size_t)sh->tar.size && text[end] == '\n';
+    if (ok) {
+      char want[SL__WDS_SET_MAX];
+      sl__wds_set_text(id, shards, index, want);
+      ok = strcmp(want, text) == 0; /* exactly the writer's form */
+    }
+    if (!ok)
+      rc = sl_set_error(SL_ECORRUPT,
+                        "wds: %s: member %s is not a set identity (\"id "
+                        "HEX\\nshards K\\nindex I\\n\", I < K)",
+                        path, SL__WDS_SET_MEMBER);
+    else {
+      out->has = true;
+      snprintf(out->id, sizeof out->id, "%s", id);
+      out->shards = shards;
+      out->index = index;
+    }
+  }
+  sl__wds_shard_close(sh);
+  return rc == SL_EOF ? SL_OK : rc;
+}

@@ -5,7 +5,9 @@
  * folder as tar shards with the tar writer (tar_writer.c): members
  * KEY.jpg or KEY.png by the image's format, and KEY.cls with its class
  * number, whose names go to a file beside the shards, OUT-classes.txt
- * (sl__wds_classes_name), one a line in class order.  The shards and the
+ * (sl__wds_classes_name), one a line in class order.  Every shard starts
+ * with the member __sluice_set__, the run's set identity (io/wds.h), which
+ * sl_wds_open checks across the shards it reads.  The shards and the
  * classes file are one output set (io/output.h: unique temporaries,
  * inputs refused as outputs, folders made, all renamed together, signal
  * cleanup).
@@ -14,6 +16,7 @@
 #include "core/rng.h"
 #include "image/image.h"
 #include "io/tar.h"
+#include "io/wds.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -185,6 +188,14 @@ int sl__pack_images_wds(const char *root, const char *out,
     }
   }
   if (rc == SL_OK) rc = open_outputs(out, k, o && o->shards, &l, &set);
+  /* Every shard's first member: the set identity (wds.h), so readers
+   * refuse shards of two runs. */
+  char set_id[SL__SET_ID_LEN + 1], set_text[SL__WDS_SET_MAX];
+  sl__new_set_id(set_id);
+  for (uint32_t i = 0; i < k && rc == SL_OK; i++)
+    rc = sl__tar_write_member(sl__out_set_file(set, i), SL__WDS_SET_MEMBER,
+                              set_text,
+                              sl__wds_set_text(set_id, k, i, set_text));
   /* Output k: the class names, one a line (line c: .cls value c). */
   if (rc == SL_OK && l.labels) {
     sl__out_file *cf = sl__out_set_file(set, k);

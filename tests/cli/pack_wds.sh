@@ -42,13 +42,32 @@ if [ "${SLUICE_WITH_IMAGES:-1}" != 0 ]; then
   sl pack images png --format wds --shards 3 -o shards.tar --order sorted
   expect_rc 0 "pack images --format wds"
   contains "$OUT" "packed 30 records into 3 shards (shards-000000.tar"
-  [ "$(tar -tf shards-000001.tar | wc -l)" -eq 20 ] ||
-    fail "shard 1 should hold 10 samples of 2 members"
-  tar -tf shards-000000.tar | head -2 | tr '\n' ' ' | grep -q "00000000.png 00000000.cls" ||
-    fail "members are not KEY.png, KEY.cls"
+  [ "$(tar -tf shards-000001.tar | wc -l)" -eq 21 ] ||
+    fail "shard 1 should hold its set identity and 10 samples of 2 members"
+  tar -tf shards-000000.tar | head -3 | tr '\n' ' ' |
+    grep -q "__sluice_set__ 00000000.png 00000000.cls" ||
+    fail "members are not __sluice_set__, then KEY.png, KEY.cls"
+  # The set identity (issue 24 item 1): the run's id, the count, the index.
+  ID1=$(tar -xOf shards-000001.tar __sluice_set__)
+  contains "$ID1" "shards 3"
+  contains "$ID1" "index 1"
+  contains "$(tar -xOf shards-000002.tar __sluice_set__)" \
+    "$(echo "$ID1" | head -1)"
   sl pack wds "shards-{000000..000002}.tar" -o back.slr
   expect_rc 0 "pack wds of written shards"
   contains "$OUT" "packed 30 records"
+  # A shard of an earlier run beside a later run's: refused, named.
+  cp shards-000001.tar old-000001.tar
+  sl pack images png --format wds --shards 3 -o shards.tar --order sorted
+  expect_rc 0 "pack images --format wds again"
+  sl pack wds "shards-{000000..000002}.tar" -o again.slr
+  expect_rc 0 "pack wds of the second run's shards"
+  mv old-000001.tar shards-000001.tar
+  sl pack wds "shards-{000000..000002}.tar" -o two-runs.slr
+  expect_rc 1 "pack wds of shards of two runs"
+  contains "$ERR" "shards-000001.tar is shard 1 of 3 of set"
+  contains "$ERR" "shards-000000.tar is shard 0 of 3 of set"
+  [ ! -e two-runs.slr ] || fail "a refused pack left its output"
   # The class names beside the shards, and back in the SLR's metadata.
   [ "$(wc -l < shards-classes.txt)" -eq 10 ] || fail "shards-classes.txt: 10 lines"
   sl inspect --json back.slr
