@@ -639,6 +639,13 @@ TEST(wds_pack_set_identity_refuses_shards_of_two_runs) {
   ASSERT_OK(sl__wds_shard_set(names[0], &again));
   ASSERT_TRUE(strcmp(again.id, set[0].id) != 0);
   ASSERT_EQ(read_wds_set(names, 3), 6);
+  char pat0[600];
+  snprintf(pat0, sizeof pat0, "%s/s-*.tar", test_tmpdir("wds_set"));
+  sl_reader *all;
+  ASSERT_OK(sl_open(pat0, NULL, &all)); /* one run's shards: read */
+  uint64_t nall = 0;
+  test_digest_all(all, &nall);
+  ASSERT_EQ(nall, 6);
   test_write_file(names[1], old1, n1);
   sl_reader *r = NULL;
   ASSERT_RC(sl_wds_open(names, 3, NULL, &r), SL_ECORRUPT);
@@ -647,6 +654,13 @@ TEST(wds_pack_set_identity_refuses_shards_of_two_runs) {
   ASSERT_CONTAINS(sl_last_error(), "s-000000.tar is shard 0 of 3");
   ASSERT_CONTAINS(sl_last_error(), set[0].id);
   ASSERT_CONTAINS(sl_last_error(), again.id);
+  /* sl_open of a pattern (one wds reader a shard, chained): refused too. */
+  char pattern[600];
+  snprintf(pattern, sizeof pattern, "%s/s-*.tar", test_tmpdir("wds_set"));
+  ASSERT_RC(sl_open(pattern, NULL, &r), SL_ECORRUPT);
+  ASSERT_NULL(r);
+  ASSERT_CONTAINS(sl_last_error(), "open: ");
+  ASSERT_CONTAINS(sl_last_error(), "s-000001.tar is shard 1 of 3 of set");
   /* Through `pack wds` (which reads by sl_wds_open): refused, nothing
    * written. */
   const char *slr = test_tmppath("wds_set", "back.slr");

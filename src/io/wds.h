@@ -127,5 +127,10 @@ size_t sl__wds_set_text(const char *id, uint32_t shards, uint32_t index,
  * false when that member is not SL__WDS_SET_MEMBER.  SL_ECORRUPT naming
  * the shard when the member is malformed. */
 int sl__wds_shard_set(const char *path, sl__wds_set *out);
+/* The local shards among paths[0..n) (URLs are passed over) are one pack
+ * run's - the same set id and count - or none records an identity (other
+ * tools' shards); a subset of a run is fine.  Each is checked against the
+ * first local shard's: SL_ECORRUPT "WHAT: ..." naming both. */
+int sl__wds_set_check(const char *what, const char *const *paths, size_t n);
 
 #endif

@@ -25,6 +25,10 @@
  * reads headers by read_at, and each member a sample needs is read into a
  * buffer of its own, so memory is the source's read-ahead block plus the
  * samples in flight, whatever the shard's size.
+ *
+ * A set identity (wds.h: the member __sluice_set__, which has no
+ * extension and so is passed over as above) is read by sl__wds_shard_set
+ * and compared across a set's local shards by sl__wds_set_check.
  */
 #include "io/fmt_map.h"
 #include "io/http.h"
@@ -582,4 +586,39 @@ int sl__wds_shard_set(const char *path, sl__wds_set *out) {
   }
   sl__wds_shard_close(sh);
   return rc == SL_EOF ? SL_OK : rc;
+}
+
+int sl__wds_set_check(const char *what, const char *const *paths, size_t n) {
+  sl__wds_set first, set;
+  size_t at = SIZE_MAX; /* the first local shard */
+  for (size_t i = 0; i < n; i++) {
+    if (sl__is_url(paths[i])) continue;
+    SL_FORWARD_IF_ERROR(
+        sl__wds_shard_set(paths[i], at == SIZE_MAX ? &first : &set));
+    if (at == SIZE_MAX) {
+      at = i;
+      continue;
+    }
+    const char *p = paths[i], *q = paths[at];
+    if (set.has != first.has) {
+      const sl__wds_set *has = set.has ? &set : &first;
+      return sl_set_error(
+          SL_ECORRUPT,
+          "%s: %s is shard %u of %u of set %s, but %s records no set "
+          "identity: the shards are not one `sluice pack` run's set (a shard "
+          "from elsewhere?)",
+          what, set.has ? p : q, has->index, has->shards, has->id,
+          set.has ? q : p);
+    }
+    if (set.has &&
+        (strcmp(set.id, first.id) != 0 || set.shards != first.shards))
+      return sl_set_error(
+          SL_ECORRUPT,
+          "%s: %s is shard %u of %u of set %s, but %s is shard %u of %u of "
+          "set %s: shards of two `sluice pack` runs (one of them replaced, or "
+          "a commit that failed halfway)",
+          what, p, set.index, set.shards, set.id, q, first.index, first.shards,
+          first.id);
+  }
+  return SL_OK;
 }

@@ -32,6 +32,7 @@
 #include "open/registry.h"
 #include "io/http.h"
 #include "io/tokens_set.h"
+#include "io/wds.h"
 #include "open/shard_set.h"
 
 #include <errno.h>
@@ -493,7 +494,7 @@ static int open_file(const sl__named_file *f, const sl_open_opts *o,
 
 /* A pattern's files must not mix two pack runs' shards: SLR by the
  * readers' schemas (shard_set.c), token shards by their headers
- * (tokens_set.c). */
+ * (tokens_set.c), WebDataset shards by their first member (wds_shard.c). */
 static int check_set(const sl__named_file *files, sl_reader *const *readers,
                      size_t n) {
   const char **paths = sl__calloc(n, sizeof *paths);
@@ -513,6 +514,12 @@ static int check_set(const sl__named_file *files, sl_reader *const *readers,
   for (size_t i = 0; rc == SL_OK && i < n; i++)
     if (strcmp(files[i].tag, "tokens") == 0) paths[nt++] = files[i].path;
   if (rc == SL_OK && nt > 1) rc = sl__tokens_set_check("open", paths, nt);
+  /* WebDataset shards of `pack images --format wds` in their first member
+   * (io/wds.h). */
+  size_t nw = 0;
+  for (size_t i = 0; rc == SL_OK && i < n; i++)
+    if (strcmp(files[i].tag, "wds") == 0) paths[nw++] = files[i].path;
+  if (rc == SL_OK && nw > 1) rc = sl__wds_set_check("open", paths, nw);
   sl__free(paths);
   sl__free(schemas);
   return rc;

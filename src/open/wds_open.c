@@ -33,6 +33,10 @@
  * the given order, before shuffling), so every rank and pass agrees; a
  * sample without them fails naming its shard and key (wds_shard.c).
  *
+ * Set.  The local shards are checked at open to be one `sluice pack`
+ * run's, by the set identity each records as its first member, or to
+ * record none (other tools'): sl__wds_set_check (wds.h), SL_ECORRUPT.
+ *
  * Saving (readers/state.h).  The position k is, per worker, the count of
  * samples it had handed out by output k, plus the turn (the worker after
  * output k - 1's).  A ring of the workers of the last SL__STATE_LOG outputs
@@ -588,43 +592,6 @@ static int read_classes(wds_open *o) {
   return rc;
 }
 
-/* The local shards' set identities (wds.h, sl__wds_shard_set): all of one
- * pack run, or none recorded (other tools' shards).  Each is checked
- * against the first local shard's; SL_ECORRUPT names both. */
-static int check_set(const wds_open *o) {
-  sl__wds_set first, set;
-  size_t at = SIZE_MAX; /* the first local shard */
-  for (size_t i = 0; i < o->nfiles; i++) {
-    if (sl__is_url(o->paths[i])) continue;
-    SL_FORWARD_IF_ERROR(
-        sl__wds_shard_set(o->paths[i], at == SIZE_MAX ? &first : &set));
-    if (at == SIZE_MAX) {
-      at = i;
-      continue;
-    }
-    const char *p = o->paths[i], *q = o->paths[at];
-    if (set.has != first.has) {
-      const sl__wds_set *has = set.has ? &set : &first;
-      return sl_set_error(
-          SL_ECORRUPT,
-          "wds: %s is shard %u of %u of set %s, but %s records no set "
-          "identity: the shards are not one `sluice pack` run's set (a shard "
-          "from elsewhere?)",
-          set.has ? p : q, has->index, has->shards, has->id, set.has ? q : p);
-    }
-    if (set.has &&
-        (strcmp(set.id, first.id) != 0 || set.shards != first.shards))
-      return sl_set_error(
-          SL_ECORRUPT,
-          "wds: %s is shard %u of %u of set %s, but %s is shard %u of %u of "
-          "set %s: shards of two `sluice pack` runs (one of them replaced, or "
-          "a commit that failed halfway)",
-          p, set.index, set.shards, set.id, q, first.index, first.shards,
-          first.id);
-  }
-  return SL_OK;
-}
-
 /* The layout from the first shard's first sample; every shard's size. */
 static int survey(wds_open *o, const char *fields, int missing) {
   sl__wds_shard *sh;
@@ -649,7 +616,9 @@ static int survey(wds_open *o, const char *fields, int missing) {
       o->ids[i] = sl__file_id_of(&st);
     }
   }
-  if (rc == SL_OK) rc = check_set(o);
+  /* One pack run's shards, or other tools' (wds.h: the set identity). */
+  if (rc == SL_OK)
+    rc = sl__wds_set_check("wds", (const char *const *)o->paths, o->nfiles);
   return rc;
 }
 
