@@ -70,17 +70,7 @@ uint64_t sl__plan_key(uint64_t seed, uint64_t epoch, uint64_t window) {
 }
 
 void sl__plan_permute(uint64_t key, uint32_t *a, size_t n) {
-  uint64_t s[4];
-  for (int j = 0; j < 4; j++)
-    s[j] = sl__splitmix64_mix(key + (uint64_t)(j + 1) * SL__RNG_GOLDEN);
-  for (size_t i = 0; i < n; i++)
-    a[i] = (uint32_t)i;
-  for (size_t i = n; i-- > 1;) {
-    size_t j = (size_t)sl__rng_bounded(s, (uint64_t)i + 1);
-    uint32_t t = a[i];
-    a[i] = a[j];
-    a[j] = t;
-  }
+  sl__permute_u32(key, a, n);
 }
 
 /* --- shares ----------------------------------------------------------------

@@ -1261,7 +1261,7 @@ int sl_reader_restore_elastic(sl_reader *r, const void *const *states,
                      !r       ? "NULL reader"
                      : n == 0 ? "no states"
                               : "NULL state array");
-  of_state *o = sl__reader_state_of(r, &of_vt);
+  of_state *o = sl__reader_state_of(r, of_vt.next);
   SL_RETURN_ERROR_IF(!o, SL_EUNSUPPORTED,
                      "restore_elastic: the reader is '%s', not open_files: "
                      "only a chain that is open_files itself can be restored "

@@ -434,7 +434,7 @@ static void drop_pending(batch_state *b) {
 static const sl_reader_vtable batch_vt;
 
 void *sl__batch_defer(sl_reader *r, size_t max_pending) {
-  batch_state *b = sl__reader_state_of(r, &batch_vt);
+  batch_state *b = sl__reader_state_of(r, batch_vt.next);
   if (!b || b->pend || max_pending == 0) return NULL;
   pending *pend = sl__calloc(max_pending, sizeof *pend);
   bool ok = pend != NULL;

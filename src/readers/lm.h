@@ -63,6 +63,6 @@ static inline bool sl__token_dtype(sl_dtype dt) {
 
 /* The first stage of vtable `vt` in r's chain, r included, depth first
  * with upstreams in order (sl_reader_stats's order), or NULL. */
-void *sl__lm_find(const sl_reader *r, const sl_reader_vtable *vt);
+void *sl__lm_find(const sl_reader *r, sl__next_fn next);
 
 #endif

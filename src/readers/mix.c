@@ -187,7 +187,7 @@ static const sl_reader_vtable mix_vt = {"mix", mix_next, mix_reset,
 int sl_mix_counts(const sl_reader *r, uint64_t *counts, size_t cap, size_t *n) {
   SL_RETURN_ERROR_IF(!r || (!counts && cap), SL_EINVAL,
                      "mix_counts: NULL argument");
-  const mix_state *m = sl__lm_find(r, &mix_vt);
+  const mix_state *m = sl__lm_find(r, mix_vt.next);
   SL_RETURN_ERROR_IF(!m, SL_ENOTFOUND,
                      "mix_counts: no mix stage in the chain "
                      "of '%s'",

@@ -263,7 +263,7 @@ static const sl_reader_vtable pack_vt = {"pack", pack_next, pack_reset,
 int sl_pack_stats(const sl_reader *r, uint64_t *rows, uint64_t *tokens,
                   double *efficiency) {
   SL_RETURN_ERROR_IF(!r, SL_EINVAL, "pack_stats: NULL reader");
-  const pack_state *p = sl__lm_find(r, &pack_vt);
+  const pack_state *p = sl__lm_find(r, pack_vt.next);
   SL_RETURN_ERROR_IF(!p, SL_ENOTFOUND,
                      "pack_stats: no pack stage in the "
                      "chain of '%s'",

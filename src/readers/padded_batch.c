@@ -245,22 +245,22 @@ int sl__lm_save_replay(sl_reader *const *ups, const uint64_t *passes, size_t n,
 }
 
 /* Depth first, upstreams in order: the order of sl_reader_stats. */
-static void *find_from(const sl_reader *r, const sl_reader_vtable *vt,
+static void *find_from(const sl_reader *r, sl__next_fn next,
                        int depth) {
   if (!r || depth >= 256) return NULL; /* chains are short */
-  void *st = sl__reader_state_of((sl_reader *)r, vt);
+  void *st = sl__reader_state_of((sl_reader *)r, next);
   if (st) return st;
   sl__reader_view v;
   sl__reader_view_of(r, &v);
   for (size_t i = 0; i < v.nups; i++) {
-    void *found = find_from(v.ups[i], vt, depth + 1);
+    void *found = find_from(v.ups[i], next, depth + 1);
     if (found) return found;
   }
   return NULL;
 }
 
-void *sl__lm_find(const sl_reader *r, const sl_reader_vtable *vt) {
-  return find_from(r, vt, 0);
+void *sl__lm_find(const sl_reader *r, sl__next_fn next) {
+  return find_from(r, next, 0);
 }
 
 /* --- the reader ---------------------------------------------------------- */

@@ -16,14 +16,14 @@
  *     chain.  Counted where the implementation is called (pull), so a
  *     sample peeked by has_next counts once.
  */
-#include "readers/state.h"
+#include "readers/stage.h"
 
 #include <pthread.h>
 
 enum { ST_OK, ST_EOF, ST_ERR };
 
 struct sl_reader {
-  const sl_reader_vtable *vt;
+  sl__stage_ops ops; /* a copy of the stage's table (or of a user vtable) */
   void *state;
   sl_schema *schema;     /* retained, frozen */
   int status;            /* ST_* */
@@ -31,20 +31,15 @@ struct sl_reader {
   char *errmsg;          /* its detail message (heap), may be NULL */
   sl_sample *peeked;     /* a sample taken by has_next, not yet returned */
   pthread_mutex_t *lock; /* non-NULL for shared readers; guards all above */
-  /* statistics: links set once after construction (sl__reader_link) */
+  /* statistics and saves: links given at construction (sl__stage_new) */
   sl_reader *const *ups; /* borrowed from the state, nups entries */
   size_t nups;
   const sl__stage_counters *counters; /* NULL: a stage without threads */
-  sl__length_fn length;               /* NULL: length not known */
-  sl__stop_signal_fn stop_signal;     /* NULL: no threads of its own */
-  sl__fetch_fn fetch;                 /* NULL: no random access (state.h) */
-  sl__state_check_fn state_check;     /* NULL: no data check (state.h) */
-  const sl__state_ops *state_ops;     /* NULL: cannot be saved (state.h) */
   /* The position (state.h), guarded like status: passes (resets, or as
    * restored) and samples handed out by next in this pass. */
   uint64_t pass, delivered;
   atomic_uint_least64_t n_out;   /* samples the implementation gave */
-  atomic_uint_least64_t next_ns; /* time inside vt->next (timing on) */
+  atomic_uint_least64_t next_ns; /* time inside ops.next (timing on) */
 };
 
 void sl__reader_link(sl_reader *r, sl_reader *const *ups, size_t n,
@@ -56,48 +51,55 @@ void sl__reader_link(sl_reader *r, sl_reader *const *ups, size_t n,
 }
 
 void sl__reader_set_length(sl_reader *r, sl__length_fn fn) {
-  if (r) r->length = fn;
+  if (r) r->ops.length = fn;
 }
 
 void sl__reader_set_stop_signal(sl_reader *r, sl__stop_signal_fn fn) {
-  if (r) r->stop_signal = fn;
+  if (r) r->ops.stop = fn;
+}
+
+const sl__stage_ops *sl__reader_ops(const sl_reader *r) {
+  return &r->ops;
 }
 
 /* Signals every stage of r's chain to stop its threads (reader_impl.h),
  * top down, joining nothing. */
 static void signal_chain(sl_reader *r, int depth) {
   if (!r || depth > 1024) return;
-  if (r->stop_signal) r->stop_signal(r->state);
+  if (r->ops.stop) r->ops.stop(r->state);
   for (size_t i = 0; i < r->nups; i++)
     signal_chain(r->ups[i], depth + 1);
 }
 
 void sl__reader_set_state_check(sl_reader *r, sl__state_check_fn fn) {
-  if (r) r->state_check = fn;
+  if (r) r->ops.check = fn;
 }
 
 sl__state_check_fn sl__reader_state_check(const sl_reader *r) {
-  return r->state_check;
+  return r->ops.check;
 }
 
 void sl__reader_set_fetch(sl_reader *r, sl__fetch_fn fn) {
-  if (r) r->fetch = fn;
+  if (r) r->ops.fetch = fn;
 }
 
 int sl__reader_fetch(sl_reader *r, uint64_t pass, uint64_t pos,
                      sl_sample **out) {
-  SL_RETURN_ERROR_IF(!r->fetch, SL_EUNSUPPORTED,
+  SL_RETURN_ERROR_IF(!r->ops.fetch, SL_EUNSUPPORTED,
                      "%s: no random access to its samples", sl_reader_name(r));
-  return r->fetch(r, r->state, pass, pos, out);
+  return r->ops.fetch(r, r->state, pass, pos, out);
 }
 
 void sl__reader_set_state_ops(sl_reader *r, const sl__state_ops *ops) {
-  if (r) r->state_ops = ops;
+  if (!r) return;
+  r->ops.save = ops ? ops->save : NULL;
+  r->ops.restore = ops ? ops->restore : NULL;
+  r->ops.identity = ops ? ops->identity : NULL;
 }
 
-const sl__state_ops *sl__reader_state_ops(const sl_reader *r, void **state) {
+const sl__stage_ops *sl__reader_state_ops(const sl_reader *r, void **state) {
   *state = r->state;
-  return r->state_ops;
+  return r->ops.save ? &r->ops : NULL;
 }
 
 uint64_t sl__reader_pass(const sl_reader *r) {
@@ -116,12 +118,12 @@ int sl_reader_length(const sl_reader *r, uint64_t *n) {
   SL_RETURN_ERROR_IF(!r || !n, SL_EINVAL, "length: NULL %s",
                      !r ? "reader" : "out pointer");
   *n = 0;
-  SL_RETURN_ERROR_IF(!r->length, SL_EUNSUPPORTED,
+  SL_RETURN_ERROR_IF(!r->ops.length, SL_EUNSUPPORTED,
                      "%s: the number of samples a pass yields is not known "
                      "before reading it",
                      sl_reader_name(r));
   uint64_t v = 0;
-  int rc = r->length(r, r->state, &v);
+  int rc = r->ops.length(r, r->state, &v);
   if (rc == SL_OK) *n = v;
   return rc;
 }
@@ -164,29 +166,64 @@ static inline void unlock(sl_reader *r) {
   if (r->lock) pthread_mutex_unlock(r->lock);
 }
 
-sl_reader *sl_reader_new(const sl_reader_vtable *vt, void *state,
-                         sl_schema *schema) {
-  if (!vt || !vt->next || !schema) {
-    if (vt && vt->destroy) vt->destroy(state);
+/* The one constructor behind sl_reader_new and sl__stage_new. */
+static sl_reader *make_reader(const sl__stage_ops *ops, void *state,
+                              sl_schema *schema) {
+  if (!ops || !ops->next || !schema) {
+    if (ops && ops->destroy) ops->destroy(state);
     sl_set_error(SL_EINVAL, "reader: %s",
-                 !vt         ? "NULL vtable"
-                 : !vt->next ? "vtable has no next function"
-                             : "NULL schema");
+                 !ops        ? "NULL vtable"
+                 : !ops->next ? "vtable has no next function"
+                              : "NULL schema");
     return NULL;
   }
   sl_reader *r = sl__calloc(1, sizeof *r);
   if (!r) {
-    if (vt->destroy) vt->destroy(state);
+    if (ops->destroy) ops->destroy(state);
     sl_set_error(SL_ENOMEM, "reader: cannot allocate '%s'",
-                 vt->name ? vt->name : "reader");
+                 ops->name ? ops->name : "reader");
     return NULL;
   }
-  r->vt = vt;
+  r->ops = *ops;
   r->state = state;
   sl_schema_freeze(schema);
   r->schema = sl_schema_retain(schema);
   r->status = ST_OK;
   return r;
+}
+
+/* The public vtable is the first four entries of a stage's table. */
+sl_reader *sl_reader_new(const sl_reader_vtable *vt, void *state,
+                         sl_schema *schema) {
+  sl__stage_ops ops = {0};
+  if (vt) {
+    ops.name = vt->name;
+    ops.next = vt->next;
+    ops.reset = vt->reset;
+    ops.destroy = vt->destroy;
+  }
+  return make_reader(vt ? &ops : NULL, state, schema);
+}
+
+int sl__stage_new(const sl__stage_ops *ops, void *state, sl_schema *schema,
+                  sl_reader *const *ups, size_t nups,
+                  const sl__stage_counters *c, sl_reader **out) {
+  *out = make_reader(ops, state, schema);
+  if (!*out) return sl_last_error_code();
+  sl__reader_link(*out, ups, nups, c);
+  return SL_OK;
+}
+
+int sl__stage_wrap(const sl__stage_ops *ops, void *state, sl_schema *schema,
+                   sl_reader *const *up_slot, const sl__stage_counters *c,
+                   sl_reader **out) {
+  /* Hold the schema ourselves: a failing constructor destroys the state,
+   * and with it the upstream whose schema this may be. */
+  sl_schema *own = sl_schema_retain(
+      schema ? schema : (sl_schema *)sl_reader_schema(*up_slot));
+  int rc = sl__stage_new(ops, state, own, up_slot, 1, c, out);
+  sl_schema_release(own);
+  return rc;
 }
 
 static void clear_sticky(sl_reader *r) {
@@ -218,7 +255,7 @@ static int pull(sl_reader *r, sl_sample **out) {
   *out = NULL;
   sl__error_forget_code(); /* so a failure without a message is named */
   uint64_t t0 = sl__stat_start();
-  int rc = r->vt->next(r->state, out);
+  int rc = r->ops.next(r->state, out);
   if (t0) sl__stat_add_1w(&r->next_ns, sl__now_ns() - t0);
   if (rc == SL_OK) {
     if (!*out)
@@ -292,12 +329,12 @@ static int reset_locked(sl_reader *r) {
   r->pass++;
   r->delivered = 0;
   signal_chain(r, 0);
-  if (!r->vt->reset)
+  if (!r->ops.reset)
     return make_sticky(r, sl_set_error(SL_EUNSUPPORTED,
                                        "%s: this reader cannot be reset",
                                        sl_reader_name(r)));
   sl__error_forget_code();
-  int rc = r->vt->reset(r->state);
+  int rc = r->ops.reset(r->state);
   if (rc < 0) {
     if (sl_last_error_code() != rc || !sl_last_error()[0])
       sl_set_error(rc, "%s: reset failed: %s", sl_reader_name(r),
@@ -342,19 +379,19 @@ const sl_schema *sl_reader_schema(const sl_reader *r) {
   return r ? r->schema : NULL;
 }
 
-void *sl__reader_state_of(sl_reader *r, const sl_reader_vtable *vt) {
-  return (r && r->vt == vt && !r->lock) ? r->state : NULL;
+void *sl__reader_state_of(sl_reader *r, sl__next_fn next) {
+  return (r && r->ops.next == next && !r->lock) ? r->state : NULL;
 }
 
 const char *sl_reader_name(const sl_reader *r) {
-  return (r && r->vt->name) ? r->vt->name : "reader";
+  return (r && r->ops.name) ? r->ops.name : "reader";
 }
 
 void sl_reader_destroy(sl_reader *r) {
   if (!r) return;
   signal_chain(r, 0);
   sl_sample_release(r->peeked);
-  if (r->vt->destroy) r->vt->destroy(r->state);
+  if (r->ops.destroy) r->ops.destroy(r->state);
   sl_schema_release(r->schema);
   sl__free(r->errmsg);
   if (r->lock) {

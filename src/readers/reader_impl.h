@@ -7,6 +7,8 @@
 #include "core/internal.h"
 #include "core/stats.h"
 
+typedef struct sl__stage_ops sl__stage_ops; /* readers/stage.h */
+
 /* Common prologue of a decorator constructor: checks `out` and `up`, and on
  * failure destroys `up` (decorators take their upstream even when they fail)
  * and returns SL_EINVAL naming the stage. */
@@ -129,10 +131,11 @@ int sl__filter_callback_error(int rc, uint64_t index);
 typedef void (*sl__stop_signal_fn)(void *state);
 void sl__reader_set_stop_signal(sl_reader *r, sl__stop_signal_fn fn);
 
-/* r's state when r is a built-in stage of vtable `vt` that is not shared
- * (sl__reader_share); else NULL.  For stages that cooperate with the stage
- * they wrap (prefetch over batch). */
-void *sl__reader_state_of(sl_reader *r, const sl_reader_vtable *vt);
+/* r's state when r is a built-in stage whose next function is `next` and
+ * that is not shared (sl__reader_share); else NULL.  For stages that
+ * cooperate with the stage they wrap (prefetch over batch). */
+typedef int (*sl__next_fn)(void *state, sl_sample **out);
+void *sl__reader_state_of(sl_reader *r, sl__next_fn next);
 
 /* Batch's deferred copies, for prefetch (batch.c; see its banner).
  *   sl__batch_defer: when r is a batch, from now on its outputs may leave

@@ -54,7 +54,7 @@
  */
 #include "core/crc32c.h"
 #include "core/rng.h"
-#include "readers/state.h"
+#include "readers/stage.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -612,7 +612,7 @@ int sl_random_split(sl_reader *up, const double *sizes, size_t k, uint64_t seed,
   /* The source's name and identity, for the splits' identities. */
   char src_ident[256] = "";
   void *src_st;
-  const sl__state_ops *ops = sl__reader_state_ops(up, &src_st);
+  const sl__stage_ops *ops = sl__reader_state_ops(up, &src_st);
   if (ops && ops->identity)
     ops->identity(up, src_st, src_ident, sizeof src_ident);
   /* The permutation: Fisher-Yates from xoshiro256** seeded by (seed). */

@@ -6,7 +6,7 @@
  * samples pass through unchanged.  Reset starts the count over and resets
  * upstream.
  */
-#include "readers/state.h"
+#include "readers/stage.h"
 
 typedef struct skip_state {
   sl_reader *up;
@@ -51,8 +51,6 @@ static int skip_length(const sl_reader *r, void *st, uint64_t *n) {
  * been yielded). */
 static int skip_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                      sl__state_out *w) {
-  (void)r;
-  (void)pass;
   skip_state *s = st;
   uint64_t dropped = k > 0 ? s->n : s->skipped;
   SL_FORWARD_IF_ERROR(sl__state_put_u64(w, dropped));
@@ -61,8 +59,6 @@ static int skip_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
 
 static int skip_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                         sl__state_in *in) {
-  (void)r;
-  (void)pass;
   skip_state *s = st;
   uint64_t dropped;
   SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &dropped));
@@ -79,15 +75,19 @@ static int skip_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
 }
 
 static void skip_identity(const sl_reader *r, void *st, char *buf, size_t cap) {
-  (void)r;
   snprintf(buf, cap, "n=%llu", (unsigned long long)((skip_state *)st)->n);
 }
 
-static const sl__state_ops skip_state_ops = {skip_save, skip_restore,
-                                             skip_identity};
-
-static const sl_reader_vtable skip_vt = {"skip", skip_next, skip_reset,
-                                         skip_destroy};
+static const sl__stage_ops skip_ops = {
+    .name = "skip",
+    .next = skip_next,
+    .reset = skip_reset,
+    .destroy = skip_destroy,
+    .length = skip_length,
+    .save = skip_save,
+    .restore = skip_restore,
+    .identity = skip_identity,
+};
 
 int sl_skip(sl_reader *up, uint64_t n, sl_reader **out) {
   SL_DECORATOR_ARGS("skip", up, out);
@@ -97,13 +97,5 @@ int sl_skip(sl_reader *up, uint64_t n, sl_reader **out) {
         up, sl_set_error(SL_ENOMEM, "skip: cannot allocate"));
   k->up = up;
   k->n = n;
-  /* Hold the schema ourselves: a failing sl_reader_new destroys `up`. */
-  sl_schema *schema = sl_schema_retain((sl_schema *)sl_reader_schema(up));
-  int rc = sl__decorator_make(&skip_vt, k, schema, &k->up, NULL, out);
-  sl_schema_release(schema);
-  if (rc == SL_OK) {
-    sl__reader_set_length(*out, skip_length);
-    sl__reader_set_state_ops(*out, &skip_state_ops);
-  }
-  return rc;
+  return sl__stage_wrap(&skip_ops, k, NULL, &k->up, NULL, out);
 }

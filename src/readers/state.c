@@ -20,7 +20,7 @@
  * another pipeline is refused with the chain left as it was; only then are
  * the stages' restore ops run.
  */
-#include "readers/state.h"
+#include "readers/stage.h"
 
 #include "core/crc32c.h"
 #include "sync/engine.h"
@@ -129,7 +129,7 @@ int sl__state_put_bytes(sl__state_out *w, const void *data, size_t n) {
 
 static void identity_of(sl_reader *r, char *buf, size_t cap) {
   void *st;
-  const sl__state_ops *ops = sl__reader_state_ops(r, &st);
+  const sl__stage_ops *ops = sl__reader_state_ops(r, &st);
   buf[0] = '\0';
   if (ops && ops->identity) ops->identity(r, st, buf, cap);
 }
@@ -139,7 +139,7 @@ static int save_record(sl__state_out *w, record *rec) {
   rec->name = sl_reader_name(r);
   rec->name_len = strlen(rec->name);
   void *st;
-  const sl__state_ops *ops = sl__reader_state_ops(r, &st);
+  const sl__stage_ops *ops = sl__reader_state_ops(r, &st);
   SL_RETURN_ERROR_IF(!ops || !ops->save, SL_EUNSUPPORTED,
                      "save: stage '%s' cannot save its position (it has no "
                      "state; readers made with sl_reader_new have none)",
@@ -455,7 +455,7 @@ static int check(record *rec, sl_reader *r, trail *t) {
                      "state; the pipeline is unchanged",
                      t->n, where, nups, rec->nkids);
   void *st;
-  const sl__state_ops *ops = sl__reader_state_ops(r, &st);
+  const sl__stage_ops *ops = sl__reader_state_ops(r, &st);
   SL_RETURN_ERROR_IF(!ops || !ops->restore, SL_EUNSUPPORTED,
                      "restore: stage %d from the top (%s) cannot restore a "
                      "position",
@@ -522,7 +522,7 @@ int sl__state_get_bytes(sl__state_in *in, const void **data, size_t n) {
 static int restore_record(const record *rec) {
   sl_reader *r = rec->r;
   void *st;
-  const sl__state_ops *ops = sl__reader_state_ops(r, &st);
+  const sl__stage_ops *ops = sl__reader_state_ops(r, &st);
   sl__state_in in = {rec, 0, 0};
   sl__reader_restore_begin(r);
   int rc = ops->restore(r, st, rec->pass, rec->k, &in);

@@ -332,6 +332,6 @@ int sl__reader_fetch(sl_reader *r, uint64_t pass, uint64_t pos,
 void sl__reader_restore_begin(sl_reader *r);
 int sl__reader_restore_end(sl_reader *r, int rc, uint64_t pass, uint64_t k);
 /* r's state ops and implementation state (NULL ops: none). */
-const sl__state_ops *sl__reader_state_ops(const sl_reader *r, void **state);
+const sl__stage_ops *sl__reader_state_ops(const sl_reader *r, void **state);
 
 #endif
