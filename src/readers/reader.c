@@ -62,6 +62,15 @@ const sl__stage_ops *sl__reader_ops(const sl_reader *r) {
   return &r->ops;
 }
 
+void *sl__reader_defer(sl_reader *r, size_t max_pending) {
+  if (!r || !r->ops.defer || r->lock) return NULL;
+  return r->ops.defer(r->state, max_pending);
+}
+
+void sl__reader_finish(const sl_reader *r, void *handle, sl_sample *s) {
+  if (handle) r->ops.finish(handle, s);
+}
+
 /* Signals every stage of r's chain to stop its threads (reader_impl.h),
  * top down, joining nothing. */
 static void signal_chain(sl_reader *r, int depth) {

@@ -22,7 +22,15 @@
  *                          none);
  *   stop                   asks the stage's own threads to stop without
  *                          waiting (reader_impl.h, "Stopping promptly";
- *                          NULL: no threads of its own).
+ *                          NULL: no threads of its own);
+ *   defer, finish          finishing outputs on the consuming thread: after
+ *                          defer(st, max) returns non-NULL, the stage's
+ *                          outputs may leave unfinished (at most max at
+ *                          once) and whoever consumes them calls
+ *                          finish(handle, sample) once on each before
+ *                          publishing it (batch's row copies, done on the
+ *                          prefetch engine's consumer; NULL: outputs leave
+ *                          finished).  Call defer before any thread pulls.
  *
  * The links a stage's statistics and saves walk (its upstreams, its
  * counters) are given to the constructor too: nothing is set on a reader
@@ -48,6 +56,8 @@ struct sl__stage_ops {
   sl__state_check_fn check;
   sl__fetch_fn fetch;
   sl__stop_signal_fn stop;
+  void *(*defer)(void *st, size_t max_pending);
+  void (*finish)(void *handle, sl_sample *s);
 };
 
 /* Makes a reader of stage `ops` (borrowed: static) over `state` (taken:
@@ -67,6 +77,12 @@ int sl__stage_new(const sl__stage_ops *ops, void *state, sl_schema *schema,
 int sl__stage_wrap(const sl__stage_ops *ops, void *state, sl_schema *schema,
                    sl_reader *const *up_slot, const sl__stage_counters *c,
                    sl_reader **out);
+
+/* The base's side of defer/finish: r's handle (NULL when r cannot defer,
+ * is shared, or memory is short: nothing changes then), and finishing one
+ * of r's outputs with it. */
+void *sl__reader_defer(sl_reader *r, size_t max_pending);
+void sl__reader_finish(const sl_reader *r, void *handle, sl_sample *s);
 
 /* r's stage operations (never NULL: readers made by sl_reader_new have the
  * vtable's four). */
