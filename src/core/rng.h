@@ -55,40 +55,6 @@ static inline uint64_t sl__mul128(uint64_t a, uint64_t b, uint64_t *lo) {
   uint64_t mid = (p00 >> 32) + (uint32_t)p01 + (uint32_t)p10;
   *lo = (mid << 32) | (uint32_t)p00;
   return p11 + (p01 >> 32) + (p10 >> 32) + (mid >> 32);
-/* Seeds the xoshiro256** state s from a 64-bit key: s[j] is the output of
- * a splitmix64 generator started at `key` (j = 0..3), i.e.
- * mix(key + (j + 1) * golden).  The one seeding every permutation uses. */
-static inline void sl__rng_seed(uint64_t s[4], uint64_t key) {
-  for (int j = 0; j < 4; j++)
-    s[j] = sl__splitmix64(&key);
-}
-
-/* The one seeded permutation of sluice (pinned by tests: shards, chunks,
- * windows, splits and packed files are ordered by it): a[i] = i, then
- * Fisher-Yates from the end, i = n-1 down to 1 swapping a[i] with a[j], j
- * uniform in [0, i] (sl__rng_bounded over xoshiro256** seeded by
- * sl__rng_seed(key)).  One body for both element widths. */
-#define SL__PERMUTE_BODY(T)                                                    \
-  do {                                                                         \
-    uint64_t s_[4];                                                            \
-    sl__rng_seed(s_, key);                                                     \
-    for (size_t i = 0; i < n; i++)                                             \
-      a[i] = (T)i;                                                             \
-    for (size_t i = n; i-- > 1;) {                                             \
-      size_t j = (size_t)sl__rng_bounded(s_, (uint64_t)i + 1);                 \
-      T t = a[i];                                                              \
-      a[i] = a[j];                                                             \
-      a[j] = t;                                                                \
-    }                                                                          \
-  } while (0)
-static inline void sl__permute_u64(uint64_t key, uint64_t *a, size_t n) {
-  SL__PERMUTE_BODY(uint64_t);
-}
-static inline void sl__permute_u32(uint64_t key, uint32_t *a, size_t n) {
-  SL__PERMUTE_BODY(uint32_t);
-}
-#undef SL__PERMUTE_BODY
-
 #endif
 }
 
