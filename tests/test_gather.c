@@ -1,9 +1,11 @@
 /*
  * test_gather.c - readers/gather.h, the shape batch, padded_batch and
  * window share: how many outputs a pass has (the partial-output rule with
- * and without drop), and the pull of batch after batch agreeing with it.
+ * and without drop), and the pull of batch after batch agreeing with it;
+ * batch's deferred rows through its stage table's defer and finish.
  */
 #include "readers/gather.h"
+#include "readers/stage.h"
 #include "test.h"
 #include "test_util.h"
 
@@ -101,4 +103,27 @@ TEST(pull_error_releases) {
   ASSERT_RC(sl__gather_pull(&s.g, fail_second, &s), SL_ESHAPE);
   ASSERT_EQ(s.g.nheld, 0);
   sl__gather_fini(&s.g);
+}
+
+/* Deferred, a batch leaves with its rows still to copy; finish copies
+ * them.  Stages without a defer entry answer NULL. */
+TEST(batch_defers_through_its_stage_table) {
+  sl_reader *b = NULL, *p = NULL;
+  ASSERT_OK(sl_batch(test_range_reader(5), 2, NULL, &b));
+  void *h = sl__reader_defer(b, 2);
+  ASSERT_NOT_NULL(h);
+  for (int64_t first = 0; first < 5; first += 2) {
+    sl_sample *s = NULL;
+    ASSERT_OK(sl_reader_next(b, &s));
+    sl__reader_finish(b, h, s);
+    sl__reader_finish(b, h, s); /* once finished, nothing more to do */
+    const int64_t *v = sl_sample_at_const(s, 0)->data;
+    for (int64_t j = 0; j < (first == 4 ? 1 : 2); j++)
+      ASSERT_EQ(v[j], first + j);
+    sl_sample_release(s);
+  }
+  sl_reader_destroy(b);
+  ASSERT_OK(sl_padded_batch(test_range_reader(5), 2, NULL, &p));
+  ASSERT_NULL(sl__reader_defer(p, 2));
+  sl_reader_destroy(p);
 }
