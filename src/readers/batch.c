@@ -44,7 +44,9 @@
  * collected, those k samples are released and the error is returned: they
  * were consumed into the failed batch and are not replayed, exactly as a
  * failed upstream record is not.  reader.c makes the error sticky until
- * reset.  Batch numbers in messages count from 0 within the pass.
+ * reset.  Batch numbers in messages count from 0 within the pass.  The
+ * gathering, the length and the position are gather.h's (batch k starts at
+ * upstream sample k x n).
  *
  * Memory.  The collected samples sit in an array of n pointers allocated at
  * construction; building a batch allocates the output sample and one buffer
@@ -59,10 +61,10 @@
  * LoD offsets), so old contents never show.
  *
  * Deferred copies (prefetch).  sl_prefetch over a batch asks for them
- * (sl__batch_defer): batch_next then collects and checks the rows and
- * allocates the output (every error it can have is found there), but leaves
- * the row bytes to copy: the output goes out with its rows recorded in a
- * pending table, and sl__batch_fill copies them, on whichever thread gets to
+ * (the stage's defer entry, stage.h): batch_next then collects and checks the
+ * rows and allocates the output (every error it can have is found there), but
+ * leaves the row bytes to copy: the output goes out with its rows recorded in a
+ * pending table, and batch_finish copies them, on whichever thread gets to
  * it first: prefetch's worker when the consumer is behind, the consumer when
  * it is waiting anyway (it would otherwise sleep while the worker copies).
  * Until filled, such an output has never been seen outside batch and
@@ -71,9 +73,10 @@
  * reads only what construction fixed (plan, schemas), so it may run beside
  * the next batch_next.
  *
- * Threading: single consumer, like every reader (sl__batch_fill aside).
+ * Threading: single consumer, like every reader (batch_finish aside).
  */
-#include "readers/state.h"
+#include "readers/gather.h"
+#include "readers/stage.h"
 
 #include <pthread.h>
 #include <stdint.h>
@@ -98,30 +101,20 @@ typedef struct pending {
 } pending;
 
 typedef struct batch_state {
-  sl_reader *up;
+  sl__gather g;        /* first (gather.h): upstream, n, the held samples */
   const sl_schema *in; /* upstream's schema, borrowed from `up` */
   sl_schema *out;      /* retained (the reader holds another reference) */
-  size_t n;
-  int drop_last, pad, lod;
-  int nfields;      /* upstream field count */
-  field_plan *plan; /* nfields entries */
-  sl_sample **held; /* n slots: the samples of the batch being built */
-  size_t nheld;
-  unsigned long long batch_no; /* batches emitted in this pass */
-  sl__buffer_pool *pool;       /* values' buffers; NULL: plain ones */
-  /* deferred mode (sl__batch_defer); mu guards pend[*] */
+  int pad, lod;
+  int nfields;           /* upstream field count */
+  field_plan *plan;      /* nfields entries */
+  sl__buffer_pool *pool; /* values' buffers; NULL: plain ones */
+  /* deferred mode (batch_defer); mu guards pend[*] */
   pthread_mutex_t mu;
   pending *pend; /* npend entries, NULL when not deferred */
   size_t npend;
 } batch_state;
 
 /* --- helpers -------------------------------------------------------------- */
-
-static void release_held(batch_state *b) {
-  for (size_t j = 0; j < b->nheld; j++)
-    sl_sample_release(b->held[j]);
-  b->nheld = 0;
-}
 
 static bool mul_size(size_t a, size_t c, size_t *r) {
   if (a && c > SIZE_MAX / a) return false;
@@ -140,35 +133,31 @@ static bool shape_bytes(const sl_tensor *t, size_t *r) {
   return true;
 }
 
-static const sl_tensor *field_of(const batch_state *b, size_t j, int i) {
-  return sl_sample_at_const(b->held[j], i);
-}
-
 static const sl_tensor *row_field(sl_sample *const *rows, size_t j, int i) {
   return sl_sample_at_const(rows[j], i);
 }
 
 /* --- per-sample checks ---------------------------------------------------- */
 
-static int check_sample(const batch_state *b, size_t j) {
-  const sl_sample *s = b->held[j];
+static int check_sample(void *st, size_t j) {
+  const batch_state *b = st;
+  const sl_sample *s = b->g.held[j];
   if (sl_sample_nfields(s) != b->nfields)
     return sl_set_error(SL_ESHAPE,
                         "batch: sample %zu of batch %llu has %d fields where "
                         "the upstream schema has %d",
-                        j, b->batch_no, sl_sample_nfields(s), b->nfields);
+                        j, b->g.no, sl_sample_nfields(s), b->nfields);
   for (int i = 0; i < b->nfields; i++) {
     const sl_tensor *t = sl_sample_at_const(s, i);
     const char *name = sl_schema_field_name(b->in, i);
     int rc = sl_schema_check(b->in, i, t);
     if (rc < 0)
-      return sl_wrap_error(rc, "batch: sample %zu of batch %llu", j,
-                           b->batch_no);
+      return sl_wrap_error(rc, "batch: sample %zu of batch %llu", j, b->g.no);
     if (t->lod)
       return sl_set_error(SL_EUNSUPPORTED,
                           "batch: field '%s' already has LoD; nested LoD is "
                           "not supported (sample %zu of batch %llu)",
-                          name, j, b->batch_no);
+                          name, j, b->g.no);
     /* The copies below trust nbytes and data; a hand-built tensor that
      * disagrees with its own shape would make them read out of bounds. */
     size_t want;
@@ -177,7 +166,7 @@ static int check_sample(const batch_state *b, size_t j) {
       return sl_set_error(SL_EINVAL,
                           "batch: sample %zu of batch %llu: field '%s' is an "
                           "inconsistent tensor (%s with %zu bytes%s)",
-                          j, b->batch_no, name,
+                          j, b->g.no, name,
                           sl_tensor_describe(t, got, sizeof got), t->nbytes,
                           t->data ? "" : ", no data");
     }
@@ -186,7 +175,7 @@ static int check_sample(const batch_state *b, size_t j) {
      * full (a batch of small rows fits the L2 cache). */
     if (b->plan[i].kind == K_STACK) sl__prefetch(t->data, SL_MIN(want, 2048));
     if (b->plan[i].kind != K_STACK && j > 0) {
-      const sl_tensor *t0 = field_of(b, 0, i);
+      const sl_tensor *t0 = row_field(b->g.held, 0, i);
       for (int d = 1; d < t->rank; d++) {
         if (t->shape[d] != t0->shape[d]) {
           char got[128], first[128];
@@ -194,7 +183,7 @@ static int check_sample(const batch_state *b, size_t j) {
               SL_ESHAPE,
               "batch: sample %zu of batch %llu: field '%s' has shape %s but "
               "sample 0 has %s; only dim 0 may differ within a batch",
-              j, b->batch_no, name, sl_tensor_describe(t, got, sizeof got),
+              j, b->g.no, name, sl_tensor_describe(t, got, sizeof got),
               sl_tensor_describe(t0, first, sizeof first));
         }
       }
@@ -205,18 +194,11 @@ static int check_sample(const batch_state *b, size_t j) {
 
 /* --- building the output fields ------------------------------------------- */
 
-/* Moves `t` into field `oi` of `o`; clears `t` on failure. */
-static int put(sl_sample *o, int oi, sl_tensor *t) {
-  int rc = sl_sample_set_move(o, oi, t);
-  if (rc < 0) sl_tensor_clear(t);
-  return rc;
-}
-
 /* [B, d...]: the samples' values row after row. */
 static int stack_field(const batch_state *b, int i, sl_sample *o) {
-  const sl_tensor *t0 = field_of(b, 0, i);
+  const sl_tensor *t0 = row_field(b->g.held, 0, i);
   int64_t shape[SL_MAX_RANK];
-  shape[0] = (int64_t)b->nheld;
+  shape[0] = (int64_t)b->g.nheld;
   for (int d = 0; d < t0->rank; d++)
     shape[d + 1] = t0->shape[d];
   sl_tensor t;
@@ -224,7 +206,7 @@ static int stack_field(const batch_state *b, int i, sl_sample *o) {
   if (rc < 0)
     return sl_wrap_error(rc, "batch: field '%s'",
                          sl_schema_field_name(b->in, i));
-  return put(o, b->plan[i].out, &t);
+  return sl__gather_put(o, b->plan[i].out, &t, NULL);
 }
 
 /* The row bytes of a stacked field. */
@@ -240,28 +222,28 @@ static void stack_copy(sl_sample *const *rows, size_t nrows, int i,
 /* [sum of lengths, t...] + LoD, values and offsets in one buffer. */
 static int concat_field(const batch_state *b, int i, sl_sample *o) {
   const char *name = sl_schema_field_name(b->in, i);
-  const sl_tensor *t0 = field_of(b, 0, i);
+  const sl_tensor *t0 = row_field(b->g.held, 0, i);
   int64_t rows = 0;
   size_t data_bytes = 0;
-  for (size_t j = 0; j < b->nheld; j++) {
-    const sl_tensor *tj = field_of(b, j, i);
+  for (size_t j = 0; j < b->g.nheld; j++) {
+    const sl_tensor *tj = row_field(b->g.held, j, i);
     if (tj->shape[0] > INT64_MAX - rows || tj->nbytes > SIZE_MAX - data_bytes)
       return sl_set_error(SL_EINVAL,
                           "batch: field '%s': batch %llu is too "
                           "large to concatenate",
-                          name, b->batch_no);
+                          name, b->g.no);
     rows += tj->shape[0];
     data_bytes += tj->nbytes;
   }
   /* The offsets follow the values, 8-byte aligned (buffers start 64-byte
    * aligned). */
   size_t lod_off = (data_bytes + 7) & ~(size_t)7;
-  size_t lod_bytes = (b->nheld + 1) * sizeof(int64_t);
+  size_t lod_bytes = (b->g.nheld + 1) * sizeof(int64_t);
   if (lod_off < data_bytes || lod_off > SIZE_MAX - lod_bytes)
     return sl_set_error(SL_EINVAL,
                         "batch: field '%s': batch %llu is too "
                         "large to concatenate",
-                        name, b->batch_no);
+                        name, b->g.no);
   sl_buffer *buf = sl__buffer_pool_get(b->pool, lod_off + lod_bytes);
   if (!buf) return sl_wrap_error(SL_ENOMEM, "batch: field '%s'", name);
 
@@ -278,15 +260,15 @@ static int concat_field(const batch_state *b, int i, sl_sample *o) {
   char *base = sl_buffer_data(buf);
   int64_t *lod = (int64_t *)(void *)(base + lod_off);
   lod[0] = 0;
-  for (size_t j = 0; j < b->nheld; j++)
-    lod[j + 1] = lod[j] + field_of(b, j, i)->shape[0];
-  rc = sl_tensor_set_lod(&t, buf, lod, (int64_t)b->nheld + 1);
+  for (size_t j = 0; j < b->g.nheld; j++)
+    lod[j + 1] = lod[j] + row_field(b->g.held, j, i)->shape[0];
+  rc = sl_tensor_set_lod(&t, buf, lod, (int64_t)b->g.nheld + 1);
   sl_buffer_release(buf); /* the tensor holds its own references now */
   if (rc < 0) {
     sl_tensor_clear(&t);
     return sl_wrap_error(rc, "batch: field '%s'", name);
   }
-  return put(o, b->plan[i].out, &t);
+  return sl__gather_put(o, b->plan[i].out, &t, NULL);
 }
 
 /* The row bytes of a concatenated field, one after the other. */
@@ -303,12 +285,12 @@ static void concat_copy(sl_sample *const *rows, size_t nrows, int i,
 /* [B, longest, t...] zero-padded, then "<name>_len" i64[B]. */
 static int pad_field(const batch_state *b, int i, sl_sample *o) {
   const char *name = sl_schema_field_name(b->in, i);
-  const sl_tensor *t0 = field_of(b, 0, i);
+  const sl_tensor *t0 = row_field(b->g.held, 0, i);
   int64_t longest = 0;
-  for (size_t j = 0; j < b->nheld; j++)
-    longest = SL_MAX(longest, field_of(b, j, i)->shape[0]);
+  for (size_t j = 0; j < b->g.nheld; j++)
+    longest = SL_MAX(longest, row_field(b->g.held, j, i)->shape[0]);
   int64_t shape[SL_MAX_RANK];
-  shape[0] = (int64_t)b->nheld;
+  shape[0] = (int64_t)b->g.nheld;
   shape[1] = longest;
   for (int d = 1; d < t0->rank; d++)
     shape[d + 1] = t0->shape[d];
@@ -316,7 +298,7 @@ static int pad_field(const batch_state *b, int i, sl_sample *o) {
   sl_tensor t;
   int rc = sl__tensor_alloc_pooled(b->pool, &t, t0->dtype, t0->rank + 1, shape);
   if (rc < 0) return sl_wrap_error(rc, "batch: field '%s'", name);
-  int64_t len_shape = (int64_t)b->nheld;
+  int64_t len_shape = (int64_t)b->g.nheld;
   sl_tensor lens;
   rc = sl_tensor_alloc(&lens, SL_I64, 1, &len_shape);
   if (rc < 0) {
@@ -324,14 +306,9 @@ static int pad_field(const batch_state *b, int i, sl_sample *o) {
     return sl_wrap_error(rc, "batch: field '%s_len'", name);
   }
   int64_t *len = lens.data;
-  for (size_t j = 0; j < b->nheld; j++)
-    len[j] = field_of(b, j, i)->shape[0];
-  rc = put(o, b->plan[i].out, &t);
-  if (rc < 0) {
-    sl_tensor_clear(&lens);
-    return rc;
-  }
-  return put(o, b->plan[i].out + 1, &lens);
+  for (size_t j = 0; j < b->g.nheld; j++)
+    len[j] = row_field(b->g.held, j, i)->shape[0];
+  return sl__gather_put(o, b->plan[i].out, &t, &lens);
 }
 
 /* The row bytes of a padded field: each sample gets a slot of `slot` bytes,
@@ -397,7 +374,7 @@ static int assemble(const batch_state *b, sl_sample **out) {
   return SL_OK;
 }
 
-/* --- deferred copies (sl__batch_defer) ------------------------------------ */
+/* --- deferred copies (the defer and finish entries) ---------------------- */
 
 /* Records `o` with the held rows as pending (they move to the entry) and
  * returns true; false when the table is full (the caller copies now). */
@@ -408,11 +385,11 @@ static bool defer(batch_state *b, sl_sample *o) {
     if (!b->pend[k].out) e = &b->pend[k];
   if (e) {
     sl_sample **rows = e->rows;
-    e->rows = b->held; /* swap the arrays: no copy of the pointers */
-    b->held = rows;
-    e->nrows = b->nheld;
+    e->rows = b->g.held; /* swap the arrays: no copy of the pointers */
+    b->g.held = rows;
+    e->nrows = b->g.nheld;
     e->out = o;
-    b->nheld = 0;
+    b->g.nheld = 0;
   }
   pthread_mutex_unlock(&b->mu);
   return e != NULL;
@@ -431,15 +408,13 @@ static void drop_pending(batch_state *b) {
   pthread_mutex_unlock(&b->mu);
 }
 
-static const sl_reader_vtable batch_vt;
-
-void *sl__batch_defer(sl_reader *r, size_t max_pending) {
-  batch_state *b = sl__reader_state_of(r, batch_vt.next);
-  if (!b || b->pend || max_pending == 0) return NULL;
+static void *batch_defer(void *st, size_t max_pending) {
+  batch_state *b = st;
+  if (b->pend || max_pending == 0) return NULL;
   pending *pend = sl__calloc(max_pending, sizeof *pend);
   bool ok = pend != NULL;
   for (size_t k = 0; ok && k < max_pending; k++)
-    ok = (pend[k].rows = sl__malloc(b->n * sizeof *pend[k].rows)) != NULL;
+    ok = (pend[k].rows = sl__malloc(b->g.n * sizeof *pend[k].rows)) != NULL;
   if (!ok || pthread_mutex_init(&b->mu, NULL) != 0) {
     for (size_t k = 0; pend && k < max_pending; k++)
       sl__free(pend[k].rows);
@@ -451,7 +426,7 @@ void *sl__batch_defer(sl_reader *r, size_t max_pending) {
   return b;
 }
 
-void sl__batch_fill(void *h, sl_sample *s) {
+static void batch_finish(void *h, sl_sample *s) {
   batch_state *b = h;
   sl_sample **rows = NULL;
   size_t nrows = 0;
@@ -480,106 +455,39 @@ void sl__batch_fill(void *h, sl_sample *s) {
 
 static int batch_next(void *st, sl_sample **out) {
   batch_state *b = st;
-  int rc = SL_OK;
-  while (b->nheld < b->n) {
-    sl_sample *s = NULL;
-    rc = sl_reader_next(b->up, &s);
-    if (rc == SL_EOF) break;
-    if (rc < 0) goto done; /* upstream's code and message, untouched */
-    b->held[b->nheld++] = s;
-    rc = check_sample(b, b->nheld - 1);
-    if (rc < 0) goto done;
+  int rc = sl__gather_pull(&b->g, check_sample, b);
+  if (rc == SL_OK) rc = assemble(b, out);
+  if (rc == SL_OK) {
+    b->g.no++;
+    /* deferred: the rows go with the output (defer empties g.held) */
+    if (!b->pend || !defer(b, *out)) copy_rows(b, b->g.held, b->g.nheld, *out);
   }
-  /* upstream is at EOF (latched by reader.c) or the batch is full */
-  if (b->nheld == 0 || (b->nheld < b->n && b->drop_last)) {
-    rc = SL_EOF;
-    goto done;
-  }
-  rc = assemble(b, out);
-  if (rc < 0) goto done;
-  b->batch_no++;
-  if (b->pend && defer(b, *out)) return SL_OK; /* the rows went with it */
-  copy_rows(b, b->held, b->nheld, *out);
-done:
-  release_held(b);
+  sl__gather_release(&b->g);
   return rc;
 }
 
 static int batch_reset(void *st) {
-  batch_state *b = st;
-  release_held(b);
-  drop_pending(b);
-  b->batch_no = 0;
-  return sl_reader_reset(b->up); /* its error, if any, as it is */
+  drop_pending(st);
+  return sl__gather_reset(st);
 }
 
-/* Batch k starts at upstream sample k x size: a partial batch is never
- * held between calls, so the position is all.  Only the last batch of a
- * pass may be short: after it, upstream is at its end. */
-static int batch_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
-                      sl__state_out *w) {
-  (void)r;
-  batch_state *b = st;
-  SL_RETURN_ERROR_IF(k > UINT64_MAX / b->n, SL_EUNSUPPORTED,
-                     "save: batch: position %llu overflows",
-                     (unsigned long long)k);
-  uint64_t pos = k * b->n;
-  if (pass == sl__reader_pass(r) && k == b->batch_no)
-    pos = SL_MIN(pos, sl__reader_delivered(b->up));
-  return sl__state_save_up(w, b->up, sl__reader_pass(b->up), pos);
-}
-
-/* Upstream at k x size, or inside the last (short) batch: a state whose
- * batch and upstream positions disagree is refused (also as the state
- * check, before any stage changes). */
-static int check_position(const batch_state *b, uint64_t k,
-                          const sl__state_in *in) {
-  uint64_t up;
-  SL_FORWARD_IF_ERROR(sl__state_up_position(in, &up));
-  SL_RETURN_ERROR_IF(k > UINT64_MAX / b->n || up > k * b->n ||
-                         (up < k * b->n && up <= (k - 1) * b->n),
-                     SL_ECORRUPT,
-                     "restore: corrupt state: batch (size %zu) at batch %llu "
-                     "but its upstream '%s' at sample %llu",
-                     b->n, (unsigned long long)k, sl_reader_name(b->up),
-                     (unsigned long long)up);
-  return SL_OK;
-}
-
-static int batch_check(const sl_reader *r, void *st, sl__state_in *in) {
-  (void)r;
-  return check_position(st, sl__state_position(in), in);
-}
-
+/* The position is all (gather.h); the restore drops deferred rows too. */
 static int batch_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                          sl__state_in *in) {
-  (void)r;
-  (void)pass;
-  batch_state *b = st;
-  SL_FORWARD_IF_ERROR(check_position(b, k, in));
-  release_held(b);
-  drop_pending(b);
-  SL_FORWARD_IF_ERROR(sl__state_restore_up(in, b->up));
-  b->batch_no = k;
-  return SL_OK;
+  drop_pending(st);
+  return sl__gather_restore(r, st, pass, k, in);
 }
 
 static void batch_identity(const sl_reader *r, void *st, char *buf,
                            size_t cap) {
-  (void)r;
   const batch_state *b = st;
-  snprintf(buf, cap, "size=%zu drop_last=%d pad=%d lod=%d", b->n, b->drop_last,
+  snprintf(buf, cap, "size=%zu drop_last=%d pad=%d lod=%d", b->g.n, b->g.drop,
            b->pad, b->lod);
 }
-
-static const sl__state_ops batch_state_ops = {batch_save, batch_restore,
-                                              batch_identity};
 
 static void batch_destroy(void *st) {
   batch_state *b = st;
   if (!b) return;
-  if (b->held) release_held(b);
-  sl__free(b->held);
   if (b->pend) {
     drop_pending(b);
     for (size_t k = 0; k < b->npend; k++)
@@ -590,21 +498,23 @@ static void batch_destroy(void *st) {
   sl__free(b->plan);
   sl__buffer_pool_release(b->pool); /* batches still out free theirs */
   sl_schema_release(b->out);
-  sl_reader_destroy(b->up);
+  sl__gather_fini(&b->g);
   sl__free(b);
 }
 
-/* Batches per pass: ceil(upstream / n), floor with drop_last. */
-static int batch_length(const sl_reader *r, void *st, uint64_t *n) {
-  const batch_state *b = st;
-  uint64_t up;
-  SL_FORWARD_IF_ERROR(sl__upstream_length(r, 0, &up));
-  *n = up / b->n + (!b->drop_last && up % b->n != 0);
-  return SL_OK;
-}
-
-static const sl_reader_vtable batch_vt = {"batch", batch_next, batch_reset,
-                                          batch_destroy};
+static const sl__stage_ops batch_ops = {
+    .name = "batch",
+    .next = batch_next,
+    .reset = batch_reset,
+    .destroy = batch_destroy,
+    .length = sl__gather_length,
+    .save = sl__gather_save,
+    .restore = batch_restore,
+    .identity = batch_identity,
+    .check = sl__gather_check,
+    .defer = batch_defer,
+    .finish = batch_finish,
+};
 
 /* --- construction --------------------------------------------------------- */
 
@@ -648,7 +558,7 @@ static int build_schema(batch_state *b) {
   sl_schema *s = sl_schema_new();
   if (!s) return sl_wrap_error(SL_ENOMEM, "batch: output schema");
   b->out = s;
-  int64_t B = b->drop_last ? (int64_t)b->n : SL_DIM_VAR;
+  int64_t B = b->g.drop ? (int64_t)b->g.n : SL_DIM_VAR;
   for (int i = 0; i < b->nfields; i++) {
     const char *name = sl_schema_field_name(in, i);
     sl_dtype dt = sl_schema_field_dtype(in, i);
@@ -720,22 +630,20 @@ int sl_batch(sl_reader *up, size_t n, const sl_batch_opts *opts,
   if (!b)
     return sl__fail_with_upstream(
         up, sl_set_error(SL_ENOMEM, "batch: cannot allocate"));
-  b->up = up; /* from here on batch_destroy owns it */
+  /* from here on batch_destroy owns up */
+  bool held = sl__gather_init(&b->g, up, n, opts && opts->drop_last);
   b->in = sl_reader_schema(up);
-  b->n = n;
-  b->drop_last = opts ? opts->drop_last != 0 : 0;
   b->pad = opts ? opts->pad != 0 : 0;
   b->lod = opts ? opts->lod != 0 : 0;
   b->nfields = sl_schema_nfields(b->in);
   b->plan = sl__calloc(b->nfields ? (size_t)b->nfields : 1, sizeof *b->plan);
-  b->held = sl__malloc(n * sizeof *b->held);
   b->pool = sl__buffer_pool_new(POOL_IDLE, POOL_IDLE_BYTES);
   int rc = b->pad && b->lod
                ? sl_set_error(SL_EINVAL,
                               "batch: lod and pad exclude each other (lod "
                               "concatenates variable fields with LoD "
                               "offsets, pad pads them)")
-           : (!b->plan || !b->held || !b->pool)
+           : (!b->plan || !held || !b->pool)
                ? sl_set_error(SL_ENOMEM,
                               "batch: cannot allocate state for %zu samples", n)
                : build_schema(b);
@@ -743,10 +651,5 @@ int sl_batch(sl_reader *up, size_t n, const sl_batch_opts *opts,
     batch_destroy(b);
     return rc;
   }
-  SL_FORWARD_IF_ERROR(
-      sl__decorator_make(&batch_vt, b, b->out, &b->up, NULL, out));
-  sl__reader_set_length(*out, batch_length);
-  sl__reader_set_state_ops(*out, &batch_state_ops);
-  sl__reader_set_state_check(*out, batch_check);
-  return SL_OK;
+  return sl__stage_wrap(&batch_ops, b, b->out, &b->g.up, NULL, out);
 }

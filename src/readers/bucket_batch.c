@@ -14,23 +14,18 @@
  * There is no random draw: the batches are a function of the input order.
  * Position: which samples wait in which bucket depends on every sample
  * before, so a saved state is the position alone and the restore re-reads
- * the pass up to it (lm.h).
+ * the pass up to it (gather.h).
  */
 #include "readers/lm.h"
 
 #include <stdio.h>
 
-typedef struct bucket {
-  sl_sample **held;
-  size_t n, cap; /* held, batch size */
-} bucket;
-
 typedef struct bucket_state {
-  sl_reader *up;
+  sl_reader *up; /* first: sl__gather_save_reread_up */
   int field;
   size_t nb; /* buckets: nboundaries + 1 */
   int64_t *bounds;
-  bucket *b;
+  sl__gather *b; /* per bucket (no upstream): its batch size and samples */
   int pad_to_bucket, drop;
   sl__padplan plan;
   bool ended;
@@ -39,19 +34,14 @@ typedef struct bucket_state {
 } bucket_state;
 
 static void drop_all(bucket_state *s) {
-  for (size_t i = 0; i < s->nb; i++) {
-    for (size_t j = 0; j < s->b[i].n; j++)
-      sl_sample_release(s->b[i].held[j]);
-    s->b[i].n = 0;
-  }
+  for (size_t i = 0; i < s->nb; i++)
+    sl__gather_release(&s->b[i]);
 }
 
 static int emit(bucket_state *s, size_t i, sl_sample **out) {
   int64_t to = s->pad_to_bucket && i + 1 < s->nb ? s->bounds[i] - 1 : 0;
-  int rc = sl__padplan_build(&s->plan, s->b[i].held, s->b[i].n, to, out);
-  for (size_t j = 0; j < s->b[i].n; j++)
-    sl_sample_release(s->b[i].held[j]);
-  s->b[i].n = 0;
+  int rc = sl__padplan_build(&s->plan, s->b[i].held, s->b[i].nheld, to, out);
+  sl__gather_release(&s->b[i]);
   return rc;
 }
 
@@ -74,16 +64,12 @@ static int bucket_next(void *st, sl_sample **out) {
     size_t i = 0;
     while (i + 1 < s->nb && len >= s->bounds[i])
       i++;
-    bucket *bk = &s->b[i];
-    bk->held[bk->n++] = smp;
-    if (bk->n == bk->cap) return emit(s, i, out);
+    sl__gather *bk = &s->b[i];
+    bk->held[bk->nheld++] = smp;
+    if (bk->nheld == bk->n) return emit(s, i, out);
   }
-  while (s->flush < s->nb && (s->b[s->flush].n == 0 || s->drop)) {
-    size_t i = s->flush++;
-    for (size_t j = 0; j < s->b[i].n; j++)
-      sl_sample_release(s->b[i].held[j]);
-    s->b[i].n = 0;
-  }
+  while (s->flush < s->nb && (s->b[s->flush].nheld == 0 || s->drop))
+    sl__gather_release(&s->b[s->flush++]);
   if (s->flush == s->nb) return SL_EOF;
   return emit(s, s->flush++, out);
 }
@@ -104,11 +90,8 @@ static int bucket_reset(void *st) {
 static void bucket_destroy(void *st) {
   bucket_state *s = st;
   if (!s) return;
-  if (s->b) {
-    drop_all(s);
-    for (size_t i = 0; i < s->nb; i++)
-      sl__free(s->b[i].held);
-  }
+  for (size_t i = 0; s->b && i < s->nb; i++)
+    sl__gather_fini(&s->b[i]);
   sl__free(s->b);
   sl__free(s->bounds);
   sl__padplan_fini(&s->plan);
@@ -116,18 +99,8 @@ static void bucket_destroy(void *st) {
   sl__free(s);
 }
 
-static int bucket_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
-                       sl__state_out *w) {
-  (void)r;
-  (void)pass;
-  bucket_state *s = st;
-  return sl__lm_save_replay(&s->up, NULL, 1, k, w);
-}
-
 static int bucket_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                           sl__state_in *in) {
-  (void)r;
-  (void)pass;
   bucket_state *s = st;
   clear(s);
   SL_FORWARD_IF_ERROR(sl__state_restore_up(in, s->up));
@@ -136,21 +109,24 @@ static int bucket_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
 
 static void bucket_identity(const sl_reader *r, void *st, char *buf,
                             size_t cap) {
-  (void)r;
   const bucket_state *s = st;
   int n = snprintf(buf, cap, "length=%s pad_to_bucket=%d drop=%d buckets=",
                    sl_schema_field_name(s->plan.in, s->field), s->pad_to_bucket,
                    s->drop);
   for (size_t i = 0; i < s->nb && n >= 0 && (size_t)n < cap; i++)
     n += snprintf(buf + n, cap - (size_t)n, "%s<%lld:%zu", i ? "," : "",
-                  i + 1 < s->nb ? (long long)s->bounds[i] : -1LL, s->b[i].cap);
+                  i + 1 < s->nb ? (long long)s->bounds[i] : -1LL, s->b[i].n);
 }
 
-static const sl__state_ops bucket_state_ops = {bucket_save, bucket_restore,
-                                               bucket_identity};
-
-static const sl_reader_vtable bucket_vt = {"bucket_batch", bucket_next,
-                                           bucket_reset, bucket_destroy};
+static const sl__stage_ops bucket_ops = {
+    .name = "bucket_batch",
+    .next = bucket_next,
+    .reset = bucket_reset,
+    .destroy = bucket_destroy,
+    .save = sl__gather_save_reread_up,
+    .restore = bucket_restore,
+    .identity = bucket_identity,
+};
 
 static int setup(bucket_state *s, const sl_bucket_batch_opts *o) {
   const sl_schema *in = sl_reader_schema(s->up);
@@ -199,10 +175,8 @@ static int setup(bucket_state *s, const sl_bucket_batch_opts *o) {
                      "bucket_batch: cannot allocate");
   for (size_t i = 0; i < s->nb; i++) {
     s->bounds[i] = i < o->nboundaries ? o->boundaries[i] : INT64_MAX;
-    s->b[i].cap = o->batch_sizes[i];
-    s->b[i].held = sl__calloc(s->b[i].cap, sizeof *s->b[i].held);
-    SL_RETURN_ERROR_IF(!s->b[i].held, SL_ENOMEM,
-                       "bucket_batch: cannot allocate");
+    SL_RETURN_ERROR_IF(!sl__gather_init(&s->b[i], NULL, o->batch_sizes[i], 0),
+                       SL_ENOMEM, "bucket_batch: cannot allocate");
   }
   return sl__padplan_init(&s->plan, "bucket_batch", in, SL_DIM_VAR, 0, o->pad,
                           o->npad);
@@ -227,10 +201,5 @@ int sl_bucket_batch(sl_reader *up, const sl_bucket_batch_opts *opts,
     bucket_destroy(s);
     return rc;
   }
-  sl_schema *schema = sl_schema_retain(s->plan.out);
-  rc = sl__decorator_make(&bucket_vt, s, schema, &s->up, NULL, out);
-  sl_schema_release(schema);
-  if (rc < 0) return rc;
-  sl__reader_set_state_ops(*out, &bucket_state_ops);
-  return SL_OK;
+  return sl__stage_wrap(&bucket_ops, s, s->plan.out, &s->up, NULL, out);
 }

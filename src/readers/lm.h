@@ -1,13 +1,14 @@
 /*
  * lm.h - what the language-model stages share (docs/TEXT.md): the padded
- * assembly of padded_batch.c (bucket_batch.c builds its batches with it)
- * and the save/restore of the stages whose position is re-read from the
- * start of the pass (window, pack, bucket_batch, mix).
+ * assembly of padded_batch.c (bucket_batch.c builds its batches with it),
+ * token access, and the search of a chain for a stage (their statistics).
+ * Their gathering and re-read save/restore are gather.h's.
  */
 #ifndef SLUICE_READERS_LM_H
 #define SLUICE_READERS_LM_H
 
-#include "readers/state.h"
+#include "readers/gather.h"
+#include "readers/stage.h"
 
 /* How each upstream field is batched: stacked (fixed shape) or padded
  * along dim 0 (variable dim 0, fixed others) and followed by
@@ -39,11 +40,6 @@ static inline int64_t sl__field_len(const sl_sample *s, int i) {
   return sl_sample_at_const(s, i)->shape[0];
 }
 
-/* Save for a stage whose restore re-reads the pass from its start: each of
- * the `n` upstreams saved at (passes[i], 0), as replayed when k > 0. */
-int sl__lm_save_replay(sl_reader *const *ups, const uint64_t *passes, size_t n,
-                       uint64_t k, sl__state_out *w);
-
 /* A token of a rank-1 i32/u16/u32/i64 tensor as i32. */
 static inline int32_t sl__token_at(const void *data, sl_dtype dt, size_t i) {
   switch (dt) {
@@ -61,8 +57,8 @@ static inline bool sl__token_dtype(sl_dtype dt) {
   return dt == SL_I32 || dt == SL_U16 || dt == SL_U32 || dt == SL_I64;
 }
 
-/* The first stage of vtable `vt` in r's chain, r included, depth first
- * with upstreams in order (sl_reader_stats's order), or NULL. */
+/* The first stage with next function `next` in r's chain, r included, depth
+ * first with upstreams in order (sl_reader_stats's order), or NULL. */
 void *sl__lm_find(const sl_reader *r, sl__next_fn next);
 
 #endif

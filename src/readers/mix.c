@@ -25,7 +25,7 @@
  * Position: which readers have ended when depends on the data, so a saved
  * state is the position alone; the restore re-reads the pass (each reader
  * from the pass it was in when the mixture's pass began) and replays the
- * draws (lm.h).
+ * draws (gather.h).
  */
 #include "core/rng.h"
 #include "readers/lm.h"
@@ -144,15 +144,12 @@ static void mix_destroy(void *st) {
 
 static int mix_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                     sl__state_out *w) {
-  (void)r;
-  (void)pass;
   mix_state *m = st;
-  return sl__lm_save_replay(m->readers, m->start_pass, m->n, k, w);
+  return sl__gather_save_reread(m->readers, m->start_pass, m->n, k, w);
 }
 
 static int mix_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                        sl__state_in *in) {
-  (void)r;
   mix_state *m = st;
   for (size_t i = 0; i < m->n; i++)
     SL_FORWARD_IF_ERROR(sl__state_restore_up(in, m->readers[i]));
@@ -169,7 +166,6 @@ static int mix_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
 }
 
 static void mix_identity(const sl_reader *r, void *st, char *buf, size_t cap) {
-  (void)r;
   const mix_state *m = st;
   int n = snprintf(buf, cap,
                    "seed=%llu stop=%d%s weights=", (unsigned long long)m->seed,
@@ -178,16 +174,20 @@ static void mix_identity(const sl_reader *r, void *st, char *buf, size_t cap) {
     n += snprintf(buf + n, cap - (size_t)n, "%s%.17g", i ? "," : "", m->w[i]);
 }
 
-static const sl__state_ops mix_state_ops = {mix_save, mix_restore,
-                                            mix_identity};
-
-static const sl_reader_vtable mix_vt = {"mix", mix_next, mix_reset,
-                                        mix_destroy};
+static const sl__stage_ops mix_ops = {
+    .name = "mix",
+    .next = mix_next,
+    .reset = mix_reset,
+    .destroy = mix_destroy,
+    .save = mix_save,
+    .restore = mix_restore,
+    .identity = mix_identity,
+};
 
 int sl_mix_counts(const sl_reader *r, uint64_t *counts, size_t cap, size_t *n) {
   SL_RETURN_ERROR_IF(!r || (!counts && cap), SL_EINVAL,
                      "mix_counts: NULL argument");
-  const mix_state *m = sl__lm_find(r, mix_vt.next);
+  const mix_state *m = sl__lm_find(r, mix_next);
   SL_RETURN_ERROR_IF(!m, SL_ENOTFOUND,
                      "mix_counts: no mix stage in the chain "
                      "of '%s'",
@@ -260,12 +260,7 @@ int sl_mix(sl_reader **readers, size_t n, const sl_mix_opts *opts,
     return rc;
   }
   start_pass(m, 0);
-  sl_schema *schema =
-      sl_schema_retain((sl_schema *)sl_reader_schema(m->readers[0]));
-  rc = sl__reader_make(&mix_vt, m, schema, out);
-  sl_schema_release(schema);
-  if (rc < 0) return rc;
-  sl__reader_link(*out, m->readers, m->n, NULL);
-  sl__reader_set_state_ops(*out, &mix_state_ops);
-  return SL_OK;
+  return sl__stage_new(&mix_ops, m,
+                       (sl_schema *)sl_reader_schema(m->readers[0]), m->readers,
+                       m->n, NULL, out);
 }

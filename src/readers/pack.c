@@ -21,7 +21,8 @@
  * the consumer's thread and read by sl_pack_stats from any thread.
  *
  * Position: the rows depend on every document before them, so a saved
- * state is the position alone and the restore re-reads the pass (lm.h).
+ * state is the position alone and the restore re-reads the pass
+ * (gather.h).
  */
 #include "readers/lm.h"
 
@@ -35,7 +36,7 @@ typedef struct row {
 } row;
 
 typedef struct pack_state {
-  sl_reader *up;
+  sl_reader *up; /* first: sl__gather_save_reread_up */
   int64_t T;
   int nf;
   int *fi; /* nf upstream field indices */
@@ -219,18 +220,8 @@ static void pack_destroy(void *st) {
   sl__free(p);
 }
 
-static int pack_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
-                     sl__state_out *w) {
-  (void)r;
-  (void)pass;
-  pack_state *p = st;
-  return sl__lm_save_replay(&p->up, NULL, 1, k, w);
-}
-
 static int pack_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                         sl__state_in *in) {
-  (void)r;
-  (void)pass;
   pack_state *p = st;
   clear(p);
   SL_FORWARD_IF_ERROR(sl__state_restore_up(in, p->up));
@@ -242,7 +233,6 @@ static int pack_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
 }
 
 static void pack_identity(const sl_reader *r, void *st, char *buf, size_t cap) {
-  (void)r;
   const pack_state *p = st;
   int n = snprintf(buf, cap,
                    "T=%lld eos=%s%d pad=%d lookahead=%zu "
@@ -254,16 +244,20 @@ static void pack_identity(const sl_reader *r, void *st, char *buf, size_t cap) {
                   sl_schema_field_name(sl_reader_schema(p->up), p->fi[c]));
 }
 
-static const sl__state_ops pack_state_ops = {pack_save, pack_restore,
-                                             pack_identity};
-
-static const sl_reader_vtable pack_vt = {"pack", pack_next, pack_reset,
-                                         pack_destroy};
+static const sl__stage_ops pack_ops = {
+    .name = "pack",
+    .next = pack_next,
+    .reset = pack_reset,
+    .destroy = pack_destroy,
+    .save = sl__gather_save_reread_up,
+    .restore = pack_restore,
+    .identity = pack_identity,
+};
 
 int sl_pack_stats(const sl_reader *r, uint64_t *rows, uint64_t *tokens,
                   double *efficiency) {
   SL_RETURN_ERROR_IF(!r, SL_EINVAL, "pack_stats: NULL reader");
-  const pack_state *p = sl__lm_find(r, pack_vt.next);
+  const pack_state *p = sl__lm_find(r, pack_next);
   SL_RETURN_ERROR_IF(!p, SL_ENOTFOUND,
                      "pack_stats: no pack stage in the "
                      "chain of '%s'",
@@ -355,10 +349,5 @@ int sl_pack(sl_reader *up, const sl_pack_opts *opts, sl_reader **out) {
     pack_destroy(p);
     return rc;
   }
-  sl_schema *schema = sl_schema_retain(p->schema);
-  rc = sl__decorator_make(&pack_vt, p, schema, &p->up, NULL, out);
-  sl_schema_release(schema);
-  if (rc < 0) return rc;
-  sl__reader_set_state_ops(*out, &pack_state_ops);
-  return SL_OK;
+  return sl__stage_wrap(&pack_ops, p, p->schema, &p->up, NULL, out);
 }

@@ -11,9 +11,8 @@
  * A field with a variable dimension after the first cannot be padded here
  * (SL_EINVAL at construction: sl_batch with lod does that).
  *
- * Position.  Batch k starts at upstream sample k*n (a partial batch is
- * never held between calls), so a saved state is the position alone, as
- * sl_batch's.
+ * Gathering, length and position: gather.h's, as sl_batch's (batch k
+ * starts at upstream sample k*n; the saved state is the position alone).
  */
 #include "readers/lm.h"
 
@@ -142,12 +141,6 @@ static void pad_elem(sl_dtype dt, double v, unsigned char *e) {
   }
 }
 
-static int put(sl_sample *o, int i, sl_tensor *t) {
-  int rc = sl_sample_set_move(o, i, t);
-  if (rc < 0) sl_tensor_clear(t);
-  return rc;
-}
-
 static int build_field(const sl__padplan *p, int i, sl_sample *const *rows,
                        size_t n, int64_t to, sl_sample *o) {
   const char *name = sl_schema_field_name(p->in, i);
@@ -167,7 +160,7 @@ static int build_field(const sl__padplan *p, int i, sl_sample *const *rows,
       const sl_tensor *tj = sl_sample_at_const(rows[j], i);
       if (tj->nbytes) memcpy(dst, tj->data, tj->nbytes);
     }
-    return put(o, p->outi[i], &t);
+    return sl__gather_put(o, p->outi[i], &t, NULL);
   }
   int64_t L = 0;
   for (size_t j = 0; j < n; j++)
@@ -208,12 +201,7 @@ static int build_field(const sl__padplan *p, int i, sl_sample *const *rows,
         memcpy(dst + b, e, es);
     }
   }
-  rc = put(o, p->outi[i], &t);
-  if (rc < 0) {
-    sl_tensor_clear(&lens);
-    return rc;
-  }
-  return put(o, p->outi[i] + 1, &lens);
+  return sl__gather_put(o, p->outi[i], &t, &lens);
 }
 
 int sl__padplan_build(const sl__padplan *p, sl_sample *const *rows, size_t n,
@@ -233,20 +221,8 @@ int sl__padplan_build(const sl__padplan *p, sl_sample *const *rows, size_t n,
 
 /* --- shared helpers (lm.h) ----------------------------------------------- */
 
-int sl__lm_save_replay(sl_reader *const *ups, const uint64_t *passes, size_t n,
-                       uint64_t k, sl__state_out *w) {
-  for (size_t i = 0; i < n; i++) {
-    uint64_t pass = passes ? passes[i] : sl__reader_pass(ups[i]);
-    SL_FORWARD_IF_ERROR(k == 0
-                            ? sl__state_save_up(w, ups[i], pass, 0)
-                            : sl__state_save_up_replayed(w, ups[i], pass, 0));
-  }
-  return SL_OK;
-}
-
 /* Depth first, upstreams in order: the order of sl_reader_stats. */
-static void *find_from(const sl_reader *r, sl__next_fn next,
-                       int depth) {
+static void *find_from(const sl_reader *r, sl__next_fn next, int depth) {
   if (!r || depth >= 256) return NULL; /* chains are short */
   void *st = sl__reader_state_of((sl_reader *)r, next);
   if (st) return st;
@@ -266,106 +242,52 @@ void *sl__lm_find(const sl_reader *r, sl__next_fn next) {
 /* --- the reader ---------------------------------------------------------- */
 
 typedef struct padded_state {
-  sl_reader *up;
-  size_t n;
+  sl__gather g; /* first (gather.h): upstream, n, the held samples */
   int64_t to;
-  int drop;
   sl__padplan plan;
-  sl_sample **held;
-  size_t nheld;
-  uint64_t batch_no;
 } padded_state;
 
-static void release_held(padded_state *b) {
-  for (size_t j = 0; j < b->nheld; j++)
-    sl_sample_release(b->held[j]);
-  b->nheld = 0;
+static int padded_check(void *st, size_t j) {
+  padded_state *b = st;
+  return sl__padplan_check(&b->plan, b->g.held[j], b->g.no * b->g.n + j);
 }
 
 static int padded_next(void *st, sl_sample **out) {
   padded_state *b = st;
-  int rc = SL_OK;
-  while (b->nheld < b->n) {
-    sl_sample *s = NULL;
-    rc = sl_reader_next(b->up, &s);
-    if (rc == SL_EOF) break;
-    if (rc < 0) goto done;
-    b->held[b->nheld++] = s;
-    rc = sl__padplan_check(&b->plan, s, b->batch_no * b->n + b->nheld - 1);
-    if (rc < 0) goto done;
-  }
-  if (b->nheld == 0 || (b->nheld < b->n && b->drop)) {
-    rc = SL_EOF;
-    goto done;
-  }
-  rc = sl__padplan_build(&b->plan, b->held, b->nheld, b->to, out);
-  if (rc == SL_OK) b->batch_no++;
-done:
-  release_held(b);
+  int rc = sl__gather_pull(&b->g, padded_check, b);
+  if (rc == SL_OK)
+    rc = sl__padplan_build(&b->plan, b->g.held, b->g.nheld, b->to, out);
+  if (rc == SL_OK) b->g.no++;
+  sl__gather_release(&b->g);
   return rc;
-}
-
-static int padded_reset(void *st) {
-  padded_state *b = st;
-  release_held(b);
-  b->batch_no = 0;
-  return sl_reader_reset(b->up);
 }
 
 static void padded_destroy(void *st) {
   padded_state *b = st;
   if (!b) return;
-  if (b->held) release_held(b);
-  sl__free(b->held);
   sl__padplan_fini(&b->plan);
-  sl_reader_destroy(b->up);
+  sl__gather_fini(&b->g);
   sl__free(b);
-}
-
-static int padded_length(const sl_reader *r, void *st, uint64_t *n) {
-  const padded_state *b = st;
-  uint64_t up;
-  SL_FORWARD_IF_ERROR(sl__upstream_length(r, 0, &up));
-  *n = up / b->n + (!b->drop && up % b->n != 0);
-  return SL_OK;
-}
-
-static int padded_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
-                       sl__state_out *w) {
-  padded_state *b = st;
-  SL_RETURN_ERROR_IF(k > UINT64_MAX / b->n, SL_EUNSUPPORTED,
-                     "save: padded_batch: position %llu overflows",
-                     (unsigned long long)k);
-  uint64_t pos = k * b->n;
-  if (pass == sl__reader_pass(r) && k == b->batch_no)
-    pos = SL_MIN(pos, sl__reader_delivered(b->up));
-  return sl__state_save_up(w, b->up, sl__reader_pass(b->up), pos);
-}
-
-static int padded_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
-                          sl__state_in *in) {
-  (void)r;
-  (void)pass;
-  padded_state *b = st;
-  release_held(b);
-  SL_FORWARD_IF_ERROR(sl__state_restore_up(in, b->up));
-  b->batch_no = k;
-  return SL_OK;
 }
 
 static void padded_identity(const sl_reader *r, void *st, char *buf,
                             size_t cap) {
-  (void)r;
   const padded_state *b = st;
-  snprintf(buf, cap, "size=%zu to=%lld drop_remainder=%d", b->n,
-           (long long)b->to, b->drop);
+  snprintf(buf, cap, "size=%zu to=%lld drop_remainder=%d", b->g.n,
+           (long long)b->to, b->g.drop);
 }
 
-static const sl__state_ops padded_state_ops = {padded_save, padded_restore,
-                                               padded_identity};
-
-static const sl_reader_vtable padded_vt = {"padded_batch", padded_next,
-                                           padded_reset, padded_destroy};
+static const sl__stage_ops padded_ops = {
+    .name = "padded_batch",
+    .next = padded_next,
+    .reset = sl__gather_reset,
+    .destroy = padded_destroy,
+    .length = sl__gather_length,
+    .save = sl__gather_save,
+    .restore = sl__gather_restore,
+    .identity = padded_identity,
+    .check = sl__gather_check,
+};
 
 int sl_padded_batch(sl_reader *up, size_t n, const sl_padded_batch_opts *opts,
                     sl_reader **out) {
@@ -386,25 +308,15 @@ int sl_padded_batch(sl_reader *up, size_t n, const sl_padded_batch_opts *opts,
   if (!b)
     return sl__fail_with_upstream(
         up, sl_set_error(SL_ENOMEM, "padded_batch: cannot allocate"));
-  b->up = up;
-  b->n = n;
   b->to = o.to;
-  b->drop = o.drop_remainder != 0;
-  b->held = sl__malloc(n * sizeof *b->held);
-  rc = !b->held
+  rc = !sl__gather_init(&b->g, up, n, o.drop_remainder != 0)
            ? sl_set_error(SL_ENOMEM, "padded_batch: cannot allocate")
            : sl__padplan_init(&b->plan, "padded_batch", sl_reader_schema(up),
-                              b->drop ? (int64_t)n : SL_DIM_VAR, b->to, o.pad,
+                              b->g.drop ? (int64_t)n : SL_DIM_VAR, b->to, o.pad,
                               o.npad);
   if (rc < 0) {
     padded_destroy(b);
     return rc;
   }
-  sl_schema *schema = sl_schema_retain(b->plan.out);
-  rc = sl__decorator_make(&padded_vt, b, schema, &b->up, NULL, out);
-  sl_schema_release(schema);
-  if (rc < 0) return rc;
-  sl__reader_set_length(*out, padded_length);
-  sl__reader_set_state_ops(*out, &padded_state_ops);
-  return SL_OK;
+  return sl__stage_wrap(&padded_ops, b, b->plan.out, &b->g.up, NULL, out);
 }

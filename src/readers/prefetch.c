@@ -84,7 +84,7 @@
  * copy.  Outputs dropped unfilled (stop, the cache) leave their rows in
  * batch's table until the reset or destroy that follows, which drops them.
  */
-#include "readers/state.h"
+#include "readers/stage.h"
 #include "sync/channel.h"
 
 #include <pthread.h>
@@ -138,7 +138,7 @@ static void *worker_main(void *arg) {
       /* A consumer that waits copies the rows itself (it would sleep
        * meanwhile); one that is busy gets them copied here. */
       if (p->batch && !atomic_load_explicit(&p->waiting, memory_order_relaxed))
-        sl__batch_fill(p->batch, s);
+        sl__reader_finish(p->up, p->batch, s);
       uint64_t t0 = sl__stat_start();
       int sent = sl_channel_send(p->ch, s);
       sl__stat_since(&p->stats.wait_down_ns, t0);
@@ -237,7 +237,7 @@ static int prefetch_next_running(prefetch_state *p, sl_sample **out) {
     atomic_store_explicit(&p->waiting, false, memory_order_relaxed);
     if (rc != SL_OK) return rc; /* SL_EOF, or the kill code and message */
     tune_after(p, *out, seen);
-    if (p->batch) sl__batch_fill(p->batch, *out);
+    if (p->batch) sl__reader_finish(p->up, p->batch, *out);
     return SL_OK;
   }
   if (p->cache_pos == p->cache_len) {
@@ -249,7 +249,8 @@ static int prefetch_next_running(prefetch_state *p, sl_sample **out) {
     p->cache_len = n;
   }
   *out = p->cache[p->cache_pos++];
-  if (p->batch) sl__batch_fill(p->batch, *out); /* its rows, if still due */
+  if (p->batch) /* its rows, if still due */
+    sl__reader_finish(p->up, p->batch, *out);
   return SL_OK;
 }
 
@@ -326,7 +327,7 @@ static int make(sl_reader *up, size_t n, const prefetch_tune *tune, bool lazy,
   /* Over a batch, the rows of a batch may be left for the consumer to
    * copy while it waits (see batch.c).  At most every batch the channel,
    * the cache and the worker can hold at once. */
-  p->batch = sl__batch_defer(
+  p->batch = sl__reader_defer(
       up, SL_MIN(n + PREFETCH_CACHE + 1, (size_t)PREFETCH_MAX_DEFERRED));
   p->ch = sl_channel_new(n, tune ? (size_t)tune->max_bytes : 0);
   if (p->ch && tune) sl__channel_set_depth(p->ch, tune->depth);

@@ -137,24 +137,11 @@ void sl__reader_set_stop_signal(sl_reader *r, sl__stop_signal_fn fn);
 typedef int (*sl__next_fn)(void *state, sl_sample **out);
 void *sl__reader_state_of(sl_reader *r, sl__next_fn next);
 
-/* Batch's deferred copies, for prefetch (batch.c; see its banner).
- *   sl__batch_defer: when r is a batch, from now on its outputs may leave
- *     with their row bytes still to copy (at most max_pending at once;
- *     beyond that batch copies them itself); returns a handle, or NULL when
- *     r is not a batch or memory is short (nothing changes then).  Call it
- *     before any thread pulls r.
- *   sl__batch_fill: copies the rows of output s if they are still to copy
- *     (nothing otherwise); any thread, once per output before it is
- *     published.  Pending outputs that are dropped unfilled must be followed
- *     by a reset or destroy of the batch (which drop their rows) before the
- *     next pull. */
-void *sl__batch_defer(sl_reader *r, size_t max_pending);
 /* sl_prefetch whose worker starts at a pass's first next (not at
  * construction, reset or restore) and is joined when that pass's end (or
  * error) is returned: a thread only while the reader is being read
  * (prefetch.c, "Lazy").  Ownership and errors as sl_prefetch. */
 int sl__prefetch_lazy(sl_reader *up, size_t n, sl_reader **out);
-void sl__batch_fill(void *h, sl_sample *s);
 
 /* A snapshot of one reader's statistics and links (readers/stats.c). */
 typedef struct sl__reader_view {

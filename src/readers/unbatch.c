@@ -33,7 +33,7 @@
  *
  * Threads: none of its own; single consumer like every reader.
  */
-#include "readers/state.h"
+#include "readers/stage.h"
 
 typedef struct unbatch_state {
   sl_reader *up;
@@ -149,7 +149,6 @@ static int make_row(unbatch_state *u, sl_sample **out) {
                            (unsigned long long)(u->nb - 1), (long long)r,
                            sl_schema_field_name(u->out, i));
     }
-    (void)n;
   }
   *out = s;
   return SL_OK;
@@ -216,8 +215,6 @@ static int unbatch_length(const sl_reader *r, void *st, uint64_t *n) {
 /* Payload: j (UINT64_MAX: replay the pass) and r. */
 static int unbatch_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                         sl__state_out *w) {
-  (void)r;
-  (void)pass;
   unbatch_state *u = st;
   uint64_t up_pass = sl__reader_pass(u->up);
   uint64_t lo = u->nb > SL__STATE_LOG ? u->nb - SL__STATE_LOG : 0;
@@ -244,8 +241,6 @@ static int unbatch_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
 
 static int unbatch_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                            sl__state_in *in) {
-  (void)r;
-  (void)pass;
   unbatch_state *u = st;
   uint64_t j, row;
   clear_pass(u);
@@ -278,16 +273,20 @@ static int unbatch_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
 
 static void unbatch_identity(const sl_reader *r, void *st, char *buf,
                              size_t cap) {
-  (void)r;
   unbatch_state *u = st;
   snprintf(buf, cap, "lod=%s", u->lod_names ? u->lod_names : "");
 }
 
-static const sl__state_ops unbatch_state_ops = {unbatch_save, unbatch_restore,
-                                                unbatch_identity};
-
-static const sl_reader_vtable unbatch_vt = {"unbatch", unbatch_next,
-                                            unbatch_reset, unbatch_destroy};
+static const sl__stage_ops unbatch_ops = {
+    .name = "unbatch",
+    .next = unbatch_next,
+    .reset = unbatch_reset,
+    .destroy = unbatch_destroy,
+    .length = unbatch_length,
+    .save = unbatch_save,
+    .restore = unbatch_restore,
+    .identity = unbatch_identity,
+};
 
 /* Marks the listed LoD fields and keeps their names for the identity. */
 static int mark_lod(unbatch_state *u, const sl_schema *in,
@@ -383,14 +382,7 @@ int sl_unbatch(sl_reader *up, const char *const *lod, size_t nlod,
     unbatch_destroy(u);
     return rc;
   }
-  sl_schema *schema = sl_schema_retain(u->out);
-  rc = sl__decorator_make(&unbatch_vt, u, schema, &u->up, NULL, out);
-  sl_schema_release(schema);
-  if (rc == SL_OK) {
-    sl__reader_set_length(*out, unbatch_length);
-    sl__reader_set_state_ops(*out, &unbatch_state_ops);
-  }
-  return rc;
+  return sl__stage_wrap(&unbatch_ops, u, u->out, &u->up, NULL, out);
 }
 
 int sl_rebatch(sl_reader *up, size_t n, const sl_batch_opts *opts,

@@ -25,7 +25,7 @@
  * A saved state is (sample, offset): the restore resumes upstream at that
  * sample and drops `offset` values.  A save further behind than the log
  * (stages above holding more than SL__STATE_LOG windows) re-reads the pass
- * up to the position instead (lm.h, sl__lm_save_replay).
+ * up to the position instead (gather.h, sl__gather_save_reread).
  */
 #include "readers/lm.h"
 
@@ -219,7 +219,7 @@ static int window_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
     known = false;
   if (!known) {
     SL_FORWARD_IF_ERROR(sl__state_put_u64(out, 1));
-    return sl__lm_save_replay(&w->up, NULL, 1, k, out);
+    return sl__gather_save_reread(&w->up, NULL, 1, k, out);
   }
   SL_FORWARD_IF_ERROR(sl__state_put_u64(out, 0));
   SL_FORWARD_IF_ERROR(sl__state_put_u64(out, at.off));
@@ -228,8 +228,6 @@ static int window_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
 
 static int window_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                           sl__state_in *in) {
-  (void)r;
-  (void)pass;
   window_state *w = st;
   clear(w);
   uint64_t mode, off = 0;
@@ -255,7 +253,6 @@ static int window_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
 
 static void window_identity(const sl_reader *r, void *st, char *buf,
                             size_t cap) {
-  (void)r;
   const window_state *w = st;
   snprintf(buf, cap, "field=%s size=%llu stride=%llu drop_remainder=%d",
            w->name, (unsigned long long)w->size, (unsigned long long)w->stride,
@@ -279,19 +276,20 @@ static int window_length(const sl_reader *r, void *st, uint64_t *n) {
   SL_FORWARD_IF_ERROR(sl__upstream_length(r, 0, &up));
   SL_RETURN_ERROR_IF(c && up > UINT64_MAX / (uint64_t)c, SL_EUNSUPPORTED,
                      "window: the stream's length does not fit 64 bits");
-  uint64_t t = up * (uint64_t)c;
-  if (w->drop)
-    *n = t >= w->size ? (t - w->size) / w->stride + 1 : 0;
-  else
-    *n = t / w->stride + (t % w->stride != 0);
+  *n = sl__gather_count(up * (uint64_t)c, w->size, w->stride, w->drop);
   return SL_OK;
 }
 
-static const sl__state_ops window_state_ops = {window_save, window_restore,
-                                               window_identity};
-
-static const sl_reader_vtable window_vt = {"window", window_next, window_reset,
-                                           window_destroy};
+static const sl__stage_ops window_ops = {
+    .name = "window",
+    .next = window_next,
+    .reset = window_reset,
+    .destroy = window_destroy,
+    .length = window_length,
+    .save = window_save,
+    .restore = window_restore,
+    .identity = window_identity,
+};
 
 int sl_window(sl_reader *up, const char *field, size_t size, size_t stride,
               int drop_remainder, sl_reader **out) {
@@ -336,11 +334,5 @@ int sl_window(sl_reader *up, const char *field, size_t size, size_t stride,
     window_destroy(w);
     return rc;
   }
-  sl_schema *schema = sl_schema_retain(w->schema);
-  rc = sl__decorator_make(&window_vt, w, schema, &w->up, NULL, out);
-  sl_schema_release(schema);
-  if (rc < 0) return rc;
-  sl__reader_set_state_ops(*out, &window_state_ops);
-  sl__reader_set_length(*out, window_length);
-  return SL_OK;
+  return sl__stage_wrap(&window_ops, w, w->schema, &w->up, NULL, out);
 }
