@@ -115,6 +115,26 @@ typedef int (*sl__engine_many_fn)(void *ud, void *wctx, uint64_t seq,
  * (sl__engine_next_many). */
 void sl__engine_process_many(sl__engine *e, sl__engine_many_fn many);
 
+/* Optional setting of a stopped engine, before its first start: `finish`
+ * runs on the consumer's thread, once on each sample, before the sample is
+ * handed out or peeked at (prefetch: sl__reader_finish of its upstream, the
+ * deferred copies of stage.h). */
+typedef void (*sl__engine_finish_fn)(void *ud, sl_sample *s);
+void sl__engine_on_finish(sl__engine *e, sl__engine_finish_fn finish);
+
+/* Flow control (prefetch; engine.c, "depth"):
+ *   set_depth: at most `depth` items in flight (clamped to 1..window; the
+ *     default is the window).  The consumer's, any time.
+ *   set_max_bytes: before the first start; > 0: no worker pulls while the
+ *     results made and not yet taken hold that many bytes or more.
+ *   seen: what the consumer's last wait for results (sl__engine_next /
+ *     _peek taking a new round of results; one per result with
+ *     set_cache(1)) found when it began. */
+enum { SL__ENGINE_SEEN_SOME, SL__ENGINE_SEEN_EMPTY, SL__ENGINE_SEEN_FULL };
+void sl__engine_set_depth(sl__engine *e, size_t depth);
+void sl__engine_set_max_bytes(sl__engine *e, size_t max_bytes);
+int sl__engine_seen(const sl__engine *e);
+
 /* Starts a pass: every worker thread.  When one cannot be started, those
  * started are stopped again and the error (SL_ENOMEM, naming the stage) is
  * returned: a stage never runs with fewer threads than it was asked for.
