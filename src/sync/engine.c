@@ -120,7 +120,7 @@
  *   cache, cache_pos, cache_len, spin_skip, spin_backoff, running, thread,
  *     seen: consumer-only.
  *   ops, ud, stage, ordered, window, batch_max, nthreads, spin, max_bytes,
- *     finish: immutable.
+ *     finish, on_thread: immutable.
  */
 #include "sync/engine.h"
 
@@ -180,6 +180,7 @@ struct sl__engine {
   sl__engine_skip_fn skipped; /* set before the first start */
   sl__engine_many_fn many;    /* set before the first start, or NULL */
   sl__engine_finish_fn finish; /* set before the first start, or NULL */
+  sl__engine_thread_fn on_thread; /* set before the first start, or NULL */
   size_t max_bytes;            /* 0: no bound on the bytes deposited */
   int cache_max;              /* 1..CACHE, set before the first start */
   bool ordered;
@@ -540,18 +541,29 @@ static size_t batch_size(const sl__engine *e, const worker *w) {
   return n >= (double)e->batch_max ? e->batch_max : (size_t)n;
 }
 
+/* The time this worker's callbacks reported waiting in the batch running
+ * (sl__engine_note_wait): wait_down, not busy. */
+static _Thread_local uint64_t tl_waited_ns;
+
+void sl__engine_note_wait(sl__engine *e, uint64_t t0) {
+  if (!t0) return;
+  uint64_t ns = sl__now_ns() - t0;
+  tl_waited_ns += ns;
+  sl__stat_add(&e->stats.wait_down_ns, ns);
+}
+
 static void *worker_main(void *arg) {
   worker *w = arg;
   sl__engine *e = w->e;
-  if (!w->ready) {
-    int rc = e->ops->worker_init
-                 ? e->ops->worker_init(e->ud, w->index, &w->wctx)
-                 : SL_OK;
-    if (rc < 0) {
-      fail_pass(e, rc);
-      return NULL;
-    }
-    w->ready = true;
+  int rc = e->on_thread ? e->on_thread(e->ud, w->index) : SL_OK;
+  if (rc >= 0 && !w->ready) {
+    rc = e->ops->worker_init ? e->ops->worker_init(e->ud, w->index, &w->wctx)
+                             : SL_OK;
+    w->ready = rc >= 0;
+  }
+  if (rc < 0) {
+    fail_pass(e, rc);
+    return NULL;
   }
   for (;;) {
     uint64_t base;
@@ -560,8 +572,9 @@ static void *worker_main(void *arg) {
     uint64_t t0 = sl__now_ns();
     size_t got = pull_batch(e, w, base, n);
     uint64_t t1 = sl__stat_start();
+    tl_waited_ns = 0;
     bool more = process_batch(e, w, base, got);
-    sl__stat_since(&e->stats.busy_ns, t1);
+    if (t1) sl__stat_add(&e->stats.busy_ns, sl__now_ns() - t1 - tl_waited_ns);
     if (!more) break;
     if (got > 0) {
       double per = (double)(sl__now_ns() - t0) / (double)got;
@@ -876,6 +889,14 @@ void sl__engine_process_many(sl__engine *e, sl__engine_many_fn many) {
 
 void sl__engine_on_finish(sl__engine *e, sl__engine_finish_fn finish) {
   e->finish = finish;
+}
+
+void sl__engine_on_thread(sl__engine *e, sl__engine_thread_fn fn) {
+  e->on_thread = fn;
+}
+
+void sl__engine_set_batch(sl__engine *e, size_t max) {
+  e->batch_max = SL_MAX(1, SL_MIN(max, e->batch_max));
 }
 
 void sl__engine_set_max_bytes(sl__engine *e, size_t max_bytes) {

@@ -122,6 +122,18 @@ void sl__engine_process_many(sl__engine *e, sl__engine_many_fn many);
 typedef void (*sl__engine_finish_fn)(void *ud, sl_sample *s);
 void sl__engine_on_finish(sl__engine *e, sl__engine_finish_fn finish);
 
+/* Optional settings of a stopped engine, before its first start:
+ *   on_thread: runs on each worker thread as it starts, every pass, before
+ *     worker_init: what a thread must set up for itself (the double
+ *     buffer's device, device.h thread_init).  An error (message set) ends
+ *     the pass as a worker_init error does.
+ *   set_batch: at most `max` items pulled per turn (1: each result is
+ *     deposited before the next item is processed; for a process that may
+ *     wait for the consumer, as the double buffer waits for a free slot). */
+typedef int (*sl__engine_thread_fn)(void *ud, int worker);
+void sl__engine_on_thread(sl__engine *e, sl__engine_thread_fn fn);
+void sl__engine_set_batch(sl__engine *e, size_t max);
+
 /* Flow control (prefetch; engine.c, "depth"):
  *   set_depth: at most `depth` items in flight (clamped to 1..window; the
  *     default is the window).  The consumer's, any time.
@@ -186,6 +198,11 @@ int sl__engine_next_many(sl__engine *e, sl_sample ***v, size_t *n,
  * (valid until the next sl__engine_next / _stop), else the EOF or error
  * code the next sl__engine_next will return (no message set). */
 int sl__engine_peek(sl__engine *e, const sl_sample **first);
+
+/* For a process callback that waits for its consumer's side (the double
+ * buffer waiting for a free slot), on the worker's thread: the time since
+ * t0 (sl__stat_start) counts as the stage's wait_down, not as busy. */
+void sl__engine_note_wait(sl__engine *e, uint64_t t0);
 
 /* The stop flag (true while stopping), for code that must end a long call
  * early (the Lua deadline hook). */
