@@ -1,11 +1,14 @@
 /*
  * engine.h - the parallel-stage engine: N worker threads that take items
  * from one upstream in turn, process them, and hand the results to one
- * consumer in order (or as they finish).  Every stage whose work runs on
- * several threads (a C or Lua map/filter, decode_image, open_files) is this
- * engine plus a `process` callback (open_files: process_many, a chunk's
- * records from one item); engine.c holds the protocol, its invariants and
- * the shutdown rules.
+ * consumer in order (or as they finish).  Every thread a stage runs is a
+ * worker of this engine plus a `process` callback: a C or Lua map/filter,
+ * decode_image, open_files (process_many, a chunk's records from one item),
+ * prefetch (one worker, ordered, process hands the sample on) and the
+ * double buffer's copy thread (one worker, its thread setup the device's,
+ * process copies into a free slot); tests/threads.sh checks that no other
+ * code starts one.  engine.c holds the protocol, its invariants and the
+ * shutdown rules.
  *
  * Threads: sl__engine_create, _start, _stop, _next, _peek and _destroy are
  * the consumer's (one thread at a time, as a reader's calls are).  The
@@ -137,8 +140,10 @@ void sl__engine_set_batch(sl__engine *e, size_t max);
 /* Flow control (prefetch; engine.c, "depth"):
  *   set_depth: at most `depth` items in flight (clamped to 1..window; the
  *     default is the window).  The consumer's, any time.
- *   set_max_bytes: before the first start; > 0: no worker pulls while the
- *     results made and not yet taken hold that many bytes or more.
+ *   set_max_bytes: before the first start; > 0: no worker takes a pull
+ *     turn while the results made and not yet taken hold that many bytes
+ *     or more (with set_batch(1) and one worker, what is held stays under
+ *     max_bytes plus the item in hand).
  *   seen: what the consumer's last wait for results (sl__engine_next /
  *     _peek taking a new round of results; one per result with
  *     set_cache(1)) found when it began. */
