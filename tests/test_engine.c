@@ -904,7 +904,8 @@ static int flow_process(void *ud, void *wctx, uint64_t seq, sl_sample *in,
     test_sleep_us(f->wait_us);
     sl__engine_note_wait(f->e, t0);
   }
-  if (f->j.sleep_us) test_sleep_us(f->j.sleep_us);
+  if (f->j.sleep_us && test_sample_i64(in, 0) < f->j.slow_until)
+    test_sleep_us(f->j.sleep_us);
   *out = in;
   return SL__ENGINE_OUT;
 }
@@ -964,12 +965,12 @@ TEST(depth_bounds_what_is_in_flight_and_seen_says_what_the_consumer_found) {
   sl__engine_set_cache(e, 1);
   sl__engine_set_depth(e, 3);
   f.j.sleep_us = 50000; /* the first item: the consumer finds nothing */
+  f.j.slow_until = 1;
   ASSERT_OK(sl__engine_start(e));
   sl_sample *s = NULL;
   ASSERT_OK(sl__engine_next(e, &s));
   sl_sample_release(s);
   ASSERT_EQ(sl__engine_seen(e), SL__ENGINE_SEEN_EMPTY);
-  f.j.sleep_us = 0;
   test_sleep_us(20000); /* the worker fills the depth */
   ASSERT_OK(sl__engine_next(e, &s));
   sl_sample_release(s);
@@ -987,8 +988,8 @@ TEST(max_bytes_stops_the_pulls_while_the_results_hold_that_much) {
   flow_job f;
   sl__engine *e = flow_engine(&f, 100000, 1, 64);
   sl__engine_set_cache(e, 1);
-  sl__engine_set_batch(e, 1);
-  /* range samples hold one i64: 8 bytes each; 3 ready make 24 */
+  /* range samples hold one i64: 8 bytes each; 3 ready make 24 (a run of
+   * pulls ends there too, whatever the batch size) */
   sl__engine_set_max_bytes(e, 24);
   ASSERT_OK(sl__engine_start(e));
   sl_sample *s = NULL;

@@ -21,9 +21,8 @@
  *
  * Autotuning (sl_prefetch_auto; tf.data's prefetch autotuner): the engine
  * is made with room for max_depth samples and the byte bound max_bytes
- * (sl__engine_set_max_bytes), a cache of one, one sample per pull turn
- * (so the samples held stay under max_bytes plus the one in hand), and a
- * depth that starts at 1.  After each next the consumer notes what its wait found
+ * (sl__engine_set_max_bytes: the samples held stay under it plus the one
+ * in hand), a cache of one, and a depth that starts at 1.  After each next the consumer notes what its wait found
  * (sl__engine_seen), in two modes:
  *   upswing    the window has not been seen full since the last change;
  *              seeing it full turns to downswing.
@@ -215,7 +214,6 @@ static int make(sl_reader *up, size_t n, const prefetch_tune *tune, bool lazy,
                         memory_order_relaxed);
   if (tune) {
     sl__engine_set_cache(p->engine, 1);
-    sl__engine_set_batch(p->engine, 1); /* the byte bound, one at a time */
     sl__engine_set_depth(p->engine, tune->depth + 1);
     sl__engine_set_max_bytes(p->engine, (size_t)tune->max_bytes);
   }

@@ -84,7 +84,9 @@
  *   depth     Flow control (prefetch): at most `depth` (<= window) sequence
  *             numbers in flight, and with max_bytes set no pull turn while
  *             the results deposited and not yet taken hold max_bytes or more
- *             (`bytes`, their sl_sample_nbytes).  The consumer may raise the
+ *             (`bytes`, their sl_sample_nbytes), and a run of pulls ends
+ *             once it holds the bytes left (so what is held stays under
+ *             max_bytes plus one item per worker).  The consumer may raise the
  *             depth at any time (a worker is woken).  Each fill notes what
  *             it found when it began (`seen`): nothing ready, or the window
  *             without room (the workers wait for the consumer), or neither.
@@ -168,6 +170,7 @@ typedef struct worker {
   bool ready;         /* worker_init succeeded (or there is none) */
   void *wctx;         /* what worker_init stored */
   double ns_per_item; /* running estimate of an item's cost, 0: none */
+  size_t budget;      /* max_bytes: bytes this pull run may still take */
   sl_sample *in[BATCH_MAX];
   result out[BATCH_MAX];
 } worker;
@@ -432,7 +435,8 @@ static void deposit(sl__engine *e, worker *w, uint64_t base, size_t n) {
 
 /* Waits for the pull turn.  Returns false when the worker should exit, else
  * holds the turn and the reserved range [*base, *base + *n). */
-static bool take_turn(sl__engine *e, size_t want, uint64_t *base, size_t *n) {
+static bool take_turn(sl__engine *e, worker *w, size_t want, uint64_t *base,
+                      size_t *n) {
   pthread_mutex_lock(&e->mu);
   for (;;) {
     if (atomic_load_explicit(&e->stop, memory_order_relaxed) || e->pull_done) {
@@ -452,6 +456,7 @@ static bool take_turn(sl__engine *e, size_t want, uint64_t *base, size_t *n) {
   e->pulling = true;
   *base = e->pull_seq;
   *n = SL_MIN(want, room(e));
+  w->budget = e->max_bytes - e->bytes; /* room: bytes < max_bytes */
   pthread_mutex_unlock(&e->mu);
   return true;
 }
@@ -472,6 +477,12 @@ static size_t pull_batch(sl__engine *e, worker *w, uint64_t base, size_t n) {
       break;
     }
     w->in[got++] = s;
+    /* The run ends once it holds the bytes left (one item may pass). */
+    if (e->max_bytes) {
+      size_t b = sl_sample_nbytes(s);
+      if (b >= w->budget) break;
+      w->budget -= b;
+    }
   }
   pthread_mutex_unlock(&e->pull_mu);
   wakes wk = {false, false, false};
@@ -516,11 +527,11 @@ static bool process_batch(sl__engine *e, worker *w, uint64_t base, size_t got) {
 
 /* A worker that cannot run records its error (this thread's detail) where
  * the next pulled item would have gone, so the consumer gets it in order. */
-static void fail_pass(sl__engine *e, int rc) {
+static void fail_pass(sl__engine *e, worker *w, int rc) {
   char *msg = sl__error_dup();
   uint64_t base;
   size_t n;
-  if (!take_turn(e, 1, &base, &n)) {
+  if (!take_turn(e, w, 1, &base, &n)) {
     sl__free(msg);
     return;
   }
@@ -562,13 +573,13 @@ static void *worker_main(void *arg) {
     w->ready = rc >= 0;
   }
   if (rc < 0) {
-    fail_pass(e, rc);
+    fail_pass(e, w, rc);
     return NULL;
   }
   for (;;) {
     uint64_t base;
     size_t n;
-    if (!take_turn(e, batch_size(e, w), &base, &n)) break;
+    if (!take_turn(e, w, batch_size(e, w), &base, &n)) break;
     uint64_t t0 = sl__now_ns();
     size_t got = pull_batch(e, w, base, n);
     uint64_t t1 = sl__stat_start();

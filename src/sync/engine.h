@@ -142,8 +142,9 @@ void sl__engine_set_batch(sl__engine *e, size_t max);
  *     default is the window).  The consumer's, any time.
  *   set_max_bytes: before the first start; > 0: no worker takes a pull
  *     turn while the results made and not yet taken hold that many bytes
- *     or more (with set_batch(1) and one worker, what is held stays under
- *     max_bytes plus the item in hand).
+ *     or more, and a turn's run of pulls ends once it holds the bytes left
+ *     (with one worker, what is held stays under max_bytes plus the item
+ *     in hand).
  *   seen: what the consumer's last wait for results (sl__engine_next /
  *     _peek taking a new round of results; one per result with
  *     set_cache(1)) found when it began. */
