@@ -93,7 +93,7 @@ int sl__copy_host_open(sl__copy_engine **out);
  * found", "no CUDA runtime (libcudart) found", "this libsluice was built
  * without CUDA" - else NULL (CUDA is there but failed: say it in full). */
 int sl__copy_cuda_open(int device_id, void *stream, sl__copy_engine **out,
-                         const char **absent);
+                       const char **absent);
 /* 1 when this libsluice was built with the CUDA toolkit's headers (the CUDA
  * engine exists), else 0.  For tests and messages. */
 int sl__cuda_engine_built(void);
@@ -116,7 +116,7 @@ int sl__device_parse(const char *stage, const char *name, sl__device_req *req,
  * when the CUDA engine cannot start, saying so on stderr once per process.
  * Errors are prefixed with `stage`. */
 int sl__copy_open(const char *stage, const char *name, void *stream,
-                    sl__copy_engine **out);
+                  sl__copy_engine **out);
 
 /* Test hook: returns how many times "auto" fell back to the host engine
  * since the last call (or the start) and starts counting again, so the next

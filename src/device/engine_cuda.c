@@ -99,8 +99,8 @@ static int new_slot_state(cuda_engine *e, cuda_slot **out) {
   return SL_OK;
 }
 
-static int cuda_reserve(sl__copy_engine *base, sl__slot_mem *m, size_t host_bytes,
-                        size_t dev_bytes) {
+static int cuda_reserve(sl__copy_engine *base, sl__slot_mem *m,
+                        size_t host_bytes, size_t dev_bytes) {
   cuda_engine *e = (cuda_engine *)base;
   if (!m->priv) {
     cuda_slot *cs = NULL;
@@ -241,7 +241,7 @@ static bool means_no_cuda(cudaError_t err) {
 }
 
 int sl__copy_cuda_open(int device_id, void *stream, sl__copy_engine **out,
-                         const char **absent) {
+                       const char **absent) {
   *out = NULL;
   *absent = NULL;
   const sl__cudart *cu = NULL;
@@ -303,8 +303,7 @@ int sl__cuda_engine_built(void) {
 #else /* no CUDA headers at build time */
 
 int sl__copy_cuda_open(int device_id, void *stream, sl__copy_engine **out,
-                         const char **absent) {
-  (void)stream;
+                       const char **absent) {
   *out = NULL;
   *absent = "this libsluice was built without CUDA";
   return sl_set_error(SL_EUNSUPPORTED,

@@ -9,13 +9,11 @@
 #include "device/device.h"
 
 static int host_thread_init(sl__copy_engine *e) {
-  (void)e;
   return SL_OK;
 }
 
 static int host_reserve(sl__copy_engine *e, sl__slot_mem *m, size_t host_bytes,
                         size_t dev_bytes) {
-  (void)e;
   size_t need = SL_MAX(host_bytes, dev_bytes);
   if (m->host && m->host_cap >= need) return SL_OK;
   size_t cap = sl__slot_grow(m->host_cap, need);
@@ -31,25 +29,16 @@ static int host_reserve(sl__copy_engine *e, sl__slot_mem *m, size_t host_bytes,
 }
 
 static int host_nothing(sl__copy_engine *e, sl__slot_mem *m) {
-  (void)e;
-  (void)m;
   return SL_OK;
 }
 
 static int host_upload(sl__copy_engine *e, sl__slot_mem *m, size_t n) {
-  (void)e;
-  (void)m;
-  (void)n;
   return SL_OK;
 }
 
-static void host_release(sl__copy_engine *e, sl__slot_mem *m) {
-  (void)e;
-  (void)m;
-}
+static void host_release(sl__copy_engine *e, sl__slot_mem *m) {}
 
 static void host_free_slot(sl__copy_engine *e, sl__slot_mem *m) {
-  (void)e;
   sl__free(m->host);
   memset(m, 0, sizeof *m);
 }

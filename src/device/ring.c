@@ -132,7 +132,6 @@ static void ring_unref(ring *r) {
 static void slot_released(void *ud, void *data) {
   slot *sl = ud;
   ring *r = sl->r;
-  (void)data;
   r->eng->ops->release(r->eng, &sl->mem);
   pthread_mutex_lock(&r->mu);
   assert(sl->state != SLOT_FREE);
@@ -144,7 +143,6 @@ static void slot_released(void *ud, void *data) {
 
 /* The LoD wrapper of a split engine holds the lease. */
 static void lease_chain_released(void *ud, void *data) {
-  (void)data;
   sl_buffer_release(ud);
 }
 

@@ -54,7 +54,7 @@ int sl__device_fallback_reset(void) {
 }
 
 int sl__copy_open(const char *stage, const char *name, void *stream,
-                    sl__copy_engine **out) {
+                  sl__copy_engine **out) {
   sl__device_req req;
   int id;
   const char *absent = NULL;
@@ -83,8 +83,8 @@ int sl__copy_open(const char *stage, const char *name, void *stream,
   if (atomic_fetch_add(&fallbacks, 1) == 0) {
     if (absent)
       fprintf(stderr,
-              "sluice: %s: device \"auto\": %s; using the host engine\n",
-              stage, absent);
+              "sluice: %s: device \"auto\": %s; using the host engine\n", stage,
+              absent);
     else
       fprintf(stderr,
               "sluice: %s: device \"auto\": CUDA is not usable (%s); using "

@@ -22,18 +22,16 @@
  * Autotuning (sl_prefetch_auto; tf.data's prefetch autotuner): the engine
  * is made with room for max_depth samples and the byte bound max_bytes
  * (sl__engine_set_max_bytes: the samples held stay under it plus the one
- * in hand), a cache of one, and a depth that starts at 1.  After each next the consumer notes what its wait found
- * (sl__engine_seen), in two modes:
- *   upswing    the window has not been seen full since the last change;
- *              seeing it full turns to downswing.
- *   downswing  seeing it empty (the consumer must wait although the worker
- *              had filled it: the demand came in a burst) doubles the depth,
- *              up to max_depth and to max_bytes / the average sample size
- *              so far, and turns back to upswing.
- * A consumer slower than the worker finds the window full, never empty; a
- * worker slower than the consumer never fills it: neither grows the depth.
- * The depth never shrinks and survives reset and restore; it is published
- * in stats.queue_depth.  `tune` is the consumer's.
+ * in hand), a cache of one, and a depth that starts at 1.  After each next the
+ * consumer notes what its wait found (sl__engine_seen), in two modes: upswing
+ * the window has not been seen full since the last change; seeing it full turns
+ * to downswing. downswing  seeing it empty (the consumer must wait although the
+ * worker had filled it: the demand came in a burst) doubles the depth, up to
+ * max_depth and to max_bytes / the average sample size so far, and turns back
+ * to upswing. A consumer slower than the worker finds the window full, never
+ * empty; a worker slower than the consumer never fills it: neither grows the
+ * depth. The depth never shrinks and survives reset and restore; it is
+ * published in stats.queue_depth.  `tune` is the consumer's.
  *
  * Deferred outputs (stage.h, defer / finish): over a stage that can leave
  * its outputs unfinished (batch's row copies), prefetch asks for that at
@@ -66,8 +64,8 @@ typedef struct prefetch_tune {
 typedef struct prefetch_state {
   sl_reader *up;
   sl__engine *engine;
-  bool lazy;    /* sl__prefetch_lazy: started at the pass's first next */
-  bool running; /* lazy: started this pass (consumer-only) */
+  bool lazy;      /* sl__prefetch_lazy: started at the pass's first next */
+  bool running;   /* lazy: started this pass (consumer-only) */
   void *deferred; /* sl__reader_defer's handle on up, or NULL */
   prefetch_tune tune;
 } prefetch_state;
@@ -87,8 +85,8 @@ static void prefetch_finish(void *ud, sl_sample *s) {
   sl__reader_finish(p->up, p->deferred, s);
 }
 
-static const sl__engine_ops prefetch_engine_ops = {
-    .pull = prefetch_pull, .process = prefetch_process};
+static const sl__engine_ops prefetch_engine_ops = {.pull = prefetch_pull,
+                                                   .process = prefetch_process};
 
 /* One received sample (the autotuner above). */
 static void tune_after(prefetch_state *p, const sl_sample *s) {

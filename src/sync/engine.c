@@ -180,12 +180,12 @@ struct sl__engine {
   const sl__engine_ops *ops;
   void *ud;
   const char *stage, *thread_name;
-  sl__engine_skip_fn skipped; /* set before the first start */
-  sl__engine_many_fn many;    /* set before the first start, or NULL */
-  sl__engine_finish_fn finish; /* set before the first start, or NULL */
+  sl__engine_skip_fn skipped;     /* set before the first start */
+  sl__engine_many_fn many;        /* set before the first start, or NULL */
+  sl__engine_finish_fn finish;    /* set before the first start, or NULL */
   sl__engine_thread_fn on_thread; /* set before the first start, or NULL */
-  size_t max_bytes;            /* 0: no bound on the bytes deposited */
-  int cache_max;              /* 1..CACHE, set before the first start */
+  size_t max_bytes;               /* 0: no bound on the bytes deposited */
+  int cache_max;                  /* 1..CACHE, set before the first start */
   bool ordered;
   bool spin; /* a spare CPU for the consumer to spin on */
   int nthreads;
@@ -204,7 +204,7 @@ struct sl__engine {
   result term; /* unordered: the upstream EOF / error, at term_seq */
   uint64_t term_seq;
   bool pulling, pull_done;
-  size_t depth, bytes; /* flow control (above) */
+  size_t depth, bytes;    /* flow control (above) */
   int idle;               /* workers waiting on work_cv */
   int woken;              /* of those, signalled and not yet running */
   bool consumer_sleeping; /* the consumer waits on out_cv */
@@ -217,7 +217,7 @@ struct sl__engine {
   result end; /* the EOF / error delivered, returned again until a stop */
   result cache[CACHE];
   int cache_pos, cache_len;
-  int seen; /* SL__ENGINE_SEEN_*: what the last fill found */
+  int seen;              /* SL__ENGINE_SEEN_*: what the last fill found */
   unsigned spin_skip;    /* waits left to sleep through without a spin */
   unsigned spin_backoff; /* 0 after a spin that met a result, else the
                             last skip, doubling per miss */
