@@ -877,3 +877,166 @@ TEST(process_many_window_counts_items) {
     }
   }
 }
+
+/* --- finish hook, flow control, thread setup, noted waits ---------------- */
+
+typedef struct flow_job {
+  job j;
+  atomic_long pulled;
+  pthread_t consumer;
+  atomic_int finished, off_thread, threads_set, fail_thread;
+  long wait_us; /* process: waits this long, noted as wait_down */
+  sl__engine *e;
+} flow_job;
+
+static int flow_pull(void *ud, sl_sample **out) {
+  flow_job *f = ud;
+  int rc = sl_reader_next(f->j.up, out);
+  if (rc == SL_OK) atomic_fetch_add(&f->pulled, 1);
+  return rc;
+}
+
+static int flow_process(void *ud, void *wctx, uint64_t seq, sl_sample *in,
+                        sl_sample **out) {
+  flow_job *f = ud;
+  if (f->wait_us) {
+    uint64_t t0 = sl__stat_start();
+    test_sleep_us(f->wait_us);
+    sl__engine_note_wait(f->e, t0);
+  }
+  if (f->j.sleep_us && test_sample_i64(in, 0) < f->j.slow_until)
+    test_sleep_us(f->j.sleep_us);
+  *out = in;
+  return SL__ENGINE_OUT;
+}
+
+static void flow_finish(void *ud, sl_sample *s) {
+  flow_job *f = ud;
+  atomic_fetch_add(&f->finished, 1);
+  if (!pthread_equal(pthread_self(), f->consumer))
+    atomic_fetch_add(&f->off_thread, 1);
+}
+
+static int flow_thread(void *ud, int worker) {
+  flow_job *f = ud;
+  atomic_fetch_add(&f->threads_set, 1);
+  if (atomic_load(&f->fail_thread))
+    return sl_set_error(SL_ECUDA, "cannot set up worker %d", worker);
+  return SL_OK;
+}
+
+static const sl__engine_ops flow_ops = {.pull = flow_pull,
+                                        .process = flow_process};
+
+static sl__engine *flow_engine(flow_job *f, int64_t n, int threads,
+                               size_t window) {
+  memset(f, 0, sizeof *f);
+  f->j.up = test_range_reader(n);
+  f->consumer = pthread_self();
+  sl__engine_opts o = {"flow", "sl-test", threads, true, window};
+  ASSERT_OK(sl__engine_create(&flow_ops, f, &o, &f->e));
+  return f->e;
+}
+
+TEST(finish_runs_on_the_consumer_once_per_sample_before_it_is_seen) {
+  flow_job f;
+  sl__engine *e = flow_engine(&f, 50, 3, 8);
+  sl__engine_on_finish(e, flow_finish);
+  ASSERT_OK(sl__engine_start(e));
+  const sl_sample *first = NULL;
+  ASSERT_OK(sl__engine_peek(e, &first));
+  ASSERT_EQ(atomic_load(&f.finished), 1); /* peeked: finished already */
+  for (int64_t i = 0; i < 50; i++) {
+    sl_sample *s = NULL;
+    ASSERT_OK(sl__engine_next(e, &s));
+    ASSERT_EQ(test_sample_i64(s, 0), i);
+    ASSERT_EQ(atomic_load(&f.finished), i + 1); /* once, no more */
+    sl_sample_release(s);
+  }
+  sl_sample *s = NULL;
+  ASSERT_RC(sl__engine_next(e, &s), SL_EOF);
+  ASSERT_EQ(atomic_load(&f.off_thread), 0);
+  job_free(&f.j, e);
+}
+
+TEST(depth_bounds_what_is_in_flight_and_seen_says_what_the_consumer_found) {
+  flow_job f;
+  sl__engine *e = flow_engine(&f, 100000, 1, 64);
+  sl__engine_set_cache(e, 1);
+  sl__engine_set_depth(e, 3);
+  f.j.sleep_us = 50000; /* the first item: the consumer finds nothing */
+  f.j.slow_until = 1;
+  ASSERT_OK(sl__engine_start(e));
+  sl_sample *s = NULL;
+  ASSERT_OK(sl__engine_next(e, &s));
+  sl_sample_release(s);
+  ASSERT_EQ(sl__engine_seen(e), SL__ENGINE_SEEN_EMPTY);
+  test_sleep_us(20000); /* the worker fills the depth */
+  ASSERT_OK(sl__engine_next(e, &s));
+  sl_sample_release(s);
+  ASSERT_EQ(sl__engine_seen(e), SL__ENGINE_SEEN_FULL);
+  test_sleep_us(20000);
+  ASSERT_LE(atomic_load(&f.pulled) - 2, 3);
+  /* Raised while running: the worker goes on to the new depth. */
+  sl__engine_set_depth(e, 10);
+  test_sleep_us(20000);
+  ASSERT_EQ(atomic_load(&f.pulled) - 2, 10);
+  job_free(&f.j, e);
+}
+
+TEST(max_bytes_stops_the_pulls_while_the_results_hold_that_much) {
+  flow_job f;
+  sl__engine *e = flow_engine(&f, 100000, 1, 64);
+  sl__engine_set_cache(e, 1);
+  /* range samples hold one i64: 8 bytes each; 3 ready make 24 (a run of
+   * pulls ends there too, whatever the batch size) */
+  sl__engine_set_max_bytes(e, 24);
+  ASSERT_OK(sl__engine_start(e));
+  sl_sample *s = NULL;
+  for (int k = 0; k < 5; k++) {
+    ASSERT_OK(sl__engine_next(e, &s));
+    ASSERT_EQ(test_sample_i64(s, 0), k);
+    sl_sample_release(s);
+    test_sleep_us(20000);
+    ASSERT_EQ(atomic_load(&f.pulled) - (k + 1), 3);
+  }
+  job_free(&f.j, e);
+}
+
+TEST(thread_setup_runs_on_every_worker_every_pass_and_its_error_ends_it) {
+  flow_job f;
+  sl__engine *e = flow_engine(&f, 10, 2, 8);
+  sl__engine_on_thread(e, flow_thread);
+  ASSERT_OK(sl__engine_start(e));
+  int64_t v[16];
+  size_t n = 0;
+  ASSERT_RC(drain(e, v, 16, &n), SL_EOF);
+  ASSERT_EQ(n, 10);
+  sl__engine_stop(e);
+  ASSERT_EQ(atomic_load(&f.threads_set), 2);
+  ASSERT_OK(sl_reader_reset(f.j.up));
+  atomic_store(&f.fail_thread, 1);
+  ASSERT_OK(sl__engine_start(e));
+  ASSERT_RC(drain(e, v, 16, &n), SL_ECUDA);
+  ASSERT_CONTAINS(sl_last_error(), "cannot set up worker");
+  ASSERT_EQ(n, 0);
+  sl__engine_stop(e);
+  ASSERT_EQ(atomic_load(&f.threads_set), 4); /* once per thread started */
+  job_free(&f.j, e);
+}
+
+TEST(a_noted_wait_counts_as_wait_down_not_busy) {
+  sl_stats_enable(1);
+  flow_job f;
+  sl__engine *e = flow_engine(&f, 5, 1, 8);
+  f.wait_us = 20000;
+  ASSERT_OK(sl__engine_start(e));
+  int64_t v[8];
+  size_t n = 0;
+  ASSERT_RC(drain(e, v, 8, &n), SL_EOF);
+  const sl__stage_counters *c = sl__engine_counters(e);
+  ASSERT_GE(atomic_load(&c->wait_down_ns), 5 * 15000000ull);
+  ASSERT_LE(atomic_load(&c->busy_ns), 5 * 10000000ull);
+  job_free(&f.j, e);
+  sl_stats_enable(0);
+}

@@ -55,33 +55,33 @@ static inline size_t sl__slot_grow(size_t cap, size_t need) {
   return want ? want : 4096;
 }
 
-typedef struct sl__engine sl__engine;
+typedef struct sl__copy_engine sl__copy_engine;
 
-typedef struct sl__engine_ops {
+typedef struct sl__copy_ops {
   const char *name; /* "host", "cuda" */
   /* Worker thread, once before its first batch (binds the device). */
-  int (*thread_init)(sl__engine *e);
-  int (*reserve)(sl__engine *e, sl__slot_mem *m, size_t host_bytes,
+  int (*thread_init)(sl__copy_engine *e);
+  int (*reserve)(sl__copy_engine *e, sl__slot_mem *m, size_t host_bytes,
                  size_t dev_bytes);
-  int (*begin)(sl__engine *e, sl__slot_mem *m);
-  int (*upload)(sl__engine *e, sl__slot_mem *m, size_t n);
-  int (*acquire)(sl__engine *e, sl__slot_mem *m);
+  int (*begin)(sl__copy_engine *e, sl__slot_mem *m);
+  int (*upload)(sl__copy_engine *e, sl__slot_mem *m, size_t n);
+  int (*acquire)(sl__copy_engine *e, sl__slot_mem *m);
   /* Cannot fail: an engine that cannot record the use falls back to a full
    * synchronisation before the slot's next upload. */
-  void (*release)(sl__engine *e, sl__slot_mem *m);
-  void (*free_slot)(sl__engine *e, sl__slot_mem *m);
-  void (*destroy)(sl__engine *e);
-} sl__engine_ops;
+  void (*release)(sl__copy_engine *e, sl__slot_mem *m);
+  void (*free_slot)(sl__copy_engine *e, sl__slot_mem *m);
+  void (*destroy)(sl__copy_engine *e);
+} sl__copy_ops;
 
-struct sl__engine {
-  const sl__engine_ops *ops;
+struct sl__copy_engine {
+  const sl__copy_ops *ops;
   sl_device_type type; /* of `dev` memory */
   int device_id;
   bool same; /* staging and device memory are one block */
 };
 
 /* The host engine (never fails but for SL_ENOMEM). */
-int sl__engine_host_open(sl__engine **out);
+int sl__copy_host_open(sl__copy_engine **out);
 
 /* The CUDA engine on device `device_id`, its consumer stream `stream`
  * (a cudaStream_t, NULL = legacy default).  SL_ECUDA naming the CUDA error
@@ -92,8 +92,8 @@ int sl__engine_host_open(sl__engine **out);
  * machine (or this build) has no CUDA at all - "no CUDA device or driver
  * found", "no CUDA runtime (libcudart) found", "this libsluice was built
  * without CUDA" - else NULL (CUDA is there but failed: say it in full). */
-int sl__engine_cuda_open(int device_id, void *stream, sl__engine **out,
-                         const char **absent);
+int sl__copy_cuda_open(int device_id, void *stream, sl__copy_engine **out,
+                       const char **absent);
 /* 1 when this libsluice was built with the CUDA toolkit's headers (the CUDA
  * engine exists), else 0.  For tests and messages. */
 int sl__cuda_engine_built(void);
@@ -115,8 +115,8 @@ int sl__device_parse(const char *stage, const char *name, sl__device_req *req,
 /* Opens the engine `name` asks for; "auto" falls back to the host engine
  * when the CUDA engine cannot start, saying so on stderr once per process.
  * Errors are prefixed with `stage`. */
-int sl__engine_open(const char *stage, const char *name, void *stream,
-                    sl__engine **out);
+int sl__copy_open(const char *stage, const char *name, void *stream,
+                  sl__copy_engine **out);
 
 /* Test hook: returns how many times "auto" fell back to the host engine
  * since the last call (or the start) and starts counting again, so the next

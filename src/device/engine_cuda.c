@@ -42,7 +42,7 @@ typedef struct cuda_slot {
 } cuda_slot;
 
 typedef struct cuda_engine {
-  sl__engine base;
+  sl__copy_engine base;
   const sl__cudart *cu;
   cudaStream_t copy;     /* ours, non-blocking */
   cudaStream_t consumer; /* the consumer's (NULL: legacy default), borrowed */
@@ -64,7 +64,7 @@ static void leave_device(cuda_engine *e, int prev) {
   if (prev != e->base.device_id) (void)CHECK(cudaSetDevice, prev);
 }
 
-static int cuda_thread_init(sl__engine *base) {
+static int cuda_thread_init(sl__copy_engine *base) {
   cuda_engine *e = (cuda_engine *)base;
   return CHECK(cudaSetDevice, e->base.device_id);
 }
@@ -99,8 +99,8 @@ static int new_slot_state(cuda_engine *e, cuda_slot **out) {
   return SL_OK;
 }
 
-static int cuda_reserve(sl__engine *base, sl__slot_mem *m, size_t host_bytes,
-                        size_t dev_bytes) {
+static int cuda_reserve(sl__copy_engine *base, sl__slot_mem *m,
+                        size_t host_bytes, size_t dev_bytes) {
   cuda_engine *e = (cuda_engine *)base;
   if (!m->priv) {
     cuda_slot *cs = NULL;
@@ -143,7 +143,7 @@ static int cuda_reserve(sl__engine *base, sl__slot_mem *m, size_t host_bytes,
   return SL_OK;
 }
 
-static int cuda_begin(sl__engine *base, sl__slot_mem *m) {
+static int cuda_begin(sl__copy_engine *base, sl__slot_mem *m) {
   cuda_engine *e = (cuda_engine *)base;
   cuda_slot *cs = m->priv;
   if (cs && cs->copied_pending) {
@@ -153,7 +153,7 @@ static int cuda_begin(sl__engine *base, sl__slot_mem *m) {
   return SL_OK;
 }
 
-static int cuda_upload(sl__engine *base, sl__slot_mem *m, size_t n) {
+static int cuda_upload(sl__copy_engine *base, sl__slot_mem *m, size_t n) {
   cuda_engine *e = (cuda_engine *)base;
   cuda_slot *cs = m->priv;
   if (cs->used_lost) {
@@ -171,13 +171,13 @@ static int cuda_upload(sl__engine *base, sl__slot_mem *m, size_t n) {
   return SL_OK;
 }
 
-static int cuda_acquire(sl__engine *base, sl__slot_mem *m) {
+static int cuda_acquire(sl__copy_engine *base, sl__slot_mem *m) {
   cuda_engine *e = (cuda_engine *)base;
   cuda_slot *cs = m->priv;
   return CHECK(cudaStreamWaitEvent, e->consumer, cs->copied, 0);
 }
 
-static void cuda_release(sl__engine *base, sl__slot_mem *m) {
+static void cuda_release(sl__copy_engine *base, sl__slot_mem *m) {
   cuda_engine *e = (cuda_engine *)base;
   cuda_slot *cs = m->priv;
   if (!cs) return;
@@ -195,7 +195,7 @@ static void cuda_release(sl__engine *base, sl__slot_mem *m) {
 
 /* Teardown cannot report errors: it runs when the last batch is released.
  * Each call is still checked (the message is left on the thread). */
-static void cuda_free_slot(sl__engine *base, sl__slot_mem *m) {
+static void cuda_free_slot(sl__copy_engine *base, sl__slot_mem *m) {
   cuda_engine *e = (cuda_engine *)base;
   cuda_slot *cs = m->priv;
   int prev;
@@ -213,7 +213,7 @@ static void cuda_free_slot(sl__engine *base, sl__slot_mem *m) {
   leave_device(e, prev);
 }
 
-static void cuda_destroy(sl__engine *base) {
+static void cuda_destroy(sl__copy_engine *base) {
   cuda_engine *e = (cuda_engine *)base;
   int prev;
   if (enter_device(e, &prev) == SL_OK) {
@@ -224,7 +224,7 @@ static void cuda_destroy(sl__engine *base) {
   sl__free(e);
 }
 
-static const sl__engine_ops cuda_ops = {
+static const sl__copy_ops cuda_ops = {
     "cuda",       cuda_thread_init, cuda_reserve,   cuda_begin,  cuda_upload,
     cuda_acquire, cuda_release,     cuda_free_slot, cuda_destroy};
 
@@ -240,8 +240,8 @@ static bool means_no_cuda(cudaError_t err) {
       ;
 }
 
-int sl__engine_cuda_open(int device_id, void *stream, sl__engine **out,
-                         const char **absent) {
+int sl__copy_cuda_open(int device_id, void *stream, sl__copy_engine **out,
+                       const char **absent) {
   *out = NULL;
   *absent = NULL;
   const sl__cudart *cu = NULL;
@@ -302,9 +302,8 @@ int sl__cuda_engine_built(void) {
 
 #else /* no CUDA headers at build time */
 
-int sl__engine_cuda_open(int device_id, void *stream, sl__engine **out,
-                         const char **absent) {
-  (void)stream;
+int sl__copy_cuda_open(int device_id, void *stream, sl__copy_engine **out,
+                       const char **absent) {
   *out = NULL;
   *absent = "this libsluice was built without CUDA";
   return sl_set_error(SL_EUNSUPPORTED,

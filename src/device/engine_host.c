@@ -8,14 +8,12 @@
  */
 #include "device/device.h"
 
-static int host_thread_init(sl__engine *e) {
-  (void)e;
+static int host_thread_init(sl__copy_engine *e) {
   return SL_OK;
 }
 
-static int host_reserve(sl__engine *e, sl__slot_mem *m, size_t host_bytes,
+static int host_reserve(sl__copy_engine *e, sl__slot_mem *m, size_t host_bytes,
                         size_t dev_bytes) {
-  (void)e;
   size_t need = SL_MAX(host_bytes, dev_bytes);
   if (m->host && m->host_cap >= need) return SL_OK;
   size_t cap = sl__slot_grow(m->host_cap, need);
@@ -30,40 +28,31 @@ static int host_reserve(sl__engine *e, sl__slot_mem *m, size_t host_bytes,
   return SL_OK;
 }
 
-static int host_nothing(sl__engine *e, sl__slot_mem *m) {
-  (void)e;
-  (void)m;
+static int host_nothing(sl__copy_engine *e, sl__slot_mem *m) {
   return SL_OK;
 }
 
-static int host_upload(sl__engine *e, sl__slot_mem *m, size_t n) {
-  (void)e;
-  (void)m;
-  (void)n;
+static int host_upload(sl__copy_engine *e, sl__slot_mem *m, size_t n) {
   return SL_OK;
 }
 
-static void host_release(sl__engine *e, sl__slot_mem *m) {
-  (void)e;
-  (void)m;
-}
+static void host_release(sl__copy_engine *e, sl__slot_mem *m) {}
 
-static void host_free_slot(sl__engine *e, sl__slot_mem *m) {
-  (void)e;
+static void host_free_slot(sl__copy_engine *e, sl__slot_mem *m) {
   sl__free(m->host);
   memset(m, 0, sizeof *m);
 }
 
-static void host_destroy(sl__engine *e) {
+static void host_destroy(sl__copy_engine *e) {
   sl__free(e);
 }
 
-static const sl__engine_ops host_ops = {
+static const sl__copy_ops host_ops = {
     "host",       host_thread_init, host_reserve,   host_nothing, host_upload,
     host_nothing, host_release,     host_free_slot, host_destroy};
 
-int sl__engine_host_open(sl__engine **out) {
-  sl__engine *e = sl__calloc(1, sizeof *e);
+int sl__copy_host_open(sl__copy_engine **out) {
+  sl__copy_engine *e = sl__calloc(1, sizeof *e);
   *out = NULL;
   SL_RETURN_ERROR_IF(!e, SL_ENOMEM, "host: cannot allocate the engine");
   e->ops = &host_ops;

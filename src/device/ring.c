@@ -1,71 +1,74 @@
 /*
  * ring.c - sl_double_buffer: a copy thread moves batch i+1 into a slot of
- * device (or host) memory while the consumer uses batch i.  One ring
- * implementation runs every copy engine (device.h): the engine owns the
- * memory and the ordering of copies, the ring owns the slots and the
- * protocol below.
+ * device (or host) memory while the consumer uses batch i.  The copy thread
+ * is the parallel-stage engine (sync/engine.c) with one worker, ordered,
+ * one item per turn, whose thread setup (sl__engine_on_thread) is the copy
+ * engine's thread_init (device.h: the CUDA device made current); the copy
+ * engine owns the memory and the ordering of copies, the ring the slots.
  *
  * Slots.  Each of the `nslots` slots is in one state (protected by `mu`):
  *   FREE     nothing refers to its memory: the worker may fill it;
  *   FILLING  the worker is copying a batch into it;
- *   READY    it holds a finished batch, queued in `fifo`;
+ *   READY    it holds a finished batch (item `seq`), on its way through the
+ *            engine to the consumer;
  *   HELD     its batch was handed out.
  * The fields of a batch are views of its slot through one buffer wrapper,
- * the slot's lease (for an engine whose staging and device memory differ,
- * the LoD offsets stay in host staging behind a second wrapper that holds
- * the first).  The lease's free hook, slot_released, is the only way a slot
- * with a batch built in it becomes FREE again: it runs when the last
+ * the slot's lease (for a copy engine whose staging and device memory
+ * differ, the LoD offsets stay in host staging behind a second wrapper that
+ * holds the first).  The lease's free hook, slot_released, is the only way
+ * a slot with a batch built in it becomes FREE again: it runs when the last
  * reference to the slot's memory goes - the consumer releasing the batch, a
- * DLPack deleter, a reset dropping queued batches - on whichever thread
- * drops it.  Nothing is reused on a guess.
+ * DLPack deleter, the engine dropping results at a reset - on whichever
+ * thread drops it.  Nothing is reused on a guess.
  *
- * Worker loop (one thread, started at creation and by each reset):
- *   pull   s = next(up), without the lock (W_PULLING).  SL_EOF or an error
- *          ends the pass: `end_code` (and the error's message, copied
- *          across threads) is set, the consumer woken, the worker exits.
- *   wait   for a FREE slot (W_WAIT_SLOT), or `stop`.
- *   fill   the slot FILLING: engine begin (the staging's last copy is
- *          over), reserve, memcpy of every field into staging at
- *          SL_SLOT_ALIGN offsets and of the LoD offsets after them, upload;
- *          the batch is built on views of the slot; READY, queued, the
- *          consumer woken.
- *   Pulling before waiting keeps upstream's work off the critical path, and
- *   lets the consumer tell "every slot is held" from "not ready yet".
+ * The engine's callbacks:
+ *   pull     next(up), and every field readable by the host; an end (EOF or
+ *            an error) sets `ended`.
+ *   process  waits for a FREE slot (`in_hand` while it waits: the worker
+ *            holds a batch and no slot; the wait is the stage's wait_down),
+ *            or the engine's stop; then FILLING: copy engine begin (the
+ *            staging's last copy is over), reserve, memcpy of every field
+ *            into staging at SL_SLOT_ALIGN offsets and of the LoD offsets
+ *            after them, upload; the batch is built on views of the slot;
+ *            READY, returned unchecked.  The window is nslots + 1 items: the
+ *            worker pulls the next batch before it waits for a slot, which
+ *            keeps upstream's work off the critical path.
+ *   check    (consumer, the batch handed out) HELD, copy engine acquire.
  *
- * Consumer next, under mu:
- *   a batch queued      pop it (HELD), engine acquire, return it;
- *   end_code set        SL_EOF, or the error with its message;
- *   worker W_WAIT_SLOT  it holds a batch but no slot is FREE and none is
- *   and no slot FREE    READY, so the consumer holds them all: SL_ESTATE
+ * Consumer next, under mu, before the engine's next:
+ *   a slot not HELD, or `ended`   the engine's next: a slot READY or being
+ *                       filled gives the next batch, a FREE one is the
+ *                       worker's to fill (or the pass ends);
+ *   every slot HELD and `in_hand`  the consumer holds them all: SL_ESTATE
  *                       naming the slots, where waiting would deadlock
  *                       (after release_wait_ms, if set, for releases by
- *                       other threads: the worker then fills the freed
- *                       slot and wakes the consumer);
- *   otherwise           wait: the worker is pulling or filling.
+ *                       other threads);
+ *   otherwise           wait: the worker is pulling; it ends the pass or
+ *                       takes a batch in hand, and says so.
  *   So the answer never depends on timing: while the worker pulls, the
  *   consumer waits for it, then gets the batch, the end, or SL_ESTATE.
+ *   `cv` is broadcast on every change either side waits for: a slot FREE,
+ *   in_hand, ended, a stop.
  *
- * Stop (reset, destroy): set `stop` and wake the worker under mu, then join
- * it (a worker inside upstream's next finishes that call first).  Reset
- * then drops the queued batches (their slots become FREE), clears the end,
- * resets upstream on the consumer's thread and starts a new worker; batches
- * the consumer holds keep their slots HELD until released.  Destroy drops
- * the queued batches, destroys upstream and drops the reader's reference to
- * the ring.
+ * Stop (reset, restore, destroy): the engine's stop signal, and `cv`
+ * broadcast under mu (a worker waiting for a slot sees the stop), then the
+ * engine's stop (join; the results not delivered are released, so their
+ * slots become FREE).  Batches the consumer holds keep their slots HELD
+ * until released.
  *
  * Lifetime.  The ring is refcounted: one reference for the reader, one per
- * live lease.  The last one frees the slots' memory, the engine and the
- * ring, on whichever thread drops it: batches may outlive the reader.
+ * live lease.  The last one frees the slots' memory, the copy engine and
+ * the ring, on whichever thread drops it: batches may outlive the reader.
  *
- * Protected by mu: slots[].state, slots[].batch, fifo/head/len, ws, stop,
- *   end_code, end_msg.
- * Worker only (consumer only while no worker runs; create and join order
- *   the two): up, and slots[].mem of the slot being filled.
+ * Protected by mu: slots[].state, slots[].seq, in_hand, ended.
+ * The worker's (the consumer's while the engine is stopped): up, and
+ *   slots[].mem of the slot being filled.
  * Read-only once published: slots[].mem of a READY or HELD slot, eng,
  *   nslots, release_wait_ms, device.
  */
 #include "device/device.h"
-#include "readers/state.h"
+#include "readers/stage.h"
+#include "sync/engine.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -76,7 +79,6 @@
 #define LOD_ALIGN 64
 
 typedef enum { SLOT_FREE, SLOT_FILLING, SLOT_READY, SLOT_HELD } slot_state;
-typedef enum { W_IDLE, W_PULLING, W_WAIT_SLOT, W_FILLING, W_DONE } wstate;
 
 typedef struct ring ring;
 
@@ -84,37 +86,27 @@ typedef struct slot {
   ring *r;
   uint32_t index;
   slot_state state;
-  sl_sample *batch; /* READY: the queued batch (the ring's reference) */
+  uint64_t seq; /* READY: the engine's item in it */
   sl__slot_mem mem;
 } slot;
 
 struct ring {
   sl__refcnt refs;
   pthread_mutex_t mu;
-  pthread_cond_t worker_cv;   /* a slot became FREE, or stop */
-  pthread_cond_t consumer_cv; /* a batch queued, the end, or W_WAIT_SLOT */
-  sl__engine *eng;
+  pthread_cond_t cv; /* a slot FREE, in_hand, ended, or a stop */
+  sl__copy_engine *eng;
   char device[32]; /* "cpu", "cuda:0": for messages */
   uint32_t nslots;
   uint32_t release_wait_ms;
   slot *slots;
-  uint32_t *fifo; /* indices of READY slots, oldest at head */
-  uint32_t head, len;
-  wstate ws;
-  bool stop;
-  int end_code; /* SL_EOF or the error, once ws == W_DONE */
-  char *end_msg;
+  bool in_hand; /* the worker holds a batch and waits for a slot */
+  bool ended;   /* the pass's pull ended (EOF or an error) */
 };
 
 typedef struct dbuf_state {
   ring *r;
   sl_reader *up;
-  pthread_t thread;
-  bool running;             /* started, not yet joined (consumer only) */
-  sl__stage_counters stats; /* busy: filling slots; wait_down: no free slot */
-  /* Held by the worker around each upstream pull, and by a save, so that
-   * the chain below is still while it is saved (readers/state.h). */
-  pthread_mutex_t pulling;
+  sl__engine *engine;
 } dbuf_state;
 
 /* --- the ring's lifetime ---------------------------------------------------
@@ -127,10 +119,7 @@ static void ring_free(ring *r) {
   }
   if (r->eng) r->eng->ops->destroy(r->eng);
   sl__free(r->slots);
-  sl__free(r->fifo);
-  sl__free(r->end_msg);
-  pthread_cond_destroy(&r->worker_cv);
-  pthread_cond_destroy(&r->consumer_cv);
+  pthread_cond_destroy(&r->cv);
   pthread_mutex_destroy(&r->mu);
   sl__free(r);
 }
@@ -143,19 +132,17 @@ static void ring_unref(ring *r) {
 static void slot_released(void *ud, void *data) {
   slot *sl = ud;
   ring *r = sl->r;
-  (void)data;
   r->eng->ops->release(r->eng, &sl->mem);
   pthread_mutex_lock(&r->mu);
-  assert(sl->state != SLOT_FREE && !sl->batch);
+  assert(sl->state != SLOT_FREE);
   sl->state = SLOT_FREE;
-  pthread_cond_signal(&r->worker_cv);
+  pthread_cond_broadcast(&r->cv);
   pthread_mutex_unlock(&r->mu);
   ring_unref(r);
 }
 
 /* The LoD wrapper of a split engine holds the lease. */
 static void lease_chain_released(void *ud, void *data) {
-  (void)data;
   sl_buffer_release(ud);
 }
 
@@ -216,7 +203,7 @@ static int layout(const sl_sample *in, size_t *data_end, size_t *total) {
  * FREE through slot_released, also when this fails. */
 static int build_batch(ring *r, slot *sl, const sl_sample *in, size_t data_end,
                        size_t total, sl_sample **out, bool *leased) {
-  const sl__engine *e = r->eng;
+  const sl__copy_engine *e = r->eng;
   sl_buffer *dev =
       sl_buffer_wrap_device(sl->mem.dev, e->same ? total : data_end, e->type,
                             e->device_id, slot_released, sl);
@@ -281,7 +268,7 @@ done:
 /* Copies `in` into slot `sl` (FILLING) and builds the batch on it. */
 static int fill(ring *r, slot *sl, const sl_sample *in, sl_sample **out,
                 bool *leased) {
-  const sl__engine_ops *ops = r->eng->ops;
+  const sl__copy_ops *ops = r->eng->ops;
   size_t data_end = 0, total = 0;
   SL_FORWARD_IF_ERROR(layout(in, &data_end, &total));
   SL_FORWARD_IF_ERROR(ops->begin(r->eng, &sl->mem));
@@ -304,21 +291,38 @@ static int fill(ring *r, slot *sl, const sl_sample *in, sl_sample **out,
   return build_batch(r, sl, in, data_end, total, out, leased);
 }
 
-/* --- the worker
- * ----------------------------------------------------------------
+/* --- the engine's callbacks ------------------------------------------------
  */
 
-/* Ends the pass with `code` (SL_EOF or an error whose message is this
- * thread's detail). */
-static void end_pass(ring *r, int code) {
-  char *msg = code == SL_EOF ? NULL : sl__error_dup();
+/* Says that the pass's pull ended (its end is then the consumer's next). */
+static void set_ended(ring *r) {
   pthread_mutex_lock(&r->mu);
-  r->end_code = code;
-  sl__free(r->end_msg);
-  r->end_msg = msg;
-  r->ws = W_DONE;
-  pthread_cond_signal(&r->consumer_cv);
+  r->ended = true;
+  pthread_cond_broadcast(&r->cv);
   pthread_mutex_unlock(&r->mu);
+}
+
+/* The copy thread's setup: the copy engine's device current on it. */
+static int dbuf_thread(void *ud, int worker) {
+  ring *r = ((dbuf_state *)ud)->r;
+  int rc = r->eng->ops->thread_init(r->eng);
+  if (rc == SL_OK) return SL_OK;
+  rc = sl_wrap_error(rc, STAGE ": copy thread");
+  set_ended(r);
+  return rc;
+}
+
+static int dbuf_pull(void *ud, sl_sample **out) {
+  dbuf_state *p = ud;
+  int rc = sl_reader_next(p->up, out);
+  if (rc == SL_OK) rc = check_host_fields(*out);
+  if (rc == SL_OK) return SL_OK;
+  if (rc != SL_EOF) {
+    sl_sample_release(*out);
+    *out = NULL;
+  }
+  set_ended(p->r); /* EOF, or upstream's error with its message */
+  return rc;
 }
 
 static slot *find_free(ring *r) {
@@ -327,119 +331,65 @@ static slot *find_free(ring *r) {
   return NULL;
 }
 
-static void *worker_main(void *arg) {
-  dbuf_state *p = arg;
+static int dbuf_process(void *ud, void *wctx, uint64_t seq, sl_sample *in,
+                        sl_sample **out) {
+  dbuf_state *p = ud;
   ring *r = p->r;
-  int rc = r->eng->ops->thread_init(r->eng);
-  if (rc != SL_OK) {
-    sl_wrap_error(rc, STAGE ": copy thread");
-    end_pass(r, rc);
-    return NULL;
-  }
-  for (;;) {
-    pthread_mutex_lock(&r->mu);
-    bool stop = r->stop;
-    if (!stop) r->ws = W_PULLING;
-    pthread_mutex_unlock(&r->mu);
-    if (stop) break;
-
-    sl_sample *in = NULL;
-    pthread_mutex_lock(&p->pulling);
-    rc = sl_reader_next(p->up, &in);
-    pthread_mutex_unlock(&p->pulling);
-    if (rc == SL_OK) rc = check_host_fields(in);
-    if (rc != SL_OK) {
-      sl_sample_release(in);
-      end_pass(r, rc); /* EOF, or upstream's error with its message */
-      break;
-    }
-
-    uint64_t t0 = sl__stat_start();
-    pthread_mutex_lock(&r->mu);
-    slot *sl = NULL;
-    while (!r->stop && !(sl = find_free(r))) {
-      if (r->ws != W_WAIT_SLOT) {
-        r->ws = W_WAIT_SLOT;
-        pthread_cond_signal(&r->consumer_cv);
-      }
-      pthread_cond_wait(&r->worker_cv, &r->mu);
-    }
-    if (r->stop) {
-      pthread_mutex_unlock(&r->mu);
-      sl_sample_release(in);
-      break;
-    }
-    sl->state = SLOT_FILLING;
-    r->ws = W_FILLING;
-    pthread_mutex_unlock(&r->mu);
-    sl__stat_since(&p->stats.wait_down_ns, t0);
-
-    sl_sample *b = NULL;
-    bool leased = false;
-    t0 = sl__stat_start();
-    rc = fill(r, sl, in, &b, &leased);
-    sl__stat_since(&p->stats.busy_ns, t0);
-    sl_sample_release(in);
-    if (rc != SL_OK) {
-      sl_wrap_error(rc, STAGE ": slot %u (%s)", sl->index, r->device);
-      if (!leased) {
-        pthread_mutex_lock(&r->mu);
-        sl->state = SLOT_FREE;
-        pthread_mutex_unlock(&r->mu);
-      }
-      end_pass(r, rc);
-      break;
-    }
-    pthread_mutex_lock(&r->mu);
-    sl->state = SLOT_READY;
-    sl->batch = b;
-    r->fifo[(r->head + r->len) % r->nslots] = sl->index;
-    r->len++;
-    pthread_cond_signal(&r->consumer_cv);
-    pthread_mutex_unlock(&r->mu);
-  }
-  return NULL;
-}
-
-static int start_worker(dbuf_state *p) {
-  SL_FORWARD_IF_ERROR(
-      sl__thread_start(&p->thread, STAGE, "sl-dbuf", worker_main, p));
-  p->running = true;
-  return SL_OK;
-}
-
-static void stop_worker(dbuf_state *p) {
-  if (!p->running) return;
-  ring *r = p->r;
+  const atomic_bool *stop = sl__engine_stop_flag(p->engine);
+  uint64_t t0 = sl__stat_start();
   pthread_mutex_lock(&r->mu);
-  r->stop = true;
-  pthread_cond_signal(&r->worker_cv);
-  pthread_mutex_unlock(&r->mu);
-  pthread_join(p->thread, NULL);
-  p->running = false;
-}
-
-/* Releases the queued batches (their slots become FREE through their
- * leases).  No worker runs. */
-static void drop_queued(ring *r) {
-  for (;;) {
-    pthread_mutex_lock(&r->mu);
-    if (r->len == 0) {
-      pthread_mutex_unlock(&r->mu);
-      return;
+  slot *sl = NULL;
+  while (!atomic_load(stop) && !(sl = find_free(r))) {
+    if (!r->in_hand) {
+      r->in_hand = true;
+      pthread_cond_broadcast(&r->cv);
     }
-    slot *sl = &r->slots[r->fifo[r->head]];
-    r->head = (r->head + 1) % r->nslots;
-    r->len--;
-    sl_sample *b = sl->batch;
-    sl->batch = NULL;
-    pthread_mutex_unlock(&r->mu);
-    sl_sample_release(b); /* takes mu in slot_released */
+    pthread_cond_wait(&r->cv, &r->mu);
   }
+  r->in_hand = false;
+  if (sl) sl->state = SLOT_FILLING;
+  pthread_mutex_unlock(&r->mu);
+  sl__engine_note_wait(p->engine, t0);
+  if (!sl) { /* stopping: the result would never be delivered */
+    sl_sample_release(in);
+    return SL__ENGINE_DROP;
+  }
+  bool leased = false;
+  int rc = fill(r, sl, in, out, &leased);
+  sl_sample_release(in);
+  pthread_mutex_lock(&r->mu);
+  if (rc == SL_OK) {
+    sl->state = SLOT_READY;
+    sl->seq = seq;
+  } else if (!leased) {
+    sl->state = SLOT_FREE;
+  }
+  pthread_mutex_unlock(&r->mu);
+  if (rc != SL_OK)
+    return sl_wrap_error(rc, STAGE ": slot %u (%s)", sl->index, r->device);
+  return SL__ENGINE_UNCHECKED;
 }
 
-/* --- the reader
- * ------------------------------------------------------------------
+/* The batch of item `seq` handed out: its slot HELD, the consumer's work
+ * ordered after the copy. */
+static int dbuf_check(void *ud, uint64_t seq, const sl_sample *s) {
+  ring *r = ((dbuf_state *)ud)->r;
+  slot *sl = NULL;
+  pthread_mutex_lock(&r->mu);
+  for (uint32_t i = 0; i < r->nslots && !sl; i++)
+    if (r->slots[i].state == SLOT_READY && r->slots[i].seq == seq)
+      sl = &r->slots[i];
+  assert(sl);
+  sl->state = SLOT_HELD;
+  pthread_mutex_unlock(&r->mu);
+  int rc = r->eng->ops->acquire(r->eng, &sl->mem);
+  return rc == SL_OK ? SL_OK : sl_wrap_error(rc, STAGE ": slot %u", sl->index);
+}
+
+static const sl__engine_ops dbuf_engine_ops = {
+    .pull = dbuf_pull, .process = dbuf_process, .check = dbuf_check};
+
+/* --- the reader --------------------------------------------------------------
  */
 
 static int held_error(const ring *r) {
@@ -455,155 +405,128 @@ static int held_error(const ring *r) {
       r->nslots, r->nslots == 1 ? "" : "s", r->device, waited);
 }
 
+static bool all_held(const ring *r) {
+  for (uint32_t i = 0; i < r->nslots; i++)
+    if (r->slots[i].state != SLOT_HELD) return false;
+  return true;
+}
+
 static int dbuf_next(void *st, sl_sample **out) {
   dbuf_state *p = st;
   ring *r = p->r;
+  const atomic_bool *stop = sl__engine_stop_flag(p->engine);
   struct timespec deadline;
-  bool deadline_set = false;
+  bool deadline_set = false, held = false;
   pthread_mutex_lock(&r->mu);
-  for (;;) {
-    if (r->len) {
-      slot *sl = &r->slots[r->fifo[r->head]];
-      r->head = (r->head + 1) % r->nslots;
-      r->len--;
-      sl->state = SLOT_HELD;
-      sl_sample *b = sl->batch;
-      sl->batch = NULL;
-      pthread_mutex_unlock(&r->mu);
-      int rc = r->eng->ops->acquire(r->eng, &sl->mem);
-      if (rc != SL_OK) {
-        sl_sample_release(b);
-        return sl_wrap_error(rc, STAGE ": slot %u", sl->index);
-      }
-      *out = b;
-      return SL_OK;
-    }
-    if (r->ws == W_DONE) {
-      int code = r->end_code;
-      if (code != SL_EOF)
-        sl_set_error(code, "%s", r->end_msg ? r->end_msg : sl_strerror(code));
-      pthread_mutex_unlock(&r->mu);
-      return code;
-    }
-    /* A slot released since the worker began to wait is FREE: the worker
-     * will fill it, so wait for that rather than report. */
-    if (r->ws == W_WAIT_SLOT && !find_free(r)) {
-      if (!deadline_set && r->release_wait_ms) {
-        clock_gettime(CLOCK_MONOTONIC, &deadline);
-        deadline.tv_sec += r->release_wait_ms / 1000;
-        deadline.tv_nsec += (long)(r->release_wait_ms % 1000) * 1000000L;
-        if (deadline.tv_nsec >= 1000000000L) {
-          deadline.tv_sec++;
-          deadline.tv_nsec -= 1000000000L;
-        }
-        deadline_set = true;
-      }
-      if (!deadline_set || pthread_cond_timedwait(&r->consumer_cv, &r->mu,
-                                                  &deadline) == ETIMEDOUT) {
-        bool still = r->ws == W_WAIT_SLOT && !find_free(r) && !r->len;
-        if (still) {
-          pthread_mutex_unlock(&r->mu);
-          return held_error(r);
-        }
-      }
+  while (all_held(r) && !r->ended && !atomic_load(stop)) {
+    if (!r->in_hand) { /* the worker pulls: wait for what it finds */
+      pthread_cond_wait(&r->cv, &r->mu);
       continue;
     }
-    pthread_cond_wait(&r->consumer_cv, &r->mu);
+    if (!deadline_set && r->release_wait_ms) {
+      clock_gettime(CLOCK_MONOTONIC, &deadline);
+      deadline.tv_sec += r->release_wait_ms / 1000;
+      deadline.tv_nsec += (long)(r->release_wait_ms % 1000) * 1000000L;
+      if (deadline.tv_nsec >= 1000000000L) {
+        deadline.tv_sec++;
+        deadline.tv_nsec -= 1000000000L;
+      }
+      deadline_set = true;
+    }
+    if (!deadline_set ||
+        pthread_cond_timedwait(&r->cv, &r->mu, &deadline) == ETIMEDOUT) {
+      held = all_held(r) && r->in_hand;
+      if (held) break;
+    }
   }
+  pthread_mutex_unlock(&r->mu);
+  if (held) return held_error(r);
+  return sl__engine_next(p->engine, out);
 }
 
 /* Stop signal (readers/reader_impl.h): the worker leaves at its next
- * check; one waiting for a slot wakes at once. */
+ * check; one waiting for a slot, and a consumer waiting, wake at once. */
 static void dbuf_signal_stop(void *st) {
-  ring *r = ((dbuf_state *)st)->r;
-  pthread_mutex_lock(&r->mu);
-  r->stop = true;
-  pthread_cond_signal(&r->worker_cv);
-  pthread_mutex_unlock(&r->mu);
+  dbuf_state *p = st;
+  sl__engine_signal_stop(p->engine);
+  pthread_mutex_lock(&p->r->mu);
+  pthread_cond_broadcast(&p->r->cv);
+  pthread_mutex_unlock(&p->r->mu);
 }
 
-/* Stops the worker and drops the queued batches and the pass's end, for a
- * reset or a restore of upstream.  Batches the consumer holds keep their
- * slots. */
+/* Stops the worker and drops the batches not handed out, for a reset or a
+ * restore of upstream.  Batches the consumer holds keep their slots. */
 static void rewind_ring(dbuf_state *p) {
-  ring *r = p->r;
-  stop_worker(p);
-  drop_queued(r);
-  pthread_mutex_lock(&r->mu);
-  r->stop = false;
-  r->ws = W_IDLE;
-  r->end_code = SL_OK;
-  sl__free(r->end_msg);
-  r->end_msg = NULL;
-  pthread_mutex_unlock(&r->mu);
+  dbuf_signal_stop(p);
+  sl__engine_stop(p->engine);
+  pthread_mutex_lock(&p->r->mu);
+  p->r->ended = p->r->in_hand = false;
+  pthread_mutex_unlock(&p->r->mu);
 }
 
 static int dbuf_reset(void *st) {
   dbuf_state *p = st;
   rewind_ring(p);
   SL_FORWARD_IF_ERROR(sl_reader_reset(p->up));
-  return start_worker(p);
+  return sl__engine_start(p->engine);
 }
 
-/* The batches queued in slots are not saved: the restored upstream yields
- * them again (one more copy each). */
+/* The batches in slots not handed out are not saved: the restored upstream
+ * yields them again (one more copy each). */
 static int dbuf_save(sl_reader *rd, void *st, uint64_t pass, uint64_t k,
                      sl__state_out *w) {
-  (void)rd;
-  (void)pass;
   dbuf_state *p = st;
-  pthread_mutex_lock(&p->pulling);
+  sl__engine_hold_pulls(p->engine);
   int rc = sl__state_save_up(w, p->up, sl__reader_pass(p->up), k);
-  pthread_mutex_unlock(&p->pulling);
+  sl__engine_release_pulls(p->engine);
   return rc;
 }
 
 static int dbuf_restore(sl_reader *rd, void *st, uint64_t pass, uint64_t k,
                         sl__state_in *in) {
-  (void)rd;
-  (void)pass;
-  (void)k;
   dbuf_state *p = st;
   rewind_ring(p);
   SL_FORWARD_IF_ERROR(sl__state_restore_up(in, p->up));
-  return start_worker(p);
+  return sl__engine_start(p->engine);
 }
-
-static const sl__state_ops dbuf_state_ops = {dbuf_save, dbuf_restore, NULL};
 
 static void dbuf_destroy(void *st) {
   dbuf_state *p = st;
   if (!p) return;
-  stop_worker(p);
-  if (p->r) drop_queued(p->r);
+  if (p->engine) dbuf_signal_stop(p);
+  sl__engine_destroy(p->engine);
   sl_reader_destroy(p->up);
   ring_unref(p->r);
-  pthread_mutex_destroy(&p->pulling);
   sl__free(p);
 }
 
-static const sl_reader_vtable dbuf_vt = {STAGE, dbuf_next, dbuf_reset,
-                                         dbuf_destroy};
+static const sl__stage_ops dbuf_ops = {
+    .name = STAGE,
+    .next = dbuf_next,
+    .reset = dbuf_reset,
+    .destroy = dbuf_destroy,
+    .length = sl__length_of_upstream,
+    .save = dbuf_save,
+    .restore = dbuf_restore,
+    .stop = dbuf_signal_stop,
+};
 
 static int ring_new(const sl_double_buffer_opts *o, ring **out) {
   ring *r = sl__calloc(1, sizeof *r);
   SL_RETURN_ERROR_IF(!r, SL_ENOMEM, STAGE ": cannot allocate");
   sl__ref_init(&r->refs);
   pthread_mutex_init(&r->mu, NULL);
-  pthread_cond_init(&r->worker_cv, NULL);
   /* The consumer's timed wait (release_wait_ms) runs on the monotonic
    * clock, immune to changes of the wall clock. */
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-  pthread_cond_init(&r->consumer_cv, &ca);
+  pthread_cond_init(&r->cv, &ca);
   pthread_condattr_destroy(&ca);
   r->nslots = o->slots;
   r->release_wait_ms = o->release_wait_ms;
-  r->ws = W_IDLE;
   r->slots = sl__calloc(o->slots, sizeof *r->slots);
-  r->fifo = sl__calloc(o->slots, sizeof *r->fifo);
-  if (!r->slots || !r->fifo) {
+  if (!r->slots) {
     ring_free(r);
     return sl_set_error(SL_ENOMEM, STAGE ": cannot allocate %u slots",
                         o->slots);
@@ -613,7 +536,7 @@ static int ring_new(const sl_double_buffer_opts *o, ring **out) {
     r->slots[i].index = i;
     r->slots[i].state = SLOT_FREE;
   }
-  int rc = sl__engine_open(STAGE, o->device, o->stream, &r->eng);
+  int rc = sl__copy_open(STAGE, o->device, o->stream, &r->eng);
   if (rc != SL_OK) {
     ring_free(r);
     return rc;
@@ -648,15 +571,20 @@ int sl_double_buffer(sl_reader *up, const sl_double_buffer_opts *opts,
   }
   p->r = r;
   p->up = up;
-  p->stats.threads = 1;
-  pthread_mutex_init(&p->pulling, NULL);
-  /* The schema is frozen and refcounted atomically, so retaining it through
-   * the const accessor is safe. */
-  SL_FORWARD_IF_ERROR(sl__decorator_make_1to1(
-      &dbuf_vt, p, (sl_schema *)sl_reader_schema(up), &p->up, &p->stats, out));
-  sl__reader_set_state_ops(*out, &dbuf_state_ops);
-  sl__reader_set_stop_signal(*out, dbuf_signal_stop);
-  rc = start_worker(p);
+  /* One copy thread, one batch per turn (its process waits for a slot),
+   * the window the slots plus the batch pulled ahead, a cache of one. */
+  const sl__engine_opts eo = {STAGE, "sl-dbuf", 1, true, (size_t)o.slots + 1};
+  rc = sl__engine_create(&dbuf_engine_ops, p, &eo, &p->engine);
+  if (rc != SL_OK) {
+    dbuf_destroy(p);
+    return rc;
+  }
+  sl__engine_on_thread(p->engine, dbuf_thread);
+  sl__engine_set_batch(p->engine, 1);
+  sl__engine_set_cache(p->engine, 1);
+  SL_FORWARD_IF_ERROR(sl__stage_wrap(&dbuf_ops, p, NULL, &p->up,
+                                     sl__engine_counters(p->engine), out));
+  rc = sl__engine_start(p->engine);
   if (rc != SL_OK) {
     sl_reader_destroy(*out); /* destroys up too: we own it */
     *out = NULL;

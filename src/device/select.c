@@ -53,8 +53,8 @@ int sl__device_fallback_reset(void) {
   return atomic_exchange(&fallbacks, 0);
 }
 
-int sl__engine_open(const char *stage, const char *name, void *stream,
-                    sl__engine **out) {
+int sl__copy_open(const char *stage, const char *name, void *stream,
+                  sl__copy_engine **out) {
   sl__device_req req;
   int id;
   const char *absent = NULL;
@@ -63,15 +63,15 @@ int sl__engine_open(const char *stage, const char *name, void *stream,
   int rc;
   switch (req) {
   case SL__DEV_CPU:
-    rc = sl__engine_host_open(out);
+    rc = sl__copy_host_open(out);
     return rc == SL_OK ? rc : sl_wrap_error(rc, "%s", stage);
   case SL__DEV_CUDA:
-    rc = sl__engine_cuda_open(id, stream, out, &absent);
+    rc = sl__copy_cuda_open(id, stream, out, &absent);
     return rc == SL_OK ? rc : sl_wrap_error(rc, "%s", stage);
   case SL__DEV_AUTO:
     break;
   }
-  rc = sl__engine_cuda_open(0, stream, out, &absent);
+  rc = sl__copy_cuda_open(0, stream, out, &absent);
   if (rc == SL_OK) return rc;
   if (rc == SL_ENOMEM) return sl_wrap_error(rc, "%s", stage);
   /* No usable CUDA: the host engine, said once per process so a loop of
@@ -83,15 +83,15 @@ int sl__engine_open(const char *stage, const char *name, void *stream,
   if (atomic_fetch_add(&fallbacks, 1) == 0) {
     if (absent)
       fprintf(stderr,
-              "sluice: %s: device \"auto\": %s; using the host engine\n",
-              stage, absent);
+              "sluice: %s: device \"auto\": %s; using the host engine\n", stage,
+              absent);
     else
       fprintf(stderr,
               "sluice: %s: device \"auto\": CUDA is not usable (%s); using "
               "the host engine\n",
               stage, sl_last_error());
   }
-  rc = sl__engine_host_open(out);
+  rc = sl__copy_host_open(out);
   if (rc == SL_OK) sl_clear_error();
   return rc == SL_OK ? rc : sl_wrap_error(rc, "%s", stage);
 }

@@ -81,6 +81,17 @@
  *             hands its samples out one by one (`pos`; the result leaves
  *             the cache after its last) or the rest at once
  *             (sl__engine_next_many).
+ *   depth     Flow control (prefetch): at most `depth` (<= window) sequence
+ *             numbers in flight, and with max_bytes set no pull turn while
+ *             the results deposited and not yet taken hold max_bytes or more
+ *             (`bytes`, their sl_sample_nbytes), and a run of pulls ends
+ *             once it holds the bytes left (so what is held stays under
+ *             max_bytes plus one item per worker).  The consumer may raise the
+ *             depth at any time (a worker is woken).  Each fill notes what
+ *             it found when it began (`seen`): nothing ready, or the window
+ *             without room (the workers wait for the consumer), or neither.
+ *   finish    The finish hook runs on the consumer's thread on each sample
+ *             of a result before the result is handed out or peeked at.
  *   stop      Set `stop` under mu, broadcast both conditions (that much is
  *             sl__engine_signal_stop, safe from any thread), join every
  *             thread.  A worker checks `stop` between items and between
@@ -98,7 +109,8 @@
  *
  * Shared fields and what protects them:
  *   mu protects: win, ring_head, ring_len, pull_seq, next_out, term,
- *     term_seq, pulling, pull_done, idle, woken, consumer_sleeping.
+ *     term_seq, pulling, pull_done, idle, woken, consumer_sleeping, depth,
+ *     bytes.
  *   ops.pull: the worker holding the pull turn (`pulling`, handed over
  *     under mu); nobody while stopped.
  *   stop: atomic, written under mu; read by workers without it between
@@ -107,9 +119,10 @@
  *     unlocked by the spinning consumer.
  *   worker wctx, ready, ns_per_item, in[], out[]: that worker's thread while
  *     it runs, the consumer otherwise (pthread_create / join order them).
- *   cache, cache_pos, cache_len, spin_skip, spin_backoff, running, thread:
- *     consumer-only.
- *   ops, ud, stage, ordered, window, batch_max, nthreads, spin: immutable.
+ *   cache, cache_pos, cache_len, spin_skip, spin_backoff, running, thread,
+ *     seen: consumer-only.
+ *   ops, ud, stage, ordered, window, batch_max, nthreads, spin, max_bytes,
+ *     finish, on_thread: immutable.
  */
 #include "sync/engine.h"
 
@@ -139,6 +152,8 @@ typedef struct result {
   int kind;      /* R_* */
   int code;      /* R_ERROR: the error code */
   bool checked;  /* R_SAMPLE: needs no ops.check */
+  bool finished; /* R_SAMPLE, R_MANY: the finish hook ran (or none) */
+  size_t nbytes; /* R_SAMPLE: counted in `bytes` (max_bytes set) */
   uint64_t seq;  /* R_SAMPLE, R_SKIP: its sequence number */
   sl_sample *s;  /* R_SAMPLE: owned */
   char *msg;     /* R_ERROR, R_SKIP: owned heap copy of the message (the
@@ -155,6 +170,7 @@ typedef struct worker {
   bool ready;         /* worker_init succeeded (or there is none) */
   void *wctx;         /* what worker_init stored */
   double ns_per_item; /* running estimate of an item's cost, 0: none */
+  size_t budget;      /* max_bytes: bytes this pull run may still take */
   sl_sample *in[BATCH_MAX];
   result out[BATCH_MAX];
 } worker;
@@ -164,9 +180,12 @@ struct sl__engine {
   const sl__engine_ops *ops;
   void *ud;
   const char *stage, *thread_name;
-  sl__engine_skip_fn skipped; /* set before the first start */
-  sl__engine_many_fn many;    /* set before the first start, or NULL */
-  int cache_max;              /* 1..CACHE, set before the first start */
+  sl__engine_skip_fn skipped;     /* set before the first start */
+  sl__engine_many_fn many;        /* set before the first start, or NULL */
+  sl__engine_finish_fn finish;    /* set before the first start, or NULL */
+  sl__engine_thread_fn on_thread; /* set before the first start, or NULL */
+  size_t max_bytes;               /* 0: no bound on the bytes deposited */
+  int cache_max;                  /* 1..CACHE, set before the first start */
   bool ordered;
   bool spin; /* a spare CPU for the consumer to spin on */
   int nthreads;
@@ -185,6 +204,7 @@ struct sl__engine {
   result term; /* unordered: the upstream EOF / error, at term_seq */
   uint64_t term_seq;
   bool pulling, pull_done;
+  size_t depth, bytes;    /* flow control (above) */
   int idle;               /* workers waiting on work_cv */
   int woken;              /* of those, signalled and not yet running */
   bool consumer_sleeping; /* the consumer waits on out_cv */
@@ -197,6 +217,7 @@ struct sl__engine {
   result end; /* the EOF / error delivered, returned again until a stop */
   result cache[CACHE];
   int cache_pos, cache_len;
+  int seen;              /* SL__ENGINE_SEEN_*: what the last fill found */
   unsigned spin_skip;    /* waits left to sleep through without a spin */
   unsigned spin_backoff; /* 0 after a spin that met a result, else the
                             last skip, doubling per miss */
@@ -226,7 +247,9 @@ static void result_error(result *r, int code) {
 
 /* Room for more sequence numbers in the window.  Caller holds mu. */
 static size_t room(const sl__engine *e) {
-  return e->window - (size_t)(e->pull_seq - e->next_out);
+  size_t used = (size_t)(e->pull_seq - e->next_out);
+  if (used >= e->depth || (e->max_bytes && e->bytes >= e->max_bytes)) return 0;
+  return e->depth - used;
 }
 
 /* Whether the consumer has something to take.  Caller holds mu. */
@@ -380,6 +403,7 @@ static void run_one(sl__engine *e, worker *w, uint64_t seq, sl_sample *in,
   r->s = o;
   r->seq = seq;
   r->checked = rc == SL__ENGINE_OUT || !e->ops->check;
+  if (e->max_bytes) r->nbytes = sl_sample_nbytes(o);
 }
 
 /* Deposits results w->out[0, n) of the batch starting at `base`. */
@@ -390,6 +414,7 @@ static void deposit(sl__engine *e, worker *w, uint64_t base, size_t n) {
   for (size_t k = 0; k < n; k++) {
     result *r = &w->out[k];
     if (r->kind == R_ERROR) set_pull_done(e, &wk);
+    e->bytes += r->nbytes;
     if (e->ordered) {
       result *slot = &e->win[(base + k) % e->window];
       assert(slot->kind == R_EMPTY);
@@ -410,7 +435,8 @@ static void deposit(sl__engine *e, worker *w, uint64_t base, size_t n) {
 
 /* Waits for the pull turn.  Returns false when the worker should exit, else
  * holds the turn and the reserved range [*base, *base + *n). */
-static bool take_turn(sl__engine *e, size_t want, uint64_t *base, size_t *n) {
+static bool take_turn(sl__engine *e, worker *w, size_t want, uint64_t *base,
+                      size_t *n) {
   pthread_mutex_lock(&e->mu);
   for (;;) {
     if (atomic_load_explicit(&e->stop, memory_order_relaxed) || e->pull_done) {
@@ -430,6 +456,7 @@ static bool take_turn(sl__engine *e, size_t want, uint64_t *base, size_t *n) {
   e->pulling = true;
   *base = e->pull_seq;
   *n = SL_MIN(want, room(e));
+  w->budget = e->max_bytes - e->bytes; /* room: bytes < max_bytes */
   pthread_mutex_unlock(&e->mu);
   return true;
 }
@@ -450,6 +477,12 @@ static size_t pull_batch(sl__engine *e, worker *w, uint64_t base, size_t n) {
       break;
     }
     w->in[got++] = s;
+    /* The run ends once it holds the bytes left (one item may pass). */
+    if (e->max_bytes) {
+      size_t b = sl_sample_nbytes(s);
+      if (b >= w->budget) break;
+      w->budget -= b;
+    }
   }
   pthread_mutex_unlock(&e->pull_mu);
   wakes wk = {false, false, false};
@@ -494,11 +527,11 @@ static bool process_batch(sl__engine *e, worker *w, uint64_t base, size_t got) {
 
 /* A worker that cannot run records its error (this thread's detail) where
  * the next pulled item would have gone, so the consumer gets it in order. */
-static void fail_pass(sl__engine *e, int rc) {
+static void fail_pass(sl__engine *e, worker *w, int rc) {
   char *msg = sl__error_dup();
   uint64_t base;
   size_t n;
-  if (!take_turn(e, 1, &base, &n)) {
+  if (!take_turn(e, w, 1, &base, &n)) {
     sl__free(msg);
     return;
   }
@@ -519,28 +552,40 @@ static size_t batch_size(const sl__engine *e, const worker *w) {
   return n >= (double)e->batch_max ? e->batch_max : (size_t)n;
 }
 
+/* The time this worker's callbacks reported waiting in the batch running
+ * (sl__engine_note_wait): wait_down, not busy. */
+static _Thread_local uint64_t tl_waited_ns;
+
+void sl__engine_note_wait(sl__engine *e, uint64_t t0) {
+  if (!t0) return;
+  uint64_t ns = sl__now_ns() - t0;
+  tl_waited_ns += ns;
+  sl__stat_add(&e->stats.wait_down_ns, ns);
+}
+
 static void *worker_main(void *arg) {
   worker *w = arg;
   sl__engine *e = w->e;
-  if (!w->ready) {
-    int rc = e->ops->worker_init
-                 ? e->ops->worker_init(e->ud, w->index, &w->wctx)
-                 : SL_OK;
-    if (rc < 0) {
-      fail_pass(e, rc);
-      return NULL;
-    }
-    w->ready = true;
+  int rc = e->on_thread ? e->on_thread(e->ud, w->index) : SL_OK;
+  if (rc >= 0 && !w->ready) {
+    rc = e->ops->worker_init ? e->ops->worker_init(e->ud, w->index, &w->wctx)
+                             : SL_OK;
+    w->ready = rc >= 0;
+  }
+  if (rc < 0) {
+    fail_pass(e, w, rc);
+    return NULL;
   }
   for (;;) {
     uint64_t base;
     size_t n;
-    if (!take_turn(e, batch_size(e, w), &base, &n)) break;
+    if (!take_turn(e, w, batch_size(e, w), &base, &n)) break;
     uint64_t t0 = sl__now_ns();
     size_t got = pull_batch(e, w, base, n);
     uint64_t t1 = sl__stat_start();
+    tl_waited_ns = 0;
     bool more = process_batch(e, w, base, got);
-    sl__stat_since(&e->stats.busy_ns, t1);
+    if (t1) sl__stat_add(&e->stats.busy_ns, sl__now_ns() - t1 - tl_waited_ns);
     if (!more) break;
     if (got > 0) {
       double per = (double)(sl__now_ns() - t0) / (double)got;
@@ -574,6 +619,7 @@ static void drop_pending(sl__engine *e) {
   e->ring_head = e->ring_len = 0;
   e->pull_seq = e->next_out = e->term_seq = 0;
   e->pulling = e->pull_done = false;
+  e->bytes = 0;
   e->idle = e->woken = 0;
   e->consumer_sleeping = false;
 }
@@ -634,6 +680,9 @@ static void fill_cache(sl__engine *e) {
   int n = 0;
   bool spun = false;
   pthread_mutex_lock(&e->mu);
+  e->seen = !consumer_ready(e) ? SL__ENGINE_SEEN_EMPTY
+            : room(e) == 0     ? SL__ENGINE_SEEN_FULL
+                               : SL__ENGINE_SEEN_SOME;
   for (;;) {
     if (e->ordered) {
       while (n < e->cache_max) {
@@ -644,6 +693,7 @@ static void fill_cache(sl__engine *e) {
           e->next_out++;
           continue;
         }
+        e->bytes -= r->nbytes;
         e->cache[n++] = *r;
         memset(r, 0, sizeof *r);
         if (R_IS_END(e->cache[n - 1].kind)) break; /* stays at next_out */
@@ -652,6 +702,7 @@ static void fill_cache(sl__engine *e) {
     } else {
       while (n < e->cache_max && e->ring_len > 0) {
         result *r = &e->win[e->ring_head];
+        e->bytes -= r->nbytes;
         e->cache[n++] = *r;
         memset(r, 0, sizeof *r);
         e->ring_head = (e->ring_head + 1) % e->window;
@@ -727,6 +778,11 @@ static result *next_result(sl__engine *e) {
     if (e->end.kind != R_EMPTY) return &e->end;
     if (e->cache_pos == e->cache_len) fill_cache(e);
     result *r = &e->cache[e->cache_pos];
+    if (e->finish && !r->finished && r->kind == R_SAMPLE)
+      e->finish(e->ud, r->s);
+    for (size_t i = r->pos; e->finish && !r->finished && i < r->n; i++)
+      e->finish(e->ud, r->v[i]); /* R_MANY: the samples left */
+    r->finished = true;
     if (r->kind != R_SKIP) return r;
     uint64_t seq = r->seq;
     sl_clear_error();
@@ -842,6 +898,35 @@ void sl__engine_process_many(sl__engine *e, sl__engine_many_fn many) {
   e->many = many;
 }
 
+void sl__engine_on_finish(sl__engine *e, sl__engine_finish_fn finish) {
+  e->finish = finish;
+}
+
+void sl__engine_on_thread(sl__engine *e, sl__engine_thread_fn fn) {
+  e->on_thread = fn;
+}
+
+void sl__engine_set_batch(sl__engine *e, size_t max) {
+  e->batch_max = SL_MAX(1, SL_MIN(max, e->batch_max));
+}
+
+void sl__engine_set_max_bytes(sl__engine *e, size_t max_bytes) {
+  e->max_bytes = max_bytes;
+}
+
+void sl__engine_set_depth(sl__engine *e, size_t depth) {
+  wakes wk = {false, false, false};
+  pthread_mutex_lock(&e->mu);
+  e->depth = SL_MAX(1, SL_MIN(depth, e->window));
+  wake_worker(e, &wk);
+  pthread_mutex_unlock(&e->mu);
+  send_wakes(e, &wk);
+}
+
+int sl__engine_seen(const sl__engine *e) {
+  return e->seen;
+}
+
 void sl__engine_set_cache(sl__engine *e, int cache) {
   e->cache_max = cache >= 1 && cache < CACHE ? cache : CACHE;
 }
@@ -908,6 +993,7 @@ int sl__engine_create(const sl__engine_ops *ops, void *ud,
    * (docs/PERFORMANCE.md, the Lua layer). */
   size_t dflt = (size_t)opts->threads * 32;
   e->window = opts->window ? opts->window : (dflt > 128 ? dflt : 128);
+  e->depth = e->window;
   /* Batches small enough that the window holds one per worker plus one
    * being consumed, so pulling never waits for the consumer to drain it. */
   e->batch_max =

@@ -1,11 +1,14 @@
 /*
  * engine.h - the parallel-stage engine: N worker threads that take items
  * from one upstream in turn, process them, and hand the results to one
- * consumer in order (or as they finish).  Every stage whose work runs on
- * several threads (a C or Lua map/filter, decode_image, open_files) is this
- * engine plus a `process` callback (open_files: process_many, a chunk's
- * records from one item); engine.c holds the protocol, its invariants and
- * the shutdown rules.
+ * consumer in order (or as they finish).  Every thread a stage runs is a
+ * worker of this engine plus a `process` callback: a C or Lua map/filter,
+ * decode_image, open_files (process_many, a chunk's records from one item),
+ * prefetch (one worker, ordered, process hands the sample on) and the
+ * double buffer's copy thread (one worker, its thread setup the device's,
+ * process copies into a free slot); tests/threads.sh checks that no other
+ * code starts one.  engine.c holds the protocol, its invariants and the
+ * shutdown rules.
  *
  * Threads: sl__engine_create, _start, _stop, _next, _peek and _destroy are
  * the consumer's (one thread at a time, as a reader's calls are).  The
@@ -115,6 +118,41 @@ typedef int (*sl__engine_many_fn)(void *ud, void *wctx, uint64_t seq,
  * (sl__engine_next_many). */
 void sl__engine_process_many(sl__engine *e, sl__engine_many_fn many);
 
+/* Optional setting of a stopped engine, before its first start: `finish`
+ * runs on the consumer's thread, once on each sample, before the sample is
+ * handed out or peeked at (prefetch: sl__reader_finish of its upstream, the
+ * deferred copies of stage.h). */
+typedef void (*sl__engine_finish_fn)(void *ud, sl_sample *s);
+void sl__engine_on_finish(sl__engine *e, sl__engine_finish_fn finish);
+
+/* Optional settings of a stopped engine, before its first start:
+ *   on_thread: runs on each worker thread as it starts, every pass, before
+ *     worker_init: what a thread must set up for itself (the double
+ *     buffer's device, device.h thread_init).  An error (message set) ends
+ *     the pass as a worker_init error does.
+ *   set_batch: at most `max` items pulled per turn (1: each result is
+ *     deposited before the next item is processed; for a process that may
+ *     wait for the consumer, as the double buffer waits for a free slot). */
+typedef int (*sl__engine_thread_fn)(void *ud, int worker);
+void sl__engine_on_thread(sl__engine *e, sl__engine_thread_fn fn);
+void sl__engine_set_batch(sl__engine *e, size_t max);
+
+/* Flow control (prefetch; engine.c, "depth"):
+ *   set_depth: at most `depth` items in flight (clamped to 1..window; the
+ *     default is the window).  The consumer's, any time.
+ *   set_max_bytes: before the first start; > 0: no worker takes a pull
+ *     turn while the results made and not yet taken hold that many bytes
+ *     or more, and a turn's run of pulls ends once it holds the bytes left
+ *     (with one worker, what is held stays under max_bytes plus the item
+ *     in hand).
+ *   seen: what the consumer's last wait for results (sl__engine_next /
+ *     _peek taking a new round of results; one per result with
+ *     set_cache(1)) found when it began. */
+enum { SL__ENGINE_SEEN_SOME, SL__ENGINE_SEEN_EMPTY, SL__ENGINE_SEEN_FULL };
+void sl__engine_set_depth(sl__engine *e, size_t depth);
+void sl__engine_set_max_bytes(sl__engine *e, size_t max_bytes);
+int sl__engine_seen(const sl__engine *e);
+
 /* Starts a pass: every worker thread.  When one cannot be started, those
  * started are stopped again and the error (SL_ENOMEM, naming the stage) is
  * returned: a stage never runs with fewer threads than it was asked for.
@@ -166,6 +204,11 @@ int sl__engine_next_many(sl__engine *e, sl_sample ***v, size_t *n,
  * (valid until the next sl__engine_next / _stop), else the EOF or error
  * code the next sl__engine_next will return (no message set). */
 int sl__engine_peek(sl__engine *e, const sl_sample **first);
+
+/* For a process callback that waits for its consumer's side (the double
+ * buffer waiting for a free slot), on the worker's thread: the time since
+ * t0 (sl__stat_start) counts as the stage's wait_down, not as busy. */
+void sl__engine_note_wait(sl__engine *e, uint64_t t0);
 
 /* The stop flag (true while stopping), for code that must end a long call
  * early (the Lua deadline hook). */
