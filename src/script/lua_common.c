@@ -523,3 +523,82 @@ void sl__lua_stage_identity(char *buf, size_t cap, const char *what,
            schema ? sl_schema_describe(schema, desc, sizeof desc) : "?",
            extra ? extra : "");
 }
+
+/* --- the common part of a stage's state (sl__lua_base) -------------------- */
+
+int sl__lua_base_init(sl__lua_base *b, sl_reader *up, char *label,
+                      const char *what, const char *op, const char *aux,
+                      sl__shipped *fn, sl__shipped *init, sl__lua_env *env,
+                      const sl__lua_stage_opts *opts,
+                      sl__engine_stage_cfg *cfg) {
+  b->spec = (sl__lua_stage_worker_spec){
+      .env = sl__lua_env_retain(env),
+      .fn = sl__shipped_retain(fn),
+      .init = init ? sl__shipped_retain(init) : NULL,
+      .what = what,
+      .where = sl__shipped_where(fn),
+      .label = label,
+      .op = op,
+      .aux = aux,
+      .deadline = opts->deadline,
+      .seed = opts->seed};
+  b->epoch0 = opts->epoch;
+  atomic_init(&b->check_schema, NULL);
+  int nw = cfg ? opts->threads : 1;
+  if (cfg) {
+    cfg->what = cfg->opts.stage = label;
+    SL_FORWARD_IF_ERROR(sl__engine_stage_init(&b->run, up, cfg));
+  } else {
+    b->run.up = up;
+    b->run.ordered = true; /* synchronous */
+  }
+  b->w = nw > 0 ? sl__calloc((size_t)nw, sizeof *b->w) : NULL;
+  SL_RETURN_ERROR_IF(!b->w, SL_ENOMEM, "%s: cannot allocate %d workers", label,
+                     nw);
+  return SL_OK;
+}
+
+void sl__lua_base_fini(sl__lua_base *b) {
+  sl__free(b->w);
+  sl__free((char *)b->spec.label);
+  sl_schema_release(b->schema);
+  sl__shipped_release((sl__shipped *)b->spec.fn);
+  sl__shipped_release((sl__shipped *)b->spec.init);
+  sl__lua_env_release((sl__lua_env *)b->spec.env);
+}
+
+int sl__lua_base_worker_init(void *ud, int index, void **wctx) {
+  sl__lua_base *b = ud;
+  sl__lua_worker *w = &b->w[index];
+  if (!w->L) {
+    SL_FORWARD_IF_ERROR(sl__lua_stage_worker(
+        &b->spec, index, sl__engine_stop_flag(b->run.engine), &w->ref, &w->L));
+    w->cap = 8;
+  }
+  *wctx = w;
+  return SL_OK;
+}
+
+void sl__lua_base_worker_fini(void *ud, int index, void *wctx) {
+  sl__lua_worker *w = wctx;
+  if (w->L) lua_close(w->L);
+  w->L = NULL;
+}
+
+void sl__lua_push_ctx(const sl__lua_base *b, lua_State *L, uint64_t seq) {
+  lua_pushnumber(L, (lua_Number)seq);
+  lua_pushnumber(L, (lua_Number)(b->epoch0 + b->run.pass));
+}
+
+void sl__lua_base_identity(const sl__lua_base *b, char *buf, size_t cap,
+                           const char *extra) {
+  sl__lua_stage_identity(buf, cap, b->spec.what, b->spec.where, b->run.ordered,
+                         b->spec.seed, b->epoch0, b->schema, extra);
+}
+
+int sl__lua_base_learn_schema(sl__lua_base *b, const sl_schema *keep) {
+  const sl_sample *first = NULL;
+  if (sl__engine_peek(b->run.engine, &first) != SL_OK) first = NULL;
+  return sl__lua_stage_learn_schema(keep, b->run.up, first, b->spec.label,
+                                    &b->schema, &b->check_schema);
+}

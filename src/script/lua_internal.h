@@ -6,6 +6,7 @@
 #ifndef SLUICE_LUA_INTERNAL_H
 #define SLUICE_LUA_INTERNAL_H
 
+#include "readers/engine_stage.h"
 #include "script/lua_host.h"
 #include "sluice.h"
 
@@ -186,6 +187,54 @@ void sl__lua_stage_identity(char *buf, size_t cap, const char *what,
                             const char *where, bool ordered, uint64_t seed,
                             uint64_t epoch, const sl_schema *schema,
                             const char *extra);
+
+/* One worker state of a stage and what its calls hand to Lua. */
+typedef struct sl__lua_worker {
+  lua_State *L;            /* NULL until made */
+  sl__lua_worker_refs ref; /* fn; worker.<op> or, with ctx, its ctx variant */
+  sl_sample *slot;         /* map's / parser's output slot */
+  size_t cap;              /* flat_map: slots offered to the next call */
+} sl__lua_worker;
+
+/* The part every Lua stage's state starts with.  On the engine (map,
+ * filter, parser, flat_map) worker state i is made by worker i at its first
+ * start (sl__lua_base_worker_init: the engine's worker_init, watching the
+ * engine's stop flag) and lives across passes until worker_fini; a
+ * synchronous stage (take_while, scan) makes its one worker itself. */
+typedef struct sl__lua_base {
+  sl__engine_stage run; /* first: upstream, the pass; the engine if any */
+  sl__lua_stage_worker_spec spec; /* fn, init, env retained; label owned */
+  uint64_t epoch0;                /* ctx.epoch = epoch0 + run.pass */
+  sl_schema *schema; /* the stage's (retained), NULL until known */
+  _Atomic(const sl_schema *) check_schema;
+  sl__lua_worker *w; /* one per worker */
+} sl__lua_base;
+
+/* Fills b, the start of a calloc'd state, from checked arguments (up, and
+ * `label`, sl__lua_stage_label's, taken): the spec (op: `op`, aux: `aux`),
+ * the worker slots and, with `cfg` (its what and stage set to the label
+ * here), the engine stage.  SL_OK or the error; then the stage's destroy
+ * (sl__engine_stage_destroy with cfg) frees it. */
+int sl__lua_base_init(sl__lua_base *b, sl_reader *up, char *label,
+                      const char *what, const char *op, const char *aux,
+                      sl__shipped *fn, sl__shipped *init, sl__lua_env *env,
+                      const sl__lua_stage_opts *opts,
+                      sl__engine_stage_cfg *cfg);
+/* Releases what sl__lua_base_init holds, but upstream, the engine (and
+ * its worker states: sl__engine_stage_destroy) and b itself. */
+void sl__lua_base_fini(sl__lua_base *b);
+/* The engine's worker_init and worker_fini of a Lua stage (ud: its
+ * state). */
+int sl__lua_base_worker_init(void *ud, int index, void **wctx);
+void sl__lua_base_worker_fini(void *ud, int index, void *wctx);
+/* ctx's index (seq) and epoch, after an operation's arguments. */
+void sl__lua_push_ctx(const sl__lua_base *b, lua_State *L, uint64_t seq);
+/* The stage's identity (sl__lua_stage_identity of its own fields). */
+void sl__lua_base_identity(const sl__lua_base *b, char *buf, size_t cap,
+                           const char *extra);
+/* The schema from the engine's result 0 (sl__engine_peek; an error or EOF
+ * there: upstream's), keeping the variable dimensions of `keep`. */
+int sl__lua_base_learn_schema(sl__lua_base *b, const sl_schema *keep);
 
 /* --- the per-sample deadline (lua_deadline.c) ------------------------------
  */
