@@ -54,7 +54,7 @@
  * third (scan) gets ctx as the Lua map does (worker.context), with
  * ctx.index = the upstream sample's position in the pass.
  *
- * Threads: flat_map's workers own their lua_worker (w[i]) and write
+ * Threads: flat_map's workers own their worker state (b.w[i]) and write
  * unchecked[] for the items they process; the rest is the consumer's.
  * take_while and scan have no thread: their one worker state is touched by
  * whichever thread pulls the stage (one at a time, as any reader); their

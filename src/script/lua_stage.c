@@ -6,8 +6,8 @@
  * here:
  *
  *   worker_init  Each worker thread makes its lua_State at its first start
- *             (sl__lua_stage_worker, lua_common.c, shared with lua_flow.c:
- *             sl__lua_worker_setup: `sluice.worker` unless the host put it
+ *             (sl__lua_base_worker_init, lua_common.c, shared with
+ *             lua_flow.c's flat_map: sl__lua_worker_setup: `sluice.worker` unless the host put it
  *             in the registry, the function rebuilt by sl__lua_unship, both
  *             kept as registry references) and, with a deadline, the hook
  *             that ends a call past it or once the engine stops
@@ -21,7 +21,7 @@
  *             under sl__lua_pcall; an error (SL_ELUA, message and traceback)
  *             ends the pass at that sample, or, with ignore_errors (map and
  *             filter), is SL__ENGINE_SKIP with the message as its note:
- *             stage_skipped counts it on the consumer's thread in delivery
+ *             engine_stage.c counts it on the consumer's thread in delivery
  *             order and ends the pass past the cap (sl__ignore_error), so
  *             the same samples are left out for any thread count; such a
  *             map is logged as a filter (no length, SL__EPOS_LOG).
@@ -63,10 +63,8 @@
  * result is deposited, under the engine's lock, so a consumer that takes
  * the result sees it).
  */
-#include "readers/state.h"
 #include "script/lua_host.h"
 #include "script/lua_internal.h"
-#include "sync/engine.h"
 
 #include <lauxlib.h>
 #include <pthread.h>
