@@ -16,6 +16,7 @@
 
 #include <lauxlib.h>
 
+#include <stdarg.h>
 #include <string.h>
 
 /* --- setting up a worker state -------------------------------------------- */
@@ -489,41 +490,6 @@ int sl__lua_stage_worker(const sl__lua_stage_worker_spec *sp, int index,
   return SL_OK;
 }
 
-void sl__lua_stage_fix_schema(sl_schema *given, const sl_reader *up,
-                              sl_schema **schema,
-                              _Atomic(const sl_schema *) *check) {
-  *schema = sl_schema_retain(given ? given : (sl_schema *)sl_reader_schema(up));
-  sl_schema_freeze(*schema);
-  atomic_store_explicit(check, *schema, memory_order_release);
-}
-
-int sl__lua_stage_learn_schema(const sl_schema *keep, const sl_reader *up,
-                               const sl_sample *first, const char *label,
-                               sl_schema **schema,
-                               _Atomic(const sl_schema *) *check) {
-  if (first) {
-    int rc = sl__lua_infer_schema(keep, first, schema);
-    if (rc < 0)
-      return sl_wrap_error(rc, "%s: the schema of the first output", label);
-  } else {
-    *schema = sl_schema_retain((sl_schema *)sl_reader_schema(up));
-  }
-  atomic_store_explicit(check, *schema, memory_order_release);
-  return SL_OK;
-}
-
-void sl__lua_stage_identity(char *buf, size_t cap, const char *what,
-                            const char *where, bool ordered, uint64_t seed,
-                            uint64_t epoch, const sl_schema *schema,
-                            const char *extra) {
-  char desc[256];
-  snprintf(buf, cap, "%s %s ordered=%d seed=%llu epoch=%llu schema=%s%s", what,
-           sl__lua_where_base(where), ordered ? 1 : 0, (unsigned long long)seed,
-           (unsigned long long)epoch,
-           schema ? sl_schema_describe(schema, desc, sizeof desc) : "?",
-           extra ? extra : "");
-}
-
 /* --- the common part of a stage's state (sl__lua_base) -------------------- */
 
 int sl__lua_base_init(sl__lua_base *b, sl_reader *up, char *label,
@@ -592,13 +558,70 @@ void sl__lua_push_ctx(const sl__lua_base *b, lua_State *L, uint64_t seq) {
 
 void sl__lua_base_identity(const sl__lua_base *b, char *buf, size_t cap,
                            const char *extra) {
-  sl__lua_stage_identity(buf, cap, b->spec.what, b->spec.where, b->run.ordered,
-                         b->spec.seed, b->epoch0, b->schema, extra);
+  char desc[256];
+  snprintf(buf, cap, "%s %s ordered=%d seed=%llu epoch=%llu schema=%s%s",
+           b->spec.what, sl__lua_where_base(b->spec.where),
+           b->run.ordered ? 1 : 0, (unsigned long long)b->spec.seed,
+           (unsigned long long)b->epoch0,
+           b->schema ? sl_schema_describe(b->schema, desc, sizeof desc) : "?",
+           extra ? extra : "");
 }
 
-int sl__lua_base_learn_schema(sl__lua_base *b, const sl_schema *keep) {
-  const sl_sample *first = NULL;
-  if (sl__engine_peek(b->run.engine, &first) != SL_OK) first = NULL;
-  return sl__lua_stage_learn_schema(keep, b->run.up, first, b->spec.label,
-                                    &b->schema, &b->check_schema);
+void sl__lua_base_fix_schema(sl__lua_base *b, sl_schema *given) {
+  b->schema =
+      sl_schema_retain(given ? given : (sl_schema *)sl_reader_schema(b->run.up));
+  sl_schema_freeze(b->schema);
+  atomic_store_explicit(&b->check_schema, b->schema, memory_order_release);
+}
+
+int sl__lua_base_learn_schema(sl__lua_base *b, const sl_schema *keep,
+                              const sl_sample *first) {
+  if (!first && b->run.engine &&
+      sl__engine_peek(b->run.engine, &first) != SL_OK)
+    first = NULL;
+  if (first) {
+    int rc = sl__lua_infer_schema(keep, first, &b->schema);
+    if (rc < 0)
+      return sl_wrap_error(rc, "%s: the schema of the first output",
+                           b->spec.label);
+  } else {
+    b->schema = sl_schema_retain((sl_schema *)sl_reader_schema(b->run.up));
+  }
+  atomic_store_explicit(&b->check_schema, b->schema, memory_order_release);
+  return SL_OK;
+}
+
+int sl__lua_base_check(const sl__lua_base *b, const sl_schema *want,
+                       sl_sample **s, uint64_t seq, const char *item) {
+  const sl__lua_check_words words = {.what = b->spec.what,
+                                     .where = b->spec.where,
+                                     .item = item,
+                                     .fields = "output fields",
+                                     .whose = "the stage's",
+                                     .require_filled = true};
+  int rc = sl__lua_retype_empty(want, s);
+  return rc < 0 ? rc : sl__lua_check_sample(want, s, seq, &words);
+}
+
+int sl__lua_base_error(const sl__lua_base *b, int rc) {
+  if (sl_last_error_code() != rc || !sl_last_error()[0])
+    sl_set_error(rc, "%s: %s", b->spec.label, sl_strerror(rc));
+  return rc;
+}
+
+int sl__lua_base_error_at(const sl__lua_base *b, int rc, const char *fmt, ...) {
+  char at[1024]; /* an error message's most */
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(at, sizeof at, fmt, ap);
+  va_end(ap);
+  sl__lua_base_error(b, rc);
+  char *msg = sl__error_dup();
+  const char *text = msg ? msg : sl_strerror(rc);
+  size_t np = strlen(b->spec.label);
+  if (msg && strncmp(msg, b->spec.label, np) == 0 && msg[np] == ':')
+    text = msg + np + (msg[np + 1] == ' ' ? 2 : 1);
+  rc = sl_set_error(rc, "%s: %s: %s", b->spec.label, at, text);
+  sl__free(msg);
+  return rc;
 }

@@ -108,31 +108,15 @@ static const char *const WHAT[] = {"flat_map", "take_while", "scan"};
 /* This thread's message "<label>: <text>" becomes "<label>: sample N:
  * <text>": the position of the upstream sample fn was running on. */
 static int at_sample(const flow_stage *st, uint64_t seq, int rc) {
-  if (sl_last_error_code() != rc || !sl_last_error()[0])
-    sl_set_error(rc, "%s: %s", st->b.spec.label, sl_strerror(rc));
-  char *msg = sl__error_dup();
-  const char *text = msg ? msg : sl_strerror(rc);
-  size_t np = strlen(st->b.spec.label);
-  if (msg && strncmp(msg, st->b.spec.label, np) == 0 && msg[np] == ':')
-    text = msg + np + (msg[np + 1] == ' ' ? 2 : 1);
-  rc = sl_set_error(rc, "%s: sample %llu: %s", st->b.spec.label,
-                    (unsigned long long)seq, text);
-  sl__free(msg);
-  return rc;
+  return sl__lua_base_error_at(&st->b, rc, "sample %llu",
+                               (unsigned long long)seq);
 }
 
 /* Checks output *s of upstream sample seq against `want` (replacing *s by
  * a sample in want's field order when needed).  SL_OK or the error. */
 static int check_out(const flow_stage *st, const sl_schema *want, sl_sample **s,
                      uint64_t seq) {
-  const sl__lua_check_words words = {.what = st->b.spec.what,
-                                     .where = st->b.spec.where,
-                                     .item = "output of sample",
-                                     .fields = "output fields",
-                                     .whose = "the stage's",
-                                     .require_filled = true};
-  int rc = sl__lua_retype_empty(want, s);
-  return rc < 0 ? rc : sl__lua_check_sample(want, s, seq, &words);
+  return sl__lua_base_check(&st->b, want, s, seq, "output of sample");
 }
 
 /* --- flat_map on the engine ----------------------------------------------- */
@@ -614,19 +598,18 @@ static const sl__stage_ops flow_ops[] = {
  * `schema`); upstream's when there is none (an empty pass, or an error,
  * which is then delivered at its place). */
 static int learn_schema(flow_stage *st) {
-  const sl_schema *keep = sl_reader_schema(st->b.run.up);
-  if (st->b.run.engine) return sl__lua_base_learn_schema(&st->b, keep);
-  sl_sample *o = NULL;
-  int got = scan_step(st, &o);
-  if (got == SL_OK) {
-    st->first = o;
-  } else if (got != SL_EOF) {
-    st->first_rc = got;
-    st->first_msg = sl__error_dup();
+  if (!st->b.run.engine) {
+    sl_sample *o = NULL;
+    int got = scan_step(st, &o);
+    if (got == SL_OK) {
+      st->first = o;
+    } else if (got != SL_EOF) {
+      st->first_rc = got;
+      st->first_msg = sl__error_dup();
+    }
   }
-  return sl__lua_stage_learn_schema(keep, st->b.run.up, st->first,
-                                    st->b.spec.label, &st->b.schema,
-                                    &st->b.check_schema);
+  return sl__lua_base_learn_schema(&st->b, sl_reader_schema(st->b.run.up),
+                                   st->first);
 }
 
 int sl__lua_flow(sl_reader *up, sl__lua_flow_kind kind, sl__shipped *fn,
@@ -673,7 +656,7 @@ int sl__lua_flow(sl_reader *up, sl__lua_flow_kind kind, sl__shipped *fn,
                         opts->threads);
   }
   if (rc == SL_OK && (schema || kind == SL__LUA_TAKE_WHILE))
-    sl__lua_stage_fix_schema(schema, up, &st->b.schema, &st->b.check_schema);
+    sl__lua_base_fix_schema(&st->b, schema);
   if (rc == SL_OK)
     rc = fm ? sl__engine_stage_start(&st->b.run)
             : sl__lua_stage_worker(&st->b.spec, 0, &st->stop, &st->b.w[0].ref,

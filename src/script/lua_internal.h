@@ -166,28 +166,6 @@ int sl__lua_stage_worker(const sl__lua_stage_worker_spec *spec, int index,
                          const atomic_bool *stop, sl__lua_worker_refs *ref,
                          lua_State **out);
 
-/* A stage schema known at construction: `given` (retained) or upstream's,
- * frozen, into *schema and published in *check (release order). */
-void sl__lua_stage_fix_schema(sl_schema *given, const sl_reader *up,
-                              sl_schema **schema,
-                              _Atomic(const sl_schema *) *check);
-/* A stage schema learned from its first output `first` (NULL: the pass was
- * empty or failed, then upstream's), keeping the variable dimensions of
- * `keep` (sl__lua_infer_schema; may be NULL), into *schema and published
- * in *check.  SL_OK, or the error "<label>: the schema of the first
- * output: ...". */
-int sl__lua_stage_learn_schema(const sl_schema *keep, const sl_reader *up,
-                               const sl_sample *first, const char *label,
-                               sl_schema **schema,
-                               _Atomic(const sl_schema *) *check);
-/* A stage's identity (readers/state.h): "<what> <where's base>
- * ordered=0|1 seed=S epoch=E schema=<described or ?><extra>" (extra may
- * be NULL).  Not threads nor queue: a state restores into any count. */
-void sl__lua_stage_identity(char *buf, size_t cap, const char *what,
-                            const char *where, bool ordered, uint64_t seed,
-                            uint64_t epoch, const sl_schema *schema,
-                            const char *extra);
-
 /* One worker state of a stage and what its calls hand to Lua. */
 typedef struct sl__lua_worker {
   lua_State *L;            /* NULL until made */
@@ -229,12 +207,31 @@ int sl__lua_base_worker_init(void *ud, int index, void **wctx);
 void sl__lua_base_worker_fini(void *ud, int index, void *wctx);
 /* ctx's index (seq) and epoch, after an operation's arguments. */
 void sl__lua_push_ctx(const sl__lua_base *b, lua_State *L, uint64_t seq);
-/* The stage's identity (sl__lua_stage_identity of its own fields). */
+/* The stage's identity (readers/state.h): "<what> <where's base>
+ * ordered=0|1 seed=S epoch=E schema=<described or ?><extra>" (extra may
+ * be NULL).  Not threads nor queue: a state restores into any count. */
 void sl__lua_base_identity(const sl__lua_base *b, char *buf, size_t cap,
                            const char *extra);
-/* The schema from the engine's result 0 (sl__engine_peek; an error or EOF
- * there: upstream's), keeping the variable dimensions of `keep`. */
-int sl__lua_base_learn_schema(sl__lua_base *b, const sl_schema *keep);
+/* The stage schema, published in b->check_schema (release order):
+ *   fix_schema: known at construction, `given` (retained) or upstream's;
+ *   learn_schema: from the first output `first` (NULL: the engine's result
+ *     0, sl__engine_peek; none, or an error or EOF there: upstream's),
+ *     keeping the variable dimensions of `keep` (sl__lua_infer_schema; may
+ *     be NULL).  SL_OK, or "<label>: the schema of the first output: ...". */
+void sl__lua_base_fix_schema(sl__lua_base *b, sl_schema *given);
+int sl__lua_base_learn_schema(sl__lua_base *b, const sl_schema *keep,
+                              const sl_sample *first);
+/* Checks output *s of upstream item `seq` against `want`
+ * (sl__lua_retype_empty, then sl__lua_check_sample with "<item> N" and the
+ * stage's words).  SL_OK or the error; *s is the caller's either way. */
+int sl__lua_base_check(const sl__lua_base *b, const sl_schema *want,
+                       sl_sample **s, uint64_t seq, const char *item);
+/* The error rc of a call in a worker state with this thread's message,
+ * "<label>: <sl_strerror>" when the call left none; _at also names where
+ * (printf's `fmt`) after the label: "<label>: <where>: <the rest>". */
+int sl__lua_base_error(const sl__lua_base *b, int rc);
+int sl__lua_base_error_at(const sl__lua_base *b, int rc, const char *fmt, ...)
+    SL_PRINTF(3, 4);
 
 /* --- the per-sample deadline (lua_deadline.c) ------------------------------
  */

@@ -96,35 +96,14 @@ typedef struct lua_stage {
 
 /* --- checking outputs ----------------------------------------------------- */
 
-/* Checks output *s (sequence `seq`) against the stage schema `want`: the
- * same field names (another order is accepted: *s is then replaced by a
- * sample in want's order), and every tensor fits its field. */
-static int check_output(const lua_stage *st, const sl_schema *want,
-                        sl_sample **s, uint64_t seq) {
-  const sl__lua_check_words words = {.what = st->b.spec.what,
-                                     .where = st->b.spec.where,
-                                     .item = "sample",
-                                     .fields = "output fields",
-                                     .whose = "the stage's",
-                                     .require_filled = true};
-  return sl__lua_check_sample(want, s, seq, &words);
-}
-
 /* A parser's error: this thread's message ("parser (<where>): <text>")
  * with the file (`file`'s sluice.path) and line inserted after the
  * prefix. */
 static int parse_error(const lua_stage *st, const sl_schema *file,
                        uint64_t line, int rc) {
   const char *path = sl_schema_meta(file, "sluice.path");
-  char *msg = sl__error_dup();
-  const char *text = msg ? msg : sl_strerror(rc);
-  size_t np = strlen(st->b.spec.label) + 2; /* "what (where): " */
-  if (msg && strlen(msg) >= np && strncmp(msg, st->b.spec.label, np - 2) == 0)
-    text = msg + np;
-  rc = sl_set_error(rc, "%s: %s:%llu: %s", st->b.spec.label, path ? path : "?",
-                    (unsigned long long)line, text);
-  sl__free(msg);
-  return rc;
+  return sl__lua_base_error_at(&st->b, rc, "%s:%llu", path ? path : "?",
+                               (unsigned long long)line);
 }
 
 /* Notes output o as unchecked (the schema was not known when it was made). */
@@ -167,9 +146,8 @@ static int finish_output(lua_stage *st, sl_sample *o, uint64_t seq,
       atomic_load_explicit(&st->b.check_schema, memory_order_acquire);
   /* The schema may have become known while fn ran: an empty array made
    * without it takes the stage's dtype (sl__lua_retype_empty). */
-  int rc = want ? sl__lua_retype_empty(want, &o)
+  int rc = want ? sl__lua_base_check(&st->b, want, &o, seq, "sample")
                 : note_unchecked(st, o, seq, file, line);
-  if (want && rc >= 0) rc = check_output(st, want, &o, seq);
   if (rc < 0) {
     if (want && file) parse_error(st, file, line, rc);
     sl_sample_release(o);
@@ -230,8 +208,6 @@ static int run_parse(lua_stage *st, sl__lua_worker *w, uint64_t seq, sl_sample *
   sl_sample *o = w->slot;
   w->slot = NULL;
   if (rc < 0) {
-    if (sl_last_error_code() != rc || !sl_last_error()[0])
-      sl_set_error(rc, "%s: %s", st->b.spec.label, sl_strerror(rc));
     rc = parse_error(st, sl_sample_schema(s), line, rc);
     sl_sample_release(o);
     sl_sample_release(s);
@@ -282,10 +258,9 @@ static int stage_process(void *ud, void *wctx, uint64_t seq, sl_sample *s,
       sl_sample_release(s);
     }
     lua_settop(L, top);
-    if (sl_last_error_code() != rc || !sl_last_error()[0])
-      sl_set_error(rc, "%s: %s", st->b.spec.label, sl_strerror(rc));
+    sl__lua_base_error(&st->b, rc);
     /* ignore_errors: fn's own error (not a stop) leaves the sample out;
-     * the message is the note (stage_skipped). */
+     * the message is the note (engine_stage.c counts it). */
     if (st->b.run.ignore_cap && rc == SL_ELUA &&
         !atomic_load_explicit(sl__engine_stop_flag(st->b.run.engine),
                               memory_order_relaxed))
@@ -345,8 +320,7 @@ static int stage_took(void *state, sl_sample **out) {
   }
   pthread_mutex_unlock(&st->pend_mu);
   if (!u.s) return SL_OK;
-  int rc = sl__lua_retype_empty(st->b.schema, out);
-  if (rc >= 0) rc = check_output(st, st->b.schema, out, u.seq);
+  int rc = sl__lua_base_check(&st->b, st->b.schema, out, u.seq, "sample");
   if (rc < 0) {
     if (u.file) rc = parse_error(st, u.file, u.line, rc);
     sl_sample_release(*out);
@@ -454,11 +428,11 @@ int sl__lua_stage(sl_reader *up, sl__lua_kind kind, sl__shipped *fn,
    * parser: a map keeps the variable dimensions upstream declared; a
    * parser's rows are inferred with variable lengths already). */
   if (rc == SL_OK && (schema || kind == SL__LUA_FILTER))
-    sl__lua_stage_fix_schema(schema, up, &st->b.schema, &st->b.check_schema);
+    sl__lua_base_fix_schema(&st->b, schema);
   if (rc == SL_OK) rc = sl__engine_stage_start(&st->b.run);
   if (rc == SL_OK && !st->b.schema)
     rc = sl__lua_base_learn_schema(
-        &st->b, kind == SL__LUA_MAP ? sl_reader_schema(up) : NULL);
+        &st->b, kind == SL__LUA_MAP ? sl_reader_schema(up) : NULL, NULL);
   if (rc < 0) {
     sl__engine_stage_destroy(st);
     return rc;
