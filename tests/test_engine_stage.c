@@ -49,8 +49,7 @@ static int t_process(void *ud, void *wctx, uint64_t seq, sl_sample *in,
   return SL__ENGINE_OUT;
 }
 
-static const sl__engine_ops t_engine = {t_pull, t_init, NULL, t_process,
-                                        NULL};
+static const sl__engine_ops t_engine = {t_pull, t_init, NULL, t_process, NULL};
 
 static void t_new_pass(void *st, uint64_t start) {
   tstage *t = st;
@@ -81,9 +80,14 @@ static sl_reader *make(sl_reader *up, int mode, bool lazy, int threads,
   ASSERT_TRUE(t != NULL);
   t->mode = mode;
   t->freed = freed;
-  const sl__engine_stage_cfg cfg = {&t_hooks, mode == PASS_ALL, lazy, cap,
-                                    "tstage",  &t_engine,
-                                    {"tstage", "sl-test", threads, true, 0}};
+  const sl__engine_stage_cfg cfg = {
+      .hooks = &t_hooks,
+      .one_to_one = mode == PASS_ALL,
+      .lazy = lazy,
+      .ignore_cap = cap,
+      .what = "tstage",
+      .ops = &t_engine,
+      .opts = {"tstage", "sl-test", threads, true, 0}};
   int rc = sl__engine_stage_init(&t->run, up, &cfg);
   if (rc == SL_OK && !lazy) rc = sl__engine_stage_start(&t->run);
   if (rc < 0) {
@@ -123,8 +127,8 @@ TEST(a_lazy_stage_starts_its_threads_at_the_first_next) {
 
 TEST(skipped_items_are_counted_capped_and_named_with_the_stage_words) {
   int freed = 0;
-  sl_reader *r = make(test_range_reader(10), SKIP_ODD, false, 3, 3, &freed,
-                      NULL);
+  sl_reader *r =
+      make(test_range_reader(10), SKIP_ODD, false, 3, 3, &freed, NULL);
   uint64_t len = 0;
   ASSERT_RC(sl_reader_length(r, &len), SL_EUNSUPPORTED);
   ASSERT_CONTAINS(sl_last_error(), "tstage: the number of samples");
@@ -146,8 +150,7 @@ TEST(skipped_items_are_counted_capped_and_named_with_the_stage_words) {
 }
 
 static sl_reader *build_thirds(void *ud) {
-  return make(test_range_reader(40), DROP_THIRDS, ud != NULL, 3, 0, NULL,
-              NULL);
+  return make(test_range_reader(40), DROP_THIRDS, ud != NULL, 3, 0, NULL, NULL);
 }
 
 TEST(a_stage_that_drops_items_resumes_exactly_lazy_or_not) {

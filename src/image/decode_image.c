@@ -59,9 +59,9 @@
 
 typedef struct dec_state {
   sl__engine_stage run; /* first: the engine and the position */
-  sl_schema *schema; /* the output schema */
-  const char *stage; /* "decode_image" or "image" */
-  int field;         /* index of the image field */
+  sl_schema *schema;    /* the output schema */
+  const char *stage;    /* "decode_image" or "image" */
+  int field;            /* index of the image field */
   char field_name[64];
   sl_image_shape shape;
   sl_corrupt_policy policy;
@@ -147,7 +147,7 @@ static int dec_process(void *ud, void *wctx, uint64_t seq, sl_sample *in,
 }
 
 static const sl__engine_ops dec_engine = {dec_pull, dec_worker_init,
-                                       dec_worker_fini, dec_process, NULL};
+                                          dec_worker_fini, dec_process, NULL};
 
 /* --- the stage ------------------------------------------------------------ */
 
@@ -272,10 +272,13 @@ int sl__decode_image_make(sl_reader *up, const sl_image_opts *opts,
   size_t window = o.window ? o.window : 4 * (size_t)threads;
   if (window < (size_t)threads) window = (size_t)threads;
   const sl__engine_stage_cfg cfg = {
-      &dec_hooks,  o.policy != SL_CORRUPT_SKIP_CHUNK,
-      true,        o.max_bad ? o.max_bad : 16,
-      stage,       &dec_engine,
-      {stage, "sl-decode", threads, !o.unordered, window}};
+      .hooks = &dec_hooks,
+      .one_to_one = o.policy != SL_CORRUPT_SKIP_CHUNK,
+      .lazy = true,
+      .ignore_cap = o.max_bad ? o.max_bad : 16,
+      .what = stage,
+      .ops = &dec_engine,
+      .opts = {stage, "sl-decode", threads, !o.unordered, window}};
   rc = sl__engine_stage_init(&d->run, up, &cfg);
   if (rc == SL_OK) {
     sl__engine_set_cache(d->run.engine, 1); /* window: the exact bound */

@@ -23,12 +23,11 @@ int sl__engine_stage_init(sl__engine_stage *b, sl_reader *up,
   b->ignore_cap = cfg->ignore_cap;
   /* A stage that may leave items out is logged as a filter. */
   sl__engine_pos_init(&b->pos,
-                      !b->ordered      ? SL__EPOS_UNORDERED
+                      !b->ordered     ? SL__EPOS_UNORDERED
                       : b->one_to_one ? SL__EPOS_1TO1
                                       : SL__EPOS_LOG,
                       cfg->what);
-  SL_FORWARD_IF_ERROR(
-      sl__engine_create(cfg->ops, b, &cfg->opts, &b->engine));
+  SL_FORWARD_IF_ERROR(sl__engine_create(cfg->ops, b, &cfg->opts, &b->engine));
   if (b->ignore_cap) sl__engine_on_skip(b->engine, skipped);
   return SL_OK;
 }
@@ -105,8 +104,7 @@ int sl__engine_stage_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
   if (b->hooks->new_pass) b->hooks->new_pass(b, start);
   SL_FORWARD_IF_ERROR(rc);
   b->started = true;
-  return sl__engine_pos_resume(&b->pos, b->engine, k, sl__engine_stage_next,
-                               b);
+  return sl__engine_pos_resume(&b->pos, b->engine, k, sl__engine_stage_next, b);
 }
 
 void sl__engine_stage_stop(void *st) {

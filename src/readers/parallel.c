@@ -14,10 +14,11 @@
  * SL_ENOMEM and SL_EKILLED) is SL__ENGINE_SKIP with the message as its
  * note; engine_stage.c counts them on the consumer's thread in delivery
  * order (per pass) and ends the pass once more than the cap were skipped
- * (sl__ignore_error: the count, the cap and the last message).  The callback's failure is told apart from a
- * failed output check by a per-call flag (call_ctx): only the callback's
- * own errors are the sample's.  Such a map leaves holes, so its position is
- * logged as a filter's and its length is not known.
+ * (sl__ignore_error: the count, the cap and the last message).  The callback's
+ * failure is told apart from a failed output check by a per-call flag
+ * (call_ctx): only the callback's own errors are the sample's.  Such a map
+ * leaves holes, so its position is logged as a filter's and its length is not
+ * known.
  *
  * Save / restore (engine_stage.h, sl__engine_pos): an ordered map is 1:1
  * (the state is the position), an ordered filter keeps a log of the seqs it
@@ -54,8 +55,7 @@ static int call_map(void *ud, sl_sample *in, sl_sample **out) {
 /* Whether an error of the callback may be ignored: not running out of
  * memory, not a stop. */
 static bool ignorable(const par_state *p, int rc) {
-  return p->run.ignore_cap > 0 && rc < 0 && rc != SL_ENOMEM &&
-         rc != SL_EKILLED;
+  return p->run.ignore_cap > 0 && rc < 0 && rc != SL_ENOMEM && rc != SL_EKILLED;
 }
 
 static int par_pull(void *ud, sl_sample **out) {
@@ -159,11 +159,14 @@ static int make(const char *what, sl_reader *up, sl_map_fn map,
   /* A map that may leave samples out has no length and is logged as a
    * filter. */
   const sl__engine_stage_cfg cfg = {
-      &par_hooks, map && !o.ignore_errors, false, o.ignore_errors, what,
-      &par_engine,
-      {what, map ? "sl-map" : "sl-filter",
-       o.threads ? (int)SL_MIN(o.threads, 1u << 20) : 1, !o.unordered,
-       o.queue}};
+      .hooks = &par_hooks,
+      .one_to_one = map && !o.ignore_errors,
+      .ignore_cap = o.ignore_errors,
+      .what = what,
+      .ops = &par_engine,
+      .opts = {what, map ? "sl-map" : "sl-filter",
+               o.threads ? (int)SL_MIN(o.threads, 1u << 20) : 1, !o.unordered,
+               o.queue}};
   rc = sl__engine_stage_init(&p->run, up, &cfg);
   if (rc == SL_OK) rc = sl__engine_stage_start(&p->run);
   if (rc < 0) {

@@ -351,9 +351,9 @@ void sl__lua_push_ptr(lua_State *L, const void *p) {
 
 /* --- what the Lua stages share (lua_stage.c, lua_flow.c) ------------------ */
 
-int sl__lua_stage_check_args(sl_reader *up, sl_reader **out, const char *what,
-                             const char *bad, const sl__shipped *fn,
-                             const sl__lua_stage_opts *opts) {
+int sl__lua_base_new(size_t size, sl_reader *up, sl_reader **out,
+                     const char *what, const char *bad, const sl__shipped *fn,
+                     const sl__lua_stage_opts *opts, void **st) {
   if (!out) {
     sl_reader_destroy(up);
     return sl_set_error(SL_EINVAL, "%s: NULL out pointer", what);
@@ -379,14 +379,20 @@ int sl__lua_stage_check_args(sl_reader *up, sl_reader **out, const char *what,
                          "[0, 2^53) (got %llu)",
                          what, sl__shipped_where(fn),
                          (unsigned long long)opts->epoch));
-  return SL_OK;
-}
-
-char *sl__lua_stage_label(const char *what, const char *where) {
+  const char *where = sl__shipped_where(fn);
   size_t n = strlen(what) + strlen(where) + 4;
   char *label = sl__malloc(n);
-  if (label) snprintf(label, n, "%s (%s)", what, where);
-  return label;
+  sl__lua_base *b = label ? sl__calloc(1, size) : NULL;
+  if (!b) {
+    sl__free(label);
+    return sl__fail_with_upstream(
+        up, sl_set_error(SL_ENOMEM, "%s: cannot allocate", what));
+  }
+  snprintf(label, n, "%s (%s)", what, where);
+  b->spec.what = what;
+  b->spec.label = label;
+  *st = b;
+  return SL_OK;
 }
 
 size_t sl__lua_stage_window(const sl__lua_stage_opts *opts) {
@@ -492,22 +498,22 @@ int sl__lua_stage_worker(const sl__lua_stage_worker_spec *sp, int index,
 
 /* --- the common part of a stage's state (sl__lua_base) -------------------- */
 
-int sl__lua_base_init(sl__lua_base *b, sl_reader *up, char *label,
-                      const char *what, const char *op, const char *aux,
-                      sl__shipped *fn, sl__shipped *init, sl__lua_env *env,
-                      const sl__lua_stage_opts *opts,
+int sl__lua_base_init(sl__lua_base *b, sl_reader *up, const char *op,
+                      const char *aux, sl__shipped *fn, sl__shipped *init,
+                      sl__lua_env *env, const sl__lua_stage_opts *opts,
                       sl__engine_stage_cfg *cfg) {
-  b->spec = (sl__lua_stage_worker_spec){
-      .env = sl__lua_env_retain(env),
-      .fn = sl__shipped_retain(fn),
-      .init = init ? sl__shipped_retain(init) : NULL,
-      .what = what,
-      .where = sl__shipped_where(fn),
-      .label = label,
-      .op = op,
-      .aux = aux,
-      .deadline = opts->deadline,
-      .seed = opts->seed};
+  const char *what = b->spec.what, *label = b->spec.label;
+  b->spec = (sl__lua_stage_worker_spec){.env = sl__lua_env_retain(env),
+                                        .fn = sl__shipped_retain(fn),
+                                        .init = init ? sl__shipped_retain(init)
+                                                     : NULL,
+                                        .what = what,
+                                        .where = sl__shipped_where(fn),
+                                        .label = label,
+                                        .op = op,
+                                        .aux = aux,
+                                        .deadline = opts->deadline,
+                                        .seed = opts->seed};
   b->epoch0 = opts->epoch;
   atomic_init(&b->check_schema, NULL);
   int nw = cfg ? opts->threads : 1;
@@ -568,8 +574,8 @@ void sl__lua_base_identity(const sl__lua_base *b, char *buf, size_t cap,
 }
 
 void sl__lua_base_fix_schema(sl__lua_base *b, sl_schema *given) {
-  b->schema =
-      sl_schema_retain(given ? given : (sl_schema *)sl_reader_schema(b->run.up));
+  b->schema = sl_schema_retain(
+      given ? given : (sl_schema *)sl_reader_schema(b->run.up));
   sl_schema_freeze(b->schema);
   atomic_store_explicit(&b->check_schema, b->schema, memory_order_release);
 }

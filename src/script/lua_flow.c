@@ -135,8 +135,8 @@ static void free_outputs(sl_sample **v, size_t n) {
 
 /* Grows the slots *v (*have of them) to m, zeroed, and asks Lua for the
  * outputs it kept. */
-static int fm_fill(flow_stage *st, sl__lua_worker *w, uint64_t seq, sl_sample ***v,
-                   size_t *have, size_t m) {
+static int fm_fill(flow_stage *st, sl__lua_worker *w, uint64_t seq,
+                   sl_sample ***v, size_t *have, size_t m) {
   sl_sample **nv = sl__realloc(*v, m * sizeof *nv);
   if (!nv)
     return sl_set_error(SL_ENOMEM,
@@ -179,7 +179,8 @@ static int fm_many(void *ud, void *wctx, uint64_t seq, sl_sample *in,
   else
     lua_pushnil(L);
   if (w->ref.ctx) sl__lua_push_ctx(&st->b, L, seq);
-  int rc = sl__lua_pcall(L, w->ref.ctx ? 7 : 5, 1, st->b.spec.what, st->b.spec.where);
+  int rc = sl__lua_pcall(L, w->ref.ctx ? 7 : 5, 1, st->b.spec.what,
+                         st->b.spec.where);
   lua_Number got = rc == SL_OK ? lua_tonumber(L, -1) : 0;
   lua_settop(L, top);
   if (rc < 0) {
@@ -215,8 +216,8 @@ static int fm_many(void *ud, void *wctx, uint64_t seq, sl_sample *in,
   return SL__ENGINE_OUT;
 }
 
-static const sl__engine_ops fm_engine = {
-    fm_pull, sl__lua_base_worker_init, sl__lua_base_worker_fini, NULL, NULL};
+static const sl__engine_ops fm_engine = {fm_pull, sl__lua_base_worker_init,
+                                         sl__lua_base_worker_fini, NULL, NULL};
 
 /* Releases the consumer's current item. */
 static void fm_drop_cur(flow_stage *st) {
@@ -285,7 +286,8 @@ static int tw_next(void *state, sl_sample **out) {
   lua_rawgeti(L, LUA_REGISTRYINDEX, w->ref.fn);
   sl__lua_push_ptr(L, s); /* the other reference belongs to Lua */
   if (w->ref.ctx) sl__lua_push_ctx(&st->b, L, seq);
-  int rc = sl__lua_pcall(L, w->ref.ctx ? 4 : 2, 1, st->b.spec.what, st->b.spec.where);
+  int rc = sl__lua_pcall(L, w->ref.ctx ? 4 : 2, 1, st->b.spec.what,
+                         st->b.spec.where);
   bool keep = rc == SL_OK && lua_toboolean(L, -1);
   lua_settop(L, top);
   if (rc < 0) {
@@ -348,7 +350,8 @@ static int scan_step(flow_stage *st, sl_sample **out) {
   else
     lua_pushnil(L);
   if (w->ref.ctx) sl__lua_push_ctx(&st->b, L, seq);
-  int rc = sl__lua_pcall(L, w->ref.ctx ? 7 : 5, 1, st->b.spec.what, st->b.spec.where);
+  int rc = sl__lua_pcall(L, w->ref.ctx ? 7 : 5, 1, st->b.spec.what,
+                         st->b.spec.where);
   if (rc == SL_OK) lua_rawset(L, LUA_REGISTRYINDEX); /* the new state */
   lua_settop(L, top);
   if (rc < 0) {
@@ -411,9 +414,9 @@ static int fm_save(sl_reader *r, void *state, uint64_t pass, uint64_t k,
                         "is not reproducible, so its position cannot be "
                         "saved; use ordered=true",
                         st->b.spec.label);
-  SL_RETURN_ERROR_IF(k > st->count, SL_EINVAL,
-                     "save: %s: position %llu is ahead of %llu", st->b.spec.label,
-                     (unsigned long long)k, (unsigned long long)st->count);
+  SL_RETURN_ERROR_IF(
+      k > st->count, SL_EINVAL, "save: %s: position %llu is ahead of %llu",
+      st->b.spec.label, (unsigned long long)k, (unsigned long long)st->count);
   uint64_t u = 0, d = 0;
   bool replay = false;
   if (k == st->known) {
@@ -433,9 +436,10 @@ static int fm_save(sl_reader *r, void *state, uint64_t pass, uint64_t k,
   SL_FORWARD_IF_ERROR(sl__state_put_u64(w, replay ? UINT64_MAX : u));
   SL_FORWARD_IF_ERROR(sl__state_put_u64(w, d));
   sl__engine_hold_pulls(st->b.run.engine);
-  int rc =
-      replay ? sl__state_save_up_replayed(w, st->b.run.up, sl__reader_pass(st->b.run.up), 0)
-             : sl__state_save_up(w, st->b.run.up, sl__reader_pass(st->b.run.up), u);
+  int rc = replay ? sl__state_save_up_replayed(w, st->b.run.up,
+                                               sl__reader_pass(st->b.run.up), 0)
+                  : sl__state_save_up(w, st->b.run.up,
+                                      sl__reader_pass(st->b.run.up), u);
   sl__engine_release_pulls(st->b.run.engine);
   return rc;
 }
@@ -627,23 +631,19 @@ int sl__lua_flow(sl_reader *up, sl__lua_flow_kind kind, sl__shipped *fn,
                         ? "take_while has no schema option (it yields its "
                           "upstream's samples)"
                         : NULL;
-  SL_FORWARD_IF_ERROR(sl__lua_stage_check_args(up, out, what, bad, fn, opts));
-  char *label = sl__lua_stage_label(what, sl__shipped_where(fn));
-  flow_stage *st = label ? sl__calloc(1, sizeof *st) : NULL;
-  if (!st) {
-    sl__free(label);
-    return sl__fail_with_upstream(
-        up, sl_set_error(SL_ENOMEM, "%s: cannot allocate", what));
-  }
+  flow_stage *st = NULL;
+  SL_FORWARD_IF_ERROR(
+      sl__lua_base_new(sizeof *st, up, out, what, bad, fn, opts, (void **)&st));
   atomic_init(&st->stop, false);
   st->kind = kind;
   bool fm = kind == SL__LUA_FLAT_MAP;
   size_t window = sl__lua_stage_window(opts);
-  sl__engine_stage_cfg cfg = {
-      &fm_hooks, false, false, 0, NULL, &fm_engine,
-      {NULL, "sl-lua-flatmap", opts->threads, opts->ordered != 0, window}};
-  int rc = sl__lua_base_init(&st->b, up, label, what, what,
-                             fm                         ? "flat_map_fill"
+  sl__engine_stage_cfg cfg = {.hooks = &fm_hooks,
+                              .ops = &fm_engine,
+                              .opts = {NULL, "sl-lua-flatmap", opts->threads,
+                                       opts->ordered != 0, window}};
+  int rc = sl__lua_base_init(&st->b, up, what,
+                             fm                     ? "flat_map_fill"
                              : kind == SL__LUA_SCAN ? "scan_init"
                                                     : NULL,
                              fn, init, env, opts, fm ? &cfg : NULL);
@@ -652,8 +652,8 @@ int sl__lua_flow(sl_reader *up, sl__lua_flow_kind kind, sl__shipped *fn,
     st->nflags = 2 * window + FLOW_CACHE;
     st->unchecked = sl__calloc(st->nflags, 1);
     if (!st->unchecked)
-      rc = sl_set_error(SL_ENOMEM, "%s: cannot allocate %d workers", label,
-                        opts->threads);
+      rc = sl_set_error(SL_ENOMEM, "%s: cannot allocate %d workers",
+                        st->b.spec.label, opts->threads);
   }
   if (rc == SL_OK && (schema || kind == SL__LUA_TAKE_WHILE))
     sl__lua_base_fix_schema(&st->b, schema);
@@ -667,6 +667,5 @@ int sl__lua_flow(sl_reader *up, sl__lua_flow_kind kind, sl__shipped *fn,
     return rc;
   }
   return sl__stage_wrap(&flow_ops[kind], st, st->b.schema, &st->b.run.up,
-                        fm ? sl__engine_counters(st->b.run.engine) : NULL,
-                        out);
+                        fm ? sl__engine_counters(st->b.run.engine) : NULL, out);
 }

@@ -1,7 +1,7 @@
 /*
  * lua_internal.h - helpers shared by the Lua host's own files (lua_env.c,
- * lua_ship.c, lua_stage.c, lua_flow.c, lua_reader.c).  Private to src/script/: not
- * exported, not called by the binding.
+ * lua_ship.c, lua_stage.c, lua_flow.c, lua_reader.c).  Private to src/script/:
+ * not exported, not called by the binding.
  */
 #ifndef SLUICE_LUA_INTERNAL_H
 #define SLUICE_LUA_INTERNAL_H
@@ -123,17 +123,6 @@ int sl__lua_infer_schema(const sl_schema *up, const sl_sample *first,
 
 /* --- what the Lua stages share (lua_stage.c, lua_flow.c; lua_common.c) --- */
 
-/* A stage constructor's first checks, in this order: `out` NULL (up
- * destroyed), *out = NULL, `up` NULL, `bad` (the caller's own complaint,
- * NULL when none: "<what>: <bad>"), then the options' one check (the Lua
- * facade passes them on unchecked): deadline in [0, SL__LUA_DEADLINE_MAX]
- * and epoch < 2^53, "<what> (<fn's where>): option '...' ...".  SL_OK, or
- * SL_EINVAL with up taken.  fn and opts must be non-NULL unless `bad`. */
-int sl__lua_stage_check_args(sl_reader *up, sl_reader **out, const char *what,
-                             const char *bad, const sl__shipped *fn,
-                             const sl__lua_stage_opts *opts);
-/* "<what> (<where>)", the stage's label (sl__malloc'd), or NULL. */
-char *sl__lua_stage_label(const char *what, const char *where);
 /* The engine window of a stage: opts->queue, else max(128, 32 x threads). */
 size_t sl__lua_stage_window(const sl__lua_stage_opts *opts);
 
@@ -183,20 +172,29 @@ typedef struct sl__lua_base {
   sl__engine_stage run; /* first: upstream, the pass; the engine if any */
   sl__lua_stage_worker_spec spec; /* fn, init, env retained; label owned */
   uint64_t epoch0;                /* ctx.epoch = epoch0 + run.pass */
-  sl_schema *schema; /* the stage's (retained), NULL until known */
+  sl_schema *schema;              /* the stage's (retained), NULL until known */
   _Atomic(const sl_schema *) check_schema;
   sl__lua_worker *w; /* one per worker */
 } sl__lua_base;
 
-/* Fills b, the start of a calloc'd state, from checked arguments (up, and
- * `label`, sl__lua_stage_label's, taken): the spec (op: `op`, aux: `aux`),
- * the worker slots and, with `cfg` (its what and stage set to the label
- * here), the engine stage.  SL_OK or the error; then the stage's destroy
+/* A stage constructor's start.  Its checks, in this order: `out` NULL (up
+ * destroyed), *out = NULL, `up` NULL, `bad` (the caller's own complaint,
+ * NULL when none: "<what>: <bad>"), then the options' one check (the Lua
+ * facade passes them on unchecked): deadline in [0, SL__LUA_DEADLINE_MAX]
+ * and epoch < 2^53, "<what> (<fn's where>): option '...' ...".  Then *st:
+ * a calloc'd state of `size` bytes, starting with an sl__lua_base whose
+ * what and label ("<what> (<where>)") are set.  SL_OK, or the error with
+ * up taken.  fn and opts must be non-NULL unless `bad`. */
+int sl__lua_base_new(size_t size, sl_reader *up, sl_reader **out,
+                     const char *what, const char *bad, const sl__shipped *fn,
+                     const sl__lua_stage_opts *opts, void **st);
+/* Fills the rest of b (up taken): the spec (op: `op`, aux: `aux`), the
+ * worker slots and, with `cfg` (its what and stage set to the label here),
+ * the engine stage.  SL_OK or the error; then the stage's destroy
  * (sl__engine_stage_destroy with cfg) frees it. */
-int sl__lua_base_init(sl__lua_base *b, sl_reader *up, char *label,
-                      const char *what, const char *op, const char *aux,
-                      sl__shipped *fn, sl__shipped *init, sl__lua_env *env,
-                      const sl__lua_stage_opts *opts,
+int sl__lua_base_init(sl__lua_base *b, sl_reader *up, const char *op,
+                      const char *aux, sl__shipped *fn, sl__shipped *init,
+                      sl__lua_env *env, const sl__lua_stage_opts *opts,
                       sl__engine_stage_cfg *cfg);
 /* Releases what sl__lua_base_init holds, but upstream, the engine (and
  * its worker states: sl__engine_stage_destroy) and b itself. */

@@ -259,7 +259,7 @@ int sl__lua_reader(sl__shipped *fn, sl__lua_env *env, size_t buffer,
     return rc;
   }
   sl_reader *src = NULL;
-  SL_FORWARD_IF_ERROR(sl__stage_new(&source_ops, r, r->schema, NULL, 0, NULL,
-                                    &src));
+  SL_FORWARD_IF_ERROR(
+      sl__stage_new(&source_ops, r, r->schema, NULL, 0, NULL, &src));
   return sl_prefetch(src, buffer, out);
 }

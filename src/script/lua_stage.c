@@ -7,13 +7,12 @@
  *
  *   worker_init  Each worker thread makes its lua_State at its first start
  *             (sl__lua_base_worker_init, lua_common.c, shared with
- *             lua_flow.c's flat_map: sl__lua_worker_setup: `sluice.worker` unless the host put it
- *             in the registry, the function rebuilt by sl__lua_unship, both
- *             kept as registry references) and, with a deadline, the hook
- *             that ends a call past it or once the engine stops
- *             (sl__engine_stop_flag; lua_deadline.c).  The state lives
- *             across resets and is closed by worker_fini (destroy).  A state
- *             that cannot be made ends the pass with that error at its
+ *             lua_flow.c's flat_map: sl__lua_worker_setup: `sluice.worker`
+ * unless the host put it in the registry, the function rebuilt by
+ * sl__lua_unship, both kept as registry references) and, with a deadline, the
+ * hook that ends a call past it or once the engine stops (sl__engine_stop_flag;
+ * lua_deadline.c).  The state lives across resets and is closed by worker_fini
+ * (destroy).  A state that cannot be made ends the pass with that error at its
  *             place; the next reset tries again.
  *   process   map:    worker.map(fn, sample, slot)  -> *slot
  *             filter: worker.filter(fn, sample)     -> keep?
@@ -176,8 +175,8 @@ static int stage_pull(void *ud, sl_sample **out) {
 
 /* The parser on one line (sample s, released here):
  * worker.parser(fn, line_ptr, line_len, slot, schema). */
-static int run_parse(lua_stage *st, sl__lua_worker *w, uint64_t seq, sl_sample *s,
-                     sl_sample **out) {
+static int run_parse(lua_stage *st, sl__lua_worker *w, uint64_t seq,
+                     sl_sample *s, sl_sample **out) {
   lua_State *L = w->L;
   int top = lua_gettop(L);
   uint64_t line = st->line[seq % st->window];
@@ -202,7 +201,8 @@ static int run_parse(lua_stage *st, sl__lua_worker *w, uint64_t seq, sl_sample *
   else
     lua_pushnil(L);
   if (w->ref.ctx) sl__lua_push_ctx(&st->b, L, seq);
-  int rc = sl__lua_pcall(L, w->ref.ctx ? 7 : 5, 1, st->b.spec.what, st->b.spec.where);
+  int rc = sl__lua_pcall(L, w->ref.ctx ? 7 : 5, 1, st->b.spec.what,
+                         st->b.spec.where);
   bool keep = rc == SL_OK && lua_toboolean(L, -1);
   lua_settop(L, top);
   sl_sample *o = w->slot;
@@ -244,11 +244,13 @@ static int stage_process(void *ud, void *wctx, uint64_t seq, sl_sample *s,
     w->slot = NULL;
     sl__lua_push_ptr(L, &w->slot);
     if (w->ref.ctx) sl__lua_push_ctx(&st->b, L, seq);
-    rc = sl__lua_pcall(L, w->ref.ctx ? 5 : 3, 0, st->b.spec.what, st->b.spec.where);
+    rc = sl__lua_pcall(L, w->ref.ctx ? 5 : 3, 0, st->b.spec.what,
+                       st->b.spec.where);
   } else {
     sl_sample_retain(s); /* ours, kept if the filter says so */
     if (w->ref.ctx) sl__lua_push_ctx(&st->b, L, seq);
-    rc = sl__lua_pcall(L, w->ref.ctx ? 4 : 2, 1, st->b.spec.what, st->b.spec.where);
+    rc = sl__lua_pcall(L, w->ref.ctx ? 4 : 2, 1, st->b.spec.what,
+                       st->b.spec.where);
   }
   if (rc < 0) {
     if (map) {
@@ -288,9 +290,9 @@ static int stage_process(void *ud, void *wctx, uint64_t seq, sl_sample *s,
   return finish_output(st, o, seq, NULL, 0, out);
 }
 
-static const sl__engine_ops lua_engine = {
-    stage_pull, sl__lua_base_worker_init, sl__lua_base_worker_fini,
-    stage_process, NULL};
+static const sl__engine_ops lua_engine = {stage_pull, sl__lua_base_worker_init,
+                                          sl__lua_base_worker_fini,
+                                          stage_process, NULL};
 
 /* --- the reader (engine_stage.h) ------------------------------------------
  * next takes one of the first outputs, perhaps made before the schema was
@@ -306,8 +308,7 @@ static const sl__engine_ops lua_engine = {
 
 static int stage_took(void *state, sl_sample **out) {
   lua_stage *st = state;
-  if (atomic_load_explicit(&st->npend, memory_order_relaxed) == 0)
-    return SL_OK;
+  if (atomic_load_explicit(&st->npend, memory_order_relaxed) == 0) return SL_OK;
   unchecked u = {NULL, 0, NULL, 0};
   pthread_mutex_lock(&st->pend_mu);
   size_t n = atomic_load_explicit(&st->npend, memory_order_relaxed);
@@ -368,7 +369,8 @@ static void stage_identity(const sl_reader *r, void *state, char *buf,
                         st->b.run.ignore_cap ? " ignore_errors" : NULL);
 }
 
-static const sl__stage_ops stage_ops[] = { /* by sl__lua_kind */
+static const sl__stage_ops stage_ops[] = {
+    /* by sl__lua_kind */
     SL__ENGINE_STAGE_OPS("map", stage_identity),
     SL__ENGINE_STAGE_OPS("filter", stage_identity),
     SL__ENGINE_STAGE_OPS("parser", stage_identity),
@@ -380,22 +382,16 @@ int sl__lua_stage(sl_reader *up, sl__lua_kind kind, sl__shipped *fn,
   const char *what = kind == SL__LUA_FILTER  ? "filter"
                      : kind == SL__LUA_PARSE ? "parser"
                                              : "map";
-  SL_FORWARD_IF_ERROR(sl__lua_stage_check_args(
-      up, out, what,
+  lua_stage *st = NULL;
+  SL_FORWARD_IF_ERROR(sl__lua_base_new(
+      sizeof *st, up, out, what,
       !fn     ? "NULL function"
       : !env  ? "NULL environment"
       : !opts ? "NULL options"
       : kind != SL__LUA_MAP && kind != SL__LUA_FILTER && kind != SL__LUA_PARSE
           ? "unknown kind"
           : NULL,
-      fn, opts));
-  char *label = sl__lua_stage_label(what, sl__shipped_where(fn));
-  lua_stage *st = label ? sl__calloc(1, sizeof *st) : NULL;
-  if (!st) {
-    sl__free(label);
-    return sl__fail_with_upstream(
-        up, sl_set_error(SL_ENOMEM, "%s: cannot allocate", what));
-  }
+      fn, opts, (void **)&st));
   pthread_mutex_init(&st->pend_mu, NULL);
   atomic_init(&st->npend, 0);
   st->kind = kind;
@@ -408,21 +404,18 @@ int sl__lua_stage(sl_reader *up, sl__lua_kind kind, sl__shipped *fn,
   st->window = sl__lua_stage_window(opts);
   uint64_t cap = kind == SL__LUA_PARSE ? 0 : opts->ignore_errors;
   sl__engine_stage_cfg cfg = {
-      &stage_hooks,
-      kind == SL__LUA_MAP && !cap,
-      false,
-      cap,
-      NULL,
-      &lua_engine,
-      {NULL, "sl-lua-map", opts->threads,
-       kind == SL__LUA_PARSE || opts->ordered != 0, st->window}};
-  int rc = sl__lua_base_init(&st->b, up, label, what, what, NULL, fn, NULL,
-                             env, opts, &cfg);
+      .hooks = &stage_hooks,
+      .one_to_one = kind == SL__LUA_MAP && !cap,
+      .ignore_cap = cap,
+      .ops = &lua_engine,
+      .opts = {NULL, "sl-lua-map", opts->threads,
+               kind == SL__LUA_PARSE || opts->ordered != 0, st->window}};
+  int rc = sl__lua_base_init(&st->b, up, what, NULL, fn, NULL, env, opts, &cfg);
   if (rc == SL_OK && kind == SL__LUA_PARSE) {
     st->line = sl__calloc(st->window, sizeof *st->line);
     if (!st->line)
-      rc = sl_set_error(SL_ENOMEM, "%s: cannot allocate %d workers", label,
-                        opts->threads);
+      rc = sl_set_error(SL_ENOMEM, "%s: cannot allocate %d workers",
+                        st->b.spec.label, opts->threads);
   }
   /* The schema: given, upstream's (filter), or the first output's (map,
    * parser: a map keeps the variable dimensions upstream declared; a
@@ -437,6 +430,5 @@ int sl__lua_stage(sl_reader *up, sl__lua_kind kind, sl__shipped *fn,
     sl__engine_stage_destroy(st);
     return rc;
   }
-  return sl__engine_stage_wrap(&stage_ops[kind], &st->b.run, st->b.schema,
-                               out);
+  return sl__engine_stage_wrap(&stage_ops[kind], &st->b.run, st->b.schema, out);
 }
