@@ -525,13 +525,17 @@ int sl__lua_base_init(sl__lua_base *b, sl_reader *up, const char *op,
     b->run.ordered = true; /* synchronous */
   }
   b->w = nw > 0 ? sl__calloc((size_t)nw, sizeof *b->w) : NULL;
-  SL_RETURN_ERROR_IF(!b->w, SL_ENOMEM, "%s: cannot allocate %d workers", label,
-                     nw);
+  /* The engine's consumer takes up to 16 results at once (engine.h). */
+  b->nflags = cfg ? 2 * cfg->opts.window + 16 : 0;
+  b->unchecked = cfg ? sl__calloc(b->nflags, 1) : NULL;
+  SL_RETURN_ERROR_IF(!b->w || (cfg && !b->unchecked), SL_ENOMEM,
+                     "%s: cannot allocate %d workers", label, nw);
   return SL_OK;
 }
 
 void sl__lua_base_fini(sl__lua_base *b) {
   sl__free(b->w);
+  sl__free(b->unchecked);
   sl__free((char *)b->spec.label);
   sl_schema_release(b->schema);
   sl__shipped_release((sl__shipped *)b->spec.fn);

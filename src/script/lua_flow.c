@@ -17,13 +17,9 @@
  *               are checked against the stage schema on the worker once it
  *               is known; those of an item processed before (the first
  *               items, while the constructor learns the schema from the
- *               first output) are flagged in unchecked[seq % nflags] (an
- *               item's flag stays put until the consumer took it: items
- *               pulled after it and before that are fewer than the
- *               engine's window plus its consumer cache, ordered, and less
- *               than twice the window plus the cache unordered, where an
- *               item may finish a window late) and checked by the consumer
- *               when it takes them.
+ *               first output) are flagged (sl__lua_base's unchecked[],
+ *               as the Lua map's) and checked by the consumer when it takes
+ *               them.
  *               Length: not known.
  *               Position (save/restore): output k is output `off` of
  *               upstream item `seq`; a ring of the last SL__STATE_LOG
@@ -84,8 +80,6 @@ typedef struct flow_stage {
   char *first_msg;  /* ... and its message */
 
   /* flat_map: the consumer's current item */
-  size_t nflags;
-  unsigned char *unchecked; /* nflags flags, by seq % nflags */
   sl_sample **cur;
   size_t cur_n, cur_pos;
   uint64_t cur_seq;
@@ -95,11 +89,6 @@ typedef struct flow_stage {
   flow_out ring[SL__STATE_LOG];
   uint64_t count, known, rest_u, rest_d;
 } flow_stage;
-
-/* The most results the engine's consumer takes per lock round trip (its
- * default cache, engine.h): they wait in the cache while the workers refill
- * the window. */
-#define FLOW_CACHE 16
 
 static const char *const WHAT[] = {"flat_map", "take_while", "scan"};
 
@@ -203,7 +192,7 @@ static int fm_many(void *ud, void *wctx, uint64_t seq, sl_sample *in,
     sl__free(v);
     return SL__ENGINE_DROP;
   }
-  st->unchecked[seq % st->nflags] = want ? 0 : 1;
+  st->b.unchecked[seq % st->b.nflags] = !want;
   for (size_t i = 0; want && i < m; i++) {
     rc = check_out(st, want, &v[i], seq);
     if (rc < 0) {
@@ -236,7 +225,7 @@ static int fm_take(flow_stage *st) {
   size_t n = 0;
   uint64_t seq = 0;
   SL_FORWARD_IF_ERROR(sl__engine_next_many(st->b.run.engine, &v, &n, &seq));
-  if (st->unchecked[seq % st->nflags]) {
+  if (st->b.unchecked[seq % st->b.nflags]) {
     for (size_t i = 0; i < n; i++) {
       int rc = check_out(st, st->b.schema, &v[i], seq);
       if (rc < 0) {
@@ -494,7 +483,6 @@ static int fm_restore(sl_reader *r, void *state, uint64_t pass, uint64_t k,
 static void flow_free(void *state) {
   flow_stage *st = state;
   drop_first(st);
-  sl__free(st->unchecked);
   sl__lua_base_fini(&st->b);
   sl__free(st);
 }
@@ -647,14 +635,7 @@ int sl__lua_flow(sl_reader *up, sl__lua_flow_kind kind, sl__shipped *fn,
                              : kind == SL__LUA_SCAN ? "scan_init"
                                                     : NULL,
                              fn, init, env, opts, fm ? &cfg : NULL);
-  if (rc == SL_OK && fm) {
-    sl__engine_process_many(st->b.run.engine, fm_many);
-    st->nflags = 2 * window + FLOW_CACHE;
-    st->unchecked = sl__calloc(st->nflags, 1);
-    if (!st->unchecked)
-      rc = sl_set_error(SL_ENOMEM, "%s: cannot allocate %d workers",
-                        st->b.spec.label, opts->threads);
-  }
+  if (rc == SL_OK && fm) sl__engine_process_many(st->b.run.engine, fm_many);
   if (rc == SL_OK && (schema || kind == SL__LUA_TAKE_WHILE))
     sl__lua_base_fix_schema(&st->b, schema);
   if (rc == SL_OK)

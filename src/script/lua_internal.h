@@ -175,6 +175,15 @@ typedef struct sl__lua_base {
   sl_schema *schema;              /* the stage's (retained), NULL until known */
   _Atomic(const sl_schema *) check_schema;
   sl__lua_worker *w; /* one per worker */
+  /* On the engine: outputs made before the schema was known are flagged by
+   * item, unchecked[seq % nflags], by the worker before it hands the item
+   * over, and checked by the consumer when it takes them.  An item's flag
+   * stays put until the consumer took it: items pulled after it and before
+   * that are fewer than the engine's window plus its consumer cache
+   * (ordered), or twice the window plus the cache (unordered, where an item
+   * may finish a window late). */
+  unsigned char *unchecked;
+  size_t nflags;
 } sl__lua_base;
 
 /* A stage constructor's start.  Its checks, in this order: `out` NULL (up
@@ -190,8 +199,8 @@ int sl__lua_base_new(size_t size, sl_reader *up, sl_reader **out,
                      const sl__lua_stage_opts *opts, void **st);
 /* Fills the rest of b (up taken): the spec (op: `op`, aux: `aux`), the
  * worker slots and, with `cfg` (its what and stage set to the label here),
- * the engine stage.  SL_OK or the error; then the stage's destroy
- * (sl__engine_stage_destroy with cfg) frees it. */
+ * the engine stage and its unchecked flags.  SL_OK or the error; then the
+ * stage's destroy (sl__engine_stage_destroy with cfg) frees it. */
 int sl__lua_base_init(sl__lua_base *b, sl_reader *up, const char *op,
                       const char *aux, sl__shipped *fn, sl__shipped *init,
                       sl__lua_env *env, const sl__lua_stage_opts *opts,

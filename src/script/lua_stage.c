@@ -32,10 +32,10 @@
  *             sample's sequence number (ctx.index) and the epoch (opts'
  *             epoch + the resets) after those arguments; ctx.seed is set once.
  *   unchecked Outputs made before the schema was known (the first ones of a
- *             map without `schema`) are noted in `pend` (by sample address,
- *             with their sequence number and, for a parser, the line's file
- *             and number) and checked by the consumer when it takes them:
- *             the check may replace the sample (fields in another order are
+ *             map without `schema`) are flagged by item (sl__lua_base's
+ *             unchecked[]; a parser also keeps the line's file and number
+ *             in at[]) and checked by the consumer when it takes them: the
+ *             check may replace the sample (fields in another order are
  *             rebuilt in the stage's order), which the engine's const
  *             ops.check could not.
  *   schema    Given, upstream's (filter), or the first output's (map,
@@ -56,25 +56,20 @@
  *             always ordered.
  *
  * Threads: pull (the puller's: line_file, line_no, pulled, line[]) and
- * process (worker w's: w->L, refs, slot) run on the engine's workers; the
- * rest is the consumer's.  `pend` is guarded by pend_mu (npend is read
- * without it by the consumer's fast path: an entry is added before its
- * result is deposited, under the engine's lock, so a consumer that takes
- * the result sees it).
+ * process (worker w's: w->L, refs, slot; the item's unchecked[] and at[]
+ * entries, written before its result is deposited under the engine's
+ * lock) run on the engine's workers; the rest is the consumer's.
  */
 #include "script/lua_host.h"
 #include "script/lua_internal.h"
 
 #include <lauxlib.h>
-#include <pthread.h>
 
-/* An output made before the stage schema was known, checked when taken. */
-typedef struct unchecked {
-  const sl_sample *s; /* its address (the sample is in the engine) */
-  uint64_t seq;
-  sl_schema *file; /* parser: the line's schema (retained), else NULL */
+/* Where a parser's unchecked output came from, for its messages. */
+typedef struct line_at {
+  sl_schema *file; /* the line's schema (retained), NULL once checked */
   uint64_t line;
-} unchecked;
+} line_at;
 
 typedef struct lua_stage {
   sl__lua_base b; /* first: the engine, the worker states, the schema */
@@ -86,11 +81,7 @@ typedef struct lua_stage {
   const sl_schema *line_file;
   uint64_t line_no, pulled;
   uint64_t *line; /* window entries */
-
-  pthread_mutex_t pend_mu;
-  unchecked *pend;
-  size_t pend_cap;
-  atomic_size_t npend;
+  line_at *at;    /* parser: b.nflags entries, by seq % b.nflags */
 } lua_stage;
 
 /* --- checking outputs ----------------------------------------------------- */
@@ -105,36 +96,6 @@ static int parse_error(const lua_stage *st, const sl_schema *file,
                                (unsigned long long)line);
 }
 
-/* Notes output o as unchecked (the schema was not known when it was made). */
-static int note_unchecked(lua_stage *st, const sl_sample *o, uint64_t seq,
-                          const sl_schema *file, uint64_t line) {
-  pthread_mutex_lock(&st->pend_mu);
-  size_t n = atomic_load_explicit(&st->npend, memory_order_relaxed);
-  if (n == st->pend_cap) {
-    size_t cap = st->pend_cap ? 2 * st->pend_cap : 16;
-    unchecked *p = sl__realloc(st->pend, cap * sizeof *p);
-    if (!p) {
-      pthread_mutex_unlock(&st->pend_mu);
-      return sl_set_error(SL_ENOMEM, "%s: sample %llu: cannot allocate",
-                          st->b.spec.label, (unsigned long long)seq);
-    }
-    st->pend = p;
-    st->pend_cap = cap;
-  }
-  st->pend[n] = (unchecked){o, seq, sl_schema_retain((sl_schema *)file), line};
-  atomic_store_explicit(&st->npend, n + 1, memory_order_relaxed);
-  pthread_mutex_unlock(&st->pend_mu);
-  return SL_OK;
-}
-
-/* Forgets every unchecked note.  No worker may run. */
-static void drop_unchecked(lua_stage *st) {
-  size_t n = atomic_load_explicit(&st->npend, memory_order_relaxed);
-  for (size_t i = 0; i < n; i++)
-    sl_schema_release(st->pend[i].file);
-  atomic_store_explicit(&st->npend, 0, memory_order_relaxed);
-}
-
 /* Checks map (or parser) output o against the stage schema when it is
  * known, else notes it; stores it in *out.  A parser passes the line's
  * schema `file` and number, which its messages name. */
@@ -143,10 +104,16 @@ static int finish_output(lua_stage *st, sl_sample *o, uint64_t seq,
                          sl_sample **out) {
   const sl_schema *want =
       atomic_load_explicit(&st->b.check_schema, memory_order_acquire);
+  size_t i = seq % st->b.nflags;
+  st->b.unchecked[i] = !want;
+  if (st->at) {
+    sl_schema_release(st->at[i].file);
+    st->at[i] =
+        (line_at){want ? NULL : sl_schema_retain((sl_schema *)file), line};
+  }
   /* The schema may have become known while fn ran: an empty array made
    * without it takes the stage's dtype (sl__lua_retype_empty). */
-  int rc = want ? sl__lua_base_check(&st->b, want, &o, seq, "sample")
-                : note_unchecked(st, o, seq, file, line);
+  int rc = want ? sl__lua_base_check(&st->b, want, &o, seq, "sample") : SL_OK;
   if (rc < 0) {
     if (want && file) parse_error(st, file, line, rc);
     sl_sample_release(o);
@@ -308,33 +275,21 @@ static const sl__engine_ops lua_engine = {stage_pull, sl__lua_base_worker_init,
 
 static int stage_took(void *state, sl_sample **out) {
   lua_stage *st = state;
-  if (atomic_load_explicit(&st->npend, memory_order_relaxed) == 0) return SL_OK;
-  unchecked u = {NULL, 0, NULL, 0};
-  pthread_mutex_lock(&st->pend_mu);
-  size_t n = atomic_load_explicit(&st->npend, memory_order_relaxed);
-  for (size_t i = 0; i < n; i++) {
-    if (st->pend[i].s != *out) continue;
-    u = st->pend[i];
-    st->pend[i] = st->pend[n - 1];
-    atomic_store_explicit(&st->npend, n - 1, memory_order_relaxed);
-    break;
-  }
-  pthread_mutex_unlock(&st->pend_mu);
-  if (!u.s) return SL_OK;
-  int rc = sl__lua_base_check(&st->b, st->b.schema, out, u.seq, "sample");
+  uint64_t seq = sl__engine_last_seq(st->b.run.engine);
+  size_t i = seq % st->b.nflags;
+  if (!st->b.unchecked[i]) return SL_OK;
+  int rc = sl__lua_base_check(&st->b, st->b.schema, out, seq, "sample");
   if (rc < 0) {
-    if (u.file) rc = parse_error(st, u.file, u.line, rc);
+    if (st->at) rc = parse_error(st, st->at[i].file, st->at[i].line, rc);
     sl_sample_release(*out);
     *out = NULL;
   }
-  sl_schema_release(u.file);
   return rc;
 }
 
 /* The parser's line[] is indexed by seq, from the pass's first. */
 static void stage_new_pass(void *state, uint64_t start) {
   lua_stage *st = state;
-  drop_unchecked(st);
   st->line_file = NULL;
   st->line_no = 0;
   st->pulled = start;
@@ -342,9 +297,9 @@ static void stage_new_pass(void *state, uint64_t start) {
 
 static void stage_free(void *state) {
   lua_stage *st = state;
-  drop_unchecked(st);
-  sl__free(st->pend);
-  pthread_mutex_destroy(&st->pend_mu);
+  for (size_t i = 0; st->at && i < st->b.nflags; i++)
+    sl_schema_release(st->at[i].file);
+  sl__free(st->at);
   sl__free(st->line);
   sl__lua_base_fini(&st->b);
   sl__free(st);
@@ -392,8 +347,6 @@ int sl__lua_stage(sl_reader *up, sl__lua_kind kind, sl__shipped *fn,
           ? "unknown kind"
           : NULL,
       fn, opts, (void **)&st));
-  pthread_mutex_init(&st->pend_mu, NULL);
-  atomic_init(&st->npend, 0);
   st->kind = kind;
   /* The engine checks the thread count (the one place) and the window.
    * The window is set here so that the parser's line numbers fit it.  A
@@ -413,7 +366,8 @@ int sl__lua_stage(sl_reader *up, sl__lua_kind kind, sl__shipped *fn,
   int rc = sl__lua_base_init(&st->b, up, what, NULL, fn, NULL, env, opts, &cfg);
   if (rc == SL_OK && kind == SL__LUA_PARSE) {
     st->line = sl__calloc(st->window, sizeof *st->line);
-    if (!st->line)
+    st->at = sl__calloc(st->b.nflags, sizeof *st->at);
+    if (!st->line || !st->at)
       rc = sl_set_error(SL_ENOMEM, "%s: cannot allocate %d workers",
                         st->b.spec.label, opts->threads);
   }
