@@ -6,13 +6,14 @@
  * here:
  *
  *   worker_init  Each worker thread makes its lua_State at its first start
- *             (sl__lua_base_worker_init, lua_common.c, shared with
- *             lua_flow.c's flat_map: sl__lua_worker_setup: `sluice.worker`
- * unless the host put it in the registry, the function rebuilt by
- * sl__lua_unship, both kept as registry references) and, with a deadline, the
- * hook that ends a call past it or once the engine stops (sl__engine_stop_flag;
- * lua_deadline.c).  The state lives across resets and is closed by worker_fini
- * (destroy).  A state that cannot be made ends the pass with that error at its
+ *             (sl__lua_base_worker_init, lua_common.c, as flat_map's:
+ *             sl__lua_worker_setup: `sluice.worker` unless the host put it
+ *             in the registry, the function rebuilt by sl__lua_unship, both
+ *             kept as registry references) and, with a deadline, the hook
+ *             that ends a call past it or once the engine stops
+ *             (sl__engine_stop_flag; lua_deadline.c).  The state lives
+ *             across resets and is closed by worker_fini (destroy).  A state
+ *             that cannot be made ends the pass with that error at its
  *             place; the next reset tries again.
  *   process   map:    worker.map(fn, sample, slot)  -> *slot
  *             filter: worker.filter(fn, sample)     -> keep?
