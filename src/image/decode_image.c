@@ -17,25 +17,25 @@
  *             of the pass") in every message.
  *   skip      Under SL_CORRUPT_SKIP_CHUNK, an image that fails with
  *             SL_ECORRUPT (damaged, truncated, not an image) or SL_ESHAPE is
- *             SL__ENGINE_SKIP with its message as the note; the engine
- *             hands the notes to dec_skipped on the consumer's thread in
- *             delivery order, which counts them in `bad` (per pass) and
- *             fails the pass with SL_ECORRUPT once more than max_bad were
- *             skipped (sl__ignore_error, the rule ignore_errors of the maps
- *             and filters follows too: the stats row carries the count of
- *             skipped images and the last message).  So the count and where the
- * cap trips are the same for any number of threads in ordered mode, and exact
- * in unordered mode.  Other errors (SL_ENOMEM, upstream errors) always end the
- * pass. window    At most `window` samples are pulled and not yet handed out
+ *             SL__ENGINE_SKIP with its message as the note; engine_stage.c
+ *             counts them on the consumer's thread in delivery order (per
+ *             pass) and fails the pass with SL_ECORRUPT once more than
+ *             max_bad were skipped (sl__ignore_error, the rule ignore_errors
+ *             of the maps and filters follows too: the stats row carries the
+ *             count of skipped images and the last message).  So the count
+ *             and where the cap trips are the same for any number of threads
+ *             in ordered mode, and exact in unordered mode.  Other errors
+ *             (SL_ENOMEM, upstream errors) always end the pass.
+ *   window    At most `window` samples are pulled and not yet handed out
  *             (the engine's window, with a consumer cache of 1): the bound
  *             on decoded images held.
  *
- * Workers start on the first next of each pass (not at construction: an
- * unread stage costs no threads); reset stops (joins) them, resets upstream
- * and leaves the next pass to start them again.  `bad` and `started` are
- * the consumer's; each decoder context belongs to its worker.
+ * The reader side is engine_stage.c's, lazy: workers start on the first
+ * next of each pass (not at construction: an unread stage costs no
+ * threads); reset stops (joins) them, resets upstream and leaves the next
+ * pass to start them again.  Each decoder context belongs to its worker.
  *
- * Saving (readers/state.h, sl__engine_pos): ordered under policy fail the
+ * Saving (engine_stage.h, sl__engine_pos): ordered under policy fail the
  * stage is 1:1 (the state is the position); ordered under skip_chunk a
  * skipped image leaves a hole, so a log of the delivered seqs maps an output
  * position to the upstream's; unordered, the state holds the set of images
@@ -46,8 +46,7 @@
  * restored position (bad images before it are not counted again).
  */
 #include "image/image.h"
-#include "readers/state.h"
-#include "sync/engine.h"
+#include "readers/engine_stage.h"
 
 #include <stdlib.h>
 
@@ -59,23 +58,16 @@
 #define WINDOW_MAX 65536u
 
 typedef struct dec_state {
-  sl_reader *up;
-  sl_schema *schema; /* the output schema */
-  const char *stage; /* "decode_image" or "image" */
-  int field;         /* index of the image field */
+  sl__engine_stage run; /* first: the engine and the position */
+  sl_schema *schema;    /* the output schema */
+  const char *stage;    /* "decode_image" or "image" */
+  int field;            /* index of the image field */
   char field_name[64];
   sl_image_shape shape;
   sl_corrupt_policy policy;
-  uint64_t max_bad;
   const char *const *names; /* borrowed; nnames entries, or NULL */
   size_t nnames;
   sl__buffer_pool *pool; /* the decoded pixels' buffers (buffer_pool.c) */
-  sl__engine *engine;
-
-  bool started; /* consumer: the engine runs this pass */
-  bool ordered;
-  uint64_t bad;       /* consumer: images skipped this pass */
-  sl__engine_pos pos; /* what was delivered (save / restore) */
 } dec_state;
 
 /* --- the work of one image ---------------------------------------------- */
@@ -121,7 +113,7 @@ static int decode_one(dec_state *d, sl__image_decoder *dec, sl_sample *in,
 /* --- the engine's callbacks --------------------------------------------- */
 
 static int dec_pull(void *ud, sl_sample **out) {
-  return sl_reader_next(((dec_state *)ud)->up, out);
+  return sl_reader_next(((dec_state *)ud)->run.up, out);
 }
 
 static int dec_worker_init(void *ud, int worker, void **wctx) {
@@ -135,8 +127,6 @@ static int dec_worker_init(void *ud, int worker, void **wctx) {
 }
 
 static void dec_worker_fini(void *ud, int worker, void *wctx) {
-  (void)ud;
-  (void)worker;
   sl__image_decoder_fini(wctx);
   sl__free(wctx);
 }
@@ -144,7 +134,7 @@ static void dec_worker_fini(void *ud, int worker, void *wctx) {
 static int dec_process(void *ud, void *wctx, uint64_t seq, sl_sample *in,
                        sl_sample **out) {
   dec_state *d = ud;
-  if (sl__engine_pos_skip(&d->pos, seq)) { /* done before a restore */
+  if (sl__engine_stage_done(&d->run, seq)) { /* done before a restore */
     sl_sample_release(in);
     return SL__ENGINE_DROP;
   }
@@ -156,80 +146,31 @@ static int dec_process(void *ud, void *wctx, uint64_t seq, sl_sample *in,
   return rc;
 }
 
-/* A skipped image, on the consumer's thread in delivery order. */
-static int dec_skipped(void *ud, uint64_t seq, const char *note) {
-  dec_state *d = ud;
-  if (!d->ordered) sl__engine_pos_dropped(&d->pos, seq);
-  /* The rule and the words of ignore_errors (core/stats.h); the count and
-   * the last message also go to the stats row. */
-  return sl__ignore_error(sl__engine_counters(d->engine), &d->bad, d->max_bad,
-                          SL_ECORRUPT, d->stage, "images failed to decode",
-                          "max_bad", note);
-}
-
-static const sl__engine_ops dec_ops = {dec_pull, dec_worker_init,
-                                       dec_worker_fini, dec_process, NULL};
+static const sl__engine_ops dec_engine = {dec_pull, dec_worker_init,
+                                          dec_worker_fini, dec_process, NULL};
 
 /* --- the stage ------------------------------------------------------------ */
 
-static int dec_next(void *st, sl_sample **out) {
+static void dec_free(void *st) {
   dec_state *d = st;
-  if (!d->started) {
-    SL_FORWARD_IF_ERROR(sl__engine_start(d->engine));
-    d->started = true;
-  }
-  int rc = sl__engine_next(d->engine, out);
-  if (rc == SL_OK)
-    sl__engine_pos_delivered(&d->pos, sl__engine_last_seq(d->engine));
-  return rc;
-}
-
-static int dec_reset(void *st) {
-  dec_state *d = st;
-  sl__engine_stop(d->engine);
-  sl__engine_pos_reset(&d->pos);
-  d->started = false;
-  d->bad = 0;
-  return sl_reader_reset(d->up);
-}
-
-static void dec_destroy(void *st) {
-  dec_state *d = st;
-  if (!d) return;
-  sl__engine_destroy(d->engine);    /* joins, then each worker's fini */
   sl__buffer_pool_release(d->pool); /* images still held stay valid */
-  sl_reader_destroy(d->up);
   sl_schema_release(d->schema);
-  sl__engine_pos_fini(&d->pos);
   sl__free(d);
 }
 
-static int dec_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
-                    sl__state_out *w) {
-  (void)r;
-  (void)pass;
-  dec_state *d = st;
-  return sl__engine_pos_save(&d->pos, d->engine, d->up, k, w);
-}
-
-static int dec_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
-                       sl__state_in *in) {
-  (void)r;
-  (void)pass;
-  dec_state *d = st;
-  uint64_t start;
-  sl__engine_stop(d->engine);
-  d->started = false;
-  d->bad = 0;
-  SL_FORWARD_IF_ERROR(sl__engine_pos_restore(&d->pos, d->up, k, in, &start));
-  d->started = true;
-  return sl__engine_pos_resume(&d->pos, d->engine, k, dec_next, d);
-}
+/* One image in, one out: upstream's length, unless bad images are left
+ * out (the skip policy); the words of ignore_errors (core/stats.h). */
+static const sl__engine_stage_hooks dec_hooks = {
+    .free = dec_free,
+    .skip_code = SL_ECORRUPT,
+    .skipped = "images failed to decode",
+    .option = "max_bad",
+    .length_why = " (the skip policy leaves bad images out)",
+};
 
 /* What makes the output differ: the field, the shape and format asked for,
  * the policy and the order (not threads or window). */
 static void dec_identity(const sl_reader *r, void *st, char *buf, size_t cap) {
-  (void)r;
   const dec_state *d = st;
   snprintf(buf, cap,
            "field=%s shape=%ux%ux%d resize=%d policy=%s max_bad=%llu "
@@ -237,33 +178,13 @@ static void dec_identity(const sl_reader *r, void *st, char *buf, size_t cap) {
            d->field_name, d->shape.height, d->shape.width, d->shape.channels,
            (int)d->shape.resize,
            d->policy == SL_CORRUPT_SKIP_CHUNK ? "skip" : "fail",
-           (unsigned long long)d->max_bad, d->ordered ? 1 : 0);
+           (unsigned long long)d->run.ignore_cap, d->run.ordered ? 1 : 0);
 }
 
-/* Stop signal (readers/reader_impl.h). */
-static void dec_signal_stop(void *state) {
-  sl__engine_signal_stop(((dec_state *)state)->engine);
-}
-
-static const sl__state_ops dec_state_ops = {dec_save, dec_restore,
-                                            dec_identity};
-
-/* One image in, one out: upstream's length, unless bad images are left
- * out (the skip policy). */
-static int dec_length(const sl_reader *r, void *state, uint64_t *n) {
-  const dec_state *d = state;
-  SL_RETURN_ERROR_IF(d->policy == SL_CORRUPT_SKIP_CHUNK, SL_EUNSUPPORTED,
-                     "%s: the number of samples a pass yields is not known "
-                     "before reading it (the skip policy leaves bad images "
-                     "out)",
-                     sl_reader_name(r));
-  return sl__upstream_length(r, 0, n);
-}
-
-static const sl_reader_vtable dec_vt = {"decode_image", dec_next, dec_reset,
-                                        dec_destroy};
-static const sl_reader_vtable image_vt = {"image", dec_next, dec_reset,
-                                          dec_destroy};
+static const sl__stage_ops dec_ops[] = {
+    SL__ENGINE_STAGE_OPS("decode_image", dec_identity),
+    SL__ENGINE_STAGE_OPS("image", dec_identity),
+};
 
 /* --- construction ------------------------------------------------------------
  */
@@ -339,31 +260,28 @@ int sl__decode_image_make(sl_reader *up, const sl_image_opts *opts,
   if (!d)
     return sl__fail_with_upstream(
         up, sl_set_error(SL_ENOMEM, "%s: cannot allocate", stage));
-  d->up = up;
   d->stage = stage;
   d->field = field;
   snprintf(d->field_name, sizeof d->field_name, "%s", fname);
   d->shape = o.shape;
   d->policy = o.policy;
-  d->max_bad = o.max_bad ? o.max_bad : 16;
   d->names = names;
   d->nnames = nnames;
-  d->ordered = !o.unordered;
-  sl__engine_pos_init(&d->pos,
-                      o.unordered                         ? SL__EPOS_UNORDERED
-                      : o.policy == SL_CORRUPT_SKIP_CHUNK ? SL__EPOS_LOG
-                                                          : SL__EPOS_1TO1,
-                      stage);
   /* The engine checks the thread count (sl__threads_check). */
   int threads = o.threads ? (int)SL_MIN(o.threads, 1u << 20) : 1;
   size_t window = o.window ? o.window : 4 * (size_t)threads;
   if (window < (size_t)threads) window = (size_t)threads;
-  const sl__engine_opts eo = {stage, "sl-decode", threads, !o.unordered,
-                              window};
-  rc = sl__engine_create(&dec_ops, d, &eo, &d->engine);
+  const sl__engine_stage_cfg cfg = {
+      .hooks = &dec_hooks,
+      .one_to_one = o.policy != SL_CORRUPT_SKIP_CHUNK,
+      .lazy = true,
+      .ignore_cap = o.max_bad ? o.max_bad : 16,
+      .what = stage,
+      .ops = &dec_engine,
+      .opts = {stage, "sl-decode", threads, !o.unordered, window}};
+  rc = sl__engine_stage_init(&d->run, up, &cfg);
   if (rc == SL_OK) {
-    sl__engine_on_skip(d->engine, dec_skipped);
-    sl__engine_set_cache(d->engine, 1); /* window: the exact bound */
+    sl__engine_set_cache(d->run.engine, 1); /* window: the exact bound */
     /* Idle buffers kept for reuse: enough for the window, the images being
      * decoded and some the consumer holds, at most POOL_IDLE_BYTES. */
     d->pool = sl__buffer_pool_new(window + (size_t)threads + POOL_SPARE,
@@ -379,18 +297,11 @@ int sl__decode_image_make(sl_reader *up, const sl_image_opts *opts,
     if (rc < 0) sl_wrap_error(rc, "%s", stage);
   }
   if (rc < 0) {
-    dec_destroy(d);
+    sl__engine_stage_destroy(d);
     return rc;
   }
-  rc = sl__decorator_make(strcmp(stage, "image") == 0 ? &image_vt : &dec_vt, d,
-                          d->schema, &d->up, sl__engine_counters(d->engine),
-                          out);
-  if (rc == SL_OK) {
-    sl__reader_set_state_ops(*out, &dec_state_ops);
-    sl__reader_set_stop_signal(*out, dec_signal_stop);
-    sl__reader_set_length(*out, dec_length);
-  }
-  return rc;
+  return sl__engine_stage_wrap(&dec_ops[strcmp(stage, "image") == 0], &d->run,
+                               d->schema, out);
 }
 
 int sl_decode_image(sl_reader *up, const sl_image_opts *opts, sl_reader **out) {

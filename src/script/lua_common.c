@@ -16,6 +16,7 @@
 
 #include <lauxlib.h>
 
+#include <stdarg.h>
 #include <string.h>
 
 /* --- setting up a worker state -------------------------------------------- */
@@ -350,9 +351,9 @@ void sl__lua_push_ptr(lua_State *L, const void *p) {
 
 /* --- what the Lua stages share (lua_stage.c, lua_flow.c) ------------------ */
 
-int sl__lua_stage_check_args(sl_reader *up, sl_reader **out, const char *what,
-                             const char *bad, const sl__shipped *fn,
-                             const sl__lua_stage_opts *opts) {
+int sl__lua_base_new(size_t size, sl_reader *up, sl_reader **out,
+                     const char *what, const char *bad, const sl__shipped *fn,
+                     const sl__lua_stage_opts *opts, void **st) {
   if (!out) {
     sl_reader_destroy(up);
     return sl_set_error(SL_EINVAL, "%s: NULL out pointer", what);
@@ -378,14 +379,20 @@ int sl__lua_stage_check_args(sl_reader *up, sl_reader **out, const char *what,
                          "[0, 2^53) (got %llu)",
                          what, sl__shipped_where(fn),
                          (unsigned long long)opts->epoch));
-  return SL_OK;
-}
-
-char *sl__lua_stage_label(const char *what, const char *where) {
+  const char *where = sl__shipped_where(fn);
   size_t n = strlen(what) + strlen(where) + 4;
   char *label = sl__malloc(n);
-  if (label) snprintf(label, n, "%s (%s)", what, where);
-  return label;
+  sl__lua_base *b = label ? sl__calloc(1, size) : NULL;
+  if (!b) {
+    sl__free(label);
+    return sl__fail_with_upstream(
+        up, sl_set_error(SL_ENOMEM, "%s: cannot allocate", what));
+  }
+  snprintf(label, n, "%s (%s)", what, where);
+  b->spec.what = what;
+  b->spec.label = label;
+  *st = b;
+  return SL_OK;
 }
 
 size_t sl__lua_stage_window(const sl__lua_stage_opts *opts) {
@@ -489,37 +496,142 @@ int sl__lua_stage_worker(const sl__lua_stage_worker_spec *sp, int index,
   return SL_OK;
 }
 
-void sl__lua_stage_fix_schema(sl_schema *given, const sl_reader *up,
-                              sl_schema **schema,
-                              _Atomic(const sl_schema *) *check) {
-  *schema = sl_schema_retain(given ? given : (sl_schema *)sl_reader_schema(up));
-  sl_schema_freeze(*schema);
-  atomic_store_explicit(check, *schema, memory_order_release);
-}
+/* --- the common part of a stage's state (sl__lua_base) -------------------- */
 
-int sl__lua_stage_learn_schema(const sl_schema *keep, const sl_reader *up,
-                               const sl_sample *first, const char *label,
-                               sl_schema **schema,
-                               _Atomic(const sl_schema *) *check) {
-  if (first) {
-    int rc = sl__lua_infer_schema(keep, first, schema);
-    if (rc < 0)
-      return sl_wrap_error(rc, "%s: the schema of the first output", label);
+int sl__lua_base_init(sl__lua_base *b, sl_reader *up, const char *op,
+                      const char *aux, sl__shipped *fn, sl__shipped *init,
+                      sl__lua_env *env, const sl__lua_stage_opts *opts,
+                      sl__engine_stage_cfg *cfg) {
+  const char *what = b->spec.what, *label = b->spec.label;
+  b->spec = (sl__lua_stage_worker_spec){.env = sl__lua_env_retain(env),
+                                        .fn = sl__shipped_retain(fn),
+                                        .init = init ? sl__shipped_retain(init)
+                                                     : NULL,
+                                        .what = what,
+                                        .where = sl__shipped_where(fn),
+                                        .label = label,
+                                        .op = op,
+                                        .aux = aux,
+                                        .deadline = opts->deadline,
+                                        .seed = opts->seed};
+  b->epoch0 = opts->epoch;
+  atomic_init(&b->check_schema, NULL);
+  int nw = cfg ? opts->threads : 1;
+  if (cfg) {
+    cfg->what = cfg->opts.stage = label;
+    SL_FORWARD_IF_ERROR(sl__engine_stage_init(&b->run, up, cfg));
   } else {
-    *schema = sl_schema_retain((sl_schema *)sl_reader_schema(up));
+    b->run.up = up;
+    b->run.ordered = true; /* synchronous */
   }
-  atomic_store_explicit(check, *schema, memory_order_release);
+  b->w = nw > 0 ? sl__calloc((size_t)nw, sizeof *b->w) : NULL;
+  /* The engine's consumer takes up to 16 results at once (engine.h). */
+  b->nflags = cfg ? 2 * cfg->opts.window + 16 : 0;
+  b->unchecked = cfg ? sl__calloc(b->nflags, 1) : NULL;
+  SL_RETURN_ERROR_IF(!b->w || (cfg && !b->unchecked), SL_ENOMEM,
+                     "%s: cannot allocate %d workers", label, nw);
   return SL_OK;
 }
 
-void sl__lua_stage_identity(char *buf, size_t cap, const char *what,
-                            const char *where, bool ordered, uint64_t seed,
-                            uint64_t epoch, const sl_schema *schema,
-                            const char *extra) {
+void sl__lua_base_fini(sl__lua_base *b) {
+  sl__free(b->w);
+  sl__free(b->unchecked);
+  sl__free((char *)b->spec.label);
+  sl_schema_release(b->schema);
+  sl__shipped_release((sl__shipped *)b->spec.fn);
+  sl__shipped_release((sl__shipped *)b->spec.init);
+  sl__lua_env_release((sl__lua_env *)b->spec.env);
+}
+
+int sl__lua_base_worker_init(void *ud, int index, void **wctx) {
+  sl__lua_base *b = ud;
+  sl__lua_worker *w = &b->w[index];
+  if (!w->L) {
+    SL_FORWARD_IF_ERROR(sl__lua_stage_worker(
+        &b->spec, index, sl__engine_stop_flag(b->run.engine), &w->ref, &w->L));
+    w->cap = 8;
+  }
+  *wctx = w;
+  return SL_OK;
+}
+
+void sl__lua_base_worker_fini(void *ud, int index, void *wctx) {
+  sl__lua_worker *w = wctx;
+  if (w->L) lua_close(w->L);
+  w->L = NULL;
+}
+
+void sl__lua_push_ctx(const sl__lua_base *b, lua_State *L, uint64_t seq) {
+  lua_pushnumber(L, (lua_Number)seq);
+  lua_pushnumber(L, (lua_Number)(b->epoch0 + b->run.pass));
+}
+
+void sl__lua_base_identity(const sl__lua_base *b, char *buf, size_t cap,
+                           const char *extra) {
   char desc[256];
-  snprintf(buf, cap, "%s %s ordered=%d seed=%llu epoch=%llu schema=%s%s", what,
-           sl__lua_where_base(where), ordered ? 1 : 0, (unsigned long long)seed,
-           (unsigned long long)epoch,
-           schema ? sl_schema_describe(schema, desc, sizeof desc) : "?",
+  snprintf(buf, cap, "%s %s ordered=%d seed=%llu epoch=%llu schema=%s%s",
+           b->spec.what, sl__lua_where_base(b->spec.where),
+           b->run.ordered ? 1 : 0, (unsigned long long)b->spec.seed,
+           (unsigned long long)b->epoch0,
+           b->schema ? sl_schema_describe(b->schema, desc, sizeof desc) : "?",
            extra ? extra : "");
+}
+
+void sl__lua_base_fix_schema(sl__lua_base *b, sl_schema *given) {
+  b->schema = sl_schema_retain(
+      given ? given : (sl_schema *)sl_reader_schema(b->run.up));
+  sl_schema_freeze(b->schema);
+  atomic_store_explicit(&b->check_schema, b->schema, memory_order_release);
+}
+
+int sl__lua_base_learn_schema(sl__lua_base *b, const sl_schema *keep,
+                              const sl_sample *first) {
+  if (!first && b->run.engine &&
+      sl__engine_peek(b->run.engine, &first) != SL_OK)
+    first = NULL;
+  if (first) {
+    int rc = sl__lua_infer_schema(keep, first, &b->schema);
+    if (rc < 0)
+      return sl_wrap_error(rc, "%s: the schema of the first output",
+                           b->spec.label);
+  } else {
+    b->schema = sl_schema_retain((sl_schema *)sl_reader_schema(b->run.up));
+  }
+  atomic_store_explicit(&b->check_schema, b->schema, memory_order_release);
+  return SL_OK;
+}
+
+int sl__lua_base_check(const sl__lua_base *b, const sl_schema *want,
+                       sl_sample **s, uint64_t seq, const char *item) {
+  const sl__lua_check_words words = {.what = b->spec.what,
+                                     .where = b->spec.where,
+                                     .item = item,
+                                     .fields = "output fields",
+                                     .whose = "the stage's",
+                                     .require_filled = true};
+  int rc = sl__lua_retype_empty(want, s);
+  return rc < 0 ? rc : sl__lua_check_sample(want, s, seq, &words);
+}
+
+int sl__lua_base_error(const sl__lua_base *b, int rc) {
+  if (sl_last_error_code() != rc || !sl_last_error()[0])
+    sl_set_error(rc, "%s: %s", b->spec.label, sl_strerror(rc));
+  return rc;
+}
+
+int sl__lua_base_error_at(const sl__lua_base *b, int rc, const char *fmt, ...) {
+  char at[1024]; /* an error message's most */
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(at, sizeof at, fmt, ap);
+  va_end(ap);
+  sl__lua_base_error(b, rc);
+  char *msg = sl__error_dup();
+  const char *text = msg ? msg : sl_strerror(rc);
+  size_t np = strlen(b->spec.label);
+  if (msg && strncmp(msg, b->spec.label, np) == 0 && msg[np] == ':')
+    text = msg + np + (msg[np + 1] == ' ' ? 2 : 1);
+  rc = sl_set_error(rc, "%s: %s: %s", b->spec.label, at, text);
+  sl__free(msg);
+  return rc;
 }

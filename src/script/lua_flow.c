@@ -17,13 +17,9 @@
  *               are checked against the stage schema on the worker once it
  *               is known; those of an item processed before (the first
  *               items, while the constructor learns the schema from the
- *               first output) are flagged in unchecked[seq % nflags] (an
- *               item's flag stays put until the consumer took it: items
- *               pulled after it and before that are fewer than the
- *               engine's window plus its consumer cache, ordered, and less
- *               than twice the window plus the cache unordered, where an
- *               item may finish a window late) and checked by the consumer
- *               when it takes them.
+ *               first output) are flagged (sl__lua_base's unchecked[],
+ *               as the Lua map's) and checked by the consumer when it takes
+ *               them.
  *               Length: not known.
  *               Position (save/restore): output k is output `off` of
  *               upstream item `seq`; a ring of the last SL__STATE_LOG
@@ -54,28 +50,17 @@
  * third (scan) gets ctx as the Lua map does (worker.context), with
  * ctx.index = the upstream sample's position in the pass.
  *
- * Threads: flat_map's workers own their lua_worker (w[i]) and write
+ * Threads: flat_map's workers own their worker state (b.w[i]) and write
  * unchecked[] for the items they process; the rest is the consumer's.
  * take_while and scan have no thread: their one worker state is touched by
  * whichever thread pulls the stage (one at a time, as any reader); their
  * stop flag (the deadline hook reads it) is set by the stop signal from any
  * thread.
  */
-#include "readers/state.h"
 #include "script/lua_host.h"
 #include "script/lua_internal.h"
-#include "sync/engine.h"
 
 #include <lauxlib.h>
-
-/* One worker state and its registry references. */
-typedef struct flow_worker {
-  lua_State *L;
-  /* fn; worker.<op> or its ctx variant; aux: worker.flat_map_fill (flat_map)
-   * or worker.scan_init (scan); init: scan's shipped init function */
-  sl__lua_worker_refs ref;
-  size_t cap; /* flat_map: slots offered to the next call */
-} flow_worker;
 
 /* One output of flat_map: upstream item seq, its output off of n. */
 typedef struct flow_out {
@@ -83,22 +68,10 @@ typedef struct flow_out {
 } flow_out;
 
 typedef struct flow_stage {
-  /* immutable once built */
+  sl__lua_base b; /* first: upstream, the pass, the worker states, ... */
   sl__lua_flow_kind kind;
-  const char *what, *where;
-  char *label; /* "<what> (<where>)" */
-  sl__shipped *fn, *init;
-  sl__lua_env *env;
-  double deadline;
-  uint64_t seed, epoch0;
-  bool ordered;
-  sl_reader *up;
-  sl_schema *schema; /* the stage's (retained); NULL while learning */
-  _Atomic(const sl_schema *) check_schema;
-  uint64_t pass; /* resets since construction (or as restored) */
 
-  /* take_while, scan: the one worker state and the pass */
-  flow_worker one;
+  /* take_while, scan: the pass of the one worker state, b.w[0] */
   atomic_bool stop;
   uint64_t seq;     /* upstream samples taken this pass */
   bool ended;       /* take_while: the predicate said no */
@@ -106,11 +79,7 @@ typedef struct flow_stage {
   int first_rc;     /* scan: the constructor's error on the first sample */
   char *first_msg;  /* ... and its message */
 
-  /* flat_map: the engine, its workers, and the consumer's current item */
-  sl__engine *engine;
-  flow_worker *w;
-  size_t window, nflags;
-  unsigned char *unchecked; /* nflags flags, by seq % nflags */
+  /* flat_map: the consumer's current item */
   sl_sample **cur;
   size_t cur_n, cur_pos;
   uint64_t cur_seq;
@@ -121,101 +90,28 @@ typedef struct flow_stage {
   uint64_t count, known, rest_u, rest_d;
 } flow_stage;
 
-/* The most results the engine's consumer takes per lock round trip (its
- * default cache, engine.h): they wait in the cache while the workers refill
- * the window. */
-#define FLOW_CACHE 16
-
 static const char *const WHAT[] = {"flat_map", "take_while", "scan"};
-static const char *const OP[] = {"flat_map", "take_while", "scan"};
 
 /* --- messages ------------------------------------------------------------- */
 
 /* This thread's message "<label>: <text>" becomes "<label>: sample N:
  * <text>": the position of the upstream sample fn was running on. */
 static int at_sample(const flow_stage *st, uint64_t seq, int rc) {
-  if (sl_last_error_code() != rc || !sl_last_error()[0])
-    sl_set_error(rc, "%s: %s", st->label, sl_strerror(rc));
-  char *msg = sl__error_dup();
-  const char *text = msg ? msg : sl_strerror(rc);
-  size_t np = strlen(st->label);
-  if (msg && strncmp(msg, st->label, np) == 0 && msg[np] == ':')
-    text = msg + np + (msg[np + 1] == ' ' ? 2 : 1);
-  rc = sl_set_error(rc, "%s: sample %llu: %s", st->label,
-                    (unsigned long long)seq, text);
-  sl__free(msg);
-  return rc;
+  return sl__lua_base_error_at(&st->b, rc, "sample %llu",
+                               (unsigned long long)seq);
 }
 
 /* Checks output *s of upstream sample seq against `want` (replacing *s by
  * a sample in want's field order when needed).  SL_OK or the error. */
 static int check_out(const flow_stage *st, const sl_schema *want, sl_sample **s,
                      uint64_t seq) {
-  const sl__lua_check_words words = {.what = st->what,
-                                     .where = st->where,
-                                     .item = "output of sample",
-                                     .fields = "output fields",
-                                     .whose = "the stage's",
-                                     .require_filled = true};
-  int rc = sl__lua_retype_empty(want, s);
-  return rc < 0 ? rc : sl__lua_check_sample(want, s, seq, &words);
-}
-
-/* --- worker states -------------------------------------------------------- */
-
-/* Makes worker state `index` of the stage into *w.  `stop` is the flag a
- * deadline hook watches.  SL_OK or the error (message set). */
-static int worker_make(const flow_stage *st, int index, const atomic_bool *stop,
-                       flow_worker *w) {
-  const sl__lua_stage_worker_spec spec = {
-      .env = st->env,
-      .fn = st->fn,
-      .init = st->init,
-      .what = st->what,
-      .where = st->where,
-      .label = st->label,
-      .op = OP[st->kind],
-      .aux = st->kind == SL__LUA_FLAT_MAP ? "flat_map_fill"
-             : st->kind == SL__LUA_SCAN   ? "scan_init"
-                                          : NULL,
-      .deadline = st->deadline,
-      .seed = st->seed};
-  SL_FORWARD_IF_ERROR(sl__lua_stage_worker(&spec, index, stop, &w->ref, &w->L));
-  w->cap = 8;
-  return SL_OK;
-}
-
-static void worker_close(flow_worker *w) {
-  if (w->L) lua_close(w->L);
-  w->L = NULL;
-}
-
-/* ctx's index and epoch, after the operation's arguments. */
-static void push_ctx(const flow_stage *st, lua_State *L, uint64_t seq) {
-  lua_pushnumber(L, (lua_Number)seq);
-  lua_pushnumber(L, (lua_Number)(st->epoch0 + st->pass));
+  return sl__lua_base_check(&st->b, want, s, seq, "output of sample");
 }
 
 /* --- flat_map on the engine ----------------------------------------------- */
 
 static int fm_pull(void *ud, sl_sample **out) {
-  return sl_reader_next(((flow_stage *)ud)->up, out);
-}
-
-static int fm_worker_init(void *ud, int index, void **wctx) {
-  flow_stage *st = ud;
-  flow_worker *w = &st->w[index];
-  if (!w->L)
-    SL_FORWARD_IF_ERROR(
-        worker_make(st, index, sl__engine_stop_flag(st->engine), w));
-  *wctx = w;
-  return SL_OK;
-}
-
-static void fm_worker_fini(void *ud, int index, void *wctx) {
-  (void)ud;
-  (void)index;
-  worker_close(wctx);
+  return sl_reader_next(((flow_stage *)ud)->b.run.up, out);
 }
 
 /* Releases v[0..n) and frees v. */
@@ -228,13 +124,13 @@ static void free_outputs(sl_sample **v, size_t n) {
 
 /* Grows the slots *v (*have of them) to m, zeroed, and asks Lua for the
  * outputs it kept. */
-static int fm_fill(flow_stage *st, flow_worker *w, uint64_t seq, sl_sample ***v,
-                   size_t *have, size_t m) {
+static int fm_fill(flow_stage *st, sl__lua_worker *w, uint64_t seq,
+                   sl_sample ***v, size_t *have, size_t m) {
   sl_sample **nv = sl__realloc(*v, m * sizeof *nv);
   if (!nv)
     return sl_set_error(SL_ENOMEM,
                         "%s: sample %llu: cannot allocate %zu outputs",
-                        st->label, (unsigned long long)seq, m);
+                        st->b.spec.label, (unsigned long long)seq, m);
   memset(nv + *have, 0, (m - *have) * sizeof *nv);
   *v = nv;
   *have = m;
@@ -242,7 +138,7 @@ static int fm_fill(flow_stage *st, flow_worker *w, uint64_t seq, sl_sample ***v,
   int top = lua_gettop(L);
   lua_rawgeti(L, LUA_REGISTRYINDEX, w->ref.aux);
   sl__lua_push_ptr(L, nv);
-  int rc = sl__lua_pcall(L, 1, 0, st->what, st->where);
+  int rc = sl__lua_pcall(L, 1, 0, st->b.spec.what, st->b.spec.where);
   lua_settop(L, top);
   return rc < 0 ? at_sample(st, seq, rc) : SL_OK;
 }
@@ -250,16 +146,16 @@ static int fm_fill(flow_stage *st, flow_worker *w, uint64_t seq, sl_sample ***v,
 static int fm_many(void *ud, void *wctx, uint64_t seq, sl_sample *in,
                    sl_sample ***out, size_t *n) {
   flow_stage *st = ud;
-  flow_worker *w = wctx;
+  sl__lua_worker *w = wctx;
   lua_State *L = w->L;
   const sl_schema *want =
-      atomic_load_explicit(&st->check_schema, memory_order_acquire);
+      atomic_load_explicit(&st->b.check_schema, memory_order_acquire);
   size_t cap = w->cap;
   sl_sample **v = sl__calloc(cap, sizeof *v);
   if (!v) {
     sl_sample_release(in);
     return sl_set_error(SL_ENOMEM, "%s: sample %llu: cannot allocate",
-                        st->label, (unsigned long long)seq);
+                        st->b.spec.label, (unsigned long long)seq);
   }
   int top = lua_gettop(L);
   lua_rawgeti(L, LUA_REGISTRYINDEX, w->ref.op);
@@ -271,8 +167,9 @@ static int fm_many(void *ud, void *wctx, uint64_t seq, sl_sample *in,
     sl__lua_push_ptr(L, want);
   else
     lua_pushnil(L);
-  if (w->ref.ctx) push_ctx(st, L, seq);
-  int rc = sl__lua_pcall(L, w->ref.ctx ? 7 : 5, 1, st->what, st->where);
+  if (w->ref.ctx) sl__lua_push_ctx(&st->b, L, seq);
+  int rc = sl__lua_pcall(L, w->ref.ctx ? 7 : 5, 1, st->b.spec.what,
+                         st->b.spec.where);
   lua_Number got = rc == SL_OK ? lua_tonumber(L, -1) : 0;
   lua_settop(L, top);
   if (rc < 0) {
@@ -295,7 +192,7 @@ static int fm_many(void *ud, void *wctx, uint64_t seq, sl_sample *in,
     sl__free(v);
     return SL__ENGINE_DROP;
   }
-  st->unchecked[seq % st->nflags] = want ? 0 : 1;
+  st->b.unchecked[seq % st->b.nflags] = !want;
   for (size_t i = 0; want && i < m; i++) {
     rc = check_out(st, want, &v[i], seq);
     if (rc < 0) {
@@ -308,8 +205,8 @@ static int fm_many(void *ud, void *wctx, uint64_t seq, sl_sample *in,
   return SL__ENGINE_OUT;
 }
 
-static const sl__engine_ops fm_ops = {fm_pull, fm_worker_init, fm_worker_fini,
-                                      NULL, NULL};
+static const sl__engine_ops fm_engine = {fm_pull, sl__lua_base_worker_init,
+                                         sl__lua_base_worker_fini, NULL, NULL};
 
 /* Releases the consumer's current item. */
 static void fm_drop_cur(flow_stage *st) {
@@ -327,10 +224,10 @@ static int fm_take(flow_stage *st) {
   sl_sample **v = NULL;
   size_t n = 0;
   uint64_t seq = 0;
-  SL_FORWARD_IF_ERROR(sl__engine_next_many(st->engine, &v, &n, &seq));
-  if (st->unchecked[seq % st->nflags]) {
+  SL_FORWARD_IF_ERROR(sl__engine_next_many(st->b.run.engine, &v, &n, &seq));
+  if (st->b.unchecked[seq % st->b.nflags]) {
     for (size_t i = 0; i < n; i++) {
-      int rc = check_out(st, st->schema, &v[i], seq);
+      int rc = check_out(st, st->b.schema, &v[i], seq);
       if (rc < 0) {
         free_outputs(v, n);
         return rc;
@@ -368,17 +265,18 @@ static int tw_next(void *state, sl_sample **out) {
   flow_stage *st = state;
   if (st->ended) return SL_EOF;
   sl_sample *s = NULL;
-  SL_FORWARD_IF_ERROR(sl_reader_next(st->up, &s));
+  SL_FORWARD_IF_ERROR(sl_reader_next(st->b.run.up, &s));
   uint64_t seq = st->seq++;
-  flow_worker *w = &st->one;
+  sl__lua_worker *w = &st->b.w[0];
   lua_State *L = w->L;
   int top = lua_gettop(L);
   sl_sample_retain(s); /* ours, yielded if fn says so */
   lua_rawgeti(L, LUA_REGISTRYINDEX, w->ref.op);
   lua_rawgeti(L, LUA_REGISTRYINDEX, w->ref.fn);
   sl__lua_push_ptr(L, s); /* the other reference belongs to Lua */
-  if (w->ref.ctx) push_ctx(st, L, seq);
-  int rc = sl__lua_pcall(L, w->ref.ctx ? 4 : 2, 1, st->what, st->where);
+  if (w->ref.ctx) sl__lua_push_ctx(&st->b, L, seq);
+  int rc = sl__lua_pcall(L, w->ref.ctx ? 4 : 2, 1, st->b.spec.what,
+                         st->b.spec.where);
   bool keep = rc == SL_OK && lua_toboolean(L, -1);
   lua_settop(L, top);
   if (rc < 0) {
@@ -400,13 +298,13 @@ static const char SCAN_STATE_KEY = 0;
 
 /* registry[key] = worker.scan_init(init). */
 static int scan_init(flow_stage *st, uint64_t seq) {
-  flow_worker *w = &st->one;
+  sl__lua_worker *w = &st->b.w[0];
   lua_State *L = w->L;
   int top = lua_gettop(L);
   lua_pushlightuserdata(L, (void *)&SCAN_STATE_KEY);
   lua_rawgeti(L, LUA_REGISTRYINDEX, w->ref.aux);
   lua_rawgeti(L, LUA_REGISTRYINDEX, w->ref.init);
-  int rc = sl__lua_pcall(L, 1, 1, st->what, st->where);
+  int rc = sl__lua_pcall(L, 1, 1, st->b.spec.what, st->b.spec.where);
   if (rc == SL_OK) lua_rawset(L, LUA_REGISTRYINDEX);
   lua_settop(L, top);
   return rc < 0 ? at_sample(st, seq, rc) : SL_OK;
@@ -416,7 +314,7 @@ static int scan_init(flow_stage *st, uint64_t seq) {
  * checked, in *out. */
 static int scan_step(flow_stage *st, sl_sample **out) {
   sl_sample *s = NULL;
-  SL_FORWARD_IF_ERROR(sl_reader_next(st->up, &s));
+  SL_FORWARD_IF_ERROR(sl_reader_next(st->b.run.up, &s));
   uint64_t seq = st->seq++;
   if (seq == 0) {
     int rc = scan_init(st, seq);
@@ -425,7 +323,7 @@ static int scan_step(flow_stage *st, sl_sample **out) {
       return rc;
     }
   }
-  flow_worker *w = &st->one;
+  sl__lua_worker *w = &st->b.w[0];
   lua_State *L = w->L;
   int top = lua_gettop(L);
   sl_sample *o = NULL;
@@ -436,12 +334,13 @@ static int scan_step(flow_stage *st, sl_sample **out) {
   lua_rawget(L, LUA_REGISTRYINDEX);
   sl__lua_push_ptr(L, s); /* this reference now belongs to Lua */
   sl__lua_push_ptr(L, &o);
-  if (st->schema)
-    sl__lua_push_ptr(L, st->schema);
+  if (st->b.schema)
+    sl__lua_push_ptr(L, st->b.schema);
   else
     lua_pushnil(L);
-  if (w->ref.ctx) push_ctx(st, L, seq);
-  int rc = sl__lua_pcall(L, w->ref.ctx ? 7 : 5, 1, st->what, st->where);
+  if (w->ref.ctx) sl__lua_push_ctx(&st->b, L, seq);
+  int rc = sl__lua_pcall(L, w->ref.ctx ? 7 : 5, 1, st->b.spec.what,
+                         st->b.spec.where);
   if (rc == SL_OK) lua_rawset(L, LUA_REGISTRYINDEX); /* the new state */
   lua_settop(L, top);
   if (rc < 0) {
@@ -450,7 +349,7 @@ static int scan_step(flow_stage *st, sl_sample **out) {
   }
   if (!o)
     return sl_set_error(SL_ELUA, "%s: sample %llu: the function gave no output",
-                        st->label, (unsigned long long)seq);
+                        st->b.spec.label, (unsigned long long)seq);
   *out = o;
   return SL_OK;
 }
@@ -472,7 +371,7 @@ static int scan_next(void *state, sl_sample **out) {
   }
   sl_sample *o = NULL;
   SL_FORWARD_IF_ERROR(scan_step(st, &o));
-  int rc = check_out(st, st->schema, &o, st->seq - 1);
+  int rc = check_out(st, st->b.schema, &o, st->seq - 1);
   if (rc < 0) {
     sl_sample_release(o);
     return rc;
@@ -490,76 +389,6 @@ static void drop_first(flow_stage *st) {
   st->first_msg = NULL;
 }
 
-/* --- the reader ----------------------------------------------------------- */
-
-static int flow_next(void *state, sl_sample **out) {
-  flow_stage *st = state;
-  switch (st->kind) {
-  case SL__LUA_FLAT_MAP:
-    return fm_next(state, out);
-  case SL__LUA_TAKE_WHILE:
-    return tw_next(state, out);
-  default:
-    return scan_next(state, out);
-  }
-}
-
-static void flow_signal_stop(void *state) {
-  flow_stage *st = state;
-  if (st->engine)
-    sl__engine_signal_stop(st->engine);
-  else
-    atomic_store(&st->stop, true);
-}
-
-/* Stops what runs and forgets the pass (not the counters of passes). */
-static void stop_pass(flow_stage *st) {
-  if (st->engine) {
-    sl__engine_stop(st->engine);
-    fm_forget(st);
-  }
-  drop_first(st);
-  atomic_store(&st->stop, false);
-  st->seq = 0;
-  st->ended = false;
-}
-
-static int flow_reset(void *state) {
-  flow_stage *st = state;
-  stop_pass(st);
-  st->pass++;
-  SL_FORWARD_IF_ERROR(sl_reader_reset(st->up));
-  return st->engine ? sl__engine_start(st->engine) : SL_OK;
-}
-
-static void flow_destroy(void *state) {
-  flow_stage *st = state;
-  if (!st) return;
-  if (st->engine) {
-    sl__engine_stop(st->engine);
-    fm_drop_cur(st);
-  }
-  sl__engine_destroy(st->engine); /* closes the workers' states */
-  worker_close(&st->one);
-  drop_first(st);
-  sl__free(st->w);
-  sl__free(st->unchecked);
-  sl__free(st->label);
-  sl_reader_destroy(st->up);
-  sl_schema_release(st->schema);
-  sl__shipped_release(st->fn);
-  sl__shipped_release(st->init);
-  sl__lua_env_release(st->env);
-  sl__free(st);
-}
-
-static const sl_reader_vtable flat_map_vt = {"flat_map", flow_next, flow_reset,
-                                             flow_destroy};
-static const sl_reader_vtable take_while_vt = {"take_while", flow_next,
-                                               flow_reset, flow_destroy};
-static const sl_reader_vtable scan_vt = {"scan", flow_next, flow_reset,
-                                         flow_destroy};
-
 /* --- saving and restoring (readers/state.h) ------------------------------- */
 
 /* flat_map: the payload is (u, d): resume pulling at upstream position u
@@ -567,18 +396,16 @@ static const sl_reader_vtable scan_vt = {"scan", flow_next, flow_reset,
  * from its start (k outputs). */
 static int fm_save(sl_reader *r, void *state, uint64_t pass, uint64_t k,
                    sl__state_out *w) {
-  (void)r;
-  (void)pass;
   flow_stage *st = state;
-  if (!st->ordered)
+  if (!st->b.run.ordered)
     return sl_set_error(SL_EUNSUPPORTED,
                         "save: %s (ordered=false): the order of its outputs "
                         "is not reproducible, so its position cannot be "
                         "saved; use ordered=true",
-                        st->label);
-  SL_RETURN_ERROR_IF(k > st->count, SL_EINVAL,
-                     "save: %s: position %llu is ahead of %llu", st->label,
-                     (unsigned long long)k, (unsigned long long)st->count);
+                        st->b.spec.label);
+  SL_RETURN_ERROR_IF(
+      k > st->count, SL_EINVAL, "save: %s: position %llu is ahead of %llu",
+      st->b.spec.label, (unsigned long long)k, (unsigned long long)st->count);
   uint64_t u = 0, d = 0;
   bool replay = false;
   if (k == st->known) {
@@ -597,25 +424,31 @@ static int fm_save(sl_reader *r, void *state, uint64_t pass, uint64_t k,
   }
   SL_FORWARD_IF_ERROR(sl__state_put_u64(w, replay ? UINT64_MAX : u));
   SL_FORWARD_IF_ERROR(sl__state_put_u64(w, d));
-  sl__engine_hold_pulls(st->engine);
-  int rc =
-      replay ? sl__state_save_up_replayed(w, st->up, sl__reader_pass(st->up), 0)
-             : sl__state_save_up(w, st->up, sl__reader_pass(st->up), u);
-  sl__engine_release_pulls(st->engine);
+  sl__engine_hold_pulls(st->b.run.engine);
+  int rc = replay ? sl__state_save_up_replayed(w, st->b.run.up,
+                                               sl__reader_pass(st->b.run.up), 0)
+                  : sl__state_save_up(w, st->b.run.up,
+                                      sl__reader_pass(st->b.run.up), u);
+  sl__engine_release_pulls(st->b.run.engine);
   return rc;
 }
 
-static int fm_restore(flow_stage *st, uint64_t k, sl__state_in *in) {
+static int fm_restore(sl_reader *r, void *state, uint64_t pass, uint64_t k,
+                      sl__state_in *in) {
+  flow_stage *st = state;
+  sl__engine_stop(st->b.run.engine);
+  fm_forget(st);
+  st->b.run.pass = pass;
   uint64_t u = 0, d = 0;
-  SL_FORWARD_IF_ERROR(sl__state_restore_up(in, st->up));
+  SL_FORWARD_IF_ERROR(sl__state_restore_up(in, st->b.run.up));
   SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &u));
   SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &d));
   if (u == UINT64_MAX) {
-    SL_FORWARD_IF_ERROR(sl__engine_start(st->engine));
-    return sl__state_replay(fm_next, st, k, st->label);
+    SL_FORWARD_IF_ERROR(sl__engine_stage_start(&st->b.run));
+    return sl__state_replay(fm_next, st, k, st->b.spec.label);
   }
-  sl__engine_start_at(st->engine, u);
-  SL_FORWARD_IF_ERROR(sl__engine_start(st->engine));
+  sl__engine_start_at(st->b.run.engine, u);
+  SL_FORWARD_IF_ERROR(sl__engine_stage_start(&st->b.run));
   if (d > 0) {
     int rc = fm_take(st);
     if (rc == SL_OK && (st->cur_seq != u || st->cur_n <= d))
@@ -623,13 +456,13 @@ static int fm_restore(flow_stage *st, uint64_t k, sl__state_in *in) {
                         "restore: %s: sample %llu gave %zu outputs, the state "
                         "needs more than %llu (is the function "
                         "deterministic? ctx.rng is)",
-                        st->label, (unsigned long long)u,
+                        st->b.spec.label, (unsigned long long)u,
                         st->cur_seq == u ? st->cur_n : (size_t)0,
                         (unsigned long long)d);
     if (rc == SL_EOF)
       rc = sl_set_error(SL_ECORRUPT,
                         "restore: %s: the pass ended before sample %llu",
-                        st->label, (unsigned long long)u);
+                        st->b.spec.label, (unsigned long long)u);
     SL_FORWARD_IF_ERROR(rc);
     for (; st->cur_pos < d; st->cur_pos++) {
       sl_sample_release(st->cur[st->cur_pos]);
@@ -642,50 +475,114 @@ static int fm_restore(flow_stage *st, uint64_t k, sl__state_in *in) {
   return SL_OK;
 }
 
-static int flow_save(sl_reader *r, void *state, uint64_t pass, uint64_t k,
-                     sl__state_out *w) {
+/* --- the stages ------------------------------------------------------------
+ * flat_map is a stage on the engine (engine_stage.h: reset, destroy, stop)
+ * with its own next, save and restore; take_while and scan reset, restore
+ * and stop their one worker state here. */
+
+static void flow_free(void *state) {
   flow_stage *st = state;
-  switch (st->kind) {
-  case SL__LUA_FLAT_MAP:
-    return fm_save(r, state, pass, k, w);
-  case SL__LUA_TAKE_WHILE:
-    return sl__state_save_1to1(r, state, pass, k, w);
-  default:
-    /* The scan state is not saved: the restore replays the pass. */
-    return sl__state_save_up_replayed(w, st->up, sl__reader_pass(st->up), 0);
-  }
+  drop_first(st);
+  sl__lua_base_fini(&st->b);
+  sl__free(st);
 }
 
-static int flow_restore(sl_reader *r, void *state, uint64_t pass, uint64_t k,
-                        sl__state_in *in) {
-  (void)r;
-  flow_stage *st = state;
-  stop_pass(st);
-  st->pass = pass;
-  switch (st->kind) {
-  case SL__LUA_FLAT_MAP:
-    return fm_restore(st, k, in);
-  case SL__LUA_TAKE_WHILE:
-    SL_FORWARD_IF_ERROR(sl__state_restore_up(in, st->up));
-    st->seq = k;
-    return SL_OK;
-  default:
-    SL_FORWARD_IF_ERROR(sl__state_restore_up(in, st->up));
-    return sl__state_replay(scan_next, st, k, st->label);
-  }
+static void fm_new_pass(void *state, uint64_t start) {
+  fm_forget(state);
 }
+
+static const sl__engine_stage_hooks fm_hooks = {.new_pass = fm_new_pass,
+                                                .free = flow_free};
 
 /* Not threads nor queue: a state restores into any thread count. */
 static void flow_identity(const sl_reader *r, void *state, char *buf,
                           size_t cap) {
-  (void)r;
-  const flow_stage *st = state;
-  sl__lua_stage_identity(buf, cap, st->what, st->where, st->ordered, st->seed,
-                         st->epoch0, st->schema, NULL);
+  sl__lua_base_identity(state, buf, cap, NULL);
 }
 
-static const sl__state_ops flow_state_ops = {flow_save, flow_restore,
-                                             flow_identity};
+/* take_while and scan: forgets the pass (not the count of passes). */
+static void sync_new_pass(flow_stage *st) {
+  drop_first(st);
+  atomic_store(&st->stop, false);
+  st->seq = 0;
+  st->ended = false;
+}
+
+static int sync_reset(void *state) {
+  flow_stage *st = state;
+  sync_new_pass(st);
+  st->b.run.pass++;
+  return sl_reader_reset(st->b.run.up);
+}
+
+static void sync_destroy(void *state) {
+  flow_stage *st = state;
+  if (!st) return;
+  if (st->b.w && st->b.w[0].L) lua_close(st->b.w[0].L);
+  sl_reader_destroy(st->b.run.up);
+  flow_free(st);
+}
+
+static void sync_stop(void *state) {
+  atomic_store(&((flow_stage *)state)->stop, true);
+}
+
+/* take_while's position is upstream's (1:1 until the stop). */
+static int tw_restore(sl_reader *r, void *state, uint64_t pass, uint64_t k,
+                      sl__state_in *in) {
+  flow_stage *st = state;
+  sync_new_pass(st);
+  st->b.run.pass = pass;
+  SL_FORWARD_IF_ERROR(sl__state_restore_up(in, st->b.run.up));
+  st->seq = k;
+  return SL_OK;
+}
+
+/* The scan state is not saved: the restore replays the pass. */
+static int scan_save(sl_reader *r, void *state, uint64_t pass, uint64_t k,
+                     sl__state_out *w) {
+  sl_reader *up = ((flow_stage *)state)->b.run.up;
+  return sl__state_save_up_replayed(w, up, sl__reader_pass(up), 0);
+}
+
+static int scan_restore(sl_reader *r, void *state, uint64_t pass, uint64_t k,
+                        sl__state_in *in) {
+  flow_stage *st = state;
+  sync_new_pass(st);
+  st->b.run.pass = pass;
+  SL_FORWARD_IF_ERROR(sl__state_restore_up(in, st->b.run.up));
+  return sl__state_replay(scan_next, st, k, st->b.spec.label);
+}
+
+/* By sl__lua_flow_kind.  flat_map's and take_while's lengths are not
+ * known; a scan yields one output per sample. */
+static const sl__stage_ops flow_ops[] = {
+    {.name = "flat_map",
+     .next = fm_next,
+     .reset = sl__engine_stage_reset,
+     .destroy = sl__engine_stage_destroy,
+     .save = fm_save,
+     .restore = fm_restore,
+     .identity = flow_identity,
+     .stop = sl__engine_stage_stop},
+    {.name = "take_while",
+     .next = tw_next,
+     .reset = sync_reset,
+     .destroy = sync_destroy,
+     .save = sl__state_save_1to1,
+     .restore = tw_restore,
+     .identity = flow_identity,
+     .stop = sync_stop},
+    {.name = "scan",
+     .next = scan_next,
+     .reset = sync_reset,
+     .destroy = sync_destroy,
+     .length = sl__length_of_upstream,
+     .save = scan_save,
+     .restore = scan_restore,
+     .identity = flow_identity,
+     .stop = sync_stop},
+};
 
 /* --- construction --------------------------------------------------------- */
 
@@ -693,24 +590,18 @@ static const sl__state_ops flow_state_ops = {flow_save, flow_restore,
  * `schema`); upstream's when there is none (an empty pass, or an error,
  * which is then delivered at its place). */
 static int learn_schema(flow_stage *st) {
-  const sl_sample *first = NULL;
-  int got = SL_EOF;
-  if (st->engine) {
-    got = sl__engine_peek(st->engine, &first);
-  } else {
+  if (!st->b.run.engine) {
     sl_sample *o = NULL;
-    got = scan_step(st, &o);
+    int got = scan_step(st, &o);
     if (got == SL_OK) {
       st->first = o;
-      first = o;
     } else if (got != SL_EOF) {
       st->first_rc = got;
       st->first_msg = sl__error_dup();
     }
   }
-  return sl__lua_stage_learn_schema(sl_reader_schema(st->up), st->up,
-                                    got == SL_OK ? first : NULL, st->label,
-                                    &st->schema, &st->check_schema);
+  return sl__lua_base_learn_schema(&st->b, sl_reader_schema(st->b.run.up),
+                                   st->first);
 }
 
 int sl__lua_flow(sl_reader *up, sl__lua_flow_kind kind, sl__shipped *fn,
@@ -728,76 +619,34 @@ int sl__lua_flow(sl_reader *up, sl__lua_flow_kind kind, sl__shipped *fn,
                         ? "take_while has no schema option (it yields its "
                           "upstream's samples)"
                         : NULL;
-  SL_FORWARD_IF_ERROR(sl__lua_stage_check_args(up, out, what, bad, fn, opts));
-  flow_stage *st = sl__calloc(1, sizeof *st);
-  if (!st)
-    return sl__fail_with_upstream(
-        up, sl_set_error(SL_ENOMEM, "%s: cannot allocate", what));
-  int rc = SL_OK;
-  atomic_init(&st->check_schema, NULL);
+  flow_stage *st = NULL;
+  SL_FORWARD_IF_ERROR(
+      sl__lua_base_new(sizeof *st, up, out, what, bad, fn, opts, (void **)&st));
   atomic_init(&st->stop, false);
-  st->one.ref =
-      (sl__lua_worker_refs){LUA_NOREF, LUA_NOREF, LUA_NOREF, LUA_NOREF, false};
-  st->up = up;
   st->kind = kind;
-  st->what = what;
-  st->fn = sl__shipped_retain(fn);
-  st->init = init ? sl__shipped_retain(init) : NULL;
-  st->env = sl__lua_env_retain(env);
-  st->where = sl__shipped_where(fn);
-  st->deadline = opts->deadline;
-  st->seed = opts->seed;
-  st->epoch0 = opts->epoch;
-  st->ordered = kind != SL__LUA_FLAT_MAP || opts->ordered != 0;
-  st->label = sl__lua_stage_label(what, st->where);
-  if (!st->label) {
-    flow_destroy(st);
-    return sl_set_error(SL_ENOMEM, "%s: cannot allocate", what);
-  }
-
-  if (schema || kind == SL__LUA_TAKE_WHILE)
-    sl__lua_stage_fix_schema(schema, up, &st->schema, &st->check_schema);
-  if (kind == SL__LUA_FLAT_MAP) {
-    st->window = sl__lua_stage_window(opts);
-    const sl__engine_opts eo = {st->label, "sl-lua-flatmap", opts->threads,
-                                st->ordered, st->window};
-    rc = sl__engine_create(&fm_ops, st, &eo, &st->engine);
-    if (rc < 0) {
-      flow_destroy(st);
-      return rc;
-    }
-    sl__engine_process_many(st->engine, fm_many);
-    st->w = sl__calloc((size_t)opts->threads, sizeof *st->w);
-    st->nflags = 2 * st->window + FLOW_CACHE;
-    st->unchecked = sl__calloc(st->nflags, 1);
-    if (!st->w || !st->unchecked) {
-      flow_destroy(st);
-      return sl_set_error(SL_ENOMEM, "%s: cannot allocate %d workers",
-                          st->label, opts->threads);
-    }
-    rc = sl__engine_start(st->engine);
-  } else {
-    rc = worker_make(st, 0, &st->stop, &st->one);
-  }
-  if (rc == SL_OK && !st->schema) rc = learn_schema(st);
+  bool fm = kind == SL__LUA_FLAT_MAP;
+  size_t window = sl__lua_stage_window(opts);
+  sl__engine_stage_cfg cfg = {.hooks = &fm_hooks,
+                              .ops = &fm_engine,
+                              .opts = {NULL, "sl-lua-flatmap", opts->threads,
+                                       opts->ordered != 0, window}};
+  int rc = sl__lua_base_init(&st->b, up, what,
+                             fm                     ? "flat_map_fill"
+                             : kind == SL__LUA_SCAN ? "scan_init"
+                                                    : NULL,
+                             fn, init, env, opts, fm ? &cfg : NULL);
+  if (rc == SL_OK && fm) sl__engine_process_many(st->b.run.engine, fm_many);
+  if (rc == SL_OK && (schema || kind == SL__LUA_TAKE_WHILE))
+    sl__lua_base_fix_schema(&st->b, schema);
+  if (rc == SL_OK)
+    rc = fm ? sl__engine_stage_start(&st->b.run)
+            : sl__lua_stage_worker(&st->b.spec, 0, &st->stop, &st->b.w[0].ref,
+                                   &st->b.w[0].L);
+  if (rc == SL_OK && !st->b.schema) rc = learn_schema(st);
   if (rc < 0) {
-    flow_destroy(st);
+    flow_ops[kind].destroy(st);
     return rc;
   }
-  const sl__stage_counters *c =
-      st->engine ? sl__engine_counters(st->engine) : NULL;
-  const sl_reader_vtable *vt = kind == SL__LUA_FLAT_MAP     ? &flat_map_vt
-                               : kind == SL__LUA_TAKE_WHILE ? &take_while_vt
-                                                            : &scan_vt;
-  /* A scan yields one output per sample: upstream's length.  flat_map's
-   * and take_while's are not known. */
-  if (kind == SL__LUA_SCAN)
-    rc = sl__decorator_make_1to1(vt, st, st->schema, &st->up, c, out);
-  else
-    rc = sl__decorator_make(vt, st, st->schema, &st->up, c, out);
-  if (rc == SL_OK) {
-    sl__reader_set_state_ops(*out, &flow_state_ops);
-    sl__reader_set_stop_signal(*out, flow_signal_stop);
-  }
-  return rc;
+  return sl__stage_wrap(&flow_ops[kind], st, st->b.schema, &st->b.run.up,
+                        fm ? sl__engine_counters(st->b.run.engine) : NULL, out);
 }

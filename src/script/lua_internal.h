@@ -1,11 +1,12 @@
 /*
  * lua_internal.h - helpers shared by the Lua host's own files (lua_env.c,
- * lua_ship.c, lua_stage.c, lua_flow.c, lua_reader.c).  Private to src/script/: not
- * exported, not called by the binding.
+ * lua_ship.c, lua_stage.c, lua_flow.c, lua_reader.c).  Private to src/script/:
+ * not exported, not called by the binding.
  */
 #ifndef SLUICE_LUA_INTERNAL_H
 #define SLUICE_LUA_INTERNAL_H
 
+#include "readers/engine_stage.h"
 #include "script/lua_host.h"
 #include "sluice.h"
 
@@ -122,17 +123,6 @@ int sl__lua_infer_schema(const sl_schema *up, const sl_sample *first,
 
 /* --- what the Lua stages share (lua_stage.c, lua_flow.c; lua_common.c) --- */
 
-/* A stage constructor's first checks, in this order: `out` NULL (up
- * destroyed), *out = NULL, `up` NULL, `bad` (the caller's own complaint,
- * NULL when none: "<what>: <bad>"), then the options' one check (the Lua
- * facade passes them on unchecked): deadline in [0, SL__LUA_DEADLINE_MAX]
- * and epoch < 2^53, "<what> (<fn's where>): option '...' ...".  SL_OK, or
- * SL_EINVAL with up taken.  fn and opts must be non-NULL unless `bad`. */
-int sl__lua_stage_check_args(sl_reader *up, sl_reader **out, const char *what,
-                             const char *bad, const sl__shipped *fn,
-                             const sl__lua_stage_opts *opts);
-/* "<what> (<where>)", the stage's label (sl__malloc'd), or NULL. */
-char *sl__lua_stage_label(const char *what, const char *where);
 /* The engine window of a stage: opts->queue, else max(128, 32 x threads). */
 size_t sl__lua_stage_window(const sl__lua_stage_opts *opts);
 
@@ -165,27 +155,90 @@ int sl__lua_stage_worker(const sl__lua_stage_worker_spec *spec, int index,
                          const atomic_bool *stop, sl__lua_worker_refs *ref,
                          lua_State **out);
 
-/* A stage schema known at construction: `given` (retained) or upstream's,
- * frozen, into *schema and published in *check (release order). */
-void sl__lua_stage_fix_schema(sl_schema *given, const sl_reader *up,
-                              sl_schema **schema,
-                              _Atomic(const sl_schema *) *check);
-/* A stage schema learned from its first output `first` (NULL: the pass was
- * empty or failed, then upstream's), keeping the variable dimensions of
- * `keep` (sl__lua_infer_schema; may be NULL), into *schema and published
- * in *check.  SL_OK, or the error "<label>: the schema of the first
- * output: ...". */
-int sl__lua_stage_learn_schema(const sl_schema *keep, const sl_reader *up,
-                               const sl_sample *first, const char *label,
-                               sl_schema **schema,
-                               _Atomic(const sl_schema *) *check);
-/* A stage's identity (readers/state.h): "<what> <where's base>
+/* One worker state of a stage and what its calls hand to Lua. */
+typedef struct sl__lua_worker {
+  lua_State *L;            /* NULL until made */
+  sl__lua_worker_refs ref; /* fn; worker.<op> or, with ctx, its ctx variant */
+  sl_sample *slot;         /* map's / parser's output slot */
+  size_t cap;              /* flat_map: slots offered to the next call */
+} sl__lua_worker;
+
+/* The part every Lua stage's state starts with.  On the engine (map,
+ * filter, parser, flat_map) worker state i is made by worker i at its first
+ * start (sl__lua_base_worker_init: the engine's worker_init, watching the
+ * engine's stop flag) and lives across passes until worker_fini; a
+ * synchronous stage (take_while, scan) makes its one worker itself. */
+typedef struct sl__lua_base {
+  sl__engine_stage run; /* first: upstream, the pass; the engine if any */
+  sl__lua_stage_worker_spec spec; /* fn, init, env retained; label owned */
+  uint64_t epoch0;                /* ctx.epoch = epoch0 + run.pass */
+  sl_schema *schema;              /* the stage's (retained), NULL until known */
+  _Atomic(const sl_schema *) check_schema;
+  sl__lua_worker *w; /* one per worker */
+  /* On the engine: outputs made before the schema was known are flagged by
+   * item, unchecked[seq % nflags], by the worker before it hands the item
+   * over, and checked by the consumer when it takes them.  An item's flag
+   * stays put until the consumer took it: items pulled after it and before
+   * that are fewer than the engine's window plus its consumer cache
+   * (ordered), or twice the window plus the cache (unordered, where an item
+   * may finish a window late). */
+  unsigned char *unchecked;
+  size_t nflags;
+} sl__lua_base;
+
+/* A stage constructor's start.  Its checks, in this order: `out` NULL (up
+ * destroyed), *out = NULL, `up` NULL, `bad` (the caller's own complaint,
+ * NULL when none: "<what>: <bad>"), then the options' one check (the Lua
+ * facade passes them on unchecked): deadline in [0, SL__LUA_DEADLINE_MAX]
+ * and epoch < 2^53, "<what> (<fn's where>): option '...' ...".  Then *st:
+ * a calloc'd state of `size` bytes, starting with an sl__lua_base whose
+ * what and label ("<what> (<where>)") are set.  SL_OK, or the error with
+ * up taken.  fn and opts must be non-NULL unless `bad`. */
+int sl__lua_base_new(size_t size, sl_reader *up, sl_reader **out,
+                     const char *what, const char *bad, const sl__shipped *fn,
+                     const sl__lua_stage_opts *opts, void **st);
+/* Fills the rest of b (up taken): the spec (op: `op`, aux: `aux`), the
+ * worker slots and, with `cfg` (its what and stage set to the label here),
+ * the engine stage and its unchecked flags.  SL_OK or the error; then the
+ * stage's destroy (sl__engine_stage_destroy with cfg) frees it. */
+int sl__lua_base_init(sl__lua_base *b, sl_reader *up, const char *op,
+                      const char *aux, sl__shipped *fn, sl__shipped *init,
+                      sl__lua_env *env, const sl__lua_stage_opts *opts,
+                      sl__engine_stage_cfg *cfg);
+/* Releases what sl__lua_base_init holds, but upstream, the engine (and
+ * its worker states: sl__engine_stage_destroy) and b itself. */
+void sl__lua_base_fini(sl__lua_base *b);
+/* The engine's worker_init and worker_fini of a Lua stage (ud: its
+ * state). */
+int sl__lua_base_worker_init(void *ud, int index, void **wctx);
+void sl__lua_base_worker_fini(void *ud, int index, void *wctx);
+/* ctx's index (seq) and epoch, after an operation's arguments. */
+void sl__lua_push_ctx(const sl__lua_base *b, lua_State *L, uint64_t seq);
+/* The stage's identity (readers/state.h): "<what> <where's base>
  * ordered=0|1 seed=S epoch=E schema=<described or ?><extra>" (extra may
  * be NULL).  Not threads nor queue: a state restores into any count. */
-void sl__lua_stage_identity(char *buf, size_t cap, const char *what,
-                            const char *where, bool ordered, uint64_t seed,
-                            uint64_t epoch, const sl_schema *schema,
-                            const char *extra);
+void sl__lua_base_identity(const sl__lua_base *b, char *buf, size_t cap,
+                           const char *extra);
+/* The stage schema, published in b->check_schema (release order):
+ *   fix_schema: known at construction, `given` (retained) or upstream's;
+ *   learn_schema: from the first output `first` (NULL: the engine's result
+ *     0, sl__engine_peek; none, or an error or EOF there: upstream's),
+ *     keeping the variable dimensions of `keep` (sl__lua_infer_schema; may
+ *     be NULL).  SL_OK, or "<label>: the schema of the first output: ...". */
+void sl__lua_base_fix_schema(sl__lua_base *b, sl_schema *given);
+int sl__lua_base_learn_schema(sl__lua_base *b, const sl_schema *keep,
+                              const sl_sample *first);
+/* Checks output *s of upstream item `seq` against `want`
+ * (sl__lua_retype_empty, then sl__lua_check_sample with "<item> N" and the
+ * stage's words).  SL_OK or the error; *s is the caller's either way. */
+int sl__lua_base_check(const sl__lua_base *b, const sl_schema *want,
+                       sl_sample **s, uint64_t seq, const char *item);
+/* The error rc of a call in a worker state with this thread's message,
+ * "<label>: <sl_strerror>" when the call left none; _at also names where
+ * (printf's `fmt`) after the label: "<label>: <where>: <the rest>". */
+int sl__lua_base_error(const sl__lua_base *b, int rc);
+int sl__lua_base_error_at(const sl__lua_base *b, int rc, const char *fmt, ...)
+    SL_PRINTF(3, 4);
 
 /* --- the per-sample deadline (lua_deadline.c) ------------------------------
  */

@@ -43,7 +43,7 @@
  * schema has no fields; if it fails, construction fails with that error (no
  * schema could be known).
  */
-#include "readers/state.h"
+#include "readers/stage.h"
 #include "script/lua_host.h"
 #include "script/lua_internal.h"
 
@@ -189,9 +189,6 @@ static void source_destroy(void *state) {
 /* Replays the pass from its start: a fresh iterator, k rows dropped. */
 static int source_restore(sl_reader *rd, void *state, uint64_t pass, uint64_t k,
                           sl__state_in *in) {
-  (void)rd;
-  (void)pass;
-  (void)in;
   lua_source *r = state;
   source_reset(r);
   char what[300];
@@ -201,18 +198,21 @@ static int source_restore(sl_reader *rd, void *state, uint64_t pass, uint64_t k,
 
 static void source_identity(const sl_reader *rd, void *state, char *buf,
                             size_t cap) {
-  (void)rd;
   const lua_source *r = state;
   char schema[256];
   snprintf(buf, cap, "reader %s schema=%s", sl__lua_where_base(r->where),
            sl_schema_describe(r->schema, schema, sizeof schema));
 }
 
-static const sl__state_ops source_state_ops = {sl__state_save_position,
-                                               source_restore, source_identity};
-
-static const sl_reader_vtable source_vt = {"reader", source_next, source_reset,
-                                           source_destroy};
+static const sl__stage_ops source_ops = {
+    .name = "reader",
+    .next = source_next,
+    .reset = source_reset,
+    .destroy = source_destroy,
+    .save = sl__state_save_position,
+    .restore = source_restore,
+    .identity = source_identity,
+};
 
 /* The reader's schema from its first row, run here (no schema given). */
 static int learn_schema(lua_source *r) {
@@ -259,7 +259,7 @@ int sl__lua_reader(sl__shipped *fn, sl__lua_env *env, size_t buffer,
     return rc;
   }
   sl_reader *src = NULL;
-  SL_FORWARD_IF_ERROR(sl__reader_make(&source_vt, r, r->schema, &src));
-  sl__reader_set_state_ops(src, &source_state_ops);
+  SL_FORWARD_IF_ERROR(
+      sl__stage_new(&source_ops, r, r->schema, NULL, 0, NULL, &src));
   return sl_prefetch(src, buffer, out);
 }
