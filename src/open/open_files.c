@@ -1461,7 +1461,7 @@ static int make_state(const sl_open_files_opts *p, sl__named_file *files,
   o->unordered = p->unordered != 0;
   o->epoch0 = p->epoch;
   o->params = (sl__plan_params){p->seed, p->epoch, p->shuffle != 0, p->window,
-                                p->rank, p->world, p->remainder};
+                                p->rank, p->world, p->remainder, SL__PLAN_SLR};
   o->paths = sl__calloc(nfiles, sizeof *o->paths);
   o->pf = sl__calloc(nfiles, sizeof *o->pf);
   o->ids = sl__calloc(nfiles, sizeof *o->ids);
