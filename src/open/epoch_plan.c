@@ -51,10 +51,9 @@
  * the chunk order with key seed ^ f(epoch + 0x5EED) and never reorders
  * records.  TOKENS (a chunk per token shard, rounds as records, planned
  * with world 1: every rank reads every round, its part of each) draws the
- * chunk order with key seed ^ sm'(epoch) ^ f(3 (G - 1) + 1) and keeps the
+ * chunk order with key seed ^ sm(epoch) ^ f(3 (g - 1) + 1) and keeps the
  * records in order; its reader orders shard s's rounds by the permutation
- * of key seed ^ sm'(epoch) ^ f(3 (s + G) + 1), sm'(x) = f(x + g), G = g
- * (sl__plan_stream_key).
+ * of key seed ^ sm(epoch) ^ f(3 (s + g) + 1) (sl__plan_stream_key).
  *
  * Cost: O(C) for the chunk order and O(R + M) for a rank's R records and
  * the windows it meets; memory: the units, plus two 32-bit words per record

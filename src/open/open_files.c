@@ -366,7 +366,6 @@ static int of_worker_init(void *ud, int index, void **wctx) {
 static void of_worker_fini(void *ud, int index, void *wctx) {
   of_state *o = ud;
   worker *w = wctx;
-  SL_UNUSED(index);
   for (size_t f = 0; f < o->nfiles; f++)
     if (w->fh[f]) close_file(w, f);
   sl__free(w->fh);
@@ -379,7 +378,7 @@ static int of_process(void *ud, void *wctx, uint64_t k, sl_sample *in,
                       sl_sample ***out, size_t *n) {
   of_state *o = ud;
   worker *w = wctx;
-  SL_UNUSED(in); /* NULL: the unit is k */
+  /* in is NULL: the unit is k */
   const sl__plan_unit *u = &o->plan.units[k];
   if (u->count == 0 || (o->unordered && done_has(&o->restored, k)))
     return SL__ENGINE_DROP; /* delivered before the restore */
