@@ -85,8 +85,8 @@ static uint64_t *plan_sequence(const sl__plan *pl, const ids *x,
 static sl__plan_params params(uint64_t seed, uint64_t epoch, bool shuffle,
                               uint32_t window, int rank, int world,
                               sl_shard_policy pol) {
-  return (sl__plan_params){seed, epoch, shuffle, window, rank, world, pol,
-                           SL__PLAN_SLR};
+  return (sl__plan_params){seed, epoch, shuffle, window,
+                           rank, world, pol,     SL__PLAN_SLR};
 }
 
 static uint64_t *rank_sequence(const sl__plan_params *p, const ids *x,
@@ -668,8 +668,8 @@ TEST(wds_and_tokens_keys_keep_their_pinned_shard_orders) {
           for (int i = 0; i < NSHARDS; i++)
             want[i] = (size_t)want64[i];
         }
-        sl__plan_params p = {seed, pass, true, 1, 0, 1, SL_SHARD_UNEVEN,
-                             (sl__plan_keys)keys};
+        sl__plan_params p = {
+            seed, pass, true, 1, 0, 1, SL_SHARD_UNEVEN, (sl__plan_keys)keys};
         sl__plan pl;
         ASSERT_OK(sl__plan_build(pf, NSHARDS, &p, &pl));
         /* A whole unit per non-empty shard, in the old order, records in
@@ -714,15 +714,16 @@ TEST(every_scheme_shares_units_equally_and_once) {
           int seen[64] = {0};
           uint64_t counts[8];
           for (int r = 0; r < world; r++) {
-            sl__plan_params p = {5,     1,         sh != 0, 2,
-                                 r,     world,     pols[po], (sl__plan_keys)keys};
+            sl__plan_params p = {5, 1,     sh != 0,  2,
+                                 r, world, pols[po], (sl__plan_keys)keys};
             sl__plan pl;
             ASSERT_OK(sl__plan_build(pf, NSHARDS, &p, &pl));
             counts[r] = 0;
             for (size_t u = 0; u < pl.nunits; u++)
               for (uint32_t j = 0; j < pl.units[u].count; j++) {
                 const sl__plan_unit *un = &pl.units[u];
-                seen[base[un->file] + (un->recs ? un->recs[j] : un->first + j)]++;
+                seen[base[un->file] +
+                     (un->recs ? un->recs[j] : un->first + j)]++;
                 counts[r]++;
               }
             ASSERT_EQ(counts[r], pl.records);

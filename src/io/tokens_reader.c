@@ -57,16 +57,16 @@
 #define POOL_IDLE_BYTES ((size_t)64 << 20)
 
 typedef struct tshard {
-  char *path;
   size_t data_off; /* byte offset of token 0 */
   size_t esize;    /* 2 (u16) or 4 (u32) */
   uint64_t ntok;
   uint32_t rounds; /* complete rounds of world x block windows */
-  sl__file_id id;  /* as probed: what a saved state checks */
 } tshard;
 
 typedef struct tokens_state {
   tshard *shards;
+  char **paths;
+  sl__file_id *ids; /* as probed: what a saved state checks */
   size_t n;
   int64_t T;
   int shuffle;
@@ -126,8 +126,8 @@ static int parse_npy(const char *path, const unsigned char *b, size_t got,
   return SL_OK;
 }
 
-/* Opens `path`, checks its header and size, fills s (path excepted). */
-static int probe(const char *path, tshard *s) {
+/* Opens `path`, checks its header and size, fills s and *id. */
+static int probe(const char *path, tshard *s, sl__file_id *id) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0)
     return sl_set_error(SL_EIO, "tokens: %s: cannot open: %s", path,
@@ -171,7 +171,7 @@ static int probe(const char *path, tshard *s) {
   }
   sl__free(b);
   if (rc < 0) return rc;
-  s->id = sl__file_id_of(&st);
+  *id = sl__file_id_of(&st);
   /* Neither sum can wrap: a .npy's were checked not to (npy.c), an llm.c
    * count is 32 bits. */
   uint64_t want = (uint64_t)s->data_off + s->ntok * s->esize;
@@ -200,9 +200,10 @@ static int map_shard(tokens_state *s, size_t i) {
   if (s->mapped == i) return SL_OK;
   unmap(s);
   const tshard *sh = &s->shards[i];
-  int fd = open(sh->path, O_RDONLY | O_CLOEXEC);
+  const char *path = s->paths[i];
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0)
-    return sl_set_error(SL_EIO, "tokens: %s: cannot open: %s", sh->path,
+    return sl_set_error(SL_EIO, "tokens: %s: cannot open: %s", path,
                         strerror(errno));
   struct stat st;
   size_t len = sh->data_off + (size_t)sh->ntok * sh->esize;
@@ -212,18 +213,17 @@ static int map_shard(tokens_state *s, size_t i) {
     rc = sl_set_error(SL_ECORRUPT,
                       "tokens: %s: the file changed size since it was "
                       "opened (%llu bytes, expected %zu)",
-                      sh->path, (unsigned long long)st.st_size, len);
-  else if ((now = sl__file_id_of(&st)), !sl__file_id_equal(&now, &sh->id))
+                      path, (unsigned long long)st.st_size, len);
+  else if ((now = sl__file_id_of(&st)), !sl__file_id_equal(&now, &s->ids[i]))
     rc = sl_set_error(SL_ECORRUPT,
                       "tokens: %s: the file was replaced or rewritten since "
                       "it was opened (inode or modification time differs)",
-                      sh->path);
+                      path);
   void *m = MAP_FAILED;
   if (rc == SL_OK) {
     m = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
     if (m == MAP_FAILED)
-      rc = sl_set_error(SL_EIO, "tokens: %s: mmap: %s", sh->path,
-                        strerror(errno));
+      rc = sl_set_error(SL_EIO, "tokens: %s: mmap: %s", path, strerror(errno));
   }
   close(fd);
   if (rc < 0) return rc;
@@ -238,8 +238,8 @@ static int map_shard(tokens_state *s, size_t i) {
 
 /* The plan of pass `pass` (the shard order). */
 static int order_pass(tokens_state *s, uint64_t pass) {
-  sl__plan_params p = {s->seed, pass,        s->shuffle != 0, 1, 0, 1,
-                       SL_SHARD_UNEVEN, SL__PLAN_TOKENS};
+  sl__plan_params p = {s->seed, pass, s->shuffle != 0, 1,
+                       0,       1,    SL_SHARD_UNEVEN, SL__PLAN_TOKENS};
   sl__plan_free(&s->plan);
   return sl__plan_build(s->pf, s->n, &p, &s->plan);
 }
@@ -250,7 +250,7 @@ static int round_perm(tokens_state *s, size_t i) {
   uint64_t r = s->shards[i].rounds;
   if (r > s->rperm_cap) {
     SL_RETURN_ERROR_IF(r > SIZE_MAX / sizeof *s->rperm, SL_ENOMEM,
-                       "tokens: %s: too many windows", s->shards[i].path);
+                       "tokens: %s: too many windows", s->paths[i]);
     uint64_t *p = sl__realloc(s->rperm, (size_t)r * sizeof *p);
     SL_RETURN_ERROR_IF(!p, SL_ENOMEM,
                        "tokens: cannot allocate the order of %llu rounds",
@@ -376,7 +376,9 @@ static void tokens_destroy(void *st) {
   if (!s) return;
   unmap(s);
   for (size_t i = 0; i < s->n; i++)
-    sl__free(s->shards[i].path);
+    sl__free(s->paths ? s->paths[i] : NULL);
+  sl__free(s->paths);
+  sl__free(s->ids);
   sl__free(s->shards);
   sl__free(s->pf);
   sl__plan_free(&s->plan);
@@ -397,33 +399,14 @@ static int tokens_length(const sl_reader *r, void *st, uint64_t *n) {
 static int tokens_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                        sl__state_out *w) {
   const tokens_state *s = st;
-  sl__file_id *ids = sl__malloc((s->n ? s->n : 1) * sizeof *ids);
-  SL_RETURN_ERROR_IF(!ids, SL_ENOMEM, "save: tokens: out of memory");
-  for (size_t i = 0; i < s->n; i++)
-    ids[i] = s->shards[i].id;
-  int rc = sl__state_put_file_ids(w, ids, s->n);
-  sl__free(ids);
-  return rc;
+  return sl__state_put_file_ids(w, s->ids, s->n);
 }
 
 /* The shards now against the record: SL_ECORRUPT naming a changed one. */
 static int tokens_check(const sl_reader *r, void *st, sl__state_in *in) {
   const tokens_state *s = st;
-  const char **paths = sl__malloc((s->n ? s->n : 1) * sizeof *paths);
-  sl__file_id *ids = sl__malloc((s->n ? s->n : 1) * sizeof *ids);
-  int rc = SL_OK;
-  if (!paths || !ids) {
-    rc = sl_set_error(SL_ENOMEM, "restore: tokens: out of memory");
-  } else {
-    for (size_t i = 0; i < s->n; i++) {
-      paths[i] = s->shards[i].path;
-      ids[i] = s->shards[i].id;
-    }
-    rc = sl__state_check_file_ids(in, "tokens", paths, ids, s->n);
-  }
-  sl__free(paths);
-  sl__free(ids);
-  return rc;
+  return sl__state_check_file_ids(in, "tokens", (const char *const *)s->paths,
+                                  s->ids, s->n);
 }
 
 static int tokens_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
@@ -520,9 +503,11 @@ int sl_tokens_reader(const char *const *paths, size_t n,
   s->per = s->batch ? s->block : 1;
   s->mapped = SIZE_MAX;
   s->shards = sl__calloc(n, sizeof *s->shards);
+  s->paths = sl__calloc(n, sizeof *s->paths);
+  s->ids = sl__calloc(n, sizeof *s->ids);
   s->pf = sl__calloc(n, sizeof *s->pf);
   s->pool = sl__buffer_pool_new(POOL_IDLE, POOL_IDLE_BYTES);
-  int rc = (!s->shards || !s->pf || !s->pool)
+  int rc = (!s->shards || !s->paths || !s->ids || !s->pf || !s->pool)
                ? sl_set_error(SL_ENOMEM, "tokens: cannot allocate %zu files", n)
                : make_schema(&s->schema, s->T, (int64_t)s->block, s->batch);
   uint64_t per_round = (uint64_t)s->world * s->block;
@@ -533,18 +518,18 @@ int sl_tokens_reader(const char *const *paths, size_t n,
     }
     s->n = i + 1;
     tshard *sh = &s->shards[i];
-    sh->path = sl__strdup(paths[i]);
-    if (!sh->path) {
+    if (!(s->paths[i] = sl__strdup(paths[i]))) {
       rc = sl_set_error(SL_ENOMEM, "tokens: cannot allocate");
       break;
     }
-    rc = probe(paths[i], sh);
+    rc = probe(paths[i], sh, &s->ids[i]);
     if (rc < 0) break;
     uint64_t windows = sh->ntok ? (sh->ntok - 1) / (uint64_t)s->T : 0;
     if (windows / per_round > UINT32_MAX) {
-      rc = sl_set_error(SL_EINVAL, "tokens: %s: more than 2^32 - 1 rounds "
-                        "of %llu windows", paths[i],
-                        (unsigned long long)per_round);
+      rc = sl_set_error(SL_EINVAL,
+                        "tokens: %s: more than 2^32 - 1 rounds "
+                        "of %llu windows",
+                        paths[i], (unsigned long long)per_round);
       break;
     }
     sh->rounds = (uint32_t)(windows / per_round);

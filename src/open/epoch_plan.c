@@ -82,7 +82,8 @@ uint64_t sl__plan_stream_key(sl__plan_keys keys, uint64_t seed, uint64_t epoch,
                              uint64_t stream) {
   if (keys == SL__PLAN_SLR) return sl__plan_key(seed, epoch, stream);
   if (keys == SL__PLAN_WDS) return seed ^ sl__splitmix64_mix(epoch + 0x5EED);
-  return seed ^ sm(epoch) ^ sl__splitmix64_mix((stream + SL__RNG_GOLDEN) * 3 + 1);
+  return seed ^ sm(epoch) ^
+         sl__splitmix64_mix((stream + SL__RNG_GOLDEN) * 3 + 1);
 }
 
 void sl__plan_permute(uint64_t key, uint32_t *a, size_t n) {

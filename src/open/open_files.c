@@ -633,7 +633,6 @@ static int of_length(const sl_reader *r, void *st, uint64_t *n) {
   return SL_OK;
 }
 
-
 /* --- saving and restoring (readers/state.h) ---------------------------------
  *
  * Ordered.  The output of a pass is a pure function of (files, seed, epoch,
@@ -888,7 +887,6 @@ static int of_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
   SL_FORWARD_IF_ERROR(put_common(o, w));
   return o->unordered ? save_unordered(o, k, w) : save_ordered(o, k, w);
 }
-
 
 /* Stops the pass and builds the plan of pass `pass` over segs (taken; NULL:
  * the rank's share). */
@@ -1459,8 +1457,9 @@ static int make_state(const sl_open_files_opts *p, sl__named_file *files,
   o->buffer = p->buffer;
   o->unordered = p->unordered != 0;
   o->epoch0 = p->epoch;
-  o->params = (sl__plan_params){p->seed, p->epoch, p->shuffle != 0, p->window,
-                                p->rank, p->world, p->remainder, SL__PLAN_SLR};
+  o->params =
+      (sl__plan_params){p->seed, p->epoch, p->shuffle != 0, p->window,
+                        p->rank, p->world, p->remainder,    SL__PLAN_SLR};
   o->paths = sl__calloc(nfiles, sizeof *o->paths);
   o->pf = sl__calloc(nfiles, sizeof *o->pf);
   o->ids = sl__calloc(nfiles, sizeof *o->ids);

@@ -86,6 +86,9 @@ struct wds_open {
   uint64_t *sizes;
   sl__file_id *ids; /* local shards: as construction found them */
   size_t nfiles;
+  const char **lpaths; /* the local shards' paths and ids (no URLs), */
+  sl__file_id *lids;   /* nlocal of them: what a state records */
+  size_t nlocal;
   uint64_t total;
   sl__wds_layout *lay;
   uint32_t T;
@@ -100,7 +103,7 @@ struct wds_open {
   sl__plan_file *pf;  /* per shard: one chunk of recs[i] */
   /* the consumer's */
   uint64_t pass;
-  sl__plan plan; /* this pass's (workers read it while they run) */
+  sl__plan plan;   /* this pass's (workers read it while they run) */
   uint64_t *count; /* per worker: samples taken this pass */
   bool *done;
   uint32_t turn;
@@ -120,8 +123,8 @@ static int plan_pass(wds_open *o) {
                        "wds: %s: more than 2^32 - 1 samples", o->paths[i]);
     o->recs[i] = o->world == 1 ? 1 : (uint32_t)o->nsamples[i];
   }
-  sl__plan_params p = {o->seed,  o->pass,  o->shuffle != 0, 1,
-                       o->rank,  o->world, o->policy,       SL__PLAN_WDS};
+  sl__plan_params p = {o->seed, o->pass,  o->shuffle != 0, 1,
+                       o->rank, o->world, o->policy,       SL__PLAN_WDS};
   sl__plan_free(&o->plan);
   return sl__plan_build(o->pf, o->nfiles, &p, &o->plan);
 }
@@ -300,6 +303,8 @@ static void wo_destroy(void *st) {
   sl__free(o->paths);
   sl__free(o->sizes);
   sl__free(o->ids);
+  sl__free(o->lpaths);
+  sl__free(o->lids);
   sl__free(o->recs);
   sl__free(o->pf);
   sl__plan_free(&o->plan);
@@ -311,25 +316,6 @@ static void wo_destroy(void *st) {
   sl__free(o);
 }
 
-/* The local shards' names and identities (heap arrays, *n of them). */
-static int local_ids(const wds_open *o, const char ***paths, sl__file_id **ids,
-                     size_t *n) {
-  *n = 0;
-  *paths = sl__malloc((o->nfiles ? o->nfiles : 1) * sizeof **paths);
-  *ids = sl__malloc((o->nfiles ? o->nfiles : 1) * sizeof **ids);
-  if (!*paths || !*ids) {
-    sl__free(*paths);
-    sl__free(*ids);
-    return sl_set_error(SL_ENOMEM, "wds: out of memory");
-  }
-  for (size_t i = 0; i < o->nfiles; i++)
-    if (!sl__is_url(o->paths[i])) {
-      (*paths)[*n] = o->paths[i];
-      (*ids)[(*n)++] = o->ids[i];
-    }
-  return SL_OK;
-}
-
 /* Record: T, files, total size, the local shards' identities, then (replay
  * flag, turn, counts[T]). */
 static int wo_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
@@ -338,14 +324,7 @@ static int wo_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
   SL_FORWARD_IF_ERROR(sl__state_put_u64(w, o->T));
   SL_FORWARD_IF_ERROR(sl__state_put_u64(w, o->nfiles));
   SL_FORWARD_IF_ERROR(sl__state_put_u64(w, o->total));
-  const char **paths;
-  sl__file_id *ids;
-  size_t n;
-  SL_FORWARD_IF_ERROR(local_ids(o, &paths, &ids, &n));
-  int rc = sl__state_put_file_ids(w, ids, n);
-  sl__free(paths);
-  sl__free(ids);
-  SL_FORWARD_IF_ERROR(rc);
+  SL_FORWARD_IF_ERROR(sl__state_put_file_ids(w, o->lids, o->nlocal));
   bool known =
       k <= o->out && k >= o->ring_from && o->out - k < SL__STATE_LOG - 1;
   SL_FORWARD_IF_ERROR(sl__state_put_u64(w, known ? 0 : 1));
@@ -377,14 +356,8 @@ static int wo_record(const wds_open *o, sl__state_in *in, uint64_t *replay) {
       "and %u",
       (unsigned long long)n, (unsigned long long)total, (unsigned long long)T,
       o->nfiles, (unsigned long long)o->total, o->T);
-  const char **paths;
-  sl__file_id *ids;
-  size_t nl;
-  SL_FORWARD_IF_ERROR(local_ids(o, &paths, &ids, &nl));
-  int rc = sl__state_check_file_ids(in, "wds", paths, ids, nl);
-  sl__free(paths);
-  sl__free(ids);
-  SL_FORWARD_IF_ERROR(rc);
+  SL_FORWARD_IF_ERROR(
+      sl__state_check_file_ids(in, "wds", o->lpaths, o->lids, o->nlocal));
   return sl__state_get_u64(in, replay);
 }
 
@@ -498,8 +471,11 @@ static int expand_names(const char *const *names, size_t n, wds_open *o) {
   o->paths = sl__calloc(nf, sizeof *o->paths);
   o->sizes = sl__calloc(nf, sizeof *o->sizes);
   o->ids = sl__calloc(nf ? nf : 1, sizeof *o->ids);
-  rc = o->paths && o->sizes && o->ids ? SL_OK
-                            : sl_set_error(SL_ENOMEM, "wds: out of memory");
+  o->lpaths = sl__calloc(nf ? nf : 1, sizeof *o->lpaths);
+  o->lids = sl__calloc(nf ? nf : 1, sizeof *o->lids);
+  rc = o->paths && o->sizes && o->ids && o->lpaths && o->lids
+           ? SL_OK
+           : sl_set_error(SL_ENOMEM, "wds: out of memory");
   for (size_t i = 0; i < nf && rc == SL_OK; i++) {
     if (strcmp(files[i].tag, "wds") != 0)
       rc = sl_set_error(SL_EINVAL,
@@ -577,6 +553,8 @@ static int survey(wds_open *o, const char *fields, int missing) {
     else {
       o->total += o->sizes[i] = (uint64_t)st.st_size;
       o->ids[i] = sl__file_id_of(&st);
+      o->lpaths[o->nlocal] = o->paths[i];
+      o->lids[o->nlocal++] = o->ids[i];
     }
   }
   /* One pack run's shards, or other tools' (wds.h: the set identity). */
