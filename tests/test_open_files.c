@@ -11,7 +11,7 @@
 
 #include "core/internal.h"
 #include "io/import.h"
-#include "open/epoch_plan.h"
+#include "io/epoch_plan.h"
 
 #include <dirent.h>
 #include <pthread.h>

@@ -19,7 +19,7 @@
  * (N - 1) / (B*T*W)).  Local window j of rank r in round order g = j /
  * block is window (g*world + r)*block + j % block.
  *
- * Order.  Pass p is the epoch plan of epoch p (open/epoch_plan.h, keys
+ * Order.  Pass p is the epoch plan of epoch p (io/epoch_plan.h, keys
  * SL__PLAN_TOKENS: a chunk per shard, its rounds the records, planned with
  * world 1 since every rank reads every round, its part of each): without
  * shuffle, shards in the order given and rounds in order; with shuffle the
@@ -41,7 +41,7 @@
 #include "core/rng.h"
 #include "io/npy.h"
 #include "io/tokens_set.h"
-#include "open/epoch_plan.h"
+#include "io/epoch_plan.h"
 #include "readers/stage.h"
 
 #include <errno.h>

@@ -69,7 +69,7 @@
 #include "io/bytes.h"
 #include "io/slr_file.h"
 #include "io/source.h"
-#include "open/epoch_plan.h"
+#include "io/epoch_plan.h"
 #include "open/registry.h"
 #include "open/shard_set.h"
 #include "readers/stage.h"

@@ -55,7 +55,7 @@
  */
 #include "io/http.h"
 #include "io/wds.h"
-#include "open/epoch_plan.h"
+#include "io/epoch_plan.h"
 #include "open/registry.h"
 #include "open/wds_pack.h"
 #include "readers/stage.h"

@@ -59,7 +59,7 @@
  * the windows it meets; memory: the units, plus two 32-bit words per record
  * when shuffling (record numbers and slots).
  */
-#include "open/epoch_plan.h"
+#include "io/epoch_plan.h"
 #include "core/rng.h"
 
 #include <stdlib.h>
