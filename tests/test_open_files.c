@@ -11,7 +11,7 @@
 
 #include "core/internal.h"
 #include "io/import.h"
-#include "open/epoch_plan.h"
+#include "io/epoch_plan.h"
 
 #include <dirent.h>
 #include <pthread.h>
@@ -294,7 +294,7 @@ TEST(ordered_is_identical_across_threads_and_runs) {
   clear_env();
   const uint32_t windows[] = {1, 3, 100};
   for (int wi = 0; wi < 3; wi++) {
-    sl__plan_params p = {77, 0, true, windows[wi], 0, 1, SL_SHARD_UNEVEN};
+    sl__plan_params p = {77, 0, true, windows[wi], 0, 1, SL_SHARD_UNEVEN, SL__PLAN_SLR};
     int64_t pn;
     int64_t *want = plan_ids(&p, &pn);
     ASSERT_EQ(pn, TOTAL);
@@ -350,7 +350,7 @@ TEST(reset_reads_the_next_epoch) {
   assert_all_once(e6, n);
   ASSERT_NE(memcmp(e5, e6, sizeof(int64_t) * TOTAL), 0);
   /* Epoch 6 is epoch 6 however it is reached. */
-  sl__plan_params p = {77, 6, true, 2, 0, 1, SL_SHARD_UNEVEN};
+  sl__plan_params p = {77, 6, true, 2, 0, 1, SL_SHARD_UNEVEN, SL__PLAN_SLR};
   int64_t pn;
   int64_t *want = plan_ids(&p, &pn);
   ASSERT_EQ(memcmp(e6, want, sizeof(int64_t) * TOTAL), 0);

@@ -5,7 +5,7 @@
 #include "test.h"
 
 #include "core/internal.h"
-#include "open/epoch_plan.h"
+#include "io/epoch_plan.h"
 
 /* sl__plan_permute(sl__plan_key(42, 0, UINT64_MAX), a, 10). */
 #define PINNED_PERM "9,2,3,4,0,1,6,8,7,5" /* also docs/DATA.md */
@@ -85,7 +85,8 @@ static uint64_t *plan_sequence(const sl__plan *pl, const ids *x,
 static sl__plan_params params(uint64_t seed, uint64_t epoch, bool shuffle,
                               uint32_t window, int rank, int world,
                               sl_shard_policy pol) {
-  return (sl__plan_params){seed, epoch, shuffle, window, rank, world, pol};
+  return (sl__plan_params){seed, epoch, shuffle, window,
+                           rank, world, pol,     SL__PLAN_SLR};
 }
 
 static uint64_t *rank_sequence(const sl__plan_params *p, const ids *x,
@@ -604,4 +605,137 @@ TEST(documented_example) {
     ASSERT_EQ(s[i], drop1[i]);
   free(s);
   sl__plan_free(&pl);
+}
+
+/* --- the format key schemes (wds_open, tokens_reader) ----------------------
+ */
+
+#include "core/rng.h"
+
+/* Shards of uneven sample counts, one empty: a chunk per shard. */
+static const uint32_t k_shard_recs[] = {7, 1, 0, 12, 5, 9, 3};
+#define NSHARDS 7
+
+static void shard_files(sl__plan_file *pf) {
+  for (int i = 0; i < NSHARDS; i++)
+    pf[i] = (sl__plan_file){1, &k_shard_recs[i]};
+}
+
+/* The shard orders wds_open and tokens_reader drew with their own loops
+ * before the plan (issue 25), written out: the plan must keep them. */
+static void old_wds_order(uint64_t seed, uint64_t pass, size_t *perm,
+                          size_t n) {
+  for (size_t i = 0; i < n; i++)
+    perm[i] = i;
+  uint64_t x = seed ^ sl__splitmix64_mix(pass + 0x5EED), st[4];
+  for (int i = 0; i < 4; i++)
+    st[i] = sl__splitmix64(&x);
+  for (size_t i = n; i > 1; i--) {
+    size_t j = (size_t)sl__rng_bounded(st, i), t = perm[i - 1];
+    perm[i - 1] = perm[j];
+    perm[j] = t;
+  }
+}
+
+static void old_tokens_perm(uint64_t seed, uint64_t pass, uint64_t which,
+                            uint64_t *perm, size_t n) {
+  uint64_t p = pass, q = which + SL__RNG_GOLDEN, rng[4];
+  uint64_t x = seed ^ sl__splitmix64(&p) ^ sl__splitmix64_mix(q * 3 + 1);
+  for (int i = 0; i < 4; i++)
+    rng[i] = sl__splitmix64(&x);
+  for (size_t i = 0; i < n; i++)
+    perm[i] = i;
+  for (size_t i = n; i > 1; i--) {
+    size_t j = (size_t)sl__rng_bounded(rng, i);
+    uint64_t t = perm[i - 1];
+    perm[i - 1] = perm[j];
+    perm[j] = t;
+  }
+}
+
+TEST(wds_and_tokens_keys_keep_their_pinned_shard_orders) {
+  sl__plan_file pf[NSHARDS];
+  shard_files(pf);
+  for (uint64_t seed = 0; seed < 3; seed++)
+    for (uint64_t pass = 0; pass < 4; pass++)
+      for (int keys = SL__PLAN_WDS; keys <= SL__PLAN_TOKENS; keys++) {
+        size_t want[NSHARDS];
+        uint64_t want64[NSHARDS];
+        if (keys == SL__PLAN_WDS) {
+          old_wds_order(seed, pass, want, NSHARDS);
+        } else {
+          old_tokens_perm(seed, pass, UINT64_MAX, want64, NSHARDS);
+          for (int i = 0; i < NSHARDS; i++)
+            want[i] = (size_t)want64[i];
+        }
+        sl__plan_params p = {
+            seed, pass, true, 1, 0, 1, SL_SHARD_UNEVEN, (sl__plan_keys)keys};
+        sl__plan pl;
+        ASSERT_OK(sl__plan_build(pf, NSHARDS, &p, &pl));
+        /* A whole unit per non-empty shard, in the old order, records in
+         * order. */
+        size_t u = 0;
+        for (int i = 0; i < NSHARDS; i++) {
+          if (!k_shard_recs[want[i]]) continue;
+          ASSERT_EQ(pl.units[u].file, want[i]);
+          ASSERT_EQ(pl.units[u].first, 0);
+          ASSERT_EQ(pl.units[u].count, k_shard_recs[want[i]]);
+          ASSERT_NULL(pl.units[u].recs);
+          u++;
+        }
+        ASSERT_EQ(u, pl.nunits);
+        sl__plan_free(&pl);
+      }
+  /* tokens' per-shard round orders. */
+  uint64_t a[50], b[50];
+  for (uint64_t s = 0; s < 5; s++) {
+    old_tokens_perm(9, 2, s, a, 50);
+    sl__permute_u64(sl__plan_stream_key(SL__PLAN_TOKENS, 9, 2, s), b, 50);
+    ASSERT_EQ(memcmp(a, b, sizeof a), 0);
+  }
+}
+
+/* Every scheme: equal counts per rank (drop, pad), and across the ranks
+ * every unit exactly once (uneven), at most once (drop), at least once
+ * (pad), for shards of uneven sizes. */
+TEST(every_scheme_shares_units_equally_and_once) {
+  sl__plan_file pf[NSHARDS];
+  shard_files(pf);
+  uint64_t total = 0, base[NSHARDS];
+  for (int i = 0; i < NSHARDS; i++) {
+    base[i] = total;
+    total += k_shard_recs[i];
+  }
+  const sl_shard_policy pols[] = {SL_SHARD_UNEVEN, SL_SHARD_DROP, SL_SHARD_PAD};
+  for (int keys = SL__PLAN_SLR; keys <= SL__PLAN_TOKENS; keys++)
+    for (int sh = 0; sh < 2; sh++)
+      for (int world = 1; world <= 8; world++)
+        for (int po = 0; po < 3; po++) {
+          int seen[64] = {0};
+          uint64_t counts[8];
+          for (int r = 0; r < world; r++) {
+            sl__plan_params p = {5, 1,     sh != 0,  2,
+                                 r, world, pols[po], (sl__plan_keys)keys};
+            sl__plan pl;
+            ASSERT_OK(sl__plan_build(pf, NSHARDS, &p, &pl));
+            counts[r] = 0;
+            for (size_t u = 0; u < pl.nunits; u++)
+              for (uint32_t j = 0; j < pl.units[u].count; j++) {
+                const sl__plan_unit *un = &pl.units[u];
+                seen[base[un->file] +
+                     (un->recs ? un->recs[j] : un->first + j)]++;
+                counts[r]++;
+              }
+            ASSERT_EQ(counts[r], pl.records);
+            ASSERT_EQ(counts[r], sl_shard_count(total, r, world, pols[po]));
+            sl__plan_free(&pl);
+          }
+          for (int r = 1; r < world && pols[po] != SL_SHARD_UNEVEN; r++)
+            ASSERT_EQ(counts[r], counts[0]);
+          for (uint64_t i = 0; i < total; i++) {
+            if (pols[po] == SL_SHARD_UNEVEN) ASSERT_EQ(seen[i], 1);
+            if (pols[po] == SL_SHARD_DROP) ASSERT_LE(seen[i], 1);
+            if (pols[po] == SL_SHARD_PAD) ASSERT_GE(seen[i], 1);
+          }
+        }
 }

@@ -19,12 +19,15 @@
  * (N - 1) / (B*T*W)).  Local window j of rank r in round order g = j /
  * block is window (g*world + r)*block + j % block.
  *
- * Order.  Without shuffle, shards in the order given and rounds in order.
- * With shuffle, pass p draws the shard order from (seed, p) and the round
- * order of shard s from (seed, p, s) (Fisher-Yates over xoshiro256**
- * seeded through splitmix64, core/rng.h): every rank draws the same
- * permutations, so ranks stay disjoint.  The order is a pure function of
- * (seed, pass), hence the position (pass, k) is all a saved state needs.
+ * Order.  Pass p is the epoch plan of epoch p (io/epoch_plan.h, keys
+ * SL__PLAN_TOKENS: a chunk per shard, its rounds the records, planned with
+ * world 1 since every rank reads every round, its part of each): without
+ * shuffle, shards in the order given and rounds in order; with shuffle the
+ * shard order drawn from (seed, p) and the round order of shard s from
+ * (seed, p, s) (sl__plan_stream_key, core/rng.h's permutation, drawn when
+ * the shard is reached): every rank draws the same permutations, so ranks
+ * stay disjoint.  The order is a pure function of (seed, pass), hence the
+ * position (pass, k) is all a saved state needs.
  *
  * Batches.  With the batch option a sample is a whole block: {inputs,
  * targets} of [block, T], exactly what sl_batch(block) makes of the block's
@@ -38,7 +41,8 @@
 #include "core/rng.h"
 #include "io/npy.h"
 #include "io/tokens_set.h"
-#include "readers/state.h"
+#include "io/epoch_plan.h"
+#include "readers/stage.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -53,16 +57,16 @@
 #define POOL_IDLE_BYTES ((size_t)64 << 20)
 
 typedef struct tshard {
-  char *path;
   size_t data_off; /* byte offset of token 0 */
   size_t esize;    /* 2 (u16) or 4 (u32) */
   uint64_t ntok;
-  uint64_t rounds; /* complete rounds of world x block windows */
-  sl__file_id id;  /* as probed: what a saved state checks */
+  uint32_t rounds; /* complete rounds of world x block windows */
 } tshard;
 
 typedef struct tokens_state {
   tshard *shards;
+  char **paths;
+  sl__file_id *ids; /* as probed: what a saved state checks */
   size_t n;
   int64_t T;
   int shuffle;
@@ -74,9 +78,10 @@ typedef struct tokens_state {
   uint64_t total; /* windows this rank reads per pass */
   sl_schema *schema;
   sl__buffer_pool *pool;
-  /* position: shard order[si], local window j; pass */
+  sl__plan_file *pf; /* per shard: one chunk of `rounds` records */
+  /* position: unit si of the pass's plan, local window j; pass */
   uint64_t pass;
-  size_t *order;
+  sl__plan plan;
   size_t si;
   uint64_t j;
   uint64_t *rperm;    /* round order of the current shard (shuffle) */
@@ -121,8 +126,8 @@ static int parse_npy(const char *path, const unsigned char *b, size_t got,
   return SL_OK;
 }
 
-/* Opens `path`, checks its header and size, fills s (path excepted). */
-static int probe(const char *path, tshard *s) {
+/* Opens `path`, checks its header and size, fills s and *id. */
+static int probe(const char *path, tshard *s, sl__file_id *id) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0)
     return sl_set_error(SL_EIO, "tokens: %s: cannot open: %s", path,
@@ -166,7 +171,7 @@ static int probe(const char *path, tshard *s) {
   }
   sl__free(b);
   if (rc < 0) return rc;
-  s->id = sl__file_id_of(&st);
+  *id = sl__file_id_of(&st);
   /* Neither sum can wrap: a .npy's were checked not to (npy.c), an llm.c
    * count is 32 bits. */
   uint64_t want = (uint64_t)s->data_off + s->ntok * s->esize;
@@ -195,9 +200,10 @@ static int map_shard(tokens_state *s, size_t i) {
   if (s->mapped == i) return SL_OK;
   unmap(s);
   const tshard *sh = &s->shards[i];
-  int fd = open(sh->path, O_RDONLY | O_CLOEXEC);
+  const char *path = s->paths[i];
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0)
-    return sl_set_error(SL_EIO, "tokens: %s: cannot open: %s", sh->path,
+    return sl_set_error(SL_EIO, "tokens: %s: cannot open: %s", path,
                         strerror(errno));
   struct stat st;
   size_t len = sh->data_off + (size_t)sh->ntok * sh->esize;
@@ -207,18 +213,17 @@ static int map_shard(tokens_state *s, size_t i) {
     rc = sl_set_error(SL_ECORRUPT,
                       "tokens: %s: the file changed size since it was "
                       "opened (%llu bytes, expected %zu)",
-                      sh->path, (unsigned long long)st.st_size, len);
-  else if ((now = sl__file_id_of(&st)), !sl__file_id_equal(&now, &sh->id))
+                      path, (unsigned long long)st.st_size, len);
+  else if ((now = sl__file_id_of(&st)), !sl__file_id_equal(&now, &s->ids[i]))
     rc = sl_set_error(SL_ECORRUPT,
                       "tokens: %s: the file was replaced or rewritten since "
                       "it was opened (inode or modification time differs)",
-                      sh->path);
+                      path);
   void *m = MAP_FAILED;
   if (rc == SL_OK) {
     m = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
     if (m == MAP_FAILED)
-      rc = sl_set_error(SL_EIO, "tokens: %s: mmap: %s", sh->path,
-                        strerror(errno));
+      rc = sl_set_error(SL_EIO, "tokens: %s: mmap: %s", path, strerror(errno));
   }
   close(fd);
   if (rc < 0) return rc;
@@ -231,27 +236,12 @@ static int map_shard(tokens_state *s, size_t i) {
 
 /* --- order --------------------------------------------------------------- */
 
-static void seed_rng(uint64_t seed, uint64_t pass, uint64_t which,
-                     uint64_t rng[4]) {
-  uint64_t p = pass, q = which + SL__RNG_GOLDEN;
-  uint64_t x = seed ^ sl__splitmix64(&p) ^ sl__splitmix64_mix(q * 3 + 1);
-  for (int i = 0; i < 4; i++)
-    rng[i] = sl__splitmix64(&x);
-}
-
-/* The shard order of pass `pass` into s->order. */
-static void order_pass(tokens_state *s, uint64_t pass) {
-  for (size_t i = 0; i < s->n; i++)
-    s->order[i] = i;
-  if (!s->shuffle) return;
-  uint64_t rng[4];
-  seed_rng(s->seed, pass, UINT64_MAX, rng);
-  for (size_t i = s->n; i > 1; i--) {
-    size_t j = (size_t)sl__rng_bounded(rng, i);
-    size_t t = s->order[i - 1];
-    s->order[i - 1] = s->order[j];
-    s->order[j] = t;
-  }
+/* The plan of pass `pass` (the shard order). */
+static int order_pass(tokens_state *s, uint64_t pass) {
+  sl__plan_params p = {s->seed, pass, s->shuffle != 0, 1,
+                       0,       1,    SL_SHARD_UNEVEN, SL__PLAN_TOKENS};
+  sl__plan_free(&s->plan);
+  return sl__plan_build(s->pf, s->n, &p, &s->plan);
 }
 
 /* The round order of shard i in this pass, when shuffling. */
@@ -260,7 +250,7 @@ static int round_perm(tokens_state *s, size_t i) {
   uint64_t r = s->shards[i].rounds;
   if (r > s->rperm_cap) {
     SL_RETURN_ERROR_IF(r > SIZE_MAX / sizeof *s->rperm, SL_ENOMEM,
-                       "tokens: %s: too many windows", s->shards[i].path);
+                       "tokens: %s: too many windows", s->paths[i]);
     uint64_t *p = sl__realloc(s->rperm, (size_t)r * sizeof *p);
     SL_RETURN_ERROR_IF(!p, SL_ENOMEM,
                        "tokens: cannot allocate the order of %llu rounds",
@@ -268,16 +258,8 @@ static int round_perm(tokens_state *s, size_t i) {
     s->rperm = p;
     s->rperm_cap = (size_t)r;
   }
-  for (uint64_t g = 0; g < r; g++)
-    s->rperm[g] = g;
-  uint64_t rng[4];
-  seed_rng(s->seed, s->pass, i, rng);
-  for (uint64_t g = r; g > 1; g--) {
-    uint64_t j = sl__rng_bounded(rng, g);
-    uint64_t t = s->rperm[g - 1];
-    s->rperm[g - 1] = s->rperm[j];
-    s->rperm[j] = t;
-  }
+  sl__permute_u64(sl__plan_stream_key(SL__PLAN_TOKENS, s->seed, s->pass, i),
+                  s->rperm, (size_t)r);
   s->rperm_shard = i;
   return SL_OK;
 }
@@ -336,12 +318,13 @@ static void cut(const tokens_state *s, const tshard *sh, uint64_t w, size_t n,
 
 static int tokens_next(void *st, sl_sample **out) {
   tokens_state *s = st;
-  while (s->si < s->n && s->j >= s->shards[s->order[s->si]].rounds * s->block) {
+  while (s->si < s->plan.nunits &&
+         s->j >= (uint64_t)s->plan.units[s->si].count * s->block) {
     s->si++;
     s->j = 0;
   }
-  if (s->si >= s->n) return SL_EOF;
-  size_t i = s->order[s->si];
+  if (s->si >= s->plan.nunits) return SL_EOF;
+  size_t i = s->plan.units[s->si].file;
   const tshard *sh = &s->shards[i];
   SL_FORWARD_IF_ERROR(map_shard(s, i));
   SL_FORWARD_IF_ERROR(round_perm(s, i));
@@ -375,18 +358,17 @@ static int tokens_next(void *st, sl_sample **out) {
   return SL_OK;
 }
 
-static void start_pass(tokens_state *s, uint64_t pass) {
+static int start_pass(tokens_state *s, uint64_t pass) {
   s->pass = pass;
   s->si = 0;
   s->j = 0;
   s->rperm_shard = SIZE_MAX;
-  order_pass(s, pass);
+  return order_pass(s, pass);
 }
 
 static int tokens_reset(void *st) {
   tokens_state *s = st;
-  start_pass(s, s->pass + 1);
-  return SL_OK;
+  return start_pass(s, s->pass + 1);
 }
 
 static void tokens_destroy(void *st) {
@@ -394,9 +376,12 @@ static void tokens_destroy(void *st) {
   if (!s) return;
   unmap(s);
   for (size_t i = 0; i < s->n; i++)
-    sl__free(s->shards[i].path);
+    sl__free(s->paths ? s->paths[i] : NULL);
+  sl__free(s->paths);
+  sl__free(s->ids);
   sl__free(s->shards);
-  sl__free(s->order);
+  sl__free(s->pf);
+  sl__plan_free(&s->plan);
   sl__free(s->rperm);
   sl__buffer_pool_release(s->pool);
   sl_schema_release(s->schema);
@@ -404,7 +389,6 @@ static void tokens_destroy(void *st) {
 }
 
 static int tokens_length(const sl_reader *r, void *st, uint64_t *n) {
-  (void)r;
   const tokens_state *s = st;
   *n = s->total / s->per;
   return SL_OK;
@@ -414,38 +398,15 @@ static int tokens_length(const sl_reader *r, void *st, uint64_t *n) {
  * the position (pass, k) is all: the order is a function of (seed, pass). */
 static int tokens_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                        sl__state_out *w) {
-  (void)r;
-  (void)pass;
-  (void)k;
   const tokens_state *s = st;
-  sl__file_id *ids = sl__malloc((s->n ? s->n : 1) * sizeof *ids);
-  SL_RETURN_ERROR_IF(!ids, SL_ENOMEM, "save: tokens: out of memory");
-  for (size_t i = 0; i < s->n; i++)
-    ids[i] = s->shards[i].id;
-  int rc = sl__state_put_file_ids(w, ids, s->n);
-  sl__free(ids);
-  return rc;
+  return sl__state_put_file_ids(w, s->ids, s->n);
 }
 
 /* The shards now against the record: SL_ECORRUPT naming a changed one. */
 static int tokens_check(const sl_reader *r, void *st, sl__state_in *in) {
-  (void)r;
   const tokens_state *s = st;
-  const char **paths = sl__malloc((s->n ? s->n : 1) * sizeof *paths);
-  sl__file_id *ids = sl__malloc((s->n ? s->n : 1) * sizeof *ids);
-  int rc = SL_OK;
-  if (!paths || !ids) {
-    rc = sl_set_error(SL_ENOMEM, "restore: tokens: out of memory");
-  } else {
-    for (size_t i = 0; i < s->n; i++) {
-      paths[i] = s->shards[i].path;
-      ids[i] = s->shards[i].id;
-    }
-    rc = sl__state_check_file_ids(in, "tokens", paths, ids, s->n);
-  }
-  sl__free(paths);
-  sl__free(ids);
-  return rc;
+  return sl__state_check_file_ids(in, "tokens", (const char *const *)s->paths,
+                                  s->ids, s->n);
 }
 
 static int tokens_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
@@ -458,9 +419,9 @@ static int tokens_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                      (unsigned long long)k,
                      (unsigned long long)(s->total / s->per));
   k *= s->per; /* in windows */
-  start_pass(s, pass);
-  while (s->si < s->n) {
-    uint64_t c = s->shards[s->order[s->si]].rounds * s->block;
+  SL_FORWARD_IF_ERROR(start_pass(s, pass));
+  while (s->si < s->plan.nunits) {
+    uint64_t c = (uint64_t)s->plan.units[s->si].count * s->block;
     if (k < c) break;
     k -= c;
     s->si++;
@@ -471,7 +432,6 @@ static int tokens_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
 
 static void tokens_identity(const sl_reader *r, void *st, char *buf,
                             size_t cap) {
-  (void)r;
   const tokens_state *s = st;
   snprintf(buf, cap,
            "files=%zu windows=%llu T=%lld shuffle=%d seed=%llu rank=%d "
@@ -481,11 +441,17 @@ static void tokens_identity(const sl_reader *r, void *st, char *buf,
            (unsigned long long)s->block, s->batch);
 }
 
-static const sl__state_ops tokens_state_ops = {tokens_save, tokens_restore,
-                                               tokens_identity};
-
-static const sl_reader_vtable tokens_vt = {"tokens", tokens_next, tokens_reset,
-                                           tokens_destroy};
+static const sl__stage_ops tokens_ops = {
+    .name = "tokens",
+    .next = tokens_next,
+    .reset = tokens_reset,
+    .destroy = tokens_destroy,
+    .length = tokens_length,
+    .save = tokens_save,
+    .restore = tokens_restore,
+    .identity = tokens_identity,
+    .check = tokens_check,
+};
 
 static int make_schema(sl_schema **out, int64_t T, int64_t B, int batch) {
   sl_schema *s = sl_schema_new();
@@ -537,9 +503,11 @@ int sl_tokens_reader(const char *const *paths, size_t n,
   s->per = s->batch ? s->block : 1;
   s->mapped = SIZE_MAX;
   s->shards = sl__calloc(n, sizeof *s->shards);
-  s->order = sl__calloc(n, sizeof *s->order);
+  s->paths = sl__calloc(n, sizeof *s->paths);
+  s->ids = sl__calloc(n, sizeof *s->ids);
+  s->pf = sl__calloc(n, sizeof *s->pf);
   s->pool = sl__buffer_pool_new(POOL_IDLE, POOL_IDLE_BYTES);
-  int rc = (!s->shards || !s->order || !s->pool)
+  int rc = (!s->shards || !s->paths || !s->ids || !s->pf || !s->pool)
                ? sl_set_error(SL_ENOMEM, "tokens: cannot allocate %zu files", n)
                : make_schema(&s->schema, s->T, (int64_t)s->block, s->batch);
   uint64_t per_round = (uint64_t)s->world * s->block;
@@ -550,30 +518,33 @@ int sl_tokens_reader(const char *const *paths, size_t n,
     }
     s->n = i + 1;
     tshard *sh = &s->shards[i];
-    sh->path = sl__strdup(paths[i]);
-    if (!sh->path) {
+    if (!(s->paths[i] = sl__strdup(paths[i]))) {
       rc = sl_set_error(SL_ENOMEM, "tokens: cannot allocate");
       break;
     }
-    rc = probe(paths[i], sh);
+    rc = probe(paths[i], sh, &s->ids[i]);
     if (rc < 0) break;
     uint64_t windows = sh->ntok ? (sh->ntok - 1) / (uint64_t)s->T : 0;
-    sh->rounds = windows / per_round;
-    s->total += sh->rounds * s->block;
+    if (windows / per_round > UINT32_MAX) {
+      rc = sl_set_error(SL_EINVAL,
+                        "tokens: %s: more than 2^32 - 1 rounds "
+                        "of %llu windows",
+                        paths[i], (unsigned long long)per_round);
+      break;
+    }
+    sh->rounds = (uint32_t)(windows / per_round);
+    s->pf[i] = (sl__plan_file){1, &sh->rounds};
+    s->total += (uint64_t)sh->rounds * s->block;
   }
   /* Files of two pack runs mixed under one set's names (tokens_set.h). */
   if (rc == SL_OK) rc = sl__tokens_set_check("tokens", paths, n);
+  if (rc == SL_OK) rc = start_pass(s, 0);
   if (rc < 0) {
     tokens_destroy(s);
     return rc;
   }
-  start_pass(s, 0);
   sl_schema *schema = sl_schema_retain(s->schema);
-  rc = sl__reader_make(&tokens_vt, s, schema, out);
+  rc = sl__stage_new(&tokens_ops, s, schema, NULL, 0, NULL, out);
   sl_schema_release(schema);
-  if (rc < 0) return rc;
-  sl__reader_set_length(*out, tokens_length);
-  sl__reader_set_state_ops(*out, &tokens_state_ops);
-  sl__reader_set_state_check(*out, tokens_check);
-  return SL_OK;
+  return rc;
 }

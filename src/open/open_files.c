@@ -69,10 +69,10 @@
 #include "io/bytes.h"
 #include "io/slr_file.h"
 #include "io/source.h"
-#include "open/epoch_plan.h"
+#include "io/epoch_plan.h"
 #include "open/registry.h"
 #include "open/shard_set.h"
-#include "readers/state.h"
+#include "readers/stage.h"
 #include "sync/engine.h"
 
 #include <stdlib.h>
@@ -366,7 +366,6 @@ static int of_worker_init(void *ud, int index, void **wctx) {
 static void of_worker_fini(void *ud, int index, void *wctx) {
   of_state *o = ud;
   worker *w = wctx;
-  SL_UNUSED(index);
   for (size_t f = 0; f < o->nfiles; f++)
     if (w->fh[f]) close_file(w, f);
   sl__free(w->fh);
@@ -379,7 +378,7 @@ static int of_process(void *ud, void *wctx, uint64_t k, sl_sample *in,
                       sl_sample ***out, size_t *n) {
   of_state *o = ud;
   worker *w = wctx;
-  SL_UNUSED(in); /* NULL: the unit is k */
+  /* in is NULL: the unit is k */
   const sl__plan_unit *u = &o->plan.units[k];
   if (u->count == 0 || (o->unordered && done_has(&o->restored, k)))
     return SL__ENGINE_DROP; /* delivered before the restore */
@@ -634,9 +633,6 @@ static int of_length(const sl_reader *r, void *st, uint64_t *n) {
   return SL_OK;
 }
 
-static const sl_reader_vtable of_vt = {"open_files", of_next, of_reset,
-                                       of_destroy};
-
 /* --- saving and restoring (readers/state.h) ---------------------------------
  *
  * Ordered.  The output of a pass is a pure function of (files, seed, epoch,
@@ -676,7 +672,6 @@ static const sl_reader_vtable of_vt = {"open_files", of_next, of_reset,
 static const char *const k_remainder[] = {"pad", "drop", "uneven"};
 
 static void of_identity(const sl_reader *r, void *st, char *buf, size_t cap) {
-  (void)r;
   const of_state *o = st;
   uint32_t names = 0;
   for (size_t f = 0; f < o->nfiles; f++) {
@@ -794,7 +789,6 @@ static int get_segs(sl__state_in *in, uint64_t **segs, size_t *nsegs) {
 }
 
 static int of_check(const sl_reader *r, void *st, sl__state_in *in) {
-  (void)r;
   return check_files(st, in);
 }
 
@@ -889,15 +883,9 @@ static int save_unordered(of_state *o, uint64_t k, sl__state_out *w) {
 
 static int of_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                    sl__state_out *w) {
-  (void)r;
-  (void)pass;
   of_state *o = st;
   SL_FORWARD_IF_ERROR(put_common(o, w));
   return o->unordered ? save_unordered(o, k, w) : save_ordered(o, k, w);
-}
-
-static int next_fn(void *st, sl_sample **out) {
-  return of_next(st, out);
 }
 
 /* Stops the pass and builds the plan of pass `pass` over segs (taken; NULL:
@@ -940,7 +928,7 @@ static int restore_ordered(of_state *o, uint64_t k, sl__state_in *in) {
   o->bad = nskip;
   sl__engine_start_at(o->eng, first);
   SL_FORWARD_IF_ERROR(sl__engine_start(o->eng));
-  return sl__state_replay(next_fn, o, m, "open_files: the restored group");
+  return sl__state_replay(of_next, o, m, "open_files: the restored group");
 }
 
 /* Reads the partly delivered units of an unordered record into *v. */
@@ -977,7 +965,6 @@ static int restore_unordered(of_state *o, uint64_t k, sl__state_in *in) {
 
 static int of_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                       sl__state_in *in) {
-  (void)r;
   of_state *o = st;
   uint64_t *segs;
   size_t nsegs;
@@ -992,7 +979,18 @@ static void of_signal_stop(void *state) {
   sl__engine_signal_stop(((of_state *)state)->eng);
 }
 
-static const sl__state_ops of_state_ops = {of_save, of_restore, of_identity};
+static const sl__stage_ops of_stage = {
+    .name = "open_files",
+    .next = of_next,
+    .reset = of_reset,
+    .destroy = of_destroy,
+    .length = of_length,
+    .save = of_save,
+    .restore = of_restore,
+    .identity = of_identity,
+    .check = of_check,
+    .stop = of_signal_stop,
+};
 
 /* --- elastic restores ------------------------------------------------------
  */
@@ -1245,7 +1243,6 @@ static int elastic_segments(of_state *o, old_rank *x, size_t n, uint64_t N,
     at += len;
   }
   sl__free(diff);
-  (void)N;
   *out = segs;
   *nout = ns;
 out:
@@ -1261,7 +1258,7 @@ int sl_reader_restore_elastic(sl_reader *r, const void *const *states,
                      !r       ? "NULL reader"
                      : n == 0 ? "no states"
                               : "NULL state array");
-  of_state *o = sl__reader_state_of(r, of_vt.next);
+  of_state *o = sl__reader_state_of(r, of_stage.next);
   SL_RETURN_ERROR_IF(!o, SL_EUNSUPPORTED,
                      "restore_elastic: the reader is '%s', not open_files: "
                      "only a chain that is open_files itself can be restored "
@@ -1460,8 +1457,9 @@ static int make_state(const sl_open_files_opts *p, sl__named_file *files,
   o->buffer = p->buffer;
   o->unordered = p->unordered != 0;
   o->epoch0 = p->epoch;
-  o->params = (sl__plan_params){p->seed, p->epoch, p->shuffle != 0, p->window,
-                                p->rank, p->world, p->remainder};
+  o->params =
+      (sl__plan_params){p->seed, p->epoch, p->shuffle != 0, p->window,
+                        p->rank, p->world, p->remainder,    SL__PLAN_SLR};
   o->paths = sl__calloc(nfiles, sizeof *o->paths);
   o->pf = sl__calloc(nfiles, sizeof *o->pf);
   o->ids = sl__calloc(nfiles, sizeof *o->ids);
@@ -1518,14 +1516,10 @@ int sl_open_files(const char *const *names, size_t n,
     sl_schema_release(schema);
     return rc;
   }
-  rc = sl__reader_make(&of_vt, o, schema, out); /* destroys o on failure */
+  rc = sl__stage_new(&of_stage, o, schema, NULL, 0, sl__engine_counters(o->eng),
+                     out); /* destroys o on failure */
   sl_schema_release(schema);
   if (rc < 0) return rc;
-  sl__reader_link(*out, NULL, 0, sl__engine_counters(o->eng));
-  sl__reader_set_length(*out, of_length);
-  sl__reader_set_state_ops(*out, &of_state_ops);
-  sl__reader_set_stop_signal(*out, of_signal_stop);
-  sl__reader_set_state_check(*out, of_check);
   rc = start_workers(o);
   if (rc < 0) {
     sl_reader_destroy(*out);

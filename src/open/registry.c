@@ -1,7 +1,8 @@
 /*
  * registry.c - the format registry: file names "TAG:PATH" (or a bare PATH
- * tagged by its extension, or a glob pattern) opened by the constructor
- * registered for the tag (sl_open), and the same expansion for open_files.
+ * tagged by its extension, or a glob pattern) expanded into tagged paths
+ * and the constructor registered for each tag (sl_open, open.c, opens them;
+ * open_files, wds_open and tokens_open expand names the same way).
  *
  * Tables.  Two fixed arrays of 64 slots: formats (tag -> constructor + user
  * data) and extensions (suffix -> tag).  Fixed storage means a registration
@@ -31,9 +32,6 @@
  */
 #include "open/registry.h"
 #include "io/http.h"
-#include "io/tokens_set.h"
-#include "io/wds.h"
-#include "open/shard_set.h"
 
 #include <errno.h>
 #include <glob.h>
@@ -56,20 +54,17 @@ typedef struct ext_slot {
 
 static int open_slr(void *ud, const char *path, const sl_open_opts *opts,
                     sl_reader **out) {
-  SL_UNUSED(ud);
   return sl_slr_reader(path, &opts->slr, 0, UINT64_MAX, out);
 }
 
 /* idx: the labels file from opts->labels, or derived from the name. */
 static int open_idx(void *ud, const char *path, const sl_open_opts *opts,
                     sl_reader **out) {
-  SL_UNUSED(ud);
   return sl_idx_reader(path, opts->labels, out);
 }
 
 static int open_text(void *ud, const char *path, const sl_open_opts *opts,
                      sl_reader **out) {
-  SL_UNUSED(ud);
   return sl_text_reader(path, opts->text_mmap, opts->parser,
                         opts->parser_options, out);
 }
@@ -77,7 +72,6 @@ static int open_text(void *ud, const char *path, const sl_open_opts *opts,
 /* image: a folder of JPEG/PNG files or one of them (src/image/). */
 static int open_image(void *ud, const char *path, const sl_open_opts *opts,
                       sl_reader **out) {
-  SL_UNUSED(ud);
   return sl_image_reader(path, opts->image, out);
 }
 
@@ -85,7 +79,6 @@ static int open_image(void *ud, const char *path, const sl_open_opts *opts,
  * reader per file; world 0 is the launcher's environment. */
 static int open_tokens(void *ud, const char *path, const sl_open_opts *opts,
                        sl_reader **out) {
-  SL_UNUSED(ud);
   SL_RETURN_ERROR_IF(!opts->tokens, SL_EINVAL,
                      "tokens: %s: needs options (sl_open_opts.tokens, at "
                      "least seq_len)",
@@ -100,14 +93,12 @@ static int open_tokens(void *ud, const char *path, const sl_open_opts *opts,
 /* npy: a .npy array or an .npz archive (sl_npy_reader; opts->npy). */
 static int open_npy(void *ud, const char *path, const sl_open_opts *opts,
                     sl_reader **out) {
-  SL_UNUSED(ud);
   return sl_npy_reader(path, opts->npy, out);
 }
 
 /* csv: a CSV file (sl_csv_reader; opts->csv: columns, delimiter, header). */
 static int open_csv(void *ud, const char *path, const sl_open_opts *opts,
                     sl_reader **out) {
-  SL_UNUSED(ud);
   return sl_csv_reader(path, opts->csv, out);
 }
 
@@ -115,8 +106,6 @@ static int open_csv(void *ud, const char *path, const sl_open_opts *opts,
  * threads. */
 static int open_wds(void *ud, const char *path, const sl_open_opts *opts,
                     sl_reader **out) {
-  SL_UNUSED(ud);
-  SL_UNUSED(opts);
   return sl_wds_reader(path, out);
 }
 
@@ -124,7 +113,6 @@ static int open_wds(void *ud, const char *path, const sl_open_opts *opts,
  * opts->tfrecord's features decode tf.train.Example). */
 static int open_tfrecord(void *ud, const char *path, const sl_open_opts *opts,
                          sl_reader **out) {
-  SL_UNUSED(ud);
   return sl_tfrecord_reader(path, opts->tfrecord, out);
 }
 
@@ -275,11 +263,14 @@ int sl_format_extension(const char *ext, const char *tag) {
 /* --- expansion -------------------------------------------------------------
  */
 
-/* Checks that `tag` is registered; the error lists the registered tags. */
-static int check_tag(const char *stage, const char *tag, const char *name) {
+int sl__format_find(const char *stage, const char *tag, const char *name,
+                    sl_format_open_fn *fn, void **ud) {
   pthread_mutex_lock(&g_mu);
-  int rc = SL_OK;
-  if (find_format(tag) < 0) {
+  int rc = SL_OK, i = find_format(tag);
+  if (i >= 0 && fn) {
+    *fn = g_formats[i].fn;
+    *ud = g_formats[i].ud;
+  } else if (i < 0) {
     char known[SLOTS * SL__TAG_MAX];
     known_tags(known, sizeof known);
     rc = sl_set_error(SL_EINVAL,
@@ -311,7 +302,7 @@ static int infer_tag(const char *stage, const char *path,
                      "%s: '%s' has no format tag and no known extension "
                      "(write TAG:PATH; known tags: %s)",
                      stage, path, known);
-  return check_tag(stage, tag, path);
+  return sl__format_find(stage, tag, path, NULL, NULL);
 }
 
 /* A growing array of named files. */
@@ -412,7 +403,7 @@ static int expand_one(const char *stage, file_list *l, const char *name) {
   if (colon && valid_tag(name, (size_t)(colon - name)) && !sl__is_url(name)) {
     memcpy(tag, name, (size_t)(colon - name));
     tag[colon - name] = 0;
-    SL_FORWARD_IF_ERROR(check_tag(stage, tag, name));
+    SL_FORWARD_IF_ERROR(sl__format_find(stage, tag, name, NULL, NULL));
     path = colon + 1;
     tagged = true;
   }
@@ -460,127 +451,4 @@ int sl__names_expand(const char *stage, const char *const *names, size_t n,
   *out = l.v;
   *count = l.n;
   return SL_OK;
-}
-
-/* --- opening ---------------------------------------------------------------
- */
-
-/* Opens one expanded file with its format's constructor. */
-static int open_file(const sl__named_file *f, const sl_open_opts *o,
-                     sl_reader **out) {
-  pthread_mutex_lock(&g_mu);
-  int i = find_format(f->tag);
-  format_slot s = i >= 0 ? g_formats[i] : (format_slot){{0}, NULL, NULL};
-  pthread_mutex_unlock(&g_mu);
-  /* Removed by another thread since the name was expanded. */
-  if (!s.fn) return check_tag("open", f->tag, f->path);
-  *out = NULL;
-  sl__error_forget_code();
-  int rc = s.fn(s.ud, f->path, o, out);
-  if (rc == SL_OK && !*out)
-    rc = sl_set_error(SL_EINVAL,
-                      "open: format '%s' returned no reader for "
-                      "'%s'",
-                      f->tag, f->path);
-  if (rc < 0) {
-    if (*out) sl_reader_destroy(*out); /* a misbehaving constructor */
-    *out = NULL;
-    if (sl_last_error_code() != rc || !sl_last_error()[0])
-      sl_set_error(rc, "open: format '%s' failed on '%s': %s", f->tag, f->path,
-                   sl_strerror(rc));
-  }
-  return rc;
-}
-
-/* A pattern's files must not mix two pack runs' shards: SLR by the
- * readers' schemas (shard_set.c), token shards by their headers
- * (tokens_set.c), WebDataset shards by their first member (wds_shard.c). */
-static int check_set(const sl__named_file *files, sl_reader *const *readers,
-                     size_t n) {
-  const char **paths = sl__calloc(n, sizeof *paths);
-  const sl_schema **schemas = sl__calloc(n, sizeof *schemas);
-  int rc = SL_OK;
-  if (!paths || !schemas) {
-    rc = sl_set_error(SL_ENOMEM, "open: cannot allocate %zu files", n);
-  } else {
-    for (size_t i = 0; i < n; i++) {
-      paths[i] = files[i].path;
-      schemas[i] = sl_reader_schema(readers[i]);
-    }
-    rc = sl__shard_set_check("open", paths, schemas, n);
-  }
-  /* Token shards carry their set identity in the header (tokens_set.h). */
-  size_t nt = 0;
-  for (size_t i = 0; rc == SL_OK && i < n; i++)
-    if (strcmp(files[i].tag, "tokens") == 0) paths[nt++] = files[i].path;
-  if (rc == SL_OK && nt > 1) rc = sl__tokens_set_check("open", paths, nt);
-  /* WebDataset shards of `pack images --format wds` in their first member
-   * (io/wds.h). */
-  size_t nw = 0;
-  for (size_t i = 0; rc == SL_OK && i < n; i++)
-    if (strcmp(files[i].tag, "wds") == 0) paths[nw++] = files[i].path;
-  if (rc == SL_OK && nw > 1) rc = sl__wds_set_check("open", paths, nw);
-  sl__free(paths);
-  sl__free(schemas);
-  return rc;
-}
-
-int sl_open(const char *name, const sl_open_opts *opts, sl_reader **out) {
-  SL_RETURN_ERROR_IF(!out, SL_EINVAL, "open: NULL out pointer");
-  *out = NULL;
-  SL_RETURN_ERROR_IF(!name, SL_EINVAL, "open: NULL name");
-  sl_open_opts o = SL_OPEN_OPTS_INIT;
-  if (opts)
-    SL_FORWARD_IF_ERROR(sl__opts_copy("sl_open_opts", &o, sizeof o, opts));
-  sl__named_file *files;
-  size_t n;
-  SL_FORWARD_IF_ERROR(sl__names_expand("open", &name, 1, &files, &n));
-  /* Shards read by several ranks (the launcher's environment) go through
-   * sl_wds_open too, so that every rank gets its equal share. */
-  sl_wds_opts env_wds = SL_WDS_OPTS_INIT;
-  bool all_wds = n > 0;
-  for (size_t i = 0; i < n; i++)
-    all_wds = all_wds && strcmp(files[i].tag, "wds") == 0;
-  if (!o.wds && all_wds) {
-    int rank, world;
-    int rc = sl_shard_env(&rank, &world);
-    if (rc < 0) {
-      sl__named_files_free(files, n);
-      return rc;
-    }
-    if (world > 1) o.wds = &env_wds; /* world 0: the environment's */
-  }
-  if (o.wds) { /* every shard through sl_wds_open's threads and plan */
-    int rc = SL_OK;
-    for (size_t i = 0; i < n && rc == SL_OK; i++)
-      if (strcmp(files[i].tag, "wds") != 0)
-        rc = sl_set_error(SL_EINVAL,
-                          "open: wds options given, but '%s' is read as "
-                          "format '%s', not wds",
-                          files[i].path, files[i].tag);
-    sl__named_files_free(files, n);
-    SL_FORWARD_IF_ERROR(rc);
-    return sl_wds_open(&name, 1, o.wds, out);
-  }
-  sl_reader **readers = sl__calloc(n, sizeof *readers);
-  if (!readers) {
-    sl__named_files_free(files, n);
-    return sl_set_error(SL_ENOMEM, "open: cannot allocate %zu readers", n);
-  }
-  int rc = SL_OK;
-  size_t made = 0;
-  for (; made < n && rc == SL_OK; made++)
-    rc = open_file(&files[made], &o, &readers[made]);
-  if (rc == SL_OK && n > 1) rc = check_set(files, readers, n);
-  sl__named_files_free(files, n);
-  if (rc < 0) {
-    for (size_t i = 0; i < made; i++)
-      sl_reader_destroy(readers[i]);
-  } else if (n == 1) {
-    *out = readers[0];
-  } else {
-    rc = sl_chain(readers, n, out); /* takes the readers, also on failure */
-  }
-  sl__free(readers);
-  return rc;
 }

@@ -21,6 +21,12 @@ int sl__names_expand(const char *stage, const char *const *names, size_t n,
                      sl__named_file **out, size_t *count);
 void sl__named_files_free(sl__named_file *files, size_t count);
 
+/* The constructor registered for `tag` into *fn, *ud (copied under the
+ * registry's lock; fn NULL: only checks), or SL_EINVAL naming `name` and
+ * the registered tags (`stage` prefixes the message). */
+int sl__format_find(const char *stage, const char *tag, const char *name,
+                    sl_format_open_fn *fn, void **ud);
+
 /* Brace patterns (braces.c): at most this many names from one name. */
 #define SL__BRACES_MAX 100000
 /* Whether `s` holds a '{' followed later by a '}'. */

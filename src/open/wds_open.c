@@ -8,18 +8,18 @@
  * all by the registry as for sl_open (open/braces.c, sl__names_expand; a
  * name without a tag is "wds:").
  *
- * Order.  Pass p reads the shard list in its given order or, with shuffle,
- * permuted by (seed, p) - the same permutation on every rank.  The pass's
- * sequence is the samples of the shards in that order.  World 1 reads it
- * all.  Rank r of W > 1 reads the positions sl__shard_segments gives it
- * under the remainder policy (epoch_plan.c: by default pad, ceil(N/W) for
- * every rank, wrapping to the first samples), so every rank reads as many
- * samples and a world larger than the shard count splits shards; N and
- * the per-shard counts come from walking every shard's tar headers at open
- * (count_samples; under SL_WDS_MISSING_SKIP only the samples with every
- * field count).  The rank's segments are cut at shard boundaries into
- * pieces (shard, first sample, count); worker t of T reads pieces t,
- * t + T, ...
+ * Order.  Pass p is the epoch plan of epoch p (epoch_plan.h, keys
+ * SL__PLAN_WDS: a chunk per shard, its samples the records): the shard
+ * list in its given order or, with shuffle, permuted by (seed, p) - the
+ * same permutation on every rank.  World 1 reads every shard whole (a unit
+ * per shard, its count unknown: URLs are not counted).  Rank r of W > 1
+ * reads the plan's share under the remainder policy (by default pad,
+ * ceil(N/W) for every rank, wrapping to the first samples), so every rank
+ * reads as many samples and a world larger than the shard count splits
+ * shards; N and the per-shard counts come from walking every shard's tar
+ * headers at open (count_samples; under SL_WDS_MISSING_SKIP only the
+ * samples with every field count).  The plan's units are (shard, first
+ * sample, count); worker t of T reads units t, t + T, ...
  *
  * Threads.  Worker t reads its pieces one after another (each mapped, or
  * for a URL read by ranges through a byte source, walked and closed: no
@@ -53,13 +53,12 @@
  * done, ring, pass are the consumer's; the layout and file list are
  * immutable after construction.
  */
-#include "core/rng.h"
 #include "io/http.h"
 #include "io/wds.h"
-#include "open/epoch_plan.h"
+#include "io/epoch_plan.h"
 #include "open/registry.h"
 #include "open/wds_pack.h"
-#include "readers/state.h"
+#include "readers/stage.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -72,13 +71,6 @@
 #define SL__WDS_CLASSES_MAX ((size_t)1 << 20)
 
 typedef struct wds_open wds_open;
-
-/* A piece of the rank's part of the pass: samples [from, from + count) of
- * one shard (count UINT64_MAX: to its end). */
-typedef struct wds_piece {
-  size_t shard;
-  uint64_t from, count;
-} wds_piece;
 
 typedef struct wds_worker {
   wds_open *o;
@@ -94,6 +86,9 @@ struct wds_open {
   uint64_t *sizes;
   sl__file_id *ids; /* local shards: as construction found them */
   size_t nfiles;
+  const char **lpaths; /* the local shards' paths and ids (no URLs), */
+  sl__file_id *lids;   /* nlocal of them: what a state records */
+  size_t nlocal;
   uint64_t total;
   sl__wds_layout *lay;
   uint32_t T;
@@ -104,11 +99,11 @@ struct wds_open {
   wds_worker *w;
   uint64_t *nsamples; /* per shard, once counted (counted), else NULL */
   uint64_t nall;      /* their sum */
+  uint32_t *recs;     /* per shard: its records in the plan */
+  sl__plan_file *pf;  /* per shard: one chunk of recs[i] */
   /* the consumer's */
   uint64_t pass;
-  size_t *order;     /* scratch: this pass's shard order */
-  wds_piece *pieces; /* the rank's part of this pass */
-  size_t npieces;
+  sl__plan plan;   /* this pass's (workers read it while they run) */
   uint64_t *count; /* per worker: samples taken this pass */
   bool *done;
   uint32_t turn;
@@ -122,46 +117,16 @@ struct wds_open {
 /* --- the pass's order ------------------------------------------------------
  */
 
-/* The pieces of one segment [a, b) of the pass's sequence (the shards'
- * samples in perm order). */
-static void add_segment(wds_open *o, const size_t *perm, uint64_t a,
-                        uint64_t b) {
-  uint64_t c = 0; /* the first position of shard perm[j] */
-  for (size_t j = 0; j < o->nfiles && c < b; j++) {
-    uint64_t n = o->nsamples[perm[j]], lo = SL_MAX(a, c), hi = SL_MIN(b, c + n);
-    if (lo < hi)
-      o->pieces[o->npieces++] = (wds_piece){perm[j], lo - c, hi - lo};
-    c += n;
+static int plan_pass(wds_open *o) {
+  for (size_t i = 0; i < o->nfiles; i++) {
+    SL_RETURN_ERROR_IF(o->world > 1 && o->nsamples[i] > UINT32_MAX, SL_EINVAL,
+                       "wds: %s: more than 2^32 - 1 samples", o->paths[i]);
+    o->recs[i] = o->world == 1 ? 1 : (uint32_t)o->nsamples[i];
   }
-}
-
-static void plan_pass(wds_open *o) {
-  size_t n = o->nfiles;
-  size_t *perm = o->order;
-  for (size_t i = 0; i < n; i++)
-    perm[i] = i;
-  if (o->shuffle) {
-    uint64_t x = o->seed ^ sl__splitmix64_mix(o->pass + 0x5EED);
-    uint64_t st[4];
-    for (int i = 0; i < 4; i++)
-      st[i] = sl__splitmix64(&x);
-    for (size_t i = n; i > 1; i--) {
-      size_t j = (size_t)sl__rng_bounded(st, i);
-      size_t tmp = perm[i - 1];
-      perm[i - 1] = perm[j];
-      perm[j] = tmp;
-    }
-  }
-  o->npieces = 0;
-  if (o->world == 1) {
-    for (size_t i = 0; i < n; i++)
-      o->pieces[o->npieces++] = (wds_piece){perm[i], 0, UINT64_MAX};
-    return;
-  }
-  uint64_t seg[4];
-  size_t k = sl__shard_segments(o->nall, o->rank, o->world, o->policy, seg);
-  for (size_t i = 0; i < k; i++)
-    add_segment(o, perm, seg[2 * i], seg[2 * i + 1]);
+  sl__plan_params p = {o->seed, o->pass,  o->shuffle != 0, 1,
+                       o->rank, o->world, o->policy,       SL__PLAN_WDS};
+  sl__plan_free(&o->plan);
+  return sl__plan_build(o->pf, o->nfiles, &p, &o->plan);
 }
 
 /* The sample count of every shard, walking its tar headers alone. */
@@ -186,32 +151,34 @@ static int count_samples(wds_open *o) {
 
 /* --- workers ------------------------------------------------------------- */
 
-static int worker_shard(wds_worker *w, const wds_piece *pc, uint64_t *skip) {
+/* Samples [u->first, u->first + u->count) of shard u->file (world 1: to
+ * its end). */
+static int worker_shard(wds_worker *w, const sl__plan_unit *u, uint64_t *skip) {
   wds_open *o = w->o;
+  const char *path = o->paths[u->file];
   sl__wds_shard *sh;
-  SL_FORWARD_IF_ERROR(sl__wds_shard_open(o->paths[pc->shard], &sh));
-  if (!sl__is_url(o->paths[pc->shard]) &&
-      !sl__file_id_equal(&sh->id, &o->ids[pc->shard])) {
+  SL_FORWARD_IF_ERROR(sl__wds_shard_open(path, &sh));
+  if (!sl__is_url(path) && !sl__file_id_equal(&sh->id, &o->ids[u->file])) {
     sl__wds_shard_close(sh);
     return sl_set_error(SL_ECORRUPT,
                         "wds: %s: the shard changed since it was opened "
                         "(replaced or rewritten: its inode, size or "
                         "modification time differs)",
-                        o->paths[pc->shard]);
+                        path);
   }
   int rc = SL_OK;
-  uint64_t pos = 0,
-           end = pc->count == UINT64_MAX ? UINT64_MAX : pc->from + pc->count;
+  uint64_t pos = 0, from = u->first,
+           end = o->world == 1 ? UINT64_MAX : from + u->count;
   while (pos < end) {
     /* Samples before the piece, and those skipped (a restore), are walked
      * by their headers alone; under SL_WDS_MISSING_SKIP an incomplete
      * sample is no position of the pass. */
-    bool pass_over = pos < pc->from || *skip > 0;
+    bool pass_over = pos < from || *skip > 0;
     sh->headers_only = pass_over;
     if ((rc = sl__wds_shard_group(sh)) != SL_OK) break;
     if (o->lay->skip_incomplete && !sl__wds_group_complete(sh, o->lay))
       continue;
-    if (pos++ < pc->from) continue;
+    if (pos++ < from) continue;
     if (*skip) {
       (*skip)--;
       continue;
@@ -228,8 +195,8 @@ static int worker_shard(wds_worker *w, const wds_piece *pc, uint64_t *skip) {
     return sl_set_error(SL_ECORRUPT,
                         "wds: %s: ended after %llu samples; it had %llu when "
                         "the reader was opened (the shard changed?)",
-                        o->paths[pc->shard], (unsigned long long)pos,
-                        (unsigned long long)o->nsamples[pc->shard]);
+                        path, (unsigned long long)pos,
+                        (unsigned long long)o->nsamples[u->file]);
   return rc == SL_EOF ? SL_OK : rc;
 }
 
@@ -238,8 +205,8 @@ static void *worker_main(void *arg) {
   wds_open *o = w->o;
   uint64_t skip = w->skip;
   int rc = SL_OK;
-  for (size_t i = (size_t)w->t; i < o->npieces && rc == SL_OK; i += o->T)
-    rc = worker_shard(w, &o->pieces[i], &skip);
+  for (size_t i = (size_t)w->t; i < o->plan.nunits && rc == SL_OK; i += o->T)
+    rc = worker_shard(w, &o->plan.units[i], &skip);
   if (rc == SL_ECLOSED || rc == SL_EKILLED) {
     /* the consumer stopped us */
   } else if (rc < 0) {
@@ -264,7 +231,7 @@ static void stop_workers(wds_open *o) {
 
 /* Starts the workers for this pass (skips already set). */
 static int start_workers(wds_open *o) {
-  plan_pass(o);
+  SL_FORWARD_IF_ERROR(plan_pass(o));
   for (uint32_t t = 0; t < o->T; t++) {
     int rc =
         sl__thread_start(&o->w[t].tid, "wds", "sl-wds", worker_main, &o->w[t]);
@@ -336,8 +303,11 @@ static void wo_destroy(void *st) {
   sl__free(o->paths);
   sl__free(o->sizes);
   sl__free(o->ids);
-  sl__free(o->order);
-  sl__free(o->pieces);
+  sl__free(o->lpaths);
+  sl__free(o->lids);
+  sl__free(o->recs);
+  sl__free(o->pf);
+  sl__plan_free(&o->plan);
   sl__free(o->nsamples);
   sl__free(o->count);
   sl__free(o->done);
@@ -346,43 +316,15 @@ static void wo_destroy(void *st) {
   sl__free(o);
 }
 
-/* The local shards' names and identities (heap arrays, *n of them). */
-static int local_ids(const wds_open *o, const char ***paths, sl__file_id **ids,
-                     size_t *n) {
-  *n = 0;
-  *paths = sl__malloc((o->nfiles ? o->nfiles : 1) * sizeof **paths);
-  *ids = sl__malloc((o->nfiles ? o->nfiles : 1) * sizeof **ids);
-  if (!*paths || !*ids) {
-    sl__free(*paths);
-    sl__free(*ids);
-    return sl_set_error(SL_ENOMEM, "wds: out of memory");
-  }
-  for (size_t i = 0; i < o->nfiles; i++)
-    if (!sl__is_url(o->paths[i])) {
-      (*paths)[*n] = o->paths[i];
-      (*ids)[(*n)++] = o->ids[i];
-    }
-  return SL_OK;
-}
-
 /* Record: T, files, total size, the local shards' identities, then (replay
  * flag, turn, counts[T]). */
 static int wo_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                    sl__state_out *w) {
-  (void)r;
-  (void)pass;
   wds_open *o = st;
   SL_FORWARD_IF_ERROR(sl__state_put_u64(w, o->T));
   SL_FORWARD_IF_ERROR(sl__state_put_u64(w, o->nfiles));
   SL_FORWARD_IF_ERROR(sl__state_put_u64(w, o->total));
-  const char **paths;
-  sl__file_id *ids;
-  size_t n;
-  SL_FORWARD_IF_ERROR(local_ids(o, &paths, &ids, &n));
-  int rc = sl__state_put_file_ids(w, ids, n);
-  sl__free(paths);
-  sl__free(ids);
-  SL_FORWARD_IF_ERROR(rc);
+  SL_FORWARD_IF_ERROR(sl__state_put_file_ids(w, o->lids, o->nlocal));
   bool known =
       k <= o->out && k >= o->ring_from && o->out - k < SL__STATE_LOG - 1;
   SL_FORWARD_IF_ERROR(sl__state_put_u64(w, known ? 0 : 1));
@@ -400,10 +342,6 @@ static int wo_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
   return SL_OK;
 }
 
-static int wo_replay_next(void *st, sl_sample **out) {
-  return wo_next(st, out);
-}
-
 /* Reads the record up to the replay flag: the same shards and threads,
  * unchanged. */
 static int wo_record(const wds_open *o, sl__state_in *in, uint64_t *replay) {
@@ -418,33 +356,25 @@ static int wo_record(const wds_open *o, sl__state_in *in, uint64_t *replay) {
       "and %u",
       (unsigned long long)n, (unsigned long long)total, (unsigned long long)T,
       o->nfiles, (unsigned long long)o->total, o->T);
-  const char **paths;
-  sl__file_id *ids;
-  size_t nl;
-  SL_FORWARD_IF_ERROR(local_ids(o, &paths, &ids, &nl));
-  int rc = sl__state_check_file_ids(in, "wds", paths, ids, nl);
-  sl__free(paths);
-  sl__free(ids);
-  SL_FORWARD_IF_ERROR(rc);
+  SL_FORWARD_IF_ERROR(
+      sl__state_check_file_ids(in, "wds", o->lpaths, o->lids, o->nlocal));
   return sl__state_get_u64(in, replay);
 }
 
 static int wo_check(const sl_reader *r, void *st, sl__state_in *in) {
-  (void)r;
   uint64_t replay;
   return wo_record(st, in, &replay);
 }
 
 static int wo_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                       sl__state_in *in) {
-  (void)r;
   wds_open *o = st;
   uint64_t replay;
   SL_FORWARD_IF_ERROR(wo_record(o, in, &replay));
   stop_workers(o);
   clear_pass(o);
   o->pass = pass;
-  if (replay) return sl__state_replay(wo_replay_next, o, k, "wds");
+  if (replay) return sl__state_replay(wo_next, o, k, "wds");
   uint64_t turn;
   SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &turn));
   uint64_t sum = 0;
@@ -461,7 +391,6 @@ static int wo_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
 }
 
 static void wo_identity(const sl_reader *r, void *st, char *buf, size_t cap) {
-  (void)r;
   const wds_open *o = st;
   snprintf(
       buf, cap, "shards=%zu threads=%u shuffle=%d seed=%llu rank=%d/%d%s%s%s%s",
@@ -478,7 +407,6 @@ static void wo_identity(const sl_reader *r, void *st, char *buf, size_t cap) {
 /* World 1: every sample of every shard (local shards counted once, by
  * their headers); world > 1: the rank's share of them. */
 static int wo_length(const sl_reader *r, void *st, uint64_t *n) {
-  (void)r;
   wds_open *o = st;
   for (size_t i = 0; i < o->nfiles && !o->nsamples; i++)
     SL_RETURN_ERROR_IF(sl__is_url(o->paths[i]), SL_EUNSUPPORTED,
@@ -492,9 +420,17 @@ static int wo_length(const sl_reader *r, void *st, uint64_t *n) {
   return SL_OK;
 }
 
-static const sl__state_ops wo_state_ops = {wo_save, wo_restore, wo_identity};
-static const sl_reader_vtable wo_vt = {"wds_open", wo_next, wo_reset,
-                                       wo_destroy};
+static const sl__stage_ops wo_ops = {
+    .name = "wds_open",
+    .next = wo_next,
+    .reset = wo_reset,
+    .destroy = wo_destroy,
+    .length = wo_length,
+    .save = wo_save,
+    .restore = wo_restore,
+    .identity = wo_identity,
+    .check = wo_check,
+};
 
 /* The names, braces and globs expanded by the registry (sl__names_expand);
  * a name without a tag is "wds:". */
@@ -535,8 +471,11 @@ static int expand_names(const char *const *names, size_t n, wds_open *o) {
   o->paths = sl__calloc(nf, sizeof *o->paths);
   o->sizes = sl__calloc(nf, sizeof *o->sizes);
   o->ids = sl__calloc(nf ? nf : 1, sizeof *o->ids);
-  rc = o->paths && o->sizes && o->ids ? SL_OK
-                            : sl_set_error(SL_ENOMEM, "wds: out of memory");
+  o->lpaths = sl__calloc(nf ? nf : 1, sizeof *o->lpaths);
+  o->lids = sl__calloc(nf ? nf : 1, sizeof *o->lids);
+  rc = o->paths && o->sizes && o->ids && o->lpaths && o->lids
+           ? SL_OK
+           : sl_set_error(SL_ENOMEM, "wds: out of memory");
   for (size_t i = 0; i < nf && rc == SL_OK; i++) {
     if (strcmp(files[i].tag, "wds") != 0)
       rc = sl_set_error(SL_EINVAL,
@@ -614,6 +553,8 @@ static int survey(wds_open *o, const char *fields, int missing) {
     else {
       o->total += o->sizes[i] = (uint64_t)st.st_size;
       o->ids[i] = sl__file_id_of(&st);
+      o->lpaths[o->nlocal] = o->paths[i];
+      o->lids[o->nlocal++] = o->ids[i];
     }
   }
   /* One pack run's shards, or other tools' (wds.h: the set identity). */
@@ -657,14 +598,14 @@ int sl_wds_open(const char *const *names, size_t n, const sl_wds_opts *opts,
   if (rc == SL_OK) rc = survey(o, p.fields, p.missing);
   if (rc == SL_OK && o->world > 1) rc = count_samples(o);
   if (rc == SL_OK) {
-    /* A pad share wraps at most once: a segment per shard, plus one. */
-    o->order = sl__calloc(o->nfiles, sizeof *o->order);
-    o->pieces = sl__calloc(o->nfiles + 2, sizeof *o->pieces);
-    if (!o->pieces) rc = sl_set_error(SL_ENOMEM, "wds: out of memory");
+    o->recs = sl__calloc(o->nfiles, sizeof *o->recs);
+    o->pf = sl__calloc(o->nfiles, sizeof *o->pf);
+    for (size_t i = 0; o->recs && o->pf && i < o->nfiles; i++)
+      o->pf[i] = (sl__plan_file){1, &o->recs[i]};
     o->count = sl__calloc(o->T, sizeof *o->count);
     o->done = sl__calloc(o->T, sizeof *o->done);
     o->w = sl__calloc(o->T, sizeof *o->w);
-    if (!o->order || !o->count || !o->done || !o->w)
+    if (!o->recs || !o->pf || !o->count || !o->done || !o->w)
       rc = sl_set_error(SL_ENOMEM, "wds: out of memory");
   }
   for (uint32_t t = 0; o->w && t < o->T && rc == SL_OK; t++) {
@@ -676,9 +617,5 @@ int sl_wds_open(const char *const *names, size_t n, const sl_wds_opts *opts,
     wo_destroy(o);
     return rc;
   }
-  SL_FORWARD_IF_ERROR(sl__reader_make(&wo_vt, o, o->lay->schema, out));
-  sl__reader_set_state_ops(*out, &wo_state_ops);
-  sl__reader_set_state_check(*out, wo_check);
-  sl__reader_set_length(*out, wo_length);
-  return SL_OK;
+  return sl__stage_new(&wo_ops, o, o->lay->schema, NULL, 0, NULL, out);
 }

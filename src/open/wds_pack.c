@@ -84,9 +84,6 @@ int sl__wds_shard_name(const char *out, uint32_t i, char *buf, size_t size) {
 #if !SLUICE_WITH_IMAGES
 int sl__pack_images_wds(const char *root, const char *out,
                         const sl__pack_opts *o, uint64_t *records) {
-  (void)root;
-  (void)out;
-  (void)o;
   if (records) *records = 0;
   return sl_set_error(SL_EUNSUPPORTED,
                       "pack images: this libsluice was built without image "

@@ -46,11 +46,20 @@
  * reads chunks in the permuted order (good locality: one decode per chunk
  * per group).
  *
+ * Key schemes (sl__plan_keys): each format keeps the order its tests pin.
+ * SLR is the above.  WDS (a chunk per tar shard, samples as records) draws
+ * the chunk order with key seed ^ f(epoch + 0x5EED) and never reorders
+ * records.  TOKENS (a chunk per token shard, rounds as records, planned
+ * with world 1: every rank reads every round, its part of each) draws the
+ * chunk order with key seed ^ sm(epoch) ^ f(3 (g - 1) + 1) and keeps the
+ * records in order; its reader orders shard s's rounds by the permutation
+ * of key seed ^ sm(epoch) ^ f(3 (s + g) + 1) (sl__plan_stream_key).
+ *
  * Cost: O(C) for the chunk order and O(R + M) for a rank's R records and
  * the windows it meets; memory: the units, plus two 32-bit words per record
  * when shuffling (record numbers and slots).
  */
-#include "open/epoch_plan.h"
+#include "io/epoch_plan.h"
 #include "core/rng.h"
 
 #include <stdlib.h>
@@ -67,6 +76,14 @@ uint64_t sl__plan_key(uint64_t seed, uint64_t epoch, uint64_t window) {
   uint64_t k = sm(seed ^ sm(epoch));
   uint64_t stream = window == UINT64_MAX ? 0 : window + 1;
   return sl__splitmix64_mix(k + (stream + 1) * SL__RNG_GOLDEN);
+}
+
+uint64_t sl__plan_stream_key(sl__plan_keys keys, uint64_t seed, uint64_t epoch,
+                             uint64_t stream) {
+  if (keys == SL__PLAN_SLR) return sl__plan_key(seed, epoch, stream);
+  if (keys == SL__PLAN_WDS) return seed ^ sl__splitmix64_mix(epoch + 0x5EED);
+  return seed ^ sm(epoch) ^
+         sl__splitmix64_mix((stream + SL__RNG_GOLDEN) * 3 + 1);
 }
 
 void sl__plan_permute(uint64_t key, uint32_t *a, size_t n) {
@@ -265,7 +282,8 @@ static int plan_window(build *b, uint64_t w, size_t i0, size_t i1, uint64_t lo,
   uint64_t ws = b->cum[i0], M = b->cum[i1] - ws, n = hi - lo;
   sl__plan *pl = b->plan;
   size_t first_unit = pl->nunits;
-  if (!b->p->shuffle) { /* one chunk per window, read in order */
+  if (!b->p->shuffle || b->p->keys != SL__PLAN_SLR) {
+    /* one chunk per window, its records in order */
     SL_FORWARD_IF_ERROR(add_unit(b, b->order[i0], (uint32_t)(lo - ws),
                                  (uint32_t)n, NULL, NULL));
     return add_group(b, first_unit, 1, n);
@@ -338,6 +356,9 @@ static int check_params(const sl__plan_params *p) {
                      SL_EINVAL, "plan: rank %d is not in [0, world %d)",
                      p->rank, p->world);
   SL_RETURN_ERROR_IF(p->window < 1, SL_EINVAL, "plan: window must be >= 1");
+  SL_RETURN_ERROR_IF(p->keys != SL__PLAN_SLR && p->keys != SL__PLAN_WDS &&
+                         p->keys != SL__PLAN_TOKENS,
+                     SL_EINVAL, "plan: unknown key scheme %d", (int)p->keys);
   SL_RETURN_ERROR_IF(p->policy != SL_SHARD_PAD && p->policy != SL_SHARD_DROP &&
                          p->policy != SL_SHARD_UNEVEN,
                      SL_EINVAL, "plan: unknown remainder policy %d",
@@ -356,7 +377,7 @@ static int build_plan(build *b, const sl__plan_file *files, size_t nfiles) {
   }
   SL_RETURN_ERROR_IF(nfiles > UINT32_MAX, SL_EINVAL, "plan: too many files");
   b->C = (size_t)C;
-  b->W = p->shuffle ? p->window : 1;
+  b->W = p->shuffle && p->keys == SL__PLAN_SLR ? p->window : 1;
   b->cfile = sl__malloc((b->C + 1) * sizeof *b->cfile);
   b->cidx = sl__malloc((b->C + 1) * sizeof *b->cidx);
   b->order = sl__malloc((b->C + 1) * sizeof *b->order);
@@ -374,8 +395,9 @@ static int build_plan(build *b, const sl__plan_file *files, size_t nfiles) {
       b->cidx[k] = c;
     }
   if (p->shuffle)
-    sl__plan_permute(sl__plan_key(p->seed, p->epoch, UINT64_MAX), b->order,
-                     b->C);
+    sl__plan_permute(
+        sl__plan_stream_key(p->keys, p->seed, p->epoch, UINT64_MAX), b->order,
+        b->C);
   else
     for (size_t i = 0; i < b->C; i++)
       b->order[i] = (uint32_t)i;
@@ -405,7 +427,7 @@ static int build_plan(build *b, const sl__plan_file *files, size_t nfiles) {
   }
   for (size_t i = 0; i < nseg; i++)
     pl->records += seg[2 * i + 1] - seg[2 * i];
-  if (p->shuffle && pl->records) {
+  if (p->shuffle && p->keys == SL__PLAN_SLR && pl->records) {
     SL_RETURN_ERROR_IF(pl->records > SIZE_MAX / 8, SL_ENOMEM,
                        "plan: share too large");
     pl->pool_cap = (size_t)pl->records * 2;

@@ -1,5 +1,8 @@
-/* epoch_plan.h - the epoch plan: which records of which chunks one rank reads
- * in one epoch, and in what order.  Pure functions of their arguments; the
+/* epoch_plan.h - the one sharded epoch plan: which units (records of
+ * chunks of files) one rank reads in one epoch, and in what order.  Every
+ * multi-file source plans with it (open_files: SLR chunks' records;
+ * wds_open: tar shards' samples; tokens_reader: token shards' rounds) and
+ * decodes the units it lists.  Pure functions of their arguments; the
  * definition is in epoch_plan.c's banner and docs/DATA.md. */
 #ifndef SLUICE_EPOCH_PLAN_H
 #define SLUICE_EPOCH_PLAN_H
@@ -17,12 +20,22 @@ typedef struct sl__plan_file {
  * ~9.8 of 10 classes (docs/DATA.md, "What the shuffle options trade"). */
 #define SL__PLAN_DEFAULT_WINDOW 32u
 
+/* Which keys draw the permutations: each format's pinned order (the
+ * definitions are in epoch_plan.c's banner). */
+typedef enum sl__plan_keys {
+  SL__PLAN_SLR,    /* chunks and windows' records (open_files) */
+  SL__PLAN_WDS,    /* chunks (one per shard) only (wds_open) */
+  SL__PLAN_TOKENS, /* chunks (one per shard) only; the decoder orders each
+                      shard's rounds by stream `shard` (tokens_reader) */
+} sl__plan_keys;
+
 typedef struct sl__plan_params {
   uint64_t seed, epoch;
   bool shuffle;
   uint32_t window; /* chunks per shuffle window, >= 1 */
   int rank, world; /* 0 <= rank < world */
   sl_shard_policy policy;
+  sl__plan_keys keys; /* 0: SL__PLAN_SLR */
 } sl__plan_params;
 
 /* A unit of work: some records of one chunk.  The records are `count`
@@ -83,6 +96,10 @@ size_t sl__shard_segments(uint64_t n, int rank, int world,
  * key of the chunk permutation (window == UINT64_MAX) or of window w's
  * record permutation. */
 uint64_t sl__plan_key(uint64_t seed, uint64_t epoch, uint64_t window);
+/* The key of stream `stream` under scheme `keys`: UINT64_MAX the chunk
+ * order; else SLR's window `stream`, TOKENS' rounds of shard `stream`. */
+uint64_t sl__plan_stream_key(sl__plan_keys keys, uint64_t seed, uint64_t epoch,
+                             uint64_t stream);
 /* Fisher-Yates permutation of [0, n) into a, drawn from xoshiro256**
  * seeded from `key`. */
 void sl__plan_permute(uint64_t key, uint32_t *a, size_t n);
