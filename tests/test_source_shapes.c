@@ -58,8 +58,13 @@ static const sl__stage_ops toy_ops = {
 
 static sl_reader *toy_reader(uint64_t n, uint64_t ident) {
   toy *t = sl__calloc(1, sizeof *t);
-  t->ix = (sl__indexed){.get = toy_get, .put = toy_put, .check = toy_check,
-                        .stage = "toy", .name = "t", .unit = "things", .n = n};
+  t->ix = (sl__indexed){.get = toy_get,
+                        .put = toy_put,
+                        .check = toy_check,
+                        .stage = "toy",
+                        .name = "t",
+                        .unit = "things",
+                        .n = n};
   t->schema = i64_schema();
   t->ident = ident;
   sl_reader *r;

@@ -277,8 +277,8 @@ typedef struct files_state {
   sl__indexed ix; /* n: the listed files */
   sl__image_list list;
   sl_schema *schema;
-  char *root; /* as given, for messages */
-  sl__file_id *ids; /* each listed file's identity, after listing */
+  char *root;            /* as given, for messages */
+  sl__file_id *ids;      /* each listed file's identity, after listing */
   sl__buffer_pool *pool; /* the files' bytes, released once decoded */
 } files_state;
 
@@ -340,8 +340,7 @@ static int read_file(sl__buffer_pool *pool, const char *path,
 static int files_get(void *st, uint64_t pos, sl_sample **out) {
   files_state *f = st;
   sl_buffer *b;
-  SL_FORWARD_IF_ERROR(
-      read_file(f->pool, f->list.paths[pos], &f->ids[pos], &b));
+  SL_FORWARD_IF_ERROR(read_file(f->pool, f->list.paths[pos], &f->ids[pos], &b));
   sl_sample *s = sl_sample_new(f->schema);
   int rc = s ? SL_OK : sl_set_error(SL_ENOMEM, "image: cannot allocate");
   sl_tensor t;
@@ -409,9 +408,8 @@ static int files_check(void *st, sl__state_in *in) {
                      "was saved (%llu files then, %zu now%s)",
                      f->root, (unsigned long long)n, f->list.n,
                      n == f->list.n ? ", other names or classes" : "");
-  return sl__state_check_file_ids(in, "image",
-                                  (const char *const *)f->list.paths, f->ids,
-                                  f->list.n);
+  return sl__state_check_file_ids(
+      in, "image", (const char *const *)f->list.paths, f->ids, f->list.n);
 }
 
 static void files_identity(const sl_reader *r, void *st, char *buf,
@@ -481,8 +479,8 @@ int sl_image_reader(const char *path, const sl_image_opts *opts,
   SL_RETURN_ERROR_IF(!f, SL_ENOMEM, "image: cannot allocate");
   f->pool = sl__buffer_pool_new(FILES_POOL_IDLE, FILES_POOL_IDLE_BYTES);
   f->root = sl__strdup(path);
-  f->ix = (sl__indexed){.get = files_get, .put = files_put, .check = files_check,
-                        .stage = "image", .name = f->root, .unit = "files"};
+  f->ix = (sl__indexed){files_get, files_put, files_check, "image",
+                        f->root,   "files",   0,           0};
   int rc = f->pool && f->root
                ? sl__image_list_make("image", path, &f->list)
                : sl_set_error(SL_ENOMEM, "image: cannot allocate");
@@ -496,6 +494,7 @@ int sl_image_reader(const char *path, const sl_image_opts *opts,
   const char *const *names = (const char *const *)f->list.paths;
   size_t n = f->list.n;
   sl_reader *src;
-  SL_FORWARD_IF_ERROR(sl__stage_new(&files_ops, f, f->schema, NULL, 0, NULL, &src));
+  SL_FORWARD_IF_ERROR(
+      sl__stage_new(&files_ops, f, f->schema, NULL, 0, NULL, &src));
   return sl__decode_image_make(src, &o, "image", names, n, out);
 }

@@ -56,6 +56,19 @@ typedef struct csv_state {
   sl__offset_log offs, lines; /* after output i: offset and line there */
 } csv_state;
 
+/* The low sz bytes of v into slot, as an integer of sz bytes. */
+static void put_int(void *slot, size_t sz, uint64_t v) {
+  uint8_t a = (uint8_t)v;
+  uint16_t b = (uint16_t)v;
+  uint32_t c = (uint32_t)v;
+  memcpy(slot,
+         sz == 1   ? (void *)&a
+         : sz == 2 ? (void *)&b
+         : sz == 4 ? (void *)&c
+                   : (void *)&v,
+         sz);
+}
+
 /* Parses text v[0..len) as dtype dt into slot (8 bytes). */
 static int parse_value(const csv_state *s, const csv_col *c, uint64_t line,
                        const char *v, size_t len, void *slot) {
@@ -99,16 +112,7 @@ static int parse_value(const csv_state *s, const csv_col *c, uint64_t line,
     size_t sz = sl_dtype_size(c->dtype);
     ok = end == tmp + len && errno == 0 && tmp[0] != '-' &&
          (sz == 8 || u < (1ull << (8 * sz)));
-    uint8_t u8 = (uint8_t)u;
-    uint16_t u16 = (uint16_t)u;
-    uint32_t u32 = (uint32_t)u;
-    uint64_t u64 = u;
-    memcpy(slot,
-           sz == 1   ? (void *)&u8
-           : sz == 2 ? (void *)&u16
-           : sz == 4 ? (void *)&u32
-                     : (void *)&u64,
-           sz);
+    put_int(slot, sz, u);
     break;
   }
   default: { /* signed */
@@ -116,16 +120,7 @@ static int parse_value(const csv_state *s, const csv_col *c, uint64_t line,
     size_t sz = sl_dtype_size(c->dtype);
     long long lim = sz == 8 ? LLONG_MAX : (1ll << (8 * sz - 1)) - 1;
     ok = end == tmp + len && errno == 0 && i <= lim && i >= -lim - 1;
-    int8_t i8 = (int8_t)i;
-    int16_t i16 = (int16_t)i;
-    int32_t i32 = (int32_t)i;
-    int64_t i64 = i;
-    memcpy(slot,
-           sz == 1   ? (void *)&i8
-           : sz == 2 ? (void *)&i16
-           : sz == 4 ? (void *)&i32
-                     : (void *)&i64,
-           sz);
+    put_int(slot, sz, (uint64_t)i); /* two's complement: the same bits */
     break;
   }
   }
@@ -426,10 +421,7 @@ static int delimiter_of(const char *path, const sl_csv_opts *o, char *d) {
 }
 
 int sl_csv_reader(const char *path, const sl_csv_opts *opts, sl_reader **out) {
-  SL_RETURN_ERROR_IF(!out, SL_EINVAL, "csv: NULL out pointer");
-  *out = NULL;
-  SL_RETURN_ERROR_IF(!path || !path[0], SL_EINVAL, "csv: %s path",
-                     path ? "empty" : "NULL");
+  SL_SOURCE_ARGS("csv", path, out);
   sl_csv_opts o = SL_CSV_OPTS_INIT;
   if (opts)
     SL_FORWARD_IF_ERROR(sl__opts_copy("sl_csv_opts", &o, sizeof o, opts));

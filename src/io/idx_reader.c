@@ -252,8 +252,8 @@ int sl_idx_reader(const char *images, const char *labels, sl_reader **out) {
   idx_state *s = sl__calloc(1, sizeof *s);
   SL_RETURN_ERROR_IF(!s, SL_ENOMEM, "idx: cannot allocate a reader");
   bool by_name = !labels || !labels[0];
-  s->ix = (sl__indexed){.get = idx_get, .put = idx_put, .check = idx_check,
-                        .stage = "idx", .unit = "samples"};
+  s->ix =
+      (sl__indexed){idx_get, idx_put, idx_check, "idx", NULL, "samples", 0, 0};
   int rc = load(s, images, by_name ? derived : labels, by_name);
   if (rc == SL_OK) {
     s->ix.name = s->images_name = sl__strdup(sl__basename(images));

@@ -56,8 +56,7 @@ typedef struct npy_state {
 } npy_state;
 
 /* Row i of field f read from the URL source into a new buffer. */
-static int url_row(npy_state *s, const npy_field *f, uint64_t i,
-                   sl_tensor *t) {
+static int url_row(npy_state *s, const npy_field *f, uint64_t i, sl_tensor *t) {
   sl_buffer *b = sl_buffer_new(f->row);
   SL_RETURN_ERROR_IF(!b, SL_ENOMEM, "npy: %s: cannot allocate a %zu-byte row",
                      s->path, f->row);
@@ -77,9 +76,10 @@ static int npy_get(void *st, uint64_t pos, sl_sample **out) {
   for (int i = 0; i < s->nf && rc == SL_OK; i++) {
     const npy_field *f = &s->f[i];
     sl_tensor t;
-    rc = s->src ? url_row(s, f, pos, &t)
-                : sl_tensor_view(&t, f->h.dtype, f->h.rank - 1, f->h.shape + 1,
-                                 f->buf, (size_t)(f->h.data_off + pos * f->row));
+    rc = s->src
+             ? url_row(s, f, pos, &t)
+             : sl_tensor_view(&t, f->h.dtype, f->h.rank - 1, f->h.shape + 1,
+                              f->buf, (size_t)(f->h.data_off + pos * f->row));
     if (rc == SL_OK && (rc = sl_sample_set_move(smp, i, &t)) < 0)
       sl_tensor_clear(&t);
   }
@@ -301,10 +301,9 @@ static int load_member(npy_state *s, sl_buffer *file, const zip_entry *e) {
     SL_RETURN_ERROR_IF(e->csize != e->usize, SL_ECORRUPT,
                        "npy: %s: stored member with two sizes", what);
     /* The CRC-32 covers stored bytes as it does inflated ones. */
-    SL_RETURN_ERROR_IF((uint32_t)crc32_z(0, base + data, (size_t)e->csize) !=
-                           e->crc,
-                       SL_ECORRUPT,
-                       "npy: %s: CRC-32 mismatch (damaged archive)", what);
+    SL_RETURN_ERROR_IF(
+        (uint32_t)crc32_z(0, base + data, (size_t)e->csize) != e->crc,
+        SL_ECORRUPT, "npy: %s: CRC-32 mismatch (damaged archive)", what);
     mb = sl_buffer_retain(file);
     off = data;
   } else if (e->method == 8) {
@@ -483,18 +482,15 @@ static bool is_zip(sl_buffer *b) {
 }
 
 int sl_npy_reader(const char *path, const sl_npy_opts *opts, sl_reader **out) {
-  SL_RETURN_ERROR_IF(!out, SL_EINVAL, "npy: NULL out pointer");
-  *out = NULL;
-  SL_RETURN_ERROR_IF(!path || !path[0], SL_EINVAL, "npy: %s path",
-                     path ? "empty" : "NULL");
+  SL_SOURCE_ARGS("npy", path, out);
   sl_npy_opts o = SL_NPY_OPTS_INIT;
   if (opts)
     SL_FORWARD_IF_ERROR(sl__opts_copy("sl_npy_opts", &o, sizeof o, opts));
   npy_state *s = sl__calloc(1, sizeof *s);
   SL_RETURN_ERROR_IF(!s, SL_ENOMEM, "npy: cannot allocate a reader");
   s->path = sl__strdup(path);
-  s->ix = (sl__indexed){.get = npy_get, .put = npy_put, .check = npy_check,
-                        .stage = "npy", .name = s->path, .unit = "samples"};
+  s->ix = (sl__indexed){npy_get, npy_put,   npy_check, "npy",
+                        s->path, "samples", 0,         0};
   sl_buffer *file = NULL;
   int rc = s->path ? SL_OK : sl_set_error(SL_ENOMEM, "npy: out of memory");
   bool npz = true; /* fetched or mapped whole */

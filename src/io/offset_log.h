@@ -1,11 +1,10 @@
 /*
- * offset_log.h - the position of a source read front to back whose
- * records lie at byte offsets (tfrecord, wds, csv): each output notes the
- * offset after it, so a save a little behind the reader (samples held by
- * the stages above) finds the offset to resume at; further behind than the
- * log, the save records UINT64_MAX and the restore walks k records from
- * the start.  The record: the file's identity (sl__state_put_file_ids),
- * then the offset.
+ * offset_log.h - the position of a source whose records lie at byte
+ * offsets (tfrecord, wds, csv).  Each output notes the offset after it, so
+ * a save a little behind the reader finds where to resume; further back
+ * the record says UINT64_MAX and the restore walks k records from the
+ * start.  The record: the file's identity (sl__state_put_file_ids), then
+ * the offset.
  */
 #ifndef SLUICE_IO_OFFSET_LOG_H
 #define SLUICE_IO_OFFSET_LOG_H
@@ -30,7 +29,7 @@ static inline void sl__offset_log_start(sl__offset_log *l, uint64_t k,
  * reach back there. */
 uint64_t sl__offset_log_find(const sl__offset_log *l, uint64_t k);
 
-/* The save op's record for position k of the file `id`. */
+/* The record for position k of the file `id`. */
 int sl__offset_log_save(const sl__offset_log *l, uint64_t k,
                         const sl__file_id *id, sl__state_out *w);
 

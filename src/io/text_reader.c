@@ -30,6 +30,7 @@
  * changed since is refused (SL_ECORRUPT naming it).
  */
 #include "core/crc32c.h"
+#include "io/fmt_map.h"
 #include "io/parser_plugin.h"
 #include "readers/stage.h"
 
@@ -427,10 +428,7 @@ static int open_state(text_state *s, const char *path, const char *parser,
 
 int sl_text_reader(const char *path, int use_mmap, const char *parser,
                    const char *parser_options, sl_reader **out) {
-  SL_RETURN_ERROR_IF(!out, SL_EINVAL, "text: NULL out pointer");
-  *out = NULL;
-  SL_RETURN_ERROR_IF(!path || !path[0], SL_EINVAL, "text: %s path",
-                     path ? "empty" : "NULL");
+  SL_SOURCE_ARGS("text", path, out);
   text_state *s = sl__calloc(1, sizeof *s);
   SL_RETURN_ERROR_IF(!s, SL_ENOMEM, "text: %s: cannot allocate a reader", path);
   s->fd = -1;

@@ -38,7 +38,7 @@ typedef struct tf_state {
   char *path;
   sl_buffer *bytes;
   sl__source *src; /* a plain file by URL: read by ranges; or NULL */
-  sl__gz *gz;       /* a GZIP file: inflated as read; or NULL */
+  sl__gz *gz;      /* a GZIP file: inflated as read; or NULL */
   sl__file_id id;  /* the file (URL) as opened: what a state checks */
   const unsigned char *p;
   size_t n;
@@ -118,24 +118,21 @@ static int tf_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
   return sl__offset_log_save(&s->offs, k, &s->id, w);
 }
 
-/* The file unchanged (its identity) and the offset inside its bytes: a
- * GZIP stream's offsets are in the inflated bytes, whose size is not known
- * before the end (the restore's skip finds out). */
-static int tf_record(const tf_state *s, sl__state_in *in, uint64_t *off) {
-  return sl__offset_log_read(in, "tfrecord", s->path, &s->id,
-                             s->gz ? UINT64_MAX : s->n, off);
-}
-
+/* The file unchanged and the offset inside its bytes (a GZIP stream's are
+ * in the inflated bytes, whose size the restore's skip finds out). */
 static int tf_check(const sl_reader *r, void *st, sl__state_in *in) {
+  const tf_state *s = st;
   uint64_t off;
-  return tf_record(st, in, &off);
+  return sl__offset_log_read(in, "tfrecord", s->path, &s->id,
+                             s->gz ? UINT64_MAX : s->n, &off);
 }
 
 static int tf_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                       sl__state_in *in) {
   tf_state *s = st;
   uint64_t off;
-  SL_FORWARD_IF_ERROR(tf_record(s, in, &off));
+  SL_FORWARD_IF_ERROR(sl__offset_log_read(in, "tfrecord", s->path, &s->id,
+                                          s->gz ? UINT64_MAX : s->n, &off));
   SL_RETURN_ERROR_IF(!s->gz && k > s->n, SL_ECORRUPT,
                      "restore: corrupt state: tfrecord %s: record %llu of a "
                      "%zu-byte file",
@@ -146,13 +143,12 @@ static int tf_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
       const unsigned char *d;
       uint64_t len;
       sl_buffer *none;
-      int rc =
-          s->gz ? sl__tfrecord_read_gz(s->gz, &s->off, &none, &len, true,
-                                       s->path, i)
-          : s->src
-              ? sl__tfrecord_read(s->src, &s->off, &none, &len, true, s->path,
-                                  i)
-              : sl__tfrecord_next(s->p, s->n, &s->off, &d, &len, s->path, i);
+      int rc = s->gz ? sl__tfrecord_read_gz(s->gz, &s->off, &none, &len, true,
+                                            s->path, i)
+               : s->src ? sl__tfrecord_read(s->src, &s->off, &none, &len, true,
+                                            s->path, i)
+                        : sl__tfrecord_next(s->p, s->n, &s->off, &d, &len,
+                                            s->path, i);
       SL_RETURN_ERROR_IF(rc == SL_EOF, SL_ECORRUPT,
                          "restore: tfrecord %s: ended after %llu records, "
                          "the state needs %llu",
@@ -232,10 +228,7 @@ static int load(tf_state *s, int compression) {
 
 int sl_tfrecord_reader(const char *path, const sl_tfrecord_opts *opts,
                        sl_reader **out) {
-  SL_RETURN_ERROR_IF(!out, SL_EINVAL, "tfrecord: NULL out pointer");
-  *out = NULL;
-  SL_RETURN_ERROR_IF(!path || !path[0], SL_EINVAL, "tfrecord: %s path",
-                     path ? "empty" : "NULL");
+  SL_SOURCE_ARGS("tfrecord", path, out);
   sl_tfrecord_opts o = SL_TFRECORD_OPTS_INIT;
   if (opts)
     SL_FORWARD_IF_ERROR(sl__opts_copy("sl_tfrecord_opts", &o, sizeof o, opts));

@@ -14,6 +14,7 @@
  * Length: a local shard's samples, counted once by walking its headers
  * with a handle of its own; a URL's is not known.
  */
+#include "io/fmt_map.h"
 #include "io/offset_log.h"
 #include "io/wds.h"
 
@@ -56,21 +57,18 @@ static int wds_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
 }
 
 /* The shard unchanged and the offset inside it. */
-static int wds_record(const wds_state *s, sl__state_in *in, uint64_t *off) {
-  return sl__offset_log_read(in, "wds", s->sh->path, &s->sh->id, s->sh->size,
-                             off);
-}
-
 static int wds_check(const sl_reader *r, void *st, sl__state_in *in) {
+  const sl__wds_shard *sh = ((const wds_state *)st)->sh;
   uint64_t off;
-  return wds_record(st, in, &off);
+  return sl__offset_log_read(in, "wds", sh->path, &sh->id, sh->size, &off);
 }
 
 static int wds_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                        sl__state_in *in) {
   wds_state *s = st;
   uint64_t off;
-  SL_FORWARD_IF_ERROR(wds_record(s, in, &off));
+  SL_FORWARD_IF_ERROR(sl__offset_log_read(in, "wds", s->sh->path, &s->sh->id,
+                                          s->sh->size, &off));
   /* a sample takes at least one 512-byte header */
   SL_RETURN_ERROR_IF(k > s->sh->size / 512, SL_ECORRUPT,
                      "restore: corrupt state: wds %s: sample %llu of a "
@@ -135,10 +133,7 @@ static const sl__stage_ops wds_ops = {
 };
 
 int sl_wds_reader(const char *path, sl_reader **out) {
-  SL_RETURN_ERROR_IF(!out, SL_EINVAL, "wds: NULL out pointer");
-  *out = NULL;
-  SL_RETURN_ERROR_IF(!path || !path[0], SL_EINVAL, "wds: %s path",
-                     path ? "empty" : "NULL");
+  SL_SOURCE_ARGS("wds", path, out);
   wds_state *s = sl__calloc(1, sizeof *s);
   SL_RETURN_ERROR_IF(!s, SL_ENOMEM, "wds: cannot allocate a reader");
   int rc = sl__wds_shard_open(path, &s->sh);

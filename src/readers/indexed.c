@@ -33,10 +33,10 @@ int sl__indexed_check(const sl_reader *r, void *st, sl__state_in *in) {
 /* "STAGE NAME: sample|position K is past its N UNIT" */
 static int past(const sl__indexed *x, const char *pre, const char *what,
                 uint64_t k) {
-  return sl_set_error(SL_ECORRUPT, "%s%s%s%s: %s %llu is past its %llu %s",
-                      pre, x->stage, x->name ? " " : "",
-                      x->name ? x->name : "", what, (unsigned long long)k,
-                      (unsigned long long)x->n, x->unit);
+  return sl_set_error(SL_ECORRUPT, "%s%s%s%s: %s %llu is past its %llu %s", pre,
+                      x->stage, x->name ? " " : "", x->name ? x->name : "",
+                      what, (unsigned long long)k, (unsigned long long)x->n,
+                      x->unit);
 }
 
 int sl__indexed_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,

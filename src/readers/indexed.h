@@ -1,24 +1,13 @@
 /*
- * indexed.h - the shape of an indexed source: n samples known at open,
- * sample i made on demand (npy, idx, the image reader's file list; an
- * in-memory array could be one too).
- *
- * The state struct begins with an sl__indexed (the ops below cast the
- * stage's state to it) and its stage table takes SL__INDEXED_OPS:
- *
- *   next      get(st, pos), then pos + 1 (SL_EOF at n; pos stays on error);
- *   reset     pos = 0;  length  n;
- *   save      the position alone, plus put(st, w): what identifies the
- *             data (counts, fingerprints, sl__state_put_file_ids);
- *   check     check(st, in) reads that back: SL_ECORRUPT naming what
- *             changed since the save;
- *   restore   check, then pos = k (k > n: SL_ECORRUPT);
- *   fetch     (.fetch = sl__indexed_fetch, for a source offering random
- *             access) get(st, pos) without moving.
- *
- * put and check may be NULL: nothing saved, nothing checked.  Messages
- * name "STAGE NAME" (name NULL: the stage alone) and n's UNIT
- * ("restore: idx a.gz: position 9 is past its 8 samples").
+ * indexed.h - an indexed source: n samples known at open, sample i made on
+ * demand by get (npy, idx, the image reader's files).  Its state begins
+ * with an sl__indexed and its table takes SL__INDEXED_OPS: next is get(pos)
+ * then pos + 1, reset pos = 0, length n; save is the position plus put's
+ * record (what identifies the data: counts, sl__state_put_file_ids), check
+ * reads it back (SL_ECORRUPT: the data changed), restore checks and sets
+ * pos = k; .fetch = sl__indexed_fetch offers random access.  put and check
+ * may be NULL; messages name "STAGE NAME" and n's UNIT ("restore: idx a.gz:
+ * position 9 is past its 8 samples").
  */
 #ifndef SLUICE_READERS_INDEXED_H
 #define SLUICE_READERS_INDEXED_H
