@@ -19,7 +19,7 @@
  */
 #include "core/crc32c.h"
 #include "image/image.h"
-#include "readers/state.h"
+#include "readers/indexed.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -274,11 +274,11 @@ char *sl__image_classes_join(const sl__image_list *l) {
 /* --- the source: file bytes and labels ------------------------------------ */
 
 typedef struct files_state {
+  sl__indexed ix; /* n: the listed files */
   sl__image_list list;
   sl_schema *schema;
-  char *root; /* as given, for messages */
-  sl__file_id *ids; /* each listed file's identity, after listing */
-  size_t pos;
+  char *root;            /* as given, for messages */
+  sl__file_id *ids;      /* each listed file's identity, after listing */
   sl__buffer_pool *pool; /* the files' bytes, released once decoded */
 } files_state;
 
@@ -337,12 +337,10 @@ static int read_file(sl__buffer_pool *pool, const char *path,
   return rc;
 }
 
-static int files_next(void *st, sl_sample **out) {
+static int files_get(void *st, uint64_t pos, sl_sample **out) {
   files_state *f = st;
-  if (f->pos >= f->list.n) return SL_EOF;
   sl_buffer *b;
-  SL_FORWARD_IF_ERROR(
-      read_file(f->pool, f->list.paths[f->pos], &f->ids[f->pos], &b));
+  SL_FORWARD_IF_ERROR(read_file(f->pool, f->list.paths[pos], &f->ids[pos], &b));
   sl_sample *s = sl_sample_new(f->schema);
   int rc = s ? SL_OK : sl_set_error(SL_ENOMEM, "image: cannot allocate");
   sl_tensor t;
@@ -353,20 +351,14 @@ static int files_next(void *st, sl_sample **out) {
   if (rc == SL_OK && f->list.labels) {
     int64_t *lab;
     rc = sl_sample_alloc(s, 1, 0, NULL, (void **)&lab);
-    if (rc == SL_OK) *lab = f->list.labels[f->pos];
+    if (rc == SL_OK) *lab = f->list.labels[pos];
   }
   sl_buffer_release(b);
   if (rc < 0) {
     sl_sample_release(s);
     return rc;
   }
-  f->pos++;
   *out = s;
-  return SL_OK;
-}
-
-static int files_reset(void *st) {
-  ((files_state *)st)->pos = 0;
   return SL_OK;
 }
 
@@ -398,19 +390,15 @@ static uint64_t files_fingerprint(const files_state *f) {
   return crc;
 }
 
-static int files_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
-                      sl__state_out *w) {
-  (void)r;
-  (void)pass;
-  (void)k;
+/* Record: the count, the fingerprint and each file's identity. */
+static int files_put(void *st, sl__state_out *w) {
   const files_state *f = st;
   SL_FORWARD_IF_ERROR(sl__state_put_u64(w, f->list.n));
   SL_FORWARD_IF_ERROR(sl__state_put_u64(w, files_fingerprint(f)));
   return sl__state_put_file_ids(w, f->ids, f->list.n);
 }
 
-static int files_check(const sl_reader *r, void *st, sl__state_in *in) {
-  (void)r;
+static int files_check(void *st, sl__state_in *in) {
   const files_state *f = st;
   uint64_t n, fp;
   SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &n));
@@ -420,36 +408,23 @@ static int files_check(const sl_reader *r, void *st, sl__state_in *in) {
                      "was saved (%llu files then, %zu now%s)",
                      f->root, (unsigned long long)n, f->list.n,
                      n == f->list.n ? ", other names or classes" : "");
-  return sl__state_check_file_ids(in, "image",
-                                  (const char *const *)f->list.paths, f->ids,
-                                  f->list.n);
-}
-
-static int files_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
-                         sl__state_in *in) {
-  (void)pass;
-  files_state *f = st;
-  SL_FORWARD_IF_ERROR(files_check(r, st, in));
-  SL_RETURN_ERROR_IF(k > f->list.n, SL_ECORRUPT,
-                     "restore: image %s: position %llu is past its %zu files",
-                     f->root, (unsigned long long)k, f->list.n);
-  f->pos = (size_t)k;
-  return SL_OK;
+  return sl__state_check_file_ids(
+      in, "image", (const char *const *)f->list.paths, f->ids, f->list.n);
 }
 
 static void files_identity(const sl_reader *r, void *st, char *buf,
                            size_t cap) {
-  (void)r;
   const files_state *f = st;
   snprintf(buf, cap, "%s labels=%d", sl__basename(f->root),
            f->list.labels ? 1 : 0);
 }
 
-static const sl__state_ops files_state_ops = {files_save, files_restore,
-                                              files_identity};
-
-static const sl_reader_vtable files_vt = {"image_files", files_next,
-                                          files_reset, files_destroy};
+static const sl__stage_ops files_ops = {
+    .name = "image_files",
+    SL__INDEXED_OPS,
+    .destroy = files_destroy,
+    .identity = files_identity,
+};
 
 static int files_schema(const char *root, const sl__image_list *l,
                         sl_schema **out) {
@@ -504,11 +479,14 @@ int sl_image_reader(const char *path, const sl_image_opts *opts,
   SL_RETURN_ERROR_IF(!f, SL_ENOMEM, "image: cannot allocate");
   f->pool = sl__buffer_pool_new(FILES_POOL_IDLE, FILES_POOL_IDLE_BYTES);
   f->root = sl__strdup(path);
+  f->ix = (sl__indexed){files_get, files_put, files_check, "image",
+                        f->root,   "files",   0,           0};
   int rc = f->pool && f->root
                ? sl__image_list_make("image", path, &f->list)
                : sl_set_error(SL_ENOMEM, "image: cannot allocate");
   if (rc == SL_OK) rc = files_schema(path, &f->list, &f->schema);
   if (rc == SL_OK) rc = list_ids(f);
+  f->ix.n = f->list.n;
   if (rc < 0) {
     files_destroy(f);
     return rc;
@@ -516,8 +494,7 @@ int sl_image_reader(const char *path, const sl_image_opts *opts,
   const char *const *names = (const char *const *)f->list.paths;
   size_t n = f->list.n;
   sl_reader *src;
-  SL_FORWARD_IF_ERROR(sl__reader_make(&files_vt, f, f->schema, &src));
-  sl__reader_set_state_ops(src, &files_state_ops);
-  sl__reader_set_state_check(src, files_check);
+  SL_FORWARD_IF_ERROR(
+      sl__stage_new(&files_ops, f, f->schema, NULL, 0, NULL, &src));
   return sl__decode_image_make(src, &o, "image", names, n, out);
 }

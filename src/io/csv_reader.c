@@ -24,7 +24,7 @@
  */
 #include "io/csv.h"
 #include "io/fmt_map.h"
-#include "readers/state.h"
+#include "io/offset_log.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -53,11 +53,21 @@ typedef struct csv_state {
   int ncol;
   sl_schema *schema;
   sl__csv csv;
-  sl__state_log offs, lines; /* after output i: offset and line there */
-  uint64_t log_from;         /* the logs know outputs from here on */
-  size_t from_pos;           /* the offset and line at output log_from */
-  uint64_t from_line;
+  sl__offset_log offs, lines; /* after output i: offset and line there */
 } csv_state;
+
+/* The low sz bytes of v into slot, as an integer of sz bytes. */
+static void put_int(void *slot, size_t sz, uint64_t v) {
+  uint8_t a = (uint8_t)v;
+  uint16_t b = (uint16_t)v;
+  uint32_t c = (uint32_t)v;
+  memcpy(slot,
+         sz == 1   ? (void *)&a
+         : sz == 2 ? (void *)&b
+         : sz == 4 ? (void *)&c
+                   : (void *)&v,
+         sz);
+}
 
 /* Parses text v[0..len) as dtype dt into slot (8 bytes). */
 static int parse_value(const csv_state *s, const csv_col *c, uint64_t line,
@@ -102,16 +112,7 @@ static int parse_value(const csv_state *s, const csv_col *c, uint64_t line,
     size_t sz = sl_dtype_size(c->dtype);
     ok = end == tmp + len && errno == 0 && tmp[0] != '-' &&
          (sz == 8 || u < (1ull << (8 * sz)));
-    uint8_t u8 = (uint8_t)u;
-    uint16_t u16 = (uint16_t)u;
-    uint32_t u32 = (uint32_t)u;
-    uint64_t u64 = u;
-    memcpy(slot,
-           sz == 1   ? (void *)&u8
-           : sz == 2 ? (void *)&u16
-           : sz == 4 ? (void *)&u32
-                     : (void *)&u64,
-           sz);
+    put_int(slot, sz, u);
     break;
   }
   default: { /* signed */
@@ -119,16 +120,7 @@ static int parse_value(const csv_state *s, const csv_col *c, uint64_t line,
     size_t sz = sl_dtype_size(c->dtype);
     long long lim = sz == 8 ? LLONG_MAX : (1ll << (8 * sz - 1)) - 1;
     ok = end == tmp + len && errno == 0 && i <= lim && i >= -lim - 1;
-    int8_t i8 = (int8_t)i;
-    int16_t i16 = (int16_t)i;
-    int32_t i32 = (int32_t)i;
-    int64_t i64 = i;
-    memcpy(slot,
-           sz == 1   ? (void *)&i8
-           : sz == 2 ? (void *)&i16
-           : sz == 4 ? (void *)&i32
-                     : (void *)&i64,
-           sz);
+    put_int(slot, sz, (uint64_t)i); /* two's complement: the same bits */
     break;
   }
   }
@@ -192,8 +184,8 @@ static int csv_next(void *st, sl_sample **out) {
     sl_sample_release(smp);
     return rc;
   }
-  sl__state_log_note(&s->offs, s->pos);
-  sl__state_log_note(&s->lines, s->line);
+  sl__state_log_note(&s->offs.log, s->pos);
+  sl__state_log_note(&s->lines.log, s->line);
   *out = smp;
   return SL_OK;
 }
@@ -202,10 +194,8 @@ static int csv_reset(void *st) {
   csv_state *s = st;
   s->pos = s->data_pos;
   s->line = s->data_line;
-  s->offs.count = s->lines.count = 0;
-  s->log_from = 0;
-  s->from_pos = s->data_pos;
-  s->from_line = s->data_line;
+  sl__offset_log_start(&s->offs, 0, s->data_pos);
+  sl__offset_log_start(&s->lines, 0, s->data_line);
   return SL_OK;
 }
 
@@ -219,37 +209,22 @@ static void csv_destroy(void *st) {
   sl__free(s);
 }
 
-/* Record: the file's identity (sl__state_put_file_ids), then the offset
- * and line to resume at (UINT64_MAX: replay k records from the header). */
+/* Record: the file's offset log (offset_log.h), then the line at the
+ * offset (0 with UINT64_MAX: replay k records from the header). */
 static int csv_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                     sl__state_out *w) {
-  (void)r;
-  (void)pass;
   csv_state *s = st;
-  uint64_t off = UINT64_MAX, line = 0;
-  if (k == s->log_from) {
-    off = s->from_pos;
-    line = s->from_line;
-  } else if (k > s->log_from && k <= s->offs.count &&
-             s->offs.count - k < SL__STATE_LOG - 1) {
-    off = s->offs.up[(k - 1) % SL__STATE_LOG];
-    line = s->lines.up[(k - 1) % SL__STATE_LOG];
-  }
-  SL_FORWARD_IF_ERROR(sl__state_put_file_ids(w, &s->id, 1));
-  SL_FORWARD_IF_ERROR(sl__state_put_u64(w, off));
-  return sl__state_put_u64(w, line);
-}
-
-static int csv_replay_next(void *st, sl_sample **out) {
-  return csv_next(st, out);
+  bool logged = sl__offset_log_find(&s->offs, k) != UINT64_MAX;
+  SL_FORWARD_IF_ERROR(sl__offset_log_save(&s->offs, k, &s->id, w));
+  return sl__state_put_u64(w, logged ? sl__offset_log_find(&s->lines, k) : 0);
 }
 
 /* Reads the record: the file unchanged, the offset inside its records and
  * no more records before it than bytes (a record takes at least one). */
 static int csv_record(const csv_state *s, uint64_t k, sl__state_in *in,
                       uint64_t *off, uint64_t *line) {
-  SL_FORWARD_IF_ERROR(sl__state_check_file_id(in, "csv", s->path, &s->id));
-  SL_FORWARD_IF_ERROR(sl__state_get_u64(in, off));
+  SL_FORWARD_IF_ERROR(
+      sl__offset_log_read(in, "csv", s->path, &s->id, UINT64_MAX, off));
   SL_FORWARD_IF_ERROR(sl__state_get_u64(in, line));
   SL_RETURN_ERROR_IF(
       (*off != UINT64_MAX && (*off > s->size || *off < s->data_pos)) ||
@@ -264,37 +239,39 @@ static int csv_record(const csv_state *s, uint64_t k, sl__state_in *in,
 /* The state check (before any stage changes): the same reads; the
  * position is bounded again by the restore. */
 static int csv_check(const sl_reader *r, void *st, sl__state_in *in) {
-  (void)r;
   uint64_t off, line;
   return csv_record(st, 0, in, &off, &line);
 }
 
 static int csv_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                        sl__state_in *in) {
-  (void)r;
-  (void)pass;
   csv_state *s = st;
   uint64_t off, line;
   SL_FORWARD_IF_ERROR(csv_record(s, k, in, &off, &line));
   csv_reset(s);
-  if (off == UINT64_MAX) return sl__state_replay(csv_replay_next, s, k, "csv");
-  s->pos = s->from_pos = (size_t)off;
-  s->line = s->from_line = line;
+  if (off == UINT64_MAX) return sl__state_replay(csv_next, s, k, "csv");
+  s->pos = (size_t)off;
+  s->line = line;
   /* The logs restart at k: outputs before it are not known. */
-  s->offs.count = s->lines.count = s->log_from = k;
+  sl__offset_log_start(&s->offs, k, off);
+  sl__offset_log_start(&s->lines, k, line);
   return SL_OK;
 }
 
 static void csv_identity(const sl_reader *r, void *st, char *buf, size_t cap) {
-  (void)r;
-  const csv_state *s = st;
-  snprintf(buf, cap, "%s", sl__basename(s->path));
+  snprintf(buf, cap, "%s", sl__basename(((const csv_state *)st)->path));
 }
 
-static const sl__state_ops csv_state_ops = {csv_save, csv_restore,
-                                            csv_identity};
-static const sl_reader_vtable csv_vt = {"csv", csv_next, csv_reset,
-                                        csv_destroy};
+static const sl__stage_ops csv_ops = {
+    .name = "csv",
+    .next = csv_next,
+    .reset = csv_reset,
+    .destroy = csv_destroy,
+    .save = csv_save,
+    .restore = csv_restore,
+    .identity = csv_identity,
+    .check = csv_check,
+};
 
 /* Integer, other number, or text. */
 static sl_dtype guess(const char *v, size_t len) {
@@ -403,8 +380,8 @@ static int read_header(csv_state *s, const sl_csv_opts *o) {
       SL_RETURN_ERROR_IF(strcmp(s->col[i].name, s->col[j].name) == 0, SL_EINVAL,
                          "csv: %s: column '%s' appears twice", s->path,
                          s->col[i].name);
-  s->data_pos = s->from_pos = s->pos;
-  s->data_line = s->from_line = s->line;
+  s->data_pos = s->offs.from_off = s->pos;
+  s->data_line = s->lines.from_off = s->line;
   /* Guess what is left open from the first record (bytes if none). */
   rc = sl__csv_record(&s->csv, s->base, s->size, &s->pos, &s->line, &first,
                       s->path);
@@ -444,10 +421,7 @@ static int delimiter_of(const char *path, const sl_csv_opts *o, char *d) {
 }
 
 int sl_csv_reader(const char *path, const sl_csv_opts *opts, sl_reader **out) {
-  SL_RETURN_ERROR_IF(!out, SL_EINVAL, "csv: NULL out pointer");
-  *out = NULL;
-  SL_RETURN_ERROR_IF(!path || !path[0], SL_EINVAL, "csv: %s path",
-                     path ? "empty" : "NULL");
+  SL_SOURCE_ARGS("csv", path, out);
   sl_csv_opts o = SL_CSV_OPTS_INIT;
   if (opts)
     SL_FORWARD_IF_ERROR(sl__opts_copy("sl_csv_opts", &o, sizeof o, opts));
@@ -470,8 +444,5 @@ int sl_csv_reader(const char *path, const sl_csv_opts *opts, sl_reader **out) {
     csv_destroy(s);
     return rc;
   }
-  SL_FORWARD_IF_ERROR(sl__reader_make(&csv_vt, s, s->schema, out));
-  sl__reader_set_state_ops(*out, &csv_state_ops);
-  sl__reader_set_state_check(*out, csv_check);
-  return SL_OK;
+  return sl__stage_new(&csv_ops, s, s->schema, NULL, 0, NULL, out);
 }

@@ -20,6 +20,16 @@
 int sl__map_file(const char *stage, const char *path, sl_buffer **out,
                  sl__file_id *id);
 
+/* A format reader's first checks: `out` (then *out = NULL) and `path`
+ * ("csv: NULL out pointer", "csv: empty path"). */
+#define SL_SOURCE_ARGS(stage, path, out)                                       \
+  do {                                                                         \
+    SL_RETURN_ERROR_IF(!(out), SL_EINVAL, stage ": NULL out pointer");         \
+    *(out) = NULL;                                                             \
+    SL_RETURN_ERROR_IF(!(path) || !(path)[0], SL_EINVAL, stage ": %s path",    \
+                       (path) ? "empty" : "NULL");                             \
+  } while (0)
+
 /* The base name of `path` without its last extension, into buf ("a/x.npy"
  * -> "x"). */
 void sl__path_stem(const char *path, char *buf, size_t size);

@@ -22,19 +22,19 @@
 #include "core/crc32c.h"
 #include "io/idx.h"
 #include "io/import.h"
-#include "readers/state.h"
+#include "readers/indexed.h"
 
 #include <errno.h>
 #include <unistd.h>
 
 typedef struct idx_state {
+  sl__indexed ix;    /* n: the images */
   sl_buffer *images; /* count * item_bytes */
   sl_buffer *labels; /* count i64 */
   size_t item_bytes;
   sl_dtype dtype;
   int rank; /* of one image: the file's rank - 1 */
   int64_t shape[SL_MAX_RANK];
-  uint64_t count, pos;
   sl_schema *schema;
   char *images_name, *labels_name; /* base names, for states */
   char *paths[2];                  /* images, labels: as given */
@@ -42,32 +42,25 @@ typedef struct idx_state {
   uint64_t fingerprint;            /* of the elements; 0: not computed */
 } idx_state;
 
-static int idx_next(void *st, sl_sample **out) {
+static int idx_get(void *st, uint64_t pos, sl_sample **out) {
   idx_state *s = st;
-  if (s->pos >= s->count) return SL_EOF;
   sl_sample *smp = sl_sample_new(s->schema);
   SL_RETURN_ERROR_IF(!smp, SL_ENOMEM, "idx: cannot allocate a sample");
   sl_tensor t;
   int rc = sl_tensor_view(&t, s->dtype, s->rank, s->shape, s->images,
-                          (size_t)s->pos * s->item_bytes);
+                          (size_t)pos * s->item_bytes);
   if (rc == SL_OK && (rc = sl_sample_set_move(smp, 0, &t)) < 0)
     sl_tensor_clear(&t);
   if (rc == SL_OK)
     rc = sl_tensor_view(&t, SL_I64, 0, NULL, s->labels,
-                        (size_t)s->pos * sizeof(int64_t));
+                        (size_t)pos * sizeof(int64_t));
   if (rc == SL_OK && (rc = sl_sample_set_move(smp, 1, &t)) < 0)
     sl_tensor_clear(&t);
   if (rc < 0) {
     sl_sample_release(smp);
-    return sl_wrap_error(rc, "idx: sample %llu", (unsigned long long)s->pos);
+    return sl_wrap_error(rc, "idx: sample %llu", (unsigned long long)pos);
   }
-  s->pos++;
   *out = smp;
-  return SL_OK;
-}
-
-static int idx_reset(void *st) {
-  ((idx_state *)st)->pos = 0;
   return SL_OK;
 }
 
@@ -84,93 +77,55 @@ static void idx_destroy(void *st) {
   sl__free(s);
 }
 
-static int idx_length(const sl_reader *r, void *st, uint64_t *n) {
-  *n = ((const idx_state *)st)->count;
-  return SL_OK;
-}
-
 /* CRC32C of the images' and the labels' elements (computed once: the
  * buffers never change). */
 static uint64_t idx_fingerprint(idx_state *s) {
   if (!s->fingerprint) {
     uint32_t a = sl__crc32c(0, sl_buffer_data(s->images),
-                            (size_t)s->count * s->item_bytes);
+                            (size_t)s->ix.n * s->item_bytes);
     uint32_t b = sl__crc32c(0, sl_buffer_data(s->labels),
-                            (size_t)s->count * sizeof(int64_t));
+                            (size_t)s->ix.n * sizeof(int64_t));
     s->fingerprint = ((uint64_t)a << 32 | b) | ((uint64_t)1 << 63);
   }
   return s->fingerprint;
 }
 
-static int idx_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
-                    sl__state_out *w) {
-  (void)r;
-  (void)pass;
-  (void)k;
+/* Record: the count, the fingerprint and the files' identities. */
+static int idx_put(void *st, sl__state_out *w) {
   idx_state *s = st;
-  SL_FORWARD_IF_ERROR(sl__state_put_u64(w, s->count));
+  SL_FORWARD_IF_ERROR(sl__state_put_u64(w, s->ix.n));
   SL_FORWARD_IF_ERROR(sl__state_put_u64(w, idx_fingerprint(s)));
   return sl__state_put_file_ids(w, s->ids, 2);
 }
 
-static int idx_check(const sl_reader *r, void *st, sl__state_in *in) {
-  (void)r;
+static int idx_check(void *st, sl__state_in *in) {
   idx_state *s = st;
   uint64_t count, fp;
   SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &count));
   SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &fp));
-  SL_RETURN_ERROR_IF(count != s->count || fp != idx_fingerprint(s), SL_ECORRUPT,
+  SL_RETURN_ERROR_IF(count != s->ix.n || fp != idx_fingerprint(s), SL_ECORRUPT,
                      "restore: idx %s, %s: the files changed since the state "
                      "was saved (%llu samples then, %llu now%s)",
                      s->images_name, s->labels_name, (unsigned long long)count,
-                     (unsigned long long)s->count,
-                     count == s->count ? ", other contents" : "");
+                     (unsigned long long)s->ix.n,
+                     count == s->ix.n ? ", other contents" : "");
   return sl__state_check_file_ids(in, "idx", (const char *const *)s->paths,
                                   s->ids, 2);
 }
 
-static int idx_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
-                       sl__state_in *in) {
-  (void)pass;
-  idx_state *s = st;
-  SL_FORWARD_IF_ERROR(idx_check(r, st, in));
-  SL_RETURN_ERROR_IF(k > s->count, SL_ECORRUPT,
-                     "restore: idx %s: position %llu is past its %llu samples",
-                     s->images_name, (unsigned long long)k,
-                     (unsigned long long)s->count);
-  s->pos = k;
-  return SL_OK;
-}
-
-/* Random access (readers/state.h): views of the files in memory. */
-static int idx_fetch(sl_reader *r, void *st, uint64_t pass, uint64_t pos,
-                     sl_sample **out) {
-  (void)r;
-  (void)pass;
-  idx_state *s = st;
-  if (!out) return SL_OK;
-  SL_RETURN_ERROR_IF(pos >= s->count, SL_ECORRUPT,
-                     "idx %s: sample %llu is past its %llu samples",
-                     s->images_name, (unsigned long long)pos,
-                     (unsigned long long)s->count);
-  uint64_t keep = s->pos;
-  s->pos = pos;
-  int rc = idx_next(s, out);
-  s->pos = keep;
-  return rc;
-}
-
 static void idx_identity(const sl_reader *r, void *st, char *buf, size_t cap) {
-  (void)r;
   const idx_state *s = st;
   snprintf(buf, cap, "%s %s", s->images_name, s->labels_name);
 }
 
-static const sl__state_ops idx_state_ops = {idx_save, idx_restore,
-                                            idx_identity};
-
-static const sl_reader_vtable idx_vt = {"idx", idx_next, idx_reset,
-                                        idx_destroy};
+/* Random access (readers/state.h): views of the files in memory. */
+static const sl__stage_ops idx_ops = {
+    .name = "idx",
+    SL__INDEXED_OPS,
+    .fetch = sl__indexed_fetch,
+    .destroy = idx_destroy,
+    .identity = idx_identity,
+};
 
 static bool exists(const char *path) {
   return access(path, F_OK) == 0;
@@ -276,7 +231,7 @@ static int load(idx_state *s, const char *images, const char *labels,
     for (int d = 1; d < im.rank; d++)
       s->shape[d - 1] = im.dims[d];
     s->item_bytes = im.item_bytes;
-    s->count = im.count;
+    s->ix.n = im.count;
     s->images = sl_buffer_retain(im.data);
     rc = make_schema(s, images, labels);
   }
@@ -297,9 +252,11 @@ int sl_idx_reader(const char *images, const char *labels, sl_reader **out) {
   idx_state *s = sl__calloc(1, sizeof *s);
   SL_RETURN_ERROR_IF(!s, SL_ENOMEM, "idx: cannot allocate a reader");
   bool by_name = !labels || !labels[0];
+  s->ix =
+      (sl__indexed){idx_get, idx_put, idx_check, "idx", NULL, "samples", 0, 0};
   int rc = load(s, images, by_name ? derived : labels, by_name);
   if (rc == SL_OK) {
-    s->images_name = sl__strdup(sl__basename(images));
+    s->ix.name = s->images_name = sl__strdup(sl__basename(images));
     s->labels_name = sl__strdup(sl__basename(by_name ? derived : labels));
     s->paths[0] = sl__strdup(images);
     s->paths[1] = sl__strdup(by_name ? derived : labels);
@@ -317,10 +274,5 @@ int sl_idx_reader(const char *images, const char *labels, sl_reader **out) {
     idx_destroy(s);
     return rc;
   }
-  SL_FORWARD_IF_ERROR(sl__reader_make(&idx_vt, s, s->schema, out));
-  sl__reader_set_length(*out, idx_length);
-  sl__reader_set_state_ops(*out, &idx_state_ops);
-  sl__reader_set_fetch(*out, idx_fetch);
-  sl__reader_set_state_check(*out, idx_check);
-  return SL_OK;
+  return sl__stage_new(&idx_ops, s, s->schema, NULL, 0, NULL, out);
 }

@@ -31,7 +31,7 @@
 #include "io/fmt_map.h"
 #include "io/http.h"
 #include "io/npy.h"
-#include "readers/state.h"
+#include "readers/indexed.h"
 
 #include <zlib.h>
 
@@ -45,21 +45,22 @@ typedef struct npy_field {
 } npy_field;
 
 typedef struct npy_state {
+  sl__indexed ix; /* n: the leading dimension */
   npy_field f[MAX_FIELDS];
   int nf;
-  uint64_t count, pos, file_size;
+  uint64_t file_size;
   sl__file_id id; /* the file (URL) as opened: what a state checks */
   sl_schema *schema;
   char *path;
   sl__source *src; /* a .npy URL, read row by row; else NULL */
 } npy_state;
 
-/* Row `pos` of field f read from the URL source into a new buffer. */
-static int url_row(npy_state *s, const npy_field *f, sl_tensor *t) {
+/* Row i of field f read from the URL source into a new buffer. */
+static int url_row(npy_state *s, const npy_field *f, uint64_t i, sl_tensor *t) {
   sl_buffer *b = sl_buffer_new(f->row);
   SL_RETURN_ERROR_IF(!b, SL_ENOMEM, "npy: %s: cannot allocate a %zu-byte row",
                      s->path, f->row);
-  int rc = s->src->read_at(s->src, f->h.data_off + s->pos * f->row,
+  int rc = s->src->read_at(s->src, f->h.data_off + i * f->row,
                            sl_buffer_data(b), f->row);
   if (rc == SL_OK)
     rc = sl_tensor_view(t, f->h.dtype, f->h.rank - 1, f->h.shape + 1, b, 0);
@@ -67,34 +68,27 @@ static int url_row(npy_state *s, const npy_field *f, sl_tensor *t) {
   return rc;
 }
 
-static int npy_next(void *st, sl_sample **out) {
+static int npy_get(void *st, uint64_t pos, sl_sample **out) {
   npy_state *s = st;
-  if (s->pos >= s->count) return SL_EOF;
   sl_sample *smp = sl_sample_new(s->schema);
   SL_RETURN_ERROR_IF(!smp, SL_ENOMEM, "npy: cannot allocate a sample");
   int rc = SL_OK;
   for (int i = 0; i < s->nf && rc == SL_OK; i++) {
     const npy_field *f = &s->f[i];
     sl_tensor t;
-    rc = s->src ? url_row(s, f, &t)
-                : sl_tensor_view(&t, f->h.dtype, f->h.rank - 1, f->h.shape + 1,
-                                 f->buf,
-                                 (size_t)(f->h.data_off + s->pos * f->row));
+    rc = s->src
+             ? url_row(s, f, pos, &t)
+             : sl_tensor_view(&t, f->h.dtype, f->h.rank - 1, f->h.shape + 1,
+                              f->buf, (size_t)(f->h.data_off + pos * f->row));
     if (rc == SL_OK && (rc = sl_sample_set_move(smp, i, &t)) < 0)
       sl_tensor_clear(&t);
   }
   if (rc < 0) {
     sl_sample_release(smp);
     return sl_wrap_error(rc, "npy: %s: sample %llu", s->path,
-                         (unsigned long long)s->pos);
+                         (unsigned long long)pos);
   }
-  s->pos++;
   *out = smp;
-  return SL_OK;
-}
-
-static int npy_reset(void *st) {
-  ((npy_state *)st)->pos = 0;
   return SL_OK;
 }
 
@@ -109,64 +103,36 @@ static void npy_destroy(void *st) {
   sl__free(s);
 }
 
-static int npy_length(const sl_reader *r, void *st, uint64_t *n) {
-  (void)r;
-  *n = ((const npy_state *)st)->count;
-  return SL_OK;
-}
-
-static int npy_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
-                    sl__state_out *w) {
-  (void)r;
-  (void)pass;
-  (void)k;
+/* Record: the count and the file's identity. */
+static int npy_put(void *st, sl__state_out *w) {
   const npy_state *s = st;
-  SL_FORWARD_IF_ERROR(sl__state_put_u64(w, s->count));
+  SL_FORWARD_IF_ERROR(sl__state_put_u64(w, s->ix.n));
   return sl__state_put_file_ids(w, &s->id, 1);
 }
 
 /* The count and the file unchanged. */
-static int npy_record(const npy_state *s, sl__state_in *in) {
+static int npy_check(void *st, sl__state_in *in) {
+  const npy_state *s = st;
   uint64_t count;
   SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &count));
-  SL_RETURN_ERROR_IF(count != s->count, SL_ECORRUPT,
+  SL_RETURN_ERROR_IF(count != s->ix.n, SL_ECORRUPT,
                      "restore: npy %s: the file changed since the state was "
                      "saved (%llu samples then, %llu now)",
                      s->path, (unsigned long long)count,
-                     (unsigned long long)s->count);
+                     (unsigned long long)s->ix.n);
   return sl__state_check_file_id(in, "npy", s->path, &s->id);
 }
 
-static int npy_check(const sl_reader *r, void *st, sl__state_in *in) {
-  (void)r;
-  return npy_record(st, in);
-}
-
-static int npy_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
-                       sl__state_in *in) {
-  (void)r;
-  (void)pass;
-  npy_state *s = st;
-  SL_FORWARD_IF_ERROR(npy_record(s, in));
-  SL_RETURN_ERROR_IF(k > s->count, SL_ECORRUPT,
-                     "restore: npy %s: position %llu is past its %llu "
-                     "samples",
-                     s->path, (unsigned long long)k,
-                     (unsigned long long)s->count);
-  s->pos = k;
-  return SL_OK;
-}
-
 static void npy_identity(const sl_reader *r, void *st, char *buf, size_t cap) {
-  (void)r;
-  const npy_state *s = st;
-  snprintf(buf, cap, "%s", sl__basename(s->path));
+  snprintf(buf, cap, "%s", sl__basename(((const npy_state *)st)->path));
 }
 
-static const sl__state_ops npy_state_ops = {npy_save, npy_restore,
-                                            npy_identity};
-static const sl_reader_vtable npy_vt = {"npy", npy_next, npy_reset,
-                                        npy_destroy};
+static const sl__stage_ops npy_ops = {
+    .name = "npy",
+    SL__INDEXED_OPS,
+    .destroy = npy_destroy,
+    .identity = npy_identity,
+};
 
 /* Adds field `name` for the array h of `buf` (retained). */
 static int add_field(npy_state *s, const char *name, const sl__npy *h,
@@ -185,14 +151,14 @@ static int add_field(npy_state *s, const char *name, const sl__npy *h,
   f->row = h->shape[0] ? (size_t)(h->nbytes / (uint64_t)h->shape[0]) : 0;
   uint64_t n = (uint64_t)h->shape[0];
   if (s->nf == 0) {
-    s->count = n;
+    s->ix.n = n;
   } else {
-    SL_RETURN_ERROR_IF(n != s->count, SL_EINVAL,
+    SL_RETURN_ERROR_IF(n != s->ix.n, SL_EINVAL,
                        "npy: %s: array '%s' has %llu rows but '%s' has %llu: "
                        "the arrays of an .npz must have the same leading "
                        "dimension",
                        s->path, name, (unsigned long long)n, s->f[0].name,
-                       (unsigned long long)s->count);
+                       (unsigned long long)s->ix.n);
   }
   f->buf = sl_buffer_retain(buf);
   s->nf++;
@@ -335,10 +301,9 @@ static int load_member(npy_state *s, sl_buffer *file, const zip_entry *e) {
     SL_RETURN_ERROR_IF(e->csize != e->usize, SL_ECORRUPT,
                        "npy: %s: stored member with two sizes", what);
     /* The CRC-32 covers stored bytes as it does inflated ones. */
-    SL_RETURN_ERROR_IF((uint32_t)crc32_z(0, base + data, (size_t)e->csize) !=
-                           e->crc,
-                       SL_ECORRUPT,
-                       "npy: %s: CRC-32 mismatch (damaged archive)", what);
+    SL_RETURN_ERROR_IF(
+        (uint32_t)crc32_z(0, base + data, (size_t)e->csize) != e->crc,
+        SL_ECORRUPT, "npy: %s: CRC-32 mismatch (damaged archive)", what);
     mb = sl_buffer_retain(file);
     off = data;
   } else if (e->method == 8) {
@@ -517,16 +482,15 @@ static bool is_zip(sl_buffer *b) {
 }
 
 int sl_npy_reader(const char *path, const sl_npy_opts *opts, sl_reader **out) {
-  SL_RETURN_ERROR_IF(!out, SL_EINVAL, "npy: NULL out pointer");
-  *out = NULL;
-  SL_RETURN_ERROR_IF(!path || !path[0], SL_EINVAL, "npy: %s path",
-                     path ? "empty" : "NULL");
+  SL_SOURCE_ARGS("npy", path, out);
   sl_npy_opts o = SL_NPY_OPTS_INIT;
   if (opts)
     SL_FORWARD_IF_ERROR(sl__opts_copy("sl_npy_opts", &o, sizeof o, opts));
   npy_state *s = sl__calloc(1, sizeof *s);
   SL_RETURN_ERROR_IF(!s, SL_ENOMEM, "npy: cannot allocate a reader");
   s->path = sl__strdup(path);
+  s->ix = (sl__indexed){npy_get, npy_put,   npy_check, "npy",
+                        s->path, "samples", 0,         0};
   sl_buffer *file = NULL;
   int rc = s->path ? SL_OK : sl_set_error(SL_ENOMEM, "npy: out of memory");
   bool npz = true; /* fetched or mapped whole */
@@ -557,9 +521,5 @@ int sl_npy_reader(const char *path, const sl_npy_opts *opts, sl_reader **out) {
     npy_destroy(s);
     return rc;
   }
-  SL_FORWARD_IF_ERROR(sl__reader_make(&npy_vt, s, s->schema, out));
-  sl__reader_set_length(*out, npy_length);
-  sl__reader_set_state_ops(*out, &npy_state_ops);
-  sl__reader_set_state_check(*out, npy_check);
-  return SL_OK;
+  return sl__stage_new(&npy_ops, s, s->schema, NULL, 0, NULL, out);
 }

@@ -18,7 +18,7 @@
  * (SL_ECORRUPT naming it).
  */
 #include "io/slr_file.h"
-#include "readers/state.h"
+#include "readers/stage.h"
 
 typedef struct slr_state {
   sl_slr_file *f;
@@ -106,8 +106,6 @@ static int slr_length(const sl_reader *r, void *st, uint64_t *n) {
  * to resume at, then the bad chunks before it (count, first records). */
 static int slr_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                     sl__state_out *w) {
-  (void)r;
-  (void)pass;
   slr_state *s = st;
   uint64_t at = s->first + k;
   if (sl__slr_policy(s->f) == SL_CORRUPT_SKIP_CHUNK) {
@@ -133,7 +131,6 @@ static int slr_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
 }
 
 static int slr_check(const sl_reader *r, void *st, sl__state_in *in) {
-  (void)r;
   const slr_state *s = st;
   uint64_t first, end, records, fp;
   SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &first));
@@ -160,7 +157,6 @@ static int slr_check(const sl_reader *r, void *st, sl__state_in *in) {
 
 static int slr_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                        sl__state_in *in) {
-  (void)pass;
   slr_state *s = st;
   SL_FORWARD_IF_ERROR(slr_check(r, st, in));
   uint64_t at, nbad;
@@ -191,8 +187,6 @@ static int slr_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
  * not offered. */
 static int slr_fetch(sl_reader *r, void *st, uint64_t pass, uint64_t pos,
                      sl_sample **out) {
-  (void)r;
-  (void)pass;
   slr_state *s = st;
   SL_RETURN_ERROR_IF(
       sl__slr_policy(s->f) == SL_CORRUPT_SKIP_CHUNK, SL_EUNSUPPORTED,
@@ -213,18 +207,24 @@ static int slr_fetch(sl_reader *r, void *st, uint64_t pass, uint64_t pos,
 }
 
 static void slr_identity(const sl_reader *r, void *st, char *buf, size_t cap) {
-  (void)r;
   const slr_state *s = st;
   snprintf(buf, cap, "%s policy=%s", sl__basename(sl_slr_path(s->f)),
            sl__slr_policy(s->f) == SL_CORRUPT_SKIP_CHUNK ? "skip_chunk"
                                                          : "fail");
 }
 
-static const sl__state_ops slr_state_ops = {slr_save, slr_restore,
-                                            slr_identity};
-
-static const sl_reader_vtable slr_vt = {"slr", slr_next, slr_reset,
-                                        slr_destroy};
+static const sl__stage_ops slr_ops = {
+    .name = "slr",
+    .next = slr_next,
+    .reset = slr_reset,
+    .destroy = slr_destroy,
+    .length = slr_length,
+    .save = slr_save,
+    .restore = slr_restore,
+    .identity = slr_identity,
+    .check = slr_check,
+    .fetch = slr_fetch,
+};
 
 static int make(sl_slr_file *f, uint64_t first, uint64_t end, sl_reader **out) {
   slr_state *s = sl__calloc(1, sizeof *s);
@@ -235,13 +235,8 @@ static int make(sl_slr_file *f, uint64_t first, uint64_t end, sl_reader **out) {
   s->f = f;
   s->first = s->pos = first;
   s->end = end;
-  SL_FORWARD_IF_ERROR(
-      sl__reader_make(&slr_vt, s, (sl_schema *)sl_slr_schema(f), out));
-  sl__reader_set_length(*out, slr_length);
-  sl__reader_set_state_ops(*out, &slr_state_ops);
-  sl__reader_set_fetch(*out, slr_fetch);
-  sl__reader_set_state_check(*out, slr_check);
-  return SL_OK;
+  return sl__stage_new(&slr_ops, s, (sl_schema *)sl_slr_schema(f), NULL, 0,
+                       NULL, out);
 }
 
 int sl__slr_reader_from_file(sl_slr_file *f, uint64_t first, uint64_t count,

@@ -30,8 +30,9 @@
  * changed since is refused (SL_ECORRUPT naming it).
  */
 #include "core/crc32c.h"
+#include "io/fmt_map.h"
 #include "io/parser_plugin.h"
-#include "readers/state.h"
+#include "readers/stage.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -259,8 +260,6 @@ static int text_id(const text_state *s, sl__file_id *id) {
  * before. */
 static int text_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                      sl__state_out *w) {
-  (void)r;
-  (void)pass;
   text_state *s = st;
   uint64_t off, line;
   sl__file_id id;
@@ -306,15 +305,12 @@ static int text_record(const text_state *s, uint64_t k, sl__state_in *in,
 }
 
 static int text_check(const sl_reader *r, void *st, sl__state_in *in) {
-  (void)r;
   uint64_t off, line;
   return text_record(st, sl__state_position(in), in, &off, &line);
 }
 
 static int text_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                         sl__state_in *in) {
-  (void)r;
-  (void)pass;
   text_state *s = st;
   uint64_t off, line;
   SL_FORWARD_IF_ERROR(text_record(s, k, in, &off, &line));
@@ -338,17 +334,21 @@ static int text_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
 }
 
 static void text_identity(const sl_reader *r, void *st, char *buf, size_t cap) {
-  (void)r;
   const text_state *s = st;
   snprintf(buf, cap, "%s parser=%s", sl__basename(s->path),
            s->parser_name ? s->parser_name : "lines");
 }
 
-static const sl__state_ops text_state_ops = {text_save, text_restore,
-                                             text_identity};
-
-static const sl_reader_vtable text_vt = {"text", text_next, text_reset,
-                                         text_destroy};
+static const sl__stage_ops text_ops = {
+    .name = "text",
+    .next = text_next,
+    .reset = text_reset,
+    .destroy = text_destroy,
+    .save = text_save,
+    .restore = text_restore,
+    .identity = text_identity,
+    .check = text_check,
+};
 
 static void unmap(void *ud, void *data) {
   munmap(data, (size_t)(uintptr_t)ud);
@@ -428,10 +428,7 @@ static int open_state(text_state *s, const char *path, const char *parser,
 
 int sl_text_reader(const char *path, int use_mmap, const char *parser,
                    const char *parser_options, sl_reader **out) {
-  SL_RETURN_ERROR_IF(!out, SL_EINVAL, "text: NULL out pointer");
-  *out = NULL;
-  SL_RETURN_ERROR_IF(!path || !path[0], SL_EINVAL, "text: %s path",
-                     path ? "empty" : "NULL");
+  SL_SOURCE_ARGS("text", path, out);
   text_state *s = sl__calloc(1, sizeof *s);
   SL_RETURN_ERROR_IF(!s, SL_ENOMEM, "text: %s: cannot allocate a reader", path);
   s->fd = -1;
@@ -441,8 +438,5 @@ int sl_text_reader(const char *path, int use_mmap, const char *parser,
     text_destroy(s);
     return rc;
   }
-  SL_FORWARD_IF_ERROR(sl__reader_make(&text_vt, s, s->schema, out));
-  sl__reader_set_state_ops(*out, &text_state_ops);
-  sl__reader_set_state_check(*out, text_check);
-  return SL_OK;
+  return sl__stage_new(&text_ops, s, s->schema, NULL, 0, NULL, out);
 }

@@ -29,8 +29,8 @@
  */
 #include "io/fmt_map.h"
 #include "io/http.h"
+#include "io/offset_log.h"
 #include "io/tfrecord.h"
-#include "readers/state.h"
 
 #define MAX_FEATURES 64
 
@@ -38,7 +38,7 @@ typedef struct tf_state {
   char *path;
   sl_buffer *bytes;
   sl__source *src; /* a plain file by URL: read by ranges; or NULL */
-  sl__gz *gz;       /* a GZIP file: inflated as read; or NULL */
+  sl__gz *gz;      /* a GZIP file: inflated as read; or NULL */
   sl__file_id id;  /* the file (URL) as opened: what a state checks */
   const unsigned char *p;
   size_t n;
@@ -46,8 +46,7 @@ typedef struct tf_state {
   sl__tf_feature f[MAX_FEATURES];
   int nf; /* 0: {record: bytes} */
   sl_schema *schema;
-  sl__state_log offs;
-  uint64_t log_from, from_off;
+  sl__offset_log offs;
 } tf_state;
 
 static int tf_next(void *st, sl_sample **out) {
@@ -90,14 +89,14 @@ static int tf_next(void *st, sl_sample **out) {
   }
   sl_buffer_release(own);
   if (rc < 0) return rc;
-  sl__state_log_note(&s->offs, s->off);
+  sl__state_log_note(&s->offs.log, s->off);
   return SL_OK;
 }
 
 static int tf_reset(void *st) {
   tf_state *s = st;
   s->off = s->rec = 0;
-  s->offs.count = s->log_from = s->from_off = 0;
+  sl__offset_log_start(&s->offs, 0, 0);
   if (s->gz) sl__gz_rewind(s->gz);
   return SL_OK;
 }
@@ -115,45 +114,25 @@ static void tf_destroy(void *st) {
 
 static int tf_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                    sl__state_out *w) {
-  (void)r;
-  (void)pass;
   tf_state *s = st;
-  uint64_t off = UINT64_MAX; /* walk k records from the start */
-  if (k == s->log_from)
-    off = s->from_off;
-  else if (k > s->log_from && k <= s->offs.count &&
-           s->offs.count - k < SL__STATE_LOG - 1)
-    off = s->offs.up[(k - 1) % SL__STATE_LOG];
-  SL_FORWARD_IF_ERROR(sl__state_put_file_ids(w, &s->id, 1));
-  return sl__state_put_u64(w, off);
+  return sl__offset_log_save(&s->offs, k, &s->id, w);
 }
 
-/* The file unchanged (its identity) and the offset inside its bytes. */
-static int tf_record(const tf_state *s, sl__state_in *in, uint64_t *off) {
-  SL_FORWARD_IF_ERROR(sl__state_check_file_id(in, "tfrecord", s->path, &s->id));
-  SL_FORWARD_IF_ERROR(sl__state_get_u64(in, off));
-  /* A GZIP stream's offsets are in the inflated bytes, whose size is not
-   * known before the end: the restore's skip finds out. */
-  SL_RETURN_ERROR_IF(*off != UINT64_MAX && !s->gz && *off > s->n, SL_ECORRUPT,
-                     "restore: corrupt state: tfrecord %s: offset %llu of "
-                     "%zu bytes",
-                     s->path, (unsigned long long)*off, s->n);
-  return SL_OK;
-}
-
+/* The file unchanged and the offset inside its bytes (a GZIP stream's are
+ * in the inflated bytes, whose size the restore's skip finds out). */
 static int tf_check(const sl_reader *r, void *st, sl__state_in *in) {
-  (void)r;
+  const tf_state *s = st;
   uint64_t off;
-  return tf_record(st, in, &off);
+  return sl__offset_log_read(in, "tfrecord", s->path, &s->id,
+                             s->gz ? UINT64_MAX : s->n, &off);
 }
 
 static int tf_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                       sl__state_in *in) {
-  (void)r;
-  (void)pass;
   tf_state *s = st;
   uint64_t off;
-  SL_FORWARD_IF_ERROR(tf_record(s, in, &off));
+  SL_FORWARD_IF_ERROR(sl__offset_log_read(in, "tfrecord", s->path, &s->id,
+                                          s->gz ? UINT64_MAX : s->n, &off));
   SL_RETURN_ERROR_IF(!s->gz && k > s->n, SL_ECORRUPT,
                      "restore: corrupt state: tfrecord %s: record %llu of a "
                      "%zu-byte file",
@@ -164,13 +143,12 @@ static int tf_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
       const unsigned char *d;
       uint64_t len;
       sl_buffer *none;
-      int rc =
-          s->gz ? sl__tfrecord_read_gz(s->gz, &s->off, &none, &len, true,
-                                       s->path, i)
-          : s->src
-              ? sl__tfrecord_read(s->src, &s->off, &none, &len, true, s->path,
-                                  i)
-              : sl__tfrecord_next(s->p, s->n, &s->off, &d, &len, s->path, i);
+      int rc = s->gz ? sl__tfrecord_read_gz(s->gz, &s->off, &none, &len, true,
+                                            s->path, i)
+               : s->src ? sl__tfrecord_read(s->src, &s->off, &none, &len, true,
+                                            s->path, i)
+                        : sl__tfrecord_next(s->p, s->n, &s->off, &d, &len,
+                                            s->path, i);
       SL_RETURN_ERROR_IF(rc == SL_EOF, SL_ECORRUPT,
                          "restore: tfrecord %s: ended after %llu records, "
                          "the state needs %llu",
@@ -190,20 +168,25 @@ static int tf_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
     s->off = off;
   }
   s->rec = k;
-  s->offs.count = s->log_from = k;
-  s->from_off = s->off;
+  sl__offset_log_start(&s->offs, k, s->off);
   return SL_OK;
 }
 
 static void tf_identity(const sl_reader *r, void *st, char *buf, size_t cap) {
-  (void)r;
   const tf_state *s = st;
   snprintf(buf, cap, "%s features=%d", sl__basename(s->path), s->nf);
 }
 
-static const sl__state_ops tf_state_ops = {tf_save, tf_restore, tf_identity};
-static const sl_reader_vtable tf_vt = {"tfrecord", tf_next, tf_reset,
-                                       tf_destroy};
+static const sl__stage_ops tf_ops = {
+    .name = "tfrecord",
+    .next = tf_next,
+    .reset = tf_reset,
+    .destroy = tf_destroy,
+    .save = tf_save,
+    .restore = tf_restore,
+    .identity = tf_identity,
+    .check = tf_check,
+};
 
 static int load(tf_state *s, int compression) {
   bool url = sl__is_url(s->path);
@@ -245,10 +228,7 @@ static int load(tf_state *s, int compression) {
 
 int sl_tfrecord_reader(const char *path, const sl_tfrecord_opts *opts,
                        sl_reader **out) {
-  SL_RETURN_ERROR_IF(!out, SL_EINVAL, "tfrecord: NULL out pointer");
-  *out = NULL;
-  SL_RETURN_ERROR_IF(!path || !path[0], SL_EINVAL, "tfrecord: %s path",
-                     path ? "empty" : "NULL");
+  SL_SOURCE_ARGS("tfrecord", path, out);
   sl_tfrecord_opts o = SL_TFRECORD_OPTS_INIT;
   if (opts)
     SL_FORWARD_IF_ERROR(sl__opts_copy("sl_tfrecord_opts", &o, sizeof o, opts));
@@ -277,8 +257,5 @@ int sl_tfrecord_reader(const char *path, const sl_tfrecord_opts *opts,
     tf_destroy(s);
     return rc;
   }
-  SL_FORWARD_IF_ERROR(sl__reader_make(&tf_vt, s, s->schema, out));
-  sl__reader_set_state_ops(*out, &tf_state_ops);
-  sl__reader_set_state_check(*out, tf_check);
-  return SL_OK;
+  return sl__stage_new(&tf_ops, s, s->schema, NULL, 0, NULL, out);
 }

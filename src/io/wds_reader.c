@@ -14,16 +14,15 @@
  * Length: a local shard's samples, counted once by walking its headers
  * with a handle of its own; a URL's is not known.
  */
+#include "io/fmt_map.h"
+#include "io/offset_log.h"
 #include "io/wds.h"
-#include "readers/state.h"
 
 typedef struct wds_state {
   sl__wds_shard *sh;
   sl__wds_layout *lay;
-  sl__state_log offs; /* after output i: the tar offset */
-  uint64_t log_from;  /* the log knows outputs from here on */
-  uint64_t from_off;  /* the tar offset at output log_from */
-  bool counted;       /* the length, once known: */
+  sl__offset_log offs; /* of each sample's first member header */
+  bool counted;        /* the length, once known: */
   uint64_t count;
 } wds_state;
 
@@ -32,14 +31,14 @@ static int wds_next(void *st, sl_sample **out) {
   int rc = sl__wds_shard_group(s->sh);
   if (rc != SL_OK) return rc;
   SL_FORWARD_IF_ERROR(sl__wds_shard_sample(s->sh, s->lay, out));
-  sl__state_log_note(&s->offs, s->sh->tar.off);
+  sl__state_log_note(&s->offs.log, s->sh->tar.off);
   return SL_OK;
 }
 
 static int wds_reset(void *st) {
   wds_state *s = st;
   sl__wds_shard_seek(s->sh, 0, 0);
-  s->offs.count = s->log_from = s->from_off = 0;
+  sl__offset_log_start(&s->offs, 0, 0);
   return SL_OK;
 }
 
@@ -53,45 +52,23 @@ static void wds_destroy(void *st) {
 
 static int wds_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                     sl__state_out *w) {
-  (void)r;
-  (void)pass;
   wds_state *s = st;
-  uint64_t off = UINT64_MAX; /* walk k samples from the start */
-  if (k == s->log_from)
-    off = s->from_off;
-  else if (k > s->log_from && k <= s->offs.count &&
-           s->offs.count - k < SL__STATE_LOG - 1)
-    off = s->offs.up[(k - 1) % SL__STATE_LOG];
-  SL_FORWARD_IF_ERROR(sl__state_put_file_ids(w, &s->sh->id, 1));
-  return sl__state_put_u64(w, off);
+  return sl__offset_log_save(&s->offs, k, &s->sh->id, w);
 }
 
 /* The shard unchanged and the offset inside it. */
-static int wds_record(const wds_state *s, sl__state_in *in, uint64_t *off) {
-  SL_FORWARD_IF_ERROR(
-      sl__state_check_file_id(in, "wds", s->sh->path, &s->sh->id));
-  SL_FORWARD_IF_ERROR(sl__state_get_u64(in, off));
-  SL_RETURN_ERROR_IF(*off != UINT64_MAX && *off > s->sh->size, SL_ECORRUPT,
-                     "restore: corrupt state: wds %s: offset %llu of %llu "
-                     "bytes",
-                     s->sh->path, (unsigned long long)*off,
-                     (unsigned long long)s->sh->size);
-  return SL_OK;
-}
-
 static int wds_check(const sl_reader *r, void *st, sl__state_in *in) {
-  (void)r;
+  const sl__wds_shard *sh = ((const wds_state *)st)->sh;
   uint64_t off;
-  return wds_record(st, in, &off);
+  return sl__offset_log_read(in, "wds", sh->path, &sh->id, sh->size, &off);
 }
 
 static int wds_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                        sl__state_in *in) {
-  (void)r;
-  (void)pass;
   wds_state *s = st;
   uint64_t off;
-  SL_FORWARD_IF_ERROR(wds_record(s, in, &off));
+  SL_FORWARD_IF_ERROR(sl__offset_log_read(in, "wds", s->sh->path, &s->sh->id,
+                                          s->sh->size, &off));
   /* a sample takes at least one 512-byte header */
   SL_RETURN_ERROR_IF(k > s->sh->size / 512, SL_ECORRUPT,
                      "restore: corrupt state: wds %s: sample %llu of a "
@@ -115,15 +92,12 @@ static int wds_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
   } else {
     sl__wds_shard_seek(s->sh, off, k);
   }
-  s->offs.count = s->log_from = k;
-  s->from_off = s->sh->tar.off;
+  sl__offset_log_start(&s->offs, k, s->sh->tar.off);
   return SL_OK;
 }
 
 static void wds_identity(const sl_reader *r, void *st, char *buf, size_t cap) {
-  (void)r;
-  const wds_state *s = st;
-  snprintf(buf, cap, "%s", sl__basename(s->sh->path));
+  snprintf(buf, cap, "%s", sl__basename(((const wds_state *)st)->sh->path));
 }
 
 /* A local shard's sample count, walking a second handle's headers once;
@@ -146,16 +120,20 @@ static int wds_length(const sl_reader *r, void *st, uint64_t *n) {
   return SL_OK;
 }
 
-static const sl__state_ops wds_state_ops = {wds_save, wds_restore,
-                                            wds_identity};
-static const sl_reader_vtable wds_vt = {"wds", wds_next, wds_reset,
-                                        wds_destroy};
+static const sl__stage_ops wds_ops = {
+    .name = "wds",
+    .next = wds_next,
+    .reset = wds_reset,
+    .destroy = wds_destroy,
+    .length = wds_length,
+    .save = wds_save,
+    .restore = wds_restore,
+    .identity = wds_identity,
+    .check = wds_check,
+};
 
 int sl_wds_reader(const char *path, sl_reader **out) {
-  SL_RETURN_ERROR_IF(!out, SL_EINVAL, "wds: NULL out pointer");
-  *out = NULL;
-  SL_RETURN_ERROR_IF(!path || !path[0], SL_EINVAL, "wds: %s path",
-                     path ? "empty" : "NULL");
+  SL_SOURCE_ARGS("wds", path, out);
   wds_state *s = sl__calloc(1, sizeof *s);
   SL_RETURN_ERROR_IF(!s, SL_ENOMEM, "wds: cannot allocate a reader");
   int rc = sl__wds_shard_open(path, &s->sh);
@@ -174,9 +152,5 @@ int sl_wds_reader(const char *path, sl_reader **out) {
     return rc;
   }
   sl__wds_shard_seek(s->sh, 0, 0);
-  SL_FORWARD_IF_ERROR(sl__reader_make(&wds_vt, s, s->lay->schema, out));
-  sl__reader_set_state_ops(*out, &wds_state_ops);
-  sl__reader_set_state_check(*out, wds_check);
-  sl__reader_set_length(*out, wds_length);
-  return SL_OK;
+  return sl__stage_new(&wds_ops, s, s->lay->schema, NULL, 0, NULL, out);
 }
