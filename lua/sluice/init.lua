@@ -174,6 +174,20 @@ local function take(p, by)
   return r
 end
 
+-- The embedding's side of sl_pipeline_open_* (src/script/pipeline.c): takes
+-- p, the value a pipeline script returned, for the C program, storing its
+-- reader into `slot` (an sl_reader** as light userdata).  Returns nothing
+-- then; false when p is not a pipeline; what p is when it is not live
+-- ("closed", "consumed by ...").
+function sluice._embed(p, slot)
+  if not is_pipeline(p) then return false end
+  if not p._r then
+    return p._dead == "closed" and "closed"
+           or "consumed by " .. tostring(p._dead)
+  end
+  ffi_cast("sl_reader **", slot)[0] = take(p, "the C embedding")
+end
+
 -- --- consuming -------------------------------------------------------------------------
 
 -- The hot path: one FFI call for the sample, one cdata, one small table,
