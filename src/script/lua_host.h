@@ -45,9 +45,10 @@
 #include <lua.h>
 
 /* The functions below are internal.  Those the Lua facade calls through
- * the FFI are exported (marked SL_API), declared again in the unstable
- * section of include/sluice.h and in lua/sluice/cdef.lua; the others are
- * not exported (the C tests link the static library). */
+ * the FFI are exported (marked SL_API) and declared again in
+ * include/sluice/unstable.h (whence the FFI's declarations are generated,
+ * with the types they share); the others are not exported (the C tests
+ * link the static library). */
 
 /* --- the environment a worker state starts from --------------------------- */
 

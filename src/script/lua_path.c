@@ -24,8 +24,10 @@
  *     runs the Lua files of the libsluice it is driving, never another
  *     version LuaJIT's default path happens to reach;
  *   - every state (that one with LUA_PATH set, and the worker states of the
- *     Lua stages) where `require "sluice"` would otherwise fail: they are
- *     appended, after everything the user's path names.
+ *     Lua stages) where `require "sluice"` would otherwise fail, or
+ *     would find a sluice without its generated sluice.header (the source
+ *     tree's lua/ alone): they are appended, after everything the user's
+ *     path names.
  * Nothing is added twice: a path that already holds the folders is kept.
  */
 #include "core/internal.h"
@@ -84,7 +86,8 @@ const char *sl__lua_own_path(void) {
 }
 
 /* True when package.loaded or package.preload has "sluice", or
- * package.searchpath finds it on package.path.  Package table at -1. */
+ * package.searchpath finds sluice.header (generated into the build tree,
+ * installed beside the rest) on package.path.  Package table at -1. */
 static bool sluice_found(lua_State *L) {
   static const char *const tables[] = {"loaded", "preload"};
   for (int i = 0; i < 2; i++) {
@@ -104,7 +107,7 @@ static bool sluice_found(lua_State *L) {
     lua_pop(L, 2);
     return false;
   }
-  lua_pushliteral(L, "sluice");
+  lua_pushliteral(L, "sluice.header");
   lua_insert(L, -2);
   lua_call(L, 2, 1); /* a file name, or nil (and a message, dropped) */
   bool found = lua_isstring(L, -1);
