@@ -24,14 +24,14 @@
 #ifndef SLUICE_H
 #define SLUICE_H
 
-#include "sluice/errors.h"
 #include "sluice/data.h"
-#include "sluice/reader.h"
-#include "sluice/open.h"
-#include "sluice/stages.h"
 #include "sluice/device.h"
+#include "sluice/errors.h"
 #include "sluice/image.h"
+#include "sluice/open.h"
 #include "sluice/pipeline.h"
+#include "sluice/reader.h"
+#include "sluice/stages.h"
 #include "sluice/stats.h"
 
 #endif /* SLUICE_H */

@@ -53,8 +53,8 @@ int main(int argc, char **argv) {
   while (fgets(line, sizeof line, in)) {
     if (line[0] == '#') { /* # LINE "FILE" FLAGS */
       const char *f = strchr(line, '"');
-      ours = f && (strstr(f, "include/sluice.h\"") ||
-                   strstr(f, "include/sluice/"));
+      ours = f &&
+             (strstr(f, "include/sluice.h\"") || strstr(f, "include/sluice/"));
     } else if (ours && !blank(line, strlen(line))) {
       add(line, strlen(line));
     }
@@ -84,7 +84,8 @@ int main(int argc, char **argv) {
     if (ch != ';' || depth != 0) continue;
     const char *d = keep + start;
     size_t n = i + 1 - start;
-    while (n && (*d == '\n' || *d == ' ')) d++, n--;
+    while (n && (*d == '\n' || *d == ' '))
+      d++, n--;
     int typed = memchr(d, '{', n) != NULL;
     if (typed && plain_open) fputs("]]\n", out);
     if (typed || !plain_open) fputs(typed ? "body [[\n" : "ffi.cdef [[\n", out);

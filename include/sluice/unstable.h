@@ -25,9 +25,9 @@ extern "C" {
  * because their users load libsluice.so itself: the `sluice` command's
  * `run` executes scripts whose Lua facade calls libsluice through the
  * LuaJIT FFI, and a second, static copy of the library in the process
- * would have its own error slots and registries (docs/EMBEDDING.md, "ABI").  CTest `abi` fails when
- * libsluice.so exports an sl__ symbol this section does not name, or this
- * section names one it does not export. */
+ * would have its own error slots and registries (docs/EMBEDDING.md, "ABI").
+ * CTest `abi` fails when libsluice.so exports an sl__ symbol this section does
+ * not name, or this section names one it does not export. */
 
 /* sl_reader_save as of `back` outputs ago in the current pass: outputs
  * sl_reader_next handed out that the caller has not used (the Python
@@ -91,9 +91,8 @@ typedef struct sl__lua_pins {
 /* The `sluice` command (tools/): pack, verify, signal handling.
  * src/io/import.h, src/io/output.h, src/image/image.h,
  * src/open/shard_set.h. */
-SL_API int sl__pack_idx(const char *images, const char *labels,
-                        const char *out, const struct sl__pack_opts *o,
-                        uint64_t *records);
+SL_API int sl__pack_idx(const char *images, const char *labels, const char *out,
+                        const struct sl__pack_opts *o, uint64_t *records);
 SL_API int sl__pack_text(const char *const *files, size_t n, const char *out,
                          const struct sl__pack_opts *o, uint64_t *records);
 SL_API int sl__pack_images(const char *root, const char *out,
@@ -139,15 +138,14 @@ SL_API int sl__lua_reader(sl__shipped *fn, sl__lua_env *env, size_t buffer,
 /* The Lua flow stages: flat_map, take_while, scan (`kind`: an
  * sl__lua_flow_kind; `init`: scan's shipped init function, else NULL).
  * src/script/lua_host.h, src/script/lua_flow.c. */
-SL_API int sl__lua_flow(sl_reader *up, sl__lua_flow_kind kind,
-                        sl__shipped *fn, sl__shipped *init, sl__lua_env *env,
+SL_API int sl__lua_flow(sl_reader *up, sl__lua_flow_kind kind, sl__shipped *fn,
+                        sl__shipped *init, sl__lua_env *env,
                         const sl__lua_stage_opts *opts, sl_schema *schema,
                         sl_reader **out);
 
 /* The Lua facade through the FFI (lua/sluice/cdef.lua): what a Lua sample
  * pins, compact copies, pooled tensor buffers.  src/script/lua_host.h. */
-SL_API size_t sl__lua_sample_account(const sl_sample *s,
-                                     sl__lua_pins *pins);
+SL_API size_t sl__lua_sample_account(const sl_sample *s, sl__lua_pins *pins);
 SL_API sl_sample *sl__lua_sample_clone(const sl_sample *s);
 SL_API sl_buffer *sl__lua_buffer_new(size_t size, int zero);
 

@@ -40,7 +40,7 @@ struct sl_reader {
   uint64_t pass, delivered;
   atomic_uint_least64_t n_out;   /* samples the implementation gave */
   atomic_uint_least64_t next_ns; /* time inside ops.next (timing on) */
-  void (*release)(void *); /* sl__reader_own: run on `owned` last */
+  void (*release)(void *);       /* sl__reader_own: run on `owned` last */
   void *owned;
 };
 
