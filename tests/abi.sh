@@ -2,6 +2,8 @@
 # tests/abi.sh - what libsluice.so exports (CTest: abi).
 #
 #   usage: abi.sh HEADER LIBRARY      (include/sluice.h, libsluice.so)
+#          abi.sh INCLUDE_DIR LIBRARY (include/: sluice.h and sluice/*.h,
+#                                      unstable.h among them, read as one)
 #          abi.sh --self-test
 #
 # libsluice is built with hidden visibility; SL_API marks what it exports.
@@ -137,7 +139,12 @@ if [ $# -ne 2 ]; then
 fi
 self_test >/dev/null
 symbols=$(mktemp)
-trap 'rm -f "$symbols"' EXIT
+header=$1
+if [ -d "$1" ]; then
+  header=$(mktemp)
+  cat "$1"/sluice.h "$1"/sluice/*.h >"$header"
+fi
+trap 'rm -f "$symbols"; [ "$header" = "$1" ] || rm -f "$header"' EXIT
 # Defined, dynamic, global: what another object can bind to.
 nm -D --defined-only "$2" | awk '$2 ~ /^[A-Z]$/ { print $3 }' |
   sed 's/@.*//' | sort -u >"$symbols"
@@ -145,7 +152,7 @@ if ! [ -s "$symbols" ]; then
   echo "abi: nm -D found no exported symbol in $2"
   exit 1
 fi
-if check "$1" "$symbols"; then
+if check "$header" "$symbols"; then
   echo "abi: $2 exports $(grep -c '^sl_[^_]' "$symbols") sl_ functions and" \
     "$(grep -c '^sl__' "$symbols") sl__ ones, all named in $1"
   exit 0

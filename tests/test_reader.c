@@ -3,6 +3,8 @@
 #include "test.h"
 #include "test_util.h"
 
+#include "readers/stage.h"
+
 static int64_t value(sl_sample *s) {
   return *(int64_t *)sl_sample_at(s, 0)->data;
 }
@@ -368,4 +370,23 @@ TEST(length_of_slr_files_is_their_record_range) {
   ASSERT_CONTAINS(sl_last_error(), "skip_chunk");
   ASSERT_CONTAINS(sl_last_error(), "ids.slr");
   sl_reader_destroy(r);
+}
+
+/* sl__reader_own: destroying the reader releases what it owns, once,
+ * after the chain (an embedded pipeline's Lua state). */
+static void count_release(void *p) {
+  ++*(int *)p;
+}
+
+TEST(an_owned_resource_is_released_once_on_destroy) {
+  sl_reader *r = NULL;
+  ASSERT_OK(sl_reader_range(3, &r));
+  int released = 0;
+  sl__reader_own(r, count_release, &released);
+  sl_sample *s = NULL;
+  ASSERT_OK(sl_reader_next(r, &s));
+  sl_sample_release(s);
+  ASSERT_EQ(released, 0);
+  sl_reader_destroy(r);
+  ASSERT_EQ(released, 1);
 }

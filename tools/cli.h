@@ -7,6 +7,7 @@
 #define SLUICE_CLI_H
 
 #include "sluice.h"
+#include "sluice/unstable.h"
 
 #include <stdbool.h>
 #include <stdint.h>

@@ -10,7 +10,7 @@
  * statistics name one), each item is a batch of as many samples as its
  * first field's LoD has sequences, or else its leading dimension; without
  * one, each item is one sample, whatever its shape (a 28x28 image is one
- * sample, not 28).  When the pipeline knows its length (sl_pipeline_length)
+ * sample, not 28).  When the pipeline knows its length (sl_reader_length)
  * it is printed, and the progress line shows the share done and an ETA.
  *
  * `--stats` turns timing on (sl_stats_enable) before the pipeline is opened
@@ -23,9 +23,9 @@
  * stops (--stop-after N samples, --limit, or the last epoch's end), a run
  * state: the CLI's counters (the epoch in progress, whether it ended, its
  * batches and samples, the run's totals) around the pipeline's own state
- * (sl_pipeline_save), with a magic, a version and a CRC32C of the whole;
+ * (sl_reader_save), with a magic, a version and a CRC32C of the whole;
  * written atomically (a temporary renamed over FILE).  `--resume FILE`
- * checks it, restores the pipeline (sl_pipeline_restore: a state of another
+ * checks it, restores the pipeline (sl_reader_restore: a state of another
  * pipeline is refused naming the stage that differs) and continues the
  * counters, so --epochs, --limit and --stop-after keep meaning the whole
  * run's totals.  `--digest` prints one line per item, "digest EPOCH ITEM
@@ -127,12 +127,12 @@ static int64_t item_samples(sl_sample *b, bool batched) {
 }
 
 /* Whether the pipeline's chain has a batch stage (its items are batches). */
-static bool has_batch_stage(const sl_pipeline *pl) {
+static bool has_batch_stage(const sl_reader *pl) {
   size_t n = 0;
-  if (sl_pipeline_stats(pl, NULL, 0, &n) != SL_OK || n == 0) return false;
+  if (sl_reader_stats(pl, NULL, 0, &n) != SL_OK || n == 0) return false;
   sl_stage_stats *st = calloc(n, sizeof *st);
   bool found = false;
-  if (st && sl_pipeline_stats(pl, st, n, &n) == SL_OK)
+  if (st && sl_reader_stats(pl, st, n, &n) == SL_OK)
     for (size_t i = 0; i < n && !found; i++)
       found = st[i].name && strcmp(st[i].name, "batch") == 0;
   free(st);
@@ -177,7 +177,7 @@ static void report(const char *what, uint64_t batches, int64_t samples,
  *  16  u64 epoch             the epoch in progress (1-based) or just ended
  *  24  u64 batches, u64 samples         of that epoch so far
  *  40  u64 total batches, u64 total samples   of the run so far
- *  56  u64 n                 the pipeline's state (sl_pipeline_save): n bytes
+ *  56  u64 n                 the pipeline's state (sl_reader_save): n bytes
  *  64  ...                   then u32 CRC32C of everything before it
  *
  * Integers little-endian. */
@@ -206,10 +206,10 @@ static uint64_t get_le(const unsigned char *p, int n) {
 }
 
 /* Saves the pipeline and writes FILE. */
-static int save_run(sl_pipeline *pl, const char *path, const run_pos *at) {
+static int save_run(sl_reader *pl, const char *path, const run_pos *at) {
   void *st = NULL;
   size_t n = 0;
-  int rc = sl_pipeline_save(pl, &st, &n);
+  int rc = sl_reader_save(pl, &st, &n);
   if (rc != SL_OK) return rc;
   size_t total = RUN_HEADER + n + 4;
   unsigned char *buf = malloc(total);
@@ -240,7 +240,7 @@ static int save_run(sl_pipeline *pl, const char *path, const run_pos *at) {
 }
 
 /* Reads FILE, checks it and restores the pipeline; *at gets the counters. */
-static int resume_run(sl_pipeline *pl, const char *path, run_pos *at) {
+static int resume_run(sl_reader *pl, const char *path, run_pos *at) {
   void *data = NULL;
   size_t len = 0;
   int rc = cli_read_file(path, RUN_MAX_STATE, &data, &len);
@@ -281,7 +281,7 @@ static int resume_run(sl_pipeline *pl, const char *path, run_pos *at) {
              ? SL_OK
              : sl_set_error(SL_ECORRUPT, "--resume %s: epoch 0", path);
     if (rc == SL_OK) {
-      rc = sl_pipeline_restore(pl, b + RUN_HEADER, len - RUN_HEADER - 4);
+      rc = sl_reader_restore(pl, b + RUN_HEADER, len - RUN_HEADER - 4);
       if (rc != SL_OK) {
         /* Keep the pipeline's message, saying which file. */
         char *msg = strdup(sl_last_error());
@@ -323,13 +323,13 @@ static uint64_t item_digest(sl_sample *s) {
 }
 
 /* The per-stage table over `wall` seconds of iteration. */
-static int print_stats(const sl_pipeline *pl, double wall) {
+static int print_stats(const sl_reader *pl, double wall) {
   size_t n = 0;
-  int rc = sl_pipeline_stats(pl, NULL, 0, &n);
+  int rc = sl_reader_stats(pl, NULL, 0, &n);
   if (rc != SL_OK) return cli_fail("run", rc);
   sl_stage_stats *st = calloc(n, sizeof *st);
   if (!st) return cli_fail("run", sl_set_error(SL_ENOMEM, "stats: no memory"));
-  rc = sl_pipeline_stats(pl, st, n, &n);
+  rc = sl_reader_stats(pl, st, n, &n);
   int len = rc == SL_OK ? sl_stats_format(st, n, wall, NULL, 0) : rc;
   char *text = len >= 0 ? malloc((size_t)len + 1) : NULL;
   if (!text) {
@@ -406,17 +406,17 @@ int cmd_run(int argc, char **argv) {
 
   const bool tty = isatty(STDERR_FILENO) == 1;
   if (stats) sl_stats_enable(1);
-  sl_pipeline *pl = NULL;
+  sl_reader *pl = NULL;
   double t0 = cli_now();
   int rc = sl_pipeline_open_file(script, nargs, args, &pl);
   if (rc != SL_OK) return cli_fail("run", rc);
   char desc[512];
   printf("pipeline: %s yields %s (opened in %.3f s)\n", script,
-         sl_schema_describe(sl_pipeline_schema(pl), desc, sizeof desc),
+         sl_schema_describe(sl_reader_schema(pl), desc, sizeof desc),
          cli_now() - t0);
   const bool batched = has_batch_stage(pl);
   uint64_t length = 0;
-  bool known = sl_pipeline_length(pl, &length) == SL_OK;
+  bool known = sl_reader_length(pl, &length) == SL_OK;
   if (known)
     printf("length: %" PRIu64 " %s per epoch\n", length,
            batched ? "batches" : "samples");
@@ -429,7 +429,7 @@ int cmd_run(int argc, char **argv) {
   if (resume_path) {
     t0 = cli_now();
     if ((rc = resume_run(pl, resume_path, &at)) != SL_OK) {
-      sl_pipeline_close(pl);
+      sl_reader_destroy(pl);
       return cli_fail("run", rc);
     }
     printf("resumed: %s: epoch %" PRIu64 "%s, %" PRIu64 " batches, %" PRId64
@@ -458,7 +458,7 @@ int cmd_run(int argc, char **argv) {
   for (e = first; e <= epochs && !stopped; e++) {
     const double e0 = cli_now();
     const bool resumed_here = resume_path && e == at.epoch && !at.ended;
-    if (e > 1 && !resumed_here && (rc = sl_pipeline_reset(pl)) != SL_OK) {
+    if (e > 1 && !resumed_here && (rc = sl_reader_reset(pl)) != SL_OK) {
       status = cli_fail("run", rc);
       break;
     }
@@ -473,7 +473,7 @@ int cmd_run(int argc, char **argv) {
     const uint64_t batches0 = batches;
     const int64_t samples0 = samples;
     sl_sample *b = NULL;
-    while ((rc = sl_pipeline_next(pl, &b)) == SL_OK) {
+    while ((rc = sl_reader_next(pl, &b)) == SL_OK) {
       const int64_t n = item_samples(b, batched);
       if (digest)
         printf("digest %" PRIu64 " %" PRIu64 " %016" PRIx64 "\n", e, batches,
@@ -535,6 +535,6 @@ int cmd_run(int argc, char **argv) {
       status = cli_fail("run", rc);
     if (status == CLI_OK && stats) status = print_stats(pl, total_time);
   }
-  sl_pipeline_close(pl);
+  sl_reader_destroy(pl);
   return status;
 }

@@ -54,12 +54,12 @@ static double step(int x, int y, float lr) {
 }
 
 /* One pass of `p`: mean loss per token into *loss, batches into *n. */
-static int pass(sl_pipeline *p, float lr, double *loss, long *n) {
+static int pass(sl_reader *p, float lr, double *loss, long *n) {
   double sum = 0;
   long tokens = 0, batches = 0;
   sl_sample *b;
   int rc;
-  while ((rc = sl_pipeline_next(p, &b)) == SL_OK) {
+  while ((rc = sl_reader_next(p, &b)) == SL_OK) {
     const sl_tensor *in = sl_sample_field(b, "inputs");
     const sl_tensor *tg = sl_sample_field(b, "targets");
     const int32_t *x = in->data, *y = tg->data;
@@ -129,7 +129,7 @@ int main(int argc, char **argv) {
     return 1;
   }
   const char *targs[] = {"train", train, T, B, seed};
-  sl_pipeline *tp = NULL, *vp = NULL;
+  sl_reader *tp = NULL, *vp = NULL;
   if (sl_pipeline_open_file(script, 5, targs, &tp) < 0) {
     fprintf(stderr, "bigram: %s\n", sl_last_error());
     return 1;
@@ -137,16 +137,16 @@ int main(int argc, char **argv) {
   const char *vargs[] = {"val", val, T, B};
   if (val && sl_pipeline_open_file(script, 4, vargs, &vp) < 0) {
     fprintf(stderr, "bigram: %s\n", sl_last_error());
-    sl_pipeline_close(tp);
+    sl_reader_destroy(tp);
     return 1;
   }
   int rc = SL_OK;
   for (int e = 1; e <= epochs && rc == SL_OK; e++) {
     double loss = 0, vloss = 0;
     long n = 0, vn = 0;
-    if (e > 1) rc = sl_pipeline_reset(tp);
+    if (e > 1) rc = sl_reader_reset(tp);
     if (rc == SL_OK) rc = pass(tp, lr, &loss, &n);
-    if (rc == SL_OK && vp && e > 1) rc = sl_pipeline_reset(vp);
+    if (rc == SL_OK && vp && e > 1) rc = sl_reader_reset(vp);
     if (rc == SL_OK && vp) rc = pass(vp, 0, &vloss, &vn);
     if (rc != SL_OK) break;
     printf("rank=%d world=%d epoch=%d batches=%ld loss=%.4f", rank, world, e, n,
@@ -156,7 +156,7 @@ int main(int argc, char **argv) {
     fflush(stdout);
   }
   if (rc != SL_OK) fprintf(stderr, "bigram: %s\n", sl_last_error());
-  sl_pipeline_close(vp);
-  sl_pipeline_close(tp);
+  sl_reader_destroy(vp);
+  sl_reader_destroy(tp);
   return rc == SL_OK ? 0 : 1;
 }

@@ -6,24 +6,24 @@
  *   train: sl_pipeline_open_file(SCRIPT, {"train", DATA, BATCH, SEED})
  *   test:  sl_pipeline_open_file(SCRIPT, {"test", DATA})
  *
- * Each epoch is one pass of the training pipeline (sl_pipeline_reset between
+ * Each epoch is one pass of the training pipeline (sl_reader_reset between
  * passes) followed by one pass of the test pipeline, and prints one line:
  *
  *   epoch=N loss=L test_acc=A wait=W
  *
  * L is the mean training cross-entropy of the epoch, A the accuracy on the
  * 10000 t10k images, W the fraction of the epoch's wall time (training pass
- * and evaluation) spent inside sl_pipeline_next: "does training wait on
+ * and evaluation) spent inside sl_reader_next: "does training wait on
  * data?".  The model is examples/softmax.h, shared with fmnist_softmax.c.
  *
  * Checkpoints (docs/RESUME.md).  `--save-state FILE` writes, at the end of
  * the run or after `--stop-after N` training steps (batches, counted across
  * epochs), a checkpoint: the epoch and step, the epoch's loss sum and sample
  * count so far, the model's weights, and the training pipeline's position
- * (sl_pipeline_save: positions, not samples, a few hundred bytes), with a
+ * (sl_reader_save: positions, not samples, a few hundred bytes), with a
  * CRC32C; written to a temporary file, synced and renamed over FILE, so a
  * crash never leaves half a checkpoint.  `--resume FILE` loads it into a
- * fresh model and pipeline (sl_pipeline_restore) and continues: the epoch
+ * fresh model and pipeline (sl_reader_restore) and continues: the epoch
  * lines that follow are those of the uninterrupted run (loss and accuracy
  * equal to the printed digits; wait is a timing).  The test pipeline has no
  * position to save: each epoch reads it whole.
@@ -92,7 +92,7 @@ static void usage(FILE *f) {
       "                 same --batch, --seed, --data, --script)\n"
       "  --help         this text\n"
       "Each epoch prints: epoch=N loss=L test_acc=A wait=W (W: share of "
-      "the epoch's wall time spent waiting in sl_pipeline_next).\n",
+      "the epoch's wall time spent waiting in sl_reader_next).\n",
       TRAINER_DEFAULT_DATA, TRAINER_DEFAULT_SCRIPT);
 }
 
@@ -184,9 +184,9 @@ static int fail(const char *what, int rc) {
 }
 
 /* Pulls the next batch of `p`, adding the time spent to *wait. */
-static int next_batch(sl_pipeline *p, sl_sample **b, double *wait) {
+static int next_batch(sl_reader *p, sl_sample **b, double *wait) {
   const double t = now_s();
-  int rc = sl_pipeline_next(p, b);
+  int rc = sl_reader_next(p, b);
   *wait += now_s() - t;
   return rc;
 }
@@ -246,11 +246,11 @@ static int put(bytes *b, const void *data, size_t n) {
 }
 
 /* Writes the checkpoint to `path` through a temporary renamed over it. */
-static int save_checkpoint(const char *path, sl_pipeline *train, const model *m,
+static int save_checkpoint(const char *path, sl_reader *train, const model *m,
                            const progress *at) {
   void *st = NULL;
   size_t n = 0;
-  int rc = sl_pipeline_save(train, &st, &n);
+  int rc = sl_reader_save(train, &st, &n);
   if (rc != SL_OK) {
     fprintf(stderr, "trainer: --save-state %s: %s: %s\n", path, sl_err_name(rc),
             sl_last_error());
@@ -314,7 +314,7 @@ static int save_checkpoint(const char *path, sl_pipeline *train, const model *m,
 }
 
 /* Reads the checkpoint at `path` into *m and *at and restores `train`. */
-static int load_checkpoint(const char *path, sl_pipeline *train, model *m,
+static int load_checkpoint(const char *path, sl_reader *train, model *m,
                            progress *at) {
   FILE *f = fopen(path, "rb");
   if (!f) {
@@ -366,7 +366,7 @@ static int load_checkpoint(const char *path, sl_pipeline *train, model *m,
   at->batches = (long)batches;
   at->steps = (long)steps;
   at->seen = seen;
-  int rc = sl_pipeline_restore(train, b.p + head, (size_t)len);
+  int rc = sl_reader_restore(train, b.p + head, (size_t)len);
   free(b.p);
   if (rc != SL_OK) {
     fprintf(stderr, "trainer: --resume %s: %s: %s\n", path, sl_err_name(rc),
@@ -386,7 +386,7 @@ int main(int argc, char **argv) {
 
   const char *train_args[] = {"train", o.data, o.batch, o.seed};
   const char *test_args[] = {"test", o.data};
-  sl_pipeline *train = NULL, *test = NULL;
+  sl_reader *train = NULL, *test = NULL;
   sl_sample *b = NULL;
   model *m = NULL;
   int status = 1, rc;
@@ -402,7 +402,7 @@ int main(int argc, char **argv) {
   char desc[256];
   printf("pipeline: %s train %s batch %s seed %s yields %s\n", o.script, o.data,
          o.batch, o.seed,
-         sl_schema_describe(sl_pipeline_schema(train), desc, sizeof desc));
+         sl_schema_describe(sl_reader_schema(train), desc, sizeof desc));
   fflush(stdout);
   if (!(m = calloc(1, sizeof *m))) {
     fprintf(stderr, "trainer: out of memory for the model\n");
@@ -424,9 +424,9 @@ int main(int argc, char **argv) {
     /* The rate decays as 1/epoch: the last SGD steps of an epoch then move
      * the weights less, and the test accuracy stops jumping around. */
     const float lr = o.lr / (float)e;
-    if (e > 1 && ((!resumed && (rc = sl_pipeline_reset(train)) != SL_OK) ||
-                  (rc = sl_pipeline_reset(test)) != SL_OK)) {
-      status = fail("sl_pipeline_reset", rc);
+    if (e > 1 && ((!resumed && (rc = sl_reader_reset(train)) != SL_OK) ||
+                  (rc = sl_reader_reset(test)) != SL_OK)) {
+      status = fail("sl_reader_reset", rc);
       goto out;
     }
     rc = SL_OK;
@@ -494,8 +494,8 @@ int main(int argc, char **argv) {
 
 out:
   sl_sample_release(b);
-  sl_pipeline_close(train);
-  sl_pipeline_close(test);
+  sl_reader_destroy(train);
+  sl_reader_destroy(test);
   free(m);
   return status;
 }

@@ -35,24 +35,6 @@ local function declare(probe, decl)
   end
 end
 
-declare("sl_device_type", [[
-typedef enum sl_device_type {
-  SL_DEVICE_CPU = 1,
-  SL_DEVICE_CUDA = 2,
-  SL_DEVICE_CUDA_HOST = 3
-} sl_device_type;
-]])
-
-declare("sl_double_buffer_opts", [[
-typedef struct sl_double_buffer_opts {
-  size_t size;
-  const char *device;
-  uint32_t slots;
-  void *stream;
-  uint32_t release_wait_ms;
-} sl_double_buffer_opts;
-]])
-
 -- DLPack's legacy DLManagedTensor (dlpack.h 0.6 and later), enums as ints.
 declare("DLManagedTensor", [[
 typedef struct DLManagedTensor {
@@ -70,14 +52,6 @@ typedef struct DLManagedTensor {
 } DLManagedTensor;
 ]])
 
-ffi.cdef [[
-int sl_double_buffer(sl_reader *up, const sl_double_buffer_opts *opts,
-                     sl_reader **out);
-sl_device_type sl_tensor_device(const sl_tensor *t, int *device_id);
-const sl_tensor *sl_sample_field(const sl_sample *s, const char *name);
-int sl_sample_index(const sl_sample *s, const char *name);
-int sl_sample_to_dlpack(sl_sample *s, int field, DLManagedTensor **out);
-]]
 
 local M = {}
 

@@ -174,6 +174,20 @@ local function take(p, by)
   return r
 end
 
+-- The embedding's side of sl_pipeline_open_* (src/script/pipeline.c): takes
+-- p, the value a pipeline script returned, for the C program, storing its
+-- reader into `slot` (an sl_reader** as light userdata).  Returns nothing
+-- then; false when p is not a pipeline; what p is when it is not live
+-- ("closed", "consumed by ...").
+function sluice._embed(p, slot)
+  if not is_pipeline(p) then return false end
+  if not p._r then
+    return p._dead == "closed" and "closed"
+           or "consumed by " .. tostring(p._dead)
+  end
+  ffi_cast("sl_reader **", slot)[0] = take(p, "the C embedding")
+end
+
 -- --- consuming -------------------------------------------------------------------------
 
 -- The hot path: one FFI call for the sample, one cdata, one small table,
@@ -1198,6 +1212,29 @@ end
 
 -- sl_shard_policy's values (open_files' and wds' remainder, :shard()'s).
 local SHARD_POLICIES = {pad = 0, drop = 1, uneven = 2}
+local SHARD_OPTS = set("rank", "world", "remainder")
+
+-- The option shard = {rank =, world =, remainder =} of open_files and of
+-- WebDataset shards, into o.rank, o.world, o.remainder (C checks that rank
+-- is in [0, world)).
+local function shard_option(sh, where, o, level)
+  sh = check_opts(sh, where .. " option 'shard'", SHARD_OPTS, level + 1)
+  if (sh.rank == nil) ~= (sh.world == nil) then
+    error(("sluice: %s: option 'shard' needs both rank and world (or "
+           .. "neither: then they come from the launcher's environment)")
+          :format(where), level + 1)
+  end
+  if sh.world ~= nil then
+    o.world = check_int(sh.world, 1, where, "shard.world", level + 1)
+    o.rank = check_int(sh.rank, 0, where, "shard.rank", level + 1)
+  end
+  if sh.remainder ~= nil then
+    o.remainder = SHARD_POLICIES[sh.remainder] or
+      error(("sluice: %s: shard.remainder must be \"pad\", \"drop\" or "
+             .. "\"uneven\" (got %s)"):format(where, tostring(sh.remainder)),
+            level + 1)
+  end
+end
 
 -- WebDataset shards through sl_wds_open (sl_open_opts.wds): when the name
 -- is wds ("wds:" or ".tar", braces allowed) and threads is given, or when
@@ -1229,25 +1266,7 @@ local function wds_options(o, name, opts, where, keep, level)
     check_int(opts.buffer, 1, where, "option 'buffer'", level + 1)
   w.rank, w.world = 0, 0 -- the launcher's environment
   local sh = opts.shard
-  if sh ~= nil and sh ~= "env" then
-    sh = check_opts(sh, where .. " option 'shard'",
-                    set("rank", "world", "remainder"), level + 1)
-    if (sh.rank == nil) ~= (sh.world == nil) then
-      error(("sluice: %s: option 'shard' needs both rank and world (or "
-             .. "neither: then they come from the launcher's environment)")
-            :format(where), level + 1)
-    end
-    if sh.world ~= nil then
-      w.world = check_int(sh.world, 1, where, "shard.world", level + 1)
-      w.rank = check_int(sh.rank, 0, where, "shard.rank", level + 1)
-    end
-    if sh.remainder ~= nil then
-      w.remainder = SHARD_POLICIES[sh.remainder] or
-        error(("sluice: %s: shard.remainder must be \"pad\", \"drop\" or "
-               .. "\"uneven\" (got %s)"):format(where, tostring(sh.remainder)),
-              level + 1)
-    end
-  end
+  if sh ~= nil and sh ~= "env" then shard_option(sh, where, w, level + 1) end
   local f = opts.fields
   if type(f) == "table" then
     for i, v in ipairs(f) do
@@ -1345,7 +1364,6 @@ end
 local OPEN_FILES_OPTS = set("threads", "buffer", "ordered", "shuffle", "seed",
                             "epoch", "window", "shard", "policy",
                             "max_bad_chunks", "max_chunk_bytes")
-local SHARD_OPTS = set("rank", "world", "remainder")
 
 -- sluice.open_files{names..., threads=, ordered=, shuffle=, seed=, epoch=,
 -- window=, shard = {rank=, world=, remainder=}}: sl_open_files.  Names may
@@ -1392,27 +1410,7 @@ function sluice.open_files(names, opts)
   o.window = opts.window == nil and 0 or
     check_int(opts.window, 1, where, "option 'window'", 2)
   o.rank, o.world, o.remainder = -1, -1, 0
-  if opts.shard ~= nil then
-    local sh = check_opts(opts.shard, where .. " option 'shard'", SHARD_OPTS, 2)
-    if (sh.rank == nil) ~= (sh.world == nil) then
-      error(("sluice: %s: option 'shard' needs both rank and world (or "
-             .. "neither: then they come from the launcher's environment)")
-            :format(where), 2)
-    end
-    if sh.world ~= nil then
-      o.world = check_int(sh.world, 1, where, "shard.world", 2)
-      o.rank = check_int(sh.rank, 0, where, "shard.rank", 2)
-    end
-    if sh.remainder ~= nil then
-      local pol = SHARD_POLICIES[sh.remainder]
-      if not pol then
-        error(("sluice: %s: shard.remainder must be \"pad\", \"drop\" or "
-               .. "\"uneven\" (got %s)"):format(where, tostring(sh.remainder)),
-              2)
-      end
-      o.remainder = pol
-    end
-  end
+  if opts.shard ~= nil then shard_option(opts.shard, where, o, 2) end
   local p = made(C.sl_open_files(arr, n, o, OUT), 2)
   p._flow = {seed = o.seed, epoch = tonumber(o.epoch)}
   return p

@@ -7,6 +7,7 @@
 #define SLUICE_INTERNAL_H
 
 #include "sluice.h"
+#include "sluice/unstable.h"
 
 #include <assert.h>
 #include <pthread.h>

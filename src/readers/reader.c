@@ -40,7 +40,14 @@ struct sl_reader {
   uint64_t pass, delivered;
   atomic_uint_least64_t n_out;   /* samples the implementation gave */
   atomic_uint_least64_t next_ns; /* time inside ops.next (timing on) */
+  void (*release)(void *);       /* sl__reader_own: run on `owned` last */
+  void *owned;
 };
+
+void sl__reader_own(sl_reader *r, void (*release)(void *), void *owned) {
+  r->release = release;
+  r->owned = owned;
+}
 
 void sl__reader_link(sl_reader *r, sl_reader *const *ups, size_t n,
                      const sl__stage_counters *c) {
@@ -407,5 +414,8 @@ void sl_reader_destroy(sl_reader *r) {
     pthread_mutex_destroy(r->lock);
     sl__free(r->lock);
   }
+  void (*release)(void *) = r->release;
+  void *owned = r->owned;
   sl__free(r);
+  if (release) release(owned);
 }

@@ -88,4 +88,8 @@ void sl__reader_finish(const sl_reader *r, void *handle, sl_sample *s);
  * vtable's four). */
 const sl__stage_ops *sl__reader_ops(const sl_reader *r);
 
+/* Makes r own `owned`: sl_reader_destroy(r) calls release(owned) once the
+ * chain is gone (an embedded pipeline's Lua state, src/script/pipeline.c). */
+void sl__reader_own(sl_reader *r, void (*release)(void *), void *owned);
+
 #endif

@@ -290,12 +290,12 @@ static int save_at(sl_reader *r, uint64_t k, void **state, size_t *len) {
 }
 
 static int save_check(sl_reader *r, void **state, size_t *len) {
+  if (state) *state = NULL;
+  if (len) *len = 0;
   SL_RETURN_ERROR_IF(!r || !state || !len, SL_EINVAL, "save: NULL %s",
                      !r       ? "reader"
                      : !state ? "state pointer"
                               : "length pointer");
-  *state = NULL;
-  *len = 0;
   return SL_OK;
 }
 

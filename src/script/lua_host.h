@@ -40,13 +40,15 @@
 #define SLUICE_LUA_HOST_H
 
 #include "sluice.h"
+#include "sluice/unstable.h"
 
 #include <lua.h>
 
 /* The functions below are internal.  Those the Lua facade calls through
- * the FFI are exported (marked SL_API), declared again in the unstable
- * section of include/sluice.h and in lua/sluice/cdef.lua; the others are
- * not exported (the C tests link the static library). */
+ * the FFI are exported (marked SL_API) and declared again in
+ * include/sluice/unstable.h (whence the FFI's declarations are generated,
+ * with the types they share); the others are not exported (the C tests
+ * link the static library). */
 
 /* --- the environment a worker state starts from --------------------------- */
 
@@ -140,42 +142,10 @@ int sl__lua_pcall(lua_State *W, int nargs, int nres, const char *what,
  * row's is inferred with variable leading dimensions). Errors read "parser
  * (<where>): <file>:<line>: <message + traceback>". Its length is not known
  * (lines may be skipped). */
-typedef enum sl__lua_kind {
-  SL__LUA_MAP,
-  SL__LUA_FILTER,
-  SL__LUA_PARSE
-} sl__lua_kind;
 
 #define SL__LUA_DEADLINE_MAX 1e6 /* seconds: the largest deadline */
 
-typedef struct sl__lua_stage_opts {
-  int threads;  /* worker threads, 1..the thread limit (sl__threads_check:
-                   1024, or SLUICE_MAX_THREADS) */
-  int ordered;  /* 1: keep upstream order (default); 0: as soon as ready
-                   (a parser is always ordered) */
-  size_t queue; /* samples in flight, 0 = max(128, 32 * threads) */
-  /* Seconds one call of fn (one sample) may run, 0 = no limit (the
-   * default).  A call past it fails with SL_ELUA "... deadline of S s
-   * exceeded (the call was running SOURCE:LINE)" at that sample's place;
-   * the worker states then run without the JIT compiler (lua_deadline.c).
-   * With a deadline, destroy and reset also interrupt a running call.
-   * At most SL__LUA_DEADLINE_MAX. */
-  double deadline;
-  /* What a function taking a second parameter gets as ctx (docs/LUA.md,
-   * "Randomness"): ctx.seed = seed, ctx.epoch = epoch + the stage's resets
-   * since construction, ctx.index = the sample's sequence number in the
-   * pass (its position in what the stage receives), ctx.rng the
-   * counter-based generator keyed by the three (sluice.rng).  A function
-   * with one parameter gets none of it and pays nothing. */
-  uint64_t seed;
-  uint64_t epoch; /* at most 2^53 - 1 (a Lua number) */
-  /* map / filter (not a parser): 0 an error raised by fn ends the pass;
-   * N > 0 a sample whose call fails (SL_ELUA: an error, the deadline) is
-   * left out and counted, at most N per pass, the next ends the pass with
-   * SL_ELUA naming the count, the cap and the last message;
-   * SL_IGNORE_ALL: no cap (sl_parallel_opts.ignore_errors' rule). */
-  uint64_t ignore_errors;
-} sl__lua_stage_opts;
+/* sl__lua_kind, sl__lua_stage_opts (include/sluice/unstable.h). */
 
 /* A map or filter stage running `fn` (retained) in `opts->threads` worker
  * states created from `env` (retained), over `up` (taken, also on failure),
@@ -213,11 +183,6 @@ SL_API int sl__lua_stage(sl_reader *up, sl__lua_kind kind, sl__shipped *fn,
  * Ownership and errors as sl__lua_stage: `up` is taken also on failure,
  * `fn`, `init`, `env` and `schema` are retained; messages read "<what>
  * (<where>): sample N: <message + traceback>". */
-typedef enum sl__lua_flow_kind {
-  SL__LUA_FLAT_MAP,
-  SL__LUA_TAKE_WHILE,
-  SL__LUA_SCAN
-} sl__lua_flow_kind;
 
 SL_API int sl__lua_flow(sl_reader *up, sl__lua_flow_kind kind,
                         sl__shipped *fn, sl__shipped *init, sl__lua_env *env,
@@ -229,12 +194,6 @@ SL_API int sl__lua_flow(sl_reader *up, sl__lua_flow_kind kind,
  * fields (a decoded SLR chunk).  The consumer's Lua state accounts the
  * buffers its samples pin, so that its collector runs in proportion to the
  * C memory its garbage holds (docs/LUA.md, "Lifetime"). */
-#define SL__LUA_PIN_SLOTS 8
-typedef struct sl__lua_pins {
-  const void *last[SL__LUA_PIN_SLOTS]; /* buffers counted lately (a ring) */
-  unsigned next;                       /* the ring's next slot */
-  double *total; /* where new bytes are added (shared by a Lua state) */
-} sl__lua_pins;
 
 /* sl_sample_nbytes(s), and adds to *pins->total the size of every buffer of
  * s's fields (data and LoD) not among pins->last, which then remembers it:

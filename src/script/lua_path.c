@@ -24,8 +24,10 @@
  *     runs the Lua files of the libsluice it is driving, never another
  *     version LuaJIT's default path happens to reach;
  *   - every state (that one with LUA_PATH set, and the worker states of the
- *     Lua stages) where `require "sluice"` would otherwise fail: they are
- *     appended, after everything the user's path names.
+ *     Lua stages) where `require "sluice"` would otherwise fail, or
+ *     would find sluice.cdef without its generated sluice.header (the
+ *     source tree's lua/ alone): they are appended, after everything the
+ *     user's path names.
  * Nothing is added twice: a path that already holds the folders is kept.
  */
 #include "core/internal.h"
@@ -83,8 +85,27 @@ const char *sl__lua_own_path(void) {
   return own_path;
 }
 
+/* True when package.searchpath finds module `name` on package.path.
+ * Package table at -1. */
+static bool on_path(lua_State *L, const char *name) {
+  lua_getfield(L, -1, "searchpath");
+  lua_getfield(L, -2, "path");
+  if (!lua_isfunction(L, -2) || !lua_isstring(L, -1)) {
+    lua_pop(L, 2);
+    return false;
+  }
+  lua_pushstring(L, name);
+  lua_insert(L, -2);
+  lua_call(L, 2, 1); /* a file name, or nil (and a message, dropped) */
+  bool found = lua_isstring(L, -1);
+  lua_pop(L, 1);
+  return found;
+}
+
 /* True when package.loaded or package.preload has "sluice", or
- * package.searchpath finds it on package.path.  Package table at -1. */
+ * package.searchpath finds it on package.path - and, when that sluice is
+ * one with sluice.cdef, finds sluice.header too (generated into the build
+ * tree: the source tree's lua/ alone lacks it).  Package table at -1. */
 static bool sluice_found(lua_State *L) {
   static const char *const tables[] = {"loaded", "preload"};
   for (int i = 0; i < 2; i++) {
@@ -98,18 +119,8 @@ static bool sluice_found(lua_State *L) {
     lua_pop(L, 1);
     if (there) return true;
   }
-  lua_getfield(L, -1, "searchpath");
-  lua_getfield(L, -2, "path");
-  if (!lua_isfunction(L, -2) || !lua_isstring(L, -1)) {
-    lua_pop(L, 2);
-    return false;
-  }
-  lua_pushliteral(L, "sluice");
-  lua_insert(L, -2);
-  lua_call(L, 2, 1); /* a file name, or nil (and a message, dropped) */
-  bool found = lua_isstring(L, -1);
-  lua_pop(L, 1);
-  return found;
+  return on_path(L, "sluice") &&
+         (!on_path(L, "sluice.cdef") || on_path(L, "sluice.header"));
 }
 
 void sl__lua_add_own_path(lua_State *L, bool first) {

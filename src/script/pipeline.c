@@ -15,22 +15,22 @@
  * allocates in the state runs inside one lua_cpcall, so running out of
  * memory ends as SL_ENOMEM rather than a panic.
  *
- * Taking the reader.  The script returns a sluice.Pipeline, a Lua table
- * whose `_r` is an sl_reader* cdata with a finalizer.  A small Lua snippet
- * (TAKE_SRC) checks the value, removes the finalizer, marks the Lua object
- * as consumed ("the C embedding") and hands the pointer to C as a number;
- * from then on the C side owns the reader.  Anything else returned is
- * SL_EINVAL, "pipeline script X returned a <type>, not a pipeline".
+ * Taking the reader.  The script returns a sluice.Pipeline; sluice._embed
+ * (lua/sluice/init.lua) stores its sl_reader* into the C slot it is given
+ * and marks the Lua object consumed ("the C embedding"), removing its
+ * finalizer: from then on the C side owns the reader.  Anything else
+ * returned is SL_EINVAL, "pipeline script X returned a <type>, not a
+ * pipeline".
  *
- * Iterating.  sl_pipeline_next/reset are sl_reader_next/reset on that
- * reader: the private state is not touched (Lua stages of the chain run in
- * worker states of their own), so an error in a Lua decorator arrives as the
- * reader's SL_ELUA with message and traceback.  Closing destroys the reader
- * (joining its threads) before lua_close, whose finalizers may still call
- * into libsluice for objects the script made and dropped.
+ * The reader owns the state (sl__reader_own): the embedding API is the
+ * reader API.  sl_reader_destroy destroys the chain (joining its threads)
+ * before lua_close, whose finalizers may still call into libsluice for
+ * objects the script made and dropped.  The state is idle meanwhile: Lua
+ * stages of the chain run in worker states of their own, so an error in a
+ * Lua decorator arrives as the reader's SL_ELUA with message and traceback.
  */
 #include "core/internal.h"
-#include "readers/state.h"
+#include "readers/stage.h"
 #include "script/lua_host.h"
 #include "script/lua_internal.h"
 
@@ -41,33 +41,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-struct sl_pipeline {
-  lua_State *L; /* the script's state, idle after opening */
-  sl_reader *r; /* owned */
-};
-
-/* Called with (value, script name); returns the reader's address as a
- * number, or nil and a message. */
-static const char TAKE_SRC[] =
-    "local p, name = ...\n"
-    "local t = type(p)\n"
-    "local sluice = package.loaded.sluice\n"
-    "if t ~= 'table' or type(sluice) ~= 'table'\n"
-    "    or getmetatable(p) ~= sluice.Pipeline then\n"
-    "  return nil, ('pipeline script %s returned a %s, not a pipeline')\n"
-    "    :format(name, t)\n"
-    "end\n"
-    "local r = p._r\n"
-    "if not r then\n"
-    "  return nil, ('pipeline script %s returned a pipeline that is %s')\n"
-    "    :format(name, p._dead == 'closed' and 'closed'\n"
-    "            or 'consumed by ' .. tostring(p._dead))\n"
-    "end\n"
-    "local ffi = require 'ffi'\n"
-    "ffi.gc(r, nil)\n"
-    "p._r, p._dead = nil, 'the C embedding'\n"
-    "return tonumber(ffi.cast('uintptr_t', r))\n";
 
 typedef struct open_ctx {
   const char *code; /* NULL: load the file `name` */
@@ -183,37 +156,34 @@ static int open_cp(lua_State *L) {
     return 0;
   }
 
-  /* The value is at the top: call TAKE_SRC(value, name). */
-  st = luaL_loadbuffer(L, TAKE_SRC, sizeof TAKE_SRC - 1, "=sluice embedding");
-  if (st != 0) {
-    c->rc = load_error(L, st, c->name);
-    return 0;
+  /* The value is at the top: sluice._embed(value, &c->reader) takes it. */
+  int v = lua_gettop(L);
+  lua_getfield(L, LUA_REGISTRYINDEX, "_LOADED");
+  lua_getfield(L, -1, "sluice");
+  if (lua_istable(L, v) && lua_istable(L, -1)) {
+    lua_getfield(L, -1, "_embed");
+    lua_pushvalue(L, v);
+    lua_pushlightuserdata(L, &c->reader);
+    c->rc = sl__lua_pcall(L, 2, 1, "pipeline script", c->name);
+    if (c->rc != SL_OK || c->reader) return 0;
+    if (lua_isstring(L, -1)) {
+      c->rc = sl_set_error(SL_EINVAL,
+                           "pipeline script %s returned a pipeline that is %s",
+                           c->name, lua_tostring(L, -1));
+      return 0;
+    }
   }
-  lua_insert(L, -2);
-  lua_pushstring(L, c->name);
-  c->rc = sl__lua_pcall(L, 2, 2, "pipeline script", c->name);
-  if (c->rc != SL_OK) return 0;
-  if (lua_type(L, -2) != LUA_TNUMBER) {
-    const char *msg = lua_tostring(L, -1);
-    c->rc = sl_set_error(SL_EINVAL, "%s", msg ? msg : "not a pipeline");
-    return 0;
-  }
-  lua_Number v = lua_tonumber(L, -2);
-  uintptr_t addr = (uintptr_t)v;
-  if (v <= 0 || (lua_Number)addr != v) {
-    /* Unreachable on the platforms LuaJIT runs on (47-bit addresses), but a
-     * pointer that did not survive the trip must not be used. */
-    c->rc = sl_set_error(SL_EUNSUPPORTED,
-                         "pipeline script %s: reader address not representable",
-                         c->name);
-    return 0;
-  }
-  c->reader = (sl_reader *)addr;
-  c->rc = SL_OK;
+  c->rc = sl_set_error(SL_EINVAL,
+                       "pipeline script %s returned a %s, not a pipeline",
+                       c->name, luaL_typename(L, v));
   return 0;
 }
 
-static int open_common(open_ctx *c, sl_pipeline **out) {
+static void close_state(void *L) {
+  lua_close(L);
+}
+
+static int open_common(open_ctx *c, sl_reader **out) {
   lua_State *L = luaL_newstate();
   SL_RETURN_ERROR_IF(!L, SL_ENOMEM, "pipeline: cannot create a Lua state");
   c->rc = SL_ELUA;
@@ -241,20 +211,12 @@ static int open_common(open_ctx *c, sl_pipeline **out) {
     }
     return code;
   }
-  sl_pipeline *p = sl__calloc(1, sizeof *p);
-  if (!p) {
-    sl_reader_destroy(c->reader);
-    lua_close(L);
-    return sl_set_error(SL_ENOMEM, "pipeline script %s: out of memory",
-                        c->name);
-  }
-  p->L = L;
-  p->r = c->reader;
-  *out = p;
+  sl__reader_own(c->reader, close_state, L);
+  *out = c->reader;
   return SL_OK;
 }
 
-static int check_args(int argc, const char *const *argv, sl_pipeline **out,
+static int check_args(int argc, const char *const *argv, sl_reader **out,
                       const char *what) {
   SL_RETURN_ERROR_IF(!out, SL_EINVAL, "%s: out is NULL", what);
   *out = NULL;
@@ -265,7 +227,7 @@ static int check_args(int argc, const char *const *argv, sl_pipeline **out,
 }
 
 int sl_pipeline_open_file(const char *path, int argc, const char *const *argv,
-                          sl_pipeline **out) {
+                          sl_reader **out) {
   int rc = check_args(argc, argv, out, "sl_pipeline_open_file");
   if (rc != SL_OK) return rc;
   SL_RETURN_ERROR_IF(!path, SL_EINVAL, "sl_pipeline_open_file: path is NULL");
@@ -277,7 +239,7 @@ int sl_pipeline_open_file(const char *path, int argc, const char *const *argv,
 }
 
 int sl_pipeline_open_string(const char *code, const char *chunkname, int argc,
-                            const char *const *argv, sl_pipeline **out) {
+                            const char *const *argv, sl_reader **out) {
   int rc = check_args(argc, argv, out, "sl_pipeline_open_string");
   if (rc != SL_OK) return rc;
   SL_RETURN_ERROR_IF(!code, SL_EINVAL, "sl_pipeline_open_string: code is NULL");
@@ -298,64 +260,4 @@ int sl_pipeline_open_string(const char *code, const char *chunkname, int argc,
   rc = open_common(&c, out);
   sl__free(cn);
   return rc;
-}
-
-int sl_pipeline_next(sl_pipeline *p, sl_sample **batch) {
-  SL_RETURN_ERROR_IF(!batch, SL_EINVAL, "sl_pipeline_next: batch is NULL");
-  *batch = NULL;
-  SL_RETURN_ERROR_IF(!p, SL_EINVAL, "sl_pipeline_next: pipeline is NULL");
-  return sl_reader_next(p->r, batch);
-}
-
-int sl_pipeline_reset(sl_pipeline *p) {
-  SL_RETURN_ERROR_IF(!p, SL_EINVAL, "sl_pipeline_reset: pipeline is NULL");
-  return sl_reader_reset(p->r);
-}
-
-const sl_schema *sl_pipeline_schema(const sl_pipeline *p) {
-  return p ? sl_reader_schema(p->r) : NULL;
-}
-
-int sl_pipeline_length(const sl_pipeline *p, uint64_t *n) {
-  SL_RETURN_ERROR_IF(!p, SL_EINVAL, "pipeline: NULL pipeline");
-  return sl_reader_length(p->r, n);
-}
-
-/* Saving and restoring (docs/RESUME.md).  A pipeline holds nothing beyond
- * its reader once opened: the script's Lua state is idle, the epoch is the
- * reader's pass count (saved in the state and restored with it, so later
- * sl_pipeline_reset calls continue with the passes that follow), and what
- * its asynchronous stages hold (a prefetch queue, a map's window) is read
- * again after a restore.  So the pipeline's state is its reader's. */
-int sl_pipeline_save(sl_pipeline *p, void **state, size_t *len) {
-  if (state) *state = NULL;
-  if (len) *len = 0;
-  SL_RETURN_ERROR_IF(!p, SL_EINVAL, "sl_pipeline_save: pipeline is NULL");
-  return sl_reader_save(p->r, state, len);
-}
-
-int sl__pipeline_save_back(sl_pipeline *p, uint64_t back, void **state,
-                           size_t *len) {
-  if (state) *state = NULL;
-  if (len) *len = 0;
-  SL_RETURN_ERROR_IF(!p, SL_EINVAL, "sl_pipeline_save: pipeline is NULL");
-  return sl__reader_save_back(p->r, back, state, len);
-}
-
-int sl_pipeline_restore(sl_pipeline *p, const void *state, size_t len) {
-  SL_RETURN_ERROR_IF(!p, SL_EINVAL, "sl_pipeline_restore: pipeline is NULL");
-  return sl_reader_restore(p->r, state, len);
-}
-
-int sl_pipeline_stats(const sl_pipeline *p, sl_stage_stats *out, size_t cap,
-                      size_t *count) {
-  SL_RETURN_ERROR_IF(!p, SL_EINVAL, "stats: NULL pipeline");
-  return sl_reader_stats(p->r, out, cap, count);
-}
-
-void sl_pipeline_close(sl_pipeline *p) {
-  if (!p) return;
-  sl_reader_destroy(p->r);
-  lua_close(p->L);
-  sl__free(p);
 }

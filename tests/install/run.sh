@@ -47,6 +47,7 @@ step "cmake --install $build --prefix $prefix"
 cmake --install "$build" --prefix "$prefix" >"$tmp/install.log" ||
   { cat "$tmp/install.log"; exit 1; }
 for f in "$libdir/libsluice.so" "$libdir/libsluice.a" include/sluice.h \
+         include/sluice/reader.h include/sluice/pipeline.h \
          bin/sluice "$libdir/pkgconfig/sluice.pc" \
          "$libdir/cmake/sluice/sluiceConfig.cmake" \
          "$libdir/cmake/sluice/sluiceConfigVersion.cmake" \
@@ -54,6 +55,9 @@ for f in "$libdir/libsluice.so" "$libdir/libsluice.a" include/sluice.h \
   [ -e "$prefix/$f" ] || { echo "missing from the install: $f"; exit 1; }
   echo "installed: $f"
 done
+# The sl__ functions of sluice's own tools are not an API.
+[ ! -e "$prefix/include/sluice/unstable.h" ] ||
+  { echo "installed, but internal: include/sluice/unstable.h"; exit 1; }
 
 step "pkg-config consumer"
 export PKG_CONFIG_PATH=$prefix/$libdir/pkgconfig
@@ -179,6 +183,9 @@ for plugin in csv_floats tokenize; do
   [ -e "$prefix/$f" ] || { echo "missing from the install: $f"; exit 1; }
   echo "installed: $f"
 done
+# The sl__ functions of sluice's own tools are not an API.
+[ ! -e "$prefix/include/sluice/unstable.h" ] ||
+  { echo "installed, but internal: include/sluice/unstable.h"; exit 1; }
 printf '1,2,3\n4.5, 6 ,7\n' >"$tmp/floats.csv"
 cat >"$tmp/plugin.lua" <<'LUA'
 local plugin, csv = ...

@@ -21,6 +21,7 @@
 #include <Python.h>
 
 #include <sluice.h>
+#include <sluice/unstable.h>
 
 /* The types, made from their specs at module init (heap types). */
 extern PyObject *slpy_PipelineType;
@@ -36,7 +37,7 @@ int slpy_tensor_init_type(PyObject *module);
 PyObject *slpy_raise(int code, const char *detail);
 
 /* sluice.Pipeline over `p` (taken: closed by the object). */
-PyObject *slpy_pipeline_new(sl_pipeline *p);
+PyObject *slpy_pipeline_new(sl_reader *p);
 
 /* A Batch over `s` (the reference is taken).  `names` is a tuple of the
  * field names and `index` a dict name -> position (both borrowed and

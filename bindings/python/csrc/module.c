@@ -109,7 +109,7 @@ static const char **script_args(PyObject *args, Py_ssize_t first,
 static PyObject *open_released(const char *path, const char *code,
                                const char *cname, const char **argv, int argc,
                                PyObject *keep) {
-  sl_pipeline *p = NULL;
+  sl_reader *p = NULL;
   int rc;
   char *msg = NULL;
   Py_BEGIN_ALLOW_THREADS rc =

@@ -2,7 +2,7 @@
  * pipeline.c - sluice.Pipeline: a pipeline script's reader chain, pulled
  * from Python.
  *
- * The puller thread.  sl_pipeline_next blocks until a batch is there and
+ * The puller thread.  sl_reader_next blocks until a batch is there and
  * cannot be interrupted, yet Ctrl-C must reach the trainer promptly.  So
  * every call that may block (next, reset, save, restore, close) runs on a
  * thread of the pipeline's own, the puller, started at the first such call:
@@ -21,7 +21,7 @@
  * the next to finish and sets its result aside (`held`) instead of
  * discarding it; then
  *   - state() saves the position before that batch
- *     (sl__pipeline_save_back, one batch back: restoring it yields that
+ *     (sl__reader_save_back, one batch back: restoring it yields that
  *     batch first) and leaves it pending;
  *   - a restore() that is refused (the pipeline left as it was) keeps it;
  *     one that succeeds, and reset(), drop it: they leave its pass.
@@ -69,7 +69,7 @@ typedef struct puller {
   pthread_mutex_t mu;
   pthread_cond_t wake; /* to the puller: an op was posted, or closing */
   pthread_cond_t done; /* to Python: an op finished, or exited */
-  sl_pipeline *p;      /* the puller's: closed by it */
+  sl_reader *p;      /* the puller's: closed by it */
   int op;
   int running;
   int ready;
@@ -92,7 +92,7 @@ typedef struct puller {
 } puller;
 
 typedef struct {
-  PyObject_HEAD sl_pipeline *p; /* the pipeline (owned by pu once started) */
+  PyObject_HEAD sl_reader *p; /* the pipeline (owned by pu once started) */
   puller *pu;                   /* NULL until the first blocking call */
   pthread_t thread;
   int closed;
@@ -179,16 +179,16 @@ static void *puller_main(void *arg) {
     int rc;
     switch (op) {
     case OP_NEXT:
-      rc = sl_pipeline_next(pu->p, &s);
+      rc = sl_reader_next(pu->p, &s);
       break;
     case OP_RESET:
-      rc = sl_pipeline_reset(pu->p);
+      rc = sl_reader_reset(pu->p);
       break;
     case OP_SAVE:
-      rc = sl__pipeline_save_back(pu->p, (uint64_t)pu->save_back, &state, &len);
+      rc = sl__reader_save_back(pu->p, (uint64_t)pu->save_back, &state, &len);
       break;
     default:
-      rc = sl_pipeline_restore(pu->p, pu->in, pu->inlen);
+      rc = sl_reader_restore(pu->p, pu->in, pu->inlen);
       break;
     }
     char *msg = rc < 0 && rc != SL_EOF ? strdup(sl_last_error()) : NULL;
@@ -210,7 +210,7 @@ static void *puller_main(void *arg) {
   }
   pthread_mutex_unlock(&pu->mu);
 
-  sl_pipeline_close(pu->p); /* joins the chain's threads */
+  sl_reader_destroy(pu->p); /* joins the chain's threads */
 
   pthread_mutex_lock(&pu->mu);
   pu->p = NULL;
@@ -399,7 +399,7 @@ static int check_usable(PipelineObject *self) {
 }
 
 static int build_schema(PipelineObject *self) {
-  const sl_schema *sc = sl_pipeline_schema(self->p);
+  const sl_schema *sc = sl_reader_schema(self->p);
   int n = sl_schema_nfields(sc);
   self->names = PyTuple_New(n);
   self->index = PyDict_New();
@@ -417,12 +417,12 @@ static int build_schema(PipelineObject *self) {
   return 0;
 }
 
-PyObject *slpy_pipeline_new(sl_pipeline *p) {
+PyObject *slpy_pipeline_new(sl_reader *p) {
   PyTypeObject *tp = (PyTypeObject *)slpy_PipelineType;
   allocfunc alloc = (allocfunc)PyType_GetSlot(tp, Py_tp_alloc);
   PipelineObject *self = (PipelineObject *)alloc(tp, 0);
   if (!self) {
-    sl_pipeline_close(p);
+    sl_reader_destroy(p);
     return NULL;
   }
   self->p = p;
@@ -443,8 +443,8 @@ static void pipeline_close_nowait(PipelineObject *self) {
   if (self->owner != getpid()) return; /* a forked child's copy */
   puller *pu = self->pu;
   if (!pu) {
-    sl_pipeline *p = self->p;
-    Py_BEGIN_ALLOW_THREADS sl_pipeline_close(p);
+    sl_reader *p = self->p;
+    Py_BEGIN_ALLOW_THREADS sl_reader_destroy(p);
     Py_END_ALLOW_THREADS return;
   }
   pthread_mutex_lock(&pu->mu);
@@ -652,7 +652,7 @@ static PyObject *stage_dict(const sl_stage_stats *s) {
       (unsigned long long)s->queue_depth, "last_error", s->last_error);
 }
 
-/* The chain's stages (sl_pipeline_stats), as a list of dicts. */
+/* The chain's stages (sl_reader_stats), as a list of dicts. */
 static PyObject *pipeline_stats(PyObject *obj, PyObject *unused) {
   PipelineObject *self = (PipelineObject *)obj;
   if (self->closed)
@@ -671,12 +671,12 @@ static PyObject *pipeline_stats(PyObject *obj, PyObject *unused) {
     }
   }
   size_t n = 0;
-  int rc = sl_pipeline_stats(self->p, NULL, 0, &n);
+  int rc = sl_reader_stats(self->p, NULL, 0, &n);
   if (rc < 0) return slpy_raise(rc, sl_last_error());
   sl_stage_stats *st = calloc(n ? n : 1, sizeof *st);
   if (!st) return PyErr_NoMemory();
   size_t got = 0;
-  rc = sl_pipeline_stats(self->p, st, n, &got);
+  rc = sl_reader_stats(self->p, st, n, &got);
   if (rc < 0) {
     free(st);
     return slpy_raise(rc, sl_last_error());
@@ -702,7 +702,7 @@ static Py_ssize_t pipeline_len(PyObject *obj) {
     return -1;
   }
   uint64_t n = 0;
-  int rc = sl_pipeline_length(self->p, &n);
+  int rc = sl_reader_length(self->p, &n);
   if (rc == SL_EUNSUPPORTED) {
     PyErr_Format(PyExc_TypeError,
                  "sluice: this pipeline's length is not known (%s)",
@@ -721,7 +721,7 @@ static PyObject *pipeline_get_schema(PyObject *obj, void *c) {
   PipelineObject *self = (PipelineObject *)obj;
   if (self->closed)
     return slpy_raise(SL_ECLOSED, "sluice: the pipeline is closed");
-  const sl_schema *sc = sl_pipeline_schema(self->p);
+  const sl_schema *sc = sl_reader_schema(self->p);
   PyObject *d = PyDict_New();
   int n = sl_schema_nfields(sc);
   for (int i = 0; d && i < n; i++) {
@@ -754,7 +754,7 @@ static PyObject *pipeline_repr(PyObject *obj) {
   PipelineObject *self = (PipelineObject *)obj;
   if (self->closed) return PyUnicode_FromString("<sluice.Pipeline closed>");
   char buf[1024];
-  sl_schema_describe(sl_pipeline_schema(self->p), buf, sizeof buf);
+  sl_schema_describe(sl_reader_schema(self->p), buf, sizeof buf);
   return PyUnicode_FromFormat("<sluice.Pipeline %s>", buf);
 }
 
@@ -765,11 +765,11 @@ static PyMethodDef pipeline_methods[] = {
     {"reset", pipeline_reset, METH_NOARGS,
      "Starts the next pass (epoch) from the beginning."},
     {"state", pipeline_state, METH_NOARGS,
-     "The pipeline's position as bytes (sl_pipeline_save)."},
+     "The pipeline's position as bytes (sl_reader_save)."},
     {"restore", pipeline_restore, METH_O,
-     "Moves to a position state() returned (sl_pipeline_restore)."},
+     "Moves to a position state() returned (sl_reader_restore)."},
     {"stats", pipeline_stats, METH_NOARGS,
-     "The chain's stages as dicts (sl_pipeline_stats)."},
+     "The chain's stages as dicts (sl_reader_stats)."},
     {"__enter__", pipeline_enter, METH_NOARGS, NULL},
     {"__exit__", pipeline_exit, METH_VARARGS, NULL},
     {NULL, NULL, 0, NULL}};
