@@ -2,6 +2,7 @@
  * error reaches the consumer after the samples before it, with its code and
  * exact message, stays sticky, and is cleared by reset; errors raised by map
  * and filter callbacks in the middle of a chain arrive the same way. */
+#include "core/internal.h"
 #include "test.h"
 #include "test_util.h"
 
@@ -431,4 +432,19 @@ TEST(long_messages_keep_their_reason) {
   m = sl_last_error();
   ASSERT_STREQ(m + strlen(m) - strlen(want), want);
   free(deep);
+}
+
+/* sl__error_keep, the one "keep the inner message" (issue 25): a callee's
+ * message for the same code stays; another code, or none, gets the
+ * stage's. */
+TEST(error_keep_keeps_the_callee_message_of_the_same_code) {
+  sl_set_error(SL_EIO, "inner: disk on fire");
+  ASSERT_RC(sl__error_keep(SL_EIO, "outer %d", 1), SL_EIO);
+  ASSERT_STREQ(sl_last_error(), "inner: disk on fire");
+  ASSERT_RC(sl__error_keep(SL_EINVAL, "outer %d", 2), SL_EINVAL);
+  ASSERT_STREQ(sl_last_error(), "outer 2");
+  ASSERT_EQ(sl_last_error_code(), SL_EINVAL);
+  sl_clear_error();
+  ASSERT_RC(sl__error_keep(SL_EINVAL, "outer %d", 3), SL_EINVAL);
+  ASSERT_STREQ(sl_last_error(), "outer 3");
 }

@@ -46,7 +46,7 @@
  *
  * Threads: none of its own beyond the prefetch wrappers; single consumer.
  */
-#include "readers/state.h"
+#include "readers/stage.h"
 
 #include <limits.h>
 
@@ -233,7 +233,6 @@ static void il_destroy(void *st) {
 }
 
 static int il_length(const sl_reader *r, void *st, uint64_t *n) {
-  (void)r;
   il_state *t = st;
   SL_RETURN_ERROR_IF(!t->readers, SL_EUNSUPPORTED,
                      "interleave: sources opened by a callback or by name "
@@ -307,8 +306,6 @@ static int schedule_at(const il_state *t, uint64_t k, turn *o, uint64_t *src,
 
 static int il_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                    sl__state_out *w) {
-  (void)r;
-  (void)pass;
   il_state *t = st;
   turn s = {0, 0, 0, 0, 0};
   uint64_t *src = sl__calloc(2 * t->cycle, sizeof *src);
@@ -335,8 +332,6 @@ static int il_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
 
 static int il_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                       sl__state_in *in) {
-  (void)r;
-  (void)pass;
   il_state *t = st;
   clear_pass(t);
   for (size_t i = 0; t->readers && i < t->n; i++)
@@ -380,17 +375,22 @@ static int il_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
 }
 
 static void il_identity(const sl_reader *r, void *st, char *buf, size_t cap) {
-  (void)r;
   il_state *t = st;
   snprintf(buf, cap, "n=%zu cycle=%llu block=%llu%s%s", t->n,
            (unsigned long long)t->cycle, (unsigned long long)t->block,
            t->ident ? " " : "", t->ident ? t->ident : "");
 }
 
-static const sl__state_ops il_state_ops = {il_save, il_restore, il_identity};
-
-static const sl_reader_vtable il_vt = {"interleave", il_next, il_reset,
-                                       il_destroy};
+static const sl__stage_ops il_ops = {
+    .name = "interleave",
+    .next = il_next,
+    .reset = il_reset,
+    .destroy = il_destroy,
+    .length = il_length,
+    .save = il_save,
+    .restore = il_restore,
+    .identity = il_identity,
+};
 
 /* --- construction --------------------------------------------------------- */
 
@@ -458,14 +458,7 @@ static int finish(il_state *t, sl_reader **out) {
     il_destroy(t);
     return rc;
   }
-  sl_schema *schema = sl_schema_retain(t->schema);
-  rc = sl__reader_make(&il_vt, t, schema, out);
-  sl_schema_release(schema);
-  if (rc < 0) return rc;
-  if (t->readers) sl__reader_link(*out, t->readers, t->n, NULL);
-  sl__reader_set_length(*out, il_length);
-  sl__reader_set_state_ops(*out, &il_state_ops);
-  return SL_OK;
+  return sl__stage_new(&il_ops, t, t->schema, t->readers, t->n, NULL, out);
 }
 
 int sl_interleave(sl_reader **readers, size_t n, const sl_interleave_opts *opts,

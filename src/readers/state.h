@@ -181,6 +181,11 @@ int sl__state_restore_1to1(sl_reader *r, void *state, uint64_t pass, uint64_t k,
 #define SL__STATE_OPS_1TO1                                                     \
   { sl__state_save_1to1, sl__state_restore_1to1, NULL }
 
+/* A restore's bound on its position k in a pass of n samples: SL_OK when
+ * k <= n, else SL_ECORRUPT "restore: <stage>: position K is past its N
+ * samples". */
+int sl__state_check_at(const char *stage, uint64_t k, uint64_t n);
+
 /* The save op of a source that needs no payload: its position is all. */
 int sl__state_save_position(sl_reader *r, void *state, uint64_t pass,
                             uint64_t k, sl__state_out *w);
