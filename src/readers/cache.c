@@ -143,9 +143,7 @@ static int cache_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
     SL_FORWARD_IF_ERROR(rc);
   }
   if (complete) {
-    SL_RETURN_ERROR_IF(k > c->count, SL_ECORRUPT,
-                       "restore: cache: position %llu is past its %zu samples",
-                       (unsigned long long)k, c->count);
+    SL_FORWARD_IF_ERROR(sl__state_check_at("cache", k, c->count));
     c->complete = true;
     c->pos = (size_t)k;
   } else {

@@ -102,6 +102,22 @@ static int wrap(il_state *t, sl_reader *r, sl_reader **out) {
   return sl__prefetch_lazy(r, (size_t)cap, out);
 }
 
+/* Calls the open callback for source i: SL_OK with *r set, or the error
+ * with the callback's message (one naming the source when it set none). */
+static int call_open(il_state *t, uint64_t i, sl_reader **r) {
+  sl_clear_error();
+  int rc = t->open(t->ud, (size_t)i, r);
+  if (rc >= 0 && !*r)
+    rc = sl_set_error(SL_EINVAL,
+                      "interleave: the open callback gave no reader for "
+                      "source %llu",
+                      (unsigned long long)i);
+  if (rc < 0 && !sl_last_error()[0])
+    sl_set_error(rc, "interleave: opening source %llu failed (%s)",
+                 (unsigned long long)i, sl_err_name(rc));
+  return rc;
+}
+
 /* Opens source i (callback mode): checked and wrapped. */
 static int open_cb(il_state *t, uint64_t i, sl_reader **out) {
   sl_reader *r = NULL;
@@ -109,19 +125,8 @@ static int open_cb(il_state *t, uint64_t i, sl_reader **out) {
     r = t->first;
     t->first = NULL;
   } else {
-    sl_clear_error();
-    int rc = t->open(t->ud, (size_t)i, &r);
-    if (rc >= 0 && !r)
-      rc = sl_set_error(SL_EINVAL,
-                        "interleave: the open callback gave no "
-                        "reader for source %llu",
-                        (unsigned long long)i);
-    if (rc < 0) {
-      if (!sl_last_error()[0])
-        sl_set_error(rc, "interleave: opening source %llu failed (%s)",
-                     (unsigned long long)i, sl_err_name(rc));
-      return rc;
-    }
+    int rc = call_open(t, i, &r);
+    if (rc < 0) return rc;
     rc = check_schema(t, (size_t)i, r);
     if (rc < 0) {
       sl_reader_destroy(r);
@@ -531,16 +536,8 @@ int sl_interleave_sources(size_t n, sl_source_open_fn open, void *ud,
     return sl_set_error(SL_ENOMEM, "interleave: cannot allocate");
   }
   /* Source 0 gives the schema and serves the first pass. */
-  sl_clear_error();
-  rc = open(ud, 0, &t->first);
-  if (rc >= 0 && !t->first)
-    rc = sl_set_error(SL_EINVAL,
-                      "interleave: the open callback gave no reader for "
-                      "source 0");
+  rc = call_open(t, 0, &t->first);
   if (rc < 0) {
-    if (!sl_last_error()[0])
-      sl_set_error(rc, "interleave: opening source 0 failed (%s)",
-                   sl_err_name(rc));
     il_destroy(t);
     return rc;
   }
