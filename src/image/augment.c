@@ -187,11 +187,8 @@ int sl_random_crop_flip(sl_reader *up, const sl_crop_flip_opts *opts,
                       o.height, o.width);
   }
   if (rc < 0) return sl__fail_with_upstream(up, rc);
-  crop_state *c = sl__calloc(1, sizeof *c);
-  if (!c)
-    return sl__fail_with_upstream(
-        up, sl_set_error(SL_ENOMEM, "random_crop_flip: cannot allocate"));
-  c->up = up;
+  crop_state *c = sl__decorator_state("random_crop_flip", up, sizeof *c);
+  if (!c) return SL_ENOMEM;
   c->field = field;
   c->h = o.height;
   c->w = o.width;

@@ -193,11 +193,8 @@ static const sl__stage_ops cache_ops = {
 
 int sl_cache(sl_reader *up, sl_reader **out) {
   SL_DECORATOR_ARGS("cache", up, out);
-  cache_state *c = sl__calloc(1, sizeof *c);
-  if (!c)
-    return sl__fail_with_upstream(
-        up, sl_set_error(SL_ENOMEM, "cache: cannot allocate"));
-  c->up = up;
+  cache_state *c = sl__decorator_state("cache", up, sizeof *c);
+  if (!c) return SL_ENOMEM;
   uint64_t n;
   c->known = sl_reader_length(up, &n) == SL_OK ? n : UINT64_MAX;
   sl_clear_error(); /* an unknown length is no error here */

@@ -13,11 +13,8 @@ int sl__count_new(const sl__stage_ops *ops, size_t size, sl_reader *up,
   }
   *out = NULL;
   SL_RETURN_ERROR_IF(!up, SL_EINVAL, "%s: NULL upstream reader", ops->name);
-  sl__count *c = sl__calloc(1, size);
-  if (!c)
-    return sl__fail_with_upstream(
-        up, sl_set_error(SL_ENOMEM, "%s: cannot allocate", ops->name));
-  c->up = up;
+  sl__count *c = sl__decorator_state(ops->name, up, size);
+  if (!c) return SL_ENOMEM;
   c->n = n;
   return sl__stage_wrap(ops, c, NULL, &c->up, NULL, out);
 }

@@ -113,13 +113,11 @@ int sl_filter(sl_reader *up, sl_filter_fn fn, void *ud, sl_free_fn free_ud,
   if (!fn)
     return sl__fail_with_upstream(
         up, sl_set_error(SL_EINVAL, "filter: NULL callback"));
-  filter_state *f = sl__calloc(1, sizeof *f);
+  filter_state *f = sl__decorator_state("filter", up, sizeof *f);
   if (!f) {
     if (free_ud) free_ud(ud);
-    return sl__fail_with_upstream(
-        up, sl_set_error(SL_ENOMEM, "filter: cannot allocate"));
+    return SL_ENOMEM;
   }
-  f->up = up;
   f->fn = fn;
   f->ud = ud;
   f->free_ud = free_ud;

@@ -131,13 +131,11 @@ int sl_map(sl_reader *up, sl_map_fn fn, void *ud, sl_free_fn free_ud,
   if (!fn)
     return sl__fail_with_upstream(
         up, sl_set_error(SL_EINVAL, "map: NULL callback"));
-  map_state *m = sl__calloc(1, sizeof *m);
+  map_state *m = sl__decorator_state("map", up, sizeof *m);
   if (!m) {
     if (free_ud) free_ud(ud);
-    return sl__fail_with_upstream(
-        up, sl_set_error(SL_ENOMEM, "map: cannot allocate"));
+    return SL_ENOMEM;
   }
-  m->up = up;
   m->fn = fn;
   m->ud = ud;
   m->free_ud = free_ud;

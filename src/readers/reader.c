@@ -234,6 +234,17 @@ int sl__stage_wrap(const sl__stage_ops *ops, void *state, sl_schema *schema,
   return rc;
 }
 
+void *sl__decorator_state(const char *stage, sl_reader *up, size_t size) {
+  sl_reader **st = sl__calloc(1, size);
+  if (st) {
+    *st = up;
+  } else {
+    sl_reader_destroy(up);
+    sl_set_error(SL_ENOMEM, "%s: cannot allocate", stage);
+  }
+  return st;
+}
+
 static void clear_sticky(sl_reader *r) {
   sl__free(r->errmsg);
   r->errmsg = NULL;

@@ -88,9 +88,9 @@ typedef struct key_idx {
 } key_idx;
 
 typedef struct sampler {
+  sl_reader *up;     /* owned upstream (weighted, subset), else NULL */
   sampler_kind kind;
   const char *stage; /* the stage's name in messages */
-  sl_reader *up;     /* owned upstream (weighted, subset), else NULL */
   shared_src *sh;    /* a split's source, else NULL */
   uint64_t count;    /* samples per pass */
   uint64_t pos;      /* samples yielded this pass */
@@ -394,13 +394,10 @@ int sl_weighted_sample(sl_reader *up, const double *weights, size_t n_weights,
                          "weighted_sample: %zu weights for an upstream of "
                          "%llu samples (one weight per sample)",
                          n_weights, (unsigned long long)len));
-  sampler *s = sl__calloc(1, sizeof *s);
-  if (!s)
-    return sl__fail_with_upstream(
-        up, sl_set_error(SL_ENOMEM, "weighted_sample: cannot allocate"));
+  sampler *s = sl__decorator_state("weighted_sample", up, sizeof *s);
+  if (!s) return SL_ENOMEM;
   s->kind = K_WEIGHTED;
   s->stage = "weighted_sample";
-  s->up = up;
   s->seed = o.seed;
   s->replace = !o.without_replacement;
   s->count = o.num_samples ? o.num_samples : len;
@@ -471,13 +468,10 @@ int sl_subset(sl_reader *up, const uint64_t *indices, size_t n,
   uint64_t len;
   if (sl_reader_length(up, &len) < 0) len = UINT64_MAX; /* checked later */
   sl_clear_error();
-  sampler *s = sl__calloc(1, sizeof *s);
-  if (!s)
-    return sl__fail_with_upstream(
-        up, sl_set_error(SL_ENOMEM, "subset: cannot allocate"));
+  sampler *s = sl__decorator_state("subset", up, sizeof *s);
+  if (!s) return SL_ENOMEM;
   s->kind = K_SUBSET;
   s->stage = "subset";
-  s->up = up;
   rc = take_indices(s, indices, n, len);
   if (rc == SL_OK) {
     s->ident = dup_printf("n=%zu indices=crc32c:%08x", n, (unsigned)s->crc);

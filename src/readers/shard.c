@@ -258,11 +258,8 @@ int sl_shard(sl_reader *up, int world, int rank, const sl_shard_opts *opts,
                             "which do not)",
                             sl_reader_name(up)));
   }
-  shard_state *s = sl__calloc(1, sizeof *s);
-  if (!s)
-    return sl__fail_with_upstream(
-        up, sl_set_error(SL_ENOMEM, "shard: cannot allocate"));
-  s->up = up;
+  shard_state *s = sl__decorator_state("shard", up, sizeof *s);
+  if (!s) return SL_ENOMEM;
   s->world = (uint64_t)world;
   s->rank = (uint64_t)rank;
   s->policy = policy;

@@ -418,11 +418,8 @@ int sl_shuffle(sl_reader *up, size_t buffer_size, uint64_t seed,
   if (buffer_size == 0)
     return sl__fail_with_upstream(
         up, sl_set_error(SL_EINVAL, "shuffle: buffer_size must be >= 1"));
-  shuffle_state *s = sl__calloc(1, sizeof *s);
-  if (!s)
-    return sl__fail_with_upstream(
-        up, sl_set_error(SL_ENOMEM, "shuffle: cannot allocate"));
-  s->up = up;
+  shuffle_state *s = sl__decorator_state("shuffle", up, sizeof *s);
+  if (!s) return SL_ENOMEM;
   s->size = buffer_size;
   s->seed = seed;
   seed_pass(s);

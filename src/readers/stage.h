@@ -78,6 +78,12 @@ int sl__stage_wrap(const sl__stage_ops *ops, void *state, sl_schema *schema,
                    sl_reader *const *up_slot, const sl__stage_counters *c,
                    sl_reader **out);
 
+/* The state of a one-upstream decorator, after its constructor checked its
+ * arguments: `size` zeroed bytes whose first member, a sl_reader *, is set
+ * to `up`; or NULL with `up` destroyed and SL_ENOMEM "<stage>: cannot
+ * allocate" set (return SL_ENOMEM). */
+void *sl__decorator_state(const char *stage, sl_reader *up, size_t size);
+
 /* The base's side of defer/finish: r's handle (NULL when r cannot defer,
  * is shared, or memory is short: nothing changes then), and finishing one
  * of r's outputs with it. */

@@ -53,11 +53,8 @@ static const sl__stage_ops threaded_ops = {
 
 int sl_threaded(sl_reader *up, sl_reader **out) {
   SL_DECORATOR_ARGS("threaded", up, out);
-  threaded_state *t = sl__calloc(1, sizeof *t);
-  if (!t)
-    return sl__fail_with_upstream(
-        up, sl_set_error(SL_ENOMEM, "threaded: cannot allocate"));
-  t->up = up;
+  threaded_state *t = sl__decorator_state("threaded", up, sizeof *t);
+  if (!t) return SL_ENOMEM;
   SL_FORWARD_IF_ERROR(sl__stage_wrap(&threaded_ops, t, NULL, &t->up, NULL, out));
   int rc = sl__reader_share(*out);
   if (rc < 0) {
