@@ -19,7 +19,7 @@
 
 typedef struct multi_pass_state {
   sl__count c;   /* n: k, passes per pass of ours, >= 1; count: yielded */
-  uint64_t done; /* upstream passes ended in this pass */
+  size_t done;   /* upstream passes ended in this pass */
   /* ends[j]: samples yielded when upstream pass j of this pass ended
    * (done entries, room for cap), to place a saved position. */
   uint64_t *ends;
@@ -27,15 +27,8 @@ typedef struct multi_pass_state {
 } multi_pass_state;
 
 static int note_end(multi_pass_state *m) {
-  if (m->done == m->cap) {
-    size_t cap = m->cap ? m->cap * 2 : 8;
-    uint64_t *e = sl__realloc(m->ends, cap * sizeof *e);
-    SL_RETURN_ERROR_IF(!e, SL_ENOMEM, "multi_pass: out of memory");
-    m->ends = e;
-    m->cap = cap;
-  }
-  m->ends[m->done++] = m->c.count;
-  return SL_OK;
+  int rc = sl__state_push_u64(&m->ends, &m->done, &m->cap, m->c.count);
+  return rc < 0 ? sl_wrap_error(rc, "multi_pass") : rc;
 }
 
 static int multi_pass_next(void *st, sl_sample **out) {
