@@ -2,6 +2,8 @@
  * error reaches the consumer after the samples before it, with its code and
  * exact message, stays sticky, and is cleared by reset; errors raised by map
  * and filter callbacks in the middle of a chain arrive the same way. */
+#include "core/internal.h"
+#include "readers/stage.h"
 #include "test.h"
 #include "test_util.h"
 
@@ -431,4 +433,44 @@ TEST(long_messages_keep_their_reason) {
   m = sl_last_error();
   ASSERT_STREQ(m + strlen(m) - strlen(want), want);
   free(deep);
+}
+
+/* sl__error_keep, the one "keep the inner message" (issue 25): a callee's
+ * message for the same code stays; another code, or none, gets the
+ * stage's. */
+TEST(error_keep_keeps_the_callee_message_of_the_same_code) {
+  sl_set_error(SL_EIO, "inner: disk on fire");
+  ASSERT_RC(sl__error_keep(SL_EIO, "outer %d", 1), SL_EIO);
+  ASSERT_STREQ(sl_last_error(), "inner: disk on fire");
+  ASSERT_RC(sl__error_keep(SL_EINVAL, "outer %d", 2), SL_EINVAL);
+  ASSERT_STREQ(sl_last_error(), "outer 2");
+  ASSERT_EQ(sl_last_error_code(), SL_EINVAL);
+  sl_clear_error();
+  ASSERT_RC(sl__error_keep(SL_EINVAL, "outer %d", 3), SL_EINVAL);
+  ASSERT_STREQ(sl_last_error(), "outer 3");
+}
+
+/* sl__decorator_state, the one allocation of a decorator's state (issue
+ * 25): the upstream is its first member, or destroyed when memory is
+ * short (the sweeps above check that nothing leaks). */
+TEST(decorator_state_holds_the_upstream_or_destroys_it) {
+  typedef struct {
+    sl_reader *up;
+    int x;
+  } st;
+  sl_reader *up;
+  ASSERT_OK(sl_reader_range(3, &up));
+  st *s = sl__decorator_state("t", up, sizeof *s);
+  ASSERT_NOT_NULL(s);
+  ASSERT_PTR_EQ(s->up, up);
+  ASSERT_EQ(s->x, 0);
+  sl_reader_destroy(s->up);
+  sl__free(s);
+  ASSERT_OK(sl_reader_range(3, &up));
+  sl__alloc_fail_after(0);
+  s = sl__decorator_state("t", up, sizeof *s);
+  sl__alloc_fail_after(-1);
+  ASSERT_NULL(s);
+  ASSERT_EQ(sl_last_error_code(), SL_ENOMEM);
+  ASSERT_STREQ(sl_last_error(), "t: cannot allocate");
 }

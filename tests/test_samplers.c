@@ -6,6 +6,7 @@
  * bad arguments are refused with messages naming the stage and the value,
  * and every stage resumes exactly at any cut.
  */
+#include "core/rng.h"
 #include "readers/state.h"
 #include "test.h"
 #include "test_util.h"
@@ -493,6 +494,22 @@ TEST(random_split_same_seed_same_split) {
   for (int i = 1; i < 50; i++)
     sorted = sorted && a[i] > a[i - 1];
   ASSERT_TRUE(!sorted);
+}
+
+/* The order is core/rng.h's seeded permutation (sl__permute_u64 of the
+ * seed), pinned: the values the Fisher-Yates loop random_split had before
+ * issue 25 gave, so a split saved or published stays the same. */
+TEST(random_split_order_is_the_pinned_permutation) {
+  const double halves[2] = {0.5, 0.5};
+  int64_t v[2 * 10];
+  split_check(10, halves, 2, 42, (const uint64_t[]){5, 5}, v);
+  const int64_t want[10] = {9, 1, 4, 2, 8, 7, 6, 5, 3, 0};
+  for (int i = 0; i < 10; i++)
+    ASSERT_EQ(v[i < 5 ? i : 10 + i - 5], want[i]);
+  uint64_t p[10];
+  sl__permute_u64(42, p, 10);
+  for (int i = 0; i < 10; i++)
+    ASSERT_EQ((int64_t)p[i], want[i]);
 }
 
 TEST(random_split_bad_sizes_are_refused) {

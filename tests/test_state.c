@@ -637,3 +637,63 @@ TEST(an_inconsistent_position_between_stages_is_refused) {
   }
   sl_schema_release(sc);
 }
+
+/* --- the counting stages' bound (issue 25 item 1) ---------------------------
+ * take and repeat_first share sl__state_check_at: a pass of n samples
+ * restores at every position up to n, its end included, and refuses n + 1
+ * naming the stage. */
+TEST(state_check_at_bounds_a_position_by_the_pass) {
+  ASSERT_OK(sl__state_check_at("take", 0, 0));
+  ASSERT_OK(sl__state_check_at("take", 4, 4));
+  ASSERT_RC(sl__state_check_at("take", 5, 4), SL_ECORRUPT);
+  ASSERT_CONTAINS(sl_last_error(),
+                  "restore: take: position 5 is past its 4 samples");
+}
+
+/* take(g, 4) (repeat = 0) or repeat_first(g, 4) over g, a generator of
+ * 0..9 (no length: the base's check of a position against the length does
+ * not run, the stage's own bound does). */
+static sl_reader *counting(int repeat, counter *c) {
+  sl_reader *r;
+  ASSERT_OK(sl_reader_from_generator(c->schema, count_next, count_reset, NULL,
+                                     c, &r));
+  ASSERT_OK(repeat ? sl_repeat_first(r, 4, &r) : sl_take(r, 4, &r));
+  return r;
+}
+
+TEST(counting_stages_restore_at_their_end_and_refuse_past_it) {
+  sl_schema *sc = sl_schema_new();
+  ASSERT_OK(sl_schema_add(sc, "i", SL_I64, 0, NULL));
+  for (int repeat = 0; repeat < 2; repeat++) {
+    for (uint64_t k = 0; k <= 4; k++) {
+      counter ca = {0, 10, sc}, cb = {0, 10, sc}, cc = {0, 10, sc};
+      sl_reader *a = counting(repeat, &ca), *b = counting(repeat, &cb);
+      size_t len;
+      void *st = save_after(a, (int)k, &len);
+      ASSERT_OK(sl_reader_restore(b, st, len));
+      uint64_t left = 0;
+      sl_sample *s;
+      while (sl_reader_next(b, &s) == SL_OK) {
+        ASSERT_EQ(test_sample_i64(s, 0), repeat ? 0 : (int64_t)(k + left));
+        sl_sample_release(s);
+        left++;
+      }
+      ASSERT_EQ(left, 4 - k);
+      if (k == 4) { /* one past the end: both records moved on (take's
+                       upstream is at its k) */
+        patch_k(st, len, 0, 5);
+        if (!repeat) patch_k(st, len, 1, 5);
+        sl_reader *c = counting(repeat, &cc);
+        ASSERT_RC(sl_reader_restore(c, st, len), SL_ECORRUPT);
+        ASSERT_CONTAINS(sl_last_error(), repeat ? "repeat_first: position 5"
+                                                : "take: position 5");
+        ASSERT_CONTAINS(sl_last_error(), "past its 4 samples");
+        sl_reader_destroy(c);
+      }
+      sl_free(st);
+      sl_reader_destroy(a);
+      sl_reader_destroy(b);
+    }
+  }
+  sl_schema_release(sc);
+}

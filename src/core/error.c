@@ -176,6 +176,17 @@ int sl_set_error(int code, const char *fmt, ...) {
   return code;
 }
 
+int sl__error_keep(int code, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  if (t_code != code || !t_msg[0]) { /* no message of the callee's */
+    store_v(fmt, ap);
+    t_code = code;
+  }
+  va_end(ap);
+  return code;
+}
+
 int sl_wrap_error(int code, const char *fmt, ...) {
   /* The old message is copied out first: the prefix's arguments may point
    * into it, and it is overwritten. */

@@ -68,6 +68,12 @@ SL_API size_t sl__redact_urls(const char *in, char *out, size_t cap);
  * tell whether a callee that failed set a message of its own. */
 void sl__error_forget_code(void);
 
+/* Keeps the inner message: returns `code` with the current message left as
+ * it is when a callee set one for that very code (a stage passing on its
+ * callback's or upstream's own error), else sets `fmt` as its message.
+ * Call sl__error_forget_code (or sl_clear_error) before the callee. */
+int sl__error_keep(int code, const char *fmt, ...) SL_PRINTF(2, 3);
+
 /* --- refcounts ------------------------------------------------------------ */
 typedef atomic_int sl__refcnt;
 static inline void sl__ref_init(sl__refcnt *r) {

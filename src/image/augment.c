@@ -19,7 +19,7 @@
  */
 #include "core/rng.h"
 #include "image/image.h"
-#include "readers/state.h"
+#include "readers/stage.h"
 
 typedef struct crop_state {
   sl_reader *up;
@@ -130,7 +130,6 @@ static void crop_destroy(void *st) {
 /* A pure function of (seed, epoch, index): the position is all. */
 static int crop_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                         sl__state_in *in) {
-  (void)r;
   crop_state *c = st;
   SL_FORWARD_IF_ERROR(sl__state_restore_up(in, c->up));
   c->index = k;
@@ -139,18 +138,22 @@ static int crop_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
 }
 
 static void crop_identity(const sl_reader *r, void *st, char *buf, size_t cap) {
-  (void)r;
   const crop_state *c = st;
   snprintf(buf, cap, "field=%d crop=%ux%u flip=%d seed=%llu epoch=%llu",
            c->field, c->h, c->w, c->flip ? 1 : 0, (unsigned long long)c->seed,
            (unsigned long long)c->epoch0);
 }
 
-static const sl__state_ops crop_state_ops = {sl__state_save_1to1, crop_restore,
-                                             crop_identity};
-
-static const sl_reader_vtable crop_vt = {"random_crop_flip", crop_next,
-                                         crop_reset, crop_destroy};
+static const sl__stage_ops crop_ops = {
+    .name = "random_crop_flip",
+    .next = crop_next,
+    .reset = crop_reset,
+    .destroy = crop_destroy,
+    .length = sl__length_of_upstream,
+    .save = sl__state_save_1to1,
+    .restore = crop_restore,
+    .identity = crop_identity,
+};
 
 int sl_random_crop_flip(sl_reader *up, const sl_crop_flip_opts *opts,
                         sl_reader **out) {
@@ -184,11 +187,8 @@ int sl_random_crop_flip(sl_reader *up, const sl_crop_flip_opts *opts,
                       o.height, o.width);
   }
   if (rc < 0) return sl__fail_with_upstream(up, rc);
-  crop_state *c = sl__calloc(1, sizeof *c);
-  if (!c)
-    return sl__fail_with_upstream(
-        up, sl_set_error(SL_ENOMEM, "random_crop_flip: cannot allocate"));
-  c->up = up;
+  crop_state *c = sl__decorator_state("random_crop_flip", up, sizeof *c);
+  if (!c) return SL_ENOMEM;
   c->field = field;
   c->h = o.height;
   c->w = o.width;
@@ -203,7 +203,5 @@ int sl_random_crop_flip(sl_reader *up, const sl_crop_flip_opts *opts,
     crop_destroy(c);
     return sl_wrap_error(rc, "random_crop_flip");
   }
-  rc = sl__decorator_make_1to1(&crop_vt, c, c->schema, &c->up, NULL, out);
-  if (rc == SL_OK) sl__reader_set_state_ops(*out, &crop_state_ops);
-  return rc;
+  return sl__stage_wrap(&crop_ops, c, c->schema, &c->up, NULL, out);
 }

@@ -20,7 +20,7 @@
  * ahead continues from the held samples before it pulls upstream again:
  * next yields what it would have without the fetch.
  */
-#include "readers/state.h"
+#include "readers/stage.h"
 
 typedef struct cache_state {
   sl_reader *up;
@@ -114,9 +114,6 @@ static void cache_destroy(void *st) {
  * cache costs one upstream pass to restore).  Payload: complete (0/1). */
 static int cache_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                       sl__state_out *w) {
-  (void)r;
-  (void)pass;
-  (void)k;
   cache_state *c = st;
   SL_FORWARD_IF_ERROR(sl__state_put_u64(w, c->complete ? 1 : 0));
   return sl__state_save_up_replayed(w, c->up, sl__reader_pass(c->up), 0);
@@ -124,8 +121,6 @@ static int cache_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
 
 static int cache_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                          sl__state_in *in) {
-  (void)r;
-  (void)pass;
   cache_state *c = st;
   uint64_t complete;
   discard(c);
@@ -148,9 +143,7 @@ static int cache_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
     SL_FORWARD_IF_ERROR(rc);
   }
   if (complete) {
-    SL_RETURN_ERROR_IF(k > c->count, SL_ECORRUPT,
-                       "restore: cache: position %llu is past its %zu samples",
-                       (unsigned long long)k, c->count);
+    SL_FORWARD_IF_ERROR(sl__state_check_at("cache", k, c->count));
     c->complete = true;
     c->pos = (size_t)k;
   } else {
@@ -165,8 +158,6 @@ static int cache_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
  * when it reaches them). */
 static int cache_fetch(sl_reader *r, void *st, uint64_t pass, uint64_t pos,
                        sl_sample **out) {
-  (void)r;
-  (void)pass;
   cache_state *c = st;
   if (!out) return SL_OK;
   while (!c->complete && pos >= c->count) {
@@ -189,28 +180,23 @@ static int cache_fetch(sl_reader *r, void *st, uint64_t pass, uint64_t pos,
   return SL_OK;
 }
 
-static const sl__state_ops cache_state_ops = {cache_save, cache_restore, NULL};
-
-static const sl_reader_vtable cache_vt = {"cache", cache_next, cache_reset,
-                                          cache_destroy};
+static const sl__stage_ops cache_ops = {
+    .name = "cache",
+    .next = cache_next,
+    .reset = cache_reset,
+    .destroy = cache_destroy,
+    .length = sl__length_of_upstream,
+    .save = cache_save,
+    .restore = cache_restore,
+    .fetch = cache_fetch,
+};
 
 int sl_cache(sl_reader *up, sl_reader **out) {
   SL_DECORATOR_ARGS("cache", up, out);
-  cache_state *c = sl__calloc(1, sizeof *c);
-  if (!c)
-    return sl__fail_with_upstream(
-        up, sl_set_error(SL_ENOMEM, "cache: cannot allocate"));
-  c->up = up;
+  cache_state *c = sl__decorator_state("cache", up, sizeof *c);
+  if (!c) return SL_ENOMEM;
   uint64_t n;
   c->known = sl_reader_length(up, &n) == SL_OK ? n : UINT64_MAX;
   sl_clear_error(); /* an unknown length is no error here */
-  /* Hold the schema ourselves: a failing sl_reader_new destroys `up`. */
-  sl_schema *schema = sl_schema_retain((sl_schema *)sl_reader_schema(up));
-  int rc = sl__decorator_make_1to1(&cache_vt, c, schema, &c->up, NULL, out);
-  sl_schema_release(schema);
-  if (rc == SL_OK) {
-    sl__reader_set_state_ops(*out, &cache_state_ops);
-    sl__reader_set_fetch(*out, cache_fetch);
-  }
-  return rc;
+  return sl__stage_wrap(&cache_ops, c, NULL, &c->up, NULL, out);
 }

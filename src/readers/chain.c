@@ -8,7 +8,7 @@
  * which is checked once at construction.  The stage takes every reader it is
  * given, also when construction fails.
  */
-#include "readers/state.h"
+#include "readers/stage.h"
 
 typedef struct chain_state {
   sl_reader **readers; /* n readers, all owned */
@@ -65,8 +65,6 @@ static int chain_length(const sl_reader *r, void *st, uint64_t *n) {
  * saved at their ends, those after it at their starts. */
 static int chain_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                       sl__state_out *w) {
-  (void)r;
-  (void)pass;
   chain_state *c = st;
   size_t at = 0;
   while (at + 1 < c->n && at < c->cur && k >= c->counts[at])
@@ -82,8 +80,6 @@ static int chain_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
 
 static int chain_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                          sl__state_in *in) {
-  (void)r;
-  (void)pass;
   chain_state *c = st;
   uint64_t at;
   for (size_t i = 0; i < c->n; i++)
@@ -98,14 +94,18 @@ static int chain_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
   memset(c->counts, 0, c->n * sizeof *c->counts);
   for (size_t i = 0; i <= c->cur; i++)
     c->counts[i] = sl__reader_delivered(c->readers[i]);
-  (void)k;
   return SL_OK;
 }
 
-static const sl__state_ops chain_state_ops = {chain_save, chain_restore, NULL};
-
-static const sl_reader_vtable chain_vt = {"chain", chain_next, chain_reset,
-                                          chain_destroy};
+static const sl__stage_ops chain_ops = {
+    .name = "chain",
+    .next = chain_next,
+    .reset = chain_reset,
+    .destroy = chain_destroy,
+    .length = chain_length,
+    .save = chain_save,
+    .restore = chain_restore,
+};
 
 int sl_chain(sl_reader **readers, size_t n, sl_reader **out) {
   SL_FORWARD_IF_ERROR(sl__check_readers("chain", readers, n, out));
@@ -136,14 +136,6 @@ int sl_chain(sl_reader **readers, size_t n, sl_reader **out) {
   c->readers = copy;
   c->counts = counts;
   c->n = n;
-  /* Hold the schema ourselves: a failing sl_reader_new destroys reader 0. */
-  sl_schema *schema = sl_schema_retain((sl_schema *)first);
-  int rc = sl__reader_make(&chain_vt, c, schema, out);
-  sl_schema_release(schema);
-  if (rc == SL_OK) {
-    sl__reader_link(*out, c->readers, c->n, NULL);
-    sl__reader_set_length(*out, chain_length);
-    sl__reader_set_state_ops(*out, &chain_state_ops);
-  }
-  return rc;
+  return sl__stage_new(&chain_ops, c, (sl_schema *)first, c->readers, n, NULL,
+                       out);
 }

@@ -8,7 +8,7 @@
  * the code and the sample index (counted from 0 in each pass).  free_ud(ud)
  * runs once, when the reader is destroyed or its construction fails.
  */
-#include "readers/state.h"
+#include "readers/stage.h"
 
 typedef struct filter_state {
   sl_reader *up;
@@ -25,10 +25,8 @@ int sl__filter_callback_error(int rc, uint64_t index) {
                         "filter: callback returned SL_EOF for sample %llu "
                         "(return 0 to drop a sample)",
                         (unsigned long long)index);
-  if (sl_last_error_code() != rc || !sl_last_error()[0])
-    return sl_set_error(rc, "filter: callback returned %s for sample %llu",
+  return sl__error_keep(rc, "filter: callback returned %s for sample %llu",
                         sl_err_name(rc), (unsigned long long)index);
-  return rc;
 }
 
 static int filter_next(void *st, sl_sample **out) {
@@ -72,8 +70,6 @@ static void filter_destroy(void *st) {
  * from its start through the callback. */
 static int filter_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                        sl__state_out *w) {
-  (void)r;
-  (void)pass;
   filter_state *f = st;
   uint64_t u;
   bool found = sl__state_log_find(&f->log, k, &u);
@@ -84,8 +80,6 @@ static int filter_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
 
 static int filter_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                           sl__state_in *in) {
-  (void)r;
-  (void)pass;
   filter_state *f = st;
   uint64_t u;
   SL_FORWARD_IF_ERROR(sl__state_restore_up(in, f->up));
@@ -102,11 +96,14 @@ static int filter_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
   return SL_OK;
 }
 
-static const sl__state_ops filter_state_ops = {filter_save, filter_restore,
-                                               NULL};
-
-static const sl_reader_vtable filter_vt = {"filter", filter_next, filter_reset,
-                                           filter_destroy};
+static const sl__stage_ops filter_ops = {
+    .name = "filter",
+    .next = filter_next,
+    .reset = filter_reset,
+    .destroy = filter_destroy,
+    .save = filter_save,
+    .restore = filter_restore,
+};
 
 int sl_filter(sl_reader *up, sl_filter_fn fn, void *ud, sl_free_fn free_ud,
               sl_reader **out) {
@@ -116,20 +113,13 @@ int sl_filter(sl_reader *up, sl_filter_fn fn, void *ud, sl_free_fn free_ud,
   if (!fn)
     return sl__fail_with_upstream(
         up, sl_set_error(SL_EINVAL, "filter: NULL callback"));
-  filter_state *f = sl__calloc(1, sizeof *f);
+  filter_state *f = sl__decorator_state("filter", up, sizeof *f);
   if (!f) {
     if (free_ud) free_ud(ud);
-    return sl__fail_with_upstream(
-        up, sl_set_error(SL_ENOMEM, "filter: cannot allocate"));
+    return SL_ENOMEM;
   }
-  f->up = up;
   f->fn = fn;
   f->ud = ud;
   f->free_ud = free_ud;
-  /* Hold the schema ourselves: a failing sl_reader_new destroys `up`. */
-  sl_schema *schema = sl_schema_retain((sl_schema *)sl_reader_schema(up));
-  int rc = sl__decorator_make(&filter_vt, f, schema, &f->up, NULL, out);
-  sl_schema_release(schema);
-  if (rc == SL_OK) sl__reader_set_state_ops(*out, &filter_state_ops);
-  return rc;
+  return sl__stage_wrap(&filter_ops, f, NULL, &f->up, NULL, out);
 }

@@ -46,7 +46,7 @@
  *
  * Threads: none of its own beyond the prefetch wrappers; single consumer.
  */
-#include "readers/state.h"
+#include "readers/stage.h"
 
 #include <limits.h>
 
@@ -102,6 +102,22 @@ static int wrap(il_state *t, sl_reader *r, sl_reader **out) {
   return sl__prefetch_lazy(r, (size_t)cap, out);
 }
 
+/* Calls the open callback for source i: SL_OK with *r set, or the error
+ * with the callback's message (one naming the source when it set none). */
+static int call_open(il_state *t, uint64_t i, sl_reader **r) {
+  sl_clear_error();
+  int rc = t->open(t->ud, (size_t)i, r);
+  if (rc >= 0 && !*r)
+    rc = sl_set_error(SL_EINVAL,
+                      "interleave: the open callback gave no reader for "
+                      "source %llu",
+                      (unsigned long long)i);
+  if (rc < 0 && !sl_last_error()[0])
+    sl_set_error(rc, "interleave: opening source %llu failed (%s)",
+                 (unsigned long long)i, sl_err_name(rc));
+  return rc;
+}
+
 /* Opens source i (callback mode): checked and wrapped. */
 static int open_cb(il_state *t, uint64_t i, sl_reader **out) {
   sl_reader *r = NULL;
@@ -109,19 +125,8 @@ static int open_cb(il_state *t, uint64_t i, sl_reader **out) {
     r = t->first;
     t->first = NULL;
   } else {
-    sl_clear_error();
-    int rc = t->open(t->ud, (size_t)i, &r);
-    if (rc >= 0 && !r)
-      rc = sl_set_error(SL_EINVAL,
-                        "interleave: the open callback gave no "
-                        "reader for source %llu",
-                        (unsigned long long)i);
-    if (rc < 0) {
-      if (!sl_last_error()[0])
-        sl_set_error(rc, "interleave: opening source %llu failed (%s)",
-                     (unsigned long long)i, sl_err_name(rc));
-      return rc;
-    }
+    int rc = call_open(t, i, &r);
+    if (rc < 0) return rc;
     rc = check_schema(t, (size_t)i, r);
     if (rc < 0) {
       sl_reader_destroy(r);
@@ -233,7 +238,6 @@ static void il_destroy(void *st) {
 }
 
 static int il_length(const sl_reader *r, void *st, uint64_t *n) {
-  (void)r;
   il_state *t = st;
   SL_RETURN_ERROR_IF(!t->readers, SL_EUNSUPPORTED,
                      "interleave: sources opened by a callback or by name "
@@ -307,8 +311,6 @@ static int schedule_at(const il_state *t, uint64_t k, turn *o, uint64_t *src,
 
 static int il_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                    sl__state_out *w) {
-  (void)r;
-  (void)pass;
   il_state *t = st;
   turn s = {0, 0, 0, 0, 0};
   uint64_t *src = sl__calloc(2 * t->cycle, sizeof *src);
@@ -335,8 +337,6 @@ static int il_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
 
 static int il_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                       sl__state_in *in) {
-  (void)r;
-  (void)pass;
   il_state *t = st;
   clear_pass(t);
   for (size_t i = 0; t->readers && i < t->n; i++)
@@ -380,17 +380,22 @@ static int il_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
 }
 
 static void il_identity(const sl_reader *r, void *st, char *buf, size_t cap) {
-  (void)r;
   il_state *t = st;
   snprintf(buf, cap, "n=%zu cycle=%llu block=%llu%s%s", t->n,
            (unsigned long long)t->cycle, (unsigned long long)t->block,
            t->ident ? " " : "", t->ident ? t->ident : "");
 }
 
-static const sl__state_ops il_state_ops = {il_save, il_restore, il_identity};
-
-static const sl_reader_vtable il_vt = {"interleave", il_next, il_reset,
-                                       il_destroy};
+static const sl__stage_ops il_ops = {
+    .name = "interleave",
+    .next = il_next,
+    .reset = il_reset,
+    .destroy = il_destroy,
+    .length = il_length,
+    .save = il_save,
+    .restore = il_restore,
+    .identity = il_identity,
+};
 
 /* --- construction --------------------------------------------------------- */
 
@@ -458,14 +463,7 @@ static int finish(il_state *t, sl_reader **out) {
     il_destroy(t);
     return rc;
   }
-  sl_schema *schema = sl_schema_retain(t->schema);
-  rc = sl__reader_make(&il_vt, t, schema, out);
-  sl_schema_release(schema);
-  if (rc < 0) return rc;
-  if (t->readers) sl__reader_link(*out, t->readers, t->n, NULL);
-  sl__reader_set_length(*out, il_length);
-  sl__reader_set_state_ops(*out, &il_state_ops);
-  return SL_OK;
+  return sl__stage_new(&il_ops, t, t->schema, t->readers, t->n, NULL, out);
 }
 
 int sl_interleave(sl_reader **readers, size_t n, const sl_interleave_opts *opts,
@@ -538,16 +536,8 @@ int sl_interleave_sources(size_t n, sl_source_open_fn open, void *ud,
     return sl_set_error(SL_ENOMEM, "interleave: cannot allocate");
   }
   /* Source 0 gives the schema and serves the first pass. */
-  sl_clear_error();
-  rc = open(ud, 0, &t->first);
-  if (rc >= 0 && !t->first)
-    rc = sl_set_error(SL_EINVAL,
-                      "interleave: the open callback gave no reader for "
-                      "source 0");
+  rc = call_open(t, 0, &t->first);
   if (rc < 0) {
-    if (!sl_last_error()[0])
-      sl_set_error(rc, "interleave: opening source 0 failed (%s)",
-                   sl_err_name(rc));
     il_destroy(t);
     return rc;
   }

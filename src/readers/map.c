@@ -11,7 +11,7 @@
  * when it set none).  free_ud(ud) runs once, when the reader is destroyed or
  * its construction fails.
  */
-#include "readers/state.h"
+#include "readers/stage.h"
 
 typedef struct map_state {
   sl_reader *up;
@@ -31,10 +31,8 @@ static int callback_error(int rc, uint64_t index) {
                         "map: sample %llu: callback returned %d (%s), not "
                         "SL_OK or an error",
                         i, rc, sl_err_name(rc));
-  if (sl_last_error_code() != rc || !sl_last_error()[0])
-    return sl_set_error(rc, "map: sample %llu: callback returned %s", i,
+  return sl__error_keep(rc, "map: sample %llu: callback returned %s", i,
                         sl_err_name(rc));
-  return rc;
 }
 
 /* Checks a result against the output schema `want`.  The pointer comparison
@@ -109,19 +107,21 @@ static void map_destroy(void *st) {
 
 static int map_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                        sl__state_in *in) {
-  (void)pass;
   map_state *m = st;
   SL_FORWARD_IF_ERROR(sl__state_restore_up_at(in, m->up, k));
-  (void)r;
   m->index = k;
   return SL_OK;
 }
 
-static const sl__state_ops map_state_ops = {sl__state_save_1to1, map_restore,
-                                            NULL};
-
-static const sl_reader_vtable map_vt = {"map", map_next, map_reset,
-                                        map_destroy};
+static const sl__stage_ops map_ops = {
+    .name = "map",
+    .next = map_next,
+    .reset = map_reset,
+    .destroy = map_destroy,
+    .length = sl__length_of_upstream,
+    .save = sl__state_save_1to1,
+    .restore = map_restore,
+};
 
 int sl_map(sl_reader *up, sl_map_fn fn, void *ud, sl_free_fn free_ud,
            sl_schema *schema, sl_reader **out) {
@@ -131,23 +131,15 @@ int sl_map(sl_reader *up, sl_map_fn fn, void *ud, sl_free_fn free_ud,
   if (!fn)
     return sl__fail_with_upstream(
         up, sl_set_error(SL_EINVAL, "map: NULL callback"));
-  map_state *m = sl__calloc(1, sizeof *m);
+  map_state *m = sl__decorator_state("map", up, sizeof *m);
   if (!m) {
     if (free_ud) free_ud(ud);
-    return sl__fail_with_upstream(
-        up, sl_set_error(SL_ENOMEM, "map: cannot allocate"));
+    return SL_ENOMEM;
   }
-  m->up = up;
   m->fn = fn;
   m->ud = ud;
   m->free_ud = free_ud;
-  /* Hold the schema ourselves: a failing sl_reader_new destroys `up`, which
-   * may own it.  Once made, our reader keeps it alive for m->schema. */
-  sl_schema *out_schema =
-      sl_schema_retain(schema ? schema : (sl_schema *)sl_reader_schema(up));
-  m->schema = out_schema;
-  int rc = sl__decorator_make_1to1(&map_vt, m, out_schema, &m->up, NULL, out);
-  sl_schema_release(out_schema);
-  if (rc == SL_OK) sl__reader_set_state_ops(*out, &map_state_ops);
-  return rc;
+  /* Once made, our reader keeps the output schema alive for m->schema. */
+  m->schema = schema ? schema : sl_reader_schema(up);
+  return sl__stage_wrap(&map_ops, m, schema, &m->up, NULL, out);
 }

@@ -11,14 +11,15 @@
  * k = SL_PASSES_FOREVER repeats forever, except that an upstream pass that
  * yields nothing ends our pass (and a reset starts again): an empty or
  * exhausted upstream ends instead of spinning through empty passes.
+ *
+ * A counting stage (stage.h): n is k, count the samples yielded in this
+ * pass.
  */
-#include "readers/state.h"
+#include "readers/stage.h"
 
 typedef struct multi_pass_state {
-  sl_reader *up;
-  uint64_t k;     /* passes per pass of ours, >= 1 */
-  uint64_t done;  /* upstream passes ended in this pass */
-  uint64_t given; /* samples yielded in this pass */
+  sl__count c;   /* n: k, passes per pass of ours, >= 1; count: yielded */
+  size_t done;   /* upstream passes ended in this pass */
   /* ends[j]: samples yielded when upstream pass j of this pass ended
    * (done entries, room for cap), to place a saved position. */
   uint64_t *ends;
@@ -26,48 +27,37 @@ typedef struct multi_pass_state {
 } multi_pass_state;
 
 static int note_end(multi_pass_state *m) {
-  if (m->done == m->cap) {
-    size_t cap = m->cap ? m->cap * 2 : 8;
-    uint64_t *e = sl__realloc(m->ends, cap * sizeof *e);
-    SL_RETURN_ERROR_IF(!e, SL_ENOMEM, "multi_pass: out of memory");
-    m->ends = e;
-    m->cap = cap;
-  }
-  m->ends[m->done++] = m->given;
-  return SL_OK;
+  int rc = sl__state_push_u64(&m->ends, &m->done, &m->cap, m->c.count);
+  return rc < 0 ? sl_wrap_error(rc, "multi_pass") : rc;
 }
 
 static int multi_pass_next(void *st, sl_sample **out) {
   multi_pass_state *m = st;
   for (;;) {
-    int rc = sl_reader_next(m->up, out);
-    if (rc == SL_OK) m->given++;
+    int rc = sl_reader_next(m->c.up, out);
+    if (rc == SL_OK) m->c.count++;
     if (rc != SL_EOF) return rc; /* a sample, or upstream's error */
     uint64_t before = m->done ? m->ends[m->done - 1] : 0;
     SL_FORWARD_IF_ERROR(note_end(m));
-    if (m->done >= m->k) return SL_EOF;
-    if (m->k == SL_PASSES_FOREVER && m->given == before) return SL_EOF;
-    SL_FORWARD_IF_ERROR(sl_reader_reset(m->up));
+    if (m->done >= m->c.n) return SL_EOF;
+    if (m->c.n == SL_PASSES_FOREVER && m->c.count == before) return SL_EOF;
+    SL_FORWARD_IF_ERROR(sl_reader_reset(m->c.up));
   }
 }
 
 static int multi_pass_reset(void *st) {
-  multi_pass_state *m = st;
-  m->done = 0;
-  m->given = 0;
-  return sl_reader_reset(m->up);
+  ((multi_pass_state *)st)->done = 0;
+  return sl__count_reset(st);
 }
 
 static void multi_pass_destroy(void *st) {
   multi_pass_state *m = st;
-  if (!m) return;
-  sl_reader_destroy(m->up);
-  sl__free(m->ends);
-  sl__free(m);
+  if (m) sl__free(m->ends);
+  sl__count_destroy(st);
 }
 
 static int multi_pass_length(const sl_reader *r, void *st, uint64_t *n) {
-  uint64_t up, k = ((multi_pass_state *)st)->k;
+  uint64_t up, k = ((multi_pass_state *)st)->c.n;
   SL_FORWARD_IF_ERROR(sl__upstream_length(r, 0, &up));
   if (k == SL_PASSES_FOREVER) {
     SL_RETURN_ERROR_IF(up > 0, SL_EUNSUPPORTED,
@@ -88,72 +78,58 @@ static int multi_pass_length(const sl_reader *r, void *st, uint64_t *n) {
  * at or before it).  Payload: j and the ends before it. */
 static int multi_pass_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                            sl__state_out *w) {
-  (void)r;
-  (void)pass;
   multi_pass_state *m = st;
   uint64_t j = 0;
-  while (j < m->done && m->ends[j] <= k && j + 1 < m->k)
+  while (j < m->done && m->ends[j] <= k && j + 1 < m->c.n)
     j++;
   SL_FORWARD_IF_ERROR(sl__state_put_u64(w, j));
   for (uint64_t i = 0; i < j; i++)
     SL_FORWARD_IF_ERROR(sl__state_put_u64(w, m->ends[i]));
   /* Upstream passes are counted from now back to pass j of this pass. */
   uint64_t up_pass =
-      sl__reader_pass(m->up) - (m->done < m->k ? m->done : m->k - 1) + j;
-  return sl__state_save_up(w, m->up, up_pass, k - (j ? m->ends[j - 1] : 0));
+      sl__reader_pass(m->c.up) - (m->done < m->c.n ? m->done : m->c.n - 1) + j;
+  return sl__state_save_up(w, m->c.up, up_pass, k - (j ? m->ends[j - 1] : 0));
 }
 
 static int multi_pass_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                               sl__state_in *in) {
-  (void)r;
-  (void)pass;
   multi_pass_state *m = st;
   uint64_t j;
-  SL_FORWARD_IF_ERROR(sl__state_restore_up(in, m->up));
+  SL_FORWARD_IF_ERROR(sl__state_restore_up(in, m->c.up));
   SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &j));
-  SL_RETURN_ERROR_IF(j >= m->k, SL_ECORRUPT,
+  SL_RETURN_ERROR_IF(j >= m->c.n, SL_ECORRUPT,
                      "restore: multi_pass: upstream pass %llu of %llu",
-                     (unsigned long long)j, (unsigned long long)m->k);
+                     (unsigned long long)j, (unsigned long long)m->c.n);
   m->done = 0;
-  m->given = 0;
+  m->c.count = 0;
   for (uint64_t i = 0; i < j; i++) {
-    SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &m->given));
+    SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &m->c.count));
     SL_FORWARD_IF_ERROR(note_end(m));
   }
-  m->given = k;
+  m->c.count = k;
   return SL_OK;
 }
 
 static void multi_pass_identity(const sl_reader *r, void *st, char *buf,
                                 size_t cap) {
-  (void)r;
-  snprintf(buf, cap, "k=%llu", (unsigned long long)((multi_pass_state *)st)->k);
+  snprintf(buf, cap, "k=%llu", (unsigned long long)((multi_pass_state *)st)->c.n);
 }
 
-static const sl__state_ops multi_pass_state_ops = {
-    multi_pass_save, multi_pass_restore, multi_pass_identity};
-
-static const sl_reader_vtable multi_pass_vt = {
-    "multi_pass", multi_pass_next, multi_pass_reset, multi_pass_destroy};
+static const sl__stage_ops multi_pass_ops = {
+    .name = "multi_pass",
+    .next = multi_pass_next,
+    .reset = multi_pass_reset,
+    .destroy = multi_pass_destroy,
+    .length = multi_pass_length,
+    .save = multi_pass_save,
+    .restore = multi_pass_restore,
+    .identity = multi_pass_identity,
+};
 
 int sl_multi_pass(sl_reader *up, uint64_t k, sl_reader **out) {
   SL_DECORATOR_ARGS("multi_pass", up, out);
   if (k == 0)
     return sl__fail_with_upstream(
         up, sl_set_error(SL_EINVAL, "multi_pass: k must be >= 1"));
-  multi_pass_state *m = sl__calloc(1, sizeof *m);
-  if (!m)
-    return sl__fail_with_upstream(
-        up, sl_set_error(SL_ENOMEM, "multi_pass: cannot allocate"));
-  m->up = up;
-  m->k = k;
-  /* Hold the schema ourselves: a failing sl_reader_new destroys `up`. */
-  sl_schema *schema = sl_schema_retain((sl_schema *)sl_reader_schema(up));
-  int rc = sl__decorator_make(&multi_pass_vt, m, schema, &m->up, NULL, out);
-  sl_schema_release(schema);
-  if (rc == SL_OK) {
-    sl__reader_set_length(*out, multi_pass_length);
-    sl__reader_set_state_ops(*out, &multi_pass_state_ops);
-  }
-  return rc;
+  return sl__count_new(&multi_pass_ops, sizeof(multi_pass_state), up, k, out);
 }

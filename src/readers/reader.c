@@ -151,7 +151,6 @@ int sl__upstream_length(const sl_reader *r, size_t i, uint64_t *n) {
 }
 
 int sl__length_of_upstream(const sl_reader *r, void *state, uint64_t *n) {
-  (void)state;
   return sl__upstream_length(r, 0, n);
 }
 
@@ -242,6 +241,17 @@ int sl__stage_wrap(const sl__stage_ops *ops, void *state, sl_schema *schema,
   return rc;
 }
 
+void *sl__decorator_state(const char *stage, sl_reader *up, size_t size) {
+  sl_reader **st = sl__calloc(1, size);
+  if (st) {
+    *st = up;
+  } else {
+    sl_reader_destroy(up);
+    sl_set_error(SL_ENOMEM, "%s: cannot allocate", stage);
+  }
+  return st;
+}
+
 static void clear_sticky(sl_reader *r) {
   sl__free(r->errmsg);
   r->errmsg = NULL;
@@ -292,9 +302,8 @@ static int pull(sl_reader *r, sl_sample **out) {
   }
   if (rc > 0)
     rc = sl_set_error(SL_EINVAL, "%s: next returned %d", sl_reader_name(r), rc);
-  if (sl_last_error_code() != rc || !sl_last_error()[0])
-    sl_set_error(rc, "%s: %s", sl_reader_name(r), sl_strerror(rc));
-  return make_sticky(r, rc);
+  return make_sticky(
+      r, sl__error_keep(rc, "%s: %s", sl_reader_name(r), sl_strerror(rc)));
 }
 
 static int next_locked(sl_reader *r, sl_sample **out) {
@@ -351,12 +360,9 @@ static int reset_locked(sl_reader *r) {
                                        sl_reader_name(r)));
   sl__error_forget_code();
   int rc = r->ops.reset(r->state);
-  if (rc < 0) {
-    if (sl_last_error_code() != rc || !sl_last_error()[0])
-      sl_set_error(rc, "%s: reset failed: %s", sl_reader_name(r),
-                   sl_strerror(rc));
-    return make_sticky(r, rc);
-  }
+  if (rc < 0)
+    return make_sticky(r, sl__error_keep(rc, "%s: reset failed: %s",
+                                         sl_reader_name(r), sl_strerror(rc)));
   return SL_OK;
 }
 
@@ -379,10 +385,8 @@ void sl__reader_restore_begin(sl_reader *r) {
 
 int sl__reader_restore_end(sl_reader *r, int rc, uint64_t pass, uint64_t k) {
   if (rc < 0) {
-    if (sl_last_error_code() != rc || !sl_last_error()[0])
-      sl_set_error(rc, "%s: restore failed: %s", sl_reader_name(r),
-                   sl_strerror(rc));
-    rc = make_sticky(r, rc);
+    rc = make_sticky(r, sl__error_keep(rc, "%s: restore failed: %s",
+                                       sl_reader_name(r), sl_strerror(rc)));
   } else {
     r->pass = pass;
     r->delivered = k;

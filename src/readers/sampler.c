@@ -25,8 +25,8 @@
  * proportionally to the weights left) and yields the first num_samples.
  * Pass p is the number of resets since construction (or as restored), as
  * for shuffle, so "reset, then read" always gives the same pass.
- * random_split permutes 0..n-1 once with xoshiro256** seeded from (seed)
- * (Fisher-Yates with unbiased bounded draws) and gives split j the
+ * random_split permutes 0..n-1 once with core/rng.h's seeded permutation
+ * (sl__permute_u64 of seed: Fisher-Yates) and gives split j the
  * positions [offset_j, offset_j + length_j) of the permutation: the same
  * seed gives the same split in every pass and process.
  *
@@ -35,7 +35,7 @@
  * every fetch (each split is an independent reader with its own position,
  * reset and destroy, and may be pulled on its own thread).  The last split
  * destroyed destroys the source.  The splits are not linked to the source
- * (sl__reader_link): it belongs to none of them alone, so statistics, stop
+ * (no upstream given to sl__stage_new): it belongs to none of them alone, so statistics, stop
  * signals and saves see each split as a source.  A split's saved state is
  * its position; its identity holds the source's name and identity, so a
  * state from a split of another source is refused.
@@ -88,9 +88,9 @@ typedef struct key_idx {
 } key_idx;
 
 typedef struct sampler {
+  sl_reader *up;     /* owned upstream (weighted, subset), else NULL */
   sampler_kind kind;
   const char *stage; /* the stage's name in messages */
-  sl_reader *up;     /* owned upstream (weighted, subset), else NULL */
   shared_src *sh;    /* a split's source, else NULL */
   uint64_t count;    /* samples per pass */
   uint64_t pos;      /* samples yielded this pass */
@@ -232,7 +232,6 @@ static void sampler_destroy(void *st) {
 }
 
 static int sampler_length(const sl_reader *r, void *st, uint64_t *n) {
-  (void)r;
   *n = ((sampler *)st)->count;
   return SL_OK;
 }
@@ -240,7 +239,6 @@ static int sampler_length(const sl_reader *r, void *st, uint64_t *n) {
 /* Random access to the stage itself: entry `pos` of pass `pass`. */
 static int sampler_fetch(sl_reader *r, void *st, uint64_t pass, uint64_t pos,
                          sl_sample **out) {
-  (void)r;
   sampler *s = st;
   if (!out) return SL_OK;
   SL_RETURN_ERROR_IF(pos >= s->count, SL_ECORRUPT,
@@ -253,9 +251,6 @@ static int sampler_fetch(sl_reader *r, void *st, uint64_t pass, uint64_t pos,
 
 static int sampler_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                         sl__state_out *w) {
-  (void)r;
-  (void)pass;
-  (void)k;
   sampler *s = st;
   if (!s->up) return SL_OK;
   return sl__state_save_up(w, s->up, sl__reader_pass(s->up), 0);
@@ -263,13 +258,9 @@ static int sampler_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
 
 static int sampler_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                            sl__state_in *in) {
-  (void)r;
   sampler *s = st;
   if (s->up) SL_FORWARD_IF_ERROR(sl__state_restore_up(in, s->up));
-  SL_RETURN_ERROR_IF(k > s->count, SL_ECORRUPT,
-                     "restore: %s: position %llu is past its %llu samples",
-                     s->stage, (unsigned long long)k,
-                     (unsigned long long)s->count);
+  SL_FORWARD_IF_ERROR(sl__state_check_at(s->stage, k, s->count));
   s->pass = pass;
   s->pos = k;
   return SL_OK;
@@ -277,19 +268,20 @@ static int sampler_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
 
 static void sampler_identity(const sl_reader *r, void *st, char *buf,
                              size_t cap) {
-  (void)r;
   snprintf(buf, cap, "%s", ((sampler *)st)->ident);
 }
 
-static const sl__state_ops sampler_state_ops = {sampler_save, sampler_restore,
-                                                sampler_identity};
-
-static const sl_reader_vtable weighted_vt = {"weighted_sample", sampler_next,
-                                             sampler_reset, sampler_destroy};
-static const sl_reader_vtable subset_vt = {"subset", sampler_next,
-                                           sampler_reset, sampler_destroy};
-static const sl_reader_vtable split_vt = {"random_split", sampler_next,
-                                          sampler_reset, sampler_destroy};
+/* The three stages differ in their name only. */
+#define SAMPLER_OPS(stage_name)                                                \
+  {                                                                            \
+    .name = stage_name, .next = sampler_next, .reset = sampler_reset,          \
+    .destroy = sampler_destroy, .length = sampler_length,                      \
+    .save = sampler_save, .restore = sampler_restore,                          \
+    .identity = sampler_identity, .fetch = sampler_fetch,                      \
+  }
+static const sl__stage_ops weighted_ops = SAMPLER_OPS("weighted_sample");
+static const sl__stage_ops subset_ops = SAMPLER_OPS("subset");
+static const sl__stage_ops split_ops = SAMPLER_OPS("random_split");
 
 /* --- construction ----------------------------------------------------------
  */
@@ -350,18 +342,6 @@ static const char *number(double x, char buf[32]) {
   return buf;
 }
 
-/* Wraps a built sampler `s` (taken) into a reader. */
-static int make_reader(const sl_reader_vtable *vt, sampler *s,
-                       sl_schema *schema, sl_reader **out) {
-  int rc = s->up ? sl__decorator_make(vt, s, schema, &s->up, NULL, out)
-                 : sl__reader_make(vt, s, schema, out);
-  if (rc != SL_OK) return rc;
-  sl__reader_set_length(*out, sampler_length);
-  sl__reader_set_state_ops(*out, &sampler_state_ops);
-  sl__reader_set_fetch(*out, sampler_fetch);
-  return SL_OK;
-}
-
 /* Checks the weights and fills s->w, s->cdf, s->nonzero. */
 static int take_weights(sampler *s, const double *weights, size_t n) {
   s->n = n;
@@ -414,13 +394,10 @@ int sl_weighted_sample(sl_reader *up, const double *weights, size_t n_weights,
                          "weighted_sample: %zu weights for an upstream of "
                          "%llu samples (one weight per sample)",
                          n_weights, (unsigned long long)len));
-  sampler *s = sl__calloc(1, sizeof *s);
-  if (!s)
-    return sl__fail_with_upstream(
-        up, sl_set_error(SL_ENOMEM, "weighted_sample: cannot allocate"));
+  sampler *s = sl__decorator_state("weighted_sample", up, sizeof *s);
+  if (!s) return SL_ENOMEM;
   s->kind = K_WEIGHTED;
   s->stage = "weighted_sample";
-  s->up = up;
   s->seed = o.seed;
   s->replace = !o.without_replacement;
   s->count = o.num_samples ? o.num_samples : len;
@@ -456,10 +433,7 @@ int sl_weighted_sample(sl_reader *up, const double *weights, size_t n_weights,
     sampler_destroy(s); /* destroys up */
     return rc;
   }
-  sl_schema *schema = sl_schema_retain((sl_schema *)sl_reader_schema(up));
-  rc = make_reader(&weighted_vt, s, schema, out);
-  sl_schema_release(schema);
-  return rc;
+  return sl__stage_wrap(&weighted_ops, s, NULL, &s->up, NULL, out);
 }
 
 /* Checks indices[0..n) against the upstream's length `len` (UINT64_MAX: not
@@ -494,13 +468,10 @@ int sl_subset(sl_reader *up, const uint64_t *indices, size_t n,
   uint64_t len;
   if (sl_reader_length(up, &len) < 0) len = UINT64_MAX; /* checked later */
   sl_clear_error();
-  sampler *s = sl__calloc(1, sizeof *s);
-  if (!s)
-    return sl__fail_with_upstream(
-        up, sl_set_error(SL_ENOMEM, "subset: cannot allocate"));
+  sampler *s = sl__decorator_state("subset", up, sizeof *s);
+  if (!s) return SL_ENOMEM;
   s->kind = K_SUBSET;
   s->stage = "subset";
-  s->up = up;
   rc = take_indices(s, indices, n, len);
   if (rc == SL_OK) {
     s->ident = dup_printf("n=%zu indices=crc32c:%08x", n, (unsigned)s->crc);
@@ -510,10 +481,7 @@ int sl_subset(sl_reader *up, const uint64_t *indices, size_t n,
     sampler_destroy(s);
     return rc;
   }
-  sl_schema *schema = sl_schema_retain((sl_schema *)sl_reader_schema(up));
-  rc = make_reader(&subset_vt, s, schema, out);
-  sl_schema_release(schema);
-  return rc;
+  return sl__stage_wrap(&subset_ops, s, NULL, &s->up, NULL, out);
 }
 
 /* --- random_split ----------------------------------------------------------
@@ -615,17 +583,7 @@ int sl_random_split(sl_reader *up, const double *sizes, size_t k, uint64_t seed,
   const sl__stage_ops *ops = sl__reader_state_ops(up, &src_st);
   if (ops && ops->identity)
     ops->identity(up, src_st, src_ident, sizeof src_ident);
-  /* The permutation: Fisher-Yates from xoshiro256** seeded by (seed). */
-  uint64_t rng[4], x = seed;
-  for (int i = 0; i < 4; i++)
-    rng[i] = sl__splitmix64(&x);
-  for (uint64_t i = 0; i < n; i++)
-    perm[i] = i;
-  for (uint64_t i = n; i > 1; i--) {
-    uint64_t j = sl__rng_bounded(rng, i), t = perm[i - 1];
-    perm[i - 1] = perm[j];
-    perm[j] = t;
-  }
+  sl__permute_u64(seed, perm, (size_t)n);
   pthread_mutex_init(&sh->mu, NULL);
   sh->up = up;
   atomic_init(&sh->refs, 1); /* ours, dropped at the end */
@@ -657,7 +615,7 @@ int sl_random_split(sl_reader *up, const double *sizes, size_t k, uint64_t seed,
       sampler_destroy(s);
       break;
     }
-    rc = make_reader(&split_vt, s, schema, &out[i]);
+    rc = sl__stage_new(&split_ops, s, schema, NULL, 0, NULL, &out[i]);
   }
   sl_schema_release(schema);
   sl__free(len);

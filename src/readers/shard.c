@@ -36,7 +36,7 @@
  * Reset releases what is held and resets upstream.  Threads: none of its
  * own; single consumer like every reader.
  */
-#include "readers/state.h"
+#include "readers/stage.h"
 
 typedef struct shard_state {
   sl_reader *up;
@@ -151,8 +151,6 @@ enum { AT_U, WRAP_FIRST, WRAP_DONE };
  * banner. */
 static int shard_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                       sl__state_out *w) {
-  (void)r;
-  (void)pass;
   shard_state *s = st;
   uint64_t u, mode = AT_U, up_pass = sl__reader_pass(s->up);
   if (s->policy == SL_SHARD_DROP) {
@@ -177,9 +175,6 @@ static int shard_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
 
 static int shard_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                          sl__state_in *in) {
-  (void)r;
-  (void)pass;
-  (void)k;
   shard_state *s = st;
   uint64_t u, mode;
   drop_held(s);
@@ -207,18 +202,22 @@ static int shard_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
 
 static void shard_identity(const sl_reader *r, void *st, char *buf,
                            size_t cap) {
-  (void)r;
   shard_state *s = st;
   snprintf(buf, cap, "world=%llu rank=%llu remainder=%s",
            (unsigned long long)s->world, (unsigned long long)s->rank,
            policy_name(s->policy));
 }
 
-static const sl__state_ops shard_state_ops = {shard_save, shard_restore,
-                                              shard_identity};
-
-static const sl_reader_vtable shard_vt = {"shard", shard_next, shard_reset,
-                                          shard_destroy};
+static const sl__stage_ops shard_ops = {
+    .name = "shard",
+    .next = shard_next,
+    .reset = shard_reset,
+    .destroy = shard_destroy,
+    .length = shard_length,
+    .save = shard_save,
+    .restore = shard_restore,
+    .identity = shard_identity,
+};
 
 int sl_shard(sl_reader *up, int world, int rank, const sl_shard_opts *opts,
              sl_reader **out) {
@@ -259,11 +258,8 @@ int sl_shard(sl_reader *up, int world, int rank, const sl_shard_opts *opts,
                             "which do not)",
                             sl_reader_name(up)));
   }
-  shard_state *s = sl__calloc(1, sizeof *s);
-  if (!s)
-    return sl__fail_with_upstream(
-        up, sl_set_error(SL_ENOMEM, "shard: cannot allocate"));
-  s->up = up;
+  shard_state *s = sl__decorator_state("shard", up, sizeof *s);
+  if (!s) return SL_ENOMEM;
   s->world = (uint64_t)world;
   s->rank = (uint64_t)rank;
   s->policy = policy;
@@ -273,12 +269,5 @@ int sl_shard(sl_reader *up, int world, int rank, const sl_shard_opts *opts,
     uint64_t last = s->rank + (share(s, n) - 1) * s->world;
     if (last >= n) s->wrap_at = last % n;
   }
-  sl_schema *schema = sl_schema_retain((sl_schema *)sl_reader_schema(up));
-  int rc = sl__decorator_make(&shard_vt, s, schema, &s->up, NULL, out);
-  sl_schema_release(schema);
-  if (rc == SL_OK) {
-    sl__reader_set_length(*out, shard_length);
-    sl__reader_set_state_ops(*out, &shard_state_ops);
-  }
-  return rc;
+  return sl__stage_wrap(&shard_ops, s, NULL, &s->up, NULL, out);
 }

@@ -30,7 +30,7 @@
  * window keeps its samples until reset or destroy.
  */
 #include "core/rng.h"
-#include "readers/state.h"
+#include "readers/stage.h"
 
 #include <stdlib.h>
 
@@ -49,17 +49,11 @@ typedef struct shuffle_state {
   uint64_t ahead_rng[4]; /* rng after that draw */
 } shuffle_state;
 
-/* --- random numbers ----------------------------------------------------------
- */
-
-/* Seeds the generator for pass `pass`.  The pass number is mixed through
- * splitmix64 before it meets the seed, so (seed, p) and (seed + 1, p - 1)
- * give unrelated streams. */
+/* Seeds the generator for pass `pass` (sl__rng_seed).  The pass number is
+ * mixed through splitmix64 before it meets the seed, so (seed, p) and
+ * (seed + 1, p - 1) give unrelated streams. */
 static void seed_rng(uint64_t seed, uint64_t pass, uint64_t rng[4]) {
-  uint64_t p = pass;
-  uint64_t x = seed ^ sl__splitmix64(&p);
-  for (int i = 0; i < 4; i++)
-    rng[i] = sl__splitmix64(&x);
+  sl__rng_seed(rng, seed ^ sl__splitmix64(&pass));
 }
 
 static void seed_pass(shuffle_state *s) {
@@ -242,7 +236,6 @@ enum { REFILL_READ = 0, REFILL_FETCH = 1 };
  * and the restore reads forward from there. */
 static int shuffle_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                         sl__state_out *w) {
-  (void)r;
   shuffle_state *s = st;
   uint64_t end = pass == s->pass && s->up_ended ? s->pulled : UINT64_MAX;
   replayed win;
@@ -365,14 +358,12 @@ static int read_record(const shuffle_state *s, uint64_t k, sl__state_in *in,
 
 /* The state check: the same, before any stage of the chain changes. */
 static int shuffle_check(const sl_reader *r, void *st, sl__state_in *in) {
-  (void)r;
   uint64_t end, how, up;
   return read_record(st, sl__state_position(in), in, &end, &how, &up);
 }
 
 static int shuffle_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                            sl__state_in *in) {
-  (void)r;
   shuffle_state *s = st;
   uint64_t end, how, up;
   SL_FORWARD_IF_ERROR(read_record(s, k, in, &end, &how, &up));
@@ -404,17 +395,22 @@ static int shuffle_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
 
 static void shuffle_identity(const sl_reader *r, void *st, char *buf,
                              size_t cap) {
-  (void)r;
   const shuffle_state *s = st;
   snprintf(buf, cap, "buffer_size=%zu seed=%llu", s->size,
            (unsigned long long)s->seed);
 }
 
-static const sl__state_ops shuffle_state_ops = {shuffle_save, shuffle_restore,
-                                                shuffle_identity};
-
-static const sl_reader_vtable shuffle_vt = {"shuffle", shuffle_next,
-                                            shuffle_reset, shuffle_destroy};
+static const sl__stage_ops shuffle_ops = {
+    .name = "shuffle",
+    .next = shuffle_next,
+    .reset = shuffle_reset,
+    .destroy = shuffle_destroy,
+    .length = sl__length_of_upstream,
+    .save = shuffle_save,
+    .restore = shuffle_restore,
+    .identity = shuffle_identity,
+    .check = shuffle_check,
+};
 
 int sl_shuffle(sl_reader *up, size_t buffer_size, uint64_t seed,
                sl_reader **out) {
@@ -422,21 +418,10 @@ int sl_shuffle(sl_reader *up, size_t buffer_size, uint64_t seed,
   if (buffer_size == 0)
     return sl__fail_with_upstream(
         up, sl_set_error(SL_EINVAL, "shuffle: buffer_size must be >= 1"));
-  shuffle_state *s = sl__calloc(1, sizeof *s);
-  if (!s)
-    return sl__fail_with_upstream(
-        up, sl_set_error(SL_ENOMEM, "shuffle: cannot allocate"));
-  s->up = up;
+  shuffle_state *s = sl__decorator_state("shuffle", up, sizeof *s);
+  if (!s) return SL_ENOMEM;
   s->size = buffer_size;
   s->seed = seed;
   seed_pass(s);
-  /* Hold the schema ourselves: a failing sl_reader_new destroys `up`. */
-  sl_schema *schema = sl_schema_retain((sl_schema *)sl_reader_schema(up));
-  int rc = sl__decorator_make_1to1(&shuffle_vt, s, schema, &s->up, NULL, out);
-  sl_schema_release(schema);
-  if (rc == SL_OK) {
-    sl__reader_set_state_ops(*out, &shuffle_state_ops);
-    sl__reader_set_state_check(*out, shuffle_check);
-  }
-  return rc;
+  return sl__stage_wrap(&shuffle_ops, s, NULL, &s->up, NULL, out);
 }

@@ -1,5 +1,5 @@
 /* source_array.c - a reader over samples held in memory, replayed each pass. */
-#include "readers/state.h"
+#include "readers/stage.h"
 
 typedef struct array_state {
   sl_sample **samples; /* each retained */
@@ -34,21 +34,14 @@ static int array_length(const sl_reader *r, void *st, uint64_t *n) {
 
 static int array_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                          sl__state_in *in) {
-  (void)r;
-  (void)pass;
-  (void)in;
   array_state *a = st;
-  SL_RETURN_ERROR_IF(k > a->n, SL_ECORRUPT,
-                     "restore: array: position %llu is past its %zu samples",
-                     (unsigned long long)k, a->n);
+  SL_FORWARD_IF_ERROR(sl__state_check_at("array", k, a->n));
   a->pos = (size_t)k;
   return SL_OK;
 }
 
 static int array_fetch(sl_reader *r, void *st, uint64_t pass, uint64_t pos,
                        sl_sample **out) {
-  (void)r;
-  (void)pass;
   array_state *a = st;
   if (!out) return SL_OK;
   SL_RETURN_ERROR_IF(pos >= a->n, SL_ECORRUPT,
@@ -60,15 +53,20 @@ static int array_fetch(sl_reader *r, void *st, uint64_t pass, uint64_t pos,
 
 static void array_identity(const sl_reader *r, void *st, char *buf,
                            size_t cap) {
-  (void)r;
   snprintf(buf, cap, "%zu samples", ((array_state *)st)->n);
 }
 
-static const sl__state_ops array_state_ops = {sl__state_save_position,
-                                              array_restore, array_identity};
-
-static const sl_reader_vtable array_vt = {"array", array_next, array_reset,
-                                          array_destroy};
+static const sl__stage_ops array_ops = {
+    .name = "array",
+    .next = array_next,
+    .reset = array_reset,
+    .destroy = array_destroy,
+    .length = array_length,
+    .save = sl__state_save_position,
+    .restore = array_restore,
+    .identity = array_identity,
+    .fetch = array_fetch,
+};
 
 int sl_reader_from_array(sl_sample *const *samples, size_t n, sl_schema *schema,
                          sl_reader **out) {
@@ -100,9 +98,5 @@ int sl_reader_from_array(sl_sample *const *samples, size_t n, sl_schema *schema,
     copy[i] = sl_sample_retain(samples[i]);
   a->samples = copy;
   a->n = n;
-  SL_FORWARD_IF_ERROR(sl__reader_make(&array_vt, a, (sl_schema *)want, out));
-  sl__reader_set_length(*out, array_length);
-  sl__reader_set_state_ops(*out, &array_state_ops);
-  sl__reader_set_fetch(*out, array_fetch);
-  return SL_OK;
+  return sl__stage_new(&array_ops, a, (sl_schema *)want, NULL, 0, NULL, out);
 }

@@ -1,5 +1,5 @@
 /* source_generator.c - a reader driven by a C generator callback. */
-#include "readers/state.h"
+#include "readers/stage.h"
 
 typedef struct gen_state {
   sl_gen_next_fn next;
@@ -48,19 +48,19 @@ static void gen_destroy(void *st) {
  * samples again). */
 static int gen_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                        sl__state_in *in) {
-  (void)pass;
-  (void)in;
-  (void)r;
   SL_FORWARD_IF_ERROR(gen_reset(st));
   SL_FORWARD_IF_ERROR(sl__state_replay(gen_next, st, k, "generator"));
   return SL_OK;
 }
 
-static const sl__state_ops gen_state_ops = {sl__state_save_position,
-                                            gen_restore, NULL};
-
-static const sl_reader_vtable gen_vt = {"generator", gen_next, gen_reset,
-                                        gen_destroy};
+static const sl__stage_ops gen_ops = {
+    .name = "generator",
+    .next = gen_next,
+    .reset = gen_reset,
+    .destroy = gen_destroy,
+    .save = sl__state_save_position,
+    .restore = gen_restore,
+};
 
 int sl_reader_from_generator(sl_schema *schema, sl_gen_next_fn next,
                              sl_gen_reset_fn reset, sl_gen_free_fn free_ud,
@@ -84,7 +84,5 @@ int sl_reader_from_generator(sl_schema *schema, sl_gen_next_fn next,
   g->free_ud = free_ud;
   g->ud = ud;
   g->schema = schema; /* the reader keeps it alive */
-  SL_FORWARD_IF_ERROR(sl__reader_make(&gen_vt, g, schema, out));
-  sl__reader_set_state_ops(*out, &gen_state_ops);
-  return SL_OK;
+  return sl__stage_new(&gen_ops, g, schema, NULL, 0, NULL, out);
 }

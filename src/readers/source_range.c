@@ -1,5 +1,5 @@
 /* source_range.c - 0..n-1 as samples with one i64 field "i". */
-#include "readers/state.h"
+#include "readers/stage.h"
 
 typedef struct range_state {
   int64_t n, i;
@@ -41,21 +41,14 @@ static int range_length(const sl_reader *r, void *st, uint64_t *n) {
 
 static int range_restore(sl_reader *rd, void *st, uint64_t pass, uint64_t k,
                          sl__state_in *in) {
-  (void)rd;
-  (void)pass;
-  (void)in;
   range_state *r = st;
-  SL_RETURN_ERROR_IF(k > (uint64_t)r->n, SL_ECORRUPT,
-                     "restore: range: position %llu is past its %lld samples",
-                     (unsigned long long)k, (long long)r->n);
+  SL_FORWARD_IF_ERROR(sl__state_check_at("range", k, (uint64_t)r->n));
   r->i = (int64_t)k;
   return SL_OK;
 }
 
 static int range_fetch(sl_reader *rd, void *st, uint64_t pass, uint64_t pos,
                        sl_sample **out) {
-  (void)rd;
-  (void)pass;
   range_state *r = st;
   if (!out) return SL_OK;
   SL_RETURN_ERROR_IF(pos >= (uint64_t)r->n, SL_ECORRUPT,
@@ -70,15 +63,20 @@ static int range_fetch(sl_reader *rd, void *st, uint64_t pass, uint64_t pos,
 
 static void range_identity(const sl_reader *rd, void *st, char *buf,
                            size_t cap) {
-  (void)rd;
   snprintf(buf, cap, "n=%lld", (long long)((range_state *)st)->n);
 }
 
-static const sl__state_ops range_state_ops = {sl__state_save_position,
-                                              range_restore, range_identity};
-
-static const sl_reader_vtable range_vt = {"range", range_next, range_reset,
-                                          range_destroy};
+static const sl__stage_ops range_ops = {
+    .name = "range",
+    .next = range_next,
+    .reset = range_reset,
+    .destroy = range_destroy,
+    .length = range_length,
+    .save = sl__state_save_position,
+    .restore = range_restore,
+    .identity = range_identity,
+    .fetch = range_fetch,
+};
 
 int sl_reader_range(int64_t n, sl_reader **out) {
   SL_RETURN_ERROR_IF(!out, SL_EINVAL, "range: NULL out pointer");
@@ -93,9 +91,5 @@ int sl_reader_range(int64_t n, sl_reader **out) {
     range_destroy(r);
     return sl_last_error_code() ? sl_last_error_code() : SL_ENOMEM;
   }
-  SL_FORWARD_IF_ERROR(sl__reader_make(&range_vt, r, r->schema, out));
-  sl__reader_set_length(*out, range_length);
-  sl__reader_set_state_ops(*out, &range_state_ops);
-  sl__reader_set_fetch(*out, range_fetch);
-  return SL_OK;
+  return sl__stage_new(&range_ops, r, r->schema, NULL, 0, NULL, out);
 }

@@ -78,6 +78,12 @@ int sl__stage_wrap(const sl__stage_ops *ops, void *state, sl_schema *schema,
                    sl_reader *const *up_slot, const sl__stage_counters *c,
                    sl_reader **out);
 
+/* The state of a one-upstream decorator, after its constructor checked its
+ * arguments: `size` zeroed bytes whose first member, a sl_reader *, is set
+ * to `up`; or NULL with `up` destroyed and SL_ENOMEM "<stage>: cannot
+ * allocate" set (return SL_ENOMEM). */
+void *sl__decorator_state(const char *stage, sl_reader *up, size_t size);
+
 /* The base's side of defer/finish: r's handle (NULL when r cannot defer,
  * is shared, or memory is short: nothing changes then), and finishing one
  * of r's outputs with it. */
@@ -91,5 +97,34 @@ const sl__stage_ops *sl__reader_ops(const sl_reader *r);
 /* Makes r own `owned`: sl_reader_destroy(r) calls release(owned) once the
  * chain is gone (an embedded pipeline's Lua state, src/script/pipeline.c). */
 void sl__reader_own(sl_reader *r, void (*release)(void *), void *owned);
+
+/* The entries of a stage yielding its one upstream's k-th sample as its own
+ * k-th with no position of its own (threaded): length, save and restore
+ * are upstream 0's.  Written inside a table: `{.name = ..., SL__STAGE_1TO1}`. */
+#define SL__STAGE_1TO1                                                         \
+  .length = sl__length_of_upstream, .save = sl__state_save_1to1,               \
+  .restore = sl__state_restore_1to1
+
+/* --- counting stages (count.c) ------------------------------------------------
+ * skip, take, repeat_first and multi_pass: one upstream and a number n given
+ * at construction; what a pass yields is a function of n, the upstream and
+ * a count the stage keeps for the pass (dropped, yielded, ...).  Their
+ * state begins with sl__count, and these are their shared entries:
+ *   sl__count_new       the constructor: checks the arguments (taking `up`
+ *                       also when it fails), allocates `size` zeroed bytes,
+ *                       sets up and n, and wraps them as stage `ops`;
+ *   sl__count_reset     count = 0, resets up;
+ *   sl__count_destroy   destroys up, frees the state;
+ *   sl__count_identity  "n=N". */
+typedef struct sl__count {
+  sl_reader *up;
+  uint64_t n;     /* the stage's argument */
+  uint64_t count; /* counted in this pass */
+} sl__count;
+int sl__count_new(const sl__stage_ops *ops, size_t size, sl_reader *up,
+                  uint64_t n, sl_reader **out);
+int sl__count_reset(void *st);
+void sl__count_destroy(void *st);
+void sl__count_identity(const sl_reader *r, void *st, char *buf, size_t cap);
 
 #endif

@@ -205,26 +205,24 @@ bool sl__state_replayed(const sl__state_out *w) {
 
 int sl__state_save_1to1(sl_reader *r, void *state, uint64_t pass, uint64_t k,
                         sl__state_out *w) {
-  (void)state;
-  (void)pass;
   sl_reader *up = sl__reader_up(r, 0);
   return sl__state_save_up(w, up, sl__reader_pass(up), k);
 }
 
 int sl__state_save_position(sl_reader *r, void *state, uint64_t pass,
                             uint64_t k, sl__state_out *w) {
-  (void)r;
-  (void)state;
-  (void)pass;
-  (void)k;
-  (void)w;
+  return SL_OK;
+}
+
+int sl__state_check_at(const char *stage, uint64_t k, uint64_t n) {
+  SL_RETURN_ERROR_IF(k > n, SL_ECORRUPT,
+                     "restore: %s: position %llu is past its %llu samples",
+                     stage, (unsigned long long)k, (unsigned long long)n);
   return SL_OK;
 }
 
 int sl__state_restore_1to1(sl_reader *r, void *state, uint64_t pass, uint64_t k,
                            sl__state_in *in) {
-  (void)state;
-  (void)pass;
   return sl__state_restore_up_at(in, sl__reader_up(r, 0), k);
 }
 

@@ -14,13 +14,13 @@
  * a window of in-flight samples) are not saved: the restored chain reads
  * them again.
  *
- * The protocol, per stage with state ops (sl__reader_set_state_ops):
+ * The protocol, per stage with save and restore entries (stage.h):
  *
  *   save(r, st, pass, k, w)      called with r's own position to save (its
  *       pass count and output count at that point, which may lie behind
  *       what r has handed out: the stage above holds samples).  Writes what
  *       the stage needs into its record (sl__state_put_*) and saves each of
- *       its linked upstreams (sl__reader_link order) exactly once, with
+ *       its upstreams (in sl__stage_new's order) exactly once, with
  *       sl__state_save_up(w, up, up_pass, up_k): the upstream position at
  *       which the stage, restored, must resume pulling.  Runs on the
  *       consumer's thread while nothing pulls r; must not change what r
@@ -43,7 +43,7 @@
  *       anything changes, naming the first stage that differs.  NULL: the
  *       name alone.
  *
- * A stage without state ops cannot be saved: sl_reader_save fails naming it
+ * A stage without a save entry cannot be saved: sl_reader_save fails naming it
  * (readers made with sl_reader_new are such stages).
  */
 #ifndef SLUICE_READERS_STATE_H
@@ -70,7 +70,7 @@ typedef struct sl__state_ops {
  * sl__state_get_*, as restore will again): SL_ECORRUPT naming the file when
  * the data changed since the save (fewer records, a rewritten file), which
  * refuses the state with the chain left as it was.  Must not change the
- * stage.  Set once, right after construction, like the state ops. */
+ * stage.  The stage's `check` entry (stage.h). */
 typedef int (*sl__state_check_fn)(const sl_reader *r, void *state,
                                   sl__state_in *in);
 void sl__reader_set_state_check(sl_reader *r, sl__state_check_fn check);
@@ -180,6 +180,11 @@ int sl__state_restore_1to1(sl_reader *r, void *state, uint64_t pass, uint64_t k,
 /* Pass-through stages with no counters and no identity of their own. */
 #define SL__STATE_OPS_1TO1                                                     \
   { sl__state_save_1to1, sl__state_restore_1to1, NULL }
+
+/* A restore's bound on its position k in a pass of n samples: SL_OK when
+ * k <= n, else SL_ECORRUPT "restore: <stage>: position K is past its N
+ * samples". */
+int sl__state_check_at(const char *stage, uint64_t k, uint64_t n);
 
 /* The save op of a source that needs no payload: its position is all. */
 int sl__state_save_position(sl_reader *r, void *state, uint64_t pass,
@@ -309,13 +314,13 @@ void sl__state_root_free(sl__state_root *root);
  * SL_ENOMEM (message set). */
 int sl__state_push_u64(uint64_t **v, size_t *n, size_t *cap, uint64_t x);
 
-/* The upstreams linked to r (sl__reader_link), for save ops: *ups[i]. */
+/* The upstreams given to r's constructor, for save ops: *ups[i]. */
 sl_reader *sl__reader_up(const sl_reader *r, size_t i);
 
 /* Random access, for a shuffle's restore (shuffle.c): a source that can
  * make the sample at position `pos` of pass `pass` - what a restore at
  * (pass, pos) followed by one next would give - without moving its own
- * position sets a fetch function once after construction.  With out ==
+ * position has a `fetch` entry (stage.h).  With out ==
  * NULL it only answers whether it can (SL_OK or SL_EUNSUPPORTED).
  * sl__reader_fetch: SL_EUNSUPPORTED for a reader without one; call it only
  * while nothing pulls the reader (a restore). */

@@ -22,7 +22,7 @@
  * treat SL_EOF as the end of the pass; a reset while other threads still pull
  * cuts their pass at an arbitrary point.
  */
-#include "readers/state.h"
+#include "readers/stage.h"
 
 typedef struct threaded_state {
   sl_reader *up;
@@ -43,23 +43,19 @@ static void threaded_destroy(void *st) {
   sl__free(t);
 }
 
-static const sl__state_ops threaded_state_ops = SL__STATE_OPS_1TO1;
-
-static const sl_reader_vtable threaded_vt = {"threaded", threaded_next,
-                                             threaded_reset, threaded_destroy};
+static const sl__stage_ops threaded_ops = {
+    .name = "threaded",
+    .next = threaded_next,
+    .reset = threaded_reset,
+    .destroy = threaded_destroy,
+    SL__STAGE_1TO1,
+};
 
 int sl_threaded(sl_reader *up, sl_reader **out) {
   SL_DECORATOR_ARGS("threaded", up, out);
-  threaded_state *t = sl__calloc(1, sizeof *t);
-  if (!t)
-    return sl__fail_with_upstream(
-        up, sl_set_error(SL_ENOMEM, "threaded: cannot allocate"));
-  t->up = up;
-  /* The schema is frozen and refcounted atomically: retaining it through the
-   * const accessor is safe. */
-  SL_FORWARD_IF_ERROR(sl__decorator_make_1to1(
-      &threaded_vt, t, (sl_schema *)sl_reader_schema(up), &t->up, NULL, out));
-  sl__reader_set_state_ops(*out, &threaded_state_ops);
+  threaded_state *t = sl__decorator_state("threaded", up, sizeof *t);
+  if (!t) return SL_ENOMEM;
+  SL_FORWARD_IF_ERROR(sl__stage_wrap(&threaded_ops, t, NULL, &t->up, NULL, out));
   int rc = sl__reader_share(*out);
   if (rc < 0) {
     sl_reader_destroy(*out); /* destroys up too */

@@ -14,7 +14,7 @@
  * through.  Reset resets every reader.  The stage takes every reader it is
  * given, also when construction fails.
  */
-#include "readers/state.h"
+#include "readers/stage.h"
 
 typedef struct zip_state {
   sl_reader **readers; /* n readers, all owned */
@@ -131,8 +131,6 @@ static int zip_length(const sl_reader *r, void *st, uint64_t *n) {
 
 static int zip_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                     sl__state_out *w) {
-  (void)r;
-  (void)pass;
   zip_state *z = st;
   for (size_t i = 0; i < z->n; i++)
     SL_FORWARD_IF_ERROR(
@@ -142,8 +140,6 @@ static int zip_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
 
 static int zip_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                        sl__state_in *in) {
-  (void)r;
-  (void)pass;
   zip_state *z = st;
   for (size_t i = 0; i < z->n; i++)
     SL_FORWARD_IF_ERROR(sl__state_restore_up(in, z->readers[i]));
@@ -152,15 +148,19 @@ static int zip_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
 }
 
 static void zip_identity(const sl_reader *r, void *st, char *buf, size_t cap) {
-  (void)r;
   snprintf(buf, cap, "truncate=%d", ((zip_state *)st)->truncate ? 1 : 0);
 }
 
-static const sl__state_ops zip_state_ops = {zip_save, zip_restore,
-                                            zip_identity};
-
-static const sl_reader_vtable zip_vt = {"zip", zip_next, zip_reset,
-                                        zip_destroy};
+static const sl__stage_ops zip_ops = {
+    .name = "zip",
+    .next = zip_next,
+    .reset = zip_reset,
+    .destroy = zip_destroy,
+    .length = zip_length,
+    .save = zip_save,
+    .restore = zip_restore,
+    .identity = zip_identity,
+};
 
 /* The reader that contributed output field `f`. */
 static size_t owner_of(const zip_state *z, int f) {
@@ -231,12 +231,7 @@ int sl_zip(sl_reader **readers, size_t n, int truncate, sl_reader **out) {
     return rc;
   }
   z->schema = schema;
-  rc = sl__reader_make(&zip_vt, z, schema, out);
+  rc = sl__stage_new(&zip_ops, z, schema, z->readers, n, NULL, out);
   sl_schema_release(schema);
-  if (rc == SL_OK) {
-    sl__reader_link(*out, z->readers, z->n, NULL);
-    sl__reader_set_length(*out, zip_length);
-    sl__reader_set_state_ops(*out, &zip_state_ops);
-  }
   return rc;
 }
