@@ -4,7 +4,7 @@
  * The reader base (readers/reader.c) counts every stage's output and, while
  * timing is on, the time its callers spend inside its next.  A stage with
  * threads of its own (prefetch, open_files, the Lua map) also owns an
- * sl__stage_counters in its state, registered with sl__reader_link, and
+ * sl__stage_counters in its state, given to sl__stage_new, and
  * adds what only its threads can see: their own work, the time they wait
  * for the turn to pull upstream, and the time they are blocked by a full
  * queue.  Counters are relaxed atomics: a snapshot may be read while the

@@ -12,7 +12,7 @@
  *     (status, sticky error, peek) is as safe as the implementation's;
  *   - run statistics: the samples each reader hands out and, while timing is
  *     on (sl_stats_enable), the time spent inside its implementation's next;
- *     the links to its upstreams (sl__reader_link) let stats.c walk the
+ *     the links to its upstreams (given to sl__stage_new) let stats.c walk the
  *     chain.  Counted where the implementation is called (pull), so a
  *     sample peeked by has_next counts once.
  */
@@ -49,22 +49,6 @@ void sl__reader_own(sl_reader *r, void (*release)(void *), void *owned) {
   r->owned = owned;
 }
 
-void sl__reader_link(sl_reader *r, sl_reader *const *ups, size_t n,
-                     const sl__stage_counters *c) {
-  if (!r) return;
-  r->ups = ups;
-  r->nups = ups ? n : 0;
-  r->counters = c;
-}
-
-void sl__reader_set_length(sl_reader *r, sl__length_fn fn) {
-  if (r) r->ops.length = fn;
-}
-
-void sl__reader_set_stop_signal(sl_reader *r, sl__stop_signal_fn fn) {
-  if (r) r->ops.stop = fn;
-}
-
 const sl__stage_ops *sl__reader_ops(const sl_reader *r) {
   return &r->ops;
 }
@@ -87,30 +71,11 @@ static void signal_chain(sl_reader *r, int depth) {
     signal_chain(r->ups[i], depth + 1);
 }
 
-void sl__reader_set_state_check(sl_reader *r, sl__state_check_fn fn) {
-  if (r) r->ops.check = fn;
-}
-
-sl__state_check_fn sl__reader_state_check(const sl_reader *r) {
-  return r->ops.check;
-}
-
-void sl__reader_set_fetch(sl_reader *r, sl__fetch_fn fn) {
-  if (r) r->ops.fetch = fn;
-}
-
 int sl__reader_fetch(sl_reader *r, uint64_t pass, uint64_t pos,
                      sl_sample **out) {
   SL_RETURN_ERROR_IF(!r->ops.fetch, SL_EUNSUPPORTED,
                      "%s: no random access to its samples", sl_reader_name(r));
   return r->ops.fetch(r, r->state, pass, pos, out);
-}
-
-void sl__reader_set_state_ops(sl_reader *r, const sl__state_ops *ops) {
-  if (!r) return;
-  r->ops.save = ops ? ops->save : NULL;
-  r->ops.restore = ops ? ops->restore : NULL;
-  r->ops.identity = ops ? ops->identity : NULL;
 }
 
 const sl__stage_ops *sl__reader_state_ops(const sl_reader *r, void **state) {
@@ -225,7 +190,9 @@ int sl__stage_new(const sl__stage_ops *ops, void *state, sl_schema *schema,
                   const sl__stage_counters *c, sl_reader **out) {
   *out = make_reader(ops, state, schema);
   if (!*out) return sl_last_error_code();
-  sl__reader_link(*out, ups, nups, c);
+  (*out)->ups = ups;
+  (*out)->nups = ups ? nups : 0;
+  (*out)->counters = c;
   return SL_OK;
 }
 

@@ -28,15 +28,6 @@ static inline int sl__fail_with_upstream(sl_reader *up, int rc) {
   return rc;
 }
 
-/* sl_reader_new for built-in stages: on failure the vtable's destroy has
- * already freed `state` (and the upstreams it owns); returns SL_OK or the
- * error. */
-static inline int sl__reader_make(const sl_reader_vtable *vt, void *state,
-                                  sl_schema *schema, sl_reader **out) {
-  *out = sl_reader_new(vt, state, schema);
-  return *out ? SL_OK : sl_last_error_code();
-}
-
 /* Destroys readers[0..n) (each NULL-safe), for stages that own several
  * upstreams (chain, zip). */
 static inline void sl__destroy_readers(sl_reader **readers, size_t n) {
@@ -82,25 +73,14 @@ static inline int sl__check_readers(const char *stage, sl_reader **readers,
  * SL_ENOMEM.  Used by sl_threaded. */
 int sl__reader_share(sl_reader *r);
 
-/* Statistics links, set once right after construction: `ups` (n entries,
- * borrowed from the stage's state, so it must live as long as the reader:
- * e.g. &state->up) are the readers this stage pulls from; `c` (may be NULL,
- * also borrowed from the state) the counters of a stage with threads of its
- * own.  NULL-safe on r. */
-void sl__reader_link(sl_reader *r, sl_reader *const *ups, size_t n,
-                     const sl__stage_counters *c);
-
 /* Lengths (sl_reader_length).  A stage that knows how many samples one pass
- * of it yields without reading the pass sets a length function once, right
- * after construction (after sl__reader_link when it uses its upstreams'
- * lengths).  The function gets the reader and its state, stores the count
+ * of it yields without reading the pass has a `length` entry (stage.h).  The function gets the reader and its state, stores the count
  * in *n and returns SL_OK, or returns an error with a message
  * (SL_EUNSUPPORTED: not known).  It must only read what does not change
  * after construction (it may run beside next on another thread).  A stage
  * without one has no known length: filters, generators, parsers that may
  * skip lines, policies that skip bad input. */
 typedef int (*sl__length_fn)(const sl_reader *r, void *state, uint64_t *n);
-void sl__reader_set_length(sl_reader *r, sl__length_fn fn); /* NULL-safe r */
 /* The length of upstream i of r (its statistics link), or SL_EUNSUPPORTED. */
 int sl__upstream_length(const sl_reader *r, size_t i, uint64_t *n);
 /* A length function for stages yielding exactly one sample per sample of
@@ -129,7 +109,6 @@ int sl__filter_callback_error(int rc, uint64_t index);
  * the call ends.  The stages' own reset / destroy then join and restart as
  * usual. */
 typedef void (*sl__stop_signal_fn)(void *state);
-void sl__reader_set_stop_signal(sl_reader *r, sl__stop_signal_fn fn);
 
 /* r's state when r is a built-in stage whose next function is `next` and
  * that is not shared (sl__reader_share); else NULL.  For stages that
@@ -152,29 +131,5 @@ typedef struct sl__reader_view {
   uint64_t samples_out, next_ns;
 } sl__reader_view;
 void sl__reader_view_of(const sl_reader *r, sl__reader_view *v);
-
-/* sl__reader_make for a decorator of one upstream: also links `*up_slot`
- * (the state's field holding the upstream) and `c` for statistics. */
-static inline int sl__decorator_make(const sl_reader_vtable *vt, void *state,
-                                     sl_schema *schema,
-                                     sl_reader *const *up_slot,
-                                     const sl__stage_counters *c,
-                                     sl_reader **out) {
-  int rc = sl__reader_make(vt, state, schema, out);
-  if (rc == SL_OK) sl__reader_link(*out, up_slot, 1, c);
-  return rc;
-}
-
-/* sl__decorator_make for a stage yielding one sample per upstream sample:
- * also sets sl__length_of_upstream as its length. */
-static inline int sl__decorator_make_1to1(const sl_reader_vtable *vt,
-                                          void *state, sl_schema *schema,
-                                          sl_reader *const *up_slot,
-                                          const sl__stage_counters *c,
-                                          sl_reader **out) {
-  int rc = sl__decorator_make(vt, state, schema, up_slot, c, out);
-  if (rc == SL_OK) sl__reader_set_length(*out, sl__length_of_upstream);
-  return rc;
-}
 
 #endif

@@ -482,7 +482,7 @@ static int check(record *rec, sl_reader *r, trail *t) {
                        "pipeline is unchanged",
                        t->n, where, (unsigned long long)rec->k,
                        (unsigned long long)rec->kids[0].k);
-  sl__state_check_fn check_fn = sl__reader_state_check(r);
+  sl__state_check_fn check_fn = sl__reader_ops(r)->check;
   if (check_fn) {
     /* A source's data against its record: SL_ECORRUPT naming the file. */
     sl__state_in in = {rec, 0, 0};

@@ -57,14 +57,6 @@
 typedef struct sl__state_out sl__state_out;
 typedef struct sl__state_in sl__state_in;
 
-typedef struct sl__state_ops {
-  int (*save)(sl_reader *r, void *state, uint64_t pass, uint64_t k,
-              sl__state_out *w);
-  int (*restore)(sl_reader *r, void *state, uint64_t pass, uint64_t k,
-                 sl__state_in *in);
-  void (*identity)(const sl_reader *r, void *state, char *buf, size_t cap);
-} sl__state_ops;
-
 /* Optional, for sources: a check of the stage's record against its data,
  * run before any stage of the chain changes (it reads the record with
  * sl__state_get_*, as restore will again): SL_ECORRUPT naming the file when
@@ -73,13 +65,6 @@ typedef struct sl__state_ops {
  * stage.  The stage's `check` entry (stage.h). */
 typedef int (*sl__state_check_fn)(const sl_reader *r, void *state,
                                   sl__state_in *in);
-void sl__reader_set_state_check(sl_reader *r, sl__state_check_fn check);
-/* r's check (NULL: none). */
-sl__state_check_fn sl__reader_state_check(const sl_reader *r);
-
-/* Sets r's state ops (borrowed; static), once, right after construction.
- * NULL-safe on r. */
-void sl__reader_set_state_ops(sl_reader *r, const sl__state_ops *ops);
 /* r's pass count: resets since construction, or the pass a restore set. */
 uint64_t sl__reader_pass(const sl_reader *r);
 /* Samples r's next has handed out in the current pass. */
@@ -139,7 +124,7 @@ uint64_t sl__state_position(const sl__state_in *in);
  * for a URL what source_http.c makes of the response at open (a hash of
  * the ETag, a hash of the URL, the size, Last-Modified).  The save op
  * writes the list with sl__state_put_file_ids; the source's state check
- * (sl__reader_set_state_check: before any stage changes) and its restore
+ * (its `check` entry: before any stage changes) and its restore
  * read it back with sl__state_check_file_ids, which compares it with the
  * identities the reader has now and returns SL_ECORRUPT naming the file
  * and what changed ("its modification time", "another file (inode)",
@@ -177,9 +162,6 @@ int sl__state_save_1to1(sl_reader *r, void *state, uint64_t pass, uint64_t k,
  * restores upstream 0. */
 int sl__state_restore_1to1(sl_reader *r, void *state, uint64_t pass, uint64_t k,
                            sl__state_in *in);
-/* Pass-through stages with no counters and no identity of their own. */
-#define SL__STATE_OPS_1TO1                                                     \
-  { sl__state_save_1to1, sl__state_restore_1to1, NULL }
 
 /* A restore's bound on its position k in a pass of n samples: SL_OK when
  * k <= n, else SL_ECORRUPT "restore: <stage>: position K is past its N
@@ -326,7 +308,6 @@ sl_reader *sl__reader_up(const sl_reader *r, size_t i);
  * while nothing pulls the reader (a restore). */
 typedef int (*sl__fetch_fn)(sl_reader *r, void *state, uint64_t pass,
                             uint64_t pos, sl_sample **out);
-void sl__reader_set_fetch(sl_reader *r, sl__fetch_fn fn);
 int sl__reader_fetch(sl_reader *r, uint64_t pass, uint64_t pos,
                      sl_sample **out);
 
