@@ -20,8 +20,8 @@
 
 #include "core/internal.h"
 #include "core/crc32c.h"
-#include "io/io_faults.h"
-#include "io/slr_file.h"
+#include "transport/io_faults.h"
+#include "formats/slr_file.h"
 
 #include <ftw.h>
 #include <sys/stat.h>

@@ -15,7 +15,7 @@
 #include "test.h"
 #include "test_util.h"
 
-#include "io/http.h"
+#include "transport/http.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>

@@ -20,9 +20,9 @@
 #include "test_util.h"
 
 #include "core/crc32c.h"
-#include "io/http.h"
-#include "io/tar.h"
-#include "io/tfrecord.h"
+#include "transport/http.h"
+#include "formats/tar.h"
+#include "formats/tfrecord.h"
 
 #include <fcntl.h>
 #include <signal.h>

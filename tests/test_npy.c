@@ -6,7 +6,7 @@
 #include "test.h"
 #include "test_util.h"
 
-#include "io/bytes.h"
+#include "formats/bytes.h"
 
 #include <unistd.h>
 #include <zlib.h>

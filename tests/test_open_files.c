@@ -10,7 +10,7 @@
 #include "test_util.h"
 
 #include "core/internal.h"
-#include "io/import.h"
+#include "pack/import.h"
 #include "open/epoch_plan.h"
 
 #include <dirent.h>

@@ -16,9 +16,9 @@
  * The CLI side (planted links, signals, ulimit -f) is tests/cli/
  * pack_outputs.sh.
  */
-#include "io/import.h"
-#include "io/io_faults.h"
-#include "io/output.h"
+#include "pack/import.h"
+#include "transport/io_faults.h"
+#include "transport/output.h"
 #include "test.h"
 #include "test_util.h"
 

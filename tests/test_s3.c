@@ -16,8 +16,8 @@
 #include "test.h"
 #include "test_util.h"
 
-#include "io/http.h"
-#include "io/s3.h"
+#include "transport/http.h"
+#include "transport/s3.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>

@@ -6,7 +6,7 @@
  * bad arguments are refused with messages naming the stage and the value,
  * and every stage resumes exactly at any cut.
  */
-#include "readers/state.h"
+#include "stages/state.h"
 #include "test.h"
 #include "test_util.h"
 

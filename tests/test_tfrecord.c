@@ -10,7 +10,7 @@
 #include "test_util.h"
 
 #include "core/crc32c.h"
-#include "io/tfrecord.h"
+#include "formats/tfrecord.h"
 
 #include <unistd.h>
 #include <zlib.h>

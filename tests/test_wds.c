@@ -5,10 +5,10 @@
  * field types, GNU and pax long names, brace patterns, threads, shard
  * shuffle, rank sharding, errors, save/restore.
  */
-#include "io/output.h"
-#include "io/tar.h"
-#include "io/wds.h"
-#include "open/wds_pack.h"
+#include "transport/output.h"
+#include "formats/tar.h"
+#include "formats/wds.h"
+#include "pack/wds_pack.h"
 #include "test.h"
 #include "test_util.h"
 

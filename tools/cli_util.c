@@ -8,7 +8,7 @@
  */
 #include "cli.h"
 #include "core/internal.h"
-#include "io/output.h"
+#include "transport/output.h"
 
 #include <ctype.h>
 #include <errno.h>

@@ -18,9 +18,9 @@
  */
 #include "cli.h"
 #include "image/image.h"
-#include "io/import.h"
-#include "io/output.h"
-#include "open/wds_pack.h"
+#include "pack/import.h"
+#include "transport/output.h"
+#include "pack/wds_pack.h"
 
 #include <errno.h>
 #include <signal.h>

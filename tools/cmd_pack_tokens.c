@@ -9,7 +9,7 @@
  * summary before the renames.
  */
 #include "cli.h"
-#include "io/import.h"
+#include "pack/import.h"
 
 #include <errno.h>
 #include <stdio_ext.h>

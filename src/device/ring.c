@@ -65,7 +65,7 @@
  *   nslots, release_wait_ms, device.
  */
 #include "device/device.h"
-#include "readers/state.h"
+#include "stages/state.h"
 
 #include <errno.h>
 #include <pthread.h>

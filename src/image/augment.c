@@ -19,7 +19,7 @@
  */
 #include "core/rng.h"
 #include "image/image.h"
-#include "readers/state.h"
+#include "stages/state.h"
 
 typedef struct crop_state {
   sl_reader *up;

@@ -46,7 +46,7 @@
  * restored position (bad images before it are not counted again).
  */
 #include "image/image.h"
-#include "readers/state.h"
+#include "stages/state.h"
 #include "sync/engine.h"
 
 #include <stdlib.h>

@@ -66,13 +66,13 @@
  *               the units it holds).
  */
 #include "core/crc32c.h"
-#include "io/bytes.h"
-#include "io/slr_file.h"
-#include "io/source.h"
+#include "formats/bytes.h"
+#include "formats/slr_file.h"
+#include "transport/source.h"
 #include "open/epoch_plan.h"
 #include "open/registry.h"
 #include "open/shard_set.h"
-#include "readers/state.h"
+#include "stages/state.h"
 #include "sync/engine.h"
 
 #include <stdlib.h>

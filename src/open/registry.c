@@ -30,9 +30,9 @@
  * different locales would otherwise split different file lists.
  */
 #include "open/registry.h"
-#include "io/http.h"
-#include "io/tokens_set.h"
-#include "io/wds.h"
+#include "transport/http.h"
+#include "formats/tokens_set.h"
+#include "formats/wds.h"
 #include "open/shard_set.h"
 
 #include <errno.h>

@@ -54,12 +54,11 @@
  * immutable after construction.
  */
 #include "core/rng.h"
-#include "io/http.h"
-#include "io/wds.h"
+#include "transport/http.h"
+#include "formats/wds.h"
 #include "open/epoch_plan.h"
 #include "open/registry.h"
-#include "open/wds_pack.h"
-#include "readers/state.h"
+#include "stages/state.h"
 
 #include <ctype.h>
 #include <errno.h>

@@ -61,7 +61,7 @@
  * stop flag (the deadline hook reads it) is set by the stop signal from any
  * thread.
  */
-#include "readers/state.h"
+#include "stages/state.h"
 #include "script/lua_host.h"
 #include "script/lua_internal.h"
 #include "sync/engine.h"

@@ -43,7 +43,7 @@
  * schema has no fields; if it fails, construction fails with that error (no
  * schema could be known).
  */
-#include "readers/state.h"
+#include "stages/state.h"
 #include "script/lua_host.h"
 #include "script/lua_internal.h"
 

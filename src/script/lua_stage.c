@@ -63,7 +63,7 @@
  * result is deposited, under the engine's lock, so a consumer that takes
  * the result sees it).
  */
-#include "readers/state.h"
+#include "stages/state.h"
 #include "script/lua_host.h"
 #include "script/lua_internal.h"
 #include "sync/engine.h"

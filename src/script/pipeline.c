@@ -30,7 +30,7 @@
  * into libsluice for objects the script made and dropped.
  */
 #include "core/internal.h"
-#include "readers/state.h"
+#include "stages/state.h"
 #include "script/lua_host.h"
 #include "script/lua_internal.h"
 
