@@ -1,5 +1,5 @@
 /*
- * test_output.c - the one output path of every packer (src/io/output.h;
+ * test_output.c - the one output path of every packer (src/transport/output.h;
  * issue 24, item 1), through its smallest user, the token packer
  * (sl__pack_tokens, what `sluice pack tokens` calls):
  *

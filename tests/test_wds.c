@@ -1,5 +1,5 @@
 /*
- * test_wds.c - WebDataset tar shards (src/io/tar.c, wds_shard.c,
+ * test_wds.c - WebDataset tar shards (src/formats/tar.c, wds_shard.c,
  * wds_reader.c, src/open/wds_open.c) against shards written by Python's
  * tarfile (tests/data/formats/make_fixtures.py): grouping by key, the
  * field types, GNU and pax long names, brace patterns, threads, shard
