@@ -29,9 +29,9 @@
  */
 #include "bench_util.h"
 #include "core/crc32c.h"
-#include "io/bytes.h"
-#include "io/tar.h"
-#include "io/tfrecord.h"
+#include "formats/bytes.h"
+#include "formats/tar.h"
+#include "formats/tfrecord.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

@@ -13,7 +13,7 @@
  * item, each fitting its schema, the same in both passes.
  */
 #include "fuzz_util.h"
-#include "io/idx.h"
+#include "formats/idx.h"
 
 #include <zlib.h>
 

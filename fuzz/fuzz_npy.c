@@ -10,7 +10,7 @@
  * file, and then reads two equal passes of windows.
  */
 #include "fuzz_formats.h"
-#include "io/npy.h"
+#include "formats/npy.h"
 
 static int open_npy(const char *path, void *ud, sl_reader **out) {
   (void)ud;

@@ -23,7 +23,7 @@
 #define SLUICE_FUZZ_SLR_COMMON_H
 
 #include "fuzz_util.h"
-#include "io/slr_file.h"
+#include "formats/slr_file.h"
 
 /* Chunk size limit for fuzzing: a fuzzed size field must not make the
  * reader allocate a gigabyte per input. */

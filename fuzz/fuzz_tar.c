@@ -10,7 +10,7 @@
  * 1 MiB (which it would have to read into memory).
  */
 #include "fuzz_formats.h"
-#include "io/tar.h"
+#include "formats/tar.h"
 
 static int open_wds(const char *path, void *ud, sl_reader **out) {
   (void)ud;

@@ -19,7 +19,7 @@
  * local or remote) give the same records and end the same way.
  */
 #include "fuzz_formats.h"
-#include "io/tfrecord.h"
+#include "formats/tfrecord.h"
 
 #include <zlib.h>
 

@@ -22,9 +22,9 @@
 #define SLUICE_FUZZ_UTIL_H
 
 #include "core/internal.h"
-#include "io/bytes.h"
+#include "formats/bytes.h"
 #include "core/crc32c.h"
-#include "io/source.h"
+#include "transport/source.h"
 
 #include <stdarg.h>
 #include <stdint.h>

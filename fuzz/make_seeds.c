@@ -14,8 +14,8 @@
  * same files on every run.
  */
 #include "core/internal.h"
-#include "io/bytes.h"
-#include "io/slr_format.h"
+#include "formats/bytes.h"
+#include "formats/slr_format.h"
 
 #include <errno.h>
 #include <stdlib.h>

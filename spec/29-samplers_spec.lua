@@ -1,7 +1,7 @@
 -- 29-samplers_spec.lua: PyTorch's samplers and splits (issue 19, item 8):
 -- p:weighted_sample (WeightedRandomSampler), p:subset (Subset) and
 -- sluice.random_split (random_split), over sources with random access
--- (src/readers/sampler.c).  Positions and indices are 0-based, as
+-- (src/stages/sampler.c).  Positions and indices are 0-based, as
 -- sluice's positions and ctx.index.
 local sluice = require "sluice"
 

@@ -8,7 +8,7 @@
 #ifndef SLUICE_IMAGE_FIXTURE_H
 #define SLUICE_IMAGE_FIXTURE_H
 
-#include "io/idx.h"
+#include "formats/idx.h"
 
 #include <errno.h>
 #include <spng.h>

@@ -4,38 +4,56 @@
 #   usage: layers.sh SRC_DIR [OBJECT...]
 #          layers.sh --self-test
 #
-# The order, lowest first (docs/ARCHITECTURE.md, "Layers"):
+# The order, lowest first (docs/ARCHITECTURE.md, "Layers"); folders of one
+# level do not use each other:
 #
-#   0 core     allocation, errors, samples, tensors, schemas, buffer pools,
-#              threads, options structs, paths, the stats switch
-#   1 sync     channel, the parallel-stage engine
-#   2 readers  the reader base and the format-independent stages
-#   3 io       files and formats (SLR, idx, text), the packers into SLR
-#   4 image    image decoding, the image reader and augmentation, pack images
-#   5 open     opening data: the format registry (sl_open), open_files, the
-#              epoch plan, shard sets
-#   6 script   the embedded Lua (same level as device: neither uses the other)
-#   6 device   the double buffer and its copy engines
+#   0 core       allocation, errors, samples, tensors, schemas, buffer pools,
+#                threads, options structs, paths, CRC32C, the stats switch
+#   1 sync       channel, the parallel-stage engine
+#   1 transport  bytes in and out: the byte-source interface, files, HTTP,
+#                S3, whole-file maps, the output path, the I/O fault hooks
+#   2 stages     the reader base, the sources and the format-independent
+#                stages
+#   3 lm         the language-model stages (padded_batch, bucket_batch,
+#                pack, window, mix)
+#   3 formats    the format readers (SLR, idx, text, npy, csv, tar, wds,
+#                tfrecord, token shards)
+#   3 image      image decoding, the image reader and augmentation
+#   4 open       opening data: the format registry (sl_open), open_files, the
+#                epoch plan, shard sets, wds and token shard sets
+#   5 pack       every writer: the SLR writer and its sink, the packers
+#                (idx, text, tokens, images, wds), the tar writer
+#   6 script     the embedded Lua
+#   6 device     the double buffer and its copy engines
 #
 # A file may use its own folder and any folder of a lower level, nothing
-# else.  Two checks:
+# else.  Three checks:
 #   - includes: every `#include "FOLDER/..."` of every .c/.h under SRC_DIR;
 #   - calls: with the library's object files given (CMake passes
 #     $<TARGET_OBJECTS:sluice_objects>), every symbol an object of FOLDER
 #     leaves undefined and another object of the library defines (nm) must be
 #     defined in FOLDER or below: this catches a call through a declaration
-#     that lives in a lower header (core/internal.h) but is defined higher.
-# Exit 0 when both hold; 1 with one line per violation.
+#     that lives in a lower header (core/internal.h) but is defined higher;
+#   - pairs: no two objects call each other (A leaves undefined a symbol B
+#     defines, and B one A defines), in one folder or not: one of them is
+#     the lower piece, or the shared part belongs in a third file.  The
+#     pairs in MUTUAL_KNOWN are tolerated until their fix lands.
+# Exit 0 when all hold; 1 with one line per violation.
 set -euo pipefail
+
+# Pairs of objects known to call each other, "folder/x.c.o:folder/y.c.o",
+# tolerated until their fix lands (an environment setting adds to them).
+# registry.c <-> wds_open.c: until H5 (issue 25, item 3) lands.
+MUTUAL_KNOWN="${MUTUAL_KNOWN:-} open/registry.c.o:open/wds_open.c.o"
 
 level_of() {
   case "$1" in
     core) echo 0 ;;
-    sync) echo 1 ;;
-    readers) echo 2 ;;
-    io) echo 3 ;;
-    image) echo 4 ;;
-    open) echo 5 ;;
+    sync | transport) echo 1 ;;
+    stages) echo 2 ;;
+    lm | formats | image) echo 3 ;;
+    open) echo 4 ;;
+    pack) echo 5 ;;
     script | device) echo 6 ;;
     *) echo -1 ;;
   esac
@@ -97,15 +115,33 @@ check() {
       fi
     done < <(sort -k1,1 "$uses" | join -j1 - <(sort -u -k1,1 "$defs") |
              awk '$2 != $4')
+    # Pairs: FOLDER/OBJECT calls FOLDER/OBJECT, both ways.
+    while read -r a b sa sb; do
+      case " $MUTUAL_KNOWN " in *" $a:$b "* | *" $b:$a "*) continue ;; esac
+      echo "layers: ${a%.o} and ${b%.o} call each other (${a%.o} calls $sa, ${b%.o} calls $sb)"
+      bad=1
+    done < <(sort -k1,1 "$uses" | join -j1 - <(sort -u -k1,1 "$defs") |
+             awk '$2 "/" $3 != $4 "/" $5 {
+                    k = $2 "/" $3 " " $4 "/" $5
+                    if (!(k in e)) e[k] = $1
+                  }
+                  END {
+                    for (k in e) {
+                      split(k, p, " ")
+                      r = p[2] " " p[1]
+                      if ((r in e) && p[1] < p[2]) print p[1], p[2], e[k], e[r]
+                    }
+                  }' | sort)
     rm -f "$defs" "$uses"
   fi
   return $bad
 }
 
 self_test() {
-  local t
+  local t o
   t=$(mktemp -d)
-  trap 'rm -rf "$t"' RETURN
+  o=$(mktemp -d) # the objects, outside the source tree checked
+  trap 'rm -rf "$t" "$o"' RETURN
   mkdir -p "$t/core" "$t/sync" "$t/open" "$t/image"
   printf '#include "core/internal.h"\n' >"$t/sync/ok.c"
   printf '#include "image/image.h"\n#include "sluice.h"\n' >"$t/open/ok.c"
@@ -119,15 +155,30 @@ self_test() {
   mkdir "$t/misc"
   check "$t" >/dev/null && { echo "self-test: a folder without a layer passed"; return 1; }
   rmdir "$t/misc"
-  # Calls, on real objects: sync calls a function defined in readers.
+  # Calls, on real objects: sync calls a function defined in stages.
   command -v "${CC:-cc}" >/dev/null || { echo "self-test: no C compiler"; return 1; }
-  mkdir -p "$t/obj/src/sync" "$t/obj/src/readers"
+  mkdir -p "$o/src/sync" "$o/src/stages"
   printf 'int up(void);\nint down(void) { return up(); }\n' >"$t/d.c"
   printf 'int up(void) { return 1; }\n' >"$t/u.c"
-  "${CC:-cc}" -c "$t/d.c" -o "$t/obj/src/sync/d.c.o"
-  "${CC:-cc}" -c "$t/u.c" -o "$t/obj/src/readers/u.c.o"
-  check "$t" "$t/obj/src/sync/d.c.o" "$t/obj/src/readers/u.c.o" >/dev/null &&
-    { echo "self-test: sync calling readers passed"; return 1; }
+  "${CC:-cc}" -c "$t/d.c" -o "$o/src/sync/d.c.o"
+  "${CC:-cc}" -c "$t/u.c" -o "$o/src/stages/u.c.o"
+  check "$t" "$o/src/sync/d.c.o" "$o/src/stages/u.c.o" >/dev/null &&
+    { echo "self-test: sync calling stages passed"; return 1; }
+  # Two objects of one folder calling each other; one way is fine.
+  mkdir -p "$o/src/core"
+  printf 'int pong(void);\nint ping(void) { return pong(); }\n' >"$t/a.c"
+  printf 'int pong(void) { return 1; }\n' >"$t/b.c"
+  "${CC:-cc}" -c "$t/a.c" -o "$o/src/core/a.c.o"
+  "${CC:-cc}" -c "$t/b.c" -o "$o/src/core/b.c.o"
+  check "$t" "$o/src/core/a.c.o" "$o/src/core/b.c.o" >/dev/null ||
+    { echo "self-test: a one-way call was refused"; return 1; }
+  printf 'int ping(void);\nint pong(void) { return ping(); }\n' >"$t/b.c"
+  "${CC:-cc}" -c "$t/b.c" -o "$o/src/core/b.c.o"
+  check "$t" "$o/src/core/a.c.o" "$o/src/core/b.c.o" >/dev/null &&
+    { echo "self-test: two objects calling each other passed"; return 1; }
+  MUTUAL_KNOWN="core/b.c.o:core/a.c.o" check "$t" "$o/src/core/a.c.o" \
+    "$o/src/core/b.c.o" >/dev/null ||
+    { echo "self-test: a known pair was refused"; return 1; }
   echo "self-test: ok"
 }
 
@@ -140,7 +191,7 @@ src=$1
 shift
 self_test >/dev/null || { self_test; exit 1; }
 if check "$src" "$@"; then
-  echo "layers: core < sync < readers < io < image < open < {script, device}: $(find "$src" -name '*.[ch]' | wc -l) files, $# objects, no upward include or call"
+  echo "layers: core < {sync, transport} < stages < {lm, formats, image} < open < pack < {script, device}: $(find "$src" -name '*.[ch]' | wc -l) files, $# objects, no upward include or call, no two objects calling each other${MUTUAL_KNOWN:+ (known: $MUTUAL_KNOWN)}"
 else
   exit 1
 fi

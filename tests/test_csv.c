@@ -1,5 +1,5 @@
 /*
- * test_csv.c - the csv: reader (src/io/csv_reader.c, csv.c) against files
+ * test_csv.c - the csv: reader (src/formats/csv_reader.c, csv.c) against files
  * written by Python's csv module (tests/data/formats/make_fixtures.py):
  * header, guessed and declared dtypes, RFC 4180 quoting, delimiters, bad
  * rows naming their line, save/restore.

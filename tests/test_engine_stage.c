@@ -6,7 +6,7 @@
 #include "test.h"
 #include "test_util.h"
 
-#include "readers/engine_stage.h"
+#include "stages/engine_stage.h"
 
 #include <stdatomic.h>
 

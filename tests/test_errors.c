@@ -3,7 +3,7 @@
  * exact message, stays sticky, and is cleared by reset; errors raised by map
  * and filter callbacks in the middle of a chain arrive the same way. */
 #include "core/internal.h"
-#include "readers/stage.h"
+#include "stages/stage.h"
 #include "test.h"
 #include "test_util.h"
 

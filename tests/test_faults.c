@@ -6,7 +6,7 @@
  * Each sweep arms one fault at call number k - the k-th allocation
  * (sl__alloc_fail_after), the k-th read (EIO, short reads, a file that
  * shrinks) or the k-th write (EIO, ENOSPC, short writes) of
- * src/io/io_faults.h - runs the path, and checks the outcome: either the
+ * src/transport/io_faults.h - runs the path, and checks the outcome: either the
  * run succeeds and every batch holds exactly the right rows, or it fails
  * with the fault's own code (SL_ENOMEM, SL_EIO) and a message saying where.
  * k goes 0, 1, 2, ... until a run makes no more than k calls, i.e. until
@@ -20,8 +20,8 @@
 
 #include "core/internal.h"
 #include "core/crc32c.h"
-#include "io/io_faults.h"
-#include "io/slr_file.h"
+#include "transport/io_faults.h"
+#include "formats/slr_file.h"
 
 #include <ftw.h>
 #include <sys/stat.h>

@@ -4,8 +4,8 @@
  * and without drop), and the pull of batch after batch agreeing with it;
  * batch's deferred rows through its stage table's defer and finish.
  */
-#include "readers/gather.h"
-#include "readers/stage.h"
+#include "stages/gather.h"
+#include "stages/stage.h"
 #include "test.h"
 #include "test_util.h"
 

@@ -1,5 +1,5 @@
 /*
- * test_http.c - remote files over HTTP (src/io/http.c): a real nginx on
+ * test_http.c - remote files over HTTP (src/transport/http.c): a real nginx on
  * loopback (started here on a free port, stopped at the end) serves
  * tests/data/formats/, and the npy:, csv:, wds: and tfrecord: readers read
  * it by URL; faults: 404 (an error naming the URL and the status), 500
@@ -15,7 +15,7 @@
 #include "test.h"
 #include "test_util.h"
 
-#include "io/http.h"
+#include "transport/http.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -415,7 +415,7 @@ TEST(http_failing_server_fails_naming_url_after_retries) {
   bad_stop(&b);
 }
 
-/* --- ranged reads: SLR over URLs (src/io/source_http.c) ------------------ */
+/* --- ranged reads: SLR over URLs (src/transport/source_http.c) ------------------ */
 
 /* s->dir/www/<name>, served at /w/<name> and /flakyw/<name>. */
 static const char *www(const server *s, const char *name) {

@@ -1,6 +1,6 @@
 /*
  * test_http_stream.c - WebDataset tar shards and plain TFRecord files read
- * over HTTP through the ranged byte source (src/io/source_http.c) block by
+ * over HTTP through the ranged byte source (src/transport/source_http.c) block by
  * block, not fetched whole: a real nginx on loopback (started here on a
  * free port, stopped at the end) serves tests/data/formats/ at / and the
  * test's own files at /w/.
@@ -20,9 +20,9 @@
 #include "test_util.h"
 
 #include "core/crc32c.h"
-#include "io/http.h"
-#include "io/tar.h"
-#include "io/tfrecord.h"
+#include "transport/http.h"
+#include "formats/tar.h"
+#include "formats/tfrecord.h"
 
 #include <fcntl.h>
 #include <signal.h>

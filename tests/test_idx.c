@@ -1,10 +1,10 @@
 /*
- * test_idx.c - the idx parser (src/io/idx.c) on tiny files written here,
+ * test_idx.c - the idx parser (src/formats/idx.c) on tiny files written here,
  * plain and gzip, good and broken, and the idx packer's input checks
  * (count mismatch, wrong dtype, nothing left behind on failure).
  */
-#include "io/idx.h"
-#include "io/import.h"
+#include "formats/idx.h"
+#include "pack/import.h"
 #include "test.h"
 #include "test_util.h"
 

@@ -5,7 +5,7 @@
  * labels-name convention and every failure (missing labels, truncated or
  * corrupt files, mismatched counts, wrong dtypes and ranks).
  */
-#include "io/idx.h"
+#include "formats/idx.h"
 #include "test.h"
 #include "test_util.h"
 

@@ -13,7 +13,7 @@
  */
 #include "image/image.h"
 #include "image_fixture.h"
-#include "io/import.h"
+#include "pack/import.h"
 #include "test.h"
 #include "test_util.h"
 

@@ -1,12 +1,12 @@
 /*
- * test_npy.c - the npy: reader (src/io/npy_reader.c) against files written
+ * test_npy.c - the npy: reader (src/formats/npy_reader.c) against files written
  * by numpy (tests/data/formats/make_fixtures.py): .npy v1-v3, 1-D to 3-D,
  * .npz stored and deflated; what is refused; save/restore.
  */
 #include "test.h"
 #include "test_util.h"
 
-#include "io/bytes.h"
+#include "formats/bytes.h"
 
 #include <unistd.h>
 #include <zlib.h>

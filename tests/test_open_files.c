@@ -10,8 +10,8 @@
 #include "test_util.h"
 
 #include "core/internal.h"
-#include "io/import.h"
-#include "io/epoch_plan.h"
+#include "pack/import.h"
+#include "formats/epoch_plan.h"
 
 #include <dirent.h>
 #include <pthread.h>

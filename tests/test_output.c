@@ -1,5 +1,5 @@
 /*
- * test_output.c - the one output path of every packer (src/io/output.h;
+ * test_output.c - the one output path of every packer (src/transport/output.h;
  * issue 24, item 1), through its smallest user, the token packer
  * (sl__pack_tokens, what `sluice pack tokens` calls):
  *
@@ -16,9 +16,9 @@
  * The CLI side (planted links, signals, ulimit -f) is tests/cli/
  * pack_outputs.sh.
  */
-#include "io/import.h"
-#include "io/io_faults.h"
-#include "io/output.h"
+#include "pack/import.h"
+#include "transport/io_faults.h"
+#include "transport/output.h"
 #include "test.h"
 #include "test_util.h"
 

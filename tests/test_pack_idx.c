@@ -8,8 +8,8 @@
  * data comes from Debian's dataset-fashion-mnist; when it is missing the
  * tests fail (they do not skip), saying what to install.
  */
-#include "io/idx.h"
-#include "io/import.h"
+#include "formats/idx.h"
+#include "pack/import.h"
 #include "test.h"
 
 #include <dirent.h>

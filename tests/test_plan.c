@@ -5,7 +5,7 @@
 #include "test.h"
 
 #include "core/internal.h"
-#include "io/epoch_plan.h"
+#include "formats/epoch_plan.h"
 
 /* sl__plan_permute(sl__plan_key(42, 0, UINT64_MAX), a, 10). */
 #define PINNED_PERM "9,2,3,4,0,1,6,8,7,5" /* also docs/DATA.md */

@@ -3,7 +3,7 @@
 #include "test.h"
 #include "test_util.h"
 
-#include "readers/stage.h"
+#include "stages/stage.h"
 
 static int64_t value(sl_sample *s) {
   return *(int64_t *)sl_sample_at(s, 0)->data;

@@ -3,7 +3,7 @@
  * that run on the parallel engine (docs/RESUME.md): the Lua map,
  * filter and parser (src/script/lua_stage.c) ordered at 1, 2 and 4 threads
  * and unordered, the Lua reader (lua_reader.c: a replay of its pass), and
- * the C sl_map_parallel / sl_filter_parallel (readers/parallel.c).
+ * the C sl_map_parallel / sl_filter_parallel (stages/parallel.c).
  *
  * Ordered stages must give, after a restore into a fresh chain, exactly the
  * rest of the uninterrupted run (test_resume_check), ctx (index, epoch and

@@ -1,5 +1,5 @@
 /*
- * test_s3.c - s3://bucket/key names (src/io/s3.c, src/io/http.c): a small
+ * test_s3.c - s3://bucket/key names (src/transport/s3.c, src/transport/http.c): a small
  * S3-compatible server in Python's standard library (tests/http/
  * s3_server.py, started here on a free loopback port, killed at the end)
  * serves a scratch folder as bucket "bkt" and checks every request's AWS
@@ -16,8 +16,8 @@
 #include "test.h"
 #include "test_util.h"
 
-#include "io/http.h"
-#include "io/s3.h"
+#include "transport/http.h"
+#include "transport/s3.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>

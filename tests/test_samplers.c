@@ -1,13 +1,13 @@
 /*
  * test_samplers.c - sl_weighted_sample, sl_subset, sl_random_split
- * (src/readers/sampler.c) and the random access they need from sl_cache:
+ * (src/stages/sampler.c) and the random access they need from sl_cache:
  * the draws follow the weights, are reproducible by seed and differ by
  * pass, subsets keep their order, splits partition by PyTorch's rounding,
  * bad arguments are refused with messages naming the stage and the value,
  * and every stage resumes exactly at any cut.
  */
 #include "core/rng.h"
-#include "readers/state.h"
+#include "stages/state.h"
 #include "test.h"
 #include "test_util.h"
 

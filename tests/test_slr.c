@@ -5,7 +5,7 @@
 
 #include "core/internal.h"
 #include "core/crc32c.h"
-#include "io/slr_file.h"
+#include "formats/slr_file.h"
 
 #include <sys/stat.h>
 #include <unistd.h>

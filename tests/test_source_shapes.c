@@ -6,8 +6,8 @@
  * does not fit the reader is refused (SL_ECORRUPT) with the reader left as
  * it was.
  */
-#include "io/offset_log.h"
-#include "readers/indexed.h"
+#include "formats/offset_log.h"
+#include "stages/indexed.h"
 #include "test.h"
 #include "test_util.h"
 

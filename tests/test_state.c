@@ -5,7 +5,7 @@
  * foreign, corrupt and truncated states are refused with the chain left as
  * it was.
  */
-#include "readers/state.h"
+#include "stages/state.h"
 #include "test.h"
 #include "test_util.h"
 

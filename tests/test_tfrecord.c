@@ -1,5 +1,5 @@
 /*
- * test_tfrecord.c - the tfrecord: reader (src/io/tfrecord*.c) against
+ * test_tfrecord.c - the tfrecord: reader (src/formats/tfrecord*.c) against
  * files built by tests/data/formats/make_fixtures.py, a TFRecord writer
  * that follows the published format (lengths, masked CRC32Cs) around
  * tf.train.Example protos encoded from example.proto's field numbers:
@@ -10,7 +10,7 @@
 #include "test_util.h"
 
 #include "core/crc32c.h"
-#include "io/tfrecord.h"
+#include "formats/tfrecord.h"
 
 #include <unistd.h>
 #include <zlib.h>

@@ -1,14 +1,14 @@
 /*
- * test_wds.c - WebDataset tar shards (src/io/tar.c, wds_shard.c,
+ * test_wds.c - WebDataset tar shards (src/formats/tar.c, wds_shard.c,
  * wds_reader.c, src/open/wds_open.c) against shards written by Python's
  * tarfile (tests/data/formats/make_fixtures.py): grouping by key, the
  * field types, GNU and pax long names, brace patterns, threads, shard
  * shuffle, rank sharding, errors, save/restore.
  */
-#include "io/output.h"
-#include "io/tar.h"
-#include "io/wds.h"
-#include "open/wds_pack.h"
+#include "transport/output.h"
+#include "formats/tar.h"
+#include "formats/wds.h"
+#include "pack/wds_pack.h"
 #include "test.h"
 #include "test_util.h"
 

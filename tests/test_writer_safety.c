@@ -18,8 +18,8 @@
  * The packer is sl__pack_text (what `sluice pack text` calls), over files
  * in a scratch directory.
  */
-#include "io/import.h"
-#include "io/io_faults.h"
+#include "pack/import.h"
+#include "transport/io_faults.h"
 #include "test.h"
 #include "test_util.h"
 

@@ -51,11 +51,11 @@ self_test() {
   printf '#include <pthread.h>\nvoid *f(void *a);\nint go(pthread_t *t) { return pthread_create(t, 0, f, 0); }\n' >"$t/p.c"
   printf 'int quiet(void) { return 1; }\n' >"$t/q.c"
   "${CC:-cc}" -c "$t/p.c" -o "$t/src/sync/engine.c.o"
-  "${CC:-cc}" -c "$t/q.c" -o "$t/src/readers/quiet.c.o"
-  check "$t/src/sync/engine.c.o" "$t/src/readers/quiet.c.o" >/dev/null ||
+  "${CC:-cc}" -c "$t/q.c" -o "$t/src/stages/quiet.c.o"
+  check "$t/src/sync/engine.c.o" "$t/src/stages/quiet.c.o" >/dev/null ||
     { echo "self-test: the engine's own start was refused"; return 1; }
-  cp "$t/src/sync/engine.c.o" "$t/src/readers/prefetch.c.o"
-  check "$t/src/readers/prefetch.c.o" >/dev/null &&
+  cp "$t/src/sync/engine.c.o" "$t/src/stages/prefetch.c.o"
+  check "$t/src/stages/prefetch.c.o" >/dev/null &&
     { echo "self-test: a stage's own pthread_create passed"; return 1; }
   echo "self-test: ok"
 }

@@ -98,6 +98,10 @@ const char *cli_shown(const char *name, char *buf, size_t size);
 const char *cli_human_bytes(uint64_t n, char *buf, size_t size);
 /* Monotonic seconds. */
 double cli_now(void);
+/* The packers' summary, printed before their renames (sl__commit_fn):
+ * flushes stdout; NULL when it took everything, else the reason, with what
+ * it could not take dropped (the pack's error is then the one report). */
+const char *cli_summary_flush(void);
 
 /* --- files ------------------------------------------------------------------
  */
@@ -105,7 +109,7 @@ double cli_now(void);
 /* CRC-32C (Castagnoli) of n bytes. */
 uint32_t cli_crc32c(const void *data, size_t n);
 /* Writes n bytes to `path` atomically through the output path
- * (src/io/output.h): a temporary "PATH.tmp-PID-XXXXXX" in the same folder
+ * (src/transport/output.h): a temporary "PATH.tmp-PID-XXXXXX" in the same folder
  * (O_EXCL | O_NOFOLLOW), fsync'd, then renamed over PATH (and the folder
  * fsync'd), so PATH is either its old contents or all the new bytes, never
  * a part.  SL_OK, or SL_EIO / SL_ENOMEM with the detail set (the temporary

@@ -8,12 +8,13 @@
  */
 #include "cli.h"
 #include "core/internal.h"
-#include "io/output.h"
+#include "transport/output.h"
 
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
+#include <stdio_ext.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -47,6 +48,15 @@ int cli_usage_error(const char *cmd, const char *synopsis, const char *fmt,
   fprintf(stderr, "\nUsage:\n%sRun 'sluice %s --help' for details.\n", synopsis,
           cmd);
   return CLI_USAGE;
+}
+
+const char *cli_summary_flush(void) {
+  errno = 0;
+  if (fflush(stdout) == 0 && !ferror(stdout)) return NULL;
+  int e = errno;
+  __fpurge(stdout);
+  clearerr(stdout);
+  return e ? strerror(e) : "write error";
 }
 
 int cli_fail(const char *cmd, int rc) {
@@ -295,7 +305,7 @@ uint32_t cli_crc32c(const void *data, size_t n) {
 }
 
 int cli_write_file_atomic(const char *path, const void *data, size_t n) {
-  /* The output path of every writer (src/io/output.h): a unique temporary
+  /* The output path of every writer (src/transport/output.h): a unique temporary
    * created O_EXCL | O_NOFOLLOW, synced, renamed, the folder synced. */
   sl__out_file *f;
   SL_FORWARD_IF_ERROR(sl__out_open("write", path, &f));

@@ -4,10 +4,10 @@
  * shards into one SLR file or K shards (or, images with --format wds, into
  * WebDataset tar shards).
  *
- * The work is done by the library's internal importers (src/io/import_*.c),
+ * The work is done by the library's internal importers (src/pack/import_*.c),
  * the same functions the tests call; this file parses options, shows a
  * progress line when stderr is a terminal, and turns signals into a clean
- * abort through the output path's handlers (src/io/output.h): SIGINT,
+ * abort through the output path's handlers (src/transport/output.h): SIGINT,
  * SIGTERM and SIGHUP set the cancel flag the writers check between
  * compression blocks (the importers then remove their temporary files); a
  * second one, or any other catchable signal that ends the process
@@ -18,13 +18,11 @@
  */
 #include "cli.h"
 #include "image/image.h"
-#include "io/import.h"
-#include "io/output.h"
-#include "open/wds_pack.h"
+#include "pack/import.h"
+#include "transport/output.h"
+#include "pack/wds_pack.h"
 
-#include <errno.h>
 #include <signal.h>
-#include <stdio_ext.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -195,20 +193,12 @@ static int print_summary(void *ud, uint64_t records, uint64_t file_bytes) {
     printf("packed %llu records into %s (%s) in %.2f s\n",
            (unsigned long long)records, p->out, size, dt);
   }
-  errno = 0;
-  if (fflush(stdout) != 0 || ferror(stdout)) {
-    int e = errno;
-    /* Drop what could not be written: this message is the one report. */
-    __fpurge(stdout);
-    clearerr(stdout);
-    errno = e;
-    return sl_set_error(SL_EIO,
-                        "cannot write the summary to stdout: %s; nothing was "
-                        "renamed, %s%s is as it was",
-                        errno ? strerror(errno) : "write error", p->out,
-                        p->shards ? " (its shards)" : "");
-  }
-  return SL_OK;
+  const char *why = cli_summary_flush();
+  if (!why) return SL_OK;
+  return sl_set_error(SL_EIO,
+                      "cannot write the summary to stdout: %s; nothing was "
+                      "renamed, %s%s is as it was",
+                      why, p->out, p->shards ? " (its shards)" : "");
 }
 
 int cmd_pack(int argc, char **argv) {

@@ -1,18 +1,16 @@
 /*
  * cmd_pack_tokens.c - `sluice pack tokens FILE... -o OUT.bin`: token shards
  * in llm.c's format, the input of the `tokens:` reader (docs/TEXT.md).  The
- * library's sl__pack_tokens (src/io/import_tokens.c) does the work through
- * the output path every packer shares (src/io/output.h): unique
+ * library's sl__pack_tokens (src/pack/import_tokens.c) does the work through
+ * the output path every packer shares (src/transport/output.h): unique
  * temporaries, inputs refused as outputs, folders made, all files renamed
  * together, the run's set identity in every header; this file parses the
  * options, catches the signals (sl__out_signals_catch) and prints the
  * summary before the renames.
  */
 #include "cli.h"
-#include "io/import.h"
+#include "pack/import.h"
 
-#include <errno.h>
-#include <stdio_ext.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -61,21 +59,17 @@ typedef struct summary {
  * stdout that cannot take it fails the pack, the old files stay. */
 static int print_summary(void *ud, uint64_t n, uint64_t bytes) {
   const summary *p = ud;
-  (void)bytes;
   if (p->quiet) return SL_OK;
   printf("packed %llu tokens from %zu file%s into %llu shard%s%s\n",
          (unsigned long long)n, p->nin, p->nin == 1 ? "" : "s",
          (unsigned long long)p->shards, p->shards == 1 ? "" : "s",
          p->val ? " + a validation shard" : "");
-  errno = 0;
-  if (fflush(stdout) == 0 && !ferror(stdout)) return SL_OK;
-  int e = errno;
-  __fpurge(stdout);
-  clearerr(stdout);
+  const char *why = cli_summary_flush();
+  if (!why) return SL_OK;
   return sl_set_error(SL_EIO,
                       "pack tokens: cannot write the summary to stdout: %s; "
                       "nothing was renamed",
-                      e ? strerror(e) : "write error");
+                      why);
 }
 
 int cmd_pack_tokens(int argc, char **argv) {

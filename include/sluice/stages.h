@@ -338,7 +338,7 @@ SL_API int sl_mix_counts(const sl_reader *r, uint64_t *counts, size_t cap,
                          size_t *n);
 
 /* ------------------------------------------------------------------------ */
-/* --- samplers and splits --- (src/readers/sampler.c, docs/LUA.md)          */
+/* --- samplers and splits --- (src/stages/sampler.c, docs/LUA.md)          */
 /* ------------------------------------------------------------------------ */
 
 /* These stages read their upstream by position (random access), never by

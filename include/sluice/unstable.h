@@ -32,7 +32,7 @@ extern "C" {
 /* sl_reader_save as of `back` outputs ago in the current pass: outputs
  * sl_reader_next handed out that the caller has not used (the Python
  * binding's batch of an interrupted next, docs/PYTHON.md).  SL_EINVAL when
- * fewer were handed out in this pass.  src/readers/state.h. */
+ * fewer were handed out in this pass.  src/stages/state.h. */
 SL_API int sl__reader_save_back(sl_reader *r, uint64_t back, void **state,
                                 size_t *len);
 struct sl__pack_opts;
@@ -89,7 +89,7 @@ typedef struct sl__lua_pins {
 } sl__lua_pins;
 
 /* The `sluice` command (tools/): pack, verify, signal handling.
- * src/io/import.h, src/io/output.h, src/image/image.h,
+ * src/pack/import.h, src/transport/output.h, src/image/image.h,
  * src/open/shard_set.h. */
 SL_API int sl__pack_idx(const char *images, const char *labels, const char *out,
                         const struct sl__pack_opts *o, uint64_t *records);
@@ -102,7 +102,7 @@ SL_API int sl__shard_name(const char *out, uint32_t shard, uint32_t shards,
 SL_API void sl__out_remove_temps(void);
 SL_API int sl__tokens_shard_name(const char *out, uint32_t shard,
                                  uint32_t shards, char *buf, size_t size);
-/* Also exported, declared in src/io/output.h and src/io/import.h (their
+/* Also exported, declared in src/transport/output.h and src/pack/import.h (their
  * types are internal): sl__out_signals_catch(), sl__out_signals_restore()
  * (the packing commands' signal handlers), sl__out_open(), sl__out_write(),
  * sl__out_commit(), sl__out_abort() (the output path, for the state files

@@ -1746,7 +1746,7 @@ function Pipeline:mix_counts()
   return {counts = counts, shares = shares}
 end
 
--- --- reshaping and distributing (src/readers/unbatch.c, interleave.c, shard.c) --
+-- --- reshaping and distributing (src/stages/unbatch.c, interleave.c, shard.c) --
 
 -- The LoD field names for :unbatch() / :rebatch(): opts.lod (a name or an
 -- array; false or {} for none), else those of the :batch() right before.
@@ -1869,7 +1869,7 @@ function Pipeline:shard(world, rank, opts)
   return result
 end
 
--- --- samplers and splits (src/readers/sampler.c) ---------------------------------
+-- --- samplers and splits (src/stages/sampler.c) ---------------------------------
 -- Positions are 0-based, as sluice's positions and ctx.index are.  Types
 -- are checked here; values (ranges, sums, lengths) by C, whose messages
 -- count entries in words ("the 2nd weight"), the same from Lua and C.

@@ -3,7 +3,8 @@
  * bytes in the same 64-byte-aligned block as its header (one allocation per
  * buffer); a wrapped buffer points at memory the caller allocated, possibly
  * on a device (sl_buffer_wrap_device: the double buffer's slots).  A buffer
- * made by a pool (buffer_pool.c) goes back to it on its last release.
+ * made by a pool (buffer_pool.c) goes back to it on its last release,
+ * through the recycle hook the pool sets: buffer.c knows no pools.
  */
 #include "internal.h"
 
@@ -11,7 +12,8 @@ struct sl_buffer {
   sl__refcnt refs;
   size_t size;
   size_t cap; /* inline buffers: the bytes allocated (>= size) */
-  sl__buffer_pool *pool; /* NULL, or the pool it returns to */
+  sl__buffer_recycle_fn recycle; /* NULL, or what its last release calls */
+  void *recycle_ud;
   void *data;
   sl_buffer_free_fn free_fn; /* NULL for inline data or static memory */
   void *ud;
@@ -36,7 +38,7 @@ sl_buffer *sl_buffer_new(size_t size) {
   }
   sl__ref_init(&b->refs);
   b->size = b->cap = size;
-  b->pool = NULL;
+  b->recycle = NULL;
   b->data = (char *)b + SL_BUF_HDR;
   b->free_fn = NULL;
   b->ud = NULL;
@@ -74,7 +76,7 @@ sl_buffer *sl_buffer_wrap_device(void *data, size_t size, sl_device_type type,
   }
   sl__ref_init(&b->refs);
   b->size = b->cap = size;
-  b->pool = NULL;
+  b->recycle = NULL;
   b->data = data;
   b->free_fn = free_fn;
   b->ud = ud;
@@ -109,7 +111,11 @@ sl_buffer *sl_buffer_retain(sl_buffer *b) {
 
 void sl_buffer_release(sl_buffer *b) {
   if (!b || !sl__ref_dec(&b->refs)) return;
-  if (b->pool && sl__buffer_pool_put(b->pool, b)) return; /* idle now */
+  if (b->recycle && b->recycle(b->recycle_ud, b)) return; /* kept */
+  sl__buffer_free(b);
+}
+
+void sl__buffer_free(sl_buffer *b) {
   if (b->wrapped && b->free_fn) b->free_fn(b->ud, b->data);
   sl__free(b);
 }
@@ -123,12 +129,8 @@ void sl__buffer_reuse(sl_buffer *b, size_t size) {
   b->size = size;
 }
 
-void sl__buffer_set_pool(sl_buffer *b, sl__buffer_pool *p) {
-  b->pool = p;
-}
-
-void sl__buffer_free_pooled(sl_buffer *b) {
-  sl__buffer_pool *p = b->pool;
-  sl__free(b);
-  sl__buffer_pool_drop(p);
+void sl__buffer_set_recycle(sl_buffer *b, sl__buffer_recycle_fn fn,
+                            void *ud) {
+  b->recycle = fn;
+  b->recycle_ud = ud;
 }

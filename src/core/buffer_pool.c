@@ -17,7 +17,8 @@
  *             buffer comes out with one reference and sl_buffer_size() ==
  *             size, and holds a reference to the pool.
  *   return    sl_buffer_release of the last reference calls
- *             sl__buffer_pool_put (buffer.c): the buffer becomes idle if
+ *             pool_put (the buffer's recycle hook, set by get): the
+ *             buffer becomes idle if
  *             the pool is open and stays within both bounds (max_idle
  *             buffers, max_idle_bytes of capacity); otherwise it is freed.
  *   release   the owner's sl__buffer_pool_release closes the pool and frees
@@ -70,6 +71,23 @@ static void pool_unref(sl__buffer_pool *p) {
   sl__free(p);
 }
 
+/* The recycle hook of the pool's buffers: takes b back as idle (true), or
+ * drops b's pool reference (false: sl_buffer_release frees b). */
+static bool pool_put(void *ud, sl_buffer *b) {
+  sl__buffer_pool *p = ud;
+  size_t cap = sl__buffer_capacity(b);
+  pthread_mutex_lock(&p->mu);
+  bool keep = !p->closed && p->nidle < p->max_idle &&
+              cap <= p->max_idle_bytes - p->idle_bytes;
+  if (keep) {
+    p->idle[p->nidle++] = b;
+    p->idle_bytes += cap;
+  }
+  pthread_mutex_unlock(&p->mu);
+  if (!keep) pool_unref(p); /* the caller frees b */
+  return keep;
+}
+
 sl_buffer *sl__buffer_pool_get(sl__buffer_pool *p, size_t size) {
   if (!p) return sl_buffer_new(size);
   sl_buffer *b = NULL;
@@ -91,24 +109,9 @@ sl_buffer *sl__buffer_pool_get(sl__buffer_pool *p, size_t size) {
   b = sl_buffer_new(size);
   if (!b) return NULL;
   sl__ref_inc(&p->refs);
-  sl__buffer_set_pool(b, p);
+  sl__buffer_set_recycle(b, pool_put, p);
   return b;
 }
-
-bool sl__buffer_pool_put(sl__buffer_pool *p, sl_buffer *b) {
-  size_t cap = sl__buffer_capacity(b);
-  pthread_mutex_lock(&p->mu);
-  bool keep = !p->closed && p->nidle < p->max_idle &&
-              cap <= p->max_idle_bytes - p->idle_bytes;
-  if (keep) {
-    p->idle[p->nidle++] = b;
-    p->idle_bytes += cap;
-  }
-  pthread_mutex_unlock(&p->mu);
-  if (!keep) pool_unref(p); /* the caller frees b */
-  return keep;
-}
-
 size_t sl__buffer_pool_idle(sl__buffer_pool *p) {
   if (!p) return 0;
   pthread_mutex_lock(&p->mu);
@@ -126,11 +129,9 @@ void sl__buffer_pool_release(sl__buffer_pool *p) {
   p->idle_bytes = 0;
   pthread_mutex_unlock(&p->mu);
   /* Closed: nobody adds to or takes from the list any more. */
-  for (size_t i = 0; i < n; i++)
-    sl__buffer_free_pooled(p->idle[i]); /* each drops its pool reference */
-  pool_unref(p);
-}
-
-void sl__buffer_pool_drop(sl__buffer_pool *p) {
+  for (size_t i = 0; i < n; i++) {
+    sl__buffer_free(p->idle[i]);
+    pool_unref(p); /* each idle buffer's pool reference */
+  }
   pool_unref(p);
 }

@@ -1,8 +1,8 @@
 /*
  * file_id.h - what tells one file from another, or from itself rewritten:
  * device, inode, size and modification time (a URL's validators stand in,
- * io/http.h).  The byte sources record it at open (io/source.h) and saved
- * states carry it (readers/state.h), so it lives below both.
+ * transport/http.h).  The byte sources record it at open (transport/source.h) and saved
+ * states carry it (stages/state.h), so it lives below both.
  */
 #ifndef SLUICE_CORE_FILE_ID_H
 #define SLUICE_CORE_FILE_ID_H

@@ -145,19 +145,16 @@ size_t sl__buffer_pool_idle(sl__buffer_pool *p);
 int sl__tensor_alloc_pooled(sl__buffer_pool *pool, sl_tensor *t,
                             sl_dtype dtype, int rank, const int64_t *shape);
 
-/* Between buffer.c and buffer_pool.c. */
+/* What buffer_pool.c uses of buffer.c (one way: buffer.c knows no pools). */
 size_t sl__buffer_capacity(const sl_buffer *b);
 /* A fresh reference to idle buffer b, now `size` bytes. */
 void sl__buffer_reuse(sl_buffer *b, size_t size);
-/* Marks b as the pool's: its last release calls sl__buffer_pool_put. */
-void sl__buffer_set_pool(sl_buffer *b, sl__buffer_pool *p);
-/* Takes b back as idle (true), or drops b's pool reference (false: the
- * caller frees b). */
-bool sl__buffer_pool_put(sl__buffer_pool *p, sl_buffer *b);
-/* Drops one pool reference. */
-void sl__buffer_pool_drop(sl__buffer_pool *p);
-/* Frees idle buffer b and drops its pool reference. */
-void sl__buffer_free_pooled(sl_buffer *b);
+/* b's last release calls fn(ud, b) first: true keeps b (idle in a pool),
+ * false frees it as usual. */
+typedef bool (*sl__buffer_recycle_fn)(void *ud, sl_buffer *b);
+void sl__buffer_set_recycle(sl_buffer *b, sl__buffer_recycle_fn fn, void *ud);
+/* Frees b (its free callback for a wrapped one) whatever its references. */
+void sl__buffer_free(sl_buffer *b);
 
 /* --- options structs (opts.c) -------------------------------------------- */
 /* Copies a caller's extensible options struct (first member: size_t size)
@@ -173,7 +170,7 @@ int sl__opts_copy(const char *what, void *dst, size_t dst_size,
 /* The last path component of `path` (a pointer into it). */
 const char *sl__basename(const char *path);
 /* Whether `path` is an http://, https:// or s3:// URL (read by the io
- * layer's URL sources, io/http.h) rather than a file name. */
+ * layer's URL sources, transport/http.h) rather than a file name. */
 bool sl__is_url(const char *path);
 
 /* --- misc ----------------------------------------------------------------- */

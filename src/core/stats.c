@@ -1,8 +1,8 @@
 /*
  * stats.c - the process-wide timing switch behind run statistics (see
  * core/stats.h).  In core because every layer that times work reads it
- * (the engine in sync/, the stages in readers/); the walk over a reader
- * chain is readers/stats.c.
+ * (the engine in sync/, the stages in stages/); the walk over a reader
+ * chain is stages/stats.c.
  */
 #include "core/internal.h"
 #include "core/stats.h"

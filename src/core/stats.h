@@ -1,7 +1,7 @@
 /*
  * stats.h - the counters behind run statistics (sl_reader_stats).
  *
- * The reader base (readers/reader.c) counts every stage's output and, while
+ * The reader base (stages/reader.c) counts every stage's output and, while
  * timing is on, the time its callers spend inside its next.  A stage with
  * threads of its own (prefetch, open_files, the Lua map) also owns an
  * sl__stage_counters in its state, given to sl__stage_new, and
@@ -86,7 +86,7 @@ void sl__stat_note_read(const sl__stage_counters *c, char *buf, size_t cap);
  * and returns SL_OK while *count <= cap, else `code` with the message
  * "<stage>: <count> <what> in this pass, more than <option> (<cap>); the
  * last: <note>" (`what`: "samples failed", "images failed to decode").  Defined
- * in readers/stats.c (stages of every layer above readers use it, so that the
+ * in stages/stats.c (stages of every layer above readers use it, so that the
  * rule and the words are one). */
 int sl__ignore_error(sl__stage_counters *c, uint64_t *count, uint64_t cap,
                      int code, const char *stage, const char *what,

@@ -67,7 +67,7 @@
  *   nslots, release_wait_ms, device.
  */
 #include "device/device.h"
-#include "readers/stage.h"
+#include "stages/stage.h"
 #include "sync/engine.h"
 
 #include <errno.h>
@@ -444,7 +444,7 @@ static int dbuf_next(void *st, sl_sample **out) {
   return sl__engine_next(p->engine, out);
 }
 
-/* Stop signal (readers/reader_impl.h): the worker leaves at its next
+/* Stop signal (stages/reader_impl.h): the worker leaves at its next
  * check; one waiting for a slot, and a consumer waiting, wake at once. */
 static void dbuf_signal_stop(void *st) {
   dbuf_state *p = st;

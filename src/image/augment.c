@@ -19,7 +19,7 @@
  */
 #include "core/rng.h"
 #include "image/image.h"
-#include "readers/stage.h"
+#include "stages/stage.h"
 
 typedef struct crop_state {
   sl_reader *up;

@@ -46,7 +46,7 @@
  * restored position (bad images before it are not counted again).
  */
 #include "image/image.h"
-#include "readers/engine_stage.h"
+#include "stages/engine_stage.h"
 
 #include <stdlib.h>
 

@@ -19,7 +19,7 @@
  */
 #include "core/crc32c.h"
 #include "image/image.h"
-#include "readers/indexed.h"
+#include "stages/indexed.h"
 
 #include <dirent.h>
 #include <errno.h>

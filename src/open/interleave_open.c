@@ -3,7 +3,7 @@
  * named as sl_open names them, opened lazily.
  *
  * Protocol: the names are copied; source i is sl_open(names[i], NULL) when
- * the interleave (readers/interleave.c, sl_interleave_sources) needs it, so
+ * the interleave (stages/interleave.c, sl_interleave_sources) needs it, so
  * at most `cycle` are open at once and each pass opens them again.  An open
  * failure reaches the consumer as "interleave: source I: <sl_open's
  * message>".  The identity names the first and last names and their count

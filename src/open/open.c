@@ -6,8 +6,8 @@
  * registry and wds_open (which expands its names by the registry), so
  * neither calls the other back.
  */
-#include "io/tokens_set.h"
-#include "io/wds.h"
+#include "formats/tokens_set.h"
+#include "formats/wds.h"
 #include "open/registry.h"
 #include "open/shard_set.h"
 
@@ -59,7 +59,7 @@ static int check_set(const sl__named_file *files, sl_reader *const *readers,
     if (strcmp(files[i].tag, "tokens") == 0) paths[nt++] = files[i].path;
   if (rc == SL_OK && nt > 1) rc = sl__tokens_set_check("open", paths, nt);
   /* WebDataset shards of `pack images --format wds` in their first member
-   * (io/wds.h). */
+   * (formats/wds.h). */
   size_t nw = 0;
   for (size_t i = 0; rc == SL_OK && i < n; i++)
     if (strcmp(files[i].tag, "wds") == 0) paths[nw++] = files[i].path;

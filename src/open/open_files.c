@@ -66,13 +66,13 @@
  *               the units it holds).
  */
 #include "core/crc32c.h"
-#include "io/bytes.h"
-#include "io/slr_file.h"
-#include "io/source.h"
-#include "io/epoch_plan.h"
+#include "formats/bytes.h"
+#include "formats/slr_file.h"
+#include "transport/source.h"
+#include "formats/epoch_plan.h"
 #include "open/registry.h"
 #include "open/shard_set.h"
-#include "readers/stage.h"
+#include "stages/stage.h"
 #include "sync/engine.h"
 
 #include <stdlib.h>
@@ -633,7 +633,7 @@ static int of_length(const sl_reader *r, void *st, uint64_t *n) {
   return SL_OK;
 }
 
-/* --- saving and restoring (readers/state.h) ---------------------------------
+/* --- saving and restoring (stages/state.h) ---------------------------------
  *
  * Ordered.  The output of a pass is a pure function of (files, seed, epoch,
  * shuffle, window, share), so a position k is a group of the plan and an
@@ -974,7 +974,7 @@ static int of_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
   return o->unordered ? restore_unordered(o, k, in) : restore_ordered(o, k, in);
 }
 
-/* Stop signal (readers/reader_impl.h). */
+/* Stop signal (stages/reader_impl.h). */
 static void of_signal_stop(void *state) {
   sl__engine_signal_stop(((of_state *)state)->eng);
 }

@@ -31,7 +31,7 @@
  * different locales would otherwise split different file lists.
  */
 #include "open/registry.h"
-#include "io/http.h"
+#include "transport/http.h"
 
 #include <errno.h>
 #include <glob.h>
@@ -399,7 +399,7 @@ static int expand_one(const char *stage, file_list *l, const char *name) {
   const char *colon = strchr(name, ':'), *path = name;
   char tag[SL__TAG_MAX];
   bool tagged = false;
-  /* "http://..." is a URL, not the tag "http" (src/io/http.c). */
+  /* "http://..." is a URL, not the tag "http" (src/transport/http.c). */
   if (colon && valid_tag(name, (size_t)(colon - name)) && !sl__is_url(name)) {
     memcpy(tag, name, (size_t)(colon - name));
     tag[colon - name] = 0;

@@ -37,7 +37,7 @@
  * run's, by the set identity each records as its first member, or to
  * record none (other tools'): sl__wds_set_check (wds.h), SL_ECORRUPT.
  *
- * Saving (readers/state.h).  The position k is, per worker, the count of
+ * Saving (stages/state.h).  The position k is, per worker, the count of
  * samples it had handed out by output k, plus the turn (the worker after
  * output k - 1's).  A ring of the workers of the last SL__STATE_LOG outputs
  * turns the counts now into the counts at k; a restore restarts each worker
@@ -53,12 +53,12 @@
  * done, ring, pass are the consumer's; the layout and file list are
  * immutable after construction.
  */
-#include "io/http.h"
-#include "io/wds.h"
-#include "io/epoch_plan.h"
+#include "transport/http.h"
+#include "formats/wds.h"
+#include "formats/epoch_plan.h"
 #include "open/registry.h"
-#include "open/wds_pack.h"
-#include "readers/stage.h"
+#include "pack/wds_pack.h"
+#include "stages/stage.h"
 
 #include <ctype.h>
 #include <errno.h>

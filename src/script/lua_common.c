@@ -10,7 +10,7 @@
  */
 #include "core/internal.h"
 #include "core/rng.h"
-#include "readers/reader_impl.h"
+#include "stages/reader_impl.h"
 #include "script/lua_host.h"
 #include "script/lua_internal.h"
 

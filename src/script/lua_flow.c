@@ -389,7 +389,7 @@ static void drop_first(flow_stage *st) {
   st->first_msg = NULL;
 }
 
-/* --- saving and restoring (readers/state.h) ------------------------------- */
+/* --- saving and restoring (stages/state.h) ------------------------------- */
 
 /* flat_map: the payload is (u, d): resume pulling at upstream position u
  * and drop the first d outputs of item u; u = UINT64_MAX: replay the pass

@@ -6,7 +6,7 @@
 #ifndef SLUICE_LUA_INTERNAL_H
 #define SLUICE_LUA_INTERNAL_H
 
-#include "readers/engine_stage.h"
+#include "stages/engine_stage.h"
 #include "script/lua_host.h"
 #include "sluice.h"
 
@@ -214,7 +214,7 @@ int sl__lua_base_worker_init(void *ud, int index, void **wctx);
 void sl__lua_base_worker_fini(void *ud, int index, void *wctx);
 /* ctx's index (seq) and epoch, after an operation's arguments. */
 void sl__lua_push_ctx(const sl__lua_base *b, lua_State *L, uint64_t seq);
-/* The stage's identity (readers/state.h): "<what> <where's base>
+/* The stage's identity (stages/state.h): "<what> <where's base>
  * ordered=0|1 seed=S epoch=E schema=<described or ?><extra>" (extra may
  * be NULL).  Not threads nor queue: a state restores into any count. */
 void sl__lua_base_identity(const sl__lua_base *b, char *buf, size_t cap,

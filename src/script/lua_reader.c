@@ -2,7 +2,7 @@
  * lua_reader.c - sl__lua_reader: a source written in Lua (Paddle's "reader
  * creator") in its own worker Lua state, under sl_prefetch: the source below
  * is plain and synchronous (its next runs one row of Lua on the calling
- * thread), and prefetch (readers/prefetch.c) runs it on a thread of its own,
+ * thread), and prefetch (stages/prefetch.c) runs it on a thread of its own,
  * feeding a channel of `buffer` samples.  So the thread, the channel, the
  * stop and the error hand-off are prefetch's, and the reader's order,
  * errors-after-the-rows-before-them and reset are prefetch's guarantees.
@@ -31,7 +31,7 @@
  *             stopped: no Lua runs); the next pass calls fn() again in the
  *             same state.
  *
- * Save / restore (readers/state.h): the source's position is all its state
+ * Save / restore (stages/state.h): the source's position is all its state
  * (prefetch above saves it at the row the consumer reached); a restore
  * replays that pass from its start - a fresh iterator from fn(), its first
  * k rows made and dropped - so the function must yield the same rows again
@@ -43,7 +43,7 @@
  * schema has no fields; if it fails, construction fails with that error (no
  * schema could be known).
  */
-#include "readers/stage.h"
+#include "stages/stage.h"
 #include "script/lua_host.h"
 #include "script/lua_internal.h"
 

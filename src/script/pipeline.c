@@ -30,7 +30,7 @@
  * Lua decorator arrives as the reader's SL_ELUA with message and traceback.
  */
 #include "core/internal.h"
-#include "readers/stage.h"
+#include "stages/stage.h"
 #include "script/lua_host.h"
 #include "script/lua_internal.h"
 

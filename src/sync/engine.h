@@ -163,7 +163,7 @@ int sl__engine_start(sl__engine *e);
  * for them.  Any thread, any time; idempotent until the next start.  A
  * consumer waiting in sl__engine_next / _peek with nothing ready then gets
  * SL_EKILLED ("<stage>: stopped") instead of waiting for results that will
- * not come (the stop of a chain: readers/reader_impl.h). */
+ * not come (the stop of a chain: stages/reader_impl.h). */
 void sl__engine_signal_stop(sl__engine *e);
 
 /* Stops the pass: signals, joins every worker, releases every result not
@@ -171,7 +171,7 @@ void sl__engine_signal_stop(sl__engine *e);
  * reset, and the engine started again. */
 void sl__engine_stop(sl__engine *e);
 
-/* Restoring a position (readers/state.h):
+/* Restoring a position (stages/state.h):
  *   start_at: the next pass of a stopped engine numbers its items from
  *     `seq` instead of 0 (call between sl__engine_stop and _start; the
  *     stop after that pass rewinds to 0 again).

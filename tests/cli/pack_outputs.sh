@@ -1,5 +1,5 @@
 # pack_outputs.sh - every packer writes through one output path (issue 24,
-# item 1; src/io/output.c): `pack tokens` and `pack images --format wds`
+# item 1; src/transport/output.c): `pack tokens` and `pack images --format wds`
 # as `pack text` does.  A symbolic link planted at the old temporary name
 # (OUT.tmp-PID) is never followed; an output that is an input is refused
 # (the corpus, an image of the folder); a token re-pack killed while it

@@ -1,0 +1,753 @@
+/*
+ * slr_reader.c - opens SLR files and reads their chunks (docs/FORMAT.md).
+ *
+ * Open validates, in order: header, footer, schema block, index block - each
+ * checksum before any size in it is used.  Chunks are checked when loaded:
+ * header CRC, agreement with the index entry, sizes against the file and the
+ * limits, payload CRC, the zstd frame's declared size, then the offset table
+ * and every record against the schema.  Only a chunk that passed all of it
+ * yields records, so corrupt data is reported, never returned.
+ */
+#include "core/crc32c.h"
+#include "formats/slr_file.h"
+
+#include <zstd.h>
+
+/* Chunk size limits (docs/FORMAT.md, "Chunk size limits").  Without an
+ * explicit max_chunk_bytes the limit on a chunk's raw size is what the
+ * writer recorded as sluice.max_chunk_raw (at most SLR_MAX_CHUNK_RAW), or
+ * SLR_DEFAULT_CHUNK_LIMIT for files that record none; such files also may
+ * not claim a raw size above SLR_RATIO_FREE bytes that is more than
+ * SLR_MAX_RATIO times the stored size (zstd's RLE blocks reach 32768:1, so
+ * the frame's own bound does not stop a small file from asking for
+ * gigabytes). */
+#define SLR_DEFAULT_CHUNK_LIMIT ((uint64_t)256 << 20)
+#define SLR_MAX_CHUNK_RAW ((uint64_t)1 << 30)
+#define SLR_RATIO_FREE ((uint64_t)16 << 20)
+#define SLR_MAX_RATIO 1024
+#define SLR_META_MAX_CHUNK_RAW "sluice.max_chunk_raw"
+/* Idle decoded-chunk buffers a file keeps for reuse.  Behind a shuffle a
+ * chunk's buffer stays pinned until its last record leaves the window,
+ * which for a 10 000-sample window is most of an epoch: the buffers come
+ * back together at the end of a pass and the next pass needs as many
+ * again.  So the pool keeps up to what one pass had out, bounded by
+ * SLR_POOL_IDLE_BYTES (idle memory never exceeds the pipeline's own
+ * earlier peak; it is freed when the file closes). */
+#define SLR_POOL_IDLE 64
+#define SLR_POOL_IDLE_BYTES ((size_t)64 << 20)
+
+typedef struct index_entry {
+  uint64_t offset, first_record;
+  uint32_t records, header_crc;
+} index_entry;
+
+struct sl_slr_file {
+  sl__source *src;
+  sl_slr_open_opts opts;
+  sl_schema *schema;
+  slr_layout layout;
+  uint64_t records, nchunks, schema_off, index_off, footer_off;
+  index_entry *index;
+  ZSTD_DCtx *dctx;
+  unsigned char *stored; /* reused buffer for compressed payloads */
+  size_t stored_cap;
+  uint64_t raw_limit;       /* largest raw chunk size accepted */
+  uint64_t stored_limit;    /* largest stored size: zstd's bound of it */
+  const char *limit_from;   /* where raw_limit comes from, for messages */
+  bool ratio_bound;         /* no recorded limit: check the ratio too */
+  slr_chunk cache;          /* the last chunk decoded (cache.raw != NULL) */
+  sl__buffer_pool *pool;    /* decoded chunk buffers, made on first need */
+  uint64_t bad_chunks;      /* skipped over the file's life */
+  uint64_t pass_bad_chunks; /* skipped this pass: what the cap limits */
+};
+
+#define WHERE(f) (f)->src->name
+
+static void file_free(sl_slr_file *f) {
+  if (!f) return;
+  sl__source_close(f->src);
+  sl_schema_release(f->schema);
+  sl__slr_layout_free(&f->layout);
+  sl__free(f->index);
+  ZSTD_freeDCtx(f->dctx);
+  sl__free(f->stored);
+  sl_buffer_release(f->cache.raw);
+  sl__buffer_pool_release(f->pool); /* buffers still held stay valid */
+  sl__free(f);
+}
+
+void sl_slr_close(sl_slr_file *f) {
+  file_free(f);
+}
+
+static int read_header(sl_slr_file *f) {
+  unsigned char h[SLR_HEADER_SIZE];
+  SL_FORWARD_IF_ERROR(f->src->read_at(f->src, 0, h, sizeof h));
+  SL_RETURN_ERROR_IF(memcmp(h, sl__slr_magic, 8) != 0, SL_ECORRUPT,
+                     "%s: not an SLR file (bad magic at offset 0)", WHERE(f));
+  uint32_t crc = sl__crc32c(0, h, 28);
+  SL_RETURN_ERROR_IF(crc != sl__get32(h + 28), SL_ECORRUPT,
+                     "%s: file header at offset 0: CRC mismatch (stored "
+                     "0x%08x, computed 0x%08x)",
+                     WHERE(f), sl__get32(h + 28), crc);
+  unsigned major = sl__get16(h + 8), minor = sl__get16(h + 10);
+  SL_RETURN_ERROR_IF(major != SLR_MAJOR, SL_EUNSUPPORTED,
+                     "%s: SLR version %u.%u is not supported (this reader "
+                     "knows %d.x)",
+                     WHERE(f), major, minor, SLR_MAJOR);
+  uint32_t req = sl__get32(h + 12);
+  SL_RETURN_ERROR_IF(req & ~SLR_KNOWN_REQUIRED, SL_EUNSUPPORTED,
+                     "%s: unknown required feature bits 0x%08x (SLR %u.%u)",
+                     WHERE(f), req & ~SLR_KNOWN_REQUIRED, major, minor);
+  return SL_OK;
+}
+
+static int read_footer(sl_slr_file *f) {
+  uint64_t size = f->src->size;
+  f->footer_off = size - SLR_FOOTER_SIZE;
+  unsigned char b[SLR_FOOTER_SIZE];
+  SL_FORWARD_IF_ERROR(f->src->read_at(f->src, f->footer_off, b, sizeof b));
+  SL_RETURN_ERROR_IF(memcmp(b + 56, sl__slr_end_magic, 8) != 0, SL_ECORRUPT,
+                     "%s: no SLR footer at offset %llu: the file is "
+                     "truncated or was not finished",
+                     WHERE(f), (unsigned long long)f->footer_off);
+  uint32_t crc = sl__crc32c(0, b, 52);
+  SL_RETURN_ERROR_IF(crc != sl__get32(b + 52), SL_ECORRUPT,
+                     "%s: footer at offset %llu: CRC mismatch (stored 0x%08x, "
+                     "computed 0x%08x)",
+                     WHERE(f), (unsigned long long)f->footer_off,
+                     sl__get32(b + 52), crc);
+  uint64_t so = sl__get64(b), ss = sl__get64(b + 8), io = sl__get64(b + 16),
+           is = sl__get64(b + 24), end;
+  f->records = sl__get64(b + 32);
+  f->nchunks = sl__get64(b + 40);
+  SL_RETURN_ERROR_IF(so < SLR_HEADER_SIZE || !sl__add_ok(so, ss, &end) ||
+                         end != io || !sl__add_ok(io, is, &end) ||
+                         end != f->footer_off || sl__get32(b + 48) != 0,
+                     SL_ECORRUPT,
+                     "%s: footer at offset %llu: schema/index blocks "
+                     "(%llu+%llu, %llu+%llu) do not tile the file",
+                     WHERE(f), (unsigned long long)f->footer_off,
+                     (unsigned long long)so, (unsigned long long)ss,
+                     (unsigned long long)io, (unsigned long long)is);
+  f->schema_off = so;
+  f->index_off = io;
+  return SL_OK;
+}
+
+/* Reads a whole block [off, off+len) and checks magic and trailing CRC. */
+static int read_block(sl_slr_file *f, const char *what, uint32_t magic,
+                      uint64_t off, uint64_t len, unsigned char **out) {
+  *out = NULL;
+  SL_RETURN_ERROR_IF(len < 12 || len > ((uint64_t)1 << 31), SL_ECORRUPT,
+                     "%s: %s block at offset %llu has an absurd size %llu",
+                     WHERE(f), what, (unsigned long long)off,
+                     (unsigned long long)len);
+  unsigned char *b = sl__malloc((size_t)len);
+  SL_RETURN_ERROR_IF(!b, SL_ENOMEM, "%s: cannot allocate the %s block",
+                     WHERE(f), what);
+  int rc = f->src->read_at(f->src, off, b, (size_t)len);
+  if (rc < 0) {
+    sl__free(b);
+    return rc;
+  }
+  uint32_t crc = sl__crc32c(0, b, (size_t)len - 4);
+  if (sl__get32(b) != magic || crc != sl__get32(b + len - 4)) {
+    bool bad_magic = sl__get32(b) != magic;
+    sl__free(b);
+    return sl_set_error(SL_ECORRUPT, "%s: %s block at offset %llu: %s",
+                        WHERE(f), what, (unsigned long long)off,
+                        bad_magic ? "bad magic" : "CRC mismatch");
+  }
+  *out = b;
+  return SL_OK;
+}
+
+/* Strict UTF-8 (RFC 3629): no overlong forms, no surrogates, at most
+ * U+10FFFF. */
+static bool utf8_valid(const unsigned char *p, size_t n) {
+  size_t i = 0;
+  while (i < n) {
+    unsigned c = p[i];
+    size_t k;
+    unsigned lo = 0x80, hi = 0xBF;
+    if (c < 0x80) {
+      i++;
+      continue;
+    } else if (c >= 0xC2 && c <= 0xDF) {
+      k = 1;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      k = 2;
+      if (c == 0xE0) lo = 0xA0;
+      if (c == 0xED) hi = 0x9F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      k = 3;
+      if (c == 0xF0) lo = 0x90;
+      if (c == 0xF4) hi = 0x8F;
+    } else {
+      return false;
+    }
+    if (n - i - 1 < k) return false;
+    if (p[i + 1] < lo || p[i + 1] > hi) return false;
+    for (size_t j = 2; j <= k; j++)
+      if ((p[i + j] & 0xC0) != 0x80) return false;
+    i += k + 1;
+  }
+  return true;
+}
+
+static int parse_schema(sl_slr_file *f, const unsigned char *b, uint64_t len) {
+#define NEED(n)                                                                \
+  SL_RETURN_ERROR_IF((uint64_t)(p - b) + (n) > len - 4, SL_ECORRUPT,           \
+                     "%s: schema block at offset %llu is truncated", WHERE(f), \
+                     (unsigned long long)f->schema_off)
+  const unsigned char *p = b + 8;
+  SL_RETURN_ERROR_IF(sl__get32(b + 4) != len, SL_ECORRUPT,
+                     "%s: schema block at offset %llu: size field %u does not "
+                     "match the footer (%llu)",
+                     WHERE(f), (unsigned long long)f->schema_off,
+                     sl__get32(b + 4), (unsigned long long)len);
+  NEED(4);
+  uint32_t nf = sl__get32(p);
+  p += 4;
+  f->schema = sl_schema_new();
+  if (!f->schema) return SL_ENOMEM;
+  for (uint32_t i = 0; i < nf; i++) {
+    NEED(2);
+    size_t nl = sl__get16(p);
+    p += 2;
+    NEED(nl + 2);
+    char name[64];
+    SL_RETURN_ERROR_IF(nl == 0 || nl > 63 || memchr(p, 0, nl), SL_ECORRUPT,
+                       "%s: schema field %u has a bad name", WHERE(f), i);
+    SL_RETURN_ERROR_IF(!utf8_valid(p, nl), SL_ECORRUPT,
+                       "%s: schema block at offset %llu: field %u's name is "
+                       "not valid UTF-8",
+                       WHERE(f), (unsigned long long)f->schema_off, i);
+    memcpy(name, p, nl);
+    name[nl] = 0;
+    p += nl;
+    int dt = *p++, rank = *p++;
+    SL_RETURN_ERROR_IF(rank > SL_MAX_RANK, SL_ECORRUPT,
+                       "%s: schema field '%s' has rank %d", WHERE(f), name,
+                       rank);
+    NEED(8 * (size_t)rank);
+    int64_t shape[SL_MAX_RANK];
+    for (int d = 0; d < rank; d++, p += 8)
+      shape[d] = (int64_t)sl__get64(p);
+    SL_RETURN_ERROR_IF(
+        dt == SL_BYTES && (rank != 1 || shape[0] != SL_DIM_VAR), SL_ECORRUPT,
+        "%s: schema block at offset %llu: field '%s' is bytes of rank %d%s "
+        "(bytes fields are bytes[-1])",
+        WHERE(f), (unsigned long long)f->schema_off, name, rank,
+        rank == 1 ? " with a fixed size" : "");
+    int rc = sl_schema_add(f->schema, name, (sl_dtype)dt, rank, shape);
+    /* Wrap, not set: the cause is the current message itself.  Running
+     * out of memory is not corruption. */
+    if (rc < 0)
+      return sl_wrap_error(rc == SL_ENOMEM ? rc : SL_ECORRUPT,
+                           "%s: schema block", WHERE(f));
+  }
+  SL_RETURN_ERROR_IF(nf == 0, SL_ECORRUPT, "%s: the schema has no fields",
+                     WHERE(f));
+  NEED(4);
+  uint32_t nm = sl__get32(p);
+  p += 4;
+  SL_RETURN_ERROR_IF(nm > SL_MAX_META, SL_ECORRUPT,
+                     "%s: schema block at offset %llu: %u metadata entries, "
+                     "more than the maximum of %d",
+                     WHERE(f), (unsigned long long)f->schema_off, nm,
+                     SL_MAX_META);
+  for (uint32_t i = 0; i < nm; i++) {
+    /* Both strings are located and checked before anything is allocated,
+     * so no failure path holds memory. */
+    const unsigned char *at[2];
+    uint32_t l[2];
+    for (int j = 0; j < 2; j++) {
+      NEED(4);
+      l[j] = sl__get32(p);
+      p += 4;
+      SL_RETURN_ERROR_IF(
+          l[j] > (1u << 20) || (uint64_t)(p - b) + l[j] > len - 4 ||
+              memchr(p, 0, l[j]),
+          SL_ECORRUPT, "%s: schema metadata entry %u is malformed", WHERE(f),
+          i);
+      at[j] = p;
+      p += l[j];
+    }
+    char *kv[2] = {sl__malloc(l[0] + 1), sl__malloc(l[1] + 1)};
+    if (!kv[0] || !kv[1]) {
+      sl__free(kv[0]);
+      sl__free(kv[1]);
+      return sl_set_error(SL_ENOMEM, "%s: cannot allocate metadata", WHERE(f));
+    }
+    for (int j = 0; j < 2; j++) {
+      memcpy(kv[j], at[j], l[j]);
+      kv[j][l[j]] = 0;
+    }
+    if (sl_schema_meta(f->schema, kv[0])) {
+      int rc = sl_set_error(SL_ECORRUPT,
+                            "%s: schema block at offset %llu: metadata entry "
+                            "%u repeats the key '%.200s'",
+                            WHERE(f), (unsigned long long)f->schema_off, i,
+                            kv[0]);
+      sl__free(kv[0]);
+      sl__free(kv[1]);
+      return rc;
+    }
+    int rc = sl_schema_set_meta(f->schema, kv[0], kv[1]);
+    sl__free(kv[0]);
+    sl__free(kv[1]);
+    if (rc < 0 && rc != SL_ENOMEM)
+      return sl_set_error(SL_ECORRUPT, "%s: schema metadata entry %u: %s",
+                          WHERE(f), i, sl_strerror(rc));
+    SL_FORWARD_IF_ERROR(rc);
+  }
+  SL_RETURN_ERROR_IF((uint64_t)(p - b) != len - 4, SL_ECORRUPT,
+                     "%s: schema block at offset %llu has %llu trailing bytes",
+                     WHERE(f), (unsigned long long)f->schema_off,
+                     (unsigned long long)(len - 4 - (uint64_t)(p - b)));
+  sl_schema_freeze(f->schema);
+  int rc = sl__slr_layout_init(&f->layout, f->schema);
+  /* A schema this reader cannot lay out (fields too large) came from the
+   * file: corruption, named as such. */
+  if (rc == SL_EINVAL)
+    return sl_wrap_error(SL_ECORRUPT, "%s: schema block at offset %llu",
+                         WHERE(f), (unsigned long long)f->schema_off);
+  return rc;
+#undef NEED
+}
+
+/* Sets the chunk size limits: the max_chunk_bytes option, else the size
+ * the writer recorded, else the default with the ratio bound. */
+static int chunk_limits(sl_slr_file *f) {
+  const char *rec = sl_schema_meta(f->schema, SLR_META_MAX_CHUNK_RAW);
+  if (f->opts.max_chunk_bytes) {
+    f->raw_limit = f->opts.max_chunk_bytes;
+    f->limit_from = "the max_chunk_bytes option";
+  } else if (rec) {
+    uint64_t v = 0;
+    size_t n = strlen(rec);
+    bool ok = n > 0 && n <= 10;
+    for (size_t i = 0; ok && i < n; i++) {
+      ok = rec[i] >= '0' && rec[i] <= '9';
+      v = v * 10 + (uint64_t)(rec[i] - '0');
+    }
+    SL_RETURN_ERROR_IF(!ok || v > SLR_MAX_CHUNK_RAW, SL_ECORRUPT,
+                       "%s: schema block at offset %llu: metadata %s = '%.40s' "
+                       "is not a size of at most %llu bytes",
+                       WHERE(f), (unsigned long long)f->schema_off,
+                       SLR_META_MAX_CHUNK_RAW, rec,
+                       (unsigned long long)SLR_MAX_CHUNK_RAW);
+    f->raw_limit = v;
+    f->limit_from = "the largest chunk its writer recorded (" SLR_META_MAX_CHUNK_RAW
+                    "); set max_chunk_bytes to override";
+  } else {
+    f->raw_limit = SLR_DEFAULT_CHUNK_LIMIT;
+    f->limit_from = "the default for files that do not record "
+                    SLR_META_MAX_CHUNK_RAW "; set max_chunk_bytes to raise it";
+    f->ratio_bound = true;
+  }
+  /* A zstd frame of n bytes may take up to ZSTD_compressBound(n) bytes. */
+  uint64_t l = SL_MIN(f->raw_limit, (uint64_t)SIZE_MAX / 2);
+  f->stored_limit = (uint64_t)ZSTD_compressBound((size_t)l);
+  if (f->stored_limit < l) f->stored_limit = l;
+  return SL_OK;
+}
+
+static int parse_index(sl_slr_file *f, const unsigned char *b, uint64_t len) {
+  /* magic, reserved, chunk_count, crc: 20 bytes before any entry (the
+   * block reader only guarantees magic and CRC). */
+  SL_RETURN_ERROR_IF(len < 20, SL_ECORRUPT,
+                     "%s: index block at offset %llu: %llu bytes is too "
+                     "short",
+                     WHERE(f), (unsigned long long)f->index_off,
+                     (unsigned long long)len);
+  uint64_t n = sl__get64(b + 8), want;
+  SL_RETURN_ERROR_IF(
+      n != f->nchunks || !sl__mul_ok(n, SLR_INDEX_ENTRY_SIZE, &want) ||
+          want + 20 != len || sl__get32(b + 4) != 0,
+      SL_ECORRUPT,
+      "%s: index block at offset %llu: %llu chunks do not "
+      "match its size %llu or the footer's %llu chunks",
+      WHERE(f), (unsigned long long)f->index_off, (unsigned long long)n,
+      (unsigned long long)len, (unsigned long long)f->nchunks);
+  f->index = sl__malloc((size_t)(n ? n : 1) * sizeof *f->index);
+  SL_RETURN_ERROR_IF(!f->index, SL_ENOMEM, "%s: cannot allocate the index",
+                     WHERE(f));
+  uint64_t next_record = 0, min_off = SLR_HEADER_SIZE;
+  for (uint64_t c = 0; c < n; c++) {
+    const unsigned char *e = b + 16 + SLR_INDEX_ENTRY_SIZE * c;
+    index_entry *x = &f->index[c];
+    x->offset = sl__get64(e);
+    x->first_record = sl__get64(e + 8);
+    x->records = sl__get32(e + 16);
+    x->header_crc = sl__get32(e + 20);
+    uint64_t hdr_end;
+    bool ok = x->first_record == next_record && x->records > 0 &&
+              (c ? x->offset > min_off : x->offset == SLR_HEADER_SIZE) &&
+              sl__add_ok(x->offset, SLR_CHUNK_HEADER_SIZE, &hdr_end) &&
+              hdr_end <= f->schema_off;
+    SL_RETURN_ERROR_IF(!ok, SL_ECORRUPT,
+                       "%s: index entry %llu (chunk at offset %llu, first "
+                       "record %llu, %u records) is inconsistent",
+                       WHERE(f), (unsigned long long)c,
+                       (unsigned long long)x->offset,
+                       (unsigned long long)x->first_record, x->records);
+    min_off = x->offset + SLR_CHUNK_HEADER_SIZE;
+    next_record += x->records;
+  }
+  SL_RETURN_ERROR_IF(
+      next_record != f->records || (n == 0 && f->schema_off != SLR_HEADER_SIZE),
+      SL_ECORRUPT, "%s: the index counts %llu records, the footer %llu",
+      WHERE(f), (unsigned long long)next_record,
+      (unsigned long long)f->records);
+  return SL_OK;
+}
+
+int sl__slr_open_source(sl__source *src, const sl_slr_open_opts *opts,
+                        sl_slr_file **out) {
+  *out = NULL;
+  sl_slr_file *f = sl__calloc(1, sizeof *f);
+  if (!f) {
+    sl__source_close(src);
+    return sl_set_error(SL_ENOMEM, "slr: cannot allocate a file");
+  }
+  f->src = src;
+  if (opts) f->opts = *opts;
+  if (!f->opts.max_bad_chunks) f->opts.max_bad_chunks = 16;
+  int rc = SL_OK;
+  unsigned char *blk = NULL;
+  if (f->src->size < SLR_HEADER_SIZE + SLR_FOOTER_SIZE) {
+    rc = sl_set_error(SL_ECORRUPT,
+                      "%s: %llu bytes is too short for an SLR "
+                      "file (truncated?)",
+                      WHERE(f), (unsigned long long)f->src->size);
+    goto fail;
+  }
+  if ((rc = read_header(f)) < 0 || (rc = read_footer(f)) < 0) goto fail;
+  if ((rc = read_block(f, "schema", SLR_SCHEMA_MAGIC, f->schema_off,
+                       f->index_off - f->schema_off, &blk)) < 0)
+    goto fail;
+  rc = parse_schema(f, blk, f->index_off - f->schema_off);
+  sl__free(blk);
+  blk = NULL;
+  if (rc < 0 || (rc = chunk_limits(f)) < 0) goto fail;
+  if ((rc = read_block(f, "index", SLR_INDEX_MAGIC, f->index_off,
+                       f->footer_off - f->index_off, &blk)) < 0)
+    goto fail;
+  rc = parse_index(f, blk, f->footer_off - f->index_off);
+  sl__free(blk);
+  if (rc < 0) goto fail;
+  f->dctx = ZSTD_createDCtx();
+  if (!f->dctx) {
+    rc = sl_set_error(SL_ENOMEM, "%s: cannot create a zstd context", WHERE(f));
+    goto fail;
+  }
+  *out = f;
+  return SL_OK;
+fail:
+  file_free(f);
+  return rc;
+}
+
+int sl_slr_open(const char *path, const sl_slr_open_opts *opts,
+                sl_slr_file **out) {
+  SL_RETURN_ERROR_IF(!out, SL_EINVAL, "slr: NULL out pointer");
+  *out = NULL;
+  SL_RETURN_ERROR_IF(!path, SL_EINVAL, "slr: NULL path");
+  SL_RETURN_ERROR_IF(opts && opts->policy != SL_CORRUPT_FAIL &&
+                         opts->policy != SL_CORRUPT_SKIP_CHUNK,
+                     SL_EINVAL, "slr: %s: unknown corruption policy %d", path,
+                     (int)opts->policy);
+  sl__source *src;
+  SL_FORWARD_IF_ERROR(sl__source_open_file(path, &src));
+  return sl__slr_open_source(src, opts, out);
+}
+
+const char *sl_slr_path(const sl_slr_file *f) {
+  return f ? f->src->name : NULL;
+}
+const sl_schema *sl_slr_schema(const sl_slr_file *f) {
+  return f ? f->schema : NULL;
+}
+uint64_t sl_slr_records(const sl_slr_file *f) {
+  return f ? f->records : 0;
+}
+uint64_t sl_slr_chunks(const sl_slr_file *f) {
+  return f ? f->nchunks : 0;
+}
+uint64_t sl_slr_bad_chunks(const sl_slr_file *f) {
+  return f ? f->bad_chunks : 0;
+}
+sl_corrupt_policy sl__slr_policy(const sl_slr_file *f) {
+  return f->opts.policy;
+}
+
+void sl__slr_chunk_span(const sl_slr_file *f, uint64_t c, uint64_t *first,
+                        uint32_t *count) {
+  *first = f->index[c].first_record;
+  *count = f->index[c].records;
+}
+
+void sl__slr_pass_start(sl_slr_file *f) {
+  f->pass_bad_chunks = 0;
+}
+
+void sl__slr_set_pass_bad(sl_slr_file *f, uint64_t n) {
+  f->pass_bad_chunks = n;
+}
+
+const sl__file_id *sl__slr_file_id(const sl_slr_file *f) {
+  return &f->src->id;
+}
+
+uint32_t sl__slr_fingerprint(const sl_slr_file *f) {
+  uint32_t crc = 0;
+  for (uint64_t c = 0; c < f->nchunks; c++) {
+    unsigned char e[24];
+    sl__put64(e, f->index[c].offset);
+    sl__put64(e + 8, f->index[c].first_record);
+    sl__put32(e + 16, f->index[c].records);
+    sl__put32(e + 20, f->index[c].header_crc);
+    crc = sl__crc32c(crc, e, sizeof e);
+  }
+  return crc;
+}
+
+int sl__slr_count_bad(sl_slr_file *f) {
+  f->bad_chunks++;
+  f->pass_bad_chunks++;
+  if (f->pass_bad_chunks <= f->opts.max_bad_chunks) return SL_OK;
+  /* The cause is the current message; copy it before overwriting. */
+  char last[1024];
+  snprintf(last, sizeof last, "%s", sl_last_error());
+  return sl_set_error(SL_ECORRUPT,
+                      "%llu corrupt chunks skipped, more than the cap of %u; "
+                      "last: %s",
+                      (unsigned long long)f->pass_bad_chunks,
+                      f->opts.max_bad_chunks, last);
+}
+
+uint64_t sl_slr_chunk_of(const sl_slr_file *f, uint64_t k) {
+  uint64_t lo = 0, hi = f->nchunks;
+  while (hi - lo > 1) {
+    uint64_t mid = lo + (hi - lo) / 2;
+    if (f->index[mid].first_record <= k)
+      lo = mid;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
+/* Reads and checks chunk c's header against its index entry; returns the
+ * stored and raw sizes. */
+static int chunk_header(sl_slr_file *f, uint64_t c, uint64_t *stored,
+                        uint64_t *raw, uint32_t *payload_crc) {
+  const index_entry *x = &f->index[c];
+  unsigned char h[SLR_CHUNK_HEADER_SIZE];
+  SL_FORWARD_IF_ERROR(f->src->read_at(f->src, x->offset, h, sizeof h));
+#define CHUNK_FAIL(...)                                                        \
+  do {                                                                         \
+    char why_[700];                                                            \
+    snprintf(why_, sizeof why_, __VA_ARGS__);                                  \
+    return sl_set_error(SL_ECORRUPT, "%s: chunk %llu at offset %llu: %s",      \
+                        WHERE(f), (unsigned long long)c,                       \
+                        (unsigned long long)x->offset, why_);                  \
+  } while (0)
+  uint32_t crc = sl__crc32c(0, h, 36);
+  if (crc != sl__get32(h + 36))
+    CHUNK_FAIL("header CRC mismatch (stored 0x%08x, computed 0x%08x)",
+               sl__get32(h + 36), crc);
+  if (crc != x->header_crc) CHUNK_FAIL("header does not match its index entry");
+  if (sl__get32(h) != SLR_CHUNK_MAGIC) CHUNK_FAIL("bad chunk magic");
+  if (sl__get32(h + 24) != (uint32_t)c)
+    CHUNK_FAIL("sequence number %u, expected %llu", sl__get32(h + 24),
+               (unsigned long long)c);
+  if (sl__get32(h + 4) != x->records)
+    CHUNK_FAIL("%u records, the index says %u", sl__get32(h + 4), x->records);
+  if (sl__get32(h + 28) != SLR_CODEC_ZSTD)
+    CHUNK_FAIL("unknown codec %u", sl__get32(h + 28));
+  *stored = sl__get64(h + 8);
+  *raw = sl__get64(h + 16);
+  *payload_crc = sl__get32(h + 32);
+  uint64_t end,
+      want_end = c + 1 < f->nchunks ? f->index[c + 1].offset : f->schema_off;
+  if (*raw > f->raw_limit)
+    CHUNK_FAIL("raw size %llu exceeds the limit of %llu bytes, %s",
+               (unsigned long long)*raw, (unsigned long long)f->raw_limit,
+               f->limit_from);
+  if (*stored > f->stored_limit)
+    CHUNK_FAIL("stored size %llu exceeds the limit of %llu bytes (a zstd "
+               "frame of at most %llu bytes), %s",
+               (unsigned long long)*stored,
+               (unsigned long long)f->stored_limit,
+               (unsigned long long)f->raw_limit, f->limit_from);
+  if (f->ratio_bound && *raw > SLR_RATIO_FREE &&
+      *raw / SLR_MAX_RATIO > *stored)
+    CHUNK_FAIL("raw size %llu from %llu stored bytes is a ratio above "
+               "%d:1, which a file that does not record "
+               SLR_META_MAX_CHUNK_RAW " may not claim above %llu bytes; set "
+               "max_chunk_bytes to read it",
+               (unsigned long long)*raw, (unsigned long long)*stored,
+               SLR_MAX_RATIO, (unsigned long long)SLR_RATIO_FREE);
+  if (!sl__add_ok(x->offset + SLR_CHUNK_HEADER_SIZE, *stored, &end) ||
+      end != want_end)
+    CHUNK_FAIL("payload of %llu bytes does not end where the next structure "
+               "starts (offset %llu)",
+               (unsigned long long)*stored, (unsigned long long)want_end);
+  return SL_OK;
+}
+
+int sl_slr_chunk_info_get(sl_slr_file *f, uint64_t c, sl_slr_chunk_info *out) {
+  SL_RETURN_ERROR_IF(!f || !out || c >= f->nchunks, SL_EINVAL,
+                     "slr: chunk %llu out of range", (unsigned long long)c);
+  uint32_t pcrc;
+  out->offset = f->index[c].offset;
+  out->first_record = f->index[c].first_record;
+  out->records = f->index[c].records;
+  return chunk_header(f, c, &out->stored_size, &out->raw_size, &pcrc);
+}
+
+/* Checks the offset table and every record of a decoded chunk. */
+static int check_records(sl_slr_file *f, uint64_t c, const unsigned char *raw,
+                         uint64_t raw_size, uint32_t n, size_t *body) {
+  const index_entry *x = &f->index[c];
+  uint64_t table = sl__align_up((uint64_t)n * 4, 8);
+  if (table > raw_size)
+    CHUNK_FAIL("offset table of %u records exceeds the payload", n);
+  uint64_t body_size = raw_size - table, prev = 0;
+  for (uint32_t r = 0; r < n; r++) {
+    uint64_t e = sl__get32(raw + 4 * (size_t)r);
+    if (e < prev || e > body_size || e % 8)
+      CHUNK_FAIL("record %u: bad end offset %llu", r, (unsigned long long)e);
+    int rc = sl__slr_record_check(&f->layout, raw + table + prev, e - prev);
+    if (rc < 0) {
+      char why[512];
+      snprintf(why, sizeof why, "%s", sl_last_error());
+      CHUNK_FAIL("record %llu: %s",
+                 (unsigned long long)(f->index[c].first_record + r), why);
+    }
+    prev = e;
+  }
+  if (prev != body_size)
+    CHUNK_FAIL("records end at %llu, the body is %llu bytes",
+               (unsigned long long)prev, (unsigned long long)body_size);
+  for (uint64_t i = (uint64_t)n * 4; i < table; i++)
+    if (raw[i]) CHUNK_FAIL("non-zero padding after the offset table");
+  *body = (size_t)table;
+  return SL_OK;
+}
+
+int sl__slr_load_chunk(sl_slr_file *f, uint64_t c, const slr_chunk **out) {
+  if (f->cache.raw && f->cache.index == c) {
+    *out = &f->cache;
+    return SL_OK;
+  }
+  const index_entry *x = &f->index[c];
+  uint64_t stored, raw;
+  uint32_t pcrc;
+  SL_FORWARD_IF_ERROR(chunk_header(f, c, &stored, &raw, &pcrc));
+  if (stored > f->stored_cap) {
+    unsigned char *p = sl__realloc(f->stored, (size_t)stored);
+    SL_RETURN_ERROR_IF(!p, SL_ENOMEM,
+                       "%s: cannot allocate %llu bytes for "
+                       "chunk %llu",
+                       WHERE(f), (unsigned long long)stored,
+                       (unsigned long long)c);
+    f->stored = p;
+    f->stored_cap = (size_t)stored;
+  }
+  SL_FORWARD_IF_ERROR(f->src->read_at(f->src, x->offset + SLR_CHUNK_HEADER_SIZE,
+                                      f->stored, (size_t)stored));
+  uint32_t crc = sl__crc32c(0, f->stored, (size_t)stored);
+  if (crc != pcrc)
+    CHUNK_FAIL("payload CRC mismatch (stored 0x%08x, computed 0x%08x)", pcrc,
+               crc);
+  unsigned long long declared = ZSTD_getFrameContentSize(f->stored, stored);
+  if (declared != raw) {
+    if (declared == ZSTD_CONTENTSIZE_UNKNOWN ||
+        declared == ZSTD_CONTENTSIZE_ERROR)
+      CHUNK_FAIL("payload is not a zstd frame with a declared size");
+    CHUNK_FAIL("zstd frame declares %llu bytes, the header %llu", declared,
+               (unsigned long long)raw);
+  }
+  /* Decode into the previous chunk's buffer when no sample holds it any
+   * more, else into one from the file's pool: the buffers of chunks whose
+   * samples were all released (behind a shuffle, on any thread) go back to
+   * it.  A fresh 1 MiB buffer per chunk costs its page faults, a reused
+   * one is warm (docs/PERFORMANCE.md, "The per-sample path").
+   * Without a pool (out of memory making it) buffers are plain ones. */
+  sl_buffer *buf = NULL;
+  if (f->cache.raw && sl__buffer_refcount(f->cache.raw) == 1 &&
+      sl_buffer_size(f->cache.raw) >= raw) {
+    buf = f->cache.raw;
+    f->cache.raw = NULL;
+  } else {
+    if (!f->pool) {
+      f->pool = sl__buffer_pool_new(SLR_POOL_IDLE, SLR_POOL_IDLE_BYTES);
+      if (!f->pool) sl_clear_error();
+    }
+    buf = sl__buffer_pool_get(f->pool, (size_t)raw);
+    if (!buf)
+      return sl_wrap_error(SL_ENOMEM,
+                           "%s: chunk %llu at offset %llu: %llu raw bytes",
+                           WHERE(f), (unsigned long long)c,
+                           (unsigned long long)x->offset,
+                           (unsigned long long)raw);
+  }
+  size_t got = ZSTD_decompressDCtx(f->dctx, sl_buffer_data(buf), (size_t)raw,
+                                   f->stored, (size_t)stored);
+  if (ZSTD_isError(got) || got != raw) {
+    sl_buffer_release(buf);
+    CHUNK_FAIL("zstd: %s", ZSTD_isError(got) ? ZSTD_getErrorName(got)
+                                             : "short decompression");
+  }
+  size_t body = 0;
+  int rc = check_records(f, c, sl_buffer_data(buf), raw, x->records, &body);
+  if (rc < 0) {
+    sl_buffer_release(buf);
+    return rc;
+  }
+  sl_buffer_release(f->cache.raw);
+  f->cache.index = c;
+  f->cache.records = x->records;
+  f->cache.raw = buf;
+  f->cache.ends = sl_buffer_data(buf);
+  f->cache.body = body;
+  *out = &f->cache;
+  return SL_OK;
+}
+
+int sl__slr_chunk_record(sl_slr_file *f, const slr_chunk *ch, uint32_t r,
+                         sl_sample **out) {
+  size_t start = r ? sl__get32(ch->ends + 4 * (size_t)(r - 1)) : 0;
+  return sl__slr_record_decode(&f->layout, f->schema, ch->raw, ch->body + start,
+                               out);
+}
+
+int sl_slr_read(sl_slr_file *f, uint64_t k, sl_sample **out) {
+  SL_RETURN_ERROR_IF(!f || !out, SL_EINVAL, "slr: NULL file or out pointer");
+  *out = NULL;
+  SL_RETURN_ERROR_IF(k >= f->records, SL_EINVAL,
+                     "%s: record %llu is out of range (%llu records)", WHERE(f),
+                     (unsigned long long)k, (unsigned long long)f->records);
+  uint64_t c = sl_slr_chunk_of(f, k);
+  const slr_chunk *ch;
+  SL_FORWARD_IF_ERROR(sl__slr_load_chunk(f, c, &ch));
+  return sl__slr_chunk_record(f, ch, (uint32_t)(k - f->index[c].first_record),
+                              out);
+}
+
+int sl_slr_verify(sl_slr_file *f) {
+  SL_RETURN_ERROR_IF(!f, SL_EINVAL, "slr: NULL file");
+  for (uint64_t c = 0; c < f->nchunks; c++) {
+    const slr_chunk *ch;
+    /* Drop the cache so every chunk is read and checked again. */
+    sl_buffer_release(f->cache.raw);
+    f->cache.raw = NULL;
+    SL_FORWARD_IF_ERROR(sl__slr_load_chunk(f, c, &ch));
+  }
+  return SL_OK;
+}

@@ -1,0 +1,353 @@
+/*
+ * pack.c - sl_pack: variable-length documents packed into rows of exactly
+ * T tokens, with segment ids and positions (Grain's / T5's packing).
+ *
+ * Documents.  A sample's packed fields (equally long rank-1 token fields)
+ * are one document; with eos, the eos id is appended to each of them.  A
+ * document longer than T is split into pieces of T (the last shorter), each
+ * packed as a document of its own, or cut to its first T tokens
+ * (truncate).  An empty document is skipped.
+ *
+ * First fit.  Up to `lookahead` rows are open, oldest first.  A piece goes
+ * into the first open row with room for it; when none has room, a new row
+ * opens after them, and when that makes lookahead + 1 open rows the oldest
+ * is closed: it joins the queue of finished rows, which next hands out in
+ * order.  At the end of the pass every open row is closed, oldest first.
+ * A row is one buffer: the packed fields, segment_ids and positions, T i32
+ * each; closing it pads the tail (pad value, segment 0, position 0) and it
+ * goes out as views of that buffer.
+ *
+ * Statistics: rows and non-pad tokens yielded, relaxed atomics written by
+ * the consumer's thread and read by sl_pack_stats from any thread.
+ *
+ * Position: the rows depend on every document before them, so a saved
+ * state is the position alone and the restore re-reads the pass
+ * (gather.h).
+ */
+#include "lm/lm.h"
+
+#include <stdatomic.h>
+#include <stdio.h>
+
+typedef struct row {
+  sl_buffer *buf; /* (nf + 2) x T i32: fields..., segment_ids, positions */
+  int64_t used;
+  int32_t nseg;
+} row;
+
+typedef struct pack_state {
+  sl_reader *up; /* first: sl__gather_save_reread_up */
+  int64_t T;
+  int nf;
+  int *fi; /* nf upstream field indices */
+  int has_eos;
+  int32_t eos, pad;
+  size_t lookahead;
+  int truncate;
+  sl_schema *schema;
+  row *open; /* lookahead + 1 slots, oldest first */
+  size_t nopen;
+  row *done; /* finished rows, a FIFO ring */
+  size_t dhead, dcount, dcap;
+  bool ended;
+  uint64_t docs; /* documents read this pass (messages) */
+  atomic_uint_least64_t rows_out, tokens_out;
+} pack_state;
+
+static int32_t *col(const row *r, int64_t T, int c) {
+  return (int32_t *)sl_buffer_data(r->buf) + (size_t)c * (size_t)T;
+}
+
+static void drop_rows(pack_state *p) {
+  for (size_t i = 0; i < p->nopen; i++)
+    sl_buffer_release(p->open[i].buf);
+  p->nopen = 0;
+  for (size_t i = 0; i < p->dcount; i++)
+    sl_buffer_release(p->done[(p->dhead + i) % p->dcap].buf);
+  p->dcount = 0;
+  p->dhead = 0;
+}
+
+/* Moves open row i to the queue of finished rows. */
+static int close_row(pack_state *p, size_t i) {
+  if (p->dcount == p->dcap) {
+    size_t cap = p->dcap ? p->dcap * 2 : 16;
+    row *d = sl__malloc(cap * sizeof *d);
+    SL_RETURN_ERROR_IF(!d, SL_ENOMEM, "pack: cannot allocate");
+    for (size_t k = 0; k < p->dcount; k++)
+      d[k] = p->done[(p->dhead + k) % p->dcap];
+    sl__free(p->done);
+    p->done = d;
+    p->dcap = cap;
+    p->dhead = 0;
+  }
+  row r = p->open[i];
+  memmove(&p->open[i], &p->open[i + 1], (p->nopen - i - 1) * sizeof *p->open);
+  p->nopen--;
+  for (int c = 0; c < p->nf; c++)
+    for (int64_t t = r.used; t < p->T; t++)
+      col(&r, p->T, c)[t] = p->pad;
+  for (int c = p->nf; c < p->nf + 2; c++) /* segment 0, position 0 */
+    memset(col(&r, p->T, c) + r.used, 0,
+           (size_t)(p->T - r.used) * sizeof(int32_t));
+  p->done[(p->dhead + p->dcount++) % p->dcap] = r;
+  return SL_OK;
+}
+
+/* Places tokens [from, from + len) of document s (len <= T; the eos
+ * position len_doc when from + len reaches it) into a row. */
+static int place(pack_state *p, const sl_sample *s, int64_t doc_len,
+                 int64_t from, int64_t len) {
+  size_t i = 0;
+  while (i < p->nopen && p->T - p->open[i].used < len)
+    i++;
+  if (i == p->nopen) {
+    sl_buffer *b =
+        sl_buffer_new((size_t)(p->nf + 2) * (size_t)p->T * sizeof(int32_t));
+    SL_RETURN_ERROR_IF(!b, SL_ENOMEM, "pack: cannot allocate a row");
+    p->open[p->nopen++] = (row){b, 0, 0};
+  }
+  row *r = &p->open[i];
+  int32_t seg = ++r->nseg;
+  for (int c = 0; c < p->nf; c++) {
+    const sl_tensor *t = sl_sample_at_const(s, p->fi[c]);
+    int32_t *dst = col(r, p->T, c) + r->used;
+    for (int64_t k = 0; k < len; k++) {
+      int64_t at = from + k;
+      dst[k] =
+          at < doc_len ? sl__token_at(t->data, t->dtype, (size_t)at) : p->eos;
+    }
+  }
+  int32_t *sg = col(r, p->T, p->nf) + r->used;
+  int32_t *ps = col(r, p->T, p->nf + 1) + r->used;
+  for (int64_t k = 0; k < len; k++) {
+    sg[k] = seg;
+    ps[k] = (int32_t)k;
+  }
+  r->used += len;
+  if (p->nopen > p->lookahead) return close_row(p, 0);
+  return SL_OK;
+}
+
+static int take_doc(pack_state *p, const sl_sample *s) {
+  const sl_tensor *t0 = sl_sample_at_const(s, p->fi[0]);
+  int64_t doc_len = t0->shape[0];
+  for (int c = 0; c < p->nf; c++) {
+    const sl_tensor *t = sl_sample_at_const(s, p->fi[c]);
+    int rc = sl_schema_check(sl_reader_schema(p->up), p->fi[c], t);
+    if (rc < 0)
+      return sl_wrap_error(rc, "pack: document %llu",
+                           (unsigned long long)p->docs);
+    SL_RETURN_ERROR_IF(t->shape[0] != doc_len, SL_ESHAPE,
+                       "pack: document %llu: field '%s' has %lld tokens, "
+                       "field '%s' %lld",
+                       (unsigned long long)p->docs,
+                       sl_schema_field_name(sl_reader_schema(p->up), p->fi[c]),
+                       (long long)t->shape[0],
+                       sl_schema_field_name(sl_reader_schema(p->up), p->fi[0]),
+                       (long long)doc_len);
+  }
+  int64_t total = doc_len + (p->has_eos ? 1 : 0);
+  if (p->truncate) total = SL_MIN(total, p->T);
+  for (int64_t from = 0; from < total; from += p->T)
+    SL_FORWARD_IF_ERROR(place(p, s, doc_len, from, SL_MIN(p->T, total - from)));
+  return SL_OK;
+}
+
+static int pack_next(void *st, sl_sample **out) {
+  pack_state *p = st;
+  while (p->dcount == 0) {
+    if (p->ended) {
+      if (p->nopen == 0) return SL_EOF;
+      SL_FORWARD_IF_ERROR(close_row(p, 0));
+      break;
+    }
+    sl_sample *s = NULL;
+    int rc = sl_reader_next(p->up, &s);
+    if (rc == SL_EOF) {
+      p->ended = true;
+      continue;
+    }
+    if (rc < 0) return rc;
+    rc = take_doc(p, s);
+    p->docs++;
+    sl_sample_release(s);
+    if (rc < 0) return rc;
+  }
+  row r = p->done[p->dhead];
+  sl_sample *o = sl_sample_new(p->schema);
+  int rc = o ? SL_OK : sl_set_error(SL_ENOMEM, "pack: cannot allocate");
+  for (int c = 0; c < p->nf + 2 && rc == SL_OK; c++) {
+    sl_tensor t;
+    rc = sl_tensor_view(&t, SL_I32, 1, &p->T, r.buf,
+                        (size_t)c * (size_t)p->T * sizeof(int32_t));
+    if (rc == SL_OK) rc = sl_sample_set_move(o, c, &t);
+  }
+  if (rc < 0) {
+    sl_sample_release(o);
+    return rc;
+  }
+  p->dhead = (p->dhead + 1) % p->dcap;
+  p->dcount--;
+  sl_buffer_release(r.buf);
+  sl__stat_add_1w(&p->rows_out, 1);
+  sl__stat_add_1w(&p->tokens_out, (uint64_t)r.used);
+  *out = o;
+  return SL_OK;
+}
+
+static void clear(pack_state *p) {
+  drop_rows(p);
+  p->ended = false;
+  p->docs = 0;
+}
+
+static int pack_reset(void *st) {
+  pack_state *p = st;
+  clear(p);
+  return sl_reader_reset(p->up);
+}
+
+static void pack_destroy(void *st) {
+  pack_state *p = st;
+  if (!p) return;
+  if (p->open) drop_rows(p);
+  sl__free(p->open);
+  sl__free(p->done);
+  sl__free(p->fi);
+  sl_schema_release(p->schema);
+  sl_reader_destroy(p->up);
+  sl__free(p);
+}
+
+static int pack_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
+                        sl__state_in *in) {
+  pack_state *p = st;
+  clear(p);
+  SL_FORWARD_IF_ERROR(sl__state_restore_up(in, p->up));
+  uint64_t rows = atomic_load(&p->rows_out), toks = atomic_load(&p->tokens_out);
+  int rc = sl__state_replay(pack_next, p, k, "pack");
+  atomic_store(&p->rows_out, rows); /* the replayed rows were counted */
+  atomic_store(&p->tokens_out, toks);
+  return rc;
+}
+
+static void pack_identity(const sl_reader *r, void *st, char *buf, size_t cap) {
+  const pack_state *p = st;
+  int n = snprintf(buf, cap,
+                   "T=%lld eos=%s%d pad=%d lookahead=%zu "
+                   "truncate=%d fields=",
+                   (long long)p->T, p->has_eos ? "" : "none:", p->eos, p->pad,
+                   p->lookahead, p->truncate);
+  for (int c = 0; c < p->nf && n >= 0 && (size_t)n < cap; c++)
+    n += snprintf(buf + n, cap - (size_t)n, "%s%s", c ? "," : "",
+                  sl_schema_field_name(sl_reader_schema(p->up), p->fi[c]));
+}
+
+static const sl__stage_ops pack_ops = {
+    .name = "pack",
+    .next = pack_next,
+    .reset = pack_reset,
+    .destroy = pack_destroy,
+    .save = sl__gather_save_reread_up,
+    .restore = pack_restore,
+    .identity = pack_identity,
+};
+
+int sl_pack_stats(const sl_reader *r, uint64_t *rows, uint64_t *tokens,
+                  double *efficiency) {
+  SL_RETURN_ERROR_IF(!r, SL_EINVAL, "pack_stats: NULL reader");
+  const pack_state *p = sl__lm_find(r, pack_next);
+  SL_RETURN_ERROR_IF(!p, SL_ENOTFOUND,
+                     "pack_stats: no pack stage in the "
+                     "chain of '%s'",
+                     sl_reader_name(r));
+  uint64_t n = atomic_load_explicit(&p->rows_out, memory_order_relaxed);
+  uint64_t t = atomic_load_explicit(&p->tokens_out, memory_order_relaxed);
+  if (rows) *rows = n;
+  if (tokens) *tokens = t;
+  if (efficiency) *efficiency = n ? (double)t / ((double)n * (double)p->T) : 0;
+  return SL_OK;
+}
+
+static int check_field(const sl_schema *in, const char *name, int *fi) {
+  int i = name ? sl_schema_find(in, name) : -1;
+  SL_RETURN_ERROR_IF(i < 0, SL_EINVAL, "pack: no field '%s' upstream",
+                     name ? name : "(null)");
+  SL_RETURN_ERROR_IF(!sl__token_dtype(sl_schema_field_dtype(in, i)) ||
+                         sl_schema_field_rank(in, i) != 1,
+                     SL_EINVAL,
+                     "pack: field '%s' must be a rank-1 i32, u16, u32 or i64 "
+                     "field, it is %s of rank %d",
+                     name, sl_dtype_name(sl_schema_field_dtype(in, i)),
+                     sl_schema_field_rank(in, i));
+  *fi = i;
+  return SL_OK;
+}
+
+static int setup(pack_state *p, const sl_pack_opts *o) {
+  const sl_schema *in = sl_reader_schema(p->up);
+  p->nf = o->fields ? (int)o->nfields : 1;
+  SL_RETURN_ERROR_IF(o->fields && (o->nfields == 0 || o->nfields > 32),
+                     SL_EINVAL, "pack: 1 to 32 fields, got %zu", o->nfields);
+  p->fi = sl__calloc((size_t)p->nf, sizeof *p->fi);
+  p->open = sl__calloc(p->lookahead + 1, sizeof *p->open);
+  p->schema = sl_schema_new();
+  SL_RETURN_ERROR_IF(!p->fi || !p->open || !p->schema, SL_ENOMEM,
+                     "pack: cannot allocate");
+  if (!o->fields) {
+    int i = 0;
+    while (i < sl_schema_nfields(in) &&
+           !(sl_schema_field_rank(in, i) == 1 &&
+             sl__token_dtype(sl_schema_field_dtype(in, i))))
+      i++;
+    SL_RETURN_ERROR_IF(i == sl_schema_nfields(in), SL_EINVAL,
+                       "pack: upstream has no rank-1 token field (i32, u16, "
+                       "u32, i64) to pack");
+    SL_FORWARD_IF_ERROR(
+        check_field(in, sl_schema_field_name(in, i), &p->fi[0]));
+  } else {
+    for (int c = 0; c < p->nf; c++)
+      SL_FORWARD_IF_ERROR(check_field(in, o->fields[c], &p->fi[c]));
+  }
+  for (int c = 0; c < p->nf + 2; c++) {
+    const char *name = c < p->nf    ? sl_schema_field_name(in, p->fi[c])
+                       : c == p->nf ? "segment_ids"
+                                    : "positions";
+    int rc = sl_schema_add(p->schema, name, SL_I32, 1, &p->T);
+    if (rc < 0) return sl_wrap_error(rc, "pack: output field '%s'", name);
+  }
+  return SL_OK;
+}
+
+int sl_pack(sl_reader *up, const sl_pack_opts *opts, sl_reader **out) {
+  SL_DECORATOR_ARGS("pack", up, out);
+  sl_pack_opts o = SL_PACK_OPTS_INIT;
+  int rc = opts ? sl__opts_copy("sl_pack_opts", &o, sizeof o, opts) : SL_OK;
+  if (rc == SL_OK && (o.seq_len < 1 || o.seq_len > INT32_MAX / 16))
+    rc = sl_set_error(SL_EINVAL,
+                      "pack: seq_len must be in [1, 2^27), got "
+                      "%lld",
+                      (long long)o.seq_len);
+  if (rc == SL_OK && o.lookahead > 4096)
+    rc = sl_set_error(SL_EINVAL, "pack: lookahead %zu is above 4096",
+                      o.lookahead);
+  if (rc < 0) return sl__fail_with_upstream(up, rc);
+  pack_state *p = sl__calloc(1, sizeof *p);
+  if (!p)
+    return sl__fail_with_upstream(
+        up, sl_set_error(SL_ENOMEM, "pack: cannot allocate"));
+  p->up = up;
+  p->T = o.seq_len;
+  p->has_eos = o.has_eos != 0;
+  p->eos = (int32_t)o.eos;
+  p->pad = (int32_t)o.pad;
+  p->lookahead = o.lookahead ? o.lookahead : 8;
+  p->truncate = o.truncate != 0;
+  rc = setup(p, &o);
+  if (rc < 0) {
+    pack_destroy(p);
+    return rc;
+  }
+  return sl__stage_wrap(&pack_ops, p, p->schema, &p->up, NULL, out);
+}

@@ -1,0 +1,158 @@
+/*
+ * pack_images.c - `sluice pack images`: a folder of JPEG and PNG files into
+ * SLR records {image: bytes[-1], label: i64[]} holding each file's bytes
+ * unchanged (no decoding, no re-encoding: the images are decoded on read by
+ * sl_decode_image), with the folder's classes in the schema metadata.
+ *
+ * The listing is the image reader's (sl__image_list: sorted paths,
+ * ImageFolder labels).  With o->shuffle (the CLI's default) the records are
+ * written in a seeded random order (pack_order below), so that a folder
+ * sorted by class does not become a class-sorted file; without it record k
+ * of the file is sample k of `image:FOLDER`.  Each file is checked to start
+ * like a JPEG or PNG, so a stray file fails the pack naming it instead of
+ * every later epoch.
+ */
+#include "core/rng.h"
+#include "image/image.h"
+#include "pack/import.h"
+
+#include <errno.h>
+#include <stdlib.h>
+
+/* The whole file into a growing buffer (*buf, *cap: reused across files). */
+static int slurp(const char *path, unsigned char **buf, size_t *cap,
+                 size_t *len) {
+  FILE *f = fopen(path, "rb");
+  SL_RETURN_ERROR_IF(!f, SL_EIO, "pack images: %s: cannot open: %s", path,
+                     strerror(errno));
+  size_t n = 0;
+  int rc = SL_OK;
+  for (;;) {
+    if (n == *cap) {
+      size_t c = *cap ? 2 * *cap : (size_t)1 << 16;
+      if (c > SL__IMAGE_MAX_BYTES + 1) c = SL__IMAGE_MAX_BYTES + 1;
+      if (c == *cap) {
+        rc =
+            sl_set_error(SL_EINVAL,
+                         "pack images: %s: more than the %llu MiB an "
+                         "encoded image may take",
+                         path, (unsigned long long)(SL__IMAGE_MAX_BYTES >> 20));
+        break;
+      }
+      unsigned char *b = sl__realloc(*buf, c);
+      if (!b) {
+        rc = sl_set_error(SL_ENOMEM, "pack images: %s: cannot allocate", path);
+        break;
+      }
+      *buf = b;
+      *cap = c;
+    }
+    size_t got = fread(*buf + n, 1, *cap - n, f);
+    n += got;
+    if (got == 0) break;
+  }
+  if (rc == SL_OK && ferror(f))
+    rc = sl_set_error(SL_EIO, "pack images: %s: read failed: %s", path,
+                      strerror(errno));
+  fclose(f);
+  *len = n;
+  return rc;
+}
+
+/* The order of the n sorted files: order[k] is the file written k-th.  The
+ * identity without shuffle; else a Fisher-Yates permutation drawn from
+ * xoshiro256** seeded with s[j] = f(seed + (j+1) g), j = 0..3 (f the
+ * splitmix64 finalizer, g its increment: as the epoch plan's permutations,
+ * docs/DATA.md), i from n-1 down to 1 swapping order[i] and order[u(i+1)]. */
+static size_t *pack_order(size_t n, bool shuffle, uint64_t seed) {
+  size_t *order = sl__malloc((n ? n : 1) * sizeof *order);
+  if (!order) return NULL;
+  for (size_t i = 0; i < n; i++)
+    order[i] = i;
+  if (!shuffle) return order;
+  uint64_t s[4];
+  for (int j = 0; j < 4; j++)
+    s[j] = sl__splitmix64_mix(seed + (uint64_t)(j + 1) * SL__RNG_GOLDEN);
+  for (size_t i = n; i-- > 1;) {
+    size_t j = (size_t)sl__rng_bounded(s, (uint64_t)i + 1);
+    size_t t = order[i];
+    order[i] = order[j];
+    order[j] = t;
+  }
+  return order;
+}
+
+int sl__pack_images(const char *root, const char *out,
+                    const struct sl__pack_opts *o, uint64_t *records) {
+  if (records) *records = 0;
+  SL_RETURN_ERROR_IF(!root || !out, SL_EINVAL,
+                     "pack images: no input folder or no output");
+  sl__image_list l;
+  SL_FORWARD_IF_ERROR(sl__image_list_make("pack images", root, &l));
+  sl_schema *schema = sl_schema_new();
+  int rc = schema ? SL_OK : SL_ENOMEM;
+  int64_t var = SL_DIM_VAR;
+  if (rc >= 0) rc = sl_schema_add(schema, "image", SL_BYTES, 1, &var);
+  if (rc >= 0 && l.labels) rc = sl_schema_add(schema, "label", SL_I64, 0, NULL);
+  if (rc >= 0) rc = sl_schema_set_meta(schema, "source", "image");
+  if (rc >= 0) rc = sl_schema_set_meta(schema, "root", sl__basename(root));
+  if (rc >= 0 && l.labels) {
+    char *classes = sl__image_classes_join(&l);
+    rc = classes ? sl_schema_set_meta(schema, "classes", classes) : SL_ENOMEM;
+    sl__free(classes);
+  }
+  if (rc < 0) rc = sl_set_error(rc, "pack images: cannot build the schema");
+  sl__pack_sink *sink = NULL;
+  if (rc >= 0)
+    rc = sl__sink_open(out, schema, l.n, o, (const char *const *)l.paths, l.n,
+                       &sink);
+  if (rc >= 0) {
+    sl_sample *s = sl_sample_new(schema);
+    size_t *order = pack_order(l.n, o && o->shuffle, o ? o->seed : 0);
+    unsigned char *buf = NULL;
+    size_t cap = 0;
+    rc = s && order ? SL_OK
+                    : sl_set_error(SL_ENOMEM, "pack images: cannot allocate");
+    for (size_t k = 0; k < l.n && rc == SL_OK; k++) {
+      size_t i = order[k], len = 0;
+      rc = slurp(l.paths[i], &buf, &cap, &len);
+      if (rc == SL_OK && sl_image_sniff(buf, len) == SL_IMAGE_UNKNOWN)
+        rc = sl_set_error(SL_ECORRUPT,
+                          "pack images: %s: not a JPEG or PNG image (%zu "
+                          "bytes)",
+                          l.paths[i], len);
+      if (rc < 0) break;
+      /* A view of the reused buffer: the writer encodes it before the next
+       * file is read. */
+      sl_buffer *b = sl_buffer_wrap(buf, len, NULL, NULL);
+      sl_tensor t;
+      int64_t shape[1] = {(int64_t)len};
+      rc = b ? sl_tensor_view(&t, SL_BYTES, 1, shape, b, 0) : SL_ENOMEM;
+      sl_buffer_release(b);
+      if (rc == SL_OK && (rc = sl_sample_set_move(s, 0, &t)) < 0)
+        sl_tensor_clear(&t);
+      if (rc == SL_OK && l.labels) {
+        int64_t *lab;
+        rc = sl_sample_alloc(s, 1, 0, NULL, (void **)&lab);
+        if (rc == SL_OK) *lab = l.labels[i];
+      }
+      if (rc == SL_OK) rc = sl__sink_append(sink, s);
+      if (rc < 0) rc = sl_wrap_error(rc, "pack images: %s", l.paths[i]);
+    }
+    /* Drop the view of `buf` before freeing it. */
+    sl_tensor empty = {.dtype = SL_BYTES, .rank = 1};
+    if (s) sl_sample_set(s, 0, &empty);
+    sl_sample_release(s);
+    sl__free(order);
+    sl__free(buf);
+    uint64_t got = sl__sink_records(sink);
+    if (rc == SL_OK)
+      rc = sl__sink_close(sink);
+    else
+      sl__sink_abort(sink);
+    if (rc == SL_OK && records) *records = got;
+  }
+  sl_schema_release(schema);
+  sl__image_list_free(&l);
+  return rc < 0 ? rc : SL_OK;
+}

@@ -1,0 +1,141 @@
+/*
+ * chain.c - several readers one after another as one pass (Paddle's chain).
+ *
+ * Protocol: a pass reads reader 0 to its SL_EOF, then reader 1, and so on;
+ * the last reader's SL_EOF is ours.  Errors from any reader pass through.
+ * Reset resets every reader (stopping at the first that fails), so the next
+ * pass starts again at reader 0.  All readers must yield the same schema,
+ * which is checked once at construction.  The stage takes every reader it is
+ * given, also when construction fails.
+ */
+#include "stages/stage.h"
+
+typedef struct chain_state {
+  sl_reader **readers; /* n readers, all owned */
+  size_t n;
+  size_t cur;       /* the reader being read in this pass */
+  uint64_t *counts; /* samples each reader gave in this pass */
+} chain_state;
+
+static int chain_next(void *st, sl_sample **out) {
+  chain_state *c = st;
+  while (c->cur < c->n) {
+    int rc = sl_reader_next(c->readers[c->cur], out);
+    if (rc == SL_OK) c->counts[c->cur]++;
+    if (rc != SL_EOF) return rc; /* a sample, or that reader's error */
+    c->cur++;
+  }
+  return SL_EOF;
+}
+
+static int chain_reset(void *st) {
+  chain_state *c = st;
+  c->cur = 0;
+  memset(c->counts, 0, c->n * sizeof *c->counts);
+  return sl__reset_readers(c->readers, c->n);
+}
+
+static void chain_destroy(void *st) {
+  chain_state *c = st;
+  if (!c) return;
+  sl__destroy_readers(c->readers, c->n);
+  sl__free(c->readers);
+  sl__free(c->counts);
+  sl__free(c);
+}
+
+/* The sum of the readers' lengths. */
+static int chain_length(const sl_reader *r, void *st, uint64_t *n) {
+  const chain_state *c = st;
+  uint64_t sum = 0;
+  for (size_t i = 0; i < c->n; i++) {
+    uint64_t k;
+    SL_FORWARD_IF_ERROR(sl_reader_length(c->readers[i], &k));
+    SL_RETURN_ERROR_IF(k > UINT64_MAX - sum, SL_EUNSUPPORTED,
+                       "chain: the length does not fit 64 bits at reader %zu",
+                       i);
+    sum += k;
+  }
+  *n = sum;
+  return SL_OK;
+}
+
+/* Output k falls in reader `cur` at position k minus what the readers
+ * before it gave.  Payload: that reader's number; the readers before it are
+ * saved at their ends, those after it at their starts. */
+static int chain_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
+                      sl__state_out *w) {
+  chain_state *c = st;
+  size_t at = 0;
+  while (at + 1 < c->n && at < c->cur && k >= c->counts[at])
+    k -= c->counts[at++];
+  SL_FORWARD_IF_ERROR(sl__state_put_u64(w, at));
+  for (size_t i = 0; i < c->n; i++) {
+    uint64_t pos = i < at ? c->counts[i] : i == at ? k : 0;
+    SL_FORWARD_IF_ERROR(sl__state_save_up(w, c->readers[i],
+                                          sl__reader_pass(c->readers[i]), pos));
+  }
+  return SL_OK;
+}
+
+static int chain_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
+                         sl__state_in *in) {
+  chain_state *c = st;
+  uint64_t at;
+  for (size_t i = 0; i < c->n; i++)
+    SL_FORWARD_IF_ERROR(sl__state_restore_up(in, c->readers[i]));
+  SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &at));
+  SL_RETURN_ERROR_IF(at >= c->n, SL_ECORRUPT,
+                     "restore: chain: reader %llu of %zu",
+                     (unsigned long long)at, c->n);
+  c->cur = (size_t)at;
+  /* What the readers before `at` gave: the rest of k (their counts are
+   * only used to place a later save). */
+  memset(c->counts, 0, c->n * sizeof *c->counts);
+  for (size_t i = 0; i <= c->cur; i++)
+    c->counts[i] = sl__reader_delivered(c->readers[i]);
+  return SL_OK;
+}
+
+static const sl__stage_ops chain_ops = {
+    .name = "chain",
+    .next = chain_next,
+    .reset = chain_reset,
+    .destroy = chain_destroy,
+    .length = chain_length,
+    .save = chain_save,
+    .restore = chain_restore,
+};
+
+int sl_chain(sl_reader **readers, size_t n, sl_reader **out) {
+  SL_FORWARD_IF_ERROR(sl__check_readers("chain", readers, n, out));
+  const sl_schema *first = sl_reader_schema(readers[0]);
+  for (size_t i = 1; i < n; i++) {
+    if (!sl_schema_equal(first, sl_reader_schema(readers[i]))) {
+      char a[256], b[256];
+      sl_schema_describe(sl_reader_schema(readers[i]), a, sizeof a);
+      sl_schema_describe(first, b, sizeof b);
+      sl__destroy_readers(readers, n);
+      return sl_set_error(SL_ESHAPE,
+                          "chain: reader %zu has schema %s, but reader 0 has "
+                          "%s",
+                          i, a, b);
+    }
+  }
+  chain_state *c = sl__calloc(1, sizeof *c);
+  sl_reader **copy = sl__malloc(n * sizeof *copy);
+  uint64_t *counts = sl__calloc(n, sizeof *counts);
+  if (!c || !copy || !counts || n > SIZE_MAX / sizeof *copy) {
+    sl__free(c);
+    sl__free(copy);
+    sl__free(counts);
+    sl__destroy_readers(readers, n);
+    return sl_set_error(SL_ENOMEM, "chain: cannot allocate %zu readers", n);
+  }
+  memcpy(copy, readers, n * sizeof *copy);
+  c->readers = copy;
+  c->counts = counts;
+  c->n = n;
+  return sl__stage_new(&chain_ops, c, (sl_schema *)first, c->readers, n, NULL,
+                       out);
+}

@@ -1,0 +1,118 @@
+/*
+ * engine_stage.c - the reader side of a stage run by the engine
+ * (engine_stage.h has the protocol).
+ */
+#include "stages/engine_stage.h"
+
+/* A skipped item, on the consumer's thread in delivery order. */
+static int skipped(void *ud, uint64_t seq, const char *note) {
+  sl__engine_stage *b = ud;
+  if (!b->ordered) sl__engine_pos_dropped(&b->pos, seq);
+  return sl__ignore_error(sl__engine_counters(b->engine), &b->ignored,
+                          b->ignore_cap, b->hooks->skip_code, b->pos.what,
+                          b->hooks->skipped, b->hooks->option, note);
+}
+
+int sl__engine_stage_init(sl__engine_stage *b, sl_reader *up,
+                          const sl__engine_stage_cfg *cfg) {
+  b->up = up;
+  b->hooks = cfg->hooks;
+  b->one_to_one = cfg->one_to_one;
+  b->lazy = cfg->lazy;
+  b->ordered = cfg->opts.ordered;
+  b->ignore_cap = cfg->ignore_cap;
+  /* A stage that may leave items out is logged as a filter. */
+  sl__engine_pos_init(&b->pos,
+                      !b->ordered     ? SL__EPOS_UNORDERED
+                      : b->one_to_one ? SL__EPOS_1TO1
+                                      : SL__EPOS_LOG,
+                      cfg->what);
+  SL_FORWARD_IF_ERROR(sl__engine_create(cfg->ops, b, &cfg->opts, &b->engine));
+  if (b->ignore_cap) sl__engine_on_skip(b->engine, skipped);
+  return SL_OK;
+}
+
+int sl__engine_stage_start(sl__engine_stage *b) {
+  SL_FORWARD_IF_ERROR(sl__engine_start(b->engine));
+  b->started = true;
+  return SL_OK;
+}
+
+int sl__engine_stage_next(void *st, sl_sample **out) {
+  sl__engine_stage *b = st;
+  if (!b->started) SL_FORWARD_IF_ERROR(sl__engine_stage_start(b));
+  SL_FORWARD_IF_ERROR(sl__engine_next(b->engine, out));
+  sl__engine_pos_delivered(&b->pos, sl__engine_last_seq(b->engine));
+  return b->hooks->took ? b->hooks->took(st, out) : SL_OK;
+}
+
+/* Stops the engine and forgets the pass, whose first item will be
+ * `start`. */
+static void new_pass(sl__engine_stage *b, uint64_t start) {
+  sl__engine_stop(b->engine);
+  b->started = false;
+  sl__engine_pos_reset(&b->pos);
+  b->ignored = 0;
+  if (b->hooks->new_pass) b->hooks->new_pass(b, start);
+}
+
+int sl__engine_stage_reset(void *st) {
+  sl__engine_stage *b = st;
+  new_pass(b, 0);
+  b->pass++; /* counts even if the reset fails, as shuffle's passes */
+  SL_FORWARD_IF_ERROR(sl_reader_reset(b->up));
+  return b->lazy ? SL_OK : sl__engine_stage_start(b);
+}
+
+void sl__engine_stage_destroy(void *st) {
+  sl__engine_stage *b = st;
+  if (!b) return;
+  if (b->engine) new_pass(b, 0);
+  sl__engine_destroy(b->engine); /* joined: each worker's fini */
+  sl_reader_destroy(b->up);
+  sl__engine_pos_fini(&b->pos);
+  b->hooks->free(st);
+}
+
+int sl__engine_stage_length(const sl_reader *r, void *st, uint64_t *n) {
+  const sl__engine_stage *b = st;
+  SL_RETURN_ERROR_IF(!b->one_to_one, SL_EUNSUPPORTED,
+                     "%s: the number of samples a pass yields is not known "
+                     "before reading it%s",
+                     sl_reader_name(r),
+                     b->hooks->length_why ? b->hooks->length_why : "");
+  return sl__upstream_length(r, 0, n);
+}
+
+int sl__engine_stage_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
+                          sl__state_out *w) {
+  sl__engine_stage *b = st;
+  return sl__engine_pos_save(&b->pos, b->engine, b->up, k, w);
+}
+
+/* Errors before the restored position are not counted; ctx.epoch is the
+ * restored pass's. */
+int sl__engine_stage_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
+                             sl__state_in *in) {
+  sl__engine_stage *b = st;
+  sl__engine_stop(b->engine);
+  b->pass = pass;
+  uint64_t start = 0;
+  int rc = sl__engine_pos_restore(&b->pos, b->up, k, in, &start);
+  b->started = false;
+  b->ignored = 0;
+  if (b->hooks->new_pass) b->hooks->new_pass(b, start);
+  SL_FORWARD_IF_ERROR(rc);
+  b->started = true;
+  return sl__engine_pos_resume(&b->pos, b->engine, k, sl__engine_stage_next, b);
+}
+
+void sl__engine_stage_stop(void *st) {
+  sl__engine_signal_stop(((sl__engine_stage *)st)->engine);
+}
+
+int sl__engine_stage_wrap(const sl__stage_ops *ops, sl__engine_stage *b,
+                          sl_schema *schema, sl_reader **out) {
+  return sl__stage_wrap(ops, b, schema, &b->up, sl__engine_counters(b->engine),
+                        out);
+}

@@ -1,0 +1,128 @@
+/*
+ * gather.c - the shared shape of the gathering stages (gather.h).
+ */
+#include "stages/gather.h"
+
+uint64_t sl__gather_count(uint64_t total, uint64_t size, uint64_t stride,
+                          int drop) {
+  if (drop) return total >= size ? (total - size) / stride + 1 : 0;
+  return total / stride + (total % stride != 0);
+}
+
+bool sl__gather_init(sl__gather *g, sl_reader *up, size_t n, int drop) {
+  g->up = up;
+  g->n = n;
+  g->drop = drop;
+  g->held = sl__malloc(n * sizeof *g->held);
+  return g->held != NULL;
+}
+
+void sl__gather_release(sl__gather *g) {
+  for (size_t j = 0; j < g->nheld; j++)
+    sl_sample_release(g->held[j]);
+  g->nheld = 0;
+}
+
+void sl__gather_fini(sl__gather *g) {
+  if (g->held) sl__gather_release(g);
+  sl__free(g->held);
+  sl_reader_destroy(g->up);
+}
+
+int sl__gather_pull(sl__gather *g, int (*check)(void *st, size_t j), void *st) {
+  int rc = SL_OK;
+  while (rc == SL_OK && g->nheld < g->n) {
+    sl_sample *s = NULL;
+    rc = sl_reader_next(g->up, &s); /* an error: upstream's, untouched */
+    if (rc == SL_OK) {
+      g->held[g->nheld++] = s;
+      rc = check(st, g->nheld - 1);
+    }
+  }
+  /* upstream at its end (latched by reader.c): a short last batch */
+  if (rc == SL_EOF && g->nheld > 0 && !g->drop) rc = SL_OK;
+  if (rc != SL_OK) sl__gather_release(g);
+  return rc;
+}
+
+int sl__gather_put(sl_sample *o, int i, sl_tensor *t, sl_tensor *lens) {
+  int rc = sl_sample_set_move(o, i, t);
+  if (rc == SL_OK && lens) return sl__gather_put(o, i + 1, lens, NULL);
+  if (rc < 0) sl_tensor_clear(t);
+  if (rc < 0 && lens) sl_tensor_clear(lens);
+  return rc;
+}
+
+int sl__gather_reset(void *st) {
+  sl__gather *g = st;
+  sl__gather_release(g);
+  g->no = 0;
+  return sl_reader_reset(g->up); /* its error, if any, as it is */
+}
+
+int sl__gather_length(const sl_reader *r, void *st, uint64_t *n) {
+  const sl__gather *g = st;
+  uint64_t up;
+  SL_FORWARD_IF_ERROR(sl__upstream_length(r, 0, &up));
+  *n = sl__gather_count(up, g->n, g->n, g->drop);
+  return SL_OK;
+}
+
+/* Batch k starts at upstream sample k x n; only the last batch of a pass
+ * may be short, and after it upstream is at its end. */
+int sl__gather_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
+                    sl__state_out *w) {
+  sl__gather *g = st;
+  SL_RETURN_ERROR_IF(k > UINT64_MAX / g->n, SL_EUNSUPPORTED,
+                     "save: %s: position %llu overflows", sl_reader_name(r),
+                     (unsigned long long)k);
+  uint64_t pos = k * g->n;
+  if (pass == sl__reader_pass(r) && k == g->no)
+    pos = SL_MIN(pos, sl__reader_delivered(g->up));
+  return sl__state_save_up(w, g->up, sl__reader_pass(g->up), pos);
+}
+
+/* Upstream at k x n, or inside the last (short) batch. */
+static int check_at(const sl_reader *r, const sl__gather *g, uint64_t k,
+                    const sl__state_in *in) {
+  uint64_t up;
+  SL_FORWARD_IF_ERROR(sl__state_up_position(in, &up));
+  SL_RETURN_ERROR_IF(k > UINT64_MAX / g->n || up > k * g->n ||
+                         (up < k * g->n && up <= (k - 1) * g->n),
+                     SL_ECORRUPT,
+                     "restore: corrupt state: %s (size %zu) at batch %llu "
+                     "but its upstream '%s' at sample %llu",
+                     sl_reader_name(r), g->n, (unsigned long long)k,
+                     sl_reader_name(g->up), (unsigned long long)up);
+  return SL_OK;
+}
+
+int sl__gather_check(const sl_reader *r, void *st, sl__state_in *in) {
+  return check_at(r, st, sl__state_position(in), in);
+}
+
+int sl__gather_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
+                       sl__state_in *in) {
+  sl__gather *g = st;
+  SL_FORWARD_IF_ERROR(check_at(r, g, k, in));
+  sl__gather_release(g);
+  SL_FORWARD_IF_ERROR(sl__state_restore_up(in, g->up));
+  g->no = k;
+  return SL_OK;
+}
+
+int sl__gather_save_reread(sl_reader *const *ups, const uint64_t *passes,
+                           size_t n, uint64_t k, sl__state_out *w) {
+  for (size_t i = 0; i < n; i++) {
+    uint64_t pass = passes ? passes[i] : sl__reader_pass(ups[i]);
+    SL_FORWARD_IF_ERROR(k == 0
+                            ? sl__state_save_up(w, ups[i], pass, 0)
+                            : sl__state_save_up_replayed(w, ups[i], pass, 0));
+  }
+  return SL_OK;
+}
+
+int sl__gather_save_reread_up(sl_reader *r, void *st, uint64_t pass, uint64_t k,
+                              sl__state_out *w) {
+  return sl__gather_save_reread((sl_reader *const *)st, NULL, 1, k, w);
+}
