@@ -42,9 +42,8 @@
 set -euo pipefail
 
 # Pairs of objects known to call each other, "folder/x.c.o:folder/y.c.o",
-# tolerated until their fix lands (an environment setting adds to them).
-# registry.c <-> wds_open.c: until H5 (issue 25, item 3) lands.
-MUTUAL_KNOWN="${MUTUAL_KNOWN:-} open/registry.c.o:open/wds_open.c.o"
+# tolerated (an environment setting adds to them; none today).
+MUTUAL_KNOWN="${MUTUAL_KNOWN:-}"
 
 level_of() {
   case "$1" in

@@ -21,7 +21,6 @@
  */
 #include "core/crc32c.h"
 #include "formats/idx.h"
-#include "pack/import.h"
 #include "stages/indexed.h"
 
 #include <errno.h>

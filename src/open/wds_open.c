@@ -57,7 +57,6 @@
 #include "formats/wds.h"
 #include "formats/epoch_plan.h"
 #include "open/registry.h"
-#include "pack/wds_pack.h"
 #include "stages/stage.h"
 
 #include <ctype.h>
