@@ -526,16 +526,29 @@ int sl__lua_base_init(sl__lua_base *b, sl_reader *up, const char *op,
   }
   b->w = nw > 0 ? sl__calloc((size_t)nw, sizeof *b->w) : NULL;
   /* The engine's consumer takes up to 16 results at once (engine.h). */
-  b->nflags = cfg ? 2 * cfg->opts.window + 16 : 0;
-  b->unchecked = cfg ? sl__calloc(b->nflags, 1) : NULL;
-  SL_RETURN_ERROR_IF(!b->w || (cfg && !b->unchecked), SL_ENOMEM,
+  b->nnotes = cfg ? 2 * cfg->opts.window + 16 : 0;
+  b->notes = cfg ? sl__calloc(b->nnotes, sizeof *b->notes) : NULL;
+  pthread_mutex_init(&b->note_mu, NULL);
+  SL_RETURN_ERROR_IF(!b->w || (cfg && !b->notes), SL_ENOMEM,
                      "%s: cannot allocate %d workers", label, nw);
   return SL_OK;
 }
 
+void sl__lua_base_note_locked(sl__lua_base *b, uint64_t seq, bool unchecked) {
+  b->notes[seq % b->nnotes] = seq << 1 | (unchecked ? 1u : 0u);
+}
+
+bool sl__lua_base_noted(sl__lua_base *b, uint64_t seq) {
+  pthread_mutex_lock(&b->note_mu);
+  uint64_t note = b->notes[seq % b->nnotes];
+  pthread_mutex_unlock(&b->note_mu);
+  return (note >> 1) == seq ? (note & 1) != 0 : b->schema != NULL;
+}
+
 void sl__lua_base_fini(sl__lua_base *b) {
   sl__free(b->w);
-  sl__free(b->unchecked);
+  sl__free(b->notes);
+  pthread_mutex_destroy(&b->note_mu);
   sl__free((char *)b->spec.label);
   sl_schema_release(b->schema);
   sl__shipped_release((sl__shipped *)b->spec.fn);

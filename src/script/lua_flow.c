@@ -17,7 +17,7 @@
  *               are checked against the stage schema on the worker once it
  *               is known; those of an item processed before (the first
  *               items, while the constructor learns the schema from the
- *               first output) are flagged (sl__lua_base's unchecked[],
+ *               first output) are noted (sl__lua_base's notes,
  *               as the Lua map's) and checked by the consumer when it takes
  *               them.
  *               Length: not known.
@@ -51,7 +51,7 @@
  * ctx.index = the upstream sample's position in the pass.
  *
  * Threads: flat_map's workers own their worker state (b.w[i]) and write
- * unchecked[] for the items they process; the rest is the consumer's.
+ * the notes (under note_mu) for the items they process; the rest is the consumer's.
  * take_while and scan have no thread: their one worker state is touched by
  * whichever thread pulls the stage (one at a time, as any reader); their
  * stop flag (the deadline hook reads it) is set by the stop signal from any
@@ -192,7 +192,9 @@ static int fm_many(void *ud, void *wctx, uint64_t seq, sl_sample *in,
     sl__free(v);
     return SL__ENGINE_DROP;
   }
-  st->b.unchecked[seq % st->b.nflags] = !want;
+  pthread_mutex_lock(&st->b.note_mu);
+  sl__lua_base_note_locked(&st->b, seq, !want);
+  pthread_mutex_unlock(&st->b.note_mu);
   for (size_t i = 0; want && i < m; i++) {
     rc = check_out(st, want, &v[i], seq);
     if (rc < 0) {
@@ -225,7 +227,7 @@ static int fm_take(flow_stage *st) {
   size_t n = 0;
   uint64_t seq = 0;
   SL_FORWARD_IF_ERROR(sl__engine_next_many(st->b.run.engine, &v, &n, &seq));
-  if (st->b.unchecked[seq % st->b.nflags]) {
+  if (sl__lua_base_noted(&st->b, seq)) {
     for (size_t i = 0; i < n; i++) {
       int rc = check_out(st, st->b.schema, &v[i], seq);
       if (rc < 0) {

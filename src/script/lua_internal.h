@@ -8,6 +8,8 @@
 
 #include "stages/engine_stage.h"
 #include "script/lua_host.h"
+
+#include <pthread.h>
 #include "sluice.h"
 
 #include <lua.h>
@@ -175,15 +177,19 @@ typedef struct sl__lua_base {
   sl_schema *schema;              /* the stage's (retained), NULL until known */
   _Atomic(const sl_schema *) check_schema;
   sl__lua_worker *w; /* one per worker */
-  /* On the engine: outputs made before the schema was known are flagged by
-   * item, unchecked[seq % nflags], by the worker before it hands the item
-   * over, and checked by the consumer when it takes them.  An item's flag
-   * stays put until the consumer took it: items pulled after it and before
-   * that are fewer than the engine's window plus its consumer cache
-   * (ordered), or twice the window plus the cache (unordered, where an item
-   * may finish a window late). */
-  unsigned char *unchecked;
-  size_t nflags;
+  /* On the engine: outputs made before the schema was known are noted by
+   * item, in notes[seq % nnotes] as (seq << 1 | unchecked), by the worker
+   * before it hands the item over, and checked by the consumer when it
+   * takes them (sl__lua_base_note / _noted).  An item's note stays put
+   * until the consumer took it, except in an unordered pass where an item
+   * finishes more than nnotes items late: its slot then holds a later
+   * item's note, and the consumer checks the outputs anyway (checking a
+   * checked output again changes nothing).  note_mu guards notes (and a
+   * parser's line notes, lua_stage.c), so workers sharing a slot do not
+   * race. */
+  pthread_mutex_t note_mu;
+  uint64_t *notes;
+  size_t nnotes;
 } sl__lua_base;
 
 /* A stage constructor's start.  Its checks, in this order: `out` NULL (up
@@ -205,6 +211,13 @@ int sl__lua_base_init(sl__lua_base *b, sl_reader *up, const char *op,
                       const char *aux, sl__shipped *fn, sl__shipped *init,
                       sl__lua_env *env, const sl__lua_stage_opts *opts,
                       sl__engine_stage_cfg *cfg);
+/* The notes above: the worker's (under note_mu) and the consumer's, which
+ * answers whether item seq's outputs need checking: the note's flag, or,
+ * when a later item's note took its slot, whether the schema is known (a
+ * check is then possible, and harmless).  _note_locked: note_mu held. */
+void sl__lua_base_note_locked(sl__lua_base *b, uint64_t seq, bool unchecked);
+bool sl__lua_base_noted(sl__lua_base *b, uint64_t seq);
+
 /* Releases what sl__lua_base_init holds, but upstream, the engine (and
  * its worker states: sl__engine_stage_destroy) and b itself. */
 void sl__lua_base_fini(sl__lua_base *b);

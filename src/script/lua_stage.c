@@ -34,7 +34,7 @@
  *             epoch + the resets) after those arguments; ctx.seed is set once.
  *   unchecked Outputs made before the schema was known (the first ones of a
  *             map without `schema`) are flagged by item (sl__lua_base's
- *             unchecked[]; a parser also keeps the line's file and number
+ *             notes; a parser also keeps the line's file and number
  *             in at[]) and checked by the consumer when it takes them: the
  *             check may replace the sample (fields in another order are
  *             rebuilt in the stage's order), which the engine's const
@@ -57,7 +57,7 @@
  *             always ordered.
  *
  * Threads: pull (the puller's: line_file, line_no, pulled, line[]) and
- * process (worker w's: w->L, refs, slot; the item's unchecked[] and at[]
+ * process (worker w's: w->L, refs, slot; the item's note and at[], under note_mu
  * entries, written before its result is deposited under the engine's
  * lock) run on the engine's workers; the rest is the consumer's.
  */
@@ -82,7 +82,7 @@ typedef struct lua_stage {
   const sl_schema *line_file;
   uint64_t line_no, pulled;
   uint64_t *line; /* window entries */
-  line_at *at;    /* parser: b.nflags entries, by seq % b.nflags */
+  line_at *at;    /* parser: b.nnotes entries, by seq % b.nnotes, under b.note_mu */
 } lua_stage;
 
 /* --- checking outputs ----------------------------------------------------- */
@@ -105,13 +105,15 @@ static int finish_output(lua_stage *st, sl_sample *o, uint64_t seq,
                          sl_sample **out) {
   const sl_schema *want =
       atomic_load_explicit(&st->b.check_schema, memory_order_acquire);
-  size_t i = seq % st->b.nflags;
-  st->b.unchecked[i] = !want;
+  size_t i = seq % st->b.nnotes;
+  pthread_mutex_lock(&st->b.note_mu);
+  sl__lua_base_note_locked(&st->b, seq, !want);
   if (st->at) {
     sl_schema_release(st->at[i].file);
     st->at[i] =
         (line_at){want ? NULL : sl_schema_retain((sl_schema *)file), line};
   }
+  pthread_mutex_unlock(&st->b.note_mu);
   /* The schema may have become known while fn ran: an empty array made
    * without it takes the stage's dtype (sl__lua_retype_empty). */
   int rc = want ? sl__lua_base_check(&st->b, want, &o, seq, "sample") : SL_OK;
@@ -277,11 +279,14 @@ static const sl__engine_ops lua_engine = {stage_pull, sl__lua_base_worker_init,
 static int stage_took(void *state, sl_sample **out) {
   lua_stage *st = state;
   uint64_t seq = sl__engine_last_seq(st->b.run.engine);
-  size_t i = seq % st->b.nflags;
-  if (!st->b.unchecked[i]) return SL_OK;
+  size_t i = seq % st->b.nnotes;
+  if (!sl__lua_base_noted(&st->b, seq)) return SL_OK;
   int rc = sl__lua_base_check(&st->b, st->b.schema, out, seq, "sample");
   if (rc < 0) {
-    if (st->at) rc = parse_error(st, st->at[i].file, st->at[i].line, rc);
+    pthread_mutex_lock(&st->b.note_mu);
+    if (st->at && st->at[i].file)
+      rc = parse_error(st, st->at[i].file, st->at[i].line, rc);
+    pthread_mutex_unlock(&st->b.note_mu);
     sl_sample_release(*out);
     *out = NULL;
   }
@@ -298,7 +303,7 @@ static void stage_new_pass(void *state, uint64_t start) {
 
 static void stage_free(void *state) {
   lua_stage *st = state;
-  for (size_t i = 0; st->at && i < st->b.nflags; i++)
+  for (size_t i = 0; st->at && i < st->b.nnotes; i++)
     sl_schema_release(st->at[i].file);
   sl__free(st->at);
   sl__free(st->line);
@@ -367,7 +372,7 @@ int sl__lua_stage(sl_reader *up, sl__lua_kind kind, sl__shipped *fn,
   int rc = sl__lua_base_init(&st->b, up, what, NULL, fn, NULL, env, opts, &cfg);
   if (rc == SL_OK && kind == SL__LUA_PARSE) {
     st->line = sl__calloc(st->window, sizeof *st->line);
-    st->at = sl__calloc(st->b.nflags, sizeof *st->at);
+    st->at = sl__calloc(st->b.nnotes, sizeof *st->at);
     if (!st->line || !st->at)
       rc = sl_set_error(SL_ENOMEM, "%s: cannot allocate %d workers",
                         st->b.spec.label, opts->threads);

@@ -229,6 +229,14 @@ static int unbatch_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
       found = true;
     }
   }
+  /* One position, one state: at a batch boundary k is the end of the
+   * earlier batch (whose rows end at k), however many batches (the next,
+   * empty ones) a thread above has already pulled - so two saves at the
+   * same position give the same bytes. */
+  while (found && row == 0 && j > lo) {
+    j--;
+    row = k - u->start[j % SL__STATE_LOG];
+  }
   if (!found) {
     SL_FORWARD_IF_ERROR(sl__state_put_u64(w, UINT64_MAX));
     SL_FORWARD_IF_ERROR(sl__state_put_u64(w, 0));
