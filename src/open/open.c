@@ -29,9 +29,8 @@ static int open_file(const sl__named_file *f, const sl_open_opts *o,
   if (rc < 0) {
     if (*out) sl_reader_destroy(*out); /* a misbehaving constructor */
     *out = NULL;
-    if (sl_last_error_code() != rc || !sl_last_error()[0])
-      sl_set_error(rc, "open: format '%s' failed on '%s': %s", f->tag, f->path,
-                   sl_strerror(rc));
+    sl__error_keep(rc, "open: format '%s' failed on '%s': %s", f->tag,
+                   f->path, sl_strerror(rc));
   }
   return rc;
 }

@@ -627,9 +627,7 @@ int sl__lua_base_check(const sl__lua_base *b, const sl_schema *want,
 }
 
 int sl__lua_base_error(const sl__lua_base *b, int rc) {
-  if (sl_last_error_code() != rc || !sl_last_error()[0])
-    sl_set_error(rc, "%s: %s", b->spec.label, sl_strerror(rc));
-  return rc;
+  return sl__error_keep(rc, "%s: %s", b->spec.label, sl_strerror(rc));
 }
 
 int sl__lua_base_error_at(const sl__lua_base *b, int rc, const char *fmt, ...) {

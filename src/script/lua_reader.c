@@ -79,8 +79,7 @@ static int check_row(const lua_source *r, const sl_schema *want, sl_sample **s,
 
 /* Ends the pass with this thread's current error. */
 static int fail(lua_source *r, int rc) {
-  if (sl_last_error_code() != rc || !sl_last_error()[0])
-    sl_set_error(rc, "reader (%s): %s", r->where, sl_strerror(rc));
+  sl__error_keep(rc, "reader (%s): %s", r->where, sl_strerror(rc));
   r->pass = PASS_ENDED;
   if (r->L) lua_settop(r->L, 0); /* drops the iterator */
   return rc;

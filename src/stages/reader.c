@@ -23,7 +23,7 @@
 enum { ST_OK, ST_EOF, ST_ERR };
 
 struct sl_reader {
-  sl__stage_ops ops; /* a copy of the stage's table (or of a user vtable) */
+  const sl__stage_ops *ops; /* the stage's static table, or user_ops */
   void *state;
   sl_schema *schema;     /* retained, frozen */
   int status;            /* ST_* */
@@ -42,6 +42,7 @@ struct sl_reader {
   atomic_uint_least64_t next_ns; /* time inside ops.next (timing on) */
   void (*release)(void *);       /* sl__reader_own: run on `owned` last */
   void *owned;
+  sl__stage_ops user_ops; /* a user vtable's four entries (sl_reader_new) */
 };
 
 void sl__reader_own(sl_reader *r, void (*release)(void *), void *owned) {
@@ -50,37 +51,37 @@ void sl__reader_own(sl_reader *r, void (*release)(void *), void *owned) {
 }
 
 const sl__stage_ops *sl__reader_ops(const sl_reader *r) {
-  return &r->ops;
+  return r->ops;
 }
 
 void *sl__reader_defer(sl_reader *r, size_t max_pending) {
-  if (!r || !r->ops.defer || r->lock) return NULL;
-  return r->ops.defer(r->state, max_pending);
+  if (!r || !r->ops->defer || r->lock) return NULL;
+  return r->ops->defer(r->state, max_pending);
 }
 
 void sl__reader_finish(const sl_reader *r, void *handle, sl_sample *s) {
-  if (handle) r->ops.finish(handle, s);
+  if (handle) r->ops->finish(handle, s);
 }
 
 /* Signals every stage of r's chain to stop its threads (reader_impl.h),
  * top down, joining nothing. */
 static void signal_chain(sl_reader *r, int depth) {
   if (!r || depth > 1024) return;
-  if (r->ops.stop) r->ops.stop(r->state);
+  if (r->ops->stop) r->ops->stop(r->state);
   for (size_t i = 0; i < r->nups; i++)
     signal_chain(r->ups[i], depth + 1);
 }
 
 int sl__reader_fetch(sl_reader *r, uint64_t pass, uint64_t pos,
                      sl_sample **out) {
-  SL_RETURN_ERROR_IF(!r->ops.fetch, SL_EUNSUPPORTED,
+  SL_RETURN_ERROR_IF(!r->ops->fetch, SL_EUNSUPPORTED,
                      "%s: no random access to its samples", sl_reader_name(r));
-  return r->ops.fetch(r, r->state, pass, pos, out);
+  return r->ops->fetch(r, r->state, pass, pos, out);
 }
 
 const sl__stage_ops *sl__reader_state_ops(const sl_reader *r, void **state) {
   *state = r->state;
-  return r->ops.save ? &r->ops : NULL;
+  return r->ops->save ? r->ops : NULL;
 }
 
 uint64_t sl__reader_pass(const sl_reader *r) {
@@ -99,12 +100,12 @@ int sl_reader_length(const sl_reader *r, uint64_t *n) {
   SL_RETURN_ERROR_IF(!r || !n, SL_EINVAL, "length: NULL %s",
                      !r ? "reader" : "out pointer");
   *n = 0;
-  SL_RETURN_ERROR_IF(!r->ops.length, SL_EUNSUPPORTED,
+  SL_RETURN_ERROR_IF(!r->ops->length, SL_EUNSUPPORTED,
                      "%s: the number of samples a pass yields is not known "
                      "before reading it",
                      sl_reader_name(r));
   uint64_t v = 0;
-  int rc = r->ops.length(r, r->state, &v);
+  int rc = r->ops->length(r, r->state, &v);
   if (rc == SL_OK) *n = v;
   return rc;
 }
@@ -148,7 +149,7 @@ static inline void unlock(sl_reader *r) {
 
 /* The one constructor behind sl_reader_new and sl__stage_new. */
 static sl_reader *make_reader(const sl__stage_ops *ops, void *state,
-                              sl_schema *schema) {
+                              sl_schema *schema, bool user) {
   if (!ops || !ops->next || !schema) {
     if (ops && ops->destroy) ops->destroy(state);
     sl_set_error(SL_EINVAL, "reader: %s",
@@ -164,7 +165,8 @@ static sl_reader *make_reader(const sl__stage_ops *ops, void *state,
                  ops->name ? ops->name : "reader");
     return NULL;
   }
-  r->ops = *ops;
+  if (user) r->user_ops = *ops;
+  r->ops = user ? &r->user_ops : ops;
   r->state = state;
   sl_schema_freeze(schema);
   r->schema = sl_schema_retain(schema);
@@ -182,13 +184,13 @@ sl_reader *sl_reader_new(const sl_reader_vtable *vt, void *state,
     ops.reset = vt->reset;
     ops.destroy = vt->destroy;
   }
-  return make_reader(vt ? &ops : NULL, state, schema);
+  return make_reader(vt ? &ops : NULL, state, schema, true);
 }
 
 int sl__stage_new(const sl__stage_ops *ops, void *state, sl_schema *schema,
                   sl_reader *const *ups, size_t nups,
                   const sl__stage_counters *c, sl_reader **out) {
-  *out = make_reader(ops, state, schema);
+  *out = make_reader(ops, state, schema, false);
   if (!*out) return sl_last_error_code();
   (*out)->ups = ups;
   (*out)->nups = ups ? nups : 0;
@@ -248,7 +250,7 @@ static int pull(sl_reader *r, sl_sample **out) {
   *out = NULL;
   sl__error_forget_code(); /* so a failure without a message is named */
   uint64_t t0 = sl__stat_start();
-  int rc = r->ops.next(r->state, out);
+  int rc = r->ops->next(r->state, out);
   if (t0) sl__stat_add_1w(&r->next_ns, sl__now_ns() - t0);
   if (rc == SL_OK) {
     if (!*out)
@@ -321,12 +323,12 @@ static int reset_locked(sl_reader *r) {
   r->pass++;
   r->delivered = 0;
   signal_chain(r, 0);
-  if (!r->ops.reset)
+  if (!r->ops->reset)
     return make_sticky(r, sl_set_error(SL_EUNSUPPORTED,
                                        "%s: this reader cannot be reset",
                                        sl_reader_name(r)));
   sl__error_forget_code();
-  int rc = r->ops.reset(r->state);
+  int rc = r->ops->reset(r->state);
   if (rc < 0)
     return make_sticky(r, sl__error_keep(rc, "%s: reset failed: %s",
                                          sl_reader_name(r), sl_strerror(rc)));
@@ -367,18 +369,18 @@ const sl_schema *sl_reader_schema(const sl_reader *r) {
 }
 
 void *sl__reader_state_of(sl_reader *r, sl__next_fn next) {
-  return (r && r->ops.next == next && !r->lock) ? r->state : NULL;
+  return (r && r->ops->next == next && !r->lock) ? r->state : NULL;
 }
 
 const char *sl_reader_name(const sl_reader *r) {
-  return (r && r->ops.name) ? r->ops.name : "reader";
+  return (r && r->ops->name) ? r->ops->name : "reader";
 }
 
 void sl_reader_destroy(sl_reader *r) {
   if (!r) return;
   signal_chain(r, 0);
   sl_sample_release(r->peeked);
-  if (r->ops.destroy) r->ops.destroy(r->state);
+  if (r->ops->destroy) r->ops->destroy(r->state);
   sl_schema_release(r->schema);
   sl__free(r->errmsg);
   if (r->lock) {

@@ -322,8 +322,7 @@ static void record_terminal(sl__engine *e, int rc, char *msg, wakes *wk) {
 
 /* The message of an error a callback returned without setting one. */
 static void name_error(sl__engine *e, uint64_t seq, int rc) {
-  if (sl_last_error_code() != rc || !sl_last_error()[0])
-    sl_set_error(rc, "%s: item %llu: %s", e->stage, (unsigned long long)seq,
+  sl__error_keep(rc, "%s: item %llu: %s", e->stage, (unsigned long long)seq,
                  sl_strerror(rc));
 }
 
@@ -793,9 +792,7 @@ static result *next_result(sl__engine *e) {
       e->cache_pos++;
       continue;
     }
-    if (sl_last_error_code() != rc || !sl_last_error()[0])
-      sl_set_error(rc, "%s: item %llu: %s", e->stage, (unsigned long long)seq,
-                   sl_strerror(rc));
+    name_error(e, seq, rc);
     result_error(r, rc);
     return r;
   }
