@@ -534,14 +534,14 @@ int sl__lua_base_init(sl__lua_base *b, sl_reader *up, const char *op,
   return SL_OK;
 }
 
-void sl__lua_base_note_locked(sl__lua_base *b, uint64_t seq, bool unchecked) {
-  b->notes[seq % b->nnotes] = seq << 1 | (unchecked ? 1u : 0u);
+void sl__lua_base_note(sl__lua_base *b, uint64_t seq, bool unchecked) {
+  atomic_store_explicit(&b->notes[seq % b->nnotes],
+                        seq << 1 | (unchecked ? 1u : 0u), memory_order_release);
 }
 
 bool sl__lua_base_noted(sl__lua_base *b, uint64_t seq) {
-  pthread_mutex_lock(&b->note_mu);
-  uint64_t note = b->notes[seq % b->nnotes];
-  pthread_mutex_unlock(&b->note_mu);
+  uint64_t note = atomic_load_explicit(&b->notes[seq % b->nnotes],
+                                       memory_order_acquire);
   return (note >> 1) == seq ? (note & 1) != 0 : b->schema != NULL;
 }
 

@@ -51,7 +51,7 @@
  * ctx.index = the upstream sample's position in the pass.
  *
  * Threads: flat_map's workers own their worker state (b.w[i]) and write
- * the notes (under note_mu) for the items they process; the rest is the consumer's.
+ * the notes for the items they process; the rest is the consumer's.
  * take_while and scan have no thread: their one worker state is touched by
  * whichever thread pulls the stage (one at a time, as any reader); their
  * stop flag (the deadline hook reads it) is set by the stop signal from any
@@ -192,9 +192,7 @@ static int fm_many(void *ud, void *wctx, uint64_t seq, sl_sample *in,
     sl__free(v);
     return SL__ENGINE_DROP;
   }
-  pthread_mutex_lock(&st->b.note_mu);
-  sl__lua_base_note_locked(&st->b, seq, !want);
-  pthread_mutex_unlock(&st->b.note_mu);
+  sl__lua_base_note(&st->b, seq, !want);
   for (size_t i = 0; want && i < m; i++) {
     rc = check_out(st, want, &v[i], seq);
     if (rc < 0) {

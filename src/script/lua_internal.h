@@ -184,11 +184,11 @@ typedef struct sl__lua_base {
    * until the consumer took it, except in an unordered pass where an item
    * finishes more than nnotes items late: its slot then holds a later
    * item's note, and the consumer checks the outputs anyway (checking a
-   * checked output again changes nothing).  note_mu guards notes (and a
-   * parser's line notes, lua_stage.c), so workers sharing a slot do not
-   * race. */
+   * checked output again changes nothing).  Notes are atomic (release by
+   * the worker, acquire by the consumer), so workers sharing a slot do not
+   * race; note_mu guards a parser's line notes (lua_stage.c). */
   pthread_mutex_t note_mu;
-  uint64_t *notes;
+  _Atomic uint64_t *notes;
   size_t nnotes;
 } sl__lua_base;
 
@@ -211,11 +211,11 @@ int sl__lua_base_init(sl__lua_base *b, sl_reader *up, const char *op,
                       const char *aux, sl__shipped *fn, sl__shipped *init,
                       sl__lua_env *env, const sl__lua_stage_opts *opts,
                       sl__engine_stage_cfg *cfg);
-/* The notes above: the worker's (under note_mu) and the consumer's, which
- * answers whether item seq's outputs need checking: the note's flag, or,
- * when a later item's note took its slot, whether the schema is known (a
- * check is then possible, and harmless).  _note_locked: note_mu held. */
-void sl__lua_base_note_locked(sl__lua_base *b, uint64_t seq, bool unchecked);
+/* The notes above: the worker's, and the consumer's, which answers whether
+ * item seq's outputs need checking: the note's flag, or, when a later
+ * item's note took its slot, whether the schema is known (a check is then
+ * possible, and harmless). */
+void sl__lua_base_note(sl__lua_base *b, uint64_t seq, bool unchecked);
 bool sl__lua_base_noted(sl__lua_base *b, uint64_t seq);
 
 /* Releases what sl__lua_base_init holds, but upstream, the engine (and

@@ -57,7 +57,7 @@
  *             always ordered.
  *
  * Threads: pull (the puller's: line_file, line_no, pulled, line[]) and
- * process (worker w's: w->L, refs, slot; the item's note and at[], under note_mu
+ * process (worker w's: w->L, refs, slot; the item's note, and at[] under note_mu
  * entries, written before its result is deposited under the engine's
  * lock) run on the engine's workers; the rest is the consumer's.
  */
@@ -106,14 +106,14 @@ static int finish_output(lua_stage *st, sl_sample *o, uint64_t seq,
   const sl_schema *want =
       atomic_load_explicit(&st->b.check_schema, memory_order_acquire);
   size_t i = seq % st->b.nnotes;
-  pthread_mutex_lock(&st->b.note_mu);
-  sl__lua_base_note_locked(&st->b, seq, !want);
-  if (st->at) {
+  if (st->at) { /* a parser: the line, for the consumer's messages */
+    pthread_mutex_lock(&st->b.note_mu);
     sl_schema_release(st->at[i].file);
     st->at[i] =
         (line_at){want ? NULL : sl_schema_retain((sl_schema *)file), line};
+    pthread_mutex_unlock(&st->b.note_mu);
   }
-  pthread_mutex_unlock(&st->b.note_mu);
+  sl__lua_base_note(&st->b, seq, !want);
   /* The schema may have become known while fn ran: an empty array made
    * without it takes the stage's dtype (sl__lua_retype_empty). */
   int rc = want ? sl__lua_base_check(&st->b, want, &o, seq, "sample") : SL_OK;
