@@ -9,12 +9,19 @@
  * Each epoch is one pass of the training pipeline (sl_reader_reset between
  * passes) followed by one pass of the test pipeline, and prints one line:
  *
- *   epoch=N loss=L test_acc=A wait=W
+ *   epoch=N loss=L test_acc=A wait=W step_us=S cached_step_us=C
+ *   interference=S/C
  *
  * L is the mean training cross-entropy of the epoch, A the accuracy on the
  * 10000 t10k images, W the fraction of the epoch's wall time (training pass
  * and evaluation) spent inside sl_reader_next: "does training wait on
- * data?".  The model is examples/softmax.h, shared with fmnist_softmax.c.
+ * data?".  S is the mean wall time of one SGD step while the pipeline runs
+ * beside it, C the same step over batches held in memory (the epoch's first
+ * CACHED batches, copied, replayed on a scratch copy of the model after the
+ * training pass, when the pipeline's threads have nothing left to do): S/C
+ * is what the loader's threads cost the trainer ("does the loader slow the
+ * step it feeds?").  The replay is not counted in the epoch's wall time.
+ * The model is examples/softmax.h, shared with fmnist_softmax.c.
  *
  * Checkpoints (docs/RESUME.md).  `--save-state FILE` writes, at the end of
  * the run or after `--stop-after N` training steps (batches, counted across
@@ -91,8 +98,13 @@ static void usage(FILE *f) {
       "  --resume FILE  continue from a checkpoint of --save-state (the\n"
       "                 same --batch, --seed, --data, --script)\n"
       "  --help         this text\n"
-      "Each epoch prints: epoch=N loss=L test_acc=A wait=W (W: share of "
-      "the epoch's wall time spent waiting in sl_reader_next).\n",
+      "Each epoch prints: epoch=N loss=L test_acc=A wait=W step_us=S "
+      "cached_step_us=C interference=S/C\n"
+      "  (W: share of the epoch's wall time spent waiting in "
+      "sl_reader_next;\n"
+      "   S: a training step's mean time with the pipeline running, C: the "
+      "same\n"
+      "   step over batches held in memory, the pipeline idle)\n",
       TRAINER_DEFAULT_DATA, TRAINER_DEFAULT_SCRIPT);
 }
 
@@ -189,6 +201,58 @@ static int next_batch(sl_reader *p, sl_sample **b, double *wait) {
   int rc = sl_reader_next(p, b);
   *wait += now_s() - t;
   return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The step over cached batches                                              */
+/* ------------------------------------------------------------------------ */
+
+/* Copies of the first CACHED training batches: the step timed without the
+ * pipeline.  The trainer owns them; cache_free releases them. */
+enum { CACHED = 16, REPLAY_MIN = 64 };
+typedef struct cached {
+  float *x;
+  int64_t *y;
+  int64_t n;
+} cached;
+
+/* Keeps a copy of *v in c[*k] while there is room; out of memory is not an
+ * error (fewer batches to replay). */
+static void cache_batch(cached *c, int *k, const batch_view *v) {
+  if (*k >= CACHED) return;
+  float *x = malloc((size_t)v->n * PIXELS * sizeof *x);
+  int64_t *y = malloc((size_t)v->n * sizeof *y);
+  if (!x || !y) {
+    free(x);
+    free(y);
+    return;
+  }
+  memcpy(x, v->x, (size_t)v->n * PIXELS * sizeof *x);
+  memcpy(y, v->y, (size_t)v->n * sizeof *y);
+  c[(*k)++] = (cached){x, y, v->n};
+}
+
+static void cache_free(cached *c, int k) {
+  for (int i = 0; i < k; i++) {
+    free(c[i].x);
+    free(c[i].y);
+  }
+}
+
+/* The mean seconds of one SGD step over the cached batches, replayed on
+ * `scratch` (a copy of the model: the real one is not touched) for at
+ * least REPLAY_MIN steps and as many as the epoch took; 0 when none. */
+static double cached_step_s(const cached *c, int k, model *scratch,
+                            float lr, long steps) {
+  if (k == 0) return 0.0;
+  const long n = steps > REPLAY_MIN ? steps : REPLAY_MIN;
+  double loss = 0.0;
+  const double t = now_s();
+  for (long i = 0; i < n; i++) {
+    const batch_view v = {c[i % k].x, c[i % k].y, c[i % k].n};
+    train_step(scratch, &v, lr, &loss, NULL);
+  }
+  return (now_s() - t) / (double)n;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -388,7 +452,9 @@ int main(int argc, char **argv) {
   const char *test_args[] = {"test", o.data};
   sl_reader *train = NULL, *test = NULL;
   sl_sample *b = NULL;
-  model *m = NULL;
+  model *m = NULL, *scratch = NULL;
+  cached cache[CACHED];
+  int ncached = 0;
   int status = 1, rc;
 
   if ((rc = sl_pipeline_open_file(o.script, 4, train_args, &train)) != SL_OK) {
@@ -404,7 +470,7 @@ int main(int argc, char **argv) {
          o.batch, o.seed,
          sl_schema_describe(sl_reader_schema(train), desc, sizeof desc));
   fflush(stdout);
-  if (!(m = calloc(1, sizeof *m))) {
+  if (!(m = calloc(1, sizeof *m)) || !(scratch = malloc(sizeof *scratch))) {
     fprintf(stderr, "trainer: out of memory for the model\n");
     goto out;
   }
@@ -415,7 +481,8 @@ int main(int argc, char **argv) {
   int e;
   for (e = at.epoch; e <= o.epochs && !stopped; e++) {
     const double e0 = now_s();
-    double wait = 0.0;
+    double wait = 0.0, step = 0.0;
+    long steps = 0;
     /* A resumed epoch goes on with its sums; a new one starts them. */
     const bool resumed = o.resume && e == at.epoch && !at.fresh;
     if (!resumed) at.batches = 0, at.loss = 0.0, at.seen = 0;
@@ -438,7 +505,11 @@ int main(int argc, char **argv) {
         status = fail("a training batch", rc);
         goto out;
       }
+      cache_batch(cache, &ncached, &v);
+      const double t = now_s();
       train_step(m, &v, lr, &at.loss, NULL);
+      step += now_s() - t;
+      steps++;
       at.seen += v.n;
       at.batches++;
       at.steps++;
@@ -454,6 +525,10 @@ int main(int argc, char **argv) {
       fprintf(stderr, "trainer: the training pipeline yielded no sample\n");
       goto out;
     }
+    const double r0 = now_s();
+    memcpy(scratch, m, sizeof *m);
+    const double cstep = cached_step_s(cache, ncached, scratch, lr, steps);
+    const double replay = now_s() - r0;
     int64_t tested = 0, correct = 0;
     float prob[CLASSES];
     while ((rc = next_batch(test, &b, &wait)) == SL_OK) {
@@ -476,10 +551,13 @@ int main(int argc, char **argv) {
       fprintf(stderr, "trainer: the test pipeline yielded no sample\n");
       goto out;
     }
-    const double dt = now_s() - e0;
-    printf("epoch=%d loss=%.4f test_acc=%.4f wait=%.3f\n", e,
-           at.loss / (double)at.seen, (double)correct / (double)tested,
-           wait / dt);
+    const double dt = now_s() - e0 - replay;
+    const double sstep = steps ? step / (double)steps : 0.0;
+    printf("epoch=%d loss=%.4f test_acc=%.4f wait=%.3f step_us=%.1f "
+           "cached_step_us=%.1f interference=%.2f\n",
+           e, at.loss / (double)at.seen, (double)correct / (double)tested,
+           wait / dt, sstep * 1e6, cstep * 1e6,
+           cstep > 0.0 ? sstep / cstep : 0.0);
     fflush(stdout);
   }
   /* After the last epoch the checkpoint says so: a resume with more
@@ -496,6 +574,8 @@ out:
   sl_sample_release(b);
   sl_reader_destroy(train);
   sl_reader_destroy(test);
+  cache_free(cache, ncached);
+  free(scratch);
   free(m);
   return status;
 }

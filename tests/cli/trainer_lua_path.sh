@@ -29,6 +29,10 @@ run env -u LUA_PATH -u LUA_CPATH "$TRAINER" --script synth.lua --data . \
   --epochs 1
 expect_rc 0 "trainer without LUA_PATH: $ERR"
 contains "$OUT" "epoch=1 loss=" "trainer output"
+# The epoch line reports the step with the pipeline running and over cached
+# batches (issue 26: the loader's interference), as positive numbers.
+printf '%s\n' "$OUT" | grep -Eq '^epoch=1 loss=[0-9.]+ test_acc=[0-9.]+ wait=[0-9.]+ step_us=[0-9]*[1-9][0-9]*\.[0-9] cached_step_us=[0-9]*[1-9][0-9]*\.[0-9] interference=[0-9]+\.[0-9]{2}$' ||
+  fail "trainer epoch line without step_us / cached_step_us / interference: $OUT"
 not_contains "$ERR" "not found" "trainer stderr"
 
 # A LUA_PATH of the user's own modules only: sluice is still found, after
