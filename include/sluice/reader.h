@@ -228,7 +228,7 @@ SL_API int sl_map(sl_reader *up, sl_map_fn fn, void *ud, sl_free_fn free_ud,
 typedef struct sl_parallel_opts {
   size_t size;      /* sizeof(sl_parallel_opts) */
   uint32_t threads; /* worker threads, 1..the thread limit (0 = 1): 1024,
-                       or SLUICE_MAX_THREADS; more than 4 x the online
+                       or SLUICE_MAX_THREADS; more than 4 x the usable
                        CPUs (at least 8) is accepted with a notice */
   int unordered;    /* 0: upstream's order, identical for any number of
                        threads; 1: samples as soon as they are ready */

@@ -97,13 +97,20 @@ int sl__buffer_refcount(const sl_buffer *b);
  * Every stage that owns threads checks its thread count and starts them
  * here.  The hard bound of any `threads` option. */
 #define SL__THREADS_HARD_MAX 1024
-/* Online CPUs (at least 1). */
+/* The CPUs this process may use (cpus.c): the affinity mask's count (read
+ * at every call), lowered to the cgroup CPU quota (v2 cpu.max or v1
+ * cfs_quota_us / cfs_period_us of the process's cgroup and its ancestors,
+ * rounded up; read once per process); at least 1.  Thread-safe. */
 long sl__cpu_count(void);
+/* The quota part from files: ceil(quota / period), the smallest along the
+ * cgroup paths listed in `proc_cgroup` (a /proc/self/cgroup) under `root`
+ * (a /sys/fs/cgroup); 0 when there is none.  Tests give their own files. */
+long sl__cgroup_cpu_limit(const char *proc_cgroup, const char *root);
 /* The most threads a stage may start: SLUICE_MAX_THREADS when set to
  * 1..SL__THREADS_HARD_MAX, else SL__THREADS_HARD_MAX.  Thread-safe (reads
  * the environment). */
 long sl__thread_limit(void);
-/* What the machine runs well: 4 x the online CPUs, at least 8.  More is
+/* What the machine runs well: 4 x the usable CPUs, at least 8.  More is
  * accepted (one notice per process on stderr; a line in sl_stats_format). */
 long sl__thread_advised(void);
 /* SL_OK when 1 <= threads <= sl__thread_limit() (printing the notice the

@@ -5,9 +5,10 @@
  * map/filter and reader, double_buffer, interleave) starts them here, so
  * that:
  *
- *   - a thread count beyond what the machine runs well (4 x the online
- *     CPUs, at least 8: sl__thread_advised) is accepted, as tf.data's
- *     num_parallel_calls and Paddle's xmap_readers accept it, so a script
+ *   - a thread count beyond what the machine runs well (4 x the CPUs the
+ *     process may use, cpus.c, at least 8: sl__thread_advised) is
+ *     accepted, as tf.data's num_parallel_calls and Paddle's xmap_readers
+ *     accept it, so a script
  *     written for a 32-core machine runs on a laptop; the first such stage
  *     of the process prints one notice on stderr, and `sluice run --stats`
  *     (sl_stats_format) shows every stage running more threads than that;
@@ -34,11 +35,6 @@
 
 /* The variable that overrides the limit. */
 #define LIMIT_ENV "SLUICE_MAX_THREADS"
-
-long sl__cpu_count(void) {
-  long n = sysconf(_SC_NPROCESSORS_ONLN);
-  return n > 0 ? n : 1;
-}
 
 /* The limit from the environment: 0 when unset or not a valid number. */
 static long env_limit(void) {

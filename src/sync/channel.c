@@ -98,7 +98,7 @@ sl_channel *sl_channel_new(size_t capacity, size_t max_bytes) {
   pthread_cond_init(&ch->not_empty, NULL);
   pthread_cond_init(&ch->not_full, NULL);
   atomic_init(&ch->level, 0);
-  ch->spin = sysconf(_SC_NPROCESSORS_ONLN) > 1;
+  ch->spin = sl__cpu_count() > 1;
   return ch;
 }
 

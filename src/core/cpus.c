@@ -1,0 +1,154 @@
+/*
+ * cpus.c - how many CPUs this process may use: the affinity mask, lowered
+ * to the container's CPU quota.
+ *
+ * A 2-CPU container on a 64-core host is 2 CPUs: sysconf's online count
+ * would say 64, and a pipeline sized by it would start 32 times the threads
+ * the quota runs, each waiting for the others' time slices.  The count is
+ *
+ *   min(CPUs in sched_getaffinity's mask,
+ *       ceil(quota / period) of the cgroup CPU controller)
+ *
+ * where the quota is the smallest of the process's cgroup and its
+ * ancestors: cgroup v2's `cpu.max` ("max 100000" or "200000 100000"), or
+ * v1's `cpu.cfs_quota_us` / `cpu.cfs_period_us` (-1: none).  The mask is
+ * read at every call (taskset and sched_setaffinity change it at run
+ * time); the quota once per process (reading it is a handful of files, and
+ * a container's quota does not move under a running trainer).
+ */
+#include "core/internal.h"
+
+#include <limits.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* ceil(quota / period) from cgroup v2's cpu.max at `file`: 0 when the file
+ * is absent, unreadable, "max" or malformed. */
+static long v2_limit(const char *file) {
+  FILE *f = fopen(file, "r");
+  if (!f) return 0;
+  char q[32] = "";
+  long long period = 0;
+  int got = fscanf(f, "%31s %lld", q, &period);
+  fclose(f);
+  if (got != 2 || period <= 0 || !strcmp(q, "max")) return 0;
+  char *end;
+  long long quota = strtoll(q, &end, 10);
+  if (*end || quota <= 0) return 0;
+  return (long)((quota + period - 1) / period);
+}
+
+/* One number from a v1 file: 0 when absent or malformed. */
+static long long read_ll(const char *file) {
+  FILE *f = fopen(file, "r");
+  if (!f) return 0;
+  long long v = 0;
+  if (fscanf(f, "%lld", &v) != 1) v = 0;
+  fclose(f);
+  return v;
+}
+
+/* ceil(cfs_quota_us / cfs_period_us) in directory `dir`: 0 when none. */
+static long v1_limit(const char *dir) {
+  char file[PATH_MAX];
+  snprintf(file, sizeof file, "%s/cpu.cfs_quota_us", dir);
+  long long quota = read_ll(file);
+  snprintf(file, sizeof file, "%s/cpu.cfs_period_us", dir);
+  long long period = read_ll(file);
+  if (quota <= 0 || period <= 0) return 0;
+  return (long)((quota + period - 1) / period);
+}
+
+/* The smaller of two limits, 0 meaning none. */
+static long tighter(long a, long b) {
+  return !a || (b && b < a) ? b : a;
+}
+
+/* The limit along `path` (a cgroup path, "/a/b") under `base`: each level
+ * from the cgroup up to `base` itself, the smallest. */
+static long along(const char *base, const char *path, bool v2) {
+  char dir[PATH_MAX];
+  int n = snprintf(dir, sizeof dir, "%s%s", base, path);
+  if (n < 0 || (size_t)n >= sizeof dir) return 0;
+  size_t keep = strlen(base);
+  long best = 0;
+  for (;;) {
+    while (n > (int)keep && dir[n - 1] == '/') dir[--n] = '\0';
+    if (v2) {
+      char file[PATH_MAX + 16];
+      snprintf(file, sizeof file, "%s/cpu.max", dir);
+      best = tighter(best, v2_limit(file));
+    } else {
+      best = tighter(best, v1_limit(dir));
+    }
+    if (n <= (int)keep) return best;
+    char *slash = strrchr(dir + keep, '/');
+    if (!slash) return best;
+    n = (int)(slash - dir);
+    dir[n] = '\0';
+  }
+}
+
+/* True when the comma-separated controller list `list` names "cpu". */
+static bool names_cpu(const char *list, size_t len) {
+  for (size_t i = 0; i < len;) {
+    size_t j = i;
+    while (j < len && list[j] != ',') j++;
+    if (j - i == 3 && !memcmp(list + i, "cpu", 3)) return true;
+    i = j + 1;
+  }
+  return false;
+}
+
+long sl__cgroup_cpu_limit(const char *proc_cgroup, const char *root) {
+  FILE *f = fopen(proc_cgroup, "r");
+  if (!f) return 0;
+  char line[PATH_MAX + 64];
+  long best = 0;
+  while (fgets(line, sizeof line, f)) {
+    line[strcspn(line, "\n")] = '\0';
+    /* "ID:CONTROLLERS:PATH"; v2 is "0::PATH". */
+    char *c1 = strchr(line, ':');
+    char *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+    if (!c2 || c2[1] != '/') continue;
+    const char *path = c2 + 1;
+    char base[PATH_MAX];
+    if (c2 == c1 + 1) { /* v2: the unified hierarchy */
+      best = tighter(best, along(root, path, true));
+      snprintf(base, sizeof base, "%s/unified", root);
+      best = tighter(best, along(base, path, true));
+    } else if (names_cpu(c1 + 1, (size_t)(c2 - c1 - 1))) {
+      /* v1: mounted as cpu or cpu,cpuacct; a container sees its own cgroup
+       * at the mount's root while /proc names the host's path. */
+      static const char *const mounts[] = {"cpu", "cpu,cpuacct",
+                                           "cpuacct,cpu"};
+      for (size_t i = 0; i < sizeof mounts / sizeof *mounts; i++) {
+        snprintf(base, sizeof base, "%s/%s", root, mounts[i]);
+        best = tighter(best, along(base, path, false));
+      }
+    }
+  }
+  fclose(f);
+  return best;
+}
+
+static long quota_cpus; /* 0: no quota; written once under `once` */
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+static void read_quota(void) {
+  quota_cpus = sl__cgroup_cpu_limit("/proc/self/cgroup", "/sys/fs/cgroup");
+}
+
+long sl__cpu_count(void) {
+  long n = 0;
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) n = CPU_COUNT(&set);
+  if (n <= 0) n = sysconf(_SC_NPROCESSORS_ONLN);
+  pthread_once(&once, read_quota);
+  n = tighter(n > 0 ? n : 0, quota_cpus);
+  return n > 0 ? n : 1;
+}

@@ -1,0 +1,127 @@
+/* test_cpus.c - the CPUs a pipeline may use (src/core/cpus.c): the
+ * affinity mask (taskset), lowered to the cgroup v2 / v1 CPU quota of the
+ * process's cgroup and its ancestors (a 2-CPU container on a many-core host
+ * is 2 CPUs).  The cgroup files are fixtures in a scratch directory. */
+#include "test.h"
+#include "test_util.h"
+
+#include "core/internal.h"
+
+#include <errno.h>
+#include <sched.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* Writes `text` to <scratch>/<rel>, making its folders. */
+static void put(const char *rel, const char *text) {
+  char path[1024];
+  snprintf(path, sizeof path, "%s/%s", test_tmpdir("cpus"), rel);
+  for (char *p = path + strlen(test_tmpdir("cpus")) + 1; *p; p++) {
+    if (*p != '/') continue;
+    *p = '\0';
+    ASSERT_TRUE(mkdir(path, 0755) == 0 || errno == EEXIST);
+    *p = '/';
+  }
+  FILE *f = fopen(path, "w");
+  ASSERT_NOT_NULL(f);
+  fputs(text, f);
+  ASSERT_EQ(fclose(f), 0);
+}
+
+static long limit(const char *root_rel) {
+  char root[1024];
+  snprintf(root, sizeof root, "%s/%s", test_tmpdir("cpus"), root_rel);
+  char proc[1100];
+  snprintf(proc, sizeof proc, "%s/cgroup", root);
+  return sl__cgroup_cpu_limit(proc, root);
+}
+
+TEST(v2_quota_rounds_up) {
+  put("a/cgroup", "0::/job\n");
+  put("a/job/cpu.max", "150000 100000\n");
+  ASSERT_EQ(limit("a"), 2);
+  put("a/job/cpu.max", "200000 100000\n");
+  ASSERT_EQ(limit("a"), 2);
+  put("a/job/cpu.max", "50000 100000\n");
+  ASSERT_EQ(limit("a"), 1);
+}
+
+TEST(v2_max_means_no_quota) {
+  put("b/cgroup", "0::/job\n");
+  put("b/job/cpu.max", "max 100000\n");
+  ASSERT_EQ(limit("b"), 0);
+}
+
+TEST(v2_the_tightest_ancestor_wins) {
+  /* The job's own cgroup allows 8, its parent 3, the root none. */
+  put("c/cgroup", "0::/slice/job\n");
+  put("c/cpu.max", "max 100000\n");
+  put("c/slice/cpu.max", "300000 100000\n");
+  put("c/slice/job/cpu.max", "800000 100000\n");
+  ASSERT_EQ(limit("c"), 3);
+}
+
+TEST(v2_inside_a_namespace_reads_the_root) {
+  /* A container with its own cgroup namespace sees "0::/" and its quota
+   * at the hierarchy's root. */
+  put("d/cgroup", "0::/\n");
+  put("d/cpu.max", "200000 100000\n");
+  ASSERT_EQ(limit("d"), 2);
+}
+
+TEST(v1_cfs_quota) {
+  put("e/cgroup", "4:memory:/x\n2:cpuacct:/\n1:cpu:/docker/abc\n");
+  put("e/cpu/docker/abc/cpu.cfs_quota_us", "250000\n");
+  put("e/cpu/docker/abc/cpu.cfs_period_us", "100000\n");
+  ASSERT_EQ(limit("e"), 3);
+  /* -1 is no quota. */
+  put("e/cpu/docker/abc/cpu.cfs_quota_us", "-1\n");
+  ASSERT_EQ(limit("e"), 0);
+}
+
+TEST(v1_container_sees_its_cgroup_at_the_mount) {
+  /* /proc names the host's path; the mount shows the container's own. */
+  put("f/cgroup", "3:cpu,cpuacct:/docker/abc\n");
+  put("f/cpu,cpuacct/cpu.cfs_quota_us", "200000\n");
+  put("f/cpu,cpuacct/cpu.cfs_period_us", "100000\n");
+  ASSERT_EQ(limit("f"), 2);
+}
+
+TEST(malformed_or_missing_files_mean_no_quota) {
+  ASSERT_EQ(limit("none"), 0); /* no /proc file at all */
+  put("g/cgroup", "garbage\n0::relative\n1:cpuset:/\n");
+  ASSERT_EQ(limit("g"), 0);
+  put("h/cgroup", "0::/job\n");
+  put("h/job/cpu.max", "lots 100000\n");
+  ASSERT_EQ(limit("h"), 0);
+  put("h/job/cpu.max", "100000 0\n");
+  ASSERT_EQ(limit("h"), 0);
+  put("h/job/cpu.max", "");
+  ASSERT_EQ(limit("h"), 0);
+  /* "cpuset" is not the cpu controller. */
+  put("i/cgroup", "1:cpuset:/\n");
+  put("i/cpuset/cpu.cfs_quota_us", "100000\n");
+  put("i/cpuset/cpu.cfs_period_us", "100000\n");
+  ASSERT_EQ(limit("i"), 0);
+}
+
+TEST(the_affinity_mask_bounds_the_count) {
+  /* As `taskset -c 0` would: this thread may run on one CPU only. */
+  cpu_set_t all, one;
+  ASSERT_EQ(sched_getaffinity(0, sizeof all, &all), 0);
+  const long before = sl__cpu_count();
+  ASSERT_GE(before, 1);
+  ASSERT_LE(before, CPU_COUNT(&all));
+  int first = 0;
+  while (!CPU_ISSET(first, &all)) first++;
+  CPU_ZERO(&one);
+  CPU_SET(first, &one);
+  ASSERT_EQ(sched_setaffinity(0, sizeof one, &one), 0);
+  ASSERT_EQ(sl__cpu_count(), 1);
+  ASSERT_EQ(sched_setaffinity(0, sizeof all, &all), 0);
+  ASSERT_EQ(sl__cpu_count(), before);
+  /* The advice that follows from it: 4 x the CPUs, at least 8. */
+  ASSERT_EQ(sl__thread_advised(), before * 4 < 8 ? 8 : before * 4);
+}
