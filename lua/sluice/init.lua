@@ -67,6 +67,16 @@ local function check_bool(v, where, what, default, level)
   return v
 end
 
+-- Option `name` of opts: an integer >= min (check_int), `default` if absent;
+-- past `max` (a narrower C field), max: the stage then names the value as
+-- too large instead of the FFI's conversion wrapping it around.
+local function opt_int(opts, name, min, default, where, level, max)
+  local v = opts[name]
+  if v == nil then return default end
+  v = check_int(v, min, where, "option '" .. name .. "'", level + 1)
+  return max and v > max and max or v
+end
+
 -- A seed: an integer in [0, 2^64) or an integer cdata (nil: 0), as a
 -- uint64_t cdata.
 local function check_seed(v, where, level)
@@ -538,15 +548,8 @@ function Pipeline:prefetch(n, opts)
   opts = check_opts(opts, where, PREFETCH_AUTO_OPTS, 2)
   local o = ffi.new("sl_prefetch_auto_opts")
   o.size = ffi.sizeof(o)
-  if opts.max_bytes ~= nil then
-    o.max_bytes = check_int(opts.max_bytes, 1, where, "option 'max_bytes'", 2)
-  end
-  if opts.max_depth ~= nil then
-    -- Saturated so that the stage names the value as too large instead of
-    -- the uint32_t conversion wrapping around.
-    local d = check_int(opts.max_depth, 1, where, "option 'max_depth'", 2)
-    o.max_depth = d > 0xffffffff and 0xffffffff or d
-  end
+  o.max_bytes = opt_int(opts, "max_bytes", 1, 0, where, 2)
+  o.max_depth = opt_int(opts, "max_depth", 1, 0, where, 2, 0xffffffff)
   local result = made(C.sl_prefetch_auto(take(self, where), o, OUT), 2, self)
   return result
 end
@@ -667,9 +670,7 @@ local INT_MAX = 0x7fffffff
 -- new reader gets its finalizer before anything can raise.
 local function new_lua_stage(p, kind, shipped, env, o, sp, where, level, init)
   local opts = ffi.new("sl__lua_stage_opts")
-  -- A count past an int's range is still too many threads: saturate, so
-  -- the stage says so instead of the conversion wrapping around.
-  opts.threads = o.threads and (o.threads > INT_MAX and INT_MAX or o.threads) or 1
+  opts.threads = o.threads or 1
   opts.ordered = o.ordered == false and 0 or 1
   opts.queue = o.queue or 0
   opts.deadline = o.deadline or 0
@@ -748,11 +749,9 @@ local function stage_options(self, opts, where, allowed, level)
   live(self, where, level)
   opts = check_opts(opts, where, allowed, level)
   local o = {
-    threads = opts.threads == nil and 1 or
-      check_int(opts.threads, 1, where, "option 'threads'", level),
+    threads = opt_int(opts, "threads", 1, 1, where, level, INT_MAX),
     ordered = check_bool(opts.ordered, where, "ordered", true, level),
-    queue = opts.queue ~= nil and
-      check_int(opts.queue, 1, where, "option 'queue'", level) or nil,
+    queue = opt_int(opts, "queue", 1, nil, where, level),
     deadline = check_deadline(opts.deadline, where, level),
     ignore_errors = check_ignore_errors(opts.ignore_errors, where, level),
   }
@@ -947,14 +946,8 @@ end
 -- (an sl_slr_open_opts).
 local function slr_options(o, opts, where, level)
   policy_option(o, opts, where, level + 1)
-  if opts.max_bad_chunks ~= nil then
-    o.max_bad_chunks = check_int(opts.max_bad_chunks, 0, where,
-                                 "option 'max_bad_chunks'", level + 1)
-  end
-  if opts.max_chunk_bytes ~= nil then
-    o.max_chunk_bytes = check_int(opts.max_chunk_bytes, 0, where,
-                                  "option 'max_chunk_bytes'", level + 1)
-  end
+  o.max_bad_chunks = opt_int(opts, "max_bad_chunks", 0, 0, where, level + 1)
+  o.max_chunk_bytes = opt_int(opts, "max_chunk_bytes", 0, 0, where, level + 1)
 end
 
 function OPENERS.slr(path, opts, level)
@@ -977,10 +970,8 @@ function OPENERS.slr(path, opts, level)
                         level + 1)
     return result
   end
-  local first = opts.first == nil and 0 or
-    check_int(opts.first, 0, "sluice.open()", "option 'first'", level + 1)
-  local count = opts.count == nil and UINT64_MAX or
-    check_int(opts.count, 0, "sluice.open()", "option 'count'", level + 1)
+  local first = opt_int(opts, "first", 0, 0, "sluice.open()", level + 1)
+  local count = opt_int(opts, "count", 0, UINT64_MAX, "sluice.open()", level + 1)
   local result = made(C.sl_slr_reader(path, o, first, count, OUT), level + 1)
   return result
 end
@@ -1033,20 +1024,12 @@ local function image_options(o, opts, where, level)
     o.shape.height, o.shape.width = size_pair(opts.shape, where, "shape",
                                               level + 1)
   end
-  if opts.threads ~= nil then
-    o.threads = check_int(opts.threads, 1, where, "option 'threads'",
-                          level + 1)
-  end
-  if opts.window ~= nil then
-    o.window = check_int(opts.window, 1, where, "option 'window'", level + 1)
-  end
+  o.threads = opt_int(opts, "threads", 1, 0, where, level + 1)
+  o.window = opt_int(opts, "window", 1, 0, where, level + 1)
   o.unordered = check_bool(opts.ordered, where, "ordered", true, level + 1)
     and 0 or 1
   policy_option(o, opts, where, level + 1)
-  if opts.max_bad ~= nil then
-    o.max_bad = check_int(opts.max_bad, 0, where, "option 'max_bad'",
-                          level + 1)
-  end
+  o.max_bad = opt_int(opts, "max_bad", 0, 0, where, level + 1)
   if opts.field ~= nil then
     o.field = check_string(opts.field, where, "field", level + 1)
   end
@@ -1084,8 +1067,7 @@ function Pipeline:random_crop_flip(opts)
   o.flip = check_bool(opts.flip, where, "flip", true, 2) and 1 or 0
   local flow = self._flow or {}
   o.seed = check_seed(opts.seed == nil and flow.seed or opts.seed, where, 2)
-  o.epoch = opts.epoch and check_int(opts.epoch, 0, where, "option 'epoch'", 2)
-    or flow.epoch or 0
+  o.epoch = opt_int(opts, "epoch", 0, flow.epoch or 0, where, 2)
   if opts.field ~= nil then
     o.field = check_string(opts.field, where, "field", 2)
   end
@@ -1236,13 +1218,11 @@ local function wds_options(o, name, opts, where, keep, level)
   if not only and not (wds and opts.threads ~= nil) then return end
   local w = ffi.new("sl_wds_opts")
   w.size = ffi.sizeof(w)
-  w.threads = opts.threads == nil and 1 or
-    check_int(opts.threads, 1, where, "option 'threads'", level + 1)
+  w.threads = opt_int(opts, "threads", 1, 1, where, level + 1)
   w.shuffle = check_bool(opts.shuffle, where, "shuffle", false, level + 1)
     and 1 or 0
   if opts.seed ~= nil then w.seed = check_seed(opts.seed, where, level + 1) end
-  w.buffer = opts.buffer == nil and 0 or
-    check_int(opts.buffer, 1, where, "option 'buffer'", level + 1)
+  w.buffer = opt_int(opts, "buffer", 1, 0, where, level + 1)
   w.rank, w.world = 0, 0 -- the launcher's environment
   local sh = opts.shard
   if sh ~= nil and sh ~= "env" then shard_option(sh, where, w, level + 1) end
@@ -1313,8 +1293,7 @@ function sluice.open(name, opts)
     error(("sluice: %s: option 'parser' must be a plugin path or a Lua "
            .. "function (got a %s)"):format(where, type(parse)), 2)
   end
-  local threads = opts.threads == nil and 1 or
-    check_int(opts.threads, 1, where, "option 'threads'", 2)
+  local threads = opt_int(opts, "threads", 1, 1, where, 2, INT_MAX)
   -- tag image: decoding options (threads, policy, ... shared above).
   local io = ffi.new("sl_image_opts")
   image_options(io, opts, where, 2)
@@ -1372,19 +1351,15 @@ function sluice.open_files(names, opts)
   local o = ffi.new("sl_open_files_opts")
   o.size = ffi.sizeof("sl_open_files_opts")
   slr_options(o.slr, opts, where, 2)
-  o.threads = opts.threads == nil and 1 or
-    check_int(opts.threads, 1, where, "option 'threads'", 2)
-  o.buffer = opts.buffer == nil and 0 or
-    check_int(opts.buffer, 1, where, "option 'buffer'", 2)
+  o.threads = opt_int(opts, "threads", 1, 1, where, 2)
+  o.buffer = opt_int(opts, "buffer", 1, 0, where, 2)
   o.unordered = check_bool(opts.ordered, where, "ordered", true, 2) and 0 or 1
   o.shuffle = check_bool(opts.shuffle, where, "shuffle", false, 2) and 1 or 0
   if opts.seed ~= nil then
     o.seed = check_seed(opts.seed, where, 2)
   end
-  o.epoch = opts.epoch == nil and 0 or
-    check_int(opts.epoch, 0, where, "option 'epoch'", 2)
-  o.window = opts.window == nil and 0 or
-    check_int(opts.window, 1, where, "option 'window'", 2)
+  o.epoch = opt_int(opts, "epoch", 0, 0, where, 2)
+  o.window = opt_int(opts, "window", 1, 0, where, 2)
   o.rank, o.world, o.remainder = -1, -1, 0
   if opts.shard ~= nil then shard_option(opts.shard, where, o, 2) end
   local p = made(C.sl_open_files(arr, n, o, OUT), 2)
@@ -1405,8 +1380,7 @@ end
 local READER_OPTS = set("schema", "buffer")
 function sluice.reader(fn, opts)
   opts = check_opts(opts, "sluice.reader()", READER_OPTS, 2)
-  local buffer = opts.buffer == nil and 64 or
-    check_int(opts.buffer, 1, "sluice.reader()", "option 'buffer'", 2)
+  local buffer = opt_int(opts, "buffer", 1, 64, "sluice.reader()", 2)
   local sp = schema_option(opts.schema, "sluice.reader()", 2)
   local shipped, env = ship(fn, "reader", "sluice.reader()", 2)
   local result = made(C.sl__lua_reader(shipped, env, buffer, sp, OUT), 2)
@@ -1487,8 +1461,7 @@ local function open_tokens(name, opts, level)
     o.world = check_int(opts.world, 1, where, "option 'world'", level + 1)
     o.rank = check_int(opts.rank, 0, where, "option 'rank'", level + 1)
   end
-  o.block = opts.block == nil and 1 or
-    check_int(opts.block, 1, where, "option 'block'", level + 1)
+  o.block = opt_int(opts, "block", 1, 1, where, level + 1)
   o.batch = check_bool(opts.batch, where, "batch", false, level + 1) and 1
     or 0
   local p = made(C.sl_tokens_open(name, o, OUT), level + 1)
@@ -1503,8 +1476,7 @@ function Pipeline:window(opts)
   live(self, where, 2)
   opts = check_opts(opts, where, WINDOW_OPTS, 2)
   local size = check_int(opts.size, 1, where, "option 'size'", 2)
-  local stride = opts.stride == nil and 0 or
-    check_int(opts.stride, 1, where, "option 'stride'", 2)
+  local stride = opt_int(opts, "stride", 1, 0, where, 2)
   local field = check_string(opts.field, where, "field", 2)
   if field == nil then
     error(("sluice: %s: option 'field' is required"):format(where), 2)
@@ -1554,10 +1526,8 @@ function Pipeline:pack(opts)
     o.has_eos = 1
     o.eos = check_int(opts.eos, -2^31, where, "option 'eos'", 2)
   end
-  o.pad = opts.pad == nil and 0 or
-    check_int(opts.pad, -2^31, where, "option 'pad'", 2)
-  o.lookahead = opts.lookahead == nil and 0 or
-    check_int(opts.lookahead, 1, where, "option 'lookahead'", 2)
+  o.pad = opt_int(opts, "pad", -2^31, 0, where, 2)
+  o.lookahead = opt_int(opts, "lookahead", 1, 0, where, 2)
   if opts.long ~= nil then
     o.truncate = LONG_DOCS(opts.long, where, "option 'long'", 2)
   end
@@ -1772,13 +1742,10 @@ function sluice.interleave(sources, opts)
   local n = #sources
   local o = ffi.new("sl_interleave_opts")
   o.size = ffi.sizeof("sl_interleave_opts")
-  local cycle = opts.cycle == nil and n or
-    check_int(opts.cycle, 1, where, "option 'cycle'", 2)
+  local cycle = opt_int(opts, "cycle", 1, n, where, 2)
   o.cycle = cycle < n and cycle or n
-  o.block = opts.block == nil and 1 or
-    check_int(opts.block, 1, where, "option 'block'", 2)
-  local threads = opts.threads == nil and 0 or
-    check_int(opts.threads, 0, where, "option 'threads'", 2)
+  o.block = opt_int(opts, "block", 1, 1, where, 2)
+  local threads = opt_int(opts, "threads", 0, 0, where, 2)
   if threads >= 2^31 then
     error(("sluice: %s: option 'threads' is too large (%s)")
           :format(where, tostring(threads)), 2)
@@ -1877,10 +1844,7 @@ function Pipeline:weighted_sample(weights, opts)
   opts = check_opts(opts, where, WEIGHTED_OPTS, 2)
   local o = ffi.new("sl_weighted_sample_opts")
   o.size = ffi.sizeof("sl_weighted_sample_opts")
-  if opts.num_samples ~= nil then
-    o.num_samples = check_int(opts.num_samples, 1, where,
-                              "option 'num_samples'", 2)
-  end
+  o.num_samples = opt_int(opts, "num_samples", 1, 0, where, 2)
   o.without_replacement = check_bool(opts.replacement, where, "replacement",
                                      true, 2) and 0 or 1
   o.seed = check_seed(opts.seed == nil and self._flow and self._flow.seed
