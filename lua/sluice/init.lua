@@ -37,13 +37,23 @@ local account = C.sl__lua_sample_account
 local new_block, BLOCK, SMALL = sample.new_block, sample.BLOCK, sample.SMALL_BYTES
 
 local shipper = require "sluice.ship"
+local rng = require "sluice.rng"
 
 -- --- argument checks ------------------------------------------------------------------
+-- Options are validated by the C constructors, whose messages reach Lua
+-- unchanged (made() raises sl_last_error).  These helpers check only what the
+-- FFI would lose (a fraction, a negative or too large count for an unsigned
+-- field, a string or nil where a number goes, a name for an enum value) and
+-- the misuse a decorator must refuse before it takes its upstream
+-- (docs/LUA.md, "Errors").
 
+-- An integer in [min, 2^63) (min nil: -2^63, the range left to C).
 local function check_int(v, min, where, what, level)
-  if type(v) ~= "number" or v ~= floor(v) or v < min or v >= 2^63 then
-    error(("sluice: %s: %s must be an integer >= %d (got %s)")
-          :format(where, what, min, tostring(v)), level + 1)
+  if type(v) ~= "number" or v ~= floor(v) or v < (min or -2^63)
+     or v >= 2^63 then
+    error(("sluice: %s: %s must be an integer%s (got %s)")
+          :format(where, what, min and " >= " .. min or "", tostring(v)),
+          level + 1)
   end
   return v
 end
@@ -55,6 +65,40 @@ local function check_bool(v, where, what, default, level)
           :format(where, what, type(v)), level + 1)
   end
   return v
+end
+
+-- Option `name` of opts: an integer >= min (check_int), `default` if absent;
+-- past `max` (a narrower C field), max: the stage then names the value as
+-- too large instead of the FFI's conversion wrapping it around.
+local function opt_int(opts, name, min, default, where, level, max)
+  local v = opts[name]
+  if v == nil then return default end
+  v = check_int(v, min, where, "option '" .. name .. "'", level + 1)
+  return max and v > max and max or v
+end
+
+-- A seed: an integer in [0, 2^64) or an integer cdata (nil: 0), as a
+-- uint64_t cdata.
+local function check_seed(v, where, level)
+  local s = rng.seed_u64(v == nil and 0 or v)
+  if not s then
+    error(("sluice: %s: option 'seed' must be an integer in [0, 2^64) (got "
+           .. "%s)"):format(where, tostring(v)), level + 1)
+  end
+  return s
+end
+
+-- An enumerated option: a checker giving the value of one of map's names and
+-- raising "<what> must be <text> (got ...)" for anything else.
+local function enum(text, map)
+  return function(v, where, what, level)
+    local x = map[v]
+    if x == nil then
+      error(("sluice: %s: %s must be %s (got %s)")
+            :format(where, what, text, tostring(v)), level + 1)
+    end
+    return x
+  end
 end
 
 -- Returns opts (or {}), raising on a non-table or an unknown key.
@@ -401,14 +445,8 @@ function Pipeline:shuffle(n, opts)
   live(self, ":shuffle()", 2)
   check_int(n, 1, ":shuffle()", "buffer size", 2)
   opts = check_opts(opts, ":shuffle()", SHUFFLE_OPTS, 2)
-  local seed = opts.seed or (self._flow and self._flow.seed) or 0
-  if not (type(seed) == "cdata" and ffi.istype("uint64_t", seed)) then
-    if type(seed) ~= "number" or seed ~= floor(seed) or seed < 0
-       or seed >= 2^64 then
-      error(("sluice: :shuffle(): option 'seed' must be an integer in "
-             .. "[0, 2^64) (got %s)"):format(tostring(seed)), 2)
-    end
-  end
+  local seed = check_seed(opts.seed or (self._flow and self._flow.seed) or 0,
+                          ":shuffle()", 2)
   local result = made(C.sl_shuffle(take(self, ":shuffle()"), n, seed, OUT), 2,
                       self)
   return result
@@ -510,15 +548,8 @@ function Pipeline:prefetch(n, opts)
   opts = check_opts(opts, where, PREFETCH_AUTO_OPTS, 2)
   local o = ffi.new("sl_prefetch_auto_opts")
   o.size = ffi.sizeof(o)
-  if opts.max_bytes ~= nil then
-    o.max_bytes = check_int(opts.max_bytes, 1, where, "option 'max_bytes'", 2)
-  end
-  if opts.max_depth ~= nil then
-    -- Saturated so that the stage names the value as too large instead of
-    -- the uint32_t conversion wrapping around.
-    local d = check_int(opts.max_depth, 1, where, "option 'max_depth'", 2)
-    o.max_depth = d > 0xffffffff and 0xffffffff or d
-  end
+  o.max_bytes = opt_int(opts, "max_bytes", 1, 0, where, 2)
+  o.max_depth = opt_int(opts, "max_depth", 1, 0, where, 2, 0xffffffff)
   local result = made(C.sl_prefetch_auto(take(self, where), o, OUT), 2, self)
   return result
 end
@@ -639,9 +670,7 @@ local INT_MAX = 0x7fffffff
 -- new reader gets its finalizer before anything can raise.
 local function new_lua_stage(p, kind, shipped, env, o, sp, where, level, init)
   local opts = ffi.new("sl__lua_stage_opts")
-  -- A count past an int's range is still too many threads: saturate, so
-  -- the stage says so instead of the conversion wrapping around.
-  opts.threads = o.threads and (o.threads > INT_MAX and INT_MAX or o.threads) or 1
+  opts.threads = o.threads or 1
   opts.ordered = o.ordered == false and 0 or 1
   opts.queue = o.queue or 0
   opts.deadline = o.deadline or 0
@@ -684,17 +713,11 @@ end
 -- ctx.seed and ctx's first epoch of a Lua stage (docs/LUA.md,
 -- "Randomness"): the stage's options, else the pipeline's (_flow), else 0.
 -- Into stage options `o` as seed (a uint64_t cdata) and epoch.
-local rng = require "sluice.rng"
 local function ctx_options(o, opts, flow, where, level)
   flow = flow or {}
   local seed = opts.seed
   if seed == nil then seed = flow.seed or 0 end
-  local s = rng.seed_u64(seed)
-  if not s then
-    error(("sluice: %s: option 'seed' must be an integer in [0, 2^64) "
-           .. "(got %s)"):format(where, tostring(seed)), level + 1)
-  end
-  o.seed = s
+  o.seed = check_seed(seed, where, level + 1)
   local epoch = opts.epoch
   if epoch == nil then epoch = flow.epoch or 0 end
   if type(epoch) ~= "number" or epoch ~= floor(epoch) or epoch < 0 or
@@ -726,11 +749,9 @@ local function stage_options(self, opts, where, allowed, level)
   live(self, where, level)
   opts = check_opts(opts, where, allowed, level)
   local o = {
-    threads = opts.threads == nil and 1 or
-      check_int(opts.threads, 1, where, "option 'threads'", level),
+    threads = opt_int(opts, "threads", 1, 1, where, level, INT_MAX),
     ordered = check_bool(opts.ordered, where, "ordered", true, level),
-    queue = opts.queue ~= nil and
-      check_int(opts.queue, 1, where, "option 'queue'", level) or nil,
+    queue = opt_int(opts, "queue", 1, nil, where, level),
     deadline = check_deadline(opts.deadline, where, level),
     ignore_errors = check_ignore_errors(opts.ignore_errors, where, level),
   }
@@ -911,29 +932,28 @@ local OPENERS = {}
 
 local SLR_OPTS = set("policy", "max_bad_chunks", "max_chunk_bytes", "first",
                      "count", "chunks")
-local POLICIES = {fail = 0, skip_chunk = 1}
+local POLICY = enum('"fail" or "skip_chunk"', {fail = 0, skip_chunk = 1})
 local UINT64_MAX = ffi_cast("uint64_t", ffi_cast("int64_t", -1))
+
+-- opts.policy ("fail" / "skip_chunk") into o.policy, when given.
+local function policy_option(o, opts, where, level)
+  if opts.policy ~= nil then
+    o.policy = POLICY(opts.policy, where, "option 'policy'", level + 1)
+  end
+end
+
+-- The slr options shared by sluice.open and sluice.open_files, into `o`
+-- (an sl_slr_open_opts).
+local function slr_options(o, opts, where, level)
+  policy_option(o, opts, where, level + 1)
+  o.max_bad_chunks = opt_int(opts, "max_bad_chunks", 0, 0, where, level + 1)
+  o.max_chunk_bytes = opt_int(opts, "max_chunk_bytes", 0, 0, where, level + 1)
+end
 
 function OPENERS.slr(path, opts, level)
   opts = check_opts(opts, "sluice.open()", SLR_OPTS, level + 1)
   local o = ffi.new("sl_slr_open_opts")
-  if opts.policy ~= nil then
-    local policy = POLICIES[opts.policy]
-    if not policy then
-      error(("sluice: sluice.open(): option 'policy' must be \"fail\" or "
-             .. "\"skip_chunk\" (got %s)"):format(tostring(opts.policy)),
-            level + 1)
-    end
-    o.policy = policy
-  end
-  if opts.max_bad_chunks ~= nil then
-    o.max_bad_chunks = check_int(opts.max_bad_chunks, 0, "sluice.open()",
-                                 "option 'max_bad_chunks'", level + 1)
-  end
-  if opts.max_chunk_bytes ~= nil then
-    o.max_chunk_bytes = check_int(opts.max_chunk_bytes, 0, "sluice.open()",
-                                  "option 'max_chunk_bytes'", level + 1)
-  end
+  slr_options(o, opts, "sluice.open()", level + 1)
   if opts.chunks ~= nil then
     local ch = opts.chunks
     if opts.first ~= nil or opts.count ~= nil then
@@ -950,38 +970,10 @@ function OPENERS.slr(path, opts, level)
                         level + 1)
     return result
   end
-  local first = opts.first == nil and 0 or
-    check_int(opts.first, 0, "sluice.open()", "option 'first'", level + 1)
-  local count = opts.count == nil and UINT64_MAX or
-    check_int(opts.count, 0, "sluice.open()", "option 'count'", level + 1)
+  local first = opt_int(opts, "first", 0, 0, "sluice.open()", level + 1)
+  local count = opt_int(opts, "count", 0, UINT64_MAX, "sluice.open()", level + 1)
   local result = made(C.sl_slr_reader(path, o, first, count, OUT), level + 1)
   return result
-end
-
--- opts.policy ("fail" / "skip_chunk") into o.policy, when given.
-local function policy_option(o, opts, where, level)
-  if opts.policy == nil then return end
-  local policy = POLICIES[opts.policy]
-  if not policy then
-    error(("sluice: %s: option 'policy' must be \"fail\" or "
-           .. "\"skip_chunk\" (got %s)"):format(where, tostring(opts.policy)),
-          level + 1)
-  end
-  o.policy = policy
-end
-
--- The slr options shared by sluice.open and sluice.open_files, into `o`
--- (an sl_slr_open_opts).
-local function slr_options(o, opts, where, level)
-  policy_option(o, opts, where, level + 1)
-  if opts.max_bad_chunks ~= nil then
-    o.max_bad_chunks = check_int(opts.max_bad_chunks, 0, where,
-                                 "option 'max_bad_chunks'", level + 1)
-  end
-  if opts.max_chunk_bytes ~= nil then
-    o.max_chunk_bytes = check_int(opts.max_chunk_bytes, 0, where,
-                                  "option 'max_chunk_bytes'", level + 1)
-  end
 end
 
 local function check_string(v, where, what, level)
@@ -994,7 +986,7 @@ end
 
 -- --- images (docs/IMAGES.md) ---------------------------------------------------------
 
-local FILTERS = {nearest = 1, bilinear = 2}
+local FILTER = enum('"nearest" or "bilinear"', {nearest = 1, bilinear = 2})
 
 -- {h, w} of option `what`, checked.
 local function size_pair(v, where, what, level)
@@ -1026,31 +1018,18 @@ local function image_options(o, opts, where, level)
   if opts.resize ~= nil then
     o.shape.height, o.shape.width = size_pair(opts.resize, where, "resize",
                                               level + 1)
-    local f = opts.resize[3] or "bilinear"
-    if not FILTERS[f] then
-      error(("sluice: %s: resize filter must be \"nearest\" or "
-             .. "\"bilinear\" (got %s)"):format(where, tostring(f)),
-            level + 1)
-    end
-    o.shape.resize = FILTERS[f]
+    o.shape.resize = FILTER(opts.resize[3] or "bilinear", where,
+                            "resize filter", level + 1)
   elseif opts.shape ~= nil then
     o.shape.height, o.shape.width = size_pair(opts.shape, where, "shape",
                                               level + 1)
   end
-  if opts.threads ~= nil then
-    o.threads = check_int(opts.threads, 1, where, "option 'threads'",
-                          level + 1)
-  end
-  if opts.window ~= nil then
-    o.window = check_int(opts.window, 1, where, "option 'window'", level + 1)
-  end
+  o.threads = opt_int(opts, "threads", 1, 0, where, level + 1)
+  o.window = opt_int(opts, "window", 1, 0, where, level + 1)
   o.unordered = check_bool(opts.ordered, where, "ordered", true, level + 1)
     and 0 or 1
   policy_option(o, opts, where, level + 1)
-  if opts.max_bad ~= nil then
-    o.max_bad = check_int(opts.max_bad, 0, where, "option 'max_bad'",
-                          level + 1)
-  end
+  o.max_bad = opt_int(opts, "max_bad", 0, 0, where, level + 1)
   if opts.field ~= nil then
     o.field = check_string(opts.field, where, "field", level + 1)
   end
@@ -1087,10 +1066,8 @@ function Pipeline:random_crop_flip(opts)
   end
   o.flip = check_bool(opts.flip, where, "flip", true, 2) and 1 or 0
   local flow = self._flow or {}
-  o.seed = opts.seed and check_int(opts.seed, 0, where, "option 'seed'", 2)
-    or flow.seed or 0
-  o.epoch = opts.epoch and check_int(opts.epoch, 0, where, "option 'epoch'", 2)
-    or flow.epoch or 0
+  o.seed = check_seed(opts.seed == nil and flow.seed or opts.seed, where, 2)
+  o.epoch = opt_int(opts, "epoch", 0, flow.epoch or 0, where, 2)
   if opts.field ~= nil then
     o.field = check_string(opts.field, where, "field", 2)
   end
@@ -1147,7 +1124,8 @@ local function feature_spec(s)
   return #dims > 0 and (s[1] .. "[" .. table.concat(dims, ",") .. "]") or s[1]
 end
 
-local TF_COMPRESSION = {auto = 0, none = 1, gzip = 2}
+local COMPRESSION = enum('"auto", "none" or "gzip"',
+                         {auto = 0, none = 1, gzip = 2})
 
 -- The options of tags npy, csv and tfrecord into o (sl_open_opts).  The
 -- option structs live as long as `keep` (the caller holds it over sl_open).
@@ -1187,31 +1165,17 @@ local function format_options(o, opts, where, keep, level)
     keep[#keep + 1] = f
     t.features = f
     if opts.compression ~= nil then
-      local m = TF_COMPRESSION[opts.compression]
-      if not m then
-        error(("sluice: %s: option 'compression' must be \"auto\", "
-               .. "\"none\" or \"gzip\" (got %s)")
-              :format(where, tostring(opts.compression)), level + 1)
-      end
-      t.compression = m
+      t.compression = COMPRESSION(opts.compression, where,
+                                  "option 'compression'", level + 1)
     end
     keep[#keep + 1] = t
     o.tfrecord = t
   end
 end
 
-local function seed_option(v, where, level)
-  if v == nil then return 0 end
-  if type(v) == "cdata" and ffi.istype("uint64_t", v) then return v end
-  if type(v) ~= "number" or v ~= floor(v) or v < 0 or v >= 2^64 then
-    error(("sluice: %s: option 'seed' must be an integer in [0, 2^64) (got "
-           .. "%s)"):format(where, tostring(v)), level + 1)
-  end
-  return v
-end
-
 -- sl_shard_policy's values (open_files' and wds' remainder, :shard()'s).
 local SHARD_POLICIES = {pad = 0, drop = 1, uneven = 2}
+local REMAINDER = enum('"pad", "drop" or "uneven"', SHARD_POLICIES)
 local SHARD_OPTS = set("rank", "world", "remainder")
 
 -- The option shard = {rank =, world =, remainder =} of open_files and of
@@ -1229,10 +1193,7 @@ local function shard_option(sh, where, o, level)
     o.rank = check_int(sh.rank, 0, where, "shard.rank", level + 1)
   end
   if sh.remainder ~= nil then
-    o.remainder = SHARD_POLICIES[sh.remainder] or
-      error(("sluice: %s: shard.remainder must be \"pad\", \"drop\" or "
-             .. "\"uneven\" (got %s)"):format(where, tostring(sh.remainder)),
-            level + 1)
+    o.remainder = REMAINDER(sh.remainder, where, "shard.remainder", level + 1)
   end
 end
 
@@ -1248,7 +1209,7 @@ end
 -- without a member for every field.  The C stage checks that the name is
 -- all shards.
 local WDS_ONLY = {"shuffle", "seed", "shard", "buffer", "fields", "missing"}
-local WDS_MISSING = {fail = 0, skip = 1}
+local MISSING = enum('"fail" or "skip"', {fail = 0, skip = 1})
 local function wds_options(o, name, opts, where, keep, level)
   local only = false
   for _, k in ipairs(WDS_ONLY) do only = only or opts[k] ~= nil end
@@ -1257,13 +1218,11 @@ local function wds_options(o, name, opts, where, keep, level)
   if not only and not (wds and opts.threads ~= nil) then return end
   local w = ffi.new("sl_wds_opts")
   w.size = ffi.sizeof(w)
-  w.threads = opts.threads == nil and 1 or
-    check_int(opts.threads, 1, where, "option 'threads'", level + 1)
+  w.threads = opt_int(opts, "threads", 1, 1, where, level + 1)
   w.shuffle = check_bool(opts.shuffle, where, "shuffle", false, level + 1)
     and 1 or 0
-  if opts.seed ~= nil then w.seed = seed_option(opts.seed, where, level + 1) end
-  w.buffer = opts.buffer == nil and 0 or
-    check_int(opts.buffer, 1, where, "option 'buffer'", level + 1)
+  if opts.seed ~= nil then w.seed = check_seed(opts.seed, where, level + 1) end
+  w.buffer = opt_int(opts, "buffer", 1, 0, where, level + 1)
   w.rank, w.world = 0, 0 -- the launcher's environment
   local sh = opts.shard
   if sh ~= nil and sh ~= "env" then shard_option(sh, where, w, level + 1) end
@@ -1282,9 +1241,7 @@ local function wds_options(o, name, opts, where, keep, level)
     keep[#keep + 1] = f
   end
   if opts.missing ~= nil then
-    w.missing = WDS_MISSING[opts.missing] or
-      error(("sluice: %s: option 'missing' must be \"fail\" or \"skip\" "
-             .. "(got %s)"):format(where, tostring(opts.missing)), level + 1)
+    w.missing = MISSING(opts.missing, where, "option 'missing'", level + 1)
   end
   keep[#keep + 1] = w
   o.wds = w
@@ -1336,8 +1293,7 @@ function sluice.open(name, opts)
     error(("sluice: %s: option 'parser' must be a plugin path or a Lua "
            .. "function (got a %s)"):format(where, type(parse)), 2)
   end
-  local threads = opts.threads == nil and 1 or
-    check_int(opts.threads, 1, where, "option 'threads'", 2)
+  local threads = opt_int(opts, "threads", 1, 1, where, 2, INT_MAX)
   -- tag image: decoding options (threads, policy, ... shared above).
   local io = ffi.new("sl_image_opts")
   image_options(io, opts, where, 2)
@@ -1395,20 +1351,15 @@ function sluice.open_files(names, opts)
   local o = ffi.new("sl_open_files_opts")
   o.size = ffi.sizeof("sl_open_files_opts")
   slr_options(o.slr, opts, where, 2)
-  o.threads = opts.threads == nil and 1 or
-    check_int(opts.threads, 1, where, "option 'threads'", 2)
-  o.buffer = opts.buffer == nil and 0 or
-    check_int(opts.buffer, 1, where, "option 'buffer'", 2)
+  o.threads = opt_int(opts, "threads", 1, 1, where, 2)
+  o.buffer = opt_int(opts, "buffer", 1, 0, where, 2)
   o.unordered = check_bool(opts.ordered, where, "ordered", true, 2) and 0 or 1
   o.shuffle = check_bool(opts.shuffle, where, "shuffle", false, 2) and 1 or 0
   if opts.seed ~= nil then
-    o.seed = type(opts.seed) == "cdata" and opts.seed or
-      check_int(opts.seed, 0, where, "option 'seed'", 2)
+    o.seed = check_seed(opts.seed, where, 2)
   end
-  o.epoch = opts.epoch == nil and 0 or
-    check_int(opts.epoch, 0, where, "option 'epoch'", 2)
-  o.window = opts.window == nil and 0 or
-    check_int(opts.window, 1, where, "option 'window'", 2)
+  o.epoch = opt_int(opts, "epoch", 0, 0, where, 2)
+  o.window = opt_int(opts, "window", 1, 0, where, 2)
   o.rank, o.world, o.remainder = -1, -1, 0
   if opts.shard ~= nil then shard_option(opts.shard, where, o, 2) end
   local p = made(C.sl_open_files(arr, n, o, OUT), 2)
@@ -1429,8 +1380,7 @@ end
 local READER_OPTS = set("schema", "buffer")
 function sluice.reader(fn, opts)
   opts = check_opts(opts, "sluice.reader()", READER_OPTS, 2)
-  local buffer = opts.buffer == nil and 64 or
-    check_int(opts.buffer, 1, "sluice.reader()", "option 'buffer'", 2)
+  local buffer = opt_int(opts, "buffer", 1, 64, "sluice.reader()", 2)
   local sp = schema_option(opts.schema, "sluice.reader()", 2)
   local shipped, env = ship(fn, "reader", "sluice.reader()", 2)
   local result = made(C.sl__lua_reader(shipped, env, buffer, sp, OUT), 2)
@@ -1497,10 +1447,11 @@ local function open_tokens(name, opts, level)
   end
   local o = ffi.new("sl_tokens_opts")
   o.size = ffi.sizeof("sl_tokens_opts")
-  o.seq_len = check_int(opts.seq_len, 1, where, "option 'seq_len'", level + 1)
+  o.seq_len = check_int(opts.seq_len, nil, where, "option 'seq_len'",
+                        level + 1)
   o.shuffle = check_bool(opts.shuffle, where, "shuffle", false, level + 1)
     and 1 or 0
-  o.seed = seed_option(opts.seed, where, level + 1)
+  o.seed = check_seed(opts.seed, where, level + 1)
   if (opts.rank == nil) ~= (opts.world == nil) then
     error(("sluice: %s: tokens: options 'rank' and 'world' go together (or "
            .. "neither: then they come from the launcher's environment)")
@@ -1510,8 +1461,7 @@ local function open_tokens(name, opts, level)
     o.world = check_int(opts.world, 1, where, "option 'world'", level + 1)
     o.rank = check_int(opts.rank, 0, where, "option 'rank'", level + 1)
   end
-  o.block = opts.block == nil and 1 or
-    check_int(opts.block, 1, where, "option 'block'", level + 1)
+  o.block = opt_int(opts, "block", 1, 1, where, level + 1)
   o.batch = check_bool(opts.batch, where, "batch", false, level + 1) and 1
     or 0
   local p = made(C.sl_tokens_open(name, o, OUT), level + 1)
@@ -1526,8 +1476,7 @@ function Pipeline:window(opts)
   live(self, where, 2)
   opts = check_opts(opts, where, WINDOW_OPTS, 2)
   local size = check_int(opts.size, 1, where, "option 'size'", 2)
-  local stride = opts.stride == nil and 0 or
-    check_int(opts.stride, 1, where, "option 'stride'", 2)
+  local stride = opt_int(opts, "stride", 1, 0, where, 2)
   local field = check_string(opts.field, where, "field", 2)
   if field == nil then
     error(("sluice: %s: option 'field' is required"):format(where), 2)
@@ -1558,7 +1507,7 @@ local function string_array(t, where, what, level)
 end
 
 local PACK_OPTS = set("seq_len", "fields", "eos", "pad", "lookahead", "long")
-local LONG_DOCS = {split = 0, truncate = 1}
+local LONG_DOCS = enum('"split" or "truncate"', {split = 0, truncate = 1})
 -- :pack{seq_len = T, fields = {"ids"}, eos = id, pad = 0, lookahead = 8,
 -- long = "split" | "truncate"}
 function Pipeline:pack(opts)
@@ -1577,17 +1526,10 @@ function Pipeline:pack(opts)
     o.has_eos = 1
     o.eos = check_int(opts.eos, -2^31, where, "option 'eos'", 2)
   end
-  o.pad = opts.pad == nil and 0 or
-    check_int(opts.pad, -2^31, where, "option 'pad'", 2)
-  o.lookahead = opts.lookahead == nil and 0 or
-    check_int(opts.lookahead, 1, where, "option 'lookahead'", 2)
+  o.pad = opt_int(opts, "pad", -2^31, 0, where, 2)
+  o.lookahead = opt_int(opts, "lookahead", 1, 0, where, 2)
   if opts.long ~= nil then
-    local v = LONG_DOCS[opts.long]
-    if not v then
-      error(("sluice: %s: option 'long' must be \"split\" or \"truncate\" "
-             .. "(got %s)"):format(where, tostring(opts.long)), 2)
-    end
-    o.truncate = v
+    o.truncate = LONG_DOCS(opts.long, where, "option 'long'", 2)
   end
   local result = made(C.sl_pack(take(self, where), o, OUT), 2, self)
   return result
@@ -1687,7 +1629,8 @@ function Pipeline:bucket_batch(opts)
 end
 
 local MIX_OPTS = set("weights", "seed", "stop", "rerandomize")
-local MIX_STOPS = {first = 0, all = 1, never = 2}
+local MIX_STOP = enum('"first", "all" or "never"',
+                      {first = 0, all = 1, never = 2})
 -- sluice.mix({p1, p2, ...}, {weights = {...}, seed =, stop = "first" |
 -- "all" | "never"}): the pipelines (all taken) drawn by weight.
 function sluice.mix(list, opts)
@@ -1715,13 +1658,11 @@ function sluice.mix(list, opts)
     end
     o.weights = w
   end
-  o.seed = seed_option(opts.seed, where, 2)
+  o.seed = check_seed(opts.seed, where, 2)
   o.keep_order = check_bool(opts.rerandomize, where, "rerandomize", true, 2)
     and 0 or 1
   if opts.stop ~= nil then
-    o.stop = MIX_STOPS[opts.stop] or
-      error(("sluice: %s: option 'stop' must be \"first\", \"all\" or "
-             .. "\"never\" (got %s)"):format(where, tostring(opts.stop)), 2)
+    o.stop = MIX_STOP(opts.stop, where, "option 'stop'", 2)
   end
   local arr, n = pipelines_arg(where, list, 2)
   local result = made(C.sl_mix(arr, n, o, OUT), 2, flow_of(list))
@@ -1801,13 +1742,10 @@ function sluice.interleave(sources, opts)
   local n = #sources
   local o = ffi.new("sl_interleave_opts")
   o.size = ffi.sizeof("sl_interleave_opts")
-  local cycle = opts.cycle == nil and n or
-    check_int(opts.cycle, 1, where, "option 'cycle'", 2)
+  local cycle = opt_int(opts, "cycle", 1, n, where, 2)
   o.cycle = cycle < n and cycle or n
-  o.block = opts.block == nil and 1 or
-    check_int(opts.block, 1, where, "option 'block'", 2)
-  local threads = opts.threads == nil and 0 or
-    check_int(opts.threads, 0, where, "option 'threads'", 2)
+  o.block = opt_int(opts, "block", 1, 1, where, 2)
+  local threads = opt_int(opts, "threads", 0, 0, where, 2)
   if threads >= 2^31 then
     error(("sluice: %s: option 'threads' is too large (%s)")
           :format(where, tostring(threads)), 2)
@@ -1824,6 +1762,7 @@ function sluice.interleave(sources, opts)
 end
 
 -- (SHARD_POLICIES, sl_shard_policy's values, is open_files'.)
+local STAGE_REMAINDER = enum('"uneven", "drop" or "pad"', SHARD_POLICIES)
 local SHARD_STAGE_OPTS = set("remainder")
 -- :shard(world, rank, {remainder = "uneven" | "drop" | "pad"}), or
 -- :shard({remainder =}) / :shard() with world and rank from the launcher's
@@ -1859,10 +1798,8 @@ function Pipeline:shard(world, rank, opts)
   o.size = ffi.sizeof("sl_shard_opts")
   o.remainder = SHARD_POLICIES.uneven
   if opts.remainder ~= nil then
-    o.remainder = SHARD_POLICIES[opts.remainder] or
-      error(("sluice: %s: option 'remainder' must be \"uneven\", \"drop\" "
-             .. "or \"pad\" (got %s)"):format(where, tostring(opts.remainder)),
-            2)
+    o.remainder = STAGE_REMAINDER(opts.remainder, where, "option 'remainder'",
+                                  2)
   end
   local result = made(C.sl_shard(take(self, where), world, rank, o, OUT), 2,
                       self)
@@ -1907,14 +1844,11 @@ function Pipeline:weighted_sample(weights, opts)
   opts = check_opts(opts, where, WEIGHTED_OPTS, 2)
   local o = ffi.new("sl_weighted_sample_opts")
   o.size = ffi.sizeof("sl_weighted_sample_opts")
-  if opts.num_samples ~= nil then
-    o.num_samples = check_int(opts.num_samples, 1, where,
-                              "option 'num_samples'", 2)
-  end
+  o.num_samples = opt_int(opts, "num_samples", 1, 0, where, 2)
   o.without_replacement = check_bool(opts.replacement, where, "replacement",
                                      true, 2) and 0 or 1
-  o.seed = seed_option(opts.seed == nil and self._flow and self._flow.seed
-                       or opts.seed, where, 2)
+  o.seed = check_seed(opts.seed == nil and self._flow and self._flow.seed
+                      or opts.seed, where, 2)
   -- One weight per sample: checked before the pipeline is taken.
   if C.sl_reader_length(r, LENGTH) == 0 and tonumber(LENGTH[0]) ~= n then
     error(("sluice: %s: %d weights for a pipeline of %d samples (one "
@@ -1945,8 +1879,8 @@ function sluice.random_split(source, sizes, opts)
     error(("sluice: %s: needs at least one size"):format(where), 2)
   end
   opts = check_opts(opts, where, SPLIT_OPTS, 2)
-  local seed = seed_option(opts.seed == nil and source._flow
-                           and source._flow.seed or opts.seed, where, 2)
+  local seed = check_seed(opts.seed == nil and source._flow
+                          and source._flow.seed or opts.seed, where, 2)
   local parts = ffi.new("sl_reader *[?]", k)
   local rc = C.sl_random_split(take(source, where), s, k, seed, parts)
   if rc < 0 then error(c_message(rc), 2) end
