@@ -98,7 +98,10 @@ head -c 18000000 /dev/urandom | base64 -w 1000 > big.txt
 set -m # background jobs get SIGINT (they would ignore it without job control)
 
 # pack_then SIG...: starts a level-19 pack of big.txt, sends the signals 0.7 s
-# later, and sets RC and TOOK (seconds from the first signal to the exit).
+# later, and sets RC and TOOK (milliseconds from the first signal to the
+# exit).  The pack alone would run for minutes; the bound on TOOK (2.5 s) is
+# wide enough for a loaded 2-vCPU machine (1 s failed once there while a
+# build ran beside the suite) and still proves the signal stops it.
 pack_then() {
   "$SLUICE" pack text big.txt -o big.slr --level 19 --chunk-bytes 256M -q \
     2> sig.err &
@@ -106,12 +109,12 @@ pack_then() {
   sleep 0.7
   t0=$(date +%s%N)
   for sig in "$@"; do kill -"$sig" $pid; done
-  for i in $(seq 300); do kill -0 $pid 2> /dev/null || break; sleep 0.01; done
+  for i in $(seq 600); do kill -0 $pid 2> /dev/null || break; sleep 0.01; done
   if kill -0 $pid 2> /dev/null; then
     kill -KILL $pid
     wait $pid
     rm -f big.slr.tmp-*
-    fail "pack still running 3 s after SIG$1"
+    fail "pack still running 6 s after SIG$1"
   fi
   t1=$(date +%s%N)
   wait $pid
@@ -122,7 +125,7 @@ pack_then() {
 for s in INT:130 TERM:143 HUP:129 PIPE:141 ALRM:142 XFSZ:153; do
   pack_then "${s%%:*}"
   [ "$RC" -eq "${s##*:}" ] || fail "SIG${s%%:*}: exit status $RC, not ${s##*:}: $(cat sig.err)"
-  [ "$TOOK" -lt 1000 ] || fail "SIG${s%%:*}: took $TOOK ms to stop"
+  [ "$TOOK" -lt 2500 ] || fail "SIG${s%%:*}: took $TOOK ms to stop"
   [ ! -e big.slr ] || fail "SIG${s%%:*} left big.slr"
   no_temps "SIG${s%%:*}"
 done
