@@ -96,6 +96,21 @@ describe("options validated once, in C", function()
                  end))
   end)
 
+  it("a uint32 option past 2^32 is too large, not wrapped to 0", function()
+    -- 2^32 threads would reach C as 0 (the default, 1 thread) and run.
+    local path = "tests/data/golden-v1.slr"
+    local err = misuse(function()
+      sluice.open_files({path}, {threads = 2^32})
+    end)
+    assert.matches("threads must be at most 1024, got 4294967295", err,
+                   1, true)
+    err = misuse(function()
+      sluice.open_files({path}, {threads = 2^32 + 1})
+    end)
+    assert.matches("threads must be at most 1024, got 4294967295", err,
+                   1, true)
+  end)
+
   it("tokens: seq_len 0", function()
     local dir = H.tmpdir()
     H.write(dir .. "/a.bin", ("\0\0"):rep(64))

@@ -69,7 +69,10 @@ end
 
 -- Option `name` of opts: an integer >= min (check_int), `default` if absent;
 -- past `max` (a narrower C field), max: the stage then names the value as
--- too large instead of the FFI's conversion wrapping it around.
+-- too large (or takes it as "no bound") instead of the FFI's conversion
+-- wrapping it around (2^32 into a uint32_t field would be 0: the default).
+local INT_MAX, U32_MAX = 0x7fffffff, 0xffffffff
+
 local function opt_int(opts, name, min, default, where, level, max)
   local v = opts[name]
   if v == nil then return default end
@@ -549,7 +552,7 @@ function Pipeline:prefetch(n, opts)
   local o = ffi.new("sl_prefetch_auto_opts")
   o.size = ffi.sizeof(o)
   o.max_bytes = opt_int(opts, "max_bytes", 1, 0, where, 2)
-  o.max_depth = opt_int(opts, "max_depth", 1, 0, where, 2, 0xffffffff)
+  o.max_depth = opt_int(opts, "max_depth", 1, 0, where, 2, U32_MAX)
   local result = made(C.sl_prefetch_auto(take(self, where), o, OUT), 2, self)
   return result
 end
@@ -660,7 +663,6 @@ local KIND = {map = C.SL__LUA_MAP, filter = C.SL__LUA_FILTER,
               parse = C.SL__LUA_PARSE}
 local FLOW_KIND = {flat_map = C.SL__LUA_FLAT_MAP,
                    take_while = C.SL__LUA_TAKE_WHILE, scan = C.SL__LUA_SCAN}
-local INT_MAX = 0x7fffffff
 
 -- Runs sl__lua_stage (or, for a FLOW_KIND, sl__lua_flow with scan's
 -- shipped `init`) over pipeline `p`'s reader (taken: disowned before the
@@ -946,7 +948,7 @@ end
 -- (an sl_slr_open_opts).
 local function slr_options(o, opts, where, level)
   policy_option(o, opts, where, level + 1)
-  o.max_bad_chunks = opt_int(opts, "max_bad_chunks", 0, 0, where, level + 1)
+  o.max_bad_chunks = opt_int(opts, "max_bad_chunks", 0, 0, where, level + 1, U32_MAX)
   o.max_chunk_bytes = opt_int(opts, "max_chunk_bytes", 0, 0, where, level + 1)
 end
 
@@ -1024,12 +1026,12 @@ local function image_options(o, opts, where, level)
     o.shape.height, o.shape.width = size_pair(opts.shape, where, "shape",
                                               level + 1)
   end
-  o.threads = opt_int(opts, "threads", 1, 0, where, level + 1)
-  o.window = opt_int(opts, "window", 1, 0, where, level + 1)
+  o.threads = opt_int(opts, "threads", 1, 0, where, level + 1, U32_MAX)
+  o.window = opt_int(opts, "window", 1, 0, where, level + 1, U32_MAX)
   o.unordered = check_bool(opts.ordered, where, "ordered", true, level + 1)
     and 0 or 1
   policy_option(o, opts, where, level + 1)
-  o.max_bad = opt_int(opts, "max_bad", 0, 0, where, level + 1)
+  o.max_bad = opt_int(opts, "max_bad", 0, 0, where, level + 1, U32_MAX)
   if opts.field ~= nil then
     o.field = check_string(opts.field, where, "field", level + 1)
   end
@@ -1218,7 +1220,7 @@ local function wds_options(o, name, opts, where, keep, level)
   if not only and not (wds and opts.threads ~= nil) then return end
   local w = ffi.new("sl_wds_opts")
   w.size = ffi.sizeof(w)
-  w.threads = opt_int(opts, "threads", 1, 1, where, level + 1)
+  w.threads = opt_int(opts, "threads", 1, 1, where, level + 1, U32_MAX)
   w.shuffle = check_bool(opts.shuffle, where, "shuffle", false, level + 1)
     and 1 or 0
   if opts.seed ~= nil then w.seed = check_seed(opts.seed, where, level + 1) end
@@ -1351,15 +1353,15 @@ function sluice.open_files(names, opts)
   local o = ffi.new("sl_open_files_opts")
   o.size = ffi.sizeof("sl_open_files_opts")
   slr_options(o.slr, opts, where, 2)
-  o.threads = opt_int(opts, "threads", 1, 1, where, 2)
-  o.buffer = opt_int(opts, "buffer", 1, 0, where, 2)
+  o.threads = opt_int(opts, "threads", 1, 1, where, 2, U32_MAX)
+  o.buffer = opt_int(opts, "buffer", 1, 0, where, 2, U32_MAX)
   o.unordered = check_bool(opts.ordered, where, "ordered", true, 2) and 0 or 1
   o.shuffle = check_bool(opts.shuffle, where, "shuffle", false, 2) and 1 or 0
   if opts.seed ~= nil then
     o.seed = check_seed(opts.seed, where, 2)
   end
   o.epoch = opt_int(opts, "epoch", 0, 0, where, 2)
-  o.window = opt_int(opts, "window", 1, 0, where, 2)
+  o.window = opt_int(opts, "window", 1, 0, where, 2, U32_MAX)
   o.rank, o.world, o.remainder = -1, -1, 0
   if opts.shard ~= nil then shard_option(opts.shard, where, o, 2) end
   local p = made(C.sl_open_files(arr, n, o, OUT), 2)
@@ -1742,10 +1744,10 @@ function sluice.interleave(sources, opts)
   local n = #sources
   local o = ffi.new("sl_interleave_opts")
   o.size = ffi.sizeof("sl_interleave_opts")
-  local cycle = opt_int(opts, "cycle", 1, n, where, 2)
+  local cycle = opt_int(opts, "cycle", 1, n, where, 2, U32_MAX)
   o.cycle = cycle < n and cycle or n
   o.block = opt_int(opts, "block", 1, 1, where, 2)
-  local threads = opt_int(opts, "threads", 0, 0, where, 2)
+  local threads = opt_int(opts, "threads", 0, 0, where, 2, U32_MAX)
   if threads >= 2^31 then
     error(("sluice: %s: option 'threads' is too large (%s)")
           :format(where, tostring(threads)), 2)
