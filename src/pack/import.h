@@ -115,6 +115,9 @@ uint64_t sl__sink_records(const sl__pack_sink *sink);
 int sl__sink_close(sl__pack_sink *sink);
 /* Discards every file (temporary names removed) and frees the sink. */
 void sl__sink_abort(sl__pack_sink *sink);
+/* An importer's end: rc SL_OK closes the sink (*records, may be NULL, then
+ * receives the count); any other rc aborts it and is returned. */
+int sl__sink_finish(sl__pack_sink *sink, int rc, uint64_t *records);
 
 /* --- importers -------------------------------------------------------------
  */

@@ -145,12 +145,7 @@ int sl__pack_images(const char *root, const char *out,
     sl_sample_release(s);
     sl__free(order);
     sl__free(buf);
-    uint64_t got = sl__sink_records(sink);
-    if (rc == SL_OK)
-      rc = sl__sink_close(sink);
-    else
-      sl__sink_abort(sink);
-    if (rc == SL_OK && records) *records = got;
+    rc = sl__sink_finish(sink, rc, records);
   }
   sl_schema_release(schema);
   sl__image_list_free(&l);

@@ -44,12 +44,7 @@ int sl__pack_wds(const char *const *names, size_t n, const char *out,
       if (rc < 0) break;
     }
     if (rc == SL_EOF) rc = SL_OK;
-    uint64_t got = sl__sink_records(sink);
-    if (rc == SL_OK)
-      rc = sl__sink_close(sink);
-    else
-      sl__sink_abort(sink);
-    if (rc == SL_OK && records) *records = got;
+    rc = sl__sink_finish(sink, rc, records);
   }
   sl_schema_release(schema);
   sl_reader_destroy(r);
