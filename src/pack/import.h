@@ -77,6 +77,12 @@ typedef struct sl__pack_opts {
   uint64_t seed; /* of that order */
 } sl__pack_opts;
 
+/* The order of n sorted files: order[k] is the one written k-th, the
+ * identity unless o->shuffle, then sl__permute_u64(o->seed) (core/rng.h:
+ * as the epoch plan's permutations, docs/DATA.md).  NULL: out of memory.
+ * For sl__pack_images and sl__pack_images_wds (pack_images.c). */
+uint64_t *sl__pack_order(size_t n, const sl__pack_opts *o);
+
 /* Largest K accepted (the name has 5 digits). */
 #define SL__MAX_SHARDS 99999u
 
