@@ -474,3 +474,20 @@ TEST(decorator_state_holds_the_upstream_or_destroys_it) {
   ASSERT_EQ(sl_last_error_code(), SL_ENOMEM);
   ASSERT_STREQ(sl_last_error(), "t: cannot allocate");
 }
+
+TEST(sample_out_hands_over_or_releases) {
+  sl_schema *sc = sl_schema_new();
+  ASSERT_NOT_NULL(sc);
+  ASSERT_OK(sl_schema_add(sc, "x", SL_I64, 0, NULL));
+  sl_sample *s = sl_sample_new(sc), *out = NULL;
+  ASSERT_NOT_NULL(s);
+  ASSERT_OK(sl__sample_out(SL_OK, s, &out));
+  ASSERT_TRUE(out == s);
+  sl_sample_release(out);
+  out = NULL;
+  s = sl_sample_new(sc); /* released by sl__sample_out (ASan: no leak) */
+  ASSERT_NOT_NULL(s);
+  ASSERT_RC(sl__sample_out(SL_EIO, s, &out), SL_EIO);
+  ASSERT_TRUE(out == NULL);
+  sl_schema_release(sc);
+}

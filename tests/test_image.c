@@ -11,6 +11,7 @@
  * and no pixel off by more than JPEG_MAX_BOUND) in ImageFolder class
  * folders named after the data set's classes (tests/image_fixture.h).
  */
+#include "core/rng.h"
 #include "image/image.h"
 #include "image_fixture.h"
 #include "pack/import.h"
@@ -1274,4 +1275,37 @@ TEST(huge_declared_size_is_refused_before_allocating) {
   ASSERT_CONTAINS(sl_last_error(), "cut.jpg: jpeg: ");
   free(jpg);
   ASSERT_RC(sl_image_decode(NULL, 5, NULL, NULL, &t), SL_EINVAL);
+}
+
+/* sl__pack_order: the identity, or the Fisher-Yates order pack images has
+ * always written (xoshiro256** seeded by splitmix64 from the seed). */
+TEST(pack_order_is_the_pinned_seeded_permutation) {
+  sl__pack_opts po = {.shuffle = false, .seed = 7};
+  uint64_t *a = sl__pack_order(5, &po);
+  ASSERT_NOT_NULL(a);
+  for (uint64_t i = 0; i < 5; i++)
+    ASSERT_EQ(a[i], i);
+  free(a);
+  po.shuffle = true;
+  size_t n = 1000;
+  a = sl__pack_order(n, &po);
+  ASSERT_NOT_NULL(a);
+  uint64_t s[4], *want = malloc(n * sizeof *want);
+  for (int j = 0; j < 4; j++)
+    s[j] = sl__splitmix64_mix(7 + (uint64_t)(j + 1) * SL__RNG_GOLDEN);
+  for (size_t i = 0; i < n; i++)
+    want[i] = i;
+  for (size_t i = n; i-- > 1;) {
+    size_t j = (size_t)sl__rng_bounded(s, (uint64_t)i + 1);
+    uint64_t t = want[i];
+    want[i] = want[j];
+    want[j] = t;
+  }
+  for (size_t i = 0; i < n; i++)
+    ASSERT_EQ(a[i], want[i]);
+  free(want);
+  free(a);
+  a = sl__pack_order(0, NULL);
+  ASSERT_NOT_NULL(a);
+  free(a);
 }

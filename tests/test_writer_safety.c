@@ -480,3 +480,29 @@ TEST(cancel_stops_compression_within_a_block) {
   ASSERT_EQ(test_temporaries_of(p), 0);
   sl_schema_release(s);
 }
+
+/* --- sl__sink_finish: an importer's end -------------------------------------
+ */
+
+TEST(sink_finish_commits_on_ok_and_aborts_on_an_error) {
+  sl_schema *s = text_schema();
+  sl_sample *r = text_record(s, "abc", 3);
+  const char *out = keep_path("finish.slr");
+  sl__pack_sink *sink;
+  ASSERT_OK(sl__sink_open(out, s, SL__TOTAL_UNKNOWN, NULL, NULL, 0, &sink));
+  ASSERT_OK(sl__sink_append(sink, r));
+  ASSERT_RC(sl__sink_finish(sink, SL_EIO, NULL), SL_EIO);
+  struct stat st;
+  ASSERT_TRUE(stat(out, &st) != 0);
+  ASSERT_EQ(test_temporaries_of(out), 0);
+  uint64_t records = 0;
+  ASSERT_OK(sl__sink_open(out, s, SL__TOTAL_UNKNOWN, NULL, NULL, 0, &sink));
+  ASSERT_OK(sl__sink_append(sink, r));
+  ASSERT_OK(sl__sink_append(sink, r));
+  ASSERT_OK(sl__sink_finish(sink, SL_OK, &records));
+  ASSERT_EQ(records, 2);
+  ASSERT_TRUE(stat(out, &st) == 0);
+  unlink(out);
+  sl_sample_release(r);
+  sl_schema_release(s);
+}

@@ -74,6 +74,17 @@ void sl__error_forget_code(void);
  * Call sl__error_forget_code (or sl_clear_error) before the callee. */
 int sl__error_keep(int code, const char *fmt, ...) SL_PRINTF(2, 3);
 
+/* A sample maker's end: rc >= 0 hands `s` to *out (SL_OK); an error
+ * releases s and is returned. */
+static inline int sl__sample_out(int rc, sl_sample *s, sl_sample **out) {
+  if (rc < 0) {
+    sl_sample_release(s);
+    return rc;
+  }
+  *out = s;
+  return SL_OK;
+}
+
 /* --- refcounts ------------------------------------------------------------ */
 typedef atomic_int sl__refcnt;
 static inline void sl__ref_init(sl__refcnt *r) {

@@ -151,14 +151,6 @@ void sl__gz_rewind(sl__gz *g) {
   g->why[0] = 0;
 }
 
-uint64_t sl__gz_tell(const sl__gz *g) {
-  return g->out_off;
-}
-
-sl__source *sl__gz_source(const sl__gz *g) {
-  return g->src;
-}
-
 int sl__gz_open(sl__source *src, sl__gz **out) {
   *out = NULL;
   sl__gz *g = sl__calloc(1, sizeof *g);

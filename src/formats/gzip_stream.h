@@ -39,12 +39,6 @@ int sl__gz_skip(sl__gz *g, uint64_t n, uint64_t *got);
 /* Back to the stream's first byte. */
 void sl__gz_rewind(sl__gz *g);
 
-/* Bytes of the stream read (or skipped) so far. */
-uint64_t sl__gz_tell(const sl__gz *g);
-
-/* The source (borrowed), e.g. for its size or name. */
-sl__source *sl__gz_source(const sl__gz *g);
-
 void sl__gz_close(sl__gz *g);
 
 #endif

@@ -55,12 +55,9 @@ static int idx_get(void *st, uint64_t pos, sl_sample **out) {
                         (size_t)pos * sizeof(int64_t));
   if (rc == SL_OK && (rc = sl_sample_set_move(smp, 1, &t)) < 0)
     sl_tensor_clear(&t);
-  if (rc < 0) {
-    sl_sample_release(smp);
-    return sl_wrap_error(rc, "idx: sample %llu", (unsigned long long)pos);
-  }
-  *out = smp;
-  return SL_OK;
+  if (rc < 0)
+    rc = sl_wrap_error(rc, "idx: sample %llu", (unsigned long long)pos);
+  return sl__sample_out(rc, smp, out);
 }
 
 static void idx_destroy(void *st) {

@@ -46,6 +46,10 @@ static void skip_space(hdr *x) {
     x->at++;
 }
 
+static bool at_char(const hdr *x, char c) {
+  return x->at < x->n && x->h[x->at] == c;
+}
+
 static int malformed(const hdr *x, const char *expected) {
   if (x->at >= x->n)
     return sl_set_error(SL_ECORRUPT,
@@ -58,6 +62,16 @@ static int malformed(const hdr *x, const char *expected) {
                       "npy: %s: malformed header at byte %zu ('%.*s'): %s "
                       "expected",
                       x->what, x->at, show, x->h + x->at, expected);
+}
+
+/* After an item of a tuple or the dict: 1 past a ',', 0 at `close`. */
+static int separator(hdr *x, char close, const char *expected) {
+  skip_space(x);
+  if (at_char(x, ',')) {
+    x->at++;
+    return 1;
+  }
+  return at_char(x, close) ? 0 : malformed(x, expected);
 }
 
 /* A quoted string at x->at: its contents in *s[0..*len). */
@@ -78,7 +92,7 @@ static int parse_string(hdr *x, const char **s, size_t *len) {
 }
 
 static int parse_descr(hdr *x, sl_dtype *dt) {
-  if (x->at < x->n && x->h[x->at] == '[')
+  if (at_char(x, '['))
     return sl_set_error(SL_EUNSUPPORTED,
                         "npy: %s: only simple dtypes are read (a structured "
                         "dtype's descr is a list)",
@@ -128,15 +142,14 @@ static int parse_bool(hdr *x, bool *b) {
 
 /* A tuple of dimensions: "()", "(5,)", "(3, 4)"; Python 2's "3L" too. */
 static int parse_shape(hdr *x, sl__npy *out) {
-  if (x->at >= x->n || x->h[x->at] != '(') return malformed(x, "a shape tuple");
+  if (!at_char(x, '(')) return malformed(x, "a shape tuple");
   x->at++;
   out->rank = 0;
-  for (;;) {
+  for (int more = 1; more;) {
     skip_space(x);
-    if (x->at < x->n && x->h[x->at] == ')') break;
-    SL_RETURN_ERROR_IF(x->at < x->n && x->h[x->at] == '-', SL_ECORRUPT,
-                       "npy: %s: the shape has a negative dimension",
-                       x->what);
+    if (at_char(x, ')')) break;
+    SL_RETURN_ERROR_IF(at_char(x, '-'), SL_ECORRUPT,
+                       "npy: %s: the shape has a negative dimension", x->what);
     if (x->at >= x->n || !isdigit((unsigned char)x->h[x->at]))
       return malformed(x, "a dimension");
     SL_RETURN_ERROR_IF(out->rank == SL_MAX_RANK, SL_EUNSUPPORTED,
@@ -150,15 +163,10 @@ static int parse_shape(hdr *x, sl__npy *out) {
                          x->what);
       d = d * 10 + digit;
     }
-    if (x->at < x->n && x->h[x->at] == 'L') x->at++; /* Python 2's long */
+    if (at_char(x, 'L')) x->at++; /* Python 2's long */
     out->shape[out->rank++] = (int64_t)d;
-    skip_space(x);
-    if (x->at < x->n && x->h[x->at] == ',') {
-      x->at++;
-      continue;
-    }
-    if (x->at < x->n && x->h[x->at] == ')') break;
-    return malformed(x, "',' or ')' in the shape");
+    more = separator(x, ')', "',' or ')' in the shape");
+    SL_FORWARD_IF_ERROR(more);
   }
   x->at++; /* ')' */
   return SL_OK;
@@ -169,12 +177,11 @@ static int parse_dict(hdr *x, sl__npy *out) {
   static const char *const keys[3] = {"descr", "fortran_order", "shape"};
   bool seen[3] = {false, false, false}, fortran = false;
   skip_space(x);
-  if (x->at >= x->n || x->h[x->at] != '{')
-    return malformed(x, "the dictionary's '{'");
+  if (!at_char(x, '{')) return malformed(x, "the dictionary's '{'");
   x->at++;
-  for (;;) {
+  for (int more = 1; more;) {
     skip_space(x);
-    if (x->at < x->n && x->h[x->at] == '}') break;
+    if (at_char(x, '}')) break;
     const char *k;
     size_t kl;
     SL_FORWARD_IF_ERROR(parse_string(x, &k, &kl));
@@ -191,20 +198,15 @@ static int parse_dict(hdr *x, sl__npy *out) {
                        x->what, keys[key]);
     seen[key] = true;
     skip_space(x);
-    if (x->at >= x->n || x->h[x->at] != ':') return malformed(x, "':'");
+    if (!at_char(x, ':')) return malformed(x, "':'");
     x->at++;
     skip_space(x);
     int rc = key == 0   ? parse_descr(x, &out->dtype)
              : key == 1 ? parse_bool(x, &fortran)
                         : parse_shape(x, out);
     SL_FORWARD_IF_ERROR(rc);
-    skip_space(x);
-    if (x->at < x->n && x->h[x->at] == ',') {
-      x->at++;
-      continue;
-    }
-    if (x->at < x->n && x->h[x->at] == '}') break;
-    return malformed(x, "',' or '}'");
+    more = separator(x, '}', "',' or '}'");
+    SL_FORWARD_IF_ERROR(more);
   }
   x->at++; /* '}' */
   skip_space(x);
@@ -213,8 +215,8 @@ static int parse_dict(hdr *x, sl__npy *out) {
                      "at byte %zu",
                      x->what, x->at);
   for (int i = 0; i < 3; i++)
-    SL_RETURN_ERROR_IF(!seen[i], SL_ECORRUPT,
-                       "npy: %s: the header lacks '%s'", x->what, keys[i]);
+    SL_RETURN_ERROR_IF(!seen[i], SL_ECORRUPT, "npy: %s: the header lacks '%s'",
+                       x->what, keys[i]);
   SL_RETURN_ERROR_IF(fortran, SL_EUNSUPPORTED,
                      "npy: %s: Fortran-order arrays are refused (save "
                      "np.ascontiguousarray(a))",
@@ -257,13 +259,11 @@ int sl__npy_parse_head(const char *what, const unsigned char *p, size_t n,
                        SL_ECORRUPT, "npy: %s: the shape overflows", what);
   out->data_off = hoff + hlen;
   out->nbytes = nb;
-  SL_RETURN_ERROR_IF(out->data_off > total || nb > total - out->data_off,
-                     SL_ECORRUPT,
-                     "npy: %s: %llu bytes of elements expected, %llu present",
-                     what, (unsigned long long)nb,
-                     (unsigned long long)(total > out->data_off
-                                              ? total - out->data_off
-                                              : 0));
+  SL_RETURN_ERROR_IF(
+      out->data_off > total || nb > total - out->data_off, SL_ECORRUPT,
+      "npy: %s: %llu bytes of elements expected, %llu present", what,
+      (unsigned long long)nb,
+      (unsigned long long)(total > out->data_off ? total - out->data_off : 0));
   return SL_OK;
 }
 

@@ -83,13 +83,10 @@ static int npy_get(void *st, uint64_t pos, sl_sample **out) {
     if (rc == SL_OK && (rc = sl_sample_set_move(smp, i, &t)) < 0)
       sl_tensor_clear(&t);
   }
-  if (rc < 0) {
-    sl_sample_release(smp);
-    return sl_wrap_error(rc, "npy: %s: sample %llu", s->path,
-                         (unsigned long long)pos);
-  }
-  *out = smp;
-  return SL_OK;
+  if (rc < 0)
+    rc = sl_wrap_error(rc, "npy: %s: sample %llu", s->path,
+                       (unsigned long long)pos);
+  return sl__sample_out(rc, smp, out);
 }
 
 static void npy_destroy(void *st) {

@@ -135,10 +135,12 @@ static int read_footer(sl_slr_file *f) {
   return SL_OK;
 }
 
-/* Reads a whole block [off, off+len) and checks magic and trailing CRC. */
+/* Reads a whole block [off, off+len), checks magic and trailing CRC and
+ * hands it to parse. */
 static int read_block(sl_slr_file *f, const char *what, uint32_t magic,
-                      uint64_t off, uint64_t len, unsigned char **out) {
-  *out = NULL;
+                      uint64_t off, uint64_t len,
+                      int (*parse)(sl_slr_file *, const unsigned char *,
+                                   uint64_t)) {
   SL_RETURN_ERROR_IF(len < 12 || len > ((uint64_t)1 << 31), SL_ECORRUPT,
                      "%s: %s block at offset %llu has an absurd size %llu",
                      WHERE(f), what, (unsigned long long)off,
@@ -147,20 +149,14 @@ static int read_block(sl_slr_file *f, const char *what, uint32_t magic,
   SL_RETURN_ERROR_IF(!b, SL_ENOMEM, "%s: cannot allocate the %s block",
                      WHERE(f), what);
   int rc = f->src->read_at(f->src, off, b, (size_t)len);
-  if (rc < 0) {
-    sl__free(b);
-    return rc;
-  }
-  uint32_t crc = sl__crc32c(0, b, (size_t)len - 4);
-  if (sl__get32(b) != magic || crc != sl__get32(b + len - 4)) {
-    bool bad_magic = sl__get32(b) != magic;
-    sl__free(b);
-    return sl_set_error(SL_ECORRUPT, "%s: %s block at offset %llu: %s",
-                        WHERE(f), what, (unsigned long long)off,
-                        bad_magic ? "bad magic" : "CRC mismatch");
-  }
-  *out = b;
-  return SL_OK;
+  if (rc >= 0 && (sl__get32(b) != magic ||
+                  sl__crc32c(0, b, (size_t)len - 4) != sl__get32(b + len - 4)))
+    rc = sl_set_error(SL_ECORRUPT, "%s: %s block at offset %llu: %s", WHERE(f),
+                      what, (unsigned long long)off,
+                      sl__get32(b) != magic ? "bad magic" : "CRC mismatch");
+  if (rc >= 0) rc = parse(f, b, len);
+  sl__free(b);
+  return rc;
 }
 
 /* Strict UTF-8 (RFC 3629): no overlong forms, no surrogates, at most
@@ -417,7 +413,6 @@ int sl__slr_open_source(sl__source *src, const sl_slr_open_opts *opts,
   if (opts) f->opts = *opts;
   if (!f->opts.max_bad_chunks) f->opts.max_bad_chunks = 16;
   int rc = SL_OK;
-  unsigned char *blk = NULL;
   if (f->src->size < SLR_HEADER_SIZE + SLR_FOOTER_SIZE) {
     rc = sl_set_error(SL_ECORRUPT,
                       "%s: %llu bytes is too short for an SLR "
@@ -427,18 +422,11 @@ int sl__slr_open_source(sl__source *src, const sl_slr_open_opts *opts,
   }
   if ((rc = read_header(f)) < 0 || (rc = read_footer(f)) < 0) goto fail;
   if ((rc = read_block(f, "schema", SLR_SCHEMA_MAGIC, f->schema_off,
-                       f->index_off - f->schema_off, &blk)) < 0)
+                       f->index_off - f->schema_off, parse_schema)) < 0 ||
+      (rc = chunk_limits(f)) < 0 ||
+      (rc = read_block(f, "index", SLR_INDEX_MAGIC, f->index_off,
+                       f->footer_off - f->index_off, parse_index)) < 0)
     goto fail;
-  rc = parse_schema(f, blk, f->index_off - f->schema_off);
-  sl__free(blk);
-  blk = NULL;
-  if (rc < 0 || (rc = chunk_limits(f)) < 0) goto fail;
-  if ((rc = read_block(f, "index", SLR_INDEX_MAGIC, f->index_off,
-                       f->footer_off - f->index_off, &blk)) < 0)
-    goto fail;
-  rc = parse_index(f, blk, f->footer_off - f->index_off);
-  sl__free(blk);
-  if (rc < 0) goto fail;
   f->dctx = ZSTD_createDCtx();
   if (!f->dctx) {
     rc = sl_set_error(SL_ENOMEM, "%s: cannot create a zstd context", WHERE(f));

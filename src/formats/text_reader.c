@@ -180,12 +180,9 @@ static int line_sample(text_state *s, const char *line, size_t len,
     rc = sl_sample_alloc(smp, 0, 1, shape, &data);
     if (rc == SL_OK && len) memcpy(data, line, len);
   }
-  if (rc < 0) {
-    sl_sample_release(smp);
-    return sl_wrap_error(rc, "%s:%llu", s->ctx, (unsigned long long)s->lineno);
-  }
-  *out = smp;
-  return SL_OK;
+  if (rc < 0)
+    rc = sl_wrap_error(rc, "%s:%llu", s->ctx, (unsigned long long)s->lineno);
+  return sl__sample_out(rc, smp, out);
 }
 
 /* The file offset after the line read last. */

@@ -41,6 +41,18 @@ static int check_header(const unsigned char *h, uint64_t left, uint64_t at,
   return SL_OK;
 }
 
+/* Record `rec` at offset `at`, `left` bytes of the file from there: room
+ * for its 12-byte header. */
+static int check_room(uint64_t left, uint64_t at, uint64_t rec,
+                      const char *what) {
+  SL_RETURN_ERROR_IF(left < 12, SL_ECORRUPT,
+                     "tfrecord: %s: record %llu at offset %llu: the header "
+                     "is cut short (%llu bytes left)",
+                     what, (unsigned long long)rec, (unsigned long long)at,
+                     (unsigned long long)left);
+  return SL_OK;
+}
+
 /* The data CRC of record `rec` (data d[0..l), its masked CRC after it). */
 static int check_data(const unsigned char *d, uint64_t l, uint64_t at,
                       uint64_t rec, const char *what) {
@@ -58,11 +70,7 @@ int sl__tfrecord_next(const unsigned char *p, size_t n, uint64_t *off,
                       const char *what, uint64_t rec) {
   uint64_t at = *off;
   if (at >= n) return SL_EOF;
-  SL_RETURN_ERROR_IF(n - at < 12, SL_ECORRUPT,
-                     "tfrecord: %s: record %llu at offset %llu: the header "
-                     "is cut short (%llu bytes left)",
-                     what, (unsigned long long)rec, (unsigned long long)at,
-                     (unsigned long long)(n - at));
+  SL_FORWARD_IF_ERROR(check_room(n - at, at, rec, what));
   uint64_t l;
   SL_FORWARD_IF_ERROR(check_header(p + at, n - at, at, rec, what, &l));
   const unsigned char *d = p + at + 12;
@@ -78,11 +86,7 @@ int sl__tfrecord_read(sl__source *src, uint64_t *off, sl_buffer **rec,
   *rec = NULL;
   uint64_t at = *off, size = src->size;
   if (at >= size) return SL_EOF;
-  SL_RETURN_ERROR_IF(size - at < 12, SL_ECORRUPT,
-                     "tfrecord: %s: record %llu at offset %llu: the header "
-                     "is cut short (%llu bytes left)",
-                     what, (unsigned long long)n, (unsigned long long)at,
-                     (unsigned long long)(size - at));
+  SL_FORWARD_IF_ERROR(check_room(size - at, at, n, what));
   unsigned char h[12];
   SL_FORWARD_IF_ERROR(src->read_at(src, at, h, sizeof h));
   uint64_t l;
@@ -169,11 +173,7 @@ int sl__tfrecord_read_gz(sl__gz *g, uint64_t *off, sl_buffer **rec,
   size_t hgot;
   SL_FORWARD_IF_ERROR(sl__gz_read(g, h, sizeof h, &hgot));
   if (hgot == 0) return SL_EOF;
-  SL_RETURN_ERROR_IF(hgot < sizeof h, SL_ECORRUPT,
-                     "tfrecord: %s: record %llu at offset %llu: the header "
-                     "is cut short (%zu bytes left)",
-                     what, (unsigned long long)n, (unsigned long long)at,
-                     hgot);
+  SL_FORWARD_IF_ERROR(check_room(hgot, at, n, what));
   uint64_t l, got;
   /* The stream's size is not known before its end: only the length's CRC
    * is checked here, the end comes as a short read below. */

@@ -175,12 +175,7 @@ int sl__tf_example_sample(const char *what, const unsigned char *data, size_t n,
   }
   sl_buffer_release(b);
   tensorflow__example__free_unpacked(ex, NULL);
-  if (rc < 0) {
-    sl_sample_release(s);
-    return rc;
-  }
-  *out = s;
-  return SL_OK;
+  return sl__sample_out(rc, s, out);
 }
 
 #else /* !SLUICE_HAVE_PROTOBUF_C */

@@ -49,21 +49,28 @@ typedef struct tf_state {
   sl__offset_log offs;
 } tf_state;
 
+/* Record `rec` at s->off from the mapping, the URL source or the GZIP
+ * stream: its data in *d, in a buffer of its own (*own) from a source,
+ * none when skipped. */
+static int read_record(tf_state *s, bool skip, uint64_t rec,
+                       const unsigned char **d, uint64_t *len,
+                       sl_buffer **own) {
+  *own = NULL;
+  if (!s->gz && !s->src)
+    return sl__tfrecord_next(s->p, s->n, &s->off, d, len, s->path, rec);
+  int rc =
+      s->gz ? sl__tfrecord_read_gz(s->gz, &s->off, own, len, skip, s->path, rec)
+            : sl__tfrecord_read(s->src, &s->off, own, len, skip, s->path, rec);
+  *d = *own ? sl_buffer_data(*own) : NULL;
+  return rc;
+}
+
 static int tf_next(void *st, sl_sample **out) {
   tf_state *s = st;
   const unsigned char *d;
   uint64_t len;
-  sl_buffer *own = NULL; /* from a source: the record's bytes */
-  int rc;
-  if (s->gz || s->src) {
-    rc = s->gz ? sl__tfrecord_read_gz(s->gz, &s->off, &own, &len, false,
-                                      s->path, s->rec)
-               : sl__tfrecord_read(s->src, &s->off, &own, &len, false, s->path,
-                                   s->rec);
-    d = own ? sl_buffer_data(own) : NULL;
-  } else {
-    rc = sl__tfrecord_next(s->p, s->n, &s->off, &d, &len, s->path, s->rec);
-  }
+  sl_buffer *own; /* from a source: the record's bytes */
+  int rc = read_record(s, false, s->rec, &d, &len, &own);
   if (rc != SL_OK) return rc;
   sl_buffer *base = own ? own : s->bytes;
   size_t boff = own ? 0 : (size_t)(d - s->p);
@@ -82,10 +89,7 @@ static int tf_next(void *st, sl_sample **out) {
     if (rc == SL_OK) rc = sl_tensor_view(&t, SL_BYTES, 1, &l, base, boff);
     if (rc == SL_OK && (rc = sl_sample_set_move(smp, 0, &t)) < 0)
       sl_tensor_clear(&t);
-    if (rc < 0)
-      sl_sample_release(smp);
-    else
-      *out = smp;
+    rc = sl__sample_out(rc, smp, out);
   }
   sl_buffer_release(own);
   if (rc < 0) return rc;
@@ -143,12 +147,7 @@ static int tf_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
       const unsigned char *d;
       uint64_t len;
       sl_buffer *none;
-      int rc = s->gz ? sl__tfrecord_read_gz(s->gz, &s->off, &none, &len, true,
-                                            s->path, i)
-               : s->src ? sl__tfrecord_read(s->src, &s->off, &none, &len, true,
-                                            s->path, i)
-                        : sl__tfrecord_next(s->p, s->n, &s->off, &d, &len,
-                                            s->path, i);
+      int rc = read_record(s, true, i, &d, &len, &none);
       SL_RETURN_ERROR_IF(rc == SL_EOF, SL_ECORRUPT,
                          "restore: tfrecord %s: ended after %llu records, "
                          "the state needs %llu",

@@ -527,12 +527,7 @@ int sl__wds_shard_sample(sl__wds_shard *sh, const sl__wds_layout *lay,
       sl_tensor_clear(&t);
   }
   sl_buffer_release(own);
-  if (rc < 0) {
-    sl_sample_release(s);
-    return rc;
-  }
-  *out = s;
-  return SL_OK;
+  return sl__sample_out(rc, s, out);
 }
 
 size_t sl__wds_set_text(const char *id, uint32_t shards, uint32_t index,

@@ -36,8 +36,7 @@ static void seed_state(const crop_state *c, uint64_t index, uint64_t s[4]) {
       sl__splitmix64_mix(sl__splitmix64_mix(c->seed) ^
                          sl__splitmix64_mix(c->epoch + SL__RNG_GOLDEN) ^
                          sl__splitmix64_mix(index + 2 * SL__RNG_GOLDEN));
-  for (int i = 0; i < 4; i++)
-    s[i] = sl__splitmix64(&key);
+  sl__rng_seed(s, key);
 }
 
 static int crop_next(void *st, sl_sample **out) {

@@ -354,12 +354,7 @@ static int files_get(void *st, uint64_t pos, sl_sample **out) {
     if (rc == SL_OK) *lab = f->list.labels[pos];
   }
   sl_buffer_release(b);
-  if (rc < 0) {
-    sl_sample_release(s);
-    return rc;
-  }
-  *out = s;
-  return SL_OK;
+  return sl__sample_out(rc, s, out);
 }
 
 static void files_destroy(void *st) {

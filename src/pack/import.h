@@ -77,6 +77,12 @@ typedef struct sl__pack_opts {
   uint64_t seed; /* of that order */
 } sl__pack_opts;
 
+/* The order of n sorted files: order[k] is the one written k-th, the
+ * identity unless o->shuffle, then sl__permute_u64(o->seed) (core/rng.h:
+ * as the epoch plan's permutations, docs/DATA.md).  NULL: out of memory.
+ * For sl__pack_images and sl__pack_images_wds (pack_images.c). */
+uint64_t *sl__pack_order(size_t n, const sl__pack_opts *o);
+
 /* Largest K accepted (the name has 5 digits). */
 #define SL__MAX_SHARDS 99999u
 
@@ -115,6 +121,9 @@ uint64_t sl__sink_records(const sl__pack_sink *sink);
 int sl__sink_close(sl__pack_sink *sink);
 /* Discards every file (temporary names removed) and frees the sink. */
 void sl__sink_abort(sl__pack_sink *sink);
+/* An importer's end: rc SL_OK closes the sink (*records, may be NULL, then
+ * receives the count); any other rc aborts it and is returned. */
+int sl__sink_finish(sl__pack_sink *sink, int rc, uint64_t *records);
 
 /* --- importers -------------------------------------------------------------
  */

@@ -90,14 +90,10 @@ int sl__pack_idx(const char *images, const char *labels, const char *out,
     rc = sl__sink_open(out, schema, im.count, o, inputs, 2, &sink);
   if (rc == SL_OK) {
     rc = pack_records(&im, lab, schema, sink);
-    uint64_t n = sl__sink_records(sink);
-    if (rc == SL_OK) {
-      rc = sl__sink_close(sink);
-    } else {
-      sl__sink_abort(sink);
-      rc = sl_wrap_error(rc, "pack idx: record %llu", (unsigned long long)n);
-    }
-    if (rc == SL_OK && records) *records = n;
+    if (rc != SL_OK)
+      rc = sl_wrap_error(rc, "pack idx: record %llu",
+                         (unsigned long long)sl__sink_records(sink));
+    rc = sl__sink_finish(sink, rc, records);
   }
   sl_schema_release(schema);
   sl_buffer_release(lab);

@@ -169,6 +169,17 @@ uint64_t sl__sink_records(const sl__pack_sink *sink) {
   return sink ? sink->records : 0;
 }
 
+int sl__sink_finish(sl__pack_sink *sink, int rc, uint64_t *records) {
+  uint64_t got = sl__sink_records(sink);
+  if (rc != SL_OK) {
+    sl__sink_abort(sink);
+    return rc;
+  }
+  rc = sl__sink_close(sink);
+  if (rc == SL_OK && records) *records = got;
+  return rc;
+}
+
 int sl__sink_close(sl__pack_sink *sink) {
   if (!sink) return SL_OK;
   int rc = SL_OK;

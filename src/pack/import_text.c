@@ -134,13 +134,7 @@ int sl__pack_text(const char *const *files, size_t n, const char *out,
     for (size_t i = 0; i < n && rc == SL_OK; i++)
       rc = pack_file(files[i], s, sink);
     sl_sample_release(s);
-    uint64_t got = sl__sink_records(sink);
-    if (rc == SL_OK) {
-      rc = sl__sink_close(sink);
-    } else {
-      sl__sink_abort(sink);
-    }
-    if (rc == SL_OK && records) *records = got;
+    rc = sl__sink_finish(sink, rc, records);
   }
   sl_schema_release(schema);
   return rc < 0 ? rc : SL_OK;

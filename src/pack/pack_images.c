@@ -6,7 +6,7 @@
  *
  * The listing is the image reader's (sl__image_list: sorted paths,
  * ImageFolder labels).  With o->shuffle (the CLI's default) the records are
- * written in a seeded random order (pack_order below), so that a folder
+ * written in a seeded random order (sl__pack_order), so that a folder
  * sorted by class does not become a class-sorted file; without it record k
  * of the file is sample k of `image:FOLDER`.  Each file is checked to start
  * like a JPEG or PNG, so a stray file fails the pack naming it instead of
@@ -59,25 +59,13 @@ static int slurp(const char *path, unsigned char **buf, size_t *cap,
   return rc;
 }
 
-/* The order of the n sorted files: order[k] is the file written k-th.  The
- * identity without shuffle; else a Fisher-Yates permutation drawn from
- * xoshiro256** seeded with s[j] = f(seed + (j+1) g), j = 0..3 (f the
- * splitmix64 finalizer, g its increment: as the epoch plan's permutations,
- * docs/DATA.md), i from n-1 down to 1 swapping order[i] and order[u(i+1)]. */
-static size_t *pack_order(size_t n, bool shuffle, uint64_t seed) {
-  size_t *order = sl__malloc((n ? n : 1) * sizeof *order);
-  if (!order) return NULL;
-  for (size_t i = 0; i < n; i++)
-    order[i] = i;
-  if (!shuffle) return order;
-  uint64_t s[4];
-  for (int j = 0; j < 4; j++)
-    s[j] = sl__splitmix64_mix(seed + (uint64_t)(j + 1) * SL__RNG_GOLDEN);
-  for (size_t i = n; i-- > 1;) {
-    size_t j = (size_t)sl__rng_bounded(s, (uint64_t)i + 1);
-    size_t t = order[i];
-    order[i] = order[j];
-    order[j] = t;
+uint64_t *sl__pack_order(size_t n, const sl__pack_opts *o) {
+  uint64_t *order = sl__malloc((n ? n : 1) * sizeof *order);
+  if (order && o && o->shuffle) {
+    sl__permute_u64(o->seed, order, n);
+  } else {
+    for (size_t i = 0; order && i < n; i++)
+      order[i] = i;
   }
   return order;
 }
@@ -108,13 +96,13 @@ int sl__pack_images(const char *root, const char *out,
                        &sink);
   if (rc >= 0) {
     sl_sample *s = sl_sample_new(schema);
-    size_t *order = pack_order(l.n, o && o->shuffle, o ? o->seed : 0);
+    uint64_t *order = sl__pack_order(l.n, o);
     unsigned char *buf = NULL;
     size_t cap = 0;
     rc = s && order ? SL_OK
                     : sl_set_error(SL_ENOMEM, "pack images: cannot allocate");
     for (size_t k = 0; k < l.n && rc == SL_OK; k++) {
-      size_t i = order[k], len = 0;
+      size_t i = (size_t)order[k], len = 0;
       rc = slurp(l.paths[i], &buf, &cap, &len);
       if (rc == SL_OK && sl_image_sniff(buf, len) == SL_IMAGE_UNKNOWN)
         rc = sl_set_error(SL_ECORRUPT,
@@ -145,12 +133,7 @@ int sl__pack_images(const char *root, const char *out,
     sl_sample_release(s);
     sl__free(order);
     sl__free(buf);
-    uint64_t got = sl__sink_records(sink);
-    if (rc == SL_OK)
-      rc = sl__sink_close(sink);
-    else
-      sl__sink_abort(sink);
-    if (rc == SL_OK && records) *records = got;
+    rc = sl__sink_finish(sink, rc, records);
   }
   sl_schema_release(schema);
   sl__image_list_free(&l);

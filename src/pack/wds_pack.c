@@ -13,7 +13,6 @@
  * cleanup).
  */
 #include "pack/wds_pack.h"
-#include "core/rng.h"
 #include "image/image.h"
 #include "formats/tar.h"
 #include "formats/wds.h"
@@ -44,12 +43,7 @@ int sl__pack_wds(const char *const *names, size_t n, const char *out,
       if (rc < 0) break;
     }
     if (rc == SL_EOF) rc = SL_OK;
-    uint64_t got = sl__sink_records(sink);
-    if (rc == SL_OK)
-      rc = sl__sink_close(sink);
-    else
-      sl__sink_abort(sink);
-    if (rc == SL_OK && records) *records = got;
+    rc = sl__sink_finish(sink, rc, records);
   }
   sl_schema_release(schema);
   sl_reader_destroy(r);
@@ -153,23 +147,9 @@ int sl__pack_images_wds(const char *root, const char *out,
   SL_FORWARD_IF_ERROR(sl__image_list_make("pack images", root, &l));
   uint32_t k = o && o->shards ? o->shards : 1;
   sl__out_set *set = NULL;
-  size_t *order = sl__malloc((l.n ? l.n : 1) * sizeof *order);
+  uint64_t *order = sl__pack_order(l.n, o);
   int rc =
       order ? SL_OK : sl_set_error(SL_ENOMEM, "pack images: out of memory");
-  /* The order of sl__pack_images (pack_images.c's pack_order). */
-  for (size_t i = 0; order && i < l.n; i++)
-    order[i] = i;
-  if (rc == SL_OK && o && o->shuffle) {
-    uint64_t s[4];
-    for (int j = 0; j < 4; j++)
-      s[j] = sl__splitmix64_mix(o->seed + (uint64_t)(j + 1) * SL__RNG_GOLDEN);
-    for (size_t i = l.n; i-- > 1;) {
-      size_t j = (size_t)sl__rng_bounded(s, (uint64_t)i + 1);
-      size_t t = order[i];
-      order[i] = order[j];
-      order[j] = t;
-    }
-  }
   if (rc == SL_OK) rc = open_outputs(out, k, o && o->shards, &l, &set);
   /* Every shard's first member: the set identity (wds.h), so readers
    * refuse shards of two runs. */
@@ -192,7 +172,7 @@ int sl__pack_images_wds(const char *root, const char *out,
   size_t cap = 0;
   uint64_t bytes = 0;
   for (size_t r = 0; r < l.n && rc == SL_OK; r++) {
-    size_t i = order[r], len = 0;
+    size_t i = (size_t)order[r], len = 0;
     uint32_t sh = o && o->mode == SL__SHARD_CONTIGUOUS
                       ? (uint32_t)(r * k / (l.n ? l.n : 1))
                       : (uint32_t)(r % k);
