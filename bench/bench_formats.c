@@ -29,7 +29,7 @@
  */
 #include "bench_util.h"
 #include "core/crc32c.h"
-#include "formats/bytes.h"
+#include "core/bytes.h"
 #include "formats/tar.h"
 #include "formats/tfrecord.h"
 

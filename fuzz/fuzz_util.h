@@ -22,7 +22,7 @@
 #define SLUICE_FUZZ_UTIL_H
 
 #include "core/internal.h"
-#include "formats/bytes.h"
+#include "core/bytes.h"
 #include "core/crc32c.h"
 #include "transport/source.h"
 

@@ -14,7 +14,7 @@
  * same files on every run.
  */
 #include "core/internal.h"
-#include "formats/bytes.h"
+#include "core/bytes.h"
 #include "formats/slr_format.h"
 
 #include <errno.h>

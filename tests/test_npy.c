@@ -6,7 +6,7 @@
 #include "test.h"
 #include "test_util.h"
 
-#include "formats/bytes.h"
+#include "core/bytes.h"
 
 #include <unistd.h>
 #include <zlib.h>

@@ -15,7 +15,7 @@
  */
 #include "formats/idx.h"
 
-#include "formats/bytes.h"
+#include "core/bytes.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -21,7 +21,7 @@
  * .npy shards all come here.
  */
 #include "formats/npy.h"
-#include "formats/bytes.h"
+#include "core/bytes.h"
 
 #include <ctype.h>
 

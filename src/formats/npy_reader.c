@@ -27,7 +27,7 @@
  * count and the file's identity (sl__state_put_file_ids), so a state of
  * another or a rewritten file is refused.
  */
-#include "formats/bytes.h"
+#include "core/bytes.h"
 #include "transport/fmt_map.h"
 #include "transport/http.h"
 #include "formats/npy.h"

@@ -6,7 +6,7 @@
 #define SLUICE_SLR_FORMAT_H
 
 #include "core/internal.h"
-#include "formats/bytes.h"
+#include "core/bytes.h"
 
 #define SLR_MAJOR 1
 #define SLR_MINOR 0

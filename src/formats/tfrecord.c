@@ -12,7 +12,7 @@
  */
 #include "formats/tfrecord.h"
 #include "core/crc32c.h"
-#include "formats/bytes.h"
+#include "core/bytes.h"
 
 #include <stdlib.h>
 

@@ -6,7 +6,7 @@
  */
 #include "formats/tokens_set.h"
 #include "core/crc32c.h"
-#include "formats/bytes.h"
+#include "core/bytes.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -66,7 +66,7 @@
  *               the units it holds).
  */
 #include "core/crc32c.h"
-#include "formats/bytes.h"
+#include "core/bytes.h"
 #include "formats/slr_file.h"
 #include "transport/source.h"
 #include "formats/epoch_plan.h"

@@ -13,7 +13,7 @@
  * under a temporary name and all renamed once all are complete, each
  * recording the run's set identity.
  */
-#include "formats/bytes.h"
+#include "core/bytes.h"
 #include "pack/import.h"
 #include "formats/tokens_set.h"
 

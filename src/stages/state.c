@@ -22,6 +22,7 @@
  */
 #include "stages/stage.h"
 
+#include "core/bytes.h"
 #include "core/crc32c.h"
 #include "sync/engine.h"
 
@@ -93,33 +94,9 @@ static int put(record *rec, const void *p, size_t n) {
   return SL_OK;
 }
 
-static void le64(unsigned char *p, uint64_t v) {
-  for (int i = 0; i < 8; i++)
-    p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static void le32(unsigned char *p, uint32_t v) {
-  for (int i = 0; i < 4; i++)
-    p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static uint64_t get64(const unsigned char *p) {
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; i--)
-    v = (v << 8) | p[i];
-  return v;
-}
-
-static uint32_t get32(const unsigned char *p) {
-  uint32_t v = 0;
-  for (int i = 3; i >= 0; i--)
-    v = (v << 8) | p[i];
-  return v;
-}
-
 int sl__state_put_u64(sl__state_out *w, uint64_t v) {
   unsigned char b[8];
-  le64(b, v);
+  sl__put64(b, v);
   return put(w->cur, b, 8);
 }
 
@@ -234,16 +211,16 @@ static size_t record_bytes(const record *rec) {
 }
 
 static unsigned char *write_record(unsigned char *p, const record *rec) {
-  le32(p, (uint32_t)rec->name_len);
+  sl__put32(p, (uint32_t)rec->name_len);
   memcpy(p + 4, rec->name, rec->name_len);
   p += 4 + rec->name_len;
-  le32(p, (uint32_t)rec->ident_len);
+  sl__put32(p, (uint32_t)rec->ident_len);
   memcpy(p + 4, rec->ident, rec->ident_len);
   p += 4 + rec->ident_len;
-  le64(p, rec->pass);
-  le64(p + 8, rec->k);
-  le32(p + 16, (uint32_t)rec->nkids);
-  le64(p + 20, rec->size);
+  sl__put64(p, rec->pass);
+  sl__put64(p + 8, rec->k);
+  sl__put32(p + 16, (uint32_t)rec->nkids);
+  sl__put64(p + 20, rec->size);
   p += 28;
   if (rec->size) memcpy(p, rec->data, rec->size);
   p += rec->size;
@@ -274,11 +251,11 @@ static int save_at(sl_reader *r, uint64_t k, void **state, size_t *len) {
                         total);
     } else {
       memcpy(buf, STATE_MAGIC, 8);
-      le32(buf + 8, STATE_VERSION);
-      le32(buf + 12, 0);
-      le64(buf + 16, body);
+      sl__put32(buf + 8, STATE_VERSION);
+      sl__put32(buf + 12, 0);
+      sl__put64(buf + 16, body);
       write_record(buf + HEADER_BYTES, &root);
-      le32(buf + HEADER_BYTES + body, sl__crc32c(0, buf, HEADER_BYTES + body));
+      sl__put32(buf + HEADER_BYTES + body, sl__crc32c(0, buf, HEADER_BYTES + body));
       *state = buf;
       *len = total;
     }
@@ -335,20 +312,20 @@ static int parse_record(parser *ps, record *rec, int depth) {
                      "restore: corrupt state: record %zu is cut short",        \
                      ps->records)
   NEED(4);
-  rec->name_len = get32(ps->p);
+  rec->name_len = sl__get32(ps->p);
   NEED(4 + rec->name_len);
   rec->name = (const char *)ps->p + 4;
   ps->p += 4 + rec->name_len;
   NEED(4);
-  rec->ident_len = get32(ps->p);
+  rec->ident_len = sl__get32(ps->p);
   NEED(4 + rec->ident_len);
   rec->ident = (char *)ps->p + 4;
   ps->p += 4 + rec->ident_len;
   NEED(28);
-  rec->pass = get64(ps->p);
-  rec->k = get64(ps->p + 8);
-  size_t nkids = get32(ps->p + 16);
-  uint64_t size = get64(ps->p + 20);
+  rec->pass = sl__get64(ps->p);
+  rec->k = sl__get64(ps->p + 8);
+  size_t nkids = sl__get32(ps->p + 16);
+  uint64_t size = sl__get64(ps->p + 20);
   ps->p += 28;
   NEED(size);
   rec->data = (unsigned char *)ps->p;
@@ -380,17 +357,17 @@ static int parse(const void *state, size_t len, record *root) {
                      "restore: not a sluice state (%zu bytes, no SLUICEST "
                      "header)",
                      len);
-  uint32_t version = get32(b + 8);
+  uint32_t version = sl__get32(b + 8);
   SL_RETURN_ERROR_IF(version != STATE_VERSION, SL_EUNSUPPORTED,
                      "restore: state format version %u; this sluice reads "
                      "version %u",
                      version, STATE_VERSION);
-  uint64_t body = get64(b + 16);
+  uint64_t body = sl__get64(b + 16);
   SL_RETURN_ERROR_IF(body != len - HEADER_BYTES - 4, SL_ECORRUPT,
                      "restore: corrupt state: %zu bytes, the header says %llu "
                      "(cut short or padded)",
                      len, (unsigned long long)(body + HEADER_BYTES + 4));
-  uint32_t want = get32(b + len - 4);
+  uint32_t want = sl__get32(b + len - 4);
   uint32_t got = sl__crc32c(0, b, len - 4);
   SL_RETURN_ERROR_IF(want != got, SL_ECORRUPT,
                      "restore: corrupt state: checksum %08x, expected %08x",
@@ -502,7 +479,7 @@ int sl__state_get_u64(sl__state_in *in, uint64_t *v) {
                      "restore: corrupt state: the record of stage '%.*s' is "
                      "cut short",
                      (int)in->rec->name_len, in->rec->name);
-  *v = get64(in->rec->data + in->pos);
+  *v = sl__get64(in->rec->data + in->pos);
   in->pos += 8;
   return SL_OK;
 }

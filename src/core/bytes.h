@@ -1,5 +1,5 @@
 /* bytes.h - little-endian integer encoding, byte by byte (no struct casts),
- * and checked size arithmetic, for the file formats. */
+ * and checked size arithmetic, for the file formats and saved states. */
 #ifndef SLUICE_BYTES_H
 #define SLUICE_BYTES_H
 
