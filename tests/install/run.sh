@@ -172,7 +172,7 @@ cp "$tmp/data/t10k.slr" "$tmp/data/train.slr"
 env -u LUA_PATH -u LUA_CPATH "$tmp/trainer" --epochs 1 --limit 10 \
   --script "$here/../../examples/fashion_mnist.lua" --data "$tmp/data" \
   | tee "$tmp/trainer.out"
-grep -Eq '^epoch=1 loss=[0-9.]+ test_acc=0\.[0-9]+ wait=[0-9.]+$' \
+grep -Eq '^epoch=1 loss=[0-9.]+ test_acc=0\.[0-9]+ wait=[0-9.]+ step_us=[0-9.]+ cached_step_us=[0-9.]+ interference=[0-9.]+$' \
   "$tmp/trainer.out" || { echo "trainer printed no epoch line"; exit 1; }
 
 step "installed example plugins"

@@ -4,7 +4,8 @@
 # Packs Fashion-MNIST (train and t10k) with the built CLI into the build
 # tree's data/ (kept: `make demo` uses the same files) unless there, then
 # trains 2 epochs through examples/fashion_mnist.lua and checks each line
-# (epoch=N loss=L test_acc=A wait=W) and test_acc >= 0.80 at the end.
+# (epoch=N loss=L test_acc=A wait=W step_us=S cached_step_us=C
+# interference=R) and test_acc >= 0.80 at the end.
 # LUA_PATH / LUA_CPATH come from CTest.  A missing data set fails.
 set -u
 trainer=$1 cli=$2
@@ -38,7 +39,7 @@ printf '%s\n' "$log"
 [ $rc -eq 0 ] || fail "trainer exited with status $rc"
 lines=$(printf '%s\n' "$log" | grep '^epoch=')
 [ "$(printf '%s\n' "$lines" | wc -l)" -eq 2 ] || fail "expected 2 epoch lines"
-re='^epoch=[12] loss=[0-9]+\.[0-9]+ test_acc=[01]\.[0-9]+ wait=[01]\.[0-9]+$'
+re='^epoch=[12] loss=[0-9]+\.[0-9]+ test_acc=[01]\.[0-9]+ wait=[01]\.[0-9]+ step_us=[0-9]+\.[0-9] cached_step_us=[0-9]+\.[0-9] interference=[0-9]+\.[0-9]{2}$'
 while IFS= read -r l; do
   [[ $l =~ $re ]] || fail "bad epoch line: '$l'"
 done <<<"$lines"
