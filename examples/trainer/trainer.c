@@ -209,7 +209,7 @@ static int next_batch(sl_reader *p, sl_sample **b, double *wait) {
 
 /* Copies of the first CACHED training batches: the step timed without the
  * pipeline.  The trainer owns them; cache_free releases them. */
-enum { CACHED = 16, REPLAY_MIN = 64 };
+enum { CACHED = 16, REPLAY = 128 };
 typedef struct cached {
   float *x;
   int64_t *y;
@@ -240,12 +240,12 @@ static void cache_free(cached *c, int k) {
 }
 
 /* The mean seconds of one SGD step over the cached batches, replayed on
- * `scratch` (a copy of the model: the real one is not touched) for at
- * least REPLAY_MIN steps and as many as the epoch took; 0 when none. */
+ * `scratch` (a copy of the model: the real one is not touched) for REPLAY
+ * steps (a stable mean that adds little to an epoch); 0 when none. */
 static double cached_step_s(const cached *c, int k, model *scratch,
-                            float lr, long steps) {
+                            float lr) {
   if (k == 0) return 0.0;
-  const long n = steps > REPLAY_MIN ? steps : REPLAY_MIN;
+  const long n = REPLAY;
   double loss = 0.0;
   const double t = now_s();
   for (long i = 0; i < n; i++) {
@@ -527,7 +527,7 @@ int main(int argc, char **argv) {
     }
     const double r0 = now_s();
     memcpy(scratch, m, sizeof *m);
-    const double cstep = cached_step_s(cache, ncached, scratch, lr, steps);
+    const double cstep = cached_step_s(cache, ncached, scratch, lr);
     const double replay = now_s() - r0;
     int64_t tested = 0, correct = 0;
     float prob[CLASSES];
