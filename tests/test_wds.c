@@ -228,6 +228,36 @@ TEST(wds_open_braces_threads_take_turns) {
   }
 }
 
+/* The order is a function of (shards, threads, seed, pass) alone: the
+ * read-ahead (`buffer`, which sets how many samples a thread reads per
+ * turn of the engine) never changes it, also where a thread's samples end
+ * inside a turn or run across its shards. */
+TEST(wds_open_order_does_not_depend_on_the_read_ahead) {
+  const char *name = DIR "wds-{000000..000002}.tar";
+  /* 2 threads: thread 0 reads shards 0 and 2, thread 1 shard 1. */
+  static const int64_t two[12] = {0, 4, 1, 5, 2, 6, 3, 7, 8, 9, 10, 11};
+  static const size_t buffers[] = {1, 2, 3, 4, 5, 8, 9, 16, 64};
+  for (size_t b = 0; b < sizeof buffers / sizeof *buffers; b++)
+    for (uint32_t T = 1; T <= 4; T++) {
+      sl_wds_opts o = SL_WDS_OPTS_INIT;
+      o.threads = T;
+      o.world = 1;
+      o.buffer = buffers[b];
+      sl_reader *r;
+      ASSERT_OK(sl_wds_open(&name, 1, &o, &r));
+      int64_t keys[16];
+      for (int pass = 0; pass < 2; pass++) {
+        ASSERT_EQ(read_all(r, keys, 16), 12);
+        for (int i = 0; i < 12; i++)
+          ASSERT_EQ(keys[i], T == 1   ? i
+                             : T == 2 ? two[i]
+                                      : (i % 3) * 4 + i / 3);
+        ASSERT_OK(sl_reader_reset(r));
+      }
+      sl_reader_destroy(r);
+    }
+}
+
 TEST(wds_open_shuffles_shards_per_pass_and_splits_by_rank) {
   const char *names[] = {"wds:" DIR "wds-00000{0,1}.tar", DIR "wds-000002.tar"};
   int64_t seen[12] = {0};
@@ -506,6 +536,43 @@ TEST(wds_open_error_reaches_consumer_in_order) {
   sl_reader_destroy(r);
 }
 
+/* A shard that fails after 3 samples, beside a whole one on 2 threads: the
+ * error comes at that thread's 4th turn, after the other thread's 4th
+ * sample, however many samples a thread reads per turn. */
+TEST(wds_open_error_keeps_its_position_for_any_read_ahead) {
+  char path[] = "/tmp/sluice-wds-XXXXXX";
+  damaged_copy(path, 4 * 3072 + 512, 0, 0);
+  const char *names[] = {DIR "wds-000000.tar", path};
+  static const size_t buffers[] = {1, 2, 4, 6, 8, 64};
+  for (size_t b = 0; b < sizeof buffers / sizeof *buffers; b++) {
+    sl_wds_opts o = SL_WDS_OPTS_INIT;
+    o.threads = 2;
+    o.world = 1;
+    o.buffer = buffers[b];
+    sl_reader *r;
+    ASSERT_OK(sl_wds_open(names, 2, &o, &r));
+    sl_sample *s;
+    int rc, n = 0;
+    while ((rc = sl_reader_next(r, &s)) == SL_OK) {
+      ASSERT_EQ(check_sample(s), n / 2);
+      sl_sample_release(s);
+      n++;
+    }
+    ASSERT_RC(rc, SL_ECORRUPT);
+    ASSERT_EQ(n, 7);
+    ASSERT_CONTAINS(sl_last_error(), path);
+    /* The end stays: the same error again, until a reset. */
+    ASSERT_RC(sl_reader_next(r, &s), SL_ECORRUPT);
+    ASSERT_CONTAINS(sl_last_error(), "one zero block at offset 12288");
+    ASSERT_OK(sl_reader_reset(r));
+    ASSERT_OK(sl_reader_next(r, &s));
+    ASSERT_EQ(check_sample(s), 0);
+    sl_sample_release(s);
+    sl_reader_destroy(r); /* mid-pass, blocks in flight */
+  }
+  unlink(path);
+}
+
 static sl_reader *build_one(void *ud) {
   sl_reader *r = NULL;
   return sl_open((const char *)ud, NULL, &r) == SL_OK ? r : NULL;
@@ -513,6 +580,7 @@ static sl_reader *build_one(void *ud) {
 
 typedef struct open_case {
   uint32_t threads;
+  size_t buffer; /* 0: the default */
   int shuffle;
   bool shuffle_samples;
   int rank, world; /* world 0: 1 */
@@ -523,6 +591,7 @@ static sl_reader *build_open(void *ud) {
   const char *name = DIR "wds-{000000..000002}.tar";
   sl_wds_opts o = SL_WDS_OPTS_INIT;
   o.threads = c->threads;
+  o.buffer = c->buffer;
   o.shuffle = c->shuffle;
   o.seed = 5;
   o.world = c->world ? c->world : 1;
@@ -538,14 +607,19 @@ TEST(wds_resume_exactly) {
   test_resume_check(build_one, (void *)("wds:" DIR "wds-000002.tar"), 3, cuts,
                     8, 0);
   for (uint32_t t = 1; t <= 3; t++) {
-    open_case a = {t, 0, false, 0, 0}, b = {t, 1, false, 0, 0},
-              c = {t, 1, true, 0, 0};
+    open_case a = {t, 0, 0, false, 0, 0}, b = {t, 0, 1, false, 0, 0},
+              c = {t, 0, 1, true, 0, 0};
     test_resume_check(build_open, &a, 3, cuts, 12, 0);
     test_resume_check(build_open, &b, 3, cuts, 12, 0);
     test_resume_check(build_open, &c, 3, cuts, 12, 0);
     /* Rank 2 of 5: samples 6..8 of the pass, cut out of shards. */
-    open_case d = {t, 1, false, 2, 5};
+    open_case d = {t, 0, 1, false, 2, 5};
     test_resume_check(build_open, &d, 3, cuts, 7, 0);
+    /* Cuts inside a thread's turn of 1, 2 and 3 samples. */
+    for (size_t buffer = 2; buffer <= 6; buffer += 2) {
+      open_case e = {t, buffer, 1, false, 0, 0};
+      test_resume_check(build_open, &e, 3, cuts, 12, 0);
+    }
   }
 }
 

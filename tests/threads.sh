@@ -12,11 +12,7 @@
 #                        the thread, fails as the stages' error);
 #   src/sync/engine.c    the engine's workers (docs/ARCHITECTURE.md,
 #                        "Threads": every stage's threads are a
-#                        configuration of it);
-#   src/open/wds_open.c  the WebDataset shard threads: not yet an engine
-#                        configuration (their fixed shard-to-worker
-#                        assignment and round-robin order need an engine
-#                        mode it lacks; ARCHITECTURE.md, "Threads").
+#                        configuration of it).
 # Outside the library, by design (not scanned here): the Python binding's
 # puller (bindings/python/csrc/pipeline.c), which runs the pipeline off the
 # interpreter's thread; the CLI starts none.
@@ -26,7 +22,6 @@ set -euo pipefail
 allowed() {
   case "$1" in
     */src/core/threads.c.o | */src/sync/engine.c.o) return 0 ;;
-    */src/open/wds_open.c.o) return 0 ;; # the one exception, above
     *) return 1 ;;
   esac
 }

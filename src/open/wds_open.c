@@ -21,13 +21,20 @@
  * samples with every field count).  The plan's units are (shard, first
  * sample, count); worker t of T reads units t, t + T, ...
  *
- * Threads.  Worker t reads its pieces one after another (each mapped, or
- * for a URL read by ranges through a byte source, walked and closed: no
- * file handle or connection's block outlives its shard) into its own
- * bounded channel; the consumer takes one sample from each worker in turn,
- * passing over workers that have ended.  The output is therefore the same
- * for any timing - a function of (shards, T, seed, pass) - and an error
- * reaches the consumer at its position (the worker kills its channel).
+ * Threads.  The parallel-stage engine (sync/engine.h), as tf.data's
+ * deterministic parallel interleave: lane t of T reads the plan's units t,
+ * t + T, ... one after another (each shard mapped, or for a URL read by
+ * ranges through a byte source, walked and closed: no file handle or
+ * connection's block outlives its unit).  Engine item k is the next block
+ * of `block` samples (buffer / 2) of lane k mod T; the engine's window is T
+ * items, so a lane's next block is pulled only after its last was taken by
+ * the consumer, and the workers that read a lane take turns on its cursor.
+ * The consumer takes a round of T items and hands out one sample from each
+ * lane in turn, passing over lanes that have ended.  The output is
+ * therefore the same for any timing and any block size - a function of
+ * (shards, T, seed, pass) - and an error reaches the consumer at its
+ * position: the lane keeps it with the round it belongs to, after the
+ * block's samples read before it.
  *
  * Fields.  The data set's fields are its first shard's first sample's (in
  * the given order, before shuffling), so every rank and pass agrees; a
@@ -37,11 +44,12 @@
  * run's, by the set identity each records as its first member, or to
  * record none (other tools'): sl__wds_set_check (wds.h), SL_ECORRUPT.
  *
- * Saving (stages/state.h).  The position k is, per worker, the count of
- * samples it had handed out by output k, plus the turn (the worker after
- * output k - 1's).  A ring of the workers of the last SL__STATE_LOG outputs
- * turns the counts now into the counts at k; a restore restarts each worker
- * skipping its count (walking tar headers only).  A save further behind
+ * Saving (stages/state.h).  The position k is, per lane, the count of
+ * samples it had handed out by output k, plus the turn (the lane after
+ * output k - 1's).  A ring of the lanes of the last SL__STATE_LOG outputs
+ * turns the counts now into the counts at k; a restore restarts each lane
+ * skipping its count (walking tar headers only), its rounds starting at the
+ * turn.  A save further behind
  * than the ring replays the pass.  The record holds T, the shard count,
  * their total size and the identities of the local shards as construction
  * found them (sl__state_put_file_ids), so a state of other shards or
@@ -49,19 +57,21 @@
  * local shard that changed since construction (SL_ECORRUPT naming it).
  * URL shards are identified when a worker opens them, not in the state.
  *
- * Threads and ownership: workers own their shard handles; counts, turn,
- * done, ring, pass are the consumer's; the layout and file list are
- * immutable after construction.
+ * Threads and ownership: a lane's cursor (unit, shard handle, position,
+ * skip, its error) is the worker's reading its block; its err_round is
+ * atomic (the consumer reads it while a worker reads the lane's next
+ * block); blocks, counts, turn, ring, pass are the consumer's; the layout
+ * and file list are immutable after construction.
  */
 #include "transport/http.h"
 #include "formats/wds.h"
 #include "formats/epoch_plan.h"
 #include "open/registry.h"
 #include "stages/stage.h"
+#include "sync/engine.h"
 
 #include <ctype.h>
 #include <errno.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 
@@ -71,14 +81,32 @@
 
 typedef struct wds_open wds_open;
 
-typedef struct wds_worker {
-  wds_open *o;
-  int t;
-  pthread_t tid;
-  bool running;
-  sl_channel *ch;
-  uint64_t skip; /* samples to pass over first (a restore) */
-} wds_worker;
+/* A lane: plan units t, t + T, t + 2T, ... read one after another, a block
+ * of o->block samples per engine item.  Block j + 1 of a lane is pulled
+ * only after block j was taken by the consumer (the engine's window is T
+ * items, one per lane), so the workers that read a lane's blocks take
+ * turns on its cursor, ordered by the engine's lock. */
+typedef struct wds_lane {
+  /* the cursor (the worker reading the lane's block) */
+  size_t unit;       /* index in the plan of the unit being read */
+  sl__wds_shard *sh; /* open while inside that unit's shard */
+  uint64_t pos;      /* samples of the shard walked */
+  uint64_t skip;     /* samples to pass over first (a restore) */
+  bool ended;
+  int err;                        /* the error that ended the lane, */
+  char *msg;                      /* its message, */
+  _Atomic uint64_t err_round;     /* in this round (UINT64_MAX: none) */
+  /* the consumer's: the lane's block of the round being interleaved */
+  sl_sample **v;
+  size_t n, at;
+} wds_lane;
+
+/* An item taken from the engine before its round was due. */
+typedef struct wds_pend {
+  sl_sample **v;
+  size_t n;
+  uint64_t seq;
+} wds_pend;
 
 struct wds_open {
   char **paths;
@@ -94,8 +122,10 @@ struct wds_open {
   int shuffle, rank, world;
   sl_shard_policy policy;
   uint64_t seed;
-  size_t buffer;
-  wds_worker *w;
+  size_t block; /* samples per engine item */
+  sl__engine *eng;
+  wds_lane *lanes;
+  atomic_uint live;   /* lanes not ended this pass (the pull's EOF) */
   uint64_t *nsamples; /* per shard, once counted (counted), else NULL */
   uint64_t nall;      /* their sum */
   uint32_t *recs;     /* per shard: its records in the plan */
@@ -103,14 +133,18 @@ struct wds_open {
   /* the consumer's */
   uint64_t pass;
   sl__plan plan;   /* this pass's (workers read it while they run) */
-  uint64_t *count; /* per worker: samples taken this pass */
-  bool *done;
-  uint32_t turn;
-  uint16_t ring[SL__STATE_LOG]; /* worker of output i, at i % LOG */
+  uint64_t *count; /* per lane: samples taken this pass */
+  uint64_t round;  /* the round being interleaved: items [round T, +T) */
+  uint64_t resolved; /* items taken or skipped by the engine so far */
+  bool loaded, eof, started, over;
+  int over_rc;    /* the pass's end (over): SL_EOF or its error, */
+  char *over_msg; /* with its message */
+  wds_pend pend;
+  uint32_t turn, rot;           /* the next lane; the lane rounds start at */
+  uint16_t ring[SL__STATE_LOG]; /* lane of output i, at i % LOG */
   uint64_t out;                 /* outputs this pass */
   uint64_t ring_from;           /* the ring knows outputs from here on */
   uint32_t turn_from;           /* the turn at output ring_from */
-  bool started;
 };
 
 /* --- the pass's order ------------------------------------------------------
@@ -148,142 +182,260 @@ static int count_samples(wds_open *o) {
   return SL_OK;
 }
 
-/* --- workers ------------------------------------------------------------- */
+/* --- lanes (worker threads) ---------------------------------------------- */
 
-/* Samples [u->first, u->first + u->count) of shard u->file (world 1: to
- * its end). */
-static int worker_shard(wds_worker *w, const sl__plan_unit *u, uint64_t *skip) {
-  wds_open *o = w->o;
-  const char *path = o->paths[u->file];
-  sl__wds_shard *sh;
-  SL_FORWARD_IF_ERROR(sl__wds_shard_open(path, &sh));
-  if (!sl__is_url(path) && !sl__file_id_equal(&sh->id, &o->ids[u->file])) {
-    sl__wds_shard_close(sh);
-    return sl_set_error(SL_ECORRUPT,
-                        "wds: %s: the shard changed since it was opened "
-                        "(replaced or rewritten: its inode, size or "
-                        "modification time differs)",
-                        path);
-  }
-  int rc = SL_OK;
-  uint64_t pos = 0, from = u->first,
-           end = o->world == 1 ? UINT64_MAX : from + u->count;
-  while (pos < end) {
+/* Opens the shard of the lane's unit; a local shard must be the one
+ * construction found. */
+static int piece_open(wds_open *o, wds_lane *L) {
+  const char *path = o->paths[o->plan.units[L->unit].file];
+  SL_FORWARD_IF_ERROR(sl__wds_shard_open(path, &L->sh));
+  L->pos = 0;
+  if (sl__is_url(path) ||
+      sl__file_id_equal(&L->sh->id, &o->ids[o->plan.units[L->unit].file]))
+    return SL_OK;
+  sl__wds_shard_close(L->sh);
+  L->sh = NULL;
+  return sl_set_error(SL_ECORRUPT,
+                      "wds: %s: the shard changed since it was opened "
+                      "(replaced or rewritten: its inode, size or "
+                      "modification time differs)",
+                      path);
+}
+
+/* The next sample of the lane's unit: samples [first, first + count) of
+ * its shard (world 1: to its end).  SL_OK, SL_EOF at the unit's end, or an
+ * error. */
+static int piece_next(wds_open *o, wds_lane *L, sl_sample **out) {
+  const sl__plan_unit *u = &o->plan.units[L->unit];
+  uint64_t from = u->first, end = o->world == 1 ? UINT64_MAX : from + u->count;
+  while (L->pos < end) {
     /* Samples before the piece, and those skipped (a restore), are walked
      * by their headers alone; under SL_WDS_MISSING_SKIP an incomplete
      * sample is no position of the pass. */
-    bool pass_over = pos < from || *skip > 0;
-    sh->headers_only = pass_over;
-    if ((rc = sl__wds_shard_group(sh)) != SL_OK) break;
-    if (o->lay->skip_incomplete && !sl__wds_group_complete(sh, o->lay))
+    L->sh->headers_only = L->pos < from || L->skip > 0;
+    int rc = sl__wds_shard_group(L->sh);
+    if (rc == SL_EOF && end != UINT64_MAX)
+      return sl_set_error(SL_ECORRUPT,
+                          "wds: %s: ended after %llu samples; it had %llu "
+                          "when the reader was opened (the shard changed?)",
+                          o->paths[u->file], (unsigned long long)L->pos,
+                          (unsigned long long)o->nsamples[u->file]);
+    if (rc != SL_OK) return rc;
+    if (o->lay->skip_incomplete && !sl__wds_group_complete(L->sh, o->lay))
       continue;
-    if (pos++ < from) continue;
-    if (*skip) {
-      (*skip)--;
-      continue;
-    }
-    sl_sample *s;
-    if ((rc = sl__wds_shard_sample(sh, o->lay, &s)) < 0) break;
-    if ((rc = sl_channel_send(w->ch, s)) < 0) {
-      sl_sample_release(s);
-      break;
-    }
-  }
-  sl__wds_shard_close(sh);
-  if (rc == SL_EOF && end != UINT64_MAX)
-    return sl_set_error(SL_ECORRUPT,
-                        "wds: %s: ended after %llu samples; it had %llu when "
-                        "the reader was opened (the shard changed?)",
-                        path, (unsigned long long)pos,
-                        (unsigned long long)o->nsamples[u->file]);
-  return rc == SL_EOF ? SL_OK : rc;
-}
-
-static void *worker_main(void *arg) {
-  wds_worker *w = arg;
-  wds_open *o = w->o;
-  uint64_t skip = w->skip;
-  int rc = SL_OK;
-  for (size_t i = (size_t)w->t; i < o->plan.nunits && rc == SL_OK; i += o->T)
-    rc = worker_shard(w, &o->plan.units[i], &skip);
-  if (rc == SL_ECLOSED || rc == SL_EKILLED) {
-    /* the consumer stopped us */
-  } else if (rc < 0) {
-    sl_channel_kill(w->ch, rc, sl_last_error());
-  } else {
-    sl_channel_close(w->ch);
-  }
-  return NULL;
-}
-
-static void stop_workers(wds_open *o) {
-  for (uint32_t t = 0; t < o->T; t++)
-    if (o->w[t].running) sl_channel_abort(o->w[t].ch, SL_EKILLED, NULL);
-  for (uint32_t t = 0; t < o->T; t++) {
-    if (o->w[t].running) pthread_join(o->w[t].tid, NULL);
-    o->w[t].running = false;
-    sl_channel_reopen(o->w[t].ch);
-    o->w[t].skip = 0;
-  }
-  o->started = false;
-}
-
-/* Starts the workers for this pass (skips already set). */
-static int start_workers(wds_open *o) {
-  SL_FORWARD_IF_ERROR(plan_pass(o));
-  for (uint32_t t = 0; t < o->T; t++) {
-    int rc =
-        sl__thread_start(&o->w[t].tid, "wds", "sl-wds", worker_main, &o->w[t]);
-    if (rc < 0) {
-      stop_workers(o);
-      return rc;
-    }
-    o->w[t].running = true;
-  }
-  o->started = true;
-  return SL_OK;
-}
-
-static int wo_next(void *st, sl_sample **out) {
-  wds_open *o = st;
-  if (!o->started) SL_FORWARD_IF_ERROR(start_workers(o));
-  for (uint32_t tries = 0; tries < o->T;) {
-    uint32_t t = o->turn;
-    if (o->done[t]) {
-      o->turn = (t + 1) % o->T;
-      tries++;
+    if (L->pos++ < from) continue;
+    if (L->skip) {
+      L->skip--;
       continue;
     }
-    int rc = sl_channel_recv(o->w[t].ch, out);
-    if (rc == SL_EOF) {
-      o->done[t] = true;
-      o->turn = (t + 1) % o->T;
-      tries++;
-      continue;
-    }
-    if (rc < 0) return rc;
-    o->ring[o->out++ % SL__STATE_LOG] = (uint16_t)t;
-    o->count[t]++;
-    o->turn = (t + 1) % o->T;
-    return SL_OK;
+    return sl__wds_shard_sample(L->sh, o->lay, out);
   }
   return SL_EOF;
 }
 
-static void clear_pass(wds_open *o) {
-  for (uint32_t t = 0; t < o->T; t++) {
-    o->count[t] = 0;
-    o->done[t] = false;
+/* Up to o->block of the lane's next samples into v[*n ...]: SL_OK (the
+ * block full), SL_EOF (the lane ended), or an error. */
+static int lane_fill(wds_open *o, wds_lane *L, sl_sample **v, size_t *n) {
+  while (*n < o->block) {
+    if (!L->sh) {
+      if (L->unit >= o->plan.nunits) return SL_EOF;
+      SL_FORWARD_IF_ERROR(piece_open(o, L));
+    }
+    int rc = piece_next(o, L, &v[*n]);
+    if (rc == SL_OK) {
+      (*n)++;
+      continue;
+    }
+    sl__wds_shard_close(L->sh); /* no handle outlives its unit */
+    L->sh = NULL;
+    if (rc != SL_EOF) return rc;
+    L->unit += o->T;
   }
-  o->turn = 0;
-  o->out = 0;
-  o->ring_from = 0;
-  o->turn_from = 0;
+  return SL_OK;
+}
+
+/* The engine's pull: item k is block k / T of lane k % T (a NULL item);
+ * the end once every lane has ended. */
+static int wo_pull(void *ud, sl_sample **out) {
+  wds_open *o = ud;
+  if (atomic_load_explicit(&o->live, memory_order_acquire) == 0) return SL_EOF;
+  *out = NULL;
+  return SL_OK;
+}
+
+/* The engine's process: the lane's next block.  An ended lane's items, and
+ * an empty block, are SKIPs (the consumer learns the round is resolved);
+ * an error ends the lane and is kept for the consumer with the round it
+ * belongs to, after the samples read before it, so it reaches the output
+ * at its position. */
+static int wo_process(void *ud, void *wctx, uint64_t seq, sl_sample *in,
+                      sl_sample ***out, size_t *n) {
+  (void)wctx;
+  (void)in;
+  wds_open *o = ud;
+  wds_lane *L = &o->lanes[seq % o->T];
+  *n = 0;
+  if (L->ended) return SL__ENGINE_SKIP;
+  sl_sample **v = sl__malloc(o->block * sizeof *v);
+  int rc = v ? lane_fill(o, L, v, n)
+             : sl_set_error(SL_ENOMEM, "wds: out of memory");
+  if (rc != SL_OK) {
+    L->ended = true;
+    if (rc != SL_EOF) {
+      L->err = rc;
+      L->msg = sl__error_dup();
+      atomic_store_explicit(&L->err_round, seq / o->T, memory_order_release);
+    }
+    atomic_fetch_sub_explicit(&o->live, 1, memory_order_release);
+  }
+  if (*n == 0) {
+    sl__free(v);
+    return SL__ENGINE_SKIP;
+  }
+  *out = v;
+  return SL__ENGINE_OUT;
+}
+
+/* The engine's skip handler (the consumer's thread, in item order): an
+ * item without samples resolves its place in the round. */
+static int wo_skipped(void *ud, uint64_t seq, const char *note) {
+  (void)note;
+  ((wds_open *)ud)->resolved = seq + 1;
+  return SL_OK;
+}
+
+static void wo_signal_stop(void *st) {
+  sl__engine_signal_stop(((wds_open *)st)->eng);
+}
+
+/* Every lane back at its first unit, nothing open or kept.  The engine is
+ * stopped. */
+static void lanes_rewind(wds_open *o) {
+  for (uint32_t t = 0; t < o->T; t++) {
+    wds_lane *L = &o->lanes[t];
+    sl__wds_shard_close(L->sh);
+    sl__free(L->msg);
+    for (size_t i = L->at; i < L->n; i++)
+      sl_sample_release(L->v[i]);
+    sl__free(L->v);
+    *L = (wds_lane){.unit = t, .err_round = UINT64_MAX};
+  }
+  atomic_store(&o->live, o->T);
+}
+
+/* --- the consumer -------------------------------------------------------- */
+
+/* Ends the pass: `rc` (SL_EOF or an error, its message set) is returned
+ * again by every later call until a reset. */
+static int wo_over(wds_open *o, int rc) {
+  o->over = true;
+  o->over_rc = rc;
+  if (rc < 0) o->over_msg = sl__error_dup();
+  return rc;
+}
+
+static void drop_round(wds_open *o) {
+  for (uint32_t t = 0; t < o->T; t++) {
+    wds_lane *L = &o->lanes[t];
+    for (size_t i = L->at; i < L->n; i++)
+      sl_sample_release(L->v[i]);
+    sl__free(L->v);
+    L->v = NULL;
+    L->n = L->at = 0;
+  }
+}
+
+/* Takes the items of the round from the engine into their lanes' blocks
+ * (an item of a later round waits in o->pend). */
+static int load_round(wds_open *o) {
+  uint64_t last = (o->round + 1) * o->T;
+  for (;;) {
+    if (o->pend.v) {
+      if (o->pend.seq >= last) break; /* this round is resolved */
+      wds_lane *L = &o->lanes[o->pend.seq % o->T];
+      L->v = o->pend.v;
+      L->n = o->pend.n;
+      L->at = 0;
+      o->pend.v = NULL;
+      continue;
+    }
+    if (o->eof || o->resolved >= last) break;
+    int rc =
+        sl__engine_next_many(o->eng, &o->pend.v, &o->pend.n, &o->pend.seq);
+    if (rc == SL_EOF) o->eof = true;
+    else if (rc < 0) return rc;
+    else o->resolved = o->pend.seq + 1;
+  }
+  o->loaded = true;
+  return SL_OK;
+}
+
+static int plan_pass(wds_open *o);
+
+static int wo_start(wds_open *o) {
+  SL_FORWARD_IF_ERROR(plan_pass(o));
+  SL_FORWARD_IF_ERROR(sl__engine_start(o->eng));
+  o->started = true;
+  return SL_OK;
+}
+
+/* One sample from each lane in turn, passing over ended ones: the lanes'
+ * blocks of a round interleaved sample by sample. */
+static int wo_next(void *st, sl_sample **out) {
+  wds_open *o = st;
+  if (o->over)
+    return o->over_rc == SL_EOF
+               ? SL_EOF
+               : sl_set_error(o->over_rc, "%s",
+                              o->over_msg ? o->over_msg : "wds: failed");
+  if (!o->started) SL_FORWARD_IF_ERROR(wo_start(o));
+  for (;;) {
+    if (!o->loaded) {
+      int rc = load_round(o);
+      if (rc < 0) return wo_over(o, rc);
+    }
+    for (uint32_t tries = 0; tries < o->T; tries++) {
+      uint32_t t = o->turn;
+      wds_lane *L = &o->lanes[t];
+      o->turn = (t + 1) % o->T;
+      if (L->at < L->n) {
+        *out = L->v[L->at++];
+        o->ring[o->out++ % SL__STATE_LOG] = (uint16_t)t;
+        o->count[t]++;
+        return SL_OK;
+      }
+      if (atomic_load_explicit(&L->err_round, memory_order_acquire) ==
+          o->round)
+        return wo_over(o, sl_set_error(L->err, "%s", L->msg ? L->msg : ""));
+    }
+    /* every lane's block is spent: the next round, from the first lane */
+    if (o->eof) return wo_over(o, SL_EOF);
+    drop_round(o);
+    o->round++;
+    o->turn = o->rot;
+    o->loaded = false;
+  }
+}
+
+/* Stops the engine and forgets the pass (positions, blocks, lanes). */
+static void clear_pass(wds_open *o) {
+  sl__engine_stop(o->eng);
+  for (size_t i = 0; o->pend.v && i < o->pend.n; i++)
+    sl_sample_release(o->pend.v[i]);
+  sl__free(o->pend.v);
+  o->pend.v = NULL;
+  sl__free(o->over_msg);
+  o->over_msg = NULL;
+  lanes_rewind(o);
+  for (uint32_t t = 0; t < o->T; t++)
+    o->count[t] = 0;
+  o->round = o->resolved = o->out = o->ring_from = 0;
+  o->turn = o->rot = o->turn_from = 0;
+  o->loaded = o->eof = o->started = o->over = false;
 }
 
 static int wo_reset(void *st) {
   wds_open *o = st;
-  stop_workers(o);
   clear_pass(o);
   o->pass++;
   return SL_OK;
@@ -292,11 +444,8 @@ static int wo_reset(void *st) {
 static void wo_destroy(void *st) {
   wds_open *o = st;
   if (!o) return;
-  if (o->w) {
-    stop_workers(o);
-    for (uint32_t t = 0; t < o->T; t++)
-      sl_channel_destroy(o->w[t].ch);
-  }
+  if (o->eng && o->lanes && o->count) clear_pass(o);
+  sl__engine_destroy(o->eng);
   for (size_t i = 0; i < o->nfiles; i++)
     sl__free(o->paths ? o->paths[i] : NULL);
   sl__free(o->paths);
@@ -309,8 +458,7 @@ static void wo_destroy(void *st) {
   sl__plan_free(&o->plan);
   sl__free(o->nsamples);
   sl__free(o->count);
-  sl__free(o->done);
-  sl__free(o->w);
+  sl__free(o->lanes);
   sl__wds_layout_free(o->lay);
   sl__free(o);
 }
@@ -370,7 +518,6 @@ static int wo_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
   wds_open *o = st;
   uint64_t replay;
   SL_FORWARD_IF_ERROR(wo_record(o, in, &replay));
-  stop_workers(o);
   clear_pass(o);
   o->pass = pass;
   if (replay) return sl__state_replay(wo_next, o, k, "wds");
@@ -379,12 +526,14 @@ static int wo_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
   uint64_t sum = 0;
   for (uint32_t t = 0; t < o->T; t++) {
     SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &o->count[t]));
-    o->w[t].skip = o->count[t];
+    o->lanes[t].skip = o->count[t];
     sum += o->count[t];
   }
   SL_RETURN_ERROR_IF(turn >= o->T || sum != k, SL_ECORRUPT,
                      "restore: wds: a malformed state");
-  o->turn = o->turn_from = (uint32_t)turn;
+  /* Rounds start at the restored turn: the lanes before it are one
+   * sample ahead, so the interleave goes on as it was. */
+  o->turn = o->rot = o->turn_from = (uint32_t)turn;
   o->out = o->ring_from = k; /* a save behind k replays */
   return SL_OK;
 }
@@ -429,6 +578,7 @@ static const sl__stage_ops wo_ops = {
     .restore = wo_restore,
     .identity = wo_identity,
     .check = wo_check,
+    .stop = wo_signal_stop,
 };
 
 /* The names, braces and globs expanded by the registry (sl__names_expand);
@@ -592,7 +742,9 @@ int sl_wds_open(const char *const *names, size_t n, const sl_wds_opts *opts,
   o->rank = p.rank;
   o->world = p.world;
   o->policy = p.remainder;
-  o->buffer = p.buffer ? p.buffer : DEFAULT_BUFFER;
+  /* Each lane holds a block at the consumer and one in the engine: about
+   * `buffer` samples read ahead per thread. */
+  o->block = SL_MAX(1, (p.buffer ? p.buffer : DEFAULT_BUFFER) / 2);
   int rc = expand_names(names, n, o);
   if (rc == SL_OK) rc = survey(o, p.fields, p.missing);
   if (rc == SL_OK && o->world > 1) rc = count_samples(o);
@@ -602,19 +754,27 @@ int sl_wds_open(const char *const *names, size_t n, const sl_wds_opts *opts,
     for (size_t i = 0; o->recs && o->pf && i < o->nfiles; i++)
       o->pf[i] = (sl__plan_file){1, &o->recs[i]};
     o->count = sl__calloc(o->T, sizeof *o->count);
-    o->done = sl__calloc(o->T, sizeof *o->done);
-    o->w = sl__calloc(o->T, sizeof *o->w);
-    if (!o->recs || !o->pf || !o->count || !o->done || !o->w)
+    o->lanes = sl__calloc(o->T, sizeof *o->lanes);
+    if (!o->recs || !o->pf || !o->count || !o->lanes)
       rc = sl_set_error(SL_ENOMEM, "wds: out of memory");
   }
-  for (uint32_t t = 0; o->w && t < o->T && rc == SL_OK; t++) {
-    o->w[t].o = o;
-    o->w[t].t = (int)t;
-    if (!(o->w[t].ch = sl_channel_new(o->buffer, 0))) rc = sl_last_error_code();
+  if (rc == SL_OK) {
+    /* A window of T items, one per lane: a lane's next block is pulled
+     * after its last was taken, so its blocks are read one at a time. */
+    static const sl__engine_ops ops = {wo_pull, NULL, NULL, NULL, NULL};
+    sl__engine_opts eo = {"wds", "sl-wds", (int)o->T, true, o->T};
+    rc = sl__engine_create(&ops, o, &eo, &o->eng);
+  }
+  if (rc == SL_OK) {
+    sl__engine_process_many(o->eng, wo_process);
+    sl__engine_on_skip(o->eng, wo_skipped);
+    sl__engine_set_cache(o->eng, 1);    /* the window is the exact bound */
+    lanes_rewind(o);
   }
   if (rc < 0) {
     wo_destroy(o);
     return rc;
   }
-  return sl__stage_new(&wo_ops, o, o->lay->schema, NULL, 0, NULL, out);
+  return sl__stage_new(&wo_ops, o, o->lay->schema, NULL, 0,
+                       sl__engine_counters(o->eng), out);
 }

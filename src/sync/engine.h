@@ -4,10 +4,11 @@
  * consumer in order (or as they finish).  Every thread a stage runs is a
  * worker of this engine plus a `process` callback: a C or Lua map/filter,
  * decode_image, open_files (process_many, a chunk's records from one item),
- * prefetch (one worker, ordered, process hands the sample on) and the
+ * prefetch (one worker, ordered, process hands the sample on), the
  * double buffer's copy thread (one worker, its thread setup the device's,
- * process copies into a free slot); tests/threads.sh checks that no other
- * code starts one.  engine.c holds the protocol, its invariants and the
+ * process copies into a free slot) and wds_open (process_many, a block of
+ * one lane's samples per item, window T); tests/threads.sh checks that no
+ * other code starts one.  engine.c holds the protocol, its invariants and the
  * shutdown rules.
  *
  * Threads: sl__engine_create, _start, _stop, _next, _peek and _destroy are
