@@ -8,6 +8,8 @@
 #include "core/internal.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <sched.h>
 #include <stdio.h>
 #include <string.h>
@@ -124,4 +126,71 @@ TEST(the_affinity_mask_bounds_the_count) {
   ASSERT_EQ(sl__cpu_count(), before);
   /* The advice that follows from it: 4 x the CPUs, at least 8. */
   ASSERT_EQ(sl__thread_advised(), before * 4 < 8 ? 8 : before * 4);
+}
+
+/* --- whether a spin would take a CPU from another thread (issue 26) ---- */
+
+TEST(runnable_threads_come_from_loadavgs_fourth_field) {
+  put("l/loadavg", "0.52 0.61 0.70 3/412 91234\n");
+  char path[1024];
+  snprintf(path, sizeof path, "%s/l/loadavg", test_tmpdir("cpus"));
+  ASSERT_EQ(sl__runnable_threads(path), 3);
+  put("l/loadavg", "12.00 9.00 4.00 117/2048 7\n");
+  ASSERT_EQ(sl__runnable_threads(path), 117);
+  /* unreadable or malformed: unknown (-1), and no spin is refused by it */
+  put("l/loadavg", "0.52 0.61 0.70\n");
+  ASSERT_EQ(sl__runnable_threads(path), -1);
+  put("l/loadavg", "0.52 0.61 0.70 x/412 1\n");
+  ASSERT_EQ(sl__runnable_threads(path), -1);
+  snprintf(path, sizeof path, "%s/l/none", test_tmpdir("cpus"));
+  ASSERT_EQ(sl__runnable_threads(path), -1);
+}
+
+TEST(a_fake_loadavg_decides_oversubscription_at_once) {
+  long online = sysconf(_SC_NPROCESSORS_ONLN);
+  char text[128], path[1024];
+  snprintf(path, sizeof path, "%s/m/loadavg", test_tmpdir("cpus"));
+  snprintf(text, sizeof text, "1.0 1.0 1.0 %ld/300 1\n", online + 1);
+  put("m/loadavg", text);
+  sl__cpus_probe_path(path); /* also forgets the cached answer */
+  ASSERT_TRUE(sl__cpus_oversubscribed());
+  snprintf(text, sizeof text, "1.0 1.0 1.0 %ld/300 1\n", online);
+  put("m/loadavg", text);
+  sl__cpus_probe_path(path);
+  ASSERT_TRUE(!sl__cpus_oversubscribed());
+  sl__cpus_probe_path(NULL); /* back to /proc/loadavg */
+}
+
+static atomic_bool hog_stop;
+
+static void *hog(void *arg) {
+  (void)arg;
+  volatile unsigned long x = 0;
+  while (!atomic_load_explicit(&hog_stop, memory_order_relaxed)) x++;
+  return NULL;
+}
+
+/* The real probe: with twice the online CPUs plus one busy loops running,
+ * the machine has more runnable threads than CPUs, and the probe says so
+ * within its 10 ms refresh (polled for up to 2 s: the loops must first be
+ * scheduled). */
+TEST(busy_loops_on_every_cpu_make_the_machine_oversubscribed) {
+  if (sl__runnable_threads("/proc/loadavg") < 0) {
+    TEST_SKIP("no /proc/loadavg");
+  }
+  long online = sysconf(_SC_NPROCESSORS_ONLN);
+  int n = (int)SL_MIN(online * 2 + 1, 64);
+  pthread_t t[64];
+  atomic_store(&hog_stop, false);
+  for (int i = 0; i < n; i++)
+    ASSERT_EQ(pthread_create(&t[i], NULL, hog, NULL), 0);
+  bool seen = false;
+  for (int i = 0; i < 200 && !seen; i++) {
+    seen = sl__cpus_oversubscribed();
+    if (!seen) usleep(10000);
+  }
+  atomic_store(&hog_stop, true);
+  for (int i = 0; i < n; i++)
+    pthread_join(t[i], NULL);
+  ASSERT_TRUE(seen);
 }

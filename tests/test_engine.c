@@ -11,6 +11,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <unistd.h>
 
 /* What the callbacks do, per test. */
 typedef struct job {
@@ -368,6 +369,48 @@ TEST(a_consumer_whose_spins_miss_still_gets_every_result_in_order) {
     expect_ordered_passes(e, &j, v, N, 2);
     job_free(&j, e);
   }
+}
+
+/* A loadavg-format file saying `running` threads are runnable. */
+static void fake_loadavg(char *path, size_t cap, long running) {
+  snprintf(path, cap, "%s/loadavg", test_tmpdir("engine"));
+  FILE *f = fopen(path, "w");
+  ASSERT_NOT_NULL(f);
+  fprintf(f, "1.00 1.00 1.00 %ld/500 1\n", running);
+  ASSERT_EQ(fclose(f), 0);
+  sl__cpus_probe_path(path);
+}
+
+/* Issue 26: a consumer never spins while the machine has more runnable
+ * threads than CPUs (a spin would take a CPU from the trainer), and does
+ * spin again once it has not.  One worker slower than the consumer, so
+ * every result is waited for. */
+TEST(the_consumer_does_not_spin_while_the_cpus_are_oversubscribed) {
+  if (sl__cpu_count() < 2) TEST_SKIP("one usable CPU: the engine never spins");
+  long online = sysconf(_SC_NPROCESSORS_ONLN);
+  char path[1024];
+  enum { N = 200 };
+  static int64_t v[N];
+  job j;
+  job_init(&j, N);
+  j.sleep_us = 200;
+  fake_loadavg(path, sizeof path, online + 2);
+  sl__engine *e = engine(&j, 1, true, 16);
+  size_t n;
+  ASSERT_RC(drain(e, v, N, &n), SL_EOF);
+  ASSERT_EQ(n, N);
+  ASSERT_EQ(sl__engine_spins(e), 0);
+  /* The machine quiet again: the consumer probes with spins (at least one
+   * in SPIN_BACKOFF_MAX waits). */
+  fake_loadavg(path, sizeof path, 1);
+  sl__engine_stop(e);
+  ASSERT_OK(sl_reader_reset(j.up));
+  ASSERT_OK(sl__engine_start(e));
+  ASSERT_RC(drain(e, v, N, &n), SL_EOF);
+  ASSERT_EQ(n, N);
+  ASSERT_TRUE(sl__engine_spins(e) > 0);
+  sl__cpus_probe_path(NULL);
+  job_free(&j, e);
 }
 
 TEST(stopping_with_a_full_window_and_busy_workers_releases_everything) {

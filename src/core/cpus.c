@@ -15,12 +15,25 @@
  * read at every call (taskset and sched_setaffinity change it at run
  * time); the quota once per process (reading it is a handful of files, and
  * a container's quota does not move under a running trainer).
+ *
+ * Oversubscription.  A thread that spins waiting for another (the engine's
+ * consumer, a channel's sender or receiver) gains when that other thread
+ * runs on a second CPU, and loses twice when the CPUs are all taken: the
+ * spin burns the time slice of a thread that had work (a trainer's step),
+ * and the result it waits for arrives later.  sl__cpus_oversubscribed
+ * compares the machine's runnable threads (/proc/loadavg's fourth field,
+ * R of "R/T": the kernel's nr_running, the caller included) with its online
+ * CPUs, and is cached for 10 ms (one open/read/close, about 5 us, at most
+ * 100 times a second per process).
  */
 #include "core/internal.h"
+#include "core/stats.h"
 
 #include <limits.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -151,4 +164,51 @@ long sl__cpu_count(void) {
   pthread_once(&once, read_quota);
   n = tighter(n > 0 ? n : 0, quota_cpus);
   return n > 0 ? n : 1;
+}
+
+long sl__runnable_threads(const char *loadavg) {
+  int fd = open(loadavg, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  char buf[256];
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return -1;
+  buf[n] = '\0';
+  /* "0.52 0.61 0.70 3/412 91234": the fourth field, up to its '/' */
+  const char *p = buf;
+  for (int field = 0; field < 3; field++) {
+    p = strchr(p, ' ');
+    if (!p) return -1;
+    p++;
+  }
+  char *end;
+  long r = strtol(p, &end, 10);
+  return end != p && *end == '/' && r >= 0 ? r : -1;
+}
+
+#define PROBE_NS 10000000ull /* the cached answer's life */
+
+static const char *_Atomic probe_path;
+static _Atomic uint64_t probe_at; /* sl__now_ns of the last read; 0: none */
+static atomic_bool probe_busy;
+
+void sl__cpus_probe_path(const char *loadavg) {
+  atomic_store(&probe_path, loadavg);
+  atomic_store(&probe_at, 0);
+}
+
+bool sl__cpus_oversubscribed(void) {
+  uint64_t now = sl__now_ns();
+  uint64_t at = atomic_load_explicit(&probe_at, memory_order_relaxed);
+  if (at && now - at < PROBE_NS)
+    return atomic_load_explicit(&probe_busy, memory_order_relaxed);
+  /* One thread reads; the others keep the old answer meanwhile. */
+  if (!atomic_compare_exchange_strong(&probe_at, &at, now ? now : 1))
+    return atomic_load_explicit(&probe_busy, memory_order_relaxed);
+  const char *path = atomic_load(&probe_path);
+  long r = sl__runnable_threads(path ? path : "/proc/loadavg");
+  long online = sysconf(_SC_NPROCESSORS_ONLN);
+  bool busy = r >= 0 && online > 0 && r > online;
+  atomic_store_explicit(&probe_busy, busy, memory_order_relaxed);
+  return busy;
 }

@@ -117,6 +117,20 @@ long sl__cpu_count(void);
  * cgroup paths listed in `proc_cgroup` (a /proc/self/cgroup) under `root`
  * (a /sys/fs/cgroup); 0 when there is none.  Tests give their own files. */
 long sl__cgroup_cpu_limit(const char *proc_cgroup, const char *root);
+/* Whether the machine has more runnable threads than online CPUs (cpus.c:
+ * /proc/loadavg's running count, host-wide as the CPUs it is compared
+ * with), so that a thread spinning for a result would take a CPU another
+ * thread is waiting for.  Read at most once per 10 ms per process (a cached
+ * answer in between); false when it cannot be read.  Thread-safe; a few
+ * nanoseconds when cached.  The engine's consumer and the channel check it
+ * before each spin. */
+bool sl__cpus_oversubscribed(void);
+/* The running count R of a /proc/loadavg-format file ("L1 L5 L15 R/T
+ * PID"), or -1 when it cannot be read or parsed. */
+long sl__runnable_threads(const char *loadavg);
+/* Tests: the file sl__cpus_oversubscribed reads (NULL: /proc/loadavg), its
+ * cached answer forgotten.  Not for use while other threads probe. */
+void sl__cpus_probe_path(const char *loadavg);
 /* The most threads a stage may start: SLUICE_MAX_THREADS when set to
  * 1..SL__THREADS_HARD_MAX, else SL__THREADS_HARD_MAX.  Thread-safe (reads
  * the environment). */

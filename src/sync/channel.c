@@ -155,9 +155,10 @@ static void push(sl_channel *ch, sl_sample *s, size_t nbytes) {
  * receiver finds it empty.  Releases mu, spins a little while the level
  * stays put, then retakes mu; the caller then re-checks every condition
  * under the lock before it may sleep, so no wake-up is missed.  Spinning only
- * pays with a second core: on one CPU the peer cannot run while we spin. */
+ * pays with a second core: on one CPU the peer cannot run while we spin, nor
+ * while every CPU has a thread to run (sl__cpus_oversubscribed). */
 static void spin_while_level(sl_channel *ch, bool full) {
-  if (!ch->spin) return;
+  if (!ch->spin || sl__cpus_oversubscribed()) return;
   size_t start = ch->len;
   pthread_mutex_unlock(&ch->mu);
   for (int i = 0; i < SPIN_LIMIT; i++) {

@@ -74,7 +74,10 @@
  *             Lua map on one thread) makes the consumer sleep at once for
  *             the next 1, 2, 4 ... SPIN_BACKOFF_MAX waits; one that meets a
  *             result clears that.  So a consumer that is always waiting
- *             probes with a spin once in SPIN_BACKOFF_MAX sleeps.
+ *             probes with a spin once in SPIN_BACKOFF_MAX sleeps.  No
+ *             spin while the machine has more runnable threads than CPUs
+ *             (sl__cpus_oversubscribed): it would take a CPU from a thread
+ *             with work, the trainer's included.
  *   many      With a process_many callback an item's results are one
  *             R_MANY result (an array of samples) in the item's one slot:
  *             the window, the ring and the cache count items.  The consumer
@@ -119,7 +122,8 @@
  *     unlocked by the spinning consumer.
  *   worker wctx, ready, ns_per_item, in[], out[]: that worker's thread while
  *     it runs, the consumer otherwise (pthread_create / join order them).
- *   cache, cache_pos, cache_len, spin_skip, spin_backoff, running, thread,
+ *   cache, cache_pos, cache_len, spin_skip, spin_backoff, spins, running,
+ *     thread,
  *     seen: consumer-only.
  *   ops, ud, stage, ordered, window, batch_max, nthreads, spin, max_bytes,
  *     finish, on_thread: immutable.
@@ -219,6 +223,7 @@ struct sl__engine {
   int cache_pos, cache_len;
   int seen;              /* SL__ENGINE_SEEN_*: what the last fill found */
   unsigned spin_skip;    /* waits left to sleep through without a spin */
+  uint64_t spins;        /* spins begun (sl__engine_spins) */
   unsigned spin_backoff; /* 0 after a spin that met a result, else the
                             last skip, doubling per miss */
   worker *w;             /* nthreads */
@@ -732,8 +737,11 @@ static void fill_cache(sl__engine *e) {
       spun = true; /* a spin missed lately: sleep at once */
       e->spin_skip--;
     }
+    if (!spun && e->spin && sl__cpus_oversubscribed())
+      spun = true; /* the CPUs are all taken: a spin would take one */
     if (!spun && e->spin) {
       spun = true;
+      e->spins++;
       unsigned p0 = atomic_load_explicit(&e->published, memory_order_acquire);
       pthread_mutex_unlock(&e->mu);
       bool hit = false;
@@ -931,6 +939,8 @@ void sl__engine_set_cache(sl__engine *e, int cache) {
 const atomic_bool *sl__engine_stop_flag(const sl__engine *e) {
   return &e->stop;
 }
+
+uint64_t sl__engine_spins(const sl__engine *e) { return e->spins; }
 
 sl__stage_counters *sl__engine_counters(sl__engine *e) {
   return &e->stats;

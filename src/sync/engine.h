@@ -96,7 +96,8 @@ int sl__engine_create(const sl__engine_ops *ops, void *ud,
 void sl__engine_on_skip(sl__engine *e, sl__engine_skip_fn skipped);
 void sl__engine_set_cache(sl__engine *e, int cache);
 /* Whether the consumer, finding nothing ready, may spin briefly before it
- * sleeps (default: when the CPUs outnumber the workers; a spin that meets
+ * sleeps (default: when the CPUs outnumber the workers, and never while the
+ * machine has more runnable threads than CPUs; a spin that meets
  * no result makes the next 1, 2, 4 ... 64 waits sleep at once, engine.c).
  * Off for a stage whose items take far longer than a wake-up (open_files:
  * a chunk each), where the spin seldom meets a result and only burns
@@ -214,6 +215,10 @@ void sl__engine_note_wait(sl__engine *e, uint64_t t0);
 /* The stop flag (true while stopping), for code that must end a long call
  * early (the Lua deadline hook). */
 const atomic_bool *sl__engine_stop_flag(const sl__engine *e);
+
+/* The spins the consumer began since creation (tests: none while the
+ * machine is oversubscribed, sl__cpus_oversubscribed).  The consumer's. */
+uint64_t sl__engine_spins(const sl__engine *e);
 
 /* The engine's run counters (busy, wait_up, wait_down; threads). */
 sl__stage_counters *sl__engine_counters(sl__engine *e);
