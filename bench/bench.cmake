@@ -36,3 +36,15 @@ if(SLUICE_BUILD_BENCH AND SLUICE_BUILD_TESTS AND SLUICE_WITH_LUA AND
                    --build ${CMAKE_BINARY_DIR} --smoke --only ${_peers_only})
   set_tests_properties(bench.peers_smoke PROPERTIES TIMEOUT 900 LABELS bench)
 endif()
+
+# bench/cpu_under_load runs (one short run of each pipeline, quiet and
+# beside busy loops, on the Fashion-MNIST test set packed here; no figure
+# checked): its medians come out for every (load, pipeline).
+if(SLUICE_BUILD_BENCH AND SLUICE_BUILD_TESTS AND SLUICE_WITH_LUA AND
+   NOT SLUICE_ASAN AND NOT SLUICE_TSAN AND NOT SLUICE_UBSAN)
+  add_test(NAME bench.cpu_under_load_smoke
+           COMMAND bash ${PROJECT_SOURCE_DIR}/bench/cpu_under_load_smoke
+                   ${PROJECT_SOURCE_DIR} ${CMAKE_BINARY_DIR})
+  set_tests_properties(bench.cpu_under_load_smoke PROPERTIES TIMEOUT 300
+                       LABELS bench SKIP_RETURN_CODE 77)
+endif()
