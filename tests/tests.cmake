@@ -156,16 +156,16 @@ if(SLUICE_BUILD_TESTS AND SLUICE_WITH_LUA)
   # find lua/ through LUA_PATH too.
   get_property(_sluice_host_tests DIRECTORY PROPERTY TESTS)
   list(FILTER _sluice_host_tests INCLUDE REGEX
-       "^(lua_ship|lua_stage|lua_faults|shutdown)\\.")
+       "^(lua_ship|lua_stage|lua_faults|lua_alloc|shutdown)\\.")
   if(_sluice_host_tests)
     set_property(TEST ${_sluice_host_tests} APPEND PROPERTY ENVIRONMENT
       "LUA_PATH=${_sluice_lua_path_esc}")
   endif()
-  # tests/test_resume_script.c and tests/test_lua_flow.c run the real
+  # tests/test_resume_script.c, test_lua_flow.c and test_lua_alloc.c run the real
   # `sluice` package in worker states (ctx.rng, the parser, the flow
   # stages), whose FFI takes libsluice's functions from the executable
   # (ffi.C): the whole static library is linked in.
-  foreach(_sluice_ffi_test test_resume_script test_lua_flow)
+  foreach(_sluice_ffi_test test_resume_script test_lua_flow test_lua_alloc)
     if(TARGET ${_sluice_ffi_test})
       target_link_options(${_sluice_ffi_test} PRIVATE
         "LINKER:--whole-archive,$<TARGET_FILE:sluice_static>,--no-whole-archive")
