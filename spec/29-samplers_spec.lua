@@ -16,6 +16,35 @@ local function sorted(t)
   return c
 end
 
+-- Two passes of build() read whole, against the same read cut at each of
+-- `cuts` samples, saved, closed and restored into a fresh build(): the
+-- same samples (field i) in the same order.
+local function resumes_exactly(build, cuts)
+  local ref, whole = build(), {}
+  for _ = 1, 2 do
+    for _, v in ipairs(collect(ref)) do whole[#whole + 1] = v end
+    ref:reset()
+  end
+  for _, cut in ipairs(cuts) do
+    local p, got = build(), {}
+    for _ = 1, cut do
+      local s = p:next()
+      if not s then p:reset() s = p:next() end
+      got[#got + 1] = s.i
+    end
+    local st = p:state()
+    p:close()
+    local q = build()
+    q:restore(st)
+    while #got < #whole do
+      local s = q:next()
+      if not s then q:reset() s = q:next() end
+      got[#got + 1] = s.i
+    end
+    assert.same(whole, got)
+  end
+end
+
 describe("p:weighted_sample(weights, opts)", function()
   it("draws index i with probability weights[i] / sum", function()
     local w = {1, 2, 0, 3, 4}
@@ -147,34 +176,9 @@ describe("p:weighted_sample(weights, opts)", function()
   it("saves and restores its position at several cuts", function()
     local w = {}
     for i = 1, 20 do w[i] = i % 4 end
-    local function build()
+    resumes_exactly(function()
       return sluice.range(20):weighted_sample(w, {num_samples = 15, seed = 9})
-    end
-    local whole = {}
-    local ref = build()
-    for _ = 1, 2 do
-      for _, v in ipairs(collect(ref)) do whole[#whole + 1] = v end
-      ref:reset()
-    end
-    for _, cut in ipairs({0, 1, 7, 14, 15, 16, 29}) do
-      local p = build()
-      local got = {}
-      for _ = 1, cut do
-        local s = p:next()
-        if not s then p:reset() s = p:next() end
-        got[#got + 1] = s.i
-      end
-      local st = p:state()
-      p:close()
-      local q = build()
-      q:restore(st)
-      while #got < 30 do
-        local s = q:next()
-        if not s then q:reset() s = q:next() end
-        got[#got + 1] = s.i
-      end
-      assert.same(whole, got)
-    end
+    end, {0, 1, 7, 14, 15, 16, 29})
   end)
 end)
 
@@ -363,5 +367,65 @@ describe("samplers over an SLR file", function()
     local tr, va = sluice.random_split(sluice.open(file), {0.75, 0.25})
     assert.equal(30, #collect(tr, "text"))
     assert.equal(10, #collect(va, "text"))
+  end)
+end)
+
+describe("p:global_shuffle(opts)", function()
+  it("yields every sample once per pass, in a new order each pass", function()
+    local p = sluice.range(200):global_shuffle({seed = 4})
+    assert.equal(200, p:length())
+    local passes = {}
+    for pass = 1, 3 do
+      passes[pass] = collect(p)
+      assert.same(collect(sluice.range(200)), sorted(passes[pass]))
+      p:reset()
+    end
+    local same = 0
+    for i = 1, 200 do
+      if passes[1][i] == passes[2][i] then same = same + 1 end
+    end
+    assert.is_true(same < 20)
+    -- the same seed, the same passes
+    assert.same(passes[1], collect(sluice.range(200):global_shuffle({seed = 4})))
+  end)
+
+  it("splits each pass between ranks with equal counts", function()
+    local all = {}
+    for rank = 0, 2 do
+      local p = sluice.range(10):global_shuffle(
+        {seed = 1, shard = {rank = rank, world = 3, remainder = "drop"}})
+      local got = collect(p)
+      assert.equal(3, #got)
+      assert.equal(3, p:length())
+      for _, v in ipairs(got) do all[#all + 1] = v end
+    end
+    local seen = {}
+    for _, v in ipairs(all) do
+      assert.is_nil(seen[v])
+      seen[v] = true
+    end
+  end)
+
+  it("refuses bad options and upstreams without random access", function()
+    assert.matches("global_shuffle%(%): unknown option 'sed'",
+                   misuse(function()
+                     sluice.range(4):global_shuffle({sed = 1})
+                   end))
+    assert.matches("rank 3 is not in %[0, 3%)",
+                   misuse(function()
+                     sluice.range(4):global_shuffle(
+                       {shard = {rank = 3, world = 3}})
+                   end))
+    assert.matches("global_shuffle: its upstream 'map' has no random access",
+                   misuse(function()
+                     sluice.range(4):map(function(s) return s end)
+                       :global_shuffle()
+                   end))
+  end)
+
+  it("saves and restores its position without replay", function()
+    resumes_exactly(function()
+      return sluice.range(30):global_shuffle({seed = 2})
+    end, {0, 1, 13, 29, 30, 31, 45})
   end)
 end)

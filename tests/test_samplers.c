@@ -14,6 +14,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define OK(expr)                                                               \
   do {                                                                         \
@@ -708,6 +709,197 @@ TEST(weighted_throughput_over_range_and_slr) {
   free(w);
 }
 
+/* --- global_shuffle (issue 28, item 3) ----------------------------------
+ */
+
+/* The Feistel permutation of core/rng.h: a bijection of [0, n) for every n,
+ * a function of (seed, stream) alone, a different one per stream. */
+TEST(feistel_permutes_every_size_by_seed_and_stream) {
+  static const uint64_t sizes[] = {1,  2,   3,   4,    5,    7,    16,
+                                   17, 100, 255, 256,  257,  1000, 4097,
+                                   65539};
+  static uint8_t seen[65539];
+  for (size_t z = 0; z < sizeof sizes / sizeof *sizes; z++) {
+    uint64_t n = sizes[z];
+    for (uint64_t stream = 0; stream < 3; stream++) {
+      sl__feistel f, g;
+      sl__feistel_init(&f, n, 42, stream);
+      sl__feistel_init(&g, n, 42, stream);
+      memset(seen, 0, n);
+      uint64_t fixed = 0;
+      for (uint64_t i = 0; i < n; i++) {
+        uint64_t x = sl__feistel_at(&f, i);
+        ASSERT_TRUE(x < n);
+        ASSERT_EQ(seen[x], 0);
+        seen[x] = 1;
+        ASSERT_EQ(sl__feistel_at(&g, i), x); /* same key, same value */
+        fixed += x == i;
+      }
+      if (n >= 100) ASSERT_TRUE(fixed < n / 10); /* not the identity */
+    }
+    if (n >= 100) { /* another stream (pass), another order */
+      sl__feistel a, b;
+      sl__feistel_init(&a, n, 42, 0);
+      sl__feistel_init(&b, n, 42, 1);
+      uint64_t same = 0;
+      for (uint64_t i = 0; i < n; i++)
+        same += sl__feistel_at(&a, i) == sl__feistel_at(&b, i);
+      ASSERT_TRUE(same < n / 10);
+    }
+  }
+  /* The largest sizes: values stay in range. */
+  sl__feistel big;
+  sl__feistel_init(&big, UINT64_MAX, 7, 0);
+  for (uint64_t i = 0; i < 1000; i++)
+    ASSERT_TRUE(sl__feistel_at(&big, UINT64_MAX - 1 - i) < UINT64_MAX);
+}
+
+/* Uniform: over 2000 passes, where sample 0 lands is spread evenly over the
+ * 20 positions (chi-square with 19 degrees of freedom below 43.8, p =
+ * 0.001), and so is which sample comes first. */
+TEST(feistel_positions_are_uniform_over_passes) {
+  enum { N = 20, PASSES = 2000 };
+  double where0[N] = {0}, first[N] = {0};
+  for (uint64_t p = 0; p < PASSES; p++) {
+    sl__feistel f;
+    sl__feistel_init(&f, N, 9, p);
+    first[sl__feistel_at(&f, 0)]++;
+    for (uint64_t i = 0; i < N; i++)
+      if (sl__feistel_at(&f, i) == 0) where0[i]++;
+  }
+  double c1 = 0, c2 = 0, e = (double)PASSES / N;
+  for (int i = 0; i < N; i++) {
+    c1 += (where0[i] - e) * (where0[i] - e) / e;
+    c2 += (first[i] - e) * (first[i] - e) / e;
+  }
+  ASSERT_TRUE(c1 < 43.8);
+  ASSERT_TRUE(c2 < 43.8);
+}
+
+static sl_reader *global(sl_reader *up, uint64_t seed, int rank, int world,
+                         sl_shard_policy policy) {
+  sl_global_shuffle_opts o = SL_GLOBAL_SHUFFLE_OPTS_INIT;
+  o.seed = seed;
+  o.rank = rank;
+  o.world = world;
+  o.remainder = policy;
+  sl_reader *r = NULL;
+  ASSERT_OK(sl_global_shuffle(up, &o, &r));
+  return r;
+}
+
+TEST(global_shuffle_visits_every_sample_once_per_pass_in_a_new_order) {
+  enum { N = 1000 };
+  static int64_t v[N + 1], prev[N];
+  sl_reader *r = global(test_range_reader(N), 5, 0, 1, SL_SHARD_PAD);
+  uint64_t len;
+  ASSERT_OK(sl_reader_length(r, &len));
+  ASSERT_EQ(len, N);
+  for (int pass = 0; pass < 3; pass++) {
+    ASSERT_EQ(drain(r, v, N + 1), N);
+    static uint8_t seen[N];
+    memset(seen, 0, sizeof seen);
+    size_t same = 0, in_order = 0;
+    for (int i = 0; i < N; i++) {
+      ASSERT_TRUE(v[i] >= 0 && v[i] < N);
+      ASSERT_EQ(seen[v[i]], 0);
+      seen[v[i]] = 1;
+      if (pass) same += v[i] == prev[i];
+      in_order += v[i] == i;
+    }
+    ASSERT_TRUE(in_order < N / 10);
+    if (pass) ASSERT_TRUE(same < N / 10);
+    memcpy(prev, v, sizeof prev);
+    ASSERT_OK(sl_reader_reset(r));
+  }
+  sl_reader_destroy(r);
+  /* The same seed gives the same passes; another seed another. */
+  sl_reader *a = global(test_range_reader(N), 5, 0, 1, SL_SHARD_PAD);
+  sl_reader *b = global(test_range_reader(N), 6, 0, 1, SL_SHARD_PAD);
+  static int64_t va[N], vb[N];
+  ASSERT_EQ(drain(a, va, N), N);
+  ASSERT_EQ(drain(b, vb, N), N);
+  size_t same = 0;
+  for (int i = 0; i < N; i++)
+    same += va[i] == vb[i];
+  ASSERT_TRUE(same < N / 10);
+  sl_reader_destroy(a);
+  sl_reader_destroy(b);
+}
+
+/* Ranks split each pass's permutation: equal counts under pad and drop
+ * (pad repeats the first of the permutation), an exact cover under uneven,
+ * and together the whole pass. */
+TEST(global_shuffle_ranks_split_the_pass_with_equal_counts) {
+  enum { N = 103, W = 4 };
+  static const sl_shard_policy pol[] = {SL_SHARD_PAD, SL_SHARD_DROP,
+                                        SL_SHARD_UNEVEN};
+  for (int k = 0; k < 3; k++) {
+    int count[N] = {0};
+    uint64_t total = 0;
+    for (int rank = 0; rank < W; rank++) {
+      sl_reader *r = global(test_range_reader(N), 11, rank, W, pol[k]);
+      static int64_t v[N];
+      size_t n = drain(r, v, N);
+      uint64_t len;
+      ASSERT_OK(sl_reader_length(r, &len));
+      ASSERT_EQ(len, n);
+      ASSERT_EQ(n, sl_shard_count(N, rank, W, pol[k]));
+      for (size_t i = 0; i < n; i++)
+        count[v[i]]++;
+      total += n;
+      sl_reader_destroy(r);
+    }
+    int missing = 0, twice = 0;
+    for (int i = 0; i < N; i++) {
+      missing += count[i] == 0;
+      twice += count[i] > 1;
+    }
+    if (pol[k] == SL_SHARD_PAD) {
+      ASSERT_EQ(total, 26 * W);
+      ASSERT_EQ(missing, 0);
+      ASSERT_EQ(twice, 26 * W - N);
+    } else if (pol[k] == SL_SHARD_DROP) {
+      ASSERT_EQ(total, 25 * W);
+      ASSERT_EQ(missing, N - 25 * W);
+      ASSERT_EQ(twice, 0);
+    } else {
+      ASSERT_EQ(total, N);
+      ASSERT_EQ(missing + twice, 0);
+    }
+  }
+}
+
+TEST(global_shuffle_refuses_bad_options_and_upstreams) {
+  sl_reader *r = (sl_reader *)1;
+  sl_global_shuffle_opts o = SL_GLOBAL_SHUFFLE_OPTS_INIT;
+  o.rank = 3;
+  o.world = 3;
+  ASSERT_RC(sl_global_shuffle(test_range_reader(4), &o, &r), SL_EINVAL);
+  ASSERT_NULL(r);
+  ASSERT_CONTAINS(sl_last_error(), "global_shuffle: rank 3 is not in [0, 3)");
+  o = (sl_global_shuffle_opts)SL_GLOBAL_SHUFFLE_OPTS_INIT;
+  o.remainder = (sl_shard_policy)7;
+  ASSERT_RC(sl_global_shuffle(test_range_reader(4), &o, &r), SL_EINVAL);
+  ASSERT_CONTAINS(sl_last_error(), "remainder 7");
+  sl_reader *m = NULL;
+  ASSERT_OK(sl_map(test_range_reader(4), times3, NULL, NULL, NULL, &m));
+  ASSERT_RC(sl_global_shuffle(m, NULL, &r), SL_EUNSUPPORTED);
+  ASSERT_CONTAINS(sl_last_error(), "global_shuffle: its upstream 'map' has "
+                                   "no random access");
+  sl_reader *f = NULL;
+  ASSERT_OK(sl_filter(test_range_reader(4), keep_all, NULL, NULL, &f));
+  ASSERT_OK(sl_cache(f, &f));
+  ASSERT_RC(sl_global_shuffle(f, NULL, &r), SL_EUNSUPPORTED);
+  ASSERT_CONTAINS(sl_last_error(),
+                  "global_shuffle: the upstream's length must be known");
+  /* an empty upstream: an empty pass */
+  r = global(test_range_reader(0), 1, 0, 1, SL_SHARD_PAD);
+  sl_sample *s;
+  ASSERT_RC(sl_reader_next(r, &s), SL_EOF);
+  sl_reader_destroy(r);
+}
+
 /* --- saving and restoring
  * ------------------------------------------------------ */
 
@@ -719,6 +911,8 @@ typedef enum {
   RS_WEIGHTED_OVER_CACHE,
   RS_SHUFFLE_OVER_SUBSET,
   RS_WEIGHTED_OVER_SLR,
+  RS_GLOBAL,
+  RS_GLOBAL_RANK,
 } resume_kind;
 
 static sl_reader *build(void *ud) {
@@ -763,6 +957,15 @@ static sl_reader *build(void *ud) {
     OK(sl_subset(r, idx, 30, &r));
     OK(sl_shuffle(r, 8, 1, &r));
     return r;
+  case RS_GLOBAL:
+  case RS_GLOBAL_RANK: {
+    sl_global_shuffle_opts g = SL_GLOBAL_SHUFFLE_OPTS_INIT;
+    g.seed = 3;
+    g.world = kind == RS_GLOBAL ? 1 : 3;
+    g.rank = kind == RS_GLOBAL ? 0 : 2;
+    OK(sl_global_shuffle(r, &g, &r));
+    return r;
+  }
   case RS_WEIGHTED_OVER_SLR: {
     sl_reader_destroy(r);
     const char *path = test_tmppath("samplers", "resume.slr");
@@ -806,6 +1009,11 @@ TEST(a_shuffle_over_a_subset_resumes_exactly) {
 }
 TEST(weighted_over_slr_resumes_exactly) {
   check_kind(RS_WEIGHTED_OVER_SLR);
+}
+
+TEST(global_shuffle_resumes_exactly) {
+  check_kind(RS_GLOBAL);
+  check_kind(RS_GLOBAL_RANK);
 }
 
 TEST(a_state_of_other_weights_or_another_split_is_refused) {

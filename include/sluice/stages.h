@@ -392,6 +392,30 @@ SL_API int sl_subset(sl_reader *up, const uint64_t *indices, size_t n,
 SL_API int sl_random_split(sl_reader *up, const double *sizes, size_t k,
                            uint64_t seed, sl_reader **out);
 
+/* Options of sl_global_shuffle.  Extensible: `size` must be
+ * sizeof(sl_global_shuffle_opts) (SL_GLOBAL_SHUFFLE_OPTS_INIT sets it and
+ * the defaults). */
+typedef struct sl_global_shuffle_opts {
+  size_t size;               /* sizeof(sl_global_shuffle_opts) */
+  uint64_t seed;
+  int rank, world;           /* world 0: both from sl_shard_env */
+  sl_shard_policy remainder; /* how ranks split the pass (SL_SHARD_PAD) */
+} sl_global_shuffle_opts;
+#define SL_GLOBAL_SHUFFLE_OPTS_INIT                                            \
+  {sizeof(sl_global_shuffle_opts), 0, 0, 0, SL_SHARD_PAD}
+
+/* A uniform shuffle of the whole data set, new every pass: pass p yields
+ * up's samples at the positions of a pseudo-random permutation of [0, n)
+ * drawn from (seed, p) - a Feistel permutation computed per position, so
+ * O(1) memory whatever n, no window and no index list - the rank's share
+ * of it under `remainder` (sl_shard_policy: equal counts under PAD and
+ * DROP).  up must have random access and a known length n.  The state is
+ * the position (restored without replay).  Takes `up` also on failure.
+ * Returns SL_OK; SL_EINVAL (rank not in [0, world), a bad remainder);
+ * SL_EUNSUPPORTED (no random access, unknown length); SL_ENOMEM. */
+SL_API int sl_global_shuffle(sl_reader *up, const sl_global_shuffle_opts *opts,
+                             sl_reader **out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1861,6 +1861,26 @@ function Pipeline:weighted_sample(weights, opts)
   return result
 end
 
+local GLOBAL_OPTS = set("seed", "shard")
+-- :global_shuffle({seed =, shard = {rank =, world =, remainder =}}): every
+-- sample of this pipeline (it needs random access and a known length) in a
+-- new uniform order each pass, the rank's share of it (sl_global_shuffle;
+-- rank and world from the launcher's environment unless `shard` gives
+-- them).
+function Pipeline:global_shuffle(opts)
+  local where = ":global_shuffle()"
+  live(self, where, 2)
+  opts = check_opts(opts, where, GLOBAL_OPTS, 2)
+  local o = ffi.new("sl_global_shuffle_opts")
+  o.size = ffi.sizeof("sl_global_shuffle_opts")
+  o.seed = check_seed(opts.seed == nil and self._flow and self._flow.seed
+                      or opts.seed, where, 2)
+  o.rank, o.world, o.remainder = 0, 0, 0
+  if opts.shard ~= nil then shard_option(opts.shard, where, o, 2) end
+  local result = made(C.sl_global_shuffle(take(self, where), o, OUT), 2, self)
+  return result -- not a tail call: the error's level is the caller's
+end
+
 -- :subset(indices): PyTorch's Subset; indices are 0-based positions.
 function Pipeline:subset(indices)
   local where = ":subset()"

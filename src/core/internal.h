@@ -117,6 +117,12 @@ long sl__cpu_count(void);
  * cgroup paths listed in `proc_cgroup` (a /proc/self/cgroup) under `root`
  * (a /sys/fs/cgroup); 0 when there is none.  Tests give their own files. */
 long sl__cgroup_cpu_limit(const char *proc_cgroup, const char *root);
+/* The positions of the epoch sequence (n records; shard.c) that rank `rank` of
+ * `world` reads, in output order, as segments [seg[2i], seg[2i+1]): returns
+ * their number, 0 to 2 (two only under SL_SHARD_PAD, when the share wraps
+ * to the start of the sequence).  Arguments must be valid. */
+size_t sl__shard_segments(uint64_t n, int rank, int world,
+                          sl_shard_policy policy, uint64_t seg[4]);
 /* Whether the machine has more runnable threads than online CPUs (cpus.c:
  * /proc/loadavg's running count, host-wide as the CPUs it is compared
  * with), so that a thread spinning for a result would take a CPU another

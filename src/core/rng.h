@@ -1,9 +1,10 @@
 /*
  * rng.h - the deterministic random numbers of the readers (shuffle.c,
- * epoch_plan.c): splitmix64 (for seeding and counter-based keys),
- * xoshiro256** (the stream) and Lemire's unbiased bounded draw.  Header-only
- * (static inline): the sequences are pinned by tests, so every user must
- * compute exactly these functions.
+ * epoch_plan.c, sampler.c): splitmix64 (for seeding and counter-based
+ * keys), xoshiro256** (the stream), Lemire's unbiased bounded draw, the
+ * seeded Fisher-Yates permutation and an O(1)-memory Feistel
+ * permutation.  Header-only (static inline): the sequences are pinned by
+ * tests, so every user must compute exactly these functions.
  */
 #ifndef SLUICE_CORE_RNG_H
 #define SLUICE_CORE_RNG_H
@@ -105,5 +106,52 @@ static inline void sl__permute_u32(uint64_t key, uint32_t *a, size_t n) {
   SL__PERMUTE_BODY(uint32_t);
 }
 #undef SL__PERMUTE_BODY
+
+/* A pseudo-random permutation of [0, n) chosen by (seed, stream), in O(1)
+ * memory (global_shuffle: a new uniform order of a data set per pass,
+ * stream = the pass, with no index list): a 4-round balanced Feistel
+ * network over the smallest even number b >= 2 of bits that covers n - 1,
+ * its round function the splitmix64 finalizer of (half ^ round key), walked
+ * back into [0, n) by re-encrypting the values >= n (cycle walking: a
+ * bijection of [0, 2^b) restricted to [0, n) stays one; 2^b < 4n, so about
+ * 4 steps at most on average).  sl__feistel_at(f, i) is the i-th element
+ * of the permutation, for i < n. */
+typedef struct sl__feistel {
+  uint64_t n;
+  unsigned half;    /* bits per half */
+  uint64_t mask;    /* (1 << half) - 1 */
+  uint64_t key[4];  /* round keys */
+} sl__feistel;
+
+static inline void sl__feistel_init(sl__feistel *f, uint64_t n, uint64_t seed,
+                                    uint64_t stream) {
+  unsigned b = 2;
+  while (b < 64 && (n - 1) >> b) b++;
+  b += b & 1;
+  f->n = n;
+  f->half = b / 2;
+  f->mask = f->half >= 64 ? ~0ull : (1ull << f->half) - 1;
+  uint64_t x = sl__splitmix64_mix(seed) ^
+               sl__splitmix64_mix(stream + SL__RNG_GOLDEN);
+  for (int r = 0; r < 4; r++)
+    f->key[r] = sl__splitmix64(&x);
+}
+
+static inline uint64_t sl__feistel_encrypt(const sl__feistel *f, uint64_t v) {
+  uint64_t l = (v >> f->half) & f->mask, r = v & f->mask;
+  for (int k = 0; k < 4; k++) {
+    uint64_t t = l ^ (sl__splitmix64_mix(r ^ f->key[k]) & f->mask);
+    l = r;
+    r = t;
+  }
+  return (l << f->half) | r;
+}
+
+static inline uint64_t sl__feistel_at(const sl__feistel *f, uint64_t i) {
+  if (f->n <= 1) return 0;
+  uint64_t v = sl__feistel_encrypt(f, i);
+  while (v >= f->n) v = sl__feistel_encrypt(f, v);
+  return v;
+}
 
 #endif

@@ -85,13 +85,6 @@ int sl__plan_build_segments(const sl__plan_file *files, size_t nfiles,
                             const sl__plan_params *p, const uint64_t *segs,
                             size_t nsegs, sl__plan *out);
 
-/* The positions of the epoch sequence (n records) that rank `rank` of
- * `world` reads, in output order, as segments [seg[2i], seg[2i+1]): returns
- * their number, 0 to 2 (two only under SL_SHARD_PAD, when the share wraps
- * to the start of the sequence).  Arguments must be valid. */
-size_t sl__shard_segments(uint64_t n, int rank, int world,
-                          sl_shard_policy policy, uint64_t seg[4]);
-
 /* The permutation keys of the plan (documented in docs/DATA.md): the
  * key of the chunk permutation (window == UINT64_MAX) or of window w's
  * record permutation. */

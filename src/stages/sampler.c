@@ -1,7 +1,12 @@
 /*
  * sampler.c - samplers over positions of an upstream with random access:
  * sl_weighted_sample (PyTorch's WeightedRandomSampler), sl_subset
- * (PyTorch's Subset) and sl_random_split (PyTorch's random_split).
+ * (PyTorch's Subset), sl_random_split (PyTorch's random_split) and
+ * sl_global_shuffle (a uniform permutation of the whole data set per pass,
+ * tf.data's global_shuffle, Grain's index sampler: output k of pass p is
+ * the upstream's sample at position feistel(seed, p)[share_r(k)], the
+ * rank's share of the permutation as sl_shard_policy defines it, computed
+ * per position in O(1) memory: core/rng.h sl__feistel).
  *
  * Protocol.  None of these stages pulls its upstream: pass p of a stage is
  * a list of upstream positions - fixed (subset, a split) or drawn from
@@ -80,7 +85,7 @@ static void shared_drop(shared_src *sh) {
 
 /* --- the stage ------------------------------------------------------------ */
 
-typedef enum { K_WEIGHTED, K_SUBSET, K_SPLIT } sampler_kind;
+typedef enum { K_WEIGHTED, K_SUBSET, K_SPLIT, K_GLOBAL } sampler_kind;
 
 typedef struct key_idx {
   double key;
@@ -107,6 +112,12 @@ typedef struct sampler {
   uint64_t *order;     /* without replacement: pass order_pass's draw */
   uint64_t order_pass; /* valid when order_ok */
   bool order_ok;
+  /* global: the rank's share of the permutation, as segments of it */
+  uint64_t seg[4];
+  size_t nseg;
+  sl__feistel perm; /* of pass perm_pass */
+  uint64_t perm_pass;
+  bool perm_ok;
   uint32_t crc; /* CRC32C of the weights or indices */
   char *ident;  /* the identity (split: with the source's) */
 } sampler;
@@ -168,9 +179,27 @@ static int make_order(sampler *s, uint64_t pass) {
   return SL_OK;
 }
 
+/* global_shuffle: entry k of the rank's share of pass `pass`'s
+ * permutation of the n upstream positions. */
+static uint64_t global_at(sampler *s, uint64_t pass, uint64_t k) {
+  if (!s->perm_ok || s->perm_pass != pass) {
+    sl__feistel_init(&s->perm, s->n, s->seed, pass);
+    s->perm_pass = pass;
+    s->perm_ok = true;
+  }
+  size_t i = 0;
+  while (i + 1 < s->nseg && k >= s->seg[2 * i + 1] - s->seg[2 * i]) {
+    k -= s->seg[2 * i + 1] - s->seg[2 * i];
+    i++;
+  }
+  return sl__feistel_at(&s->perm, s->seg[2 * i] + k);
+}
+
 /* The upstream position of output k of pass `pass`. */
 static int position_of(sampler *s, uint64_t pass, uint64_t k, uint64_t *at) {
-  if (s->kind != K_WEIGHTED) {
+  if (s->kind == K_GLOBAL) {
+    *at = global_at(s, pass, k);
+  } else if (s->kind != K_WEIGHTED) {
     *at = s->indices[k];
   } else if (s->replace) {
     *at = draw_with(s, pass, k);
@@ -282,6 +311,7 @@ static void sampler_identity(const sl_reader *r, void *st, char *buf,
 static const sl__stage_ops weighted_ops = SAMPLER_OPS("weighted_sample");
 static const sl__stage_ops subset_ops = SAMPLER_OPS("subset");
 static const sl__stage_ops split_ops = SAMPLER_OPS("random_split");
+static const sl__stage_ops global_ops = SAMPLER_OPS("global_shuffle");
 
 /* --- construction ----------------------------------------------------------
  */
@@ -455,6 +485,44 @@ static int take_indices(sampler *s, const uint64_t *indices, size_t n,
   s->count = n;
   s->crc = sl__crc32c(0, s->indices, n * sizeof *s->indices);
   return SL_OK;
+}
+
+int sl_global_shuffle(sl_reader *up, const sl_global_shuffle_opts *opts,
+                      sl_reader **out) {
+  SL_DECORATOR_ARGS("global_shuffle", up, out);
+  sl_global_shuffle_opts p = SL_GLOBAL_SHUFFLE_OPTS_INIT;
+  int rc = opts ? sl__opts_copy("sl_global_shuffle_opts", &p, sizeof p, opts)
+                : SL_OK;
+  if (rc == SL_OK && p.world == 0) rc = sl_shard_env(&p.rank, &p.world);
+  if (rc == SL_OK && (p.world < 1 || p.rank < 0 || p.rank >= p.world))
+    rc = sl_set_error(SL_EINVAL, "global_shuffle: rank %d is not in [0, %d)",
+                      p.rank, p.world);
+  if (rc == SL_OK && p.remainder != SL_SHARD_PAD &&
+      p.remainder != SL_SHARD_DROP && p.remainder != SL_SHARD_UNEVEN)
+    rc = sl_set_error(SL_EINVAL,
+                      "global_shuffle: remainder %d is not SL_SHARD_PAD, "
+                      "SL_SHARD_DROP or SL_SHARD_UNEVEN",
+                      (int)p.remainder);
+  if (rc == SL_OK) rc = need_fetch("global_shuffle", up);
+  uint64_t n = 0;
+  if (rc == SL_OK) rc = need_length("global_shuffle", up, &n);
+  if (rc < 0) return sl__fail_with_upstream(up, rc);
+  sampler *s = sl__decorator_state("global_shuffle", up, sizeof *s);
+  if (!s) return SL_ENOMEM;
+  s->kind = K_GLOBAL;
+  s->stage = "global_shuffle";
+  s->n = n;
+  s->seed = p.seed;
+  s->count = sl_shard_count(n, p.rank, p.world, p.remainder);
+  s->nseg = sl__shard_segments(n, p.rank, p.world, p.remainder, s->seg);
+  s->ident = dup_printf("n=%llu seed=%llu rank=%d/%d remainder=%d",
+                        (unsigned long long)n, (unsigned long long)p.seed,
+                        p.rank, p.world, (int)p.remainder);
+  if (!s->ident) {
+    sampler_destroy(s);
+    return sl_set_error(SL_ENOMEM, "global_shuffle: cannot allocate");
+  }
+  return sl__stage_wrap(&global_ops, s, NULL, &s->up, NULL, out);
 }
 
 int sl_subset(sl_reader *up, const uint64_t *indices, size_t n,
