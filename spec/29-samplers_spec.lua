@@ -368,6 +368,25 @@ describe("samplers over an SLR file", function()
     assert.equal(30, #collect(tr, "text"))
     assert.equal(10, #collect(va, "text"))
   end)
+
+  it("global_shuffle reads a set of files as one data set", function()
+    local cli = CLI or (H.build_dir() .. "/tools/sluice")
+    local t = {}
+    for i = 1, 25 do t[i] = ("s%d"):format(i - 1) end
+    H.write(dir .. "/b.txt", table.concat(t, "\n"))
+    assert(os.execute(("'%s' pack text '%s' -o '%s' --records-per-chunk 8 -q")
+                      :format(cli, dir .. "/b.txt", dir .. "/b.slr")))
+    local p = sluice.open(dir .. "/*.slr"):global_shuffle({seed = 3})
+    assert.equal(65, p:length())
+    local want = {}
+    for i = 1, 40 do want[#want + 1] = ("r%d"):format(i - 1) end
+    for i = 1, 25 do want[#want + 1] = ("s%d"):format(i - 1) end
+    table.sort(want)
+    local a = collect(p, "text")
+    assert.same(want, sorted(a))
+    p:reset()
+    assert.are_not.same(a, collect(p, "text"))
+  end)
 end)
 
 describe("p:global_shuffle(opts)", function()

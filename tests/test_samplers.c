@@ -870,6 +870,43 @@ TEST(global_shuffle_ranks_split_the_pass_with_equal_counts) {
   }
 }
 
+/* A chain of readers with random access and known lengths is one data set
+ * to global_shuffle (a set of files); a chain with a part without is
+ * refused naming it. */
+TEST(global_shuffle_reads_a_chain_as_one_data_set) {
+  uint64_t idx[20];
+  for (int i = 0; i < 20; i++)
+    idx[i] = 30 + (uint64_t)i;
+  sl_reader *parts[2] = {test_range_reader(30), NULL};
+  ASSERT_OK(sl_subset(test_range_reader(50), idx, 20, &parts[1]));
+  sl_reader *c = NULL;
+  ASSERT_OK(sl_chain(parts, 2, &c));
+  sl_reader *r = global(c, 3, 0, 1, SL_SHARD_PAD);
+  int64_t v[51];
+  for (int pass = 0; pass < 2; pass++) {
+    ASSERT_EQ(drain(r, v, 51), 50);
+    uint8_t seen[50] = {0};
+    int in_order = 0;
+    for (int i = 0; i < 50; i++) {
+      ASSERT_TRUE(v[i] >= 0 && v[i] < 50);
+      ASSERT_EQ(seen[v[i]], 0);
+      seen[v[i]] = 1;
+      in_order += v[i] == i;
+    }
+    ASSERT_TRUE(in_order < 10);
+    ASSERT_OK(sl_reader_reset(r));
+  }
+  sl_reader_destroy(r);
+  sl_reader *m = NULL;
+  ASSERT_OK(sl_map(test_range_reader(4), times3, NULL, NULL, NULL, &m));
+  sl_reader *both[2] = {test_range_reader(4), m};
+  ASSERT_OK(sl_chain(both, 2, &c));
+  r = (sl_reader *)1;
+  ASSERT_RC(sl_global_shuffle(c, NULL, &r), SL_EUNSUPPORTED);
+  ASSERT_NULL(r);
+  ASSERT_CONTAINS(sl_last_error(), "its upstream 'chain' has no random access");
+}
+
 TEST(global_shuffle_refuses_bad_options_and_upstreams) {
   sl_reader *r = (sl_reader *)1;
   sl_global_shuffle_opts o = SL_GLOBAL_SHUFFLE_OPTS_INIT;

@@ -269,7 +269,9 @@ SL_API int sl_filter_parallel(sl_reader *up, sl_filter_fn fn, void *ud,
                               const sl_parallel_opts *opts, sl_reader **out);
 
 /* The readers one after another as one pass.  Takes all `n` readers (also on
- * failure).  Their schemas must be equal: SL_ESHAPE otherwise. */
+ * failure).  Their schemas must be equal: SL_ESHAPE otherwise.  When every
+ * reader has random access and a known length, so does the chain (the
+ * samplers and sl_global_shuffle read it as one data set). */
 SL_API int sl_chain(sl_reader **readers, size_t n, sl_reader **out);
 /* Samples of all readers side by side (Paddle's compose).  Takes all readers.
  * Field names must be distinct (SL_EINVAL).  Readers ending at different

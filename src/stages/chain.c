@@ -7,6 +7,11 @@
  * pass starts again at reader 0.  All readers must yield the same schema,
  * which is checked once at construction.  The stage takes every reader it is
  * given, also when construction fails.
+ *
+ * Random access (fetch, stages/state.h): when every reader has it and a
+ * known length, position k of the chain is position k - (the lengths of
+ * the readers before) of the reader it falls in, so a sampler or
+ * global_shuffle reads a set of files as one data set.
  */
 #include "stages/stage.h"
 
@@ -15,6 +20,7 @@ typedef struct chain_state {
   size_t n;
   size_t cur;       /* the reader being read in this pass */
   uint64_t *counts; /* samples each reader gave in this pass */
+  uint64_t *lens;   /* the readers' lengths, once a fetch needed them */
 } chain_state;
 
 static int chain_next(void *st, sl_sample **out) {
@@ -41,6 +47,7 @@ static void chain_destroy(void *st) {
   sl__destroy_readers(c->readers, c->n);
   sl__free(c->readers);
   sl__free(c->counts);
+  sl__free(c->lens);
   sl__free(c);
 }
 
@@ -97,6 +104,35 @@ static int chain_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
   return SL_OK;
 }
 
+/* Position `pos` of the chain: that of the reader it falls in. */
+static int chain_fetch(sl_reader *r, void *st, uint64_t pass, uint64_t pos,
+                       sl_sample **out) {
+  chain_state *c = st;
+  if (!c->lens) {
+    uint64_t *lens = sl__calloc(c->n, sizeof *lens);
+    SL_RETURN_ERROR_IF(!lens, SL_ENOMEM, "chain: cannot allocate");
+    for (size_t i = 0; i < c->n; i++) {
+      int rc = sl__reader_fetch(c->readers[i], pass, 0, NULL);
+      if (rc == SL_OK) rc = sl_reader_length(c->readers[i], &lens[i]);
+      if (rc < 0) {
+        sl__free(lens);
+        return sl_set_error(SL_EUNSUPPORTED,
+                            "chain: reader %zu ('%s') has no random access "
+                            "or no known length",
+                            i, sl_reader_name(c->readers[i]));
+      }
+    }
+    c->lens = lens;
+  }
+  if (!out) return SL_OK;
+  size_t i = 0;
+  while (i < c->n && pos >= c->lens[i])
+    pos -= c->lens[i++];
+  SL_RETURN_ERROR_IF(i == c->n, SL_ECORRUPT,
+                     "chain: a position past its samples");
+  return sl__reader_fetch(c->readers[i], pass, pos, out);
+}
+
 static const sl__stage_ops chain_ops = {
     .name = "chain",
     .next = chain_next,
@@ -105,6 +141,7 @@ static const sl__stage_ops chain_ops = {
     .length = chain_length,
     .save = chain_save,
     .restore = chain_restore,
+    .fetch = chain_fetch,
 };
 
 int sl_chain(sl_reader **readers, size_t n, sl_reader **out) {

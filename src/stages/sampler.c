@@ -324,7 +324,8 @@ static int need_fetch(const char *stage, sl_reader *up) {
       SL_EUNSUPPORTED,
       "%s: its upstream '%s' has no random access to its samples (range, "
       "arrays/from_table, slr files under policy fail, idx files, cache, "
-      "subset, weighted_sample and random_split have it): sample the source "
+      "subset, weighted_sample, random_split, global_shuffle and chains of "
+      "them have it): sample the source "
       "before mapping or filtering, or add :cache() (sl_cache) before %s",
       stage, sl_reader_name(up), stage);
 }
