@@ -387,6 +387,29 @@ describe("samplers over an SLR file", function()
     p:reset()
     assert.are_not.same(a, collect(p, "text"))
   end)
+
+  it("sluice.open(name, {shuffle = \"global\"}) is :global_shuffle", function()
+    local a = collect(sluice.open(dir .. "/*.slr",
+                                  {shuffle = "global", seed = 5}), "text")
+    assert.same(collect(sluice.open(dir .. "/*.slr")
+                          :global_shuffle({seed = 5}), "text"), a)
+    local r0 = collect(sluice.open(file, {shuffle = "global", seed = 5,
+      shard = {rank = 0, world = 2}}), "text")
+    assert.equal(20, #r0)
+    assert.matches("rank 2 is not in %[0, 2%)",
+                   misuse(function()
+                     sluice.open(file, {shuffle = "global",
+                                        shard = {rank = 2, world = 2}})
+                   end))
+    assert.equal("sluice: sluice.open(): unknown option 'shufle' (known: "
+                 .. "buffer, channels, chunks, columns, compression, count, "
+                 .. "delimiter, features, field, fields, first, header, "
+                 .. "labels, max_bad, max_bad_chunks, max_chunk_bytes, "
+                 .. "missing, mmap, ordered, parser, parser_options, policy, "
+                 .. "resize, schema, seed, shape, shard, shuffle, threads, "
+                 .. "window)",
+                 misuse(function() sluice.open(file, {shufle = 1}) end))
+  end)
 end)
 
 describe("p:global_shuffle(opts)", function()

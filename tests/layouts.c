@@ -231,6 +231,12 @@ int main(void) {
   F(sl_weighted_sample_opts, num_samples);
   F(sl_weighted_sample_opts, without_replacement);
   F(sl_weighted_sample_opts, seed);
+  S(sl_global_shuffle_opts);
+  F(sl_global_shuffle_opts, size);
+  F(sl_global_shuffle_opts, seed);
+  F(sl_global_shuffle_opts, rank);
+  F(sl_global_shuffle_opts, world);
+  F(sl_global_shuffle_opts, remainder);
 
   /* Other programs' formats (docs/FORMATS.md). */
   S(sl_npy_opts);

@@ -1251,71 +1251,90 @@ end
 
 -- sluice.open: any name sl_open understands ("tag:path", a known extension,
 -- braces, a glob); first/count/chunks select records of one slr file.
-function sluice.open(name, opts)
+local global_shuffle -- p:global_shuffle's body, below
+
+local function open_name(name, opts, level)
   local where = "sluice.open()"
   if type(name) ~= "string" then
     error(("sluice: %s: name must be a string (got a %s)")
-          :format(where, type(name)), 2)
+          :format(where, type(name)), level)
   end
   if name:sub(1, 7) == "tokens:" then -- token shards (docs/TEXT.md)
-    local p = OPENERS.tokens(name, opts, 2)
+    local p = OPENERS.tokens(name, opts, level)
     return p
   end
-  opts = check_opts(opts, where, OPEN_OPTS, 2)
+  opts = check_opts(opts, where, OPEN_OPTS, level)
   if opts.first ~= nil or opts.count ~= nil or opts.chunks ~= nil then
     local path = name:match("^slr:(.+)$") or
       (name:match("%.slr$") and name)
     if not path then
       error(("sluice: %s: options 'first', 'count' and 'chunks' select "
-             .. "records of one slr file (got '%s')"):format(where, name), 2)
+             .. "records of one slr file (got '%s')"):format(where, name), level)
     end
-    local p = OPENERS.slr(path, opts, 2)
+    local p = OPENERS.slr(path, opts, level)
     return p
   end
   local o = ffi.new("sl_open_opts")
   o.size = ffi.sizeof("sl_open_opts")
-  slr_options(o.slr, opts, where, 2)
-  o.labels = check_string(opts.labels, where, "labels", 2)
-  o.text_mmap = check_bool(opts.mmap, where, "mmap", false, 2) and 1 or 0
+  slr_options(o.slr, opts, where, level)
+  o.labels = check_string(opts.labels, where, "labels", level)
+  o.text_mmap = check_bool(opts.mmap, where, "mmap", false, level) and 1 or 0
   local keep = {} -- the format option structs and strings, alive over sl_open
-  format_options(o, opts, where, keep, 2)
-  wds_options(o, name, opts, where, keep, 2)
+  format_options(o, opts, where, keep, level)
+  wds_options(o, name, opts, where, keep, level)
   local parse = opts.parser
   if opts.schema ~= nil and type(parse) ~= "function" then
     error(("sluice: %s: option 'schema' is for a Lua parser (for other "
-           .. "formats the file declares it)"):format(where), 2)
+           .. "formats the file declares it)"):format(where), level)
   end
-  local parse_sp = schema_option(opts.schema, where, 2)
+  local parse_sp = schema_option(opts.schema, where, level)
   if type(parse) == "string" then
     o.parser = parse
     o.parser_options = check_string(opts.parser_options, where,
-                                    "parser_options", 2)
+                                    "parser_options", level)
     parse = nil
   elseif parse ~= nil and type(parse) ~= "function" then
     error(("sluice: %s: option 'parser' must be a plugin path or a Lua "
-           .. "function (got a %s)"):format(where, type(parse)), 2)
+           .. "function (got a %s)"):format(where, type(parse)), level)
   end
-  local threads = opt_int(opts, "threads", 1, 1, where, 2, INT_MAX)
+  local threads = opt_int(opts, "threads", 1, 1, where, level, INT_MAX)
   -- tag image: decoding options (threads, policy, ... shared above).
   local io = ffi.new("sl_image_opts")
-  image_options(io, opts, where, 2)
+  image_options(io, opts, where, level)
   o.image = io
   local shipped, env
-  if parse then shipped, env = ship(parse, "parser", where, 2) end
+  if parse then shipped, env = ship(parse, "parser", where, level) end
   -- keep rides along as an extra (ignored) argument so that the option
   -- structs and strings it holds stay alive until sl_open has copied them.
-  local p = made(C.sl_open(name, o, OUT), 2, nil, keep)
+  local p = made(C.sl_open(name, o, OUT), level, nil, keep)
   if parse then
     if tonumber(C.sl_schema_find(C.sl_reader_schema(p._r), "line")) < 0 then
       p:close()
       error(("sluice: %s: a Lua parser needs a text file (samples with a "
-             .. "'line' field): '%s'"):format(where, name), 2)
+             .. "'line' field): '%s'"):format(where, name), level)
     end
     -- The parser stage (lua_host.h, SL__LUA_PARSE): fn(line) -> row,
     -- sample or nil (skip); errors name the file and line.
     p = new_pipeline(new_lua_stage(p, "parse", shipped, env,
-                                   {threads = threads}, parse_sp, where, 2))
+                                   {threads = threads}, parse_sp, where, level))
   end
+  return p
+end
+
+-- sluice.open(name, opts): open_name, and with shuffle = "global" a
+-- :global_shuffle of everything the name opens (a file, or a set of files
+-- as one data set), its seed and shard options the shuffle's.
+function sluice.open(name, opts)
+  if type(opts) == "table" and opts.shuffle == "global" then
+    local rest = {}
+    for k, v in pairs(opts) do
+      if k ~= "shuffle" and k ~= "seed" and k ~= "shard" then rest[k] = v end
+    end
+    local p = open_name(name, rest, 3)
+    local result = global_shuffle(p, {seed = opts.seed, shard = opts.shard}, 3)
+    return result
+  end
+  local p = open_name(name, opts, 3)
   return p
 end
 
@@ -1867,18 +1886,23 @@ local GLOBAL_OPTS = set("seed", "shard")
 -- new uniform order each pass, the rank's share of it (sl_global_shuffle;
 -- rank and world from the launcher's environment unless `shard` gives
 -- them).
-function Pipeline:global_shuffle(opts)
+function global_shuffle(p, opts, level)
   local where = ":global_shuffle()"
-  live(self, where, 2)
-  opts = check_opts(opts, where, GLOBAL_OPTS, 2)
+  live(p, where, level)
+  opts = check_opts(opts, where, GLOBAL_OPTS, level)
   local o = ffi.new("sl_global_shuffle_opts")
   o.size = ffi.sizeof("sl_global_shuffle_opts")
-  o.seed = check_seed(opts.seed == nil and self._flow and self._flow.seed
-                      or opts.seed, where, 2)
+  o.seed = check_seed(opts.seed == nil and p._flow and p._flow.seed
+                      or opts.seed, where, level)
   o.rank, o.world, o.remainder = 0, 0, 0
-  if opts.shard ~= nil then shard_option(opts.shard, where, o, 2) end
-  local result = made(C.sl_global_shuffle(take(self, where), o, OUT), 2, self)
-  return result -- not a tail call: the error's level is the caller's
+  if opts.shard ~= nil then shard_option(opts.shard, where, o, level) end
+  local result = made(C.sl_global_shuffle(take(p, where), o, OUT), level, p)
+  return result -- not a tail call: the error's level counts this frame
+end
+
+function Pipeline:global_shuffle(opts)
+  local result = global_shuffle(self, opts, 3)
+  return result
 end
 
 -- :subset(indices): PyTorch's Subset; indices are 0-based positions.
