@@ -32,12 +32,21 @@ static void put(const char *rel, const char *text) {
   ASSERT_EQ(fclose(f), 0);
 }
 
+/* The fixture root <scratch>/<root_rel> and its /proc/self/cgroup. */
+typedef struct fixture {
+  char root[1024], proc[1100];
+} fixture;
+
+static fixture at(const char *root_rel) {
+  fixture f;
+  snprintf(f.root, sizeof f.root, "%s/%s", test_tmpdir("cpus"), root_rel);
+  snprintf(f.proc, sizeof f.proc, "%s/cgroup", f.root);
+  return f;
+}
+
 static long limit(const char *root_rel) {
-  char root[1024];
-  snprintf(root, sizeof root, "%s/%s", test_tmpdir("cpus"), root_rel);
-  char proc[1100];
-  snprintf(proc, sizeof proc, "%s/cgroup", root);
-  return sl__cgroup_cpu_limit(proc, root);
+  fixture f = at(root_rel);
+  return sl__cgroup_cpu_limit(f.proc, f.root);
 }
 
 TEST(v2_quota_rounds_up) {
@@ -126,6 +135,49 @@ TEST(the_affinity_mask_bounds_the_count) {
   ASSERT_EQ(sl__cpu_count(), before);
   /* The advice that follows from it: 4 x the CPUs, at least 8. */
   ASSERT_EQ(sl__thread_advised(), before * 4 < 8 ? 8 : before * 4);
+}
+
+/* --- the memory the process may use (issue 27: the budget's default) -- */
+
+static unsigned long long mem_limit(const char *root_rel) {
+  fixture f = at(root_rel);
+  return sl__cgroup_memory_limit(f.proc, f.root);
+}
+
+TEST(v2_memory_max_the_tightest_ancestor_wins) {
+  put("ma/cgroup", "0::/slice/job\n");
+  put("ma/memory.max", "max\n");
+  put("ma/slice/memory.max", "3221225472\n");
+  put("ma/slice/job/memory.max", "8589934592\n");
+  ASSERT_EQ(mem_limit("ma"), 3221225472ull);
+  put("ma/slice/memory.max", "max\n");
+  ASSERT_EQ(mem_limit("ma"), 8589934592ull);
+  put("ma/slice/job/memory.max", "max\n");
+  ASSERT_EQ(mem_limit("ma"), 0);
+}
+
+TEST(v1_memory_limit_in_bytes) {
+  put("mb/cgroup", "5:cpu:/x\n4:memory:/docker/abc\n");
+  put("mb/memory/docker/abc/memory.limit_in_bytes", "2147483648\n");
+  ASSERT_EQ(mem_limit("mb"), 2147483648ull);
+  /* v1's "no limit" is a huge page-rounded number: none. */
+  put("mb/memory/docker/abc/memory.limit_in_bytes", "9223372036854771712\n");
+  ASSERT_EQ(mem_limit("mb"), 0);
+  /* malformed, or another controller: none */
+  put("mb/memory/docker/abc/memory.limit_in_bytes", "lots\n");
+  ASSERT_EQ(mem_limit("mb"), 0);
+  put("mc/cgroup", "4:memoryx:/\n");
+  put("mc/memoryx/memory.limit_in_bytes", "1000\n");
+  ASSERT_EQ(mem_limit("mc"), 0);
+  ASSERT_EQ(mem_limit("none"), 0);
+}
+
+TEST(the_memory_limit_is_at_most_the_physical_memory) {
+  unsigned long long phys = (unsigned long long)sysconf(_SC_PHYS_PAGES) *
+                            (unsigned long long)sysconf(_SC_PAGESIZE);
+  unsigned long long m = sl__memory_limit();
+  ASSERT_TRUE(m > 0);
+  ASSERT_TRUE(m <= phys);
 }
 
 /* --- whether a spin would take a CPU from another thread (issue 26) ---- */

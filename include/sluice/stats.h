@@ -93,7 +93,9 @@ SL_API int sl_stats_limiting(const sl_stage_stats *stats, size_t n,
  * busy, waits, the share of capacity used) and a closing line naming the
  * limiting stage (sl_stats_limiting), then one "oversubscribed:" line per stage
  * running more threads than this machine runs well (4 x the usable CPUs, at
- * least 8), into buf (NUL-terminated, truncated to cap).  Returns the length
+ * least 8), and a last "machine:" line (the usable CPUs and memory: the
+ * affinity mask and the cgroup's CPU quota and memory limit), into buf
+ * (NUL-terminated, truncated to cap).  Returns the length
  * the whole text needs, like snprintf, or SL_EINVAL for NULL stats with n > 0
  * or NULL buf with cap > 0.  Thread-safe. */
 SL_API int sl_stats_format(const sl_stage_stats *stats, size_t n,

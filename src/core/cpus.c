@@ -16,6 +16,11 @@
  * time); the quota once per process (reading it is a handful of files, and
  * a container's quota does not move under a running trainer).
  *
+ * Memory.  sl__memory_limit is the physical memory lowered the same way to
+ * the cgroup memory limit (v2 memory.max, v1 memory.limit_in_bytes): a
+ * pipeline's memory budget defaults to a share of it (issue 27).  The two
+ * controllers share one walker (cgroup_limit, a cg_kind per controller).
+ *
  * Oversubscription.  A thread that spins waiting for another (the engine's
  * consumer, a channel's sender or receiver) gains when that other thread
  * runs on a second CPU, and loses twice when the CPUs are all taken: the
@@ -39,9 +44,11 @@
 #include <string.h>
 #include <unistd.h>
 
-/* ceil(quota / period) from cgroup v2's cpu.max at `file`: 0 when the file
+/* ceil(quota / period) from cgroup v2's cpu.max in `dir`: 0 when the file
  * is absent, unreadable, "max" or malformed. */
-static long v2_limit(const char *file) {
+static unsigned long long cpu_v2(const char *dir) {
+  char file[PATH_MAX + 16];
+  snprintf(file, sizeof file, "%s/cpu.max", dir);
   FILE *f = fopen(file, "r");
   if (!f) return 0;
   char q[32] = "";
@@ -52,11 +59,13 @@ static long v2_limit(const char *file) {
   char *end;
   long long quota = strtoll(q, &end, 10);
   if (*end || quota <= 0) return 0;
-  return (long)((quota + period - 1) / period);
+  return (unsigned long long)((quota + period - 1) / period);
 }
 
-/* One number from a v1 file: 0 when absent or malformed. */
-static long long read_ll(const char *file) {
+/* One number from `dir`/`name`: 0 when absent or malformed. */
+static long long read_ll(const char *dir, const char *name) {
+  char file[PATH_MAX + 32];
+  snprintf(file, sizeof file, "%s/%s", dir, name);
   FILE *f = fopen(file, "r");
   if (!f) return 0;
   long long v = 0;
@@ -65,39 +74,56 @@ static long long read_ll(const char *file) {
   return v;
 }
 
-/* ceil(cfs_quota_us / cfs_period_us) in directory `dir`: 0 when none. */
-static long v1_limit(const char *dir) {
-  char file[PATH_MAX];
-  snprintf(file, sizeof file, "%s/cpu.cfs_quota_us", dir);
-  long long quota = read_ll(file);
-  snprintf(file, sizeof file, "%s/cpu.cfs_period_us", dir);
-  long long period = read_ll(file);
+/* ceil(cfs_quota_us / cfs_period_us) in `dir`: 0 when none. */
+static unsigned long long cpu_v1(const char *dir) {
+  long long quota = read_ll(dir, "cpu.cfs_quota_us");
+  long long period = read_ll(dir, "cpu.cfs_period_us");
   if (quota <= 0 || period <= 0) return 0;
-  return (long)((quota + period - 1) / period);
+  return (unsigned long long)((quota + period - 1) / period);
+}
+
+/* memory.max in `dir` (v2): bytes, 0 for "max" or none. */
+static unsigned long long mem_v2(const char *dir) {
+  long long v = read_ll(dir, "memory.max");
+  return v > 0 ? (unsigned long long)v : 0;
+}
+
+/* memory.limit_in_bytes in `dir` (v1): bytes, 0 for none (v1 writes its
+ * "unlimited" as a number near 2^63, rounded to pages). */
+static unsigned long long mem_v1(const char *dir) {
+  long long v = read_ll(dir, "memory.limit_in_bytes");
+  return v > 0 && v < (1ll << 62) ? (unsigned long long)v : 0;
 }
 
 /* The smaller of two limits, 0 meaning none. */
-static long tighter(long a, long b) {
+static unsigned long long tighter(unsigned long long a, unsigned long long b) {
   return !a || (b && b < a) ? b : a;
 }
 
+/* A cgroup controller's limit: its files (v2, v1) and its v1 names. */
+typedef struct cg_kind {
+  unsigned long long (*v2)(const char *dir);
+  unsigned long long (*v1)(const char *dir);
+  const char *controller;     /* in /proc/self/cgroup's v1 lines */
+  const char *const mounts[3]; /* where v1 mounts it under the root */
+} cg_kind;
+
+static const cg_kind k_cpu = {cpu_v2, cpu_v1, "cpu",
+                              {"cpu", "cpu,cpuacct", "cpuacct,cpu"}};
+static const cg_kind k_mem = {mem_v2, mem_v1, "memory", {"memory"}};
+
 /* The limit along `path` (a cgroup path, "/a/b") under `base`: each level
  * from the cgroup up to `base` itself, the smallest. */
-static long along(const char *base, const char *path, bool v2) {
+static unsigned long long along(const char *base, const char *path,
+                                unsigned long long (*limit)(const char *)) {
   char dir[PATH_MAX];
   int n = snprintf(dir, sizeof dir, "%s%s", base, path);
   if (n < 0 || (size_t)n >= sizeof dir) return 0;
   size_t keep = strlen(base);
-  long best = 0;
+  unsigned long long best = 0;
   for (;;) {
     while (n > (int)keep && dir[n - 1] == '/') dir[--n] = '\0';
-    if (v2) {
-      char file[PATH_MAX + 16];
-      snprintf(file, sizeof file, "%s/cpu.max", dir);
-      best = tighter(best, v2_limit(file));
-    } else {
-      best = tighter(best, v1_limit(dir));
-    }
+    best = tighter(best, limit(dir));
     if (n <= (int)keep) return best;
     char *slash = strrchr(dir + keep, '/');
     if (!slash) return best;
@@ -106,22 +132,26 @@ static long along(const char *base, const char *path, bool v2) {
   }
 }
 
-/* True when the comma-separated controller list `list` names "cpu". */
-static bool names_cpu(const char *list, size_t len) {
+/* True when the comma-separated controller list `list` names `name`. */
+static bool names(const char *list, size_t len, const char *name) {
+  size_t k = strlen(name);
   for (size_t i = 0; i < len;) {
     size_t j = i;
     while (j < len && list[j] != ',') j++;
-    if (j - i == 3 && !memcmp(list + i, "cpu", 3)) return true;
+    if (j - i == k && !memcmp(list + i, name, k)) return true;
     i = j + 1;
   }
   return false;
 }
 
-long sl__cgroup_cpu_limit(const char *proc_cgroup, const char *root) {
+/* The tightest limit of controller `k` for the cgroups `proc_cgroup` lists
+ * under `root`; 0 when there is none. */
+static unsigned long long cgroup_limit(const char *proc_cgroup,
+                                       const char *root, const cg_kind *k) {
   FILE *f = fopen(proc_cgroup, "r");
   if (!f) return 0;
   char line[PATH_MAX + 64];
-  long best = 0;
+  unsigned long long best = 0;
   while (fgets(line, sizeof line, f)) {
     line[strcspn(line, "\n")] = '\0';
     /* "ID:CONTROLLERS:PATH"; v2 is "0::PATH". */
@@ -131,22 +161,43 @@ long sl__cgroup_cpu_limit(const char *proc_cgroup, const char *root) {
     const char *path = c2 + 1;
     char base[PATH_MAX];
     if (c2 == c1 + 1) { /* v2: the unified hierarchy */
-      best = tighter(best, along(root, path, true));
+      best = tighter(best, along(root, path, k->v2));
       snprintf(base, sizeof base, "%s/unified", root);
-      best = tighter(best, along(base, path, true));
-    } else if (names_cpu(c1 + 1, (size_t)(c2 - c1 - 1))) {
-      /* v1: mounted as cpu or cpu,cpuacct; a container sees its own cgroup
-       * at the mount's root while /proc names the host's path. */
-      static const char *const mounts[] = {"cpu", "cpu,cpuacct",
-                                           "cpuacct,cpu"};
-      for (size_t i = 0; i < sizeof mounts / sizeof *mounts; i++) {
-        snprintf(base, sizeof base, "%s/%s", root, mounts[i]);
-        best = tighter(best, along(base, path, false));
+      best = tighter(best, along(base, path, k->v2));
+    } else if (names(c1 + 1, (size_t)(c2 - c1 - 1), k->controller)) {
+      /* v1: a container sees its own cgroup at the mount's root while
+       * /proc names the host's path; `along` reads both. */
+      for (size_t i = 0; i < 3 && k->mounts[i]; i++) {
+        snprintf(base, sizeof base, "%s/%s", root, k->mounts[i]);
+        best = tighter(best, along(base, path, k->v1));
       }
     }
   }
   fclose(f);
   return best;
+}
+
+long sl__cgroup_cpu_limit(const char *proc_cgroup, const char *root) {
+  return (long)cgroup_limit(proc_cgroup, root, &k_cpu);
+}
+
+unsigned long long sl__cgroup_memory_limit(const char *proc_cgroup,
+                                           const char *root) {
+  return cgroup_limit(proc_cgroup, root, &k_mem);
+}
+
+unsigned long long sl__memory_limit(void) {
+  static _Atomic unsigned long long limit;
+  unsigned long long m = atomic_load_explicit(&limit, memory_order_relaxed);
+  if (m) return m;
+  long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+  m = pages > 0 && size > 0 ? (unsigned long long)pages * (unsigned long long)size
+                            : 0;
+  m = tighter(m, sl__cgroup_memory_limit("/proc/self/cgroup",
+                                         "/sys/fs/cgroup"));
+  if (!m) m = 1ull << 30; /* nothing readable: a modest guess */
+  atomic_store_explicit(&limit, m, memory_order_relaxed);
+  return m;
 }
 
 static long quota_cpus; /* 0: no quota; written once under `once` */
@@ -162,7 +213,8 @@ long sl__cpu_count(void) {
   if (sched_getaffinity(0, sizeof set, &set) == 0) n = CPU_COUNT(&set);
   if (n <= 0) n = sysconf(_SC_NPROCESSORS_ONLN);
   pthread_once(&once, read_quota);
-  n = tighter(n > 0 ? n : 0, quota_cpus);
+  n = (long)tighter(n > 0 ? (unsigned long long)n : 0,
+                    (unsigned long long)quota_cpus);
   return n > 0 ? n : 1;
 }
 

@@ -123,6 +123,16 @@ long sl__cgroup_cpu_limit(const char *proc_cgroup, const char *root);
  * to the start of the sequence).  Arguments must be valid. */
 size_t sl__shard_segments(uint64_t n, int rank, int world,
                           sl_shard_policy policy, uint64_t seg[4]);
+/* The memory this process may use, in bytes (cpus.c): the physical memory,
+ * lowered to the cgroup memory limit (v2 memory.max, v1
+ * memory.limit_in_bytes) of the process's cgroup and its ancestors; read
+ * once per process.  The default of a memory budget (issue 27).
+ * Thread-safe. */
+unsigned long long sl__memory_limit(void);
+/* The cgroup part from files, as sl__cgroup_cpu_limit: the smallest limit
+ * in bytes along the cgroups `proc_cgroup` lists under `root`; 0: none. */
+unsigned long long sl__cgroup_memory_limit(const char *proc_cgroup,
+                                           const char *root);
 /* Whether the machine has more runnable threads than online CPUs (cpus.c:
  * /proc/loadavg's running count, host-wide as the CPUs it is compared
  * with), so that a thread spinning for a result would take a CPU another

@@ -239,5 +239,8 @@ int sl_stats_format(const sl_stage_stats *stats, size_t n, double wall_s,
           "%ld: 4 x the CPUs, at least 8)\n",
           s->name ? s->name : "?", s->threads, sl__cpu_count(), advised);
   }
+  /* What the machine gives this process (the container's share: cpus.c). */
+  put(&t, "machine: %ld usable CPUs, %.1f GiB of memory usable\n",
+      sl__cpu_count(), (double)sl__memory_limit() / (1024.0 * 1024 * 1024));
   return t.len > INT_MAX ? INT_MAX : (int)t.len;
 }
