@@ -75,6 +75,11 @@ void sl__free(void *p) {
   free(p);
 }
 
+void sl__free_n(void *const *p, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    sl__free(p[i]);
+}
+
 char *sl__strdup(const char *s) {
   size_t n = strlen(s) + 1;
   char *d = sl__malloc(n);

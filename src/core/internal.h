@@ -26,6 +26,14 @@ void *sl__calloc(size_t n, size_t size);
 void *sl__realloc(void *p, size_t size);
 void *sl__aligned_alloc(size_t align, size_t size);
 void sl__free(void *p);
+/* sl__free of each of n pointers, in order (NULL-safe); SL__FREE(a, b, ...)
+ * is a destroy's list of owned buffers in one line (the arguments are all
+ * read before the first is freed, so the struct holding them may come
+ * last). */
+void sl__free_n(void *const *p, size_t n);
+#define SL__FREE(...)                                                          \
+  sl__free_n((void *const[]){__VA_ARGS__},                                     \
+             sizeof((void *const[]){__VA_ARGS__}) / sizeof(void *))
 char *sl__strdup(const char *s);
 
 /* Test hook: after `n` more successful allocations, every allocation fails

@@ -339,8 +339,5 @@ void sl_schema_release(sl_schema *s) {
     sl__free(s->meta[i].key);
     sl__free(s->meta[i].value);
   }
-  sl__free(s->meta);
-  sl__free(s->slots);
-  sl__free(s->fields);
-  sl__free(s);
+  SL__FREE(s->meta, s->slots, s->fields, s);
 }

@@ -120,8 +120,6 @@ int sl__csv_record(sl__csv *c, const char *p, size_t n, size_t *pos,
 }
 
 void sl__csv_fini(sl__csv *c) {
-  sl__free(c->f);
-  sl__free(c->soff);
-  sl__free(c->scratch);
+  SL__FREE(c->f, c->soff, c->scratch);
   memset(c, 0, sizeof *c);
 }

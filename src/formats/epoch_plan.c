@@ -337,9 +337,7 @@ static int build_plan(build *b, const sl__plan_file *files, size_t nfiles) {
 
 void sl__plan_free(sl__plan *plan) {
   if (!plan) return;
-  sl__free(plan->units);
-  sl__free(plan->groups);
-  sl__free(plan->pool);
+  SL__FREE(plan->units, plan->groups, plan->pool);
   memset(plan, 0, sizeof *plan);
 }
 
@@ -355,14 +353,7 @@ int sl__plan_build_segments(const sl__plan_file *files, size_t nfiles,
   SL_FORWARD_IF_ERROR(check_params(p));
   build b = {.p = p, .segs = segs, .nsegs = nsegs, .plan = out};
   int rc = build_plan(&b, files, nfiles);
-  sl__free(b.cfile);
-  sl__free(b.cidx);
-  sl__free(b.order);
-  sl__free(b.cum);
-  sl__free(b.sigma);
-  sl__free(b.wchunk);
-  sl__free(b.wrec);
-  sl__free(b.cnt);
+  SL__FREE(b.cfile, b.cidx, b.order, b.cum, b.sigma, b.wchunk, b.wrec, b.cnt);
   if (rc < 0) sl__plan_free(out);
   return rc;
 }

@@ -66,11 +66,7 @@ static void idx_destroy(void *st) {
   sl_buffer_release(s->images);
   sl_buffer_release(s->labels);
   sl_schema_release(s->schema);
-  sl__free(s->images_name);
-  sl__free(s->labels_name);
-  sl__free(s->paths[0]);
-  sl__free(s->paths[1]);
-  sl__free(s);
+  SL__FREE(s->images_name, s->labels_name, s->paths[0], s->paths[1], s);
 }
 
 /* CRC32C of the images' and the labels' elements (computed once: the

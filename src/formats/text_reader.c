@@ -75,11 +75,7 @@ static void text_destroy(void *st) {
   sl_schema_release(s->schema);
   sl_buffer_release(s->map); /* samples may still hold the mapping */
   if (s->fd >= 0) close(s->fd);
-  sl__free(s->buf);
-  sl__free(s->ctx);
-  sl__free(s->path);
-  sl__free(s->parser_name);
-  sl__free(s);
+  SL__FREE(s->buf, s->ctx, s->path, s->parser_name, s);
 }
 
 static int text_reset(void *st) {

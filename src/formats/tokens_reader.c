@@ -377,10 +377,7 @@ static void tokens_destroy(void *st) {
   unmap(s);
   for (size_t i = 0; i < s->n; i++)
     sl__free(s->paths ? s->paths[i] : NULL);
-  sl__free(s->paths);
-  sl__free(s->ids);
-  sl__free(s->shards);
-  sl__free(s->pf);
+  SL__FREE(s->paths, s->ids, s->shards, s->pf);
   sl__plan_free(&s->plan);
   sl__free(s->rperm);
   sl__buffer_pool_release(s->pool);

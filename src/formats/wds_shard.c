@@ -77,9 +77,7 @@ void sl__wds_shard_close(sl__wds_shard *sh) {
   sl__tar_fini(&sh->tar);
   sl_buffer_release(sh->map);
   sl__source_close(sh->src);
-  sl__free(sh->key);
-  sl__free(sh->path);
-  sl__free(sh);
+  SL__FREE(sh->key, sh->path, sh);
 }
 
 void sl__wds_shard_seek(sl__wds_shard *sh, uint64_t off, uint64_t index) {

@@ -150,9 +150,7 @@ void sl__image_list_free(sl__image_list *l) {
     sl__free(l->paths[i]);
   for (size_t i = 0; i < l->nclasses; i++)
     sl__free(l->classes[i]);
-  sl__free(l->paths);
-  sl__free(l->labels);
-  sl__free(l->classes);
+  SL__FREE(l->paths, l->labels, l->classes);
   memset(l, 0, sizeof *l);
 }
 

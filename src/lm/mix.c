@@ -134,12 +134,7 @@ static void mix_destroy(void *st) {
   mix_state *m = st;
   if (!m) return;
   sl__destroy_readers(m->readers, m->n);
-  sl__free(m->readers);
-  sl__free(m->w);
-  sl__free(m->active);
-  sl__free(m->start_pass);
-  sl__free((void *)m->count);
-  sl__free(m);
+  SL__FREE(m->readers, m->w, m->active, m->start_pass, (void *)m->count, m);
 }
 
 static int mix_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,

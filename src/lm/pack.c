@@ -212,9 +212,7 @@ static void pack_destroy(void *st) {
   pack_state *p = st;
   if (!p) return;
   if (p->open) drop_rows(p);
-  sl__free(p->open);
-  sl__free(p->done);
-  sl__free(p->fi);
+  SL__FREE(p->open, p->done, p->fi);
   sl_schema_release(p->schema);
   sl_reader_destroy(p->up);
   sl__free(p);

@@ -22,9 +22,7 @@
 
 void sl__padplan_fini(sl__padplan *p) {
   sl_schema_release(p->out);
-  sl__free(p->pad);
-  sl__free(p->outi);
-  sl__free(p->value);
+  SL__FREE(p->pad, p->outi, p->value);
   memset(p, 0, sizeof *p);
 }
 

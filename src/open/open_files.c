@@ -368,9 +368,7 @@ static void of_worker_fini(void *ud, int index, void *wctx) {
   worker *w = wctx;
   for (size_t f = 0; f < o->nfiles; f++)
     if (w->fh[f]) close_file(w, f);
-  sl__free(w->fh);
-  sl__free(w->used);
-  sl__free(w);
+  SL__FREE(w->fh, w->used, w);
 }
 
 /* Decodes unit k (the engine's item k) into *out, *n samples. */
@@ -609,12 +607,7 @@ static void of_destroy(void *st) {
     if (o->paths) sl__free(o->paths[f]);
     if (o->pf) sl__free((void *)o->pf[f].records);
   }
-  sl__free(o->paths);
-  sl__free(o->pf);
-  sl__free(o->ids);
-  sl__free(o->fp);
-  sl__free(o->segs);
-  sl__free(o->skipped);
+  SL__FREE(o->paths, o->pf, o->ids, o->fp, o->segs, o->skipped);
   done_free(&o->done);
   done_free(&o->restored);
   sl__free(o->partials);
@@ -1320,9 +1313,7 @@ int sl_reader_restore_elastic(sl_reader *r, const void *const *states,
   if (rc == SL_OK) rc = elastic_segments(o, x, n, N, &segs, &nsegs);
   for (size_t i = 0; i < n; i++) {
     sl__state_root_free(&x[i].root);
-    sl__free(x[i].segs);
-    sl__free(x[i].dsp);
-    sl__free(x[i].partials);
+    SL__FREE(x[i].segs, x[i].dsp, x[i].partials);
     done_free(&x[i].units);
   }
   sl__free(x);

@@ -448,17 +448,9 @@ static void wo_destroy(void *st) {
   sl__engine_destroy(o->eng);
   for (size_t i = 0; i < o->nfiles; i++)
     sl__free(o->paths ? o->paths[i] : NULL);
-  sl__free(o->paths);
-  sl__free(o->sizes);
-  sl__free(o->ids);
-  sl__free(o->lpaths);
-  sl__free(o->lids);
-  sl__free(o->recs);
-  sl__free(o->pf);
+  SL__FREE(o->paths, o->sizes, o->ids, o->lpaths, o->lids, o->recs, o->pf);
   sl__plan_free(&o->plan);
-  sl__free(o->nsamples);
-  sl__free(o->count);
-  sl__free(o->lanes);
+  SL__FREE(o->nsamples, o->count, o->lanes);
   sl__wds_layout_free(o->lay);
   sl__free(o);
 }

@@ -84,12 +84,7 @@ static void writer_free(sl_slr_writer *w) {
   ZSTD_freeCCtx(w->cctx);
   sl__slr_layout_free(&w->layout);
   sl_schema_release(w->schema);
-  sl__free(w->body);
-  sl__free(w->ends);
-  sl__free(w->out);
-  sl__free(w->index);
-  sl__free(w->path);
-  sl__free(w);
+  SL__FREE(w->body, w->ends, w->out, w->index, w->path, w);
 }
 
 void sl_slr_writer_abort(sl_slr_writer *w) {

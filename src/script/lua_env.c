@@ -51,9 +51,7 @@ struct sl__lua_env {
 /* --- env ------------------------------------------------------------------ */
 
 static void env_free(sl__lua_env *e) {
-  sl__free(e->path);
-  sl__free(e->cpath);
-  sl__free(e);
+  SL__FREE(e->path, e->cpath, e);
 }
 
 static sl__lua_env *env_alloc(void) {

@@ -130,12 +130,7 @@ struct sl__shipped {
 /* --- the shipped object --------------------------------------------------- */
 
 static void shipped_free(sl__shipped *f) {
-  sl__free(f->what);
-  sl__free(f->where);
-  sl__free(f->module);
-  sl__free(f->field);
-  sl__free(f->data);
-  sl__free(f);
+  SL__FREE(f->what, f->where, f->module, f->field, f->data, f);
 }
 
 static sl__shipped *shipped_alloc(const char *what, const char *where) {

@@ -45,10 +45,7 @@ static void chain_destroy(void *st) {
   chain_state *c = st;
   if (!c) return;
   sl__destroy_readers(c->readers, c->n);
-  sl__free(c->readers);
-  sl__free(c->counts);
-  sl__free(c->lens);
-  sl__free(c);
+  SL__FREE(c->readers, c->counts, c->lens, c);
 }
 
 /* The sum of the readers' lengths. */
@@ -163,9 +160,7 @@ int sl_chain(sl_reader **readers, size_t n, sl_reader **out) {
   sl_reader **copy = sl__malloc(n * sizeof *copy);
   uint64_t *counts = sl__calloc(n, sizeof *counts);
   if (!c || !copy || !counts || n > SIZE_MAX / sizeof *copy) {
-    sl__free(c);
-    sl__free(copy);
-    sl__free(counts);
+    SL__FREE(c, copy, counts);
     sl__destroy_readers(readers, n);
     return sl_set_error(SL_ENOMEM, "chain: cannot allocate %zu readers", n);
   }

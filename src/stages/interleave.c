@@ -226,15 +226,8 @@ static void il_destroy(void *st) {
   sl_reader_destroy(t->first);
   if (t->free_ud) t->free_ud(t->ud);
   sl_schema_release(t->schema);
-  sl__free(t->ident);
-  sl__free(t->src);
-  sl__free(t->pos);
-  sl__free(t->r);
-  sl__free(t->got);
-  sl__free(t->done);
-  sl__free(t->bsrc);
-  sl__free(t->bpos);
-  sl__free(t);
+  SL__FREE(t->ident, t->src, t->pos, t->r, t->got, t->done, t->bsrc, t->bpos,
+           t);
 }
 
 static int il_length(const sl_reader *r, void *st, uint64_t *n) {

@@ -252,12 +252,7 @@ static void sampler_destroy(void *st) {
   if (!s) return;
   sl_reader_destroy(s->up);
   shared_drop(s->sh);
-  sl__free(s->indices);
-  sl__free(s->cdf);
-  sl__free(s->w);
-  sl__free(s->order);
-  sl__free(s->ident);
-  sl__free(s);
+  SL__FREE(s->indices, s->cdf, s->w, s->order, s->ident, s);
 }
 
 static int sampler_length(const sl_reader *r, void *st, uint64_t *n) {
@@ -633,17 +628,13 @@ int sl_random_split(sl_reader *up, const double *sizes, size_t k, uint64_t seed,
   uint64_t *perm = sl__malloc((n ? n : 1) * sizeof *perm);
   shared_src *sh = sl__calloc(1, sizeof *sh);
   if (!len || !perm || !sh) {
-    sl__free(len);
-    sl__free(perm);
-    sl__free(sh);
+    SL__FREE(len, perm, sh);
     return sl__fail_with_upstream(
         up, sl_set_error(SL_ENOMEM, "random_split: cannot allocate"));
   }
   rc = split_lengths(sizes, k, n, len);
   if (rc < 0) {
-    sl__free(len);
-    sl__free(perm);
-    sl__free(sh);
+    SL__FREE(len, perm, sh);
     return sl__fail_with_upstream(up, rc);
   }
   /* The source's name and identity, for the splits' identities. */

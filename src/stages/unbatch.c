@@ -187,9 +187,7 @@ static void unbatch_destroy(void *st) {
   sl_sample_release(u->cur);
   sl_reader_destroy(u->up);
   sl_schema_release(u->out);
-  sl__free(u->lod);
-  sl__free(u->lod_names);
-  sl__free(u);
+  SL__FREE(u->lod, u->lod_names, u);
 }
 
 /* Upstream's length x B when a plain field's first dimension is a fixed B

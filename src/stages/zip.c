@@ -101,10 +101,7 @@ static void zip_destroy(void *st) {
   zip_state *z = st;
   if (!z) return;
   sl__destroy_readers(z->readers, z->n);
-  sl__free(z->readers);
-  sl__free(z->nfields);
-  sl__free(z->pulled);
-  sl__free(z);
+  SL__FREE(z->readers, z->nfields, z->pulled, z);
 }
 
 /* The readers' common length; with truncate, the shortest.  Different
@@ -210,10 +207,7 @@ int sl_zip(sl_reader **readers, size_t n, int truncate, sl_reader **out) {
   }
   if (!z || !z->readers || !z->nfields || !z->pulled) {
     if (z) {
-      sl__free(z->readers);
-      sl__free(z->nfields);
-      sl__free(z->pulled);
-      sl__free(z);
+      SL__FREE(z->readers, z->nfields, z->pulled, z);
     }
     sl__destroy_readers(readers, n);
     return sl_set_error(SL_ENOMEM, "zip: cannot allocate %zu readers", n);

@@ -117,9 +117,7 @@ static void drop_all(sl_channel *ch) {
 void sl_channel_destroy(sl_channel *ch) {
   if (!ch) return;
   drop_all(ch);
-  sl__free(ch->kill_msg);
-  sl__free(ch->ring);
-  sl__free(ch->size);
+  SL__FREE(ch->kill_msg, ch->ring, ch->size);
   pthread_cond_destroy(&ch->not_empty);
   pthread_cond_destroy(&ch->not_full);
   pthread_mutex_destroy(&ch->mu);

@@ -134,10 +134,7 @@ struct sl__out_file {
 
 static void file_free(sl__out_file *f) {
   if (f->fd >= 0) close(f->fd);
-  sl__free(f->what);
-  sl__free(f->path);
-  sl__free(f->tmp);
-  sl__free(f);
+  SL__FREE(f->what, f->path, f->tmp, f);
 }
 
 /* Closes and removes the temporary file (it stays allocated). */
@@ -325,10 +322,7 @@ static void set_free(sl__out_set *s) {
   sl__free(s->dir_slots);
   for (uint32_t i = 0; s->names && i < s->k; i++)
     sl__free(s->names[i]);
-  sl__free(s->names);
-  sl__free(s->f);
-  sl__free(s->what);
-  sl__free(s);
+  SL__FREE(s->names, s->f, s->what, s);
 }
 
 void sl__out_set_abort(sl__out_set *s) {

@@ -83,9 +83,7 @@ static const char *bucket_fault(const char *b, size_t n) {
 
 void sl__s3_target_free(sl__s3_target *t) {
   if (!t) return;
-  sl__free(t->url);
-  sl__free(t->userpwd);
-  sl__free(t->token_header);
+  SL__FREE(t->url, t->userpwd, t->token_header);
   memset(t, 0, sizeof *t);
 }
 

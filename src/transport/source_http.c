@@ -144,9 +144,7 @@ static int url_read_at(sl__source *s, uint64_t off, void *buf, size_t n) {
 static void url_close(sl__source *s) {
   url_source *u = (url_source *)s;
   pthread_mutex_destroy(&u->mu);
-  sl__free(u->blk);
-  sl__free(s->name);
-  sl__free(u);
+  SL__FREE(u->blk, s->name, u);
 }
 
 int sl__source_open_url(const char *stage, const char *url, sl__source **out) {
@@ -187,9 +185,7 @@ int sl__source_open_url(const char *stage, const char *url, sl__source **out) {
   url_source *u = sl__calloc(1, sizeof *u);
   char *name = sl__strdup(url);
   if (!u || !name || pthread_mutex_init(&u->mu, NULL) != 0) {
-    sl__free(u);
-    sl__free(name);
-    sl__free(p);
+    SL__FREE(u, name, p);
     return sl_set_error(SL_ENOMEM, "%s: %s: cannot allocate a source", stage,
                         url);
   }
