@@ -96,10 +96,16 @@ static double allocs_per_sample(const char *map, const char *threads) {
   return per;
 }
 
+/* Per batch, besides the batch's own sample: the engines' hand-off arrays
+ * and pool growth, which vary with timing (1-2 per batch measured; 8
+ * leaves room for a loaded machine, and one more allocation per sample
+ * still fails). */
+#define PER_BATCH (8.0 / 128)
+
 TEST(allocations_per_sample_in_steady_state) {
-  /* the source's sample per record, the batch's per batch */
-  ASSERT_TRUE(allocs_per_sample("none", "1") <= 1.0 + 2.0 / 128);
+  /* the source's sample per record */
+  ASSERT_TRUE(allocs_per_sample("none", "1") <= 1.0 + PER_BATCH);
   /* and the map's output sample */
-  ASSERT_TRUE(allocs_per_sample("norm", "1") <= 2.0 + 2.0 / 128);
-  ASSERT_TRUE(allocs_per_sample("norm", "2") <= 2.0 + 2.0 / 128);
+  ASSERT_TRUE(allocs_per_sample("norm", "1") <= 2.0 + PER_BATCH);
+  ASSERT_TRUE(allocs_per_sample("norm", "2") <= 2.0 + PER_BATCH);
 }
