@@ -497,6 +497,15 @@ int sl__idx_load_limit(const char *path, uint64_t max_bytes, sl__idx *out) {
   return rc;
 }
 
+int sl__idx_same_count(const sl__idx *im, const sl__idx *lb, const char *prefix,
+                       const char *images, const char *labels) {
+  if (im->count == lb->count) return SL_OK;
+  return sl_set_error(SL_EINVAL,
+                      "%s%s holds %llu images but %s holds %llu labels", prefix,
+                      images, (unsigned long long)im->count, labels,
+                      (unsigned long long)lb->count);
+}
+
 int sl__idx_expect(const sl__idx *x, const char *what, sl_dtype dtype,
                    int rank) {
   if (x->dtype == dtype && x->rank == rank) return SL_OK;

@@ -55,6 +55,11 @@ static inline int sl__idx_load(const char *path, sl__idx *out) {
 int sl__idx_expect(const sl__idx *x, const char *what, sl_dtype dtype,
                    int rank);
 
+/* SL_OK when `im` and `lb` hold as many items, else SL_EINVAL:
+ * "<prefix><images> holds N images but <labels> holds M labels". */
+int sl__idx_same_count(const sl__idx *im, const sl__idx *lb, const char *prefix,
+                       const char *images, const char *labels);
+
 /* "28x28" style text of dims[from..rank) into buf ("" when none). */
 char *sl__idx_dims_text(const sl__idx *x, int from, char *buf, size_t size);
 

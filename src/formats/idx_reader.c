@@ -210,12 +210,7 @@ static int load(idx_state *s, const char *images, const char *labels,
                   derived ? " (derived from its name; set the labels "
                             "option to choose the file)"
                           : "");
-  if (rc == SL_OK && im.count != lb.count)
-    rc = sl_set_error(SL_EINVAL,
-                      "idx: %s holds %llu images but %s holds %llu "
-                      "labels",
-                      images, (unsigned long long)im.count, labels,
-                      (unsigned long long)lb.count);
+  if (rc == SL_OK) rc = sl__idx_same_count(&im, &lb, "idx: ", images, labels);
   if (rc == SL_OK) rc = widen_labels(&lb, s);
   if (rc == SL_OK) {
     s->dtype = im.dtype;

@@ -65,12 +65,7 @@ int sl__pack_idx(const char *images, const char *labels, const char *out,
   if (rc == SL_OK) rc = sl__idx_expect(&im, "images", SL_U8, 3);
   if (rc == SL_OK) rc = sl__idx_load(labels, &lb);
   if (rc == SL_OK) rc = sl__idx_expect(&lb, "labels", SL_U8, 1);
-  if (rc == SL_OK && im.count != lb.count)
-    rc = sl_set_error(SL_EINVAL,
-                      "%s holds %llu images but %s holds %llu "
-                      "labels",
-                      images, (unsigned long long)im.count, labels,
-                      (unsigned long long)lb.count);
+  if (rc == SL_OK) rc = sl__idx_same_count(&im, &lb, "", images, labels);
   if (rc == SL_OK && (im.dims[1] == 0 || im.dims[2] == 0))
     rc = sl_set_error(SL_EINVAL, "%s: images of %ux%u pixels are empty", images,
                       im.dims[1], im.dims[2]);

@@ -349,6 +349,13 @@ void sl__lua_push_ptr(lua_State *L, const void *p) {
     lua_pushlightuserdata(L, (void *)p);
 }
 
+void sl__lua_push_ptr_or_nil(lua_State *L, const void *p) {
+  if (p)
+    sl__lua_push_ptr(L, p);
+  else
+    lua_pushnil(L);
+}
+
 /* --- what the Lua stages share (lua_stage.c, lua_flow.c) ------------------ */
 
 int sl__lua_base_new(size_t size, sl_reader *up, sl_reader **out,
@@ -574,9 +581,14 @@ void sl__lua_base_worker_fini(void *ud, int index, void *wctx) {
   w->L = NULL;
 }
 
-void sl__lua_push_ctx(const sl__lua_base *b, lua_State *L, uint64_t seq) {
-  lua_pushnumber(L, (lua_Number)seq);
-  lua_pushnumber(L, (lua_Number)(b->epoch0 + b->run.pass));
+int sl__lua_call_op(const sl__lua_base *b, sl__lua_worker *w, uint64_t seq,
+                    int nargs, int nres) {
+  if (w->ref.ctx) {
+    lua_pushnumber(w->L, (lua_Number)seq);
+    lua_pushnumber(w->L, (lua_Number)(b->epoch0 + b->run.pass));
+    nargs += 2;
+  }
+  return sl__lua_pcall(w->L, nargs, nres, b->spec.what, b->spec.where);
 }
 
 void sl__lua_base_identity(const sl__lua_base *b, char *buf, size_t cap,

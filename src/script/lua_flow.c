@@ -163,13 +163,8 @@ static int fm_many(void *ud, void *wctx, uint64_t seq, sl_sample *in,
   sl__lua_push_ptr(L, in); /* this reference now belongs to Lua */
   sl__lua_push_ptr(L, v);
   lua_pushnumber(L, (lua_Number)cap);
-  if (want)
-    sl__lua_push_ptr(L, want);
-  else
-    lua_pushnil(L);
-  if (w->ref.ctx) sl__lua_push_ctx(&st->b, L, seq);
-  int rc = sl__lua_pcall(L, w->ref.ctx ? 7 : 5, 1, st->b.spec.what,
-                         st->b.spec.where);
+  sl__lua_push_ptr_or_nil(L, want);
+  int rc = sl__lua_call_op(&st->b, w, seq, 5, 1);
   lua_Number got = rc == SL_OK ? lua_tonumber(L, -1) : 0;
   lua_settop(L, top);
   if (rc < 0) {
@@ -274,9 +269,7 @@ static int tw_next(void *state, sl_sample **out) {
   lua_rawgeti(L, LUA_REGISTRYINDEX, w->ref.op);
   lua_rawgeti(L, LUA_REGISTRYINDEX, w->ref.fn);
   sl__lua_push_ptr(L, s); /* the other reference belongs to Lua */
-  if (w->ref.ctx) sl__lua_push_ctx(&st->b, L, seq);
-  int rc = sl__lua_pcall(L, w->ref.ctx ? 4 : 2, 1, st->b.spec.what,
-                         st->b.spec.where);
+  int rc = sl__lua_call_op(&st->b, w, seq, 2, 1);
   bool keep = rc == SL_OK && lua_toboolean(L, -1);
   lua_settop(L, top);
   if (rc < 0) {
@@ -334,13 +327,8 @@ static int scan_step(flow_stage *st, sl_sample **out) {
   lua_rawget(L, LUA_REGISTRYINDEX);
   sl__lua_push_ptr(L, s); /* this reference now belongs to Lua */
   sl__lua_push_ptr(L, &o);
-  if (st->b.schema)
-    sl__lua_push_ptr(L, st->b.schema);
-  else
-    lua_pushnil(L);
-  if (w->ref.ctx) sl__lua_push_ctx(&st->b, L, seq);
-  int rc = sl__lua_pcall(L, w->ref.ctx ? 7 : 5, 1, st->b.spec.what,
-                         st->b.spec.where);
+  sl__lua_push_ptr_or_nil(L, st->b.schema);
+  int rc = sl__lua_call_op(&st->b, w, seq, 5, 1);
   if (rc == SL_OK) lua_rawset(L, LUA_REGISTRYINDEX); /* the new state */
   lua_settop(L, top);
   if (rc < 0) {

@@ -49,6 +49,8 @@ void sl__lua_add_own_path(lua_State *L, bool first);
  * userdata (a trace aborts there, and the per-sample protocol would run
  * interpreted); as a light userdata otherwise. */
 void sl__lua_push_ptr(lua_State *L, const void *p);
+/* sl__lua_push_ptr, or nil for NULL. */
+void sl__lua_push_ptr_or_nil(lua_State *L, const void *p);
 
 /* A new worker state (sl__lua_worker_new from `env`) set up for a stage's
  * per-sample protocol: `sluice.worker`'s function `op` ("map", "filter",
@@ -225,8 +227,10 @@ void sl__lua_base_fini(sl__lua_base *b);
  * state). */
 int sl__lua_base_worker_init(void *ud, int index, void **wctx);
 void sl__lua_base_worker_fini(void *ud, int index, void *wctx);
-/* ctx's index (seq) and epoch, after an operation's arguments. */
-void sl__lua_push_ctx(const sl__lua_base *b, lua_State *L, uint64_t seq);
+/* Calls the operation pushed on w->L with its nargs arguments, adding
+ * ctx's index (seq) and epoch when fn takes ctx; sl__lua_pcall's result. */
+int sl__lua_call_op(const sl__lua_base *b, sl__lua_worker *w, uint64_t seq,
+                    int nargs, int nres);
 /* The stage's identity (stages/state.h): "<what> <where's base>
  * ordered=0|1 seed=S epoch=E schema=<described or ?><extra>" (extra may
  * be NULL).  Not threads nor queue: a state restores into any count. */

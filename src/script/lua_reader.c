@@ -137,10 +137,7 @@ static int source_next(void *state, sl_sample **out) {
   lua_pushvalue(L, v);
   r->slot = NULL;
   sl__lua_push_ptr(L, &r->slot);
-  if (r->schema)
-    sl__lua_push_ptr(L, r->schema);
-  else
-    lua_pushnil(L);
+  sl__lua_push_ptr_or_nil(L, r->schema);
   rc = sl__lua_pcall(L, 3, 0, "reader", r->where);
   sl_sample *s = r->slot;
   r->slot = NULL;

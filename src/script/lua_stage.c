@@ -166,13 +166,8 @@ static int run_parse(lua_stage *st, sl__lua_worker *w, uint64_t seq,
   lua_pushnumber(L, (lua_Number)t->nbytes);
   w->slot = NULL;
   sl__lua_push_ptr(L, &w->slot);
-  if (want)
-    sl__lua_push_ptr(L, want);
-  else
-    lua_pushnil(L);
-  if (w->ref.ctx) sl__lua_push_ctx(&st->b, L, seq);
-  int rc = sl__lua_pcall(L, w->ref.ctx ? 7 : 5, 1, st->b.spec.what,
-                         st->b.spec.where);
+  sl__lua_push_ptr_or_nil(L, want);
+  int rc = sl__lua_call_op(&st->b, w, seq, 5, 1);
   bool keep = rc == SL_OK && lua_toboolean(L, -1);
   lua_settop(L, top);
   sl_sample *o = w->slot;
@@ -213,14 +208,10 @@ static int stage_process(void *ud, void *wctx, uint64_t seq, sl_sample *s,
   if (map) {
     w->slot = NULL;
     sl__lua_push_ptr(L, &w->slot);
-    if (w->ref.ctx) sl__lua_push_ctx(&st->b, L, seq);
-    rc = sl__lua_pcall(L, w->ref.ctx ? 5 : 3, 0, st->b.spec.what,
-                       st->b.spec.where);
+    rc = sl__lua_call_op(&st->b, w, seq, 3, 0);
   } else {
     sl_sample_retain(s); /* ours, kept if the filter says so */
-    if (w->ref.ctx) sl__lua_push_ctx(&st->b, L, seq);
-    rc = sl__lua_pcall(L, w->ref.ctx ? 4 : 2, 1, st->b.spec.what,
-                       st->b.spec.where);
+    rc = sl__lua_call_op(&st->b, w, seq, 2, 1);
   }
   if (rc < 0) {
     if (map) {
