@@ -308,16 +308,26 @@ static void wo_signal_stop(void *st) {
   sl__engine_signal_stop(((wds_open *)st)->eng);
 }
 
+/* Releases the samples of the round's blocks not handed out yet. */
+static void drop_round(wds_open *o) {
+  for (uint32_t t = 0; t < o->T; t++) {
+    wds_lane *L = &o->lanes[t];
+    for (size_t i = L->at; i < L->n; i++)
+      sl_sample_release(L->v[i]);
+    sl__free(L->v);
+    L->v = NULL;
+    L->n = L->at = 0;
+  }
+}
+
 /* Every lane back at its first unit, nothing open or kept.  The engine is
  * stopped. */
 static void lanes_rewind(wds_open *o) {
+  drop_round(o);
   for (uint32_t t = 0; t < o->T; t++) {
     wds_lane *L = &o->lanes[t];
     sl__wds_shard_close(L->sh);
     sl__free(L->msg);
-    for (size_t i = L->at; i < L->n; i++)
-      sl_sample_release(L->v[i]);
-    sl__free(L->v);
     *L = (wds_lane){.unit = t, .err_round = UINT64_MAX};
   }
   atomic_store(&o->live, o->T);
@@ -332,17 +342,6 @@ static int wo_over(wds_open *o, int rc) {
   o->over_rc = rc;
   if (rc < 0) o->over_msg = sl__error_dup();
   return rc;
-}
-
-static void drop_round(wds_open *o) {
-  for (uint32_t t = 0; t < o->T; t++) {
-    wds_lane *L = &o->lanes[t];
-    for (size_t i = L->at; i < L->n; i++)
-      sl_sample_release(L->v[i]);
-    sl__free(L->v);
-    L->v = NULL;
-    L->n = L->at = 0;
-  }
 }
 
 /* Takes the items of the round from the engine into their lanes' blocks
