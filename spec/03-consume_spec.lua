@@ -163,7 +163,7 @@ describe("sluice.Pipeline", function()
       assert.equal("sluice: :batch(): batch size must be an integer >= 1 (got 0)",
                    misuse(function() p:batch(0) end))
       assert.equal("sluice: :batch(): unknown option 'drop' (known: drop_last, "
-                   .. "lod, pad)", misuse(function() p:batch(2, {drop = true}) end))
+                   .. "fuse, lod, pad)", misuse(function() p:batch(2, {drop = true}) end))
       assert.same({0, 1, 2}, collect(p))
     end)
 

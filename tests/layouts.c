@@ -46,6 +46,7 @@ int main(void) {
   F(sl_batch_opts, drop_last);
   F(sl_batch_opts, pad);
   F(sl_batch_opts, lod);
+  F(sl_batch_opts, no_fuse);
 
   S(sl_parallel_opts);
   F(sl_parallel_opts, size);
@@ -157,6 +158,7 @@ int main(void) {
   F(sl_stage_stats, errors_ignored);
   F(sl_stage_stats, queue_depth);
   F(sl_stage_stats, last_error);
+  F(sl_stage_stats, samples_fused);
 
   /* Internal, declared by lua/sluice/cdef.lua (src/script/lua_host.h). */
   S(sl__lua_pins);

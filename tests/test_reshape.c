@@ -136,7 +136,7 @@ TEST(unbatch_lod_errors_name_the_field) {
   ASSERT_RC(sl_unbatch(r, bad, 1, &r), SL_EINVAL);
   ASSERT_CONTAINS(sl_last_error(), "unbatch: lod field 'nope' is not a field");
   bad[0] = "y";
-  OK(sl_batch(ragged_source(4), 2, (sl_batch_opts[]){{1, 0, 0}}, &r));
+  OK(sl_batch(ragged_source(4), 2, (sl_batch_opts[]){{.drop_last = 1}}, &r));
   ASSERT_RC(sl_unbatch(r, bad, 1, &r), SL_EINVAL);
   ASSERT_CONTAINS(sl_last_error(), "unbatch: lod field 'y' has a fixed first");
   /* A named field without offsets: the unbatched (not batched) source. */
@@ -255,7 +255,7 @@ TEST(rebatch_recuts_batches) {
   ASSERT_STREQ(sl_reader_name(r), "batch");
   sl_reader_destroy(r);
   /* drop_last on both sides: 8 rows, 2 batches of 3; the length knows. */
-  sl_batch_opts o = {1, 0, 0};
+  sl_batch_opts o = {.drop_last = 1};
   OK(sl_rebatch(batched(10, 4, 1), 3, &o, NULL, 0, &r));
   ASSERT_EQ(test_length_checked(r), 2);
   sl_reader_destroy(r);

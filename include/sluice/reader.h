@@ -180,6 +180,15 @@ typedef struct sl_batch_opts {
                     field is SL_EINVAL.  Excludes pad.  Added last: zero-
                     initialise the struct ({0} or a designated initialiser)
                     so code written before it keeps its meaning. */
+  int no_fuse;   /* do not fuse with the map below (docs/PERFORMANCE.md,
+                    "Map and batch fused"): by default, when every field
+                    stacks and upstream is a parallel map yielding one
+                    output per sample in order (Lua or C, without
+                    ignore_errors), the map's workers write their outputs
+                    straight into the batch's rows; the batches, errors
+                    and states are the same either way.  The environment
+                    variable SLUICE_FUSE=0 turns fusion off everywhere.
+                    Added last, like lod. */
 } sl_batch_opts;
 /* Groups `n` samples into one.  Fixed-shape fields stack along a new leading
  * dimension; variable fields (schema dims SL_DIM_VAR) whose only variable

@@ -53,7 +53,11 @@ SL_API int sl_stats_enabled(void);
  *   queue_depth  prefetch: its channel's depth in samples now (n, or what
  *                sl_prefetch_auto chose so far); 0 for other stages.
  *   last_error   the message of the last ignored error ("" when none),
- *                truncated to fit; a copy (the row owns it). */
+ *                truncated to fit; a copy (the row owns it).
+ *   samples_fused  a map fused with the batch right above it (sl_batch,
+ *                no_fuse): outputs its workers wrote straight into the
+ *                batch's rows instead of handing them on; 0 for other
+ *                stages. */
 typedef struct sl_stage_stats {
   const char *name;
   int depth;
@@ -68,6 +72,7 @@ typedef struct sl_stage_stats {
   uint64_t errors_ignored;
   uint64_t queue_depth;
   char last_error[256];
+  uint64_t samples_fused;
 } sl_stage_stats;
 
 /* Walks the chain of `r` depth-first from r (index 0) to its sources and

@@ -400,6 +400,7 @@ function Pipeline:stats()
       wait_up_s = s.wait_up_s, wait_down_s = s.wait_down_s,
       errors_ignored = tonumber(s.errors_ignored),
       queue_depth = tonumber(s.queue_depth),
+      samples_fused = tonumber(s.samples_fused),
       last_error = s.last_error[0] ~= 0 and ffi_string(s.last_error) or nil,
     }
   end
@@ -455,7 +456,7 @@ function Pipeline:shuffle(n, opts)
   return result
 end
 
-local BATCH_OPTS = set("drop_last", "pad", "lod")
+local BATCH_OPTS = set("drop_last", "pad", "lod", "fuse")
 function Pipeline:batch(n, opts)
   live(self, ":batch()", 2)
   check_int(n, 1, ":batch()", "batch size", 2)
@@ -465,6 +466,7 @@ function Pipeline:batch(n, opts)
     and 1 or 0
   o.pad = check_bool(opts.pad, ":batch()", "pad", false, 2) and 1 or 0
   o.lod = check_bool(opts.lod, ":batch()", "lod", false, 2) and 1 or 0
+  o.no_fuse = check_bool(opts.fuse, ":batch()", "fuse", true, 2) and 0 or 1
   -- The fields batch concatenates with LoD offsets (variable ones, unless
   -- padded), for an :unbatch() or :rebatch() right after.
   local lod

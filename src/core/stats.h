@@ -33,6 +33,9 @@ typedef struct sl__stage_counters {
   /* A queue's current depth in samples (prefetch: n, or what autotuning
    * chose); 0: the stage has no such queue. */
   atomic_uint_least64_t queue_depth;
+  /* A map fused with the batch above it (stages/rows.h): outputs written
+   * straight into the batch's rows. */
+  atomic_uint_least64_t fused;
   /* The last ignored error's message, guarded by note_lock (a spin lock:
    * 0 free, 1 held; zero-initialised counters are unlocked), because a
    * stats walk may read it from another thread while it is written. */

@@ -122,6 +122,8 @@ static int finish_output(lua_stage *st, sl_sample *o, uint64_t seq,
     sl_sample_release(o);
     return rc;
   }
+  if (want) /* checked: a row of the batch above, when fused */
+    return sl__engine_stage_out(&st->b.run, seq, o, out);
   *out = o;
   return SL__ENGINE_OUT;
 }
@@ -356,6 +358,7 @@ int sl__lua_stage(sl_reader *up, sl__lua_kind kind, sl__shipped *fn,
   sl__engine_stage_cfg cfg = {
       .hooks = &stage_hooks,
       .one_to_one = kind == SL__LUA_MAP && !cap,
+      .fusable = kind == SL__LUA_MAP,
       .ignore_cap = cap,
       .ops = &lua_engine,
       .opts = {NULL, "sl-lua-map", opts->threads,

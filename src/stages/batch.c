@@ -76,10 +76,12 @@
  * Threading: single consumer, like every reader (batch_finish aside).
  */
 #include "stages/gather.h"
+#include "stages/rows.h"
 #include "stages/stage.h"
 
 #include <pthread.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 /* Idle output buffers kept for reuse: what prefetch and a trainer hold at
  * once, with room; at most 64 MiB. */
@@ -112,6 +114,7 @@ typedef struct batch_state {
   pthread_mutex_t mu;
   pending *pend; /* npend entries, NULL when not deferred */
   size_t npend;
+  sl__rows *rows; /* fused with the map below (rows.h), else NULL */
 } batch_state;
 
 /* --- helpers -------------------------------------------------------------- */
@@ -453,8 +456,43 @@ static void batch_finish(void *h, sl_sample *s) {
 
 /* --- the reader ----------------------------------------------------------- */
 
+/* Fused (rows.h): batch k's rows come as tokens (written by the map's
+ * workers) or as samples (made before the fusion, or that did not fit),
+ * which are checked and copied here as ever; then the batch is taken whole.
+ * The same errors at the same places as batch_next's path. */
+static int fused_next(batch_state *b, sl_sample **out) {
+  uint64_t k = b->g.no;
+  size_t j = 0;
+  int rc = SL_OK;
+  for (; rc == SL_OK && j < b->g.n; j++) {
+    sl_sample *s = NULL;
+    rc = sl_reader_next(b->g.up, &s);
+    if (rc != SL_OK) break;
+    if (sl__rows_is(b->rows, k, s)) {
+      sl_sample_release(s);
+      continue;
+    }
+    b->g.held[j] = s;
+    b->g.nheld = j + 1;
+    rc = check_sample(b, j);
+    if (rc == SL_OK) rc = sl__rows_copy(b->rows, k, j, s);
+    b->g.held[j] = NULL;
+    b->g.nheld = 0;
+    sl_sample_release(s);
+  }
+  if (rc == SL_EOF && j > 0 && !b->g.drop) rc = SL_OK;
+  if (rc == SL_OK) rc = sl__rows_take(b->rows, k, j, out);
+  if (rc < 0 || rc == SL_EOF) {
+    sl__rows_drop(b->rows, k);
+    return rc;
+  }
+  b->g.no++;
+  return SL_OK;
+}
+
 static int batch_next(void *st, sl_sample **out) {
   batch_state *b = st;
+  if (b->rows) return fused_next(b, out);
   int rc = sl__gather_pull(&b->g, check_sample, b);
   if (rc == SL_OK) rc = assemble(b, out);
   if (rc == SL_OK) {
@@ -495,10 +533,11 @@ static void batch_destroy(void *st) {
     sl__free(b->pend);
     pthread_mutex_destroy(&b->mu);
   }
+  sl__gather_fini(&b->g); /* upstream first: its workers use the rows */
+  sl__rows_free(b->rows);
   sl__free(b->plan);
   sl__buffer_pool_release(b->pool); /* batches still out free theirs */
   sl_schema_release(b->out);
-  sl__gather_fini(&b->g);
   sl__free(b);
 }
 
@@ -616,6 +655,23 @@ static int build_schema(batch_state *b) {
   return SL_OK;
 }
 
+/* Map and batch fused (rows.h) when every field stacks and the map below
+ * takes the table; otherwise (or short of memory) batch works as ever. */
+static void fuse(batch_state *b, bool off) {
+  const char *env = getenv("SLUICE_FUSE");
+  if (off || (env && strcmp(env, "0") == 0) || b->nfields == 0) return;
+  for (int i = 0; i < b->nfields; i++)
+    if (b->plan[i].kind != K_STACK) return;
+  if (sl__rows_new(b->in, b->out, b->g.n, b->pool, &b->rows) < 0) {
+    sl_clear_error();
+    return;
+  }
+  if (!sl__reader_rows(b->g.up, b->rows)) {
+    sl__rows_free(b->rows);
+    b->rows = NULL;
+  }
+}
+
 int sl_batch(sl_reader *up, size_t n, const sl_batch_opts *opts,
              sl_reader **out) {
   SL_DECORATOR_ARGS("batch", up, out);
@@ -651,5 +707,6 @@ int sl_batch(sl_reader *up, size_t n, const sl_batch_opts *opts,
     batch_destroy(b);
     return rc;
   }
+  fuse(b, opts && opts->no_fuse);
   return sl__stage_wrap(&batch_ops, b, b->out, &b->g.up, NULL, out);
 }

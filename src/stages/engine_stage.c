@@ -21,6 +21,12 @@ int sl__engine_stage_init(sl__engine_stage *b, sl_reader *up,
   b->lazy = cfg->lazy;
   b->ordered = cfg->opts.ordered;
   b->ignore_cap = cfg->ignore_cap;
+  b->fusable = cfg->fusable;
+  /* as engine.c's default window, plus the consumer's cache */
+  b->inflight = (cfg->opts.window ? cfg->opts.window
+                                  : SL_MAX(128, 32 * (size_t)cfg->opts.threads)) +
+                16;
+  atomic_init(&b->rows, NULL);
   /* A stage that may leave items out is logged as a filter. */
   sl__engine_pos_init(&b->pos,
                       !b->ordered     ? SL__EPOS_UNORDERED
@@ -46,10 +52,35 @@ int sl__engine_stage_next(void *st, sl_sample **out) {
   return b->hooks->took ? b->hooks->took(st, out) : SL_OK;
 }
 
+bool sl__engine_stage_rows(void *st, sl__rows *table) {
+  sl__engine_stage *b = st;
+  if (!b->fusable || !b->one_to_one || !b->ordered ||
+      sl__rows_window(table, b->inflight,
+                      sl__engine_counters(b->engine)) < 0)
+    return false;
+  atomic_store_explicit(&b->rows, table, memory_order_release);
+  return true;
+}
+
+int sl__engine_stage_out(sl__engine_stage *b, uint64_t seq, sl_sample *o,
+                         sl_sample **out) {
+  sl__rows *rows = atomic_load_explicit(&b->rows, memory_order_acquire);
+  sl_sample *token = rows ? sl__rows_put(rows, seq, o) : NULL;
+  *out = token ? token : o;
+  return SL__ENGINE_OUT;
+}
+
+/* Stops the engine and the fused rows of its pass. */
+static void stop(sl__engine_stage *b) {
+  sl__engine_stop(b->engine);
+  sl__rows *rows = atomic_load_explicit(&b->rows, memory_order_relaxed);
+  if (rows) sl__rows_clear(rows);
+}
+
 /* Stops the engine and forgets the pass, whose first item will be
  * `start`. */
 static void new_pass(sl__engine_stage *b, uint64_t start) {
-  sl__engine_stop(b->engine);
+  stop(b);
   b->started = false;
   sl__engine_pos_reset(&b->pos);
   b->ignored = 0;
@@ -95,7 +126,7 @@ int sl__engine_stage_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
 int sl__engine_stage_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                              sl__state_in *in) {
   sl__engine_stage *b = st;
-  sl__engine_stop(b->engine);
+  stop(b);
   b->pass = pass;
   uint64_t start = 0;
   int rc = sl__engine_pos_restore(&b->pos, b->up, k, in, &start);

@@ -21,6 +21,11 @@
  *   length    upstream's when every item gives one result (one_to_one),
  *             else not known (hooks->length_why says why, if not obvious).
  *   stop      sl__engine_signal_stop.
+ *   rows      map and batch fused (rows.h): a fusable stage (cfg) that
+ *             yields one output per item in order takes the batch's table;
+ *             its process then ends with sl__engine_stage_out, and every
+ *             new pass (reset, restore, destroy) clears the table with the
+ *             engine stopped.
  *   destroy   stops, destroys the engine (its worker_fini), upstream and
  *             the position, then hooks->free frees the rest and the state.
  *
@@ -34,6 +39,7 @@
 #ifndef SLUICE_READERS_ENGINE_STAGE_H
 #define SLUICE_READERS_ENGINE_STAGE_H
 
+#include "stages/rows.h"
 #include "stages/stage.h"
 #include "sync/engine.h"
 
@@ -68,12 +74,19 @@ typedef struct sl__engine_stage {
   uint64_t ignore_cap; /* SKIP items allowed per pass (SL_IGNORE_ALL: all) */
   uint64_t ignored;    /* consumer: items skipped this pass */
   uint64_t pass;       /* resets since construction, or as restored */
+  /* map and batch fused (rows.h): the batch's table once it offered one
+   * and the stage took it (fusable, one_to_one, ordered); set before
+   * the workers read it, which they do in sl__engine_stage_out */
+  bool fusable;
+  size_t inflight; /* the most items the engine holds (window + cache) */
+  sl__rows *_Atomic rows;
 } sl__engine_stage;
 
 /* The base's settings, then the engine's (ops with ud = the state). */
 typedef struct sl__engine_stage_cfg {
   const sl__engine_stage_hooks *hooks;
   bool one_to_one, lazy;
+  bool fusable; /* process ends with sl__engine_stage_out */
   uint64_t ignore_cap;
   const char *what; /* the stage in messages ("map (x.lua:3)"), borrowed */
   const sl__engine_ops *ops;
@@ -95,7 +108,14 @@ static inline bool sl__engine_stage_done(sl__engine_stage *b, uint64_t seq) {
   return sl__engine_pos_skip(&b->pos, seq);
 }
 
+/* In process, item seq's checked output o (handed over): when the batch
+ * above took rows, o written into its row and the row's token in *out
+ * (sl__rows_put), else o itself.  Returns SL__ENGINE_OUT. */
+int sl__engine_stage_out(sl__engine_stage *b, uint64_t seq, sl_sample *o,
+                         sl_sample **out);
+
 int sl__engine_stage_next(void *st, sl_sample **out);
+bool sl__engine_stage_rows(void *st, sl__rows *table);
 int sl__engine_stage_reset(void *st);
 void sl__engine_stage_destroy(void *st);
 int sl__engine_stage_length(const sl_reader *r, void *st, uint64_t *n);
@@ -112,7 +132,7 @@ void sl__engine_stage_stop(void *st);
     .reset = sl__engine_stage_reset, .destroy = sl__engine_stage_destroy,      \
     .length = sl__engine_stage_length, .save = sl__engine_stage_save,          \
     .restore = sl__engine_stage_restore, .identity = (ident),                  \
-    .stop = sl__engine_stage_stop                                              \
+    .stop = sl__engine_stage_stop, .rows = sl__engine_stage_rows               \
   }
 
 /* The reader of a stage on the engine: sl__stage_wrap with its counters. */

@@ -83,8 +83,8 @@ static int par_process(void *ud, void *wctx, uint64_t seq, sl_sample *in,
   }
   call_ctx c = {p, false};
   int rc = sl__map_call(call_map, &c, p->schema, in, seq, out);
-  if (rc < 0 && c.failed && ignorable(p, rc)) return SL__ENGINE_SKIP;
-  return rc < 0 ? rc : SL__ENGINE_OUT;
+  if (rc < 0) return c.failed && ignorable(p, rc) ? SL__ENGINE_SKIP : rc;
+  return sl__engine_stage_out(&p->run, seq, *out, out); /* checked */
 }
 
 static const sl__engine_ops par_engine = {par_pull, NULL, NULL, par_process,
@@ -161,6 +161,7 @@ static int make(const char *what, sl_reader *up, sl_map_fn map,
   const sl__engine_stage_cfg cfg = {
       .hooks = &par_hooks,
       .one_to_one = map && !o.ignore_errors,
+      .fusable = map != NULL,
       .ignore_cap = o.ignore_errors,
       .what = what,
       .ops = &par_engine,

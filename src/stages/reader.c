@@ -63,6 +63,10 @@ void sl__reader_finish(const sl_reader *r, void *handle, sl_sample *s) {
   if (handle) r->ops->finish(handle, s);
 }
 
+bool sl__reader_rows(sl_reader *r, struct sl__rows *table) {
+  return r && r->ops->rows && !r->lock && r->ops->rows(r->state, table);
+}
+
 /* Signals every stage of r's chain to stop its threads (reader_impl.h),
  * top down, joining nothing. */
 static void signal_chain(sl_reader *r, int depth) {

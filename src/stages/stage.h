@@ -31,6 +31,11 @@
  *                          publishing it (batch's row copies, done on the
  *                          prefetch engine's consumer; NULL: outputs leave
  *                          finished).  Call defer before any thread pulls.
+ *   rows                   map and batch fused (rows.h): rows(st, table)
+ *                          returns true when the stage will write its
+ *                          outputs into the rows of the batch above it
+ *                          (its outputs are then tokens of that table);
+ *                          NULL: it will not.
  *
  * The links a stage's statistics and saves walk (its upstreams, its
  * counters) are given to the constructor too: nothing is set on a reader
@@ -41,6 +46,8 @@
 #define SLUICE_READERS_STAGE_H
 
 #include "stages/state.h"
+
+struct sl__rows; /* rows.h */
 
 struct sl__stage_ops {
   const char *name; /* the stage in messages and statistics ("shuffle") */
@@ -58,6 +65,7 @@ struct sl__stage_ops {
   sl__stop_signal_fn stop;
   void *(*defer)(void *st, size_t max_pending);
   void (*finish)(void *handle, sl_sample *s);
+  bool (*rows)(void *st, struct sl__rows *table);
 };
 
 /* Makes a reader of stage `ops` (borrowed: static) over `state` (taken:
@@ -89,6 +97,9 @@ void *sl__decorator_state(const char *stage, sl_reader *up, size_t size);
  * of r's outputs with it. */
 void *sl__reader_defer(sl_reader *r, size_t max_pending);
 void sl__reader_finish(const sl_reader *r, void *handle, sl_sample *s);
+
+/* The base's side of rows: whether r (not shared) took the table. */
+bool sl__reader_rows(sl_reader *r, struct sl__rows *table);
 
 /* r's stage operations (never NULL: readers made by sl_reader_new have the
  * vtable's four). */

@@ -128,6 +128,8 @@ static void visit(walk *w, const sl_reader *r, int depth, int downstream) {
         c ? atomic_load_explicit(&c->ignored, memory_order_relaxed) : 0;
     s->queue_depth =
         c ? atomic_load_explicit(&c->queue_depth, memory_order_relaxed) : 0;
+    s->samples_fused =
+        c ? atomic_load_explicit(&c->fused, memory_order_relaxed) : 0;
     s->last_error[0] = '\0';
     if (c) sl__stat_note_read(c, s->last_error, sizeof s->last_error);
   }
@@ -228,6 +230,13 @@ int sl_stats_format(const sl_stage_stats *stats, size_t n, double wall_s,
         s->threads > 0 ? s->threads : 1, s->threads > 1 ? "s" : "",
         pct(stats[0].next_s, wall_s), wall_s);
   }
+  /* Fused stages (a map writing into the batch above it). */
+  for (size_t i = 0; i < n; i++)
+    if (stats[i].samples_fused)
+      put(&t, "fused: %s wrote %llu samples straight into the rows of the "
+              "batch above it\n",
+          stats[i].name ? stats[i].name : "?",
+          (unsigned long long)stats[i].samples_fused);
   /* Stages running more threads than the machine runs well (accepted by
    * sl__threads_check, which said so once on stderr). */
   long advised = sl__thread_advised();

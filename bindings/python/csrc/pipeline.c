@@ -649,7 +649,8 @@ static PyObject *stage_dict(const sl_stage_stats *s) {
       (unsigned long long)s->samples_out, "next_s", s->next_s, "busy_s",
       s->busy_s, "wait_up_s", s->wait_up_s, "wait_down_s", s->wait_down_s,
       "errors_ignored", (unsigned long long)s->errors_ignored, "queue_depth",
-      (unsigned long long)s->queue_depth, "last_error", s->last_error);
+      (unsigned long long)s->queue_depth, "last_error", s->last_error,
+      "samples_fused", (unsigned long long)s->samples_fused);
 }
 
 /* The chain's stages (sl_reader_stats), as a list of dicts. */

@@ -1,0 +1,71 @@
+/*
+ * rows.h - map and batch fused (tf.data's map_and_batch): the batches a
+ * batch stage is building, shared with the parallel map right below it, so
+ * that the map's workers write each output straight into its row of a
+ * pooled batch instead of handing it to the batch stage to copy.
+ *
+ * Who: batch makes the table when every field stacks (fixed shapes: no LoD,
+ * no pad) and offers it to its upstream (sl__reader_rows); a stage on the
+ * engine that yields one output per item in order (a Lua or C map without
+ * ignore_errors, engine_stage.c) accepts it.  Item `seq` of the map's pass
+ * is row seq % n of batch seq / n: batch k of a pass is the map's items
+ * [k n, k n + n), also after a restore (the map resumes at item k n).
+ *
+ *   put     a worker, with item seq's checked output o: when o's fields
+ *           have the row's dtype, shape and size and the table has a slot
+ *           for batch seq / n (found, or free and allocated from the
+ *           batch's pool), copies o into the row, releases o and returns a
+ *           new reference to that batch (the token the engine hands on in
+ *           o's place); else NULL and o is untouched (the map hands o on
+ *           and batch copies it as before: nothing is ever lost, only not
+ *           fused).
+ *   is      the consumer: whether s is batch k's token (its row is
+ *           written).
+ *   copy    the consumer: copies a sample that came as itself (made before
+ *           the fusion, or not fused) into row j of batch k.
+ *   take    the consumer: removes batch k with m rows written (m < n: the
+ *           short last batch) and hands out the table's reference.
+ *   drop    the consumer: removes batch k (an error ended it).
+ *   clear   with no worker running (the map's new pass: reset, restore,
+ *           destroy): removes every batch.
+ *
+ * The rows are the same bytes batch would have copied: the output is the
+ * same, bit for bit, as are errors (a sample that does not fit comes as
+ * itself and batch's own checks name it) and positions (batch's and the
+ * map's states are unchanged).
+ *
+ * Threads: put on the map's workers, the rest on the consumer's thread;
+ * `mu` guards the slots.  A row is written before its token is deposited
+ * in the engine, which the consumer takes under the engine's lock: the
+ * bytes are visible when the token arrives.  A worker holds its token's
+ * reference while it writes, so a batch dropped meanwhile stays valid.
+ */
+#ifndef SLUICE_STAGES_ROWS_H
+#define SLUICE_STAGES_ROWS_H
+
+#include "core/internal.h"
+#include "core/stats.h"
+
+typedef struct sl__rows sl__rows;
+
+/* A table for batches of n rows of schema `in` (every field fixed; the
+ * batch's upstream schema, borrowed) as samples of `out` (retained), with
+ * buffers from `pool` (borrowed: it outlives the table; may be NULL).
+ * SL_ENOMEM. */
+int sl__rows_new(const sl_schema *in, sl_schema *out, size_t n,
+                 sl__buffer_pool *pool, sl__rows **r);
+/* Frees the table and every batch in it.  NULL-safe. */
+void sl__rows_free(sl__rows *r);
+/* The map's side, once, before a worker sees the table: `items` is the most
+ * items its engine holds at once (window + cache), which bounds the batches
+ * being filled; `c` (borrowed) counts the rows written (c->fused). */
+int sl__rows_window(sl__rows *r, size_t items, sl__stage_counters *c);
+
+sl_sample *sl__rows_put(sl__rows *r, uint64_t seq, sl_sample *o);
+bool sl__rows_is(sl__rows *r, uint64_t k, const sl_sample *s);
+int sl__rows_copy(sl__rows *r, uint64_t k, size_t j, const sl_sample *s);
+int sl__rows_take(sl__rows *r, uint64_t k, size_t m, sl_sample **out);
+void sl__rows_drop(sl__rows *r, uint64_t k);
+void sl__rows_clear(sl__rows *r);
+
+#endif

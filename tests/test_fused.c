@@ -1,0 +1,194 @@
+/* test_fused.c - map and batch fused (src/stages/rows.h): a C parallel map
+ * right below a batch writes its outputs into the batch's rows.  Fused or
+ * not (sl_batch_opts.no_fuse), the batches are the same bit for bit for 1,
+ * 2 and 4 threads, an error ends the same batch with the same message, the
+ * resume contract holds, and the statistics count the fused rows; an
+ * unordered map is not fused.  In the TSan suite (make tsan). */
+#include "test.h"
+#include "test_util.h"
+
+/* v -> {v: i64, sq: f32[5] = v, v^2, ..., -v} (a new sample); fails at the
+ * value *ud when ud is not NULL. */
+static sl_schema *g_out;
+static int widen(void *ud, sl_sample *in, sl_sample **out) {
+  int64_t v = test_sample_i64(in, 0);
+  sl_sample_release(in);
+  if (ud && v == *(const int64_t *)ud)
+    return sl_set_error(SL_ECORRUPT, "widen: cannot widen %lld", (long long)v);
+  sl_sample *s = sl_sample_new(g_out);
+  sl_tensor a, b;
+  int64_t five = 5;
+  if (!s || sl_tensor_alloc(&a, SL_I64, 0, NULL) < 0 ||
+      sl_tensor_alloc(&b, SL_F32, 1, &five) < 0)
+    return sl_set_error(SL_ENOMEM, "widen");
+  *(int64_t *)a.data = v;
+  float *f = b.data;
+  for (int k = 0; k < 5; k++)
+    f[k] = (float)(k == 4 ? -v : v * (k + 1));
+  if (sl_sample_set_move(s, 0, &a) < 0 || sl_sample_set_move(s, 1, &b) < 0) {
+    sl_sample_release(s);
+    return sl_set_error(SL_ENOMEM, "widen");
+  }
+  *out = s;
+  return SL_OK;
+}
+
+static void make_schema(void) {
+  if (g_out) return;
+  int64_t five = 5;
+  g_out = sl_schema_new();
+  ASSERT_OK(sl_schema_add(g_out, "v", SL_I64, 0, NULL));
+  ASSERT_OK(sl_schema_add(g_out, "sq", SL_F32, 1, &five));
+}
+
+typedef struct chain {
+  int64_t n;
+  uint32_t threads;
+  size_t size;
+  int no_fuse, unordered, drop_last;
+  const int64_t *fail_at;
+} chain;
+
+static sl_reader *build(void *ud) {
+  const chain *c = ud;
+  make_schema();
+  sl_parallel_opts o = SL_PARALLEL_OPTS_INIT;
+  o.threads = c->threads;
+  o.unordered = c->unordered;
+  sl_reader *m, *b;
+  ASSERT_OK(sl_map_parallel(test_range_reader(c->n), widen,
+                            (void *)c->fail_at, NULL, g_out, &o, &m));
+  sl_batch_opts bo = {.drop_last = c->drop_last, .no_fuse = c->no_fuse};
+  ASSERT_OK(sl_batch(m, c->size, &bo, &b));
+  return b;
+}
+
+static uint64_t fused_rows(sl_reader *r) {
+  sl_stage_stats st[8];
+  size_t n = 0;
+  ASSERT_OK(sl_reader_stats(r, st, 8, &n));
+  uint64_t f = 0;
+  for (size_t i = 0; i < n && i < 8; i++)
+    f += st[i].samples_fused;
+  return f;
+}
+
+TEST(fused_batches_equal_unfused_bit_for_bit) {
+  for (uint32_t t = 1; t <= 4; t *= 2) {
+    for (int drop = 0; drop <= 1; drop++) {
+      chain a = {1001, t, 16, 0, 0, drop, NULL}, b = a;
+      b.no_fuse = 1;
+      sl_reader *ra = build(&a), *rb = build(&b);
+      for (int pass = 0; pass < 2; pass++) {
+        for (;;) {
+          sl_sample *x = NULL, *y = NULL;
+          int rx = sl_reader_next(ra, &x), ry = sl_reader_next(rb, &y);
+          ASSERT_EQ(rx, ry);
+          if (rx != SL_OK) break;
+          ASSERT_EQ(test_sample_digest(x), test_sample_digest(y));
+          sl_sample_release(x);
+          sl_sample_release(y);
+        }
+        ASSERT_OK(sl_reader_reset(ra));
+        ASSERT_OK(sl_reader_reset(rb));
+      }
+      ASSERT_TRUE(fused_rows(ra) > 0);
+      ASSERT_EQ(fused_rows(rb), 0);
+      sl_reader_destroy(ra);
+      sl_reader_destroy(rb);
+    }
+  }
+}
+
+TEST(an_error_ends_the_same_batch_with_the_same_message) {
+  static const int64_t bad = 77; /* batch 4 of 16 */
+  for (uint32_t t = 1; t <= 4; t *= 2) {
+    char msg[2][512];
+    for (int fuse = 0; fuse <= 1; fuse++) {
+      chain c = {300, t, 16, !fuse, 0, 0, &bad};
+      sl_reader *r = build(&c);
+      int batches = 0, rc;
+      sl_sample *s;
+      while ((rc = sl_reader_next(r, &s)) == SL_OK) {
+        sl_sample_release(s);
+        batches++;
+      }
+      ASSERT_RC(rc, SL_ECORRUPT);
+      ASSERT_EQ(batches, 4);
+      snprintf(msg[fuse], sizeof msg[fuse], "%s", sl_last_error());
+      ASSERT_CONTAINS(msg[fuse], "widen: cannot widen 77");
+      sl_reader_destroy(r);
+    }
+    ASSERT_STREQ(msg[0], msg[1]);
+  }
+}
+
+TEST(the_resume_contract_holds_fused) {
+  static const uint64_t cuts[] = {0, 1, 3, 62, 63, 64, 100};
+  for (uint32_t t = 1; t <= 4; t *= 2) {
+    chain c = {1001, t, 16, 0, 0, 0, NULL};
+    test_resume_check(build, &c, 2, cuts, sizeof cuts / sizeof *cuts, 0);
+  }
+}
+
+TEST(a_state_saved_fused_restores_unfused_and_back) {
+  for (int from = 0; from <= 1; from++) {
+    chain a = {500, 2, 10, from, 0, 0, NULL}, b = a;
+    b.no_fuse = !from;
+    sl_reader *whole = build(&b);
+    sl_sample *s;
+    uint64_t want[64];
+    int n = 0;
+    while (sl_reader_next(whole, &s) == SL_OK) {
+      want[n++] = test_sample_digest(s);
+      sl_sample_release(s);
+    }
+    sl_reader_destroy(whole);
+    ASSERT_EQ(n, 50);
+    sl_reader *r = build(&a);
+    for (int k = 0; k < 17; k++) {
+      ASSERT_OK(sl_reader_next(r, &s));
+      sl_sample_release(s);
+    }
+    void *state;
+    size_t len;
+    ASSERT_OK(sl_reader_save(r, &state, &len));
+    sl_reader_destroy(r);
+    r = build(&b);
+    ASSERT_OK(sl_reader_restore(r, state, len));
+    sl_free(state);
+    for (int k = 17; k < 50; k++) {
+      ASSERT_OK(sl_reader_next(r, &s));
+      ASSERT_EQ(test_sample_digest(s), want[k]);
+      sl_sample_release(s);
+    }
+    ASSERT_RC(sl_reader_next(r, &s), SL_EOF);
+    sl_reader_destroy(r);
+  }
+}
+
+TEST(an_unordered_map_is_not_fused) {
+  chain c = {200, 2, 16, 0, 1, 0, NULL};
+  sl_reader *r = build(&c);
+  sl_sample *s;
+  int64_t rows = 0;
+  while (sl_reader_next(r, &s) == SL_OK) {
+    rows += sl_sample_at(s, 0)->shape[0];
+    sl_sample_release(s);
+  }
+  ASSERT_EQ(rows, 200);
+  ASSERT_EQ(fused_rows(r), 0);
+  sl_reader_destroy(r);
+}
+
+TEST(destroying_mid_pass_with_rows_in_flight) {
+  for (uint32_t t = 1; t <= 4; t *= 2) {
+    chain c = {100000, t, 8, 0, 0, 0, NULL};
+    sl_reader *r = build(&c);
+    sl_sample *s;
+    ASSERT_OK(sl_reader_next(r, &s));
+    sl_sample_release(s);
+    test_sleep_us(2000); /* let the workers fill the window */
+    sl_reader_destroy(r);
+  }
+}
