@@ -159,6 +159,52 @@ describe("map and batch fused", function()
     end)
   end
 
+  for _, threads in ipairs({1, 2}) do
+    it(("gives a new tensor its row, and is right when it is a temporary, on %d thread(s)")
+       :format(threads), function()
+      -- tmp takes the row of v (same dtype and size) and is not the output:
+      -- the real output is copied over it
+      local function with_tmp(s)
+        local tmp = sluice.tensor("f32", {3})
+        tmp.data[0], tmp.data[1], tmp.data[2] = 7, 7, 7
+        local t = sluice.tensor("f32", {3})
+        t.data[0], t.data[1], t.data[2] = s.i, tmp.data[0] + s.i, -s.i
+        s.v = t
+        s.j = s.i
+        return s
+      end
+      local schema = {{"i", "i64", {}}, {"v", "f32", {3}}, {"j", "i64", {}}}
+      local a = build(97, threads, true, {fn = with_tmp, schema = schema})
+      local b = build(97, threads, false, {fn = with_tmp, schema = schema})
+      assert.are.same(read(b), read(a))
+      assert.are.equal(97, fused_rows(a))
+      a:close()
+      b:close()
+    end)
+  end
+
+  it("refuses a row's tensor kept past the call that made it", function()
+    local function keeper(s)
+      if kept then local _ = kept.data end
+      local t = sluice.tensor("f32", {3})
+      kept = t
+      s.v = t
+      s.j = s.i
+      return s
+    end
+    local schema = {{"i", "i64", {}}, {"v", "f32", {3}}, {"j", "i64", {}}}
+    local a = build(20, 1, true, {fn = keeper, schema = schema})
+    local _, err = read(a)
+    assert.is_truthy(err and err:find("valid only during the call", 1, true), err)
+    a:close()
+    -- unfused, the tensor is the function's own: keeping it is allowed
+    local b = build(20, 1, false, {fn = keeper, schema = schema})
+    local got, err2 = read(b)
+    assert.is_nil(err2)
+    assert.are.equal(3, #got)
+    b:close()
+  end)
+
   it("leaves unordered maps, ignore_errors and ragged fields unfused", function()
     local function rows_of(p)
       local n = 0

@@ -148,6 +148,8 @@ SL_API int sl__lua_flow(sl_reader *up, sl__lua_flow_kind kind, sl__shipped *fn,
 SL_API size_t sl__lua_sample_account(const sl_sample *s, sl__lua_pins *pins);
 SL_API sl_sample *sl__lua_sample_clone(const sl_sample *s);
 SL_API sl_buffer *sl__lua_buffer_new(size_t size, int zero);
+/* A fused map's granted row for a new tensor (src/stages/rows.h). */
+SL_API void *sl__lua_row_grant(int dtype, size_t nbytes, sl_buffer **buf);
 
 /* ======================================================================== */
 /* END UNSTABLE                                                             */

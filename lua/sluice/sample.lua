@@ -613,16 +613,20 @@ local function rebuild(p, dinfo, from, src, moved)
   return q
 end
 
+-- Field j of the new sample from field j of the old, but field i changed:
+-- one table per (schema, i), kept in the info (rebuild only reads it).
 local function identity_map(info, i)
-  local m = info.same
-  if not m then
-    m = {}
-    for j = 0, info.n - 1 do m[j] = j end
-    info.same = m
+  local maps = info.idmaps
+  if not maps then
+    maps = {}
+    info.idmaps = maps
   end
-  local from = {}
-  for j = 0, info.n - 1 do from[j] = m[j] end
+  local from = maps[i]
+  if from then return from end
+  from = {}
+  for j = 0, info.n - 1 do from[j] = j end
   from[i] = false
+  maps[i] = from
   return from
 end
 

@@ -288,11 +288,66 @@ function M.set_buffer_blocks(maker, n)
   new_buffer_block, BUF_BLOCK, bbk = maker, n, n
 end
 
+-- Rows of a fused batch (src/stages/rows.h, "Grants"; sluice.worker turns
+-- them on).  Inside a fused map's call, a new zero-filled tensor may get,
+-- as its storage, the row of the batch being built that its field will
+-- fill: the output is then written in place, with no buffer of its own and
+-- no copy.  Such a tensor is valid during that call only: revoke() (the
+-- worker, once the call returned) turns every one granted into a revoked
+-- tensor, whose use is an error naming the cause, so none can write into a
+-- batch after its row was handed on.
+local grants_on = false
+local row_grant = C.sl__lua_row_grant
+local GRANT_BUF = ffi.new("sl_buffer *[1]")
+local granted, ngranted = {}, 0
+local Revoked = {}
+local function revoked_use()
+  error("sluice: this tensor was made inside a map fused with the batch "
+        .. "after it (docs/LUA.md, p:batch) and was the row of that batch: "
+        .. "it is valid only during the call that made it (clone() it to "
+        .. "keep a copy)", 3)
+end
+Revoked.__index = revoked_use
+Revoked.__newindex = revoked_use
+Revoked.__tostring = function() return "sluice.tensor(revoked)" end
+
+function M.enable_grants() grants_on = true end
+
+function M.revoke()
+  for i = 1, ngranted do
+    local v = granted[i]
+    granted[i] = nil
+    rawset(v, "data", nil)
+    v._t, v._o = nil, nil
+    setmetatable(v, Revoked)
+  end
+  ngranted = 0
+end
+
+function M.granted() return ngranted end
+
 -- A new owned tensor struct over a zero-filled (or copied) buffer.
 -- shape[d + base] is dimension d: a Lua array (base 1) or a C array (base
 -- 0).  No closure here: LuaJIT cannot compile closure creation, and a
 -- decorator making tensors per sample should stay compiled.
 local function new_owned(dt, rank, shape, base, nbytes, zero)
+  if zero and grants_on and nbytes > 0 then
+    local p = row_grant(dt, nbytes, GRANT_BUF)
+    if p ~= nil then
+      local t = ffi.new("sl_tensor")
+      t.dtype = dt
+      t.rank = rank
+      for d = 0, rank - 1 do t.shape[d] = shape[d + base] end
+      t.data = p
+      t.nbytes = nbytes
+      t.buf = GRANT_BUF[0] -- borrowed: the grant holds the batch for the call
+      local v = setmetatable({_t = t, _o = false, _l = false, _w = true,
+                              _f = false}, View)
+      ngranted = ngranted + 1
+      granted[ngranted] = v
+      return v
+    end
+  end
   -- Pooled (sl__lua_buffer_new): a map's per-sample tensors are released
   -- by the pipeline on another thread.
   local buf = C.sl__lua_buffer_new(nbytes, zero and 1 or 0)

@@ -61,9 +61,13 @@ end
 M.wrap = wrap
 
 -- Tensors made here (a map's per-sample output) share release blocks of
--- their buffers instead of a finalizer each (sample.lua, tensor.lua).
-require("sluice.tensor").set_buffer_blocks(sample.new_buffer_block,
-                                           sample.BLOCK)
+-- their buffers instead of a finalizer each (sample.lua, tensor.lua), and
+-- inside a map fused with the batch after it may be the rows of that batch
+-- (tensor.lua, "Rows of a fused batch"): revoked once the call returns.
+local tensor_mod = require "sluice.tensor"
+tensor_mod.set_buffer_blocks(sample.new_buffer_block, sample.BLOCK)
+tensor_mod.enable_grants()
+local granted, revoke = tensor_mod.granted, tensor_mod.revoke
 
 local function returned_error(r)
   if r == nil then
@@ -84,11 +88,13 @@ local function hand_over(r, slot)
 end
 
 function M.map(fn, ptr, slot)
+  if granted() > 0 then revoke() end -- a call that raised
   local s = wrap(ptr)
   local r = fn(s)
   if getmetatable(r) ~= Sample then returned_error(r) end
   hand_over(r, slot)
   if r ~= s then drop(s) end
+  if granted() > 0 then revoke() end
 end
 
 function M.filter(fn, ptr)
@@ -115,11 +121,13 @@ local function set_ctx(index, epoch)
 end
 
 function M.map_ctx(fn, ptr, slot, index, epoch)
+  if granted() > 0 then revoke() end
   local s = wrap(ptr)
   local r = fn(s, set_ctx(index, epoch))
   if getmetatable(r) ~= Sample then returned_error(r) end
   hand_over(r, slot)
   if r ~= s then drop(s) end
+  if granted() > 0 then revoke() end
 end
 
 function M.filter_ctx(fn, ptr, index, epoch)

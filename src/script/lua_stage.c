@@ -208,9 +208,13 @@ static int stage_process(void *ud, void *wctx, uint64_t seq, sl_sample *s,
   sl__lua_push_ptr(L, s); /* this reference now belongs to Lua */
   int rc;
   if (map) {
+    /* fused with the batch above: sluice.tensor may get the output's row */
+    sl__rows *rows = atomic_load_explicit(&st->b.run.rows, memory_order_acquire);
+    if (rows) sl__rows_grant_begin(rows, seq);
     w->slot = NULL;
     sl__lua_push_ptr(L, &w->slot);
     rc = sl__lua_call_op(&st->b, w, seq, 3, 0);
+    if (rows) sl__rows_grant_end();
   } else {
     sl_sample_retain(s); /* ours, kept if the filter says so */
     rc = sl__lua_call_op(&st->b, w, seq, 2, 1);

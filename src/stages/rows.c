@@ -19,6 +19,7 @@ struct sl__rows {
   sl__buffer_pool *pool;
   int nfields;
   size_t *row; /* bytes of one row, per field */
+  bool *unique; /* no other field has the same dtype and row size */
   pthread_mutex_t mu;
   slot *slots;
   size_t nslots;
@@ -30,8 +31,10 @@ int sl__rows_new(const sl_schema *in, sl_schema *out, size_t n,
   sl__rows *t = sl__calloc(1, sizeof *t);
   int nf = sl_schema_nfields(in);
   if (t) t->row = sl__calloc(nf ? (size_t)nf : 1, sizeof *t->row);
-  if (!t || !t->row || pthread_mutex_init(&t->mu, NULL) != 0) {
+  if (t) t->unique = sl__calloc(nf ? (size_t)nf : 1, sizeof *t->unique);
+  if (!t || !t->row || !t->unique || pthread_mutex_init(&t->mu, NULL) != 0) {
     if (t) sl__free(t->row);
+    if (t) sl__free(t->unique);
     sl__free(t);
     return sl_set_error(SL_ENOMEM, "batch: cannot allocate its fused rows");
   }
@@ -47,6 +50,13 @@ int sl__rows_new(const sl_schema *in, sl_schema *out, size_t n,
       bytes *= (size_t)dims[d];
     t->row[i] = bytes;
   }
+  for (int i = 0; i < nf; i++) {
+    t->unique[i] = t->row[i] > 0;
+    for (int j = 0; j < nf; j++)
+      if (j != i && t->row[j] == t->row[i] &&
+          sl_schema_field_dtype(in, j) == sl_schema_field_dtype(in, i))
+        t->unique[i] = false;
+  }
   *r = t;
   return SL_OK;
 }
@@ -56,6 +66,7 @@ void sl__rows_free(sl__rows *r) {
   sl__rows_clear(r);
   sl__free(r->slots);
   sl__free(r->row);
+  sl__free(r->unique);
   sl_schema_release(r->out);
   pthread_mutex_destroy(&r->mu);
   sl__free(r);
@@ -114,20 +125,67 @@ static bool fits(const sl__rows *r, const sl_sample *o) {
   return true;
 }
 
+/* Copies o's fields into row j of b; a field already there (a granted
+ * row) is left as it is. */
 static void write_row(const sl__rows *r, sl_sample *b, size_t j,
                       const sl_sample *o) {
-  for (int i = 0; i < r->nfields; i++)
-    if (r->row[i])
-      memcpy((char *)sl_sample_at(b, i)->data + j * r->row[i],
-             sl_sample_at_const(o, i)->data, r->row[i]);
+  for (int i = 0; i < r->nfields; i++) {
+    char *dst = (char *)sl_sample_at(b, i)->data + j * r->row[i];
+    const void *src = sl_sample_at_const(o, i)->data;
+    if (r->row[i] && src != dst) memcpy(dst, src, r->row[i]);
+  }
 }
 
-sl_sample *sl__rows_put(sl__rows *r, uint64_t seq, sl_sample *o) {
-  if (!fits(r, o)) return NULL;
+/* Batch seq / n, a new reference, or NULL when its slot holds another. */
+static sl_sample *reserve(sl__rows *r, uint64_t seq) {
   pthread_mutex_lock(&r->mu);
   slot *s = find(r, seq / r->n, true);
   sl_sample *b = s ? sl_sample_retain(s->b) : NULL;
   pthread_mutex_unlock(&r->mu);
+  return b;
+}
+
+/* This worker's grant (grant_begin .. grant_end). */
+static _Thread_local struct {
+  sl__rows *r;
+  sl_sample *b; /* reserved: a reference */
+  size_t j;
+  uint64_t used; /* fields granted in this call (the first 64) */
+} grant;
+
+void sl__rows_grant_begin(sl__rows *r, uint64_t seq) {
+  grant.r = r;
+  grant.b = reserve(r, seq);
+  grant.j = seq % r->n;
+  grant.used = 0;
+}
+
+void sl__rows_grant_end(void) {
+  sl_sample_release(grant.b);
+  grant.b = NULL;
+  grant.r = NULL;
+}
+
+void *sl__lua_row_grant(int dtype, size_t nbytes, sl_buffer **buf) {
+  const sl__rows *r = grant.r;
+  if (!grant.b) return NULL;
+  for (int i = 0; i < r->nfields && i < 64; i++) {
+    if (!r->unique[i] || r->row[i] != nbytes || (grant.used >> i & 1) ||
+        (int)sl_schema_field_dtype(r->in, i) != dtype)
+      continue;
+    sl_tensor *t = sl_sample_at(grant.b, i);
+    char *p = (char *)t->data + grant.j * nbytes;
+    memset(p, 0, nbytes);
+    grant.used |= (uint64_t)1 << i;
+    *buf = t->buf;
+    return p;
+  }
+  return NULL;
+}
+
+sl_sample *sl__rows_put(sl__rows *r, uint64_t seq, sl_sample *o) {
+  if (!fits(r, o)) return NULL;
+  sl_sample *b = reserve(r, seq);
   if (!b) return NULL;
   write_row(r, b, seq % r->n, o);
   sl_sample_release(o);

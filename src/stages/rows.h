@@ -54,6 +54,24 @@ typedef struct sl__rows sl__rows;
  * SL_ENOMEM. */
 int sl__rows_new(const sl_schema *in, sl_schema *out, size_t n,
                  sl__buffer_pool *pool, sl__rows **r);
+/* Grants: while a fused map's function runs for item seq (between
+ * grant_begin and grant_end, on the worker's thread), a tensor that
+ * function makes (Lua's sluice.tensor, through sl__lua_row_grant) may be
+ * given, as its storage, the zero-filled row seq % n of batch seq / n of a
+ * field whose dtype and row size no other field shares (once per field
+ * and call): the output then already sits in its row and put skips the
+ * copy.  The Lua side revokes such tensors when the call returns
+ * (tensor.lua), so none outlives its row's call.  grant_begin reserves the
+ * batch (found or made, as put) and holds a reference to it until
+ * grant_end; no reservation (a busy slot): no grant. */
+void sl__rows_grant_begin(sl__rows *r, uint64_t seq);
+void sl__rows_grant_end(void);
+/* Lua's side (exported: include/sluice/unstable.h): the data pointer of
+ * the granted row for a new zero-filled tensor of `dtype` and `nbytes`
+ * bytes, its buffer in *buf (borrowed: the reservation keeps it alive for
+ * the call), or NULL when this thread has no such grant. */
+SL_API void *sl__lua_row_grant(int dtype, size_t nbytes, sl_buffer **buf);
+
 /* Frees the table and every batch in it.  NULL-safe. */
 void sl__rows_free(sl__rows *r);
 /* The map's side, once, before a worker sees the table: `items` is the most
