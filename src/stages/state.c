@@ -494,6 +494,10 @@ int sl__state_get_bytes(sl__state_in *in, const void **data, size_t n) {
   return SL_OK;
 }
 
+size_t sl__state_left(const sl__state_in *in) {
+  return in->rec->size - in->pos;
+}
+
 static int restore_record(const record *rec) {
   sl_reader *r = rec->r;
   void *st;

@@ -99,6 +99,9 @@ bool sl__state_replayed(const sl__state_out *w);
 int sl__state_get_u64(sl__state_in *in, uint64_t *v);
 /* *data points into the state (valid during the restore). */
 int sl__state_get_bytes(sl__state_in *in, const void **data, size_t n);
+/* The payload bytes not read yet: a stage whose payload grew tells an
+ * older state (shorter, or empty) from its own by it. */
+size_t sl__state_left(const sl__state_in *in);
 /* Restores the next upstream record into `up`. */
 int sl__state_restore_up(sl__state_in *in, sl_reader *up);
 /* Restores the next upstream record into `up`, after checking that the
