@@ -1,10 +1,11 @@
 /*
- * test_lm_resume.c - restore without replay for pack and mix (issue 28
+ * test_lm_resume.c - restore without replay for pack, mix and
+ * bucket_batch (issue 28
  * item 4, docs/RESUME.md): every cut of a pass (start, middle, 90 %, just
  * before the end, mid-row) restores to the uninterrupted run's outputs, bit
  * for bit, with 1 and 2 threads upstream and with stages above holding
  * outputs (a save behind); the restore reads the documents since the oldest
- * held row opened (pack) or nothing (mix), not the pass; tampered, cut and
+ * held row opened (pack) or nothing (mix, bucket_batch), not the pass; tampered, cut and
  * foreign payloads are refused naming the stage; a state in the format
  * before (no payload: the pass re-read) still restores.
  */
@@ -79,7 +80,38 @@ static sl_reader *packed(size_t ndocs, uint64_t seed, int threads,
   return r;
 }
 
-enum { C_PACK, C_PACK_HELD, C_PACK_LONG, C_MIX, C_MIX_HELD, C_MIX_NEVER };
+enum {
+  C_PACK,
+  C_PACK_HELD,
+  C_PACK_LONG,
+  C_MIX,
+  C_MIX_HELD,
+  C_MIX_NEVER,
+  C_BUCKET,
+  C_BUCKET_HELD,
+  C_END
+};
+
+/* docs -> (map on `threads` threads) -> counting -> bucket_batch: lengths
+ * < 2 (rare: its samples wait from far back), < 30, the rest */
+static sl_reader *bucketed(int threads, int held) {
+  sl_reader *r = docs(400, 6);
+  if (threads) {
+    sl_parallel_opts po = SL_PARALLEL_OPTS_INIT;
+    po.threads = (uint32_t)threads;
+    ASSERT_OK(sl_map_parallel(r, identity_fn, NULL, NULL, NULL, &po, &r));
+  }
+  ASSERT_OK(sl_map(r, counting, &reads[0], NULL, NULL, &r));
+  const int64_t b[] = {2, 30};
+  const size_t sz[] = {4, 5, 3};
+  sl_bucket_batch_opts o = SL_BUCKET_BATCH_OPTS_INIT;
+  o.boundaries = b;
+  o.nboundaries = 2;
+  o.batch_sizes = sz;
+  ASSERT_OK(sl_bucket_batch(r, &o, &r));
+  if (held) ASSERT_OK(sl_prefetch(r, 4, &r));
+  return r;
+}
 
 typedef struct cfg {
   int kind, threads;
@@ -90,6 +122,9 @@ static sl_reader *build(void *ud) {
   reads[0] = reads[1] = 0;
   sl_reader *r = NULL;
   switch (c->kind) {
+  case C_BUCKET:
+  case C_BUCKET_HELD:
+    return bucketed(c->threads, c->kind == C_BUCKET_HELD);
   case C_PACK: /* nothing held above: saved at the pack's last row */
     r = packed(300, 1, c->threads, &reads[0]);
     ASSERT_OK(sl_batch(r, 2, NULL, &r));
@@ -134,7 +169,7 @@ static uint64_t pass_len(cfg *c) {
 }
 
 TEST(pack_and_mix_resume_exactly_at_every_kind_of_cut) {
-  for (int kind = C_PACK; kind <= C_MIX_NEVER; kind++) {
+  for (int kind = C_PACK; kind < C_END; kind++) {
     for (int threads = 0; threads <= 2; threads++) {
       if (kind == C_PACK_LONG && threads) continue;
       cfg c = {kind, threads};
@@ -189,27 +224,48 @@ static unsigned char *save_at(cfg *c, uint64_t cut, size_t *len) {
   return st;
 }
 
+/* The documents read below the stage under test while a fresh chain is
+ * restored to the state `c` saved at output `cut`. */
+static uint64_t restore_reads(cfg *c, uint64_t cut) {
+  size_t len;
+  unsigned char *st = save_at(c, cut, &len);
+  sl_reader *r = build(c);
+  ASSERT_OK(sl_reader_restore(r, st, len));
+  uint64_t n = reads[0] + reads[1];
+  sl_free(st);
+  sl_reader_destroy(r);
+  return n;
+}
+
 /* The restore reads the documents since the oldest held row opened: at
- * 90 % of a pass of 3000 documents, a few rows' worth, not 2700. */
+ * 90 % of a pass of 300 documents, a few rows' worth, not 270. */
 TEST(a_pack_restore_reads_a_few_rows_of_documents_not_the_pass) {
   for (int kind = C_PACK; kind <= C_PACK_HELD; kind++) {
     cfg c = {kind, 0};
     uint64_t n = pass_len(&c);
     for (int q = 1; q <= 9; q += 4) {
-      size_t len;
-      unsigned char *st = save_at(&c, n * (uint64_t)q / 10, &len);
-      sl_reader *r = build(&c);
-      ASSERT_OK(sl_reader_restore(r, st, len));
       /* 64-token rows of documents of 1..40 tokens, lookahead 3: the rows
        * open when the oldest held row opened hold about 4 x 64 / 20
-       * documents (4 to 9 here); the old replay read 30 to 270 */
-      if (reads[0] > 24)
-        test_fail(__FILE__, __LINE__, "kind %d at %d0 %%: the restore read %llu "
-                  "documents", kind, q, (unsigned long long)reads[0]);
-      sl_free(st);
-      sl_reader_destroy(r);
+       * documents (4 to 9 here); the prefetch's thread starts filling its
+       * 5 slots as soon as the restore returns (about 20 more); the old
+       * replay read 30 to 270 */
+      uint64_t got = restore_reads(&c, n * (uint64_t)q / 10);
+      if (got > (kind == C_PACK ? 24u : 64u))
+        test_fail(__FILE__, __LINE__,
+                  "kind %d at %d0 %%: the restore read %llu documents", kind,
+                  q, (unsigned long long)got);
     }
   }
+}
+
+/* bucket_batch: the buckets come from the state; nothing is read again
+ * (checked without a prefetch above, whose thread starts pulling at
+ * once). */
+TEST(a_bucket_batch_restore_reads_nothing_again) {
+  cfg c = {C_BUCKET, 0};
+  uint64_t n = pass_len(&c);
+  for (int q = 1; q <= 9; q += 4)
+    ASSERT_EQ(restore_reads(&c, n * (uint64_t)q / 10), 0);
 }
 
 /* mix: the readers are put at their own positions: nothing is read below
@@ -217,17 +273,10 @@ TEST(a_pack_restore_reads_a_few_rows_of_documents_not_the_pass) {
 TEST(a_mix_restore_reads_no_draw_again) {
   for (int kind = C_MIX; kind <= C_MIX_NEVER; kind++) {
     cfg c = {kind, 0};
-    uint64_t n = pass_len(&c);
-    size_t len;
-    unsigned char *st = save_at(&c, n * 9 / 10, &len);
-    sl_reader *r = build(&c);
-    ASSERT_OK(sl_reader_restore(r, st, len));
-    if (reads[0] + reads[1] > 100)
-      test_fail(__FILE__, __LINE__, "kind %d: the restore read %llu + %llu "
-                "documents", kind, (unsigned long long)reads[0],
-                (unsigned long long)reads[1]);
-    sl_free(st);
-    sl_reader_destroy(r);
+    uint64_t got = restore_reads(&c, pass_len(&c) * 9 / 10);
+    if (got > 100)
+      test_fail(__FILE__, __LINE__, "kind %d: the restore read %llu documents",
+                kind, (unsigned long long)got);
   }
 }
 
@@ -370,6 +419,16 @@ static void row_overfull(rec *r) {
   r->size = 6 * 8;
 }
 static void left_late(rec *r) { set64(r, 1, 1ull << 50); }
+static void bucket_overfull(rec *r) { set64(r, 4, 1000); }
+static void ended_5(rec *r) { set64(r, 3, 5); }
+static void sample_rank(rec *r) { /* the first held sample's first rank */
+  for (size_t w = 4; w < 7; w++)
+    if (r->payload[w * 8]) { /* a bucket with samples: its seq, rank */
+      set64(r, w + 2, 3);
+      return;
+    }
+  set64(r, 4, 1000);
+}
 
 TEST(tampered_or_cut_pack_and_mix_payloads_are_refused_naming_the_stage) {
   cfg c = {C_PACK, 0};
@@ -390,6 +449,16 @@ TEST(tampered_or_cut_pack_and_mix_payloads_are_refused_naming_the_stage) {
     ASSERT_CONTAINS(sl_last_error(), "mix");
   }
   sl_free(st);
+  cfg b = {C_BUCKET, 0};
+  st = save_at(&b, 17, &len);
+  void (*badb[])(rec *) = {mode_7, cut_short, bucket_overfull, ended_5,
+                           sample_rank};
+  for (size_t i = 0; i < sizeof badb / sizeof badb[0]; i++) {
+    ASSERT_RC(restore_patched(&b, st, len, "bucket_batch", badb[i]),
+              SL_ECORRUPT);
+    ASSERT_CONTAINS(sl_last_error(), "bucket_batch");
+  }
+  sl_free(st);
 }
 
 /* --- the format before: no payload, upstream at the pass's start -------- */
@@ -397,7 +466,8 @@ TEST(tampered_or_cut_pack_and_mix_payloads_are_refused_naming_the_stage) {
 /* The old save of pack and mix: no payload (states of before). */
 static void strip(rec *r) {
   if ((r->name_len == 4 && !memcmp(r->name, "pack", 4)) ||
-      (r->name_len == 3 && !memcmp(r->name, "mix", 3)))
+      (r->name_len == 3 && !memcmp(r->name, "mix", 3)) ||
+      (r->name_len == 12 && !memcmp(r->name, "bucket_batch", 12)))
     r->size = 0;
   for (uint32_t i = 0; i < r->nkids; i++)
     strip(&r->kids[i]);
@@ -443,4 +513,6 @@ TEST(a_state_saved_before_the_payload_still_restores_by_re_reading) {
   cfg p = {C_PACK, 0}, m = {C_MIX, 0};
   old_format_restores(&p, "pack", 30);
   old_format_restores(&m, "mix", 25);
+  cfg b = {C_BUCKET, 0};
+  old_format_restores(&b, "bucket_batch", 21);
 }
