@@ -89,6 +89,7 @@ enum {
   C_MIX_NEVER,
   C_BUCKET,
   C_BUCKET_HELD,
+  C_WINDOW_SHUFFLED,
   C_END
 };
 
@@ -125,6 +126,12 @@ static sl_reader *build(void *ud) {
   case C_BUCKET:
   case C_BUCKET_HELD:
     return bucketed(c->threads, c->kind == C_BUCKET_HELD);
+  case C_WINDOW_SHUFFLED: /* windows saved 2500 behind: from a checkpoint */
+    r = docs(1000, 7);
+    ASSERT_OK(sl_map(r, counting, &reads[0], NULL, NULL, &r));
+    ASSERT_OK(sl_window(r, "ids", 4, 3, 0, &r));
+    ASSERT_OK(sl_shuffle(r, 2500, 9, &r));
+    return r;
   case C_PACK: /* nothing held above: saved at the pack's last row */
     r = packed(300, 1, c->threads, &reads[0]);
     ASSERT_OK(sl_batch(r, 2, NULL, &r));
@@ -171,7 +178,8 @@ static uint64_t pass_len(cfg *c) {
 TEST(pack_and_mix_resume_exactly_at_every_kind_of_cut) {
   for (int kind = C_PACK; kind < C_END; kind++) {
     for (int threads = 0; threads <= 2; threads++) {
-      if (kind == C_PACK_LONG && threads) continue;
+      if ((kind == C_PACK_LONG || kind == C_WINDOW_SHUFFLED) && threads)
+        continue;
       cfg c = {kind, threads};
       uint64_t n = pass_len(&c);
       ASSERT_TRUE(n > 10);
@@ -458,6 +466,23 @@ TEST(tampered_or_cut_pack_and_mix_payloads_are_refused_naming_the_stage) {
               SL_ECORRUPT);
     ASSERT_CONTAINS(sl_last_error(), "bucket_batch");
   }
+  sl_free(st);
+}
+
+/* A window saved more than its log behind (under a shuffle of 2500
+ * windows) saves the checkpoint before the position (mode 2): the restore
+ * reads fewer than 1024 windows of the stream again, not the pass. */
+TEST(a_window_saved_far_behind_starts_from_a_checkpoint) {
+  cfg c = {C_WINDOW_SHUFFLED, 0};
+  uint64_t n = pass_len(&c);
+  size_t len;
+  unsigned char *st = save_at(&c, n * 9 / 10, &len);
+  rec root;
+  parse_rec(st + 24, &root);
+  rec *w = find(&root, "window");
+  ASSERT_NOT_NULL(w);
+  ASSERT_TRUE(w->size >= 8 && w->payload[0] == 2);
+  free_rec(&root);
   sl_free(st);
 }
 

@@ -29,7 +29,9 @@
 
 #include <stdio.h>
 
-#define BUCKET_HIST 8 /* batches kept for a save behind */
+/* batches kept for a save behind: a prefetch(n) above holds up to n + 1
+ * and its consumer cache 16 */
+#define BUCKET_HIST 32
 
 /* A batch handed out: its bucket and samples (references), or where the
  * stage stood after an output. */
