@@ -40,7 +40,6 @@ typedef struct cfg {
 
 static char **paths[2];
 
-
 static void write_shards(const cfg *c) {
   mkdir(c->dir, 0755);
   uint64_t s = BENCH_RNG_SEED;
@@ -116,8 +115,17 @@ static void usage(void) {
 }
 
 int main(int argc, char **argv) {
-  cfg c = {1LL << 30, 4, 2048, 8, 1021, 397, 5, 0, "/tmp/sluice_restore_tokens",
-           {0.01, 0.5, 0.9}, 3};
+  cfg c = {1LL << 30,
+           4,
+           2048,
+           8,
+           1021,
+           397,
+           5,
+           0,
+           "/tmp/sluice_restore_tokens",
+           {0.01, 0.5, 0.9},
+           3};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!strcmp(a, "--keep")) {
@@ -172,7 +180,8 @@ int main(int argc, char **argv) {
     long at = (long)(c.at[a] * (double)n);
     r = build(&c);
     t0 = now_s();
-    if (read_batches(r, at) != at) bench_fail(BENCH_NAME, "reading to the position", SL_EOF);
+    if (read_batches(r, at) != at)
+      bench_fail(BENCH_NAME, "reading to the position", SL_EOF);
     double read_s = now_s() - t0;
     void *st = NULL;
     size_t len = 0;
@@ -197,8 +206,9 @@ int main(int argc, char **argv) {
         CHECK(sl_reader_next(r, &s));
         if (i == 0) ns[k] = now_s() - t0;
         if (digest(s) != want[i]) {
-          fprintf(stderr, "bench_restore_tokens: batch %ld after the restore "
-                          "differs from the uninterrupted run's\n",
+          fprintf(stderr,
+                  "bench_restore_tokens: batch %ld after the restore "
+                  "differs from the uninterrupted run's\n",
                   at + i);
           return 1;
         }

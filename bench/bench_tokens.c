@@ -45,7 +45,6 @@ typedef struct cfg {
   const char *dir;
 } cfg;
 
-
 /* sluice: windows read in one pass, batched by B (or not). */
 /* mode 0: windows alone; 1: -> sl_batch(B); 2: the reader's batch option */
 static double run_sluice(const cfg *c, const char *path, long *windows,

@@ -5,9 +5,9 @@
  * before the end, mid-row) restores to the uninterrupted run's outputs, bit
  * for bit, with 1 and 2 threads upstream and with stages above holding
  * outputs (a save behind); the restore reads the documents since the oldest
- * held row opened (pack) or nothing (mix, bucket_batch), not the pass; tampered, cut and
- * foreign payloads are refused naming the stage; a state in the format
- * before (no payload: the pass re-read) still restores.
+ * held row opened (pack) or nothing (mix, bucket_batch), not the pass;
+ * tampered, cut and foreign payloads are refused naming the stage; a state in
+ * the format before (no payload: the pass re-read) still restores.
  */
 #include "test.h"
 #include "test_util.h"
@@ -185,8 +185,8 @@ TEST(pack_and_mix_resume_exactly_at_every_kind_of_cut) {
       ASSERT_TRUE(n > 10);
       /* start, 1, middle, 90 %, just before the end, the end, the next
        * pass's start and middle */
-      const uint64_t cuts[] = {0,     1,     2,     n / 3, n / 2, n * 9 / 10,
-                               n - 2, n - 1, n,     n + 1, n + n / 2};
+      const uint64_t cuts[] = {0,     1,     2, n / 3, n / 2,    n * 9 / 10,
+                               n - 2, n - 1, n, n + 1, n + n / 2};
       test_resume_check(build, &c, 2, cuts, sizeof cuts / sizeof cuts[0], 0);
     }
   }
@@ -260,8 +260,8 @@ TEST(a_pack_restore_reads_a_few_rows_of_documents_not_the_pass) {
       uint64_t got = restore_reads(&c, n * (uint64_t)q / 10);
       if (got > (kind == C_PACK ? 24u : 64u))
         test_fail(__FILE__, __LINE__,
-                  "kind %d at %d0 %%: the restore read %llu documents", kind,
-                  q, (unsigned long long)got);
+                  "kind %d at %d0 %%: the restore read %llu documents", kind, q,
+                  (unsigned long long)got);
     }
   }
 }
@@ -417,18 +417,32 @@ static int restore_patched(cfg *c, const unsigned char *st, size_t len,
   return rc;
 }
 
-static void mode_7(rec *r) { set64(r, 0, 7); }
-static void cut_short(rec *r) { r->size = r->size > 12 ? r->size - 12 : 4; }
-static void too_many_open(rec *r) { set64(r, 4, 1000); }
-static void doc_past_count(rec *r) { set64(r, 2, 1ull << 40); }
+static void mode_7(rec *r) {
+  set64(r, 0, 7);
+}
+static void cut_short(rec *r) {
+  r->size = r->size > 12 ? r->size - 12 : 4;
+}
+static void too_many_open(rec *r) {
+  set64(r, 4, 1000);
+}
+static void doc_past_count(rec *r) {
+  set64(r, 2, 1ull << 40);
+}
 static void row_overfull(rec *r) {
   set64(r, 4, 1);
   set64(r, 5, 65);
   r->size = 6 * 8;
 }
-static void left_late(rec *r) { set64(r, 1, 1ull << 50); }
-static void bucket_overfull(rec *r) { set64(r, 4, 1000); }
-static void ended_5(rec *r) { set64(r, 3, 5); }
+static void left_late(rec *r) {
+  set64(r, 1, 1ull << 50);
+}
+static void bucket_overfull(rec *r) {
+  set64(r, 4, 1000);
+}
+static void ended_5(rec *r) {
+  set64(r, 3, 5);
+}
 static void sample_rank(rec *r) { /* the first held sample's first rank */
   for (size_t w = 4; w < 7; w++)
     if (r->payload[w * 8]) { /* a bucket with samples: its seq, rank */

@@ -55,8 +55,8 @@ typedef struct bucket_state {
   int pad_to_bucket, drop;
   sl__padplan plan;
   bool ended;
-  size_t flush; /* at the end: the next bucket to flush */
-  uint64_t seen; /* upstream samples read this pass */
+  size_t flush;    /* at the end: the next bucket to flush */
+  uint64_t seen;   /* upstream samples read this pass */
   uint64_t **seqs; /* per bucket: the upstream number of each held sample */
   uint64_t out;    /* batches handed out this pass */
   bucket_out hist[BUCKET_HIST]; /* batch j at j % BUCKET_HIST */
@@ -229,9 +229,8 @@ static int get_bucket(bucket_state *s, size_t i, uint64_t seen,
     int rc = sl__padplan_check(&s->plan, smp, seq);
     if (rc < 0) {
       sl_sample_release(smp);
-      return sl_wrap_error(SL_ECORRUPT,
-                           "restore: corrupt state: bucket_batch: bucket %zu",
-                           i);
+      return sl_wrap_error(
+          SL_ECORRUPT, "restore: corrupt state: bucket_batch: bucket %zu", i);
     }
     s->seqs[i][g->nheld] = seq;
     g->held[g->nheld++] = smp;
@@ -256,12 +255,11 @@ static int bucket_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
   SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &seen));
   SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &flush));
   SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &ended));
-  SL_RETURN_ERROR_IF(ended > 1 || flush > s->nb || (flush && !ended),
-                     SL_ECORRUPT,
-                     "restore: corrupt state: bucket_batch: flushing bucket "
-                     "%llu of %zu, ended %llu",
-                     (unsigned long long)flush, s->nb,
-                     (unsigned long long)ended);
+  SL_RETURN_ERROR_IF(
+      ended > 1 || flush > s->nb || (flush && !ended), SL_ECORRUPT,
+      "restore: corrupt state: bucket_batch: flushing bucket "
+      "%llu of %zu, ended %llu",
+      (unsigned long long)flush, s->nb, (unsigned long long)ended);
   for (size_t i = 0; i < s->nb; i++)
     SL_FORWARD_IF_ERROR(get_bucket(s, i, seen, in));
   SL_FORWARD_IF_ERROR(sl__state_restore_up_at(in, s->up, seen));

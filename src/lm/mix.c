@@ -177,8 +177,8 @@ static void mix_destroy(void *st) {
 /* Reader i's position *pass, *k before the last `back` samples it gave
  * (stop = never: across its passes, as far as its ring of ends goes):
  * false when the ring does not reach. */
-static bool back_of(const mix_state *m, size_t i, uint64_t back,
-                    uint64_t *pass, uint64_t *k) {
+static bool back_of(const mix_state *m, size_t i, uint64_t back, uint64_t *pass,
+                    uint64_t *k) {
   uint64_t p = sl__reader_pass(m->readers[i]);
   uint64_t c = sl__reader_delivered(m->readers[i]);
   for (uint64_t t = 0; back > c; t++) {

@@ -447,8 +447,7 @@ static int setup(pack_state *p, const sl_pack_opts *o) {
   p->hist = SL_MAX(64, SL_MIN(1024, ((size_t)1 << 18) / (p->lookahead + 1)));
   p->docs_at = sl__calloc(p->hist, sizeof *p->docs_at);
   p->snaps = sl__calloc(p->hist, sizeof *p->snaps);
-  p->snap_used =
-      sl__calloc(p->hist * (p->lookahead + 1), sizeof *p->snap_used);
+  p->snap_used = sl__calloc(p->hist * (p->lookahead + 1), sizeof *p->snap_used);
   SL_RETURN_ERROR_IF(!p->fi || !p->open || !p->schema || !p->docs_at ||
                          !p->snaps || !p->snap_used,
                      SL_ENOMEM, "pack: cannot allocate");

@@ -517,16 +517,14 @@ static int get_field(sl__state_in *in, const sl_schema *schema,
   uint64_t rank, nbytes, elems = 1, v;
   int64_t shape[SL_MAX_RANK];
   SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &rank));
-  SL_RETURN_ERROR_IF(rank != (uint64_t)sl_schema_field_rank(schema, i),
-                     SL_ECORRUPT,
-                     "restore: corrupt state: %s: a held sample's field %d "
-                     "has rank %llu, the schema %d",
-                     stage, i, (unsigned long long)rank,
-                     sl_schema_field_rank(schema, i));
+  SL_RETURN_ERROR_IF(
+      rank != (uint64_t)sl_schema_field_rank(schema, i), SL_ECORRUPT,
+      "restore: corrupt state: %s: a held sample's field %d "
+      "has rank %llu, the schema %d",
+      stage, i, (unsigned long long)rank, sl_schema_field_rank(schema, i));
   for (uint64_t d = 0; d < rank; d++) {
     SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &v));
-    SL_RETURN_ERROR_IF(v > ((uint64_t)1 << 40) ||
-                           (v && elems > UINT64_MAX / v),
+    SL_RETURN_ERROR_IF(v > ((uint64_t)1 << 40) || (v && elems > UINT64_MAX / v),
                        SL_ECORRUPT,
                        "restore: corrupt state: %s: a held sample's field %d "
                        "has dimension %llu",
