@@ -434,6 +434,9 @@ static void row_overfull(rec *r) {
   set64(r, 5, 65);
   r->size = 6 * 8;
 }
+static void checkpoint_far(rec *r) {
+  set64(r, 1, 1u << 20);
+}
 static void left_late(rec *r) {
   set64(r, 1, 1ull << 50);
 }
@@ -497,6 +500,12 @@ TEST(a_window_saved_far_behind_starts_from_a_checkpoint) {
   ASSERT_NOT_NULL(w);
   ASSERT_TRUE(w->size >= 8 && w->payload[0] == 2);
   free_rec(&root);
+  /* another mode, another checkpoint, a cut record: refused */
+  void (*bad[])(rec *) = {mode_7, checkpoint_far, cut_short};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    ASSERT_RC(restore_patched(&c, st, len, "window", bad[i]), SL_ECORRUPT);
+    ASSERT_CONTAINS(sl_last_error(), "window");
+  }
   sl_free(st);
 }
 
