@@ -45,25 +45,6 @@ typedef struct cfg {
   const char *dir;
 } cfg;
 
-static void write_shard(const char *path, long n) {
-  FILE *f = fopen(path, "wb");
-  if (!f) {
-    perror(path);
-    exit(1);
-  }
-  int32_t h[256] = {20240520, 1, (int32_t)n};
-  fwrite(h, 4, 256, f);
-  uint64_t s = BENCH_RNG_SEED;
-  uint16_t buf[4096];
-  for (long i = 0; i < n;) {
-    int k = 0;
-    for (; k < 4096 && i < n; k++, i++)
-      buf[k] = (uint16_t)(bench_splitmix64(&s) % 50257);
-    fwrite(buf, 2, (size_t)k, f);
-  }
-  fclose(f);
-}
-
 /* sluice: windows read in one pass, batched by B (or not). */
 /* mode 0: windows alone; 1: -> sl_batch(B); 2: the reader's batch option */
 static double run_sluice(const cfg *c, const char *path, long *windows,
@@ -255,7 +236,8 @@ int main(int argc, char **argv) {
   }
   char path[4096];
   snprintf(path, sizeof path, "%s/bench_tokens-%ld.bin", c.dir, (long)getpid());
-  write_shard(path, c.tokens);
+  uint64_t seed = BENCH_RNG_SEED;
+  bench_write_token_shard(path, c.tokens, &seed);
   long w;
   run_fread(&c, path, &w); /* warm the page cache */
   enum { NR = 5 };

@@ -9,6 +9,7 @@
 #include "sluice.h"
 
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -139,6 +140,28 @@ static inline double bench_parallel_probe(void) {
   pthread_join(th, NULL);
   double two = now_s() - t0;
   return 2.0 * one / two;
+}
+
+/* Writes an llm.c token shard (a header of 256 int32: magic 20240520,
+ * version 1, n; then n uint16 tokens below 50257 from bench_splitmix64 on
+ * *state) to `path`; exits 1 with the path when it cannot. */
+static inline void bench_write_token_shard(const char *path, long long n,
+                                           uint64_t *state) {
+  FILE *f = fopen(path, "wb");
+  int32_t h[256] = {20240520, 1, (int32_t)n};
+  bool ok = f && fwrite(h, 4, 256, f) == 256;
+  uint16_t buf[4096];
+  for (long long i = 0; ok && i < n;) {
+    int k = 0;
+    for (; k < 4096 && i < n; k++, i++)
+      buf[k] = (uint16_t)(bench_splitmix64(state) % 50257);
+    ok = fwrite(buf, 2, (size_t)k, f) == (size_t)k;
+  }
+  if (f && fclose(f) != 0) ok = false;
+  if (!ok) {
+    perror(path);
+    exit(1);
+  }
 }
 
 /* Reports a failed library call "<prog>: <expr>: <code name> (<detail>)"

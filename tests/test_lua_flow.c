@@ -12,6 +12,7 @@
 #include "test.h"
 #include "test_util.h"
 
+#include "core/crc32c.h"
 #include "core/internal.h"
 #include "script/lua_host.h"
 
@@ -37,6 +38,23 @@ static const char MODULE[] =
     "  return acc, {i = acc}\n"
     "end\n"
     "function M.number(s) return 42 end\n"
+    /* plain accumulators: a table of numbers, strings, booleans, tables */
+    "function M.tinit()\n"
+    "  return {n = 0, s = '', flags = {true, false}, deep = {a = {b = 1.5}}}\n"
+    "end\n"
+    "function M.tsum(acc, s)\n"
+    "  acc.n = acc.n + s.i\n"
+    "  acc.s = acc.s .. tostring(s.i % 10)\n"
+    "  acc.flags[1] = not acc.flags[1]\n"
+    "  acc.deep.a.b = acc.deep.a.b * 2\n"
+    "  return acc, {i = acc.n * 1000 + #acc.s + (acc.flags[1] and 1 or 0)}\n"
+    "end\n"
+    /* not plain: a function inside */
+    "function M.finit() return {f = function() end, n = 0} end\n"
+    "function M.fsum(acc, s)\n"
+    "  acc.n = acc.n + s.i\n"
+    "  return acc, {i = acc.n}\n"
+    "end\n"
     "return M\n";
 
 static sl__lua_env *env(void) {
@@ -61,13 +79,14 @@ static sl__shipped *fn(const char *name, const char *what) {
 
 /* The stage `kind` running flowfns.<name> over `up` (init: flowfns.zero
  * for scan). */
-static int flow(sl_reader *up, sl__lua_flow_kind kind, const char *name,
-                int threads, sl_reader **out) {
+static int flow_init(sl_reader *up, sl__lua_flow_kind kind, const char *name,
+                     const char *init_name, int threads, sl_reader **out) {
   static const char *const what[] = {"flat_map", "take_while", "scan"};
   char full[64];
   snprintf(full, sizeof full, "flowfns.%s", name);
   sl__shipped *f = fn(full, what[kind]);
-  sl__shipped *init = kind == SL__LUA_SCAN ? fn("flowfns.zero", "scan") : NULL;
+  snprintf(full, sizeof full, "flowfns.%s", init_name ? init_name : "zero");
+  sl__shipped *init = kind == SL__LUA_SCAN ? fn(full, "scan") : NULL;
   sl__lua_env *e = env();
   sl__lua_stage_opts o = {.threads = threads, .ordered = 1, .seed = 5};
   int rc = sl__lua_flow(up, kind, f, init, e, &o, NULL, out);
@@ -75,6 +94,11 @@ static int flow(sl_reader *up, sl__lua_flow_kind kind, const char *name,
   sl__shipped_release(init);
   sl__lua_env_release(e);
   return rc;
+}
+
+static int flow(sl_reader *up, sl__lua_flow_kind kind, const char *name,
+                int threads, sl_reader **out) {
+  return flow_init(up, kind, name, NULL, threads, out);
 }
 
 TEST(bad_arguments_take_the_upstream) {
@@ -224,6 +248,78 @@ TEST(take_while_and_scan_resume_at_every_cut) {
   test_resume_check(build, &b, 2, CUTS, sizeof CUTS / sizeof *CUTS, 0);
   b.prefetch = true;
   test_resume_check(build, &b, 2, CUTS, sizeof CUTS / sizeof *CUTS, 0);
+}
+
+/* A plain accumulator (a table of numbers, strings, booleans and tables)
+ * is in the state: every cut restores exactly, with and without a prefetch
+ * above (a save behind), and the restore reads no upstream sample again.
+ * One with a function inside keeps the replay, exactly too. */
+typedef struct scan_args {
+  const char *name, *init; /* flowfns.<name>, flowfns.<init> */
+  int64_t n;
+  bool prefetch;
+} scan_args;
+
+static uint64_t pulled; /* samples the scan took from upstream */
+
+static int counting(void *ud, sl_sample *in, sl_sample **out) {
+  (void)ud;
+  pulled++;
+  *out = in;
+  return SL_OK;
+}
+
+/* range(n) -> counting -> scan [-> prefetch(7)] */
+static sl_reader *build_scan(void *ud) {
+  const scan_args *a = ud;
+  sl_reader *r = test_range_reader(a->n);
+  ASSERT_OK(sl_map(r, counting, NULL, NULL, NULL, &r));
+  ASSERT_OK(flow_init(r, SL__LUA_SCAN, a->name, a->init, 1, &r));
+  if (a->prefetch) ASSERT_OK(sl_prefetch(r, 7, &r));
+  return r;
+}
+
+TEST(scan_saves_a_plain_accumulator_and_replays_no_pass) {
+  for (int pre = 0; pre < 2; pre++) {
+    scan_args a = {"tsum", "tinit", 40, pre != 0};
+    test_resume_check(build_scan, &a, 2, CUTS, sizeof CUTS / sizeof *CUTS, 0);
+    scan_args f = {"fsum", "finit", 40, pre != 0};
+    test_resume_check(build_scan, &f, 2, CUTS, sizeof CUTS / sizeof *CUTS, 0);
+  }
+  scan_args a = {"tsum", "tinit", 1000, false};
+  for (uint64_t cut = 1; cut < 1000; cut += 333) {
+    sl_reader *r = build_scan(&a);
+    size_t len = 0;
+    void *st = test_save_after(r, cut, &len);
+    sl_reader_destroy(r);
+    r = build_scan(&a);
+    uint64_t before = pulled; /* the constructor's first step */
+    ASSERT_OK(sl_reader_restore(r, st, len));
+    ASSERT_EQ(pulled, before); /* the replay read `cut` samples again */
+    /* a cut accumulator, and one that is not an encoding, are refused */
+    unsigned char *bad = malloc(len);
+    for (int how = 0; how < 2; how++) {
+      memcpy(bad, st, len);
+      /* the accumulator's table opens with 'T' (the only one in the state
+       * after the scan record's three words) */
+      unsigned char *t = memchr(bad, 'T', len);
+      while (t && !(t[-1] == 0 && t + 1 < bad + len))
+        t = memchr(t + 1, 'T', (size_t)(bad + len - t - 1));
+      ASSERT_NOT_NULL(t);
+      *t = how ? 'Q' : 'T';
+      if (!how) t[1] = 'Z';
+      uint32_t c = sl__crc32c(0, bad, len - 4);
+      for (int b = 0; b < 4; b++)
+        bad[len - 4 + b] = (unsigned char)(c >> (8 * b));
+      sl_reader *q = build_scan(&a);
+      ASSERT_RC(sl_reader_restore(q, bad, len), SL_ECORRUPT);
+      ASSERT_CONTAINS(sl_last_error(), "scan (flowfns.tsum)");
+      sl_reader_destroy(q);
+    }
+    free(bad);
+    sl_free(st);
+    sl_reader_destroy(r);
+  }
 }
 
 TEST(destroy_mid_pass) {

@@ -458,6 +458,17 @@ void test_server_stop(pid_t pid, int sig) {
   ASSERT_EQ(waitpid(pid, &st, 0), pid);
 }
 
+void *test_save_after(sl_reader *r, uint64_t n, size_t *len) {
+  for (uint64_t i = 0; i < n; i++) {
+    sl_sample *s = NULL;
+    ASSERT_OK(sl_reader_next(r, &s));
+    sl_sample_release(s);
+  }
+  void *st = NULL;
+  ASSERT_OK(sl_reader_save(r, &st, len));
+  return st;
+}
+
 uint64_t test_digest_all(sl_reader *r, uint64_t *n) {
   uint64_t h = 0;
   *n = 0;

@@ -132,6 +132,10 @@ uint64_t test_sample_digest(const sl_sample *s);
  * their count in *n. */
 uint64_t test_digest_all(sl_reader *r, uint64_t *n);
 
+/* Reads n samples of r (each must come: no end of pass), then saves r:
+ * the state (sl_free it), its length in *len. */
+void *test_save_after(sl_reader *r, uint64_t n, size_t *len);
+
 /* Builds a fresh chain, the same way each call (the test's ud). */
 typedef sl_reader *(*test_build_fn)(void *ud);
 

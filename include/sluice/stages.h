@@ -194,8 +194,9 @@ SL_API int sl_tokens_open(const char *name, const sl_tokens_opts *opts,
  * windows that start inside the stream but are short are yielded
  * (shape [SL_DIM_VAR] then) unless drop_remainder.  stride 0 means size.
  * Saves its position: the upstream sample where the next window starts and
- * the offset in it (further behind than its last 1024 windows: restore
- * re-reads the pass up to it).  Returns SL_OK,
+ * the offset in it (further behind than its last 1024 windows: where the
+ * 1024-th window before the position started, and the restore makes fewer
+ * than 1024 windows again).  Returns SL_OK,
  * SL_EINVAL (size 0, unknown field, wrong dtype or shape) or SL_ENOMEM;
  * takes `up` also on failure. */
 SL_API int sl_window(sl_reader *up, const char *field, size_t size,
@@ -228,7 +229,10 @@ typedef struct sl_pack_opts {
  * when more than `lookahead` are open the oldest is yielded; at the end of
  * the pass the open rows are yielded oldest first.  Empty documents (with
  * no eos) are skipped.  Deterministic.  Statistics: sl_pack_stats.  Saves
- * its position (restore re-reads the pass up to it).  Returns SL_OK,
+ * where the oldest row held at the position opened (the document and token,
+ * and the fill of the rows open then): a restore reads again only the
+ * documents since then (about lookahead + 1 rows), not the pass (docs/
+ * RESUME.md).  Returns SL_OK,
  * SL_EINVAL (seq_len < 1, unknown or unsuitable field) or SL_ENOMEM; takes
  * `up` also on failure. */
 SL_API int sl_pack(sl_reader *up, const sl_pack_opts *opts, sl_reader **out);
@@ -290,8 +294,9 @@ typedef struct sl_bucket_batch_opts {
  * yielded as a padded batch (sl_padded_batch's fields); at the end of the
  * pass the partial buckets are yielded in bucket order unless
  * drop_remainder.  No random draw: the output is a function of the input
- * order (shuffle upstream for random batches).  Saves its position
- * (restore re-reads the pass up to it).  Returns SL_OK, SL_EINVAL or
+ * order (shuffle upstream for random batches).  Saves its position and the
+ * samples its buckets hold (the state grows with them); a restore reads
+ * nothing again.  Returns SL_OK, SL_EINVAL or
  * SL_ENOMEM; takes `up` also on failure. */
 SL_API int sl_bucket_batch(sl_reader *up, const sl_bucket_batch_opts *opts,
                            sl_reader **out);
@@ -324,7 +329,8 @@ typedef struct sl_mix_opts {
  * threads do.  A restore to pass p followed by a reset draws pass p + 1's order
  * (pass 0's with keep_order), as the run that saved would have.  The readers
  * must have equal schemas (SL_ESHAPE).  Statistics: sl_mix_counts.  Saves its
- * position (restore re-reads the pass up to it).  Takes the readers also on
+ * position and each reader's own (the draws walked back from the last
+ * output, no data read); a restore reads nothing again.  Takes the readers also on
  * failure.  Returns SL_OK, SL_EINVAL (no readers, bad weights or stop),
  * SL_ESHAPE or SL_ENOMEM. */
 SL_API int sl_mix(sl_reader **readers, size_t n, const sl_mix_opts *opts,

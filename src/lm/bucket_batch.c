@@ -13,12 +13,38 @@
  *
  * There is no random draw: the batches are a function of the input order.
  * Position: which samples wait in which bucket depends on every sample
- * before, so a saved state is the position alone and the restore re-reads
- * the pass up to it (gather.h).
+ * before (a bucket of rare lengths may hold one from the pass's start), so
+ * a state holds the buckets' samples themselves (sl__state_put_sample):
+ * payload mode 0, the upstream samples read at the position, the flush
+ * state, then per bucket its samples (each with its upstream number); the
+ * upstream is saved at that count and nothing is read again.  To save at
+ * a position behind its last batch (stages above holding batches) the
+ * stage keeps the samples of its last BUCKET_HIST batches (references) and
+ * the counts at each: the buckets at output k are those samples read
+ * before k's count that were still waiting then.  Further behind, mode 1:
+ * the upstream at the start of the pass, re-read by the restore
+ * (gather.h); so does a state with no payload (saved before mode 0).
  */
 #include "lm/lm.h"
 
 #include <stdio.h>
+
+/* batches kept for a save behind: a prefetch(n) above holds up to n + 1
+ * and its consumer cache 16 */
+#define BUCKET_HIST 32
+
+/* A batch handed out: its bucket and samples (references), or where the
+ * stage stood after an output. */
+typedef struct bucket_out {
+  size_t bucket, n;
+  sl_sample **s;
+  uint64_t *seq;
+} bucket_out;
+typedef struct bucket_at {
+  uint64_t seen;
+  size_t flush;
+  bool ended;
+} bucket_at;
 
 typedef struct bucket_state {
   sl_reader *up; /* first: sl__gather_save_reread_up */
@@ -29,24 +55,42 @@ typedef struct bucket_state {
   int pad_to_bucket, drop;
   sl__padplan plan;
   bool ended;
-  size_t flush; /* at the end: the next bucket to flush */
-  uint64_t seen;
+  size_t flush;    /* at the end: the next bucket to flush */
+  uint64_t seen;   /* upstream samples read this pass */
+  uint64_t **seqs; /* per bucket: the upstream number of each held sample */
+  uint64_t out;    /* batches handed out this pass */
+  bucket_out hist[BUCKET_HIST]; /* batch j at j % BUCKET_HIST */
+  bucket_at at[BUCKET_HIST];    /* after output j, at j % BUCKET_HIST */
 } bucket_state;
 
+static void drop_hist(bucket_out *h) {
+  for (size_t j = 0; j < h->n; j++)
+    sl_sample_release(h->s[j]);
+  h->n = 0;
+}
+
 static void drop_all(bucket_state *s) {
-  for (size_t i = 0; i < s->nb; i++)
+  for (size_t i = 0; s->b && i < s->nb; i++)
     sl__gather_release(&s->b[i]);
+  for (size_t j = 0; j < BUCKET_HIST; j++)
+    drop_hist(&s->hist[j]);
 }
 
 static int emit(bucket_state *s, size_t i, sl_sample **out) {
+  bucket_out *h = &s->hist[s->out % BUCKET_HIST];
+  drop_hist(h);
+  h->bucket = i;
+  for (; h->n < s->b[i].nheld; h->n++) {
+    h->s[h->n] = sl_sample_retain(s->b[i].held[h->n]);
+    h->seq[h->n] = s->seqs[i][h->n];
+  }
   int64_t to = s->pad_to_bucket && i + 1 < s->nb ? s->bounds[i] - 1 : 0;
   int rc = sl__padplan_build(&s->plan, s->b[i].held, s->b[i].nheld, to, out);
   sl__gather_release(&s->b[i]);
   return rc;
 }
 
-static int bucket_next(void *st, sl_sample **out) {
-  bucket_state *s = st;
+static int next_batch(bucket_state *s, sl_sample **out) {
   while (!s->ended) {
     sl_sample *smp = NULL;
     int rc = sl_reader_next(s->up, &smp);
@@ -55,6 +99,7 @@ static int bucket_next(void *st, sl_sample **out) {
       break;
     }
     if (rc < 0) return rc;
+    uint64_t seq = s->seen;
     rc = sl__padplan_check(&s->plan, smp, s->seen++);
     if (rc < 0) {
       sl_sample_release(smp);
@@ -65,6 +110,7 @@ static int bucket_next(void *st, sl_sample **out) {
     while (i + 1 < s->nb && len >= s->bounds[i])
       i++;
     sl__gather *bk = &s->b[i];
+    s->seqs[i][bk->nheld] = seq;
     bk->held[bk->nheld++] = smp;
     if (bk->nheld == bk->n) return emit(s, i, out);
   }
@@ -74,11 +120,21 @@ static int bucket_next(void *st, sl_sample **out) {
   return emit(s, s->flush++, out);
 }
 
+static int bucket_next(void *st, sl_sample **out) {
+  bucket_state *s = st;
+  int rc = next_batch(s, out);
+  if (rc == SL_OK)
+    s->at[++s->out % BUCKET_HIST] = (bucket_at){s->seen, s->flush, s->ended};
+  return rc;
+}
+
 static void clear(bucket_state *s) {
   drop_all(s);
   s->ended = false;
   s->flush = 0;
   s->seen = 0;
+  s->out = 0;
+  s->at[0] = (bucket_at){0, 0, false};
 }
 
 static int bucket_reset(void *st) {
@@ -90,8 +146,14 @@ static int bucket_reset(void *st) {
 static void bucket_destroy(void *st) {
   bucket_state *s = st;
   if (!s) return;
+  drop_all(s);
   for (size_t i = 0; s->b && i < s->nb; i++)
     sl__gather_fini(&s->b[i]);
+  for (size_t i = 0; s->seqs && i < s->nb; i++)
+    sl__free(s->seqs[i]);
+  for (size_t j = 0; j < BUCKET_HIST; j++)
+    SL__FREE(s->hist[j].s, s->hist[j].seq);
+  sl__free(s->seqs);
   sl__free(s->b);
   sl__free(s->bounds);
   sl__padplan_fini(&s->plan);
@@ -99,12 +161,114 @@ static void bucket_destroy(void *st) {
   sl__free(s);
 }
 
+/* Bucket i's samples at output k (see the top): those of batches k.. that
+ * came from it, then those it holds, read before `seen`; each (its number
+ * and the sample) to fn, or counted into *n when fn is NULL. */
+static int held_at(bucket_state *s, size_t i, uint64_t k, uint64_t seen,
+                   sl__state_out *w, uint64_t *n) {
+  for (uint64_t j = k; j <= s->out; j++) {
+    const bucket_out *h = &s->hist[j % BUCKET_HIST];
+    sl_sample *const *v = j < s->out ? h->s : s->b[i].held;
+    const uint64_t *q = j < s->out ? h->seq : s->seqs[i];
+    size_t m = j < s->out ? (h->bucket == i ? h->n : 0) : s->b[i].nheld;
+    for (size_t t = 0; t < m; t++) {
+      if (q[t] >= seen) continue;
+      if (!w) {
+        ++*n;
+        continue;
+      }
+      SL_FORWARD_IF_ERROR(sl__state_put_u64(w, q[t]));
+      SL_FORWARD_IF_ERROR(sl__state_put_sample(w, v[t], "bucket_batch"));
+    }
+  }
+  return SL_OK;
+}
+
+static int bucket_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
+                       sl__state_out *w) {
+  bucket_state *s = st;
+  if (pass != sl__reader_pass(r) || k > s->out || s->out - k >= BUCKET_HIST) {
+    SL_FORWARD_IF_ERROR(sl__state_put_u64(w, 1));
+    return sl__gather_save_reread_up(r, st, pass, k, w);
+  }
+  const bucket_at *a = &s->at[k % BUCKET_HIST];
+  SL_FORWARD_IF_ERROR(sl__state_put_u64(w, 0));
+  SL_FORWARD_IF_ERROR(sl__state_put_u64(w, a->seen));
+  SL_FORWARD_IF_ERROR(sl__state_put_u64(w, a->flush));
+  SL_FORWARD_IF_ERROR(sl__state_put_u64(w, a->ended));
+  for (size_t i = 0; i < s->nb; i++) {
+    uint64_t n = 0;
+    held_at(s, i, k, a->seen, NULL, &n);
+    SL_FORWARD_IF_ERROR(sl__state_put_u64(w, n));
+    SL_FORWARD_IF_ERROR(held_at(s, i, k, a->seen, w, NULL));
+  }
+  return sl__state_save_up(w, s->up, sl__reader_pass(s->up), a->seen);
+}
+
+/* Bucket i's samples from the record (mode 0). */
+static int get_bucket(bucket_state *s, size_t i, uint64_t seen,
+                      sl__state_in *in) {
+  uint64_t n, seq;
+  sl__gather *g = &s->b[i];
+  SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &n));
+  SL_RETURN_ERROR_IF(n >= g->n, SL_ECORRUPT,
+                     "restore: corrupt state: bucket_batch: bucket %zu holds "
+                     "%llu samples, its batch is %zu",
+                     i, (unsigned long long)n, g->n);
+  for (uint64_t t = 0; t < n; t++) {
+    SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &seq));
+    SL_RETURN_ERROR_IF(seq >= seen || (t && seq <= s->seqs[i][t - 1]),
+                       SL_ECORRUPT,
+                       "restore: corrupt state: bucket_batch: bucket %zu "
+                       "holds sample %llu, out of order or not read (%llu "
+                       "read)",
+                       i, (unsigned long long)seq, (unsigned long long)seen);
+    sl_sample *smp = NULL;
+    SL_FORWARD_IF_ERROR(
+        sl__state_get_sample(in, s->plan.in, "bucket_batch", &smp));
+    int rc = sl__padplan_check(&s->plan, smp, seq);
+    if (rc < 0) {
+      sl_sample_release(smp);
+      return sl_wrap_error(
+          SL_ECORRUPT, "restore: corrupt state: bucket_batch: bucket %zu", i);
+    }
+    s->seqs[i][g->nheld] = seq;
+    g->held[g->nheld++] = smp;
+  }
+  return SL_OK;
+}
+
 static int bucket_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                           sl__state_in *in) {
   bucket_state *s = st;
   clear(s);
-  SL_FORWARD_IF_ERROR(sl__state_restore_up(in, s->up));
-  return sl__state_replay(bucket_next, s, k, "bucket_batch");
+  uint64_t mode = 1, seen = 0, flush = 0, ended = 0;
+  if (sl__state_left(in) > 0) SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &mode));
+  SL_RETURN_ERROR_IF(mode > 1, SL_ECORRUPT,
+                     "restore: corrupt state: bucket_batch: mode %llu (0 or "
+                     "1)",
+                     (unsigned long long)mode);
+  if (mode == 1) {
+    SL_FORWARD_IF_ERROR(sl__state_restore_up(in, s->up));
+    return sl__state_replay(bucket_next, s, k, "bucket_batch");
+  }
+  SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &seen));
+  SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &flush));
+  SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &ended));
+  SL_RETURN_ERROR_IF(
+      ended > 1 || flush > s->nb || (flush && !ended), SL_ECORRUPT,
+      "restore: corrupt state: bucket_batch: flushing bucket "
+      "%llu of %zu, ended %llu",
+      (unsigned long long)flush, s->nb, (unsigned long long)ended);
+  for (size_t i = 0; i < s->nb; i++)
+    SL_FORWARD_IF_ERROR(get_bucket(s, i, seen, in));
+  SL_FORWARD_IF_ERROR(sl__state_restore_up_at(in, s->up, seen));
+  s->seen = seen;
+  s->flush = (size_t)flush;
+  s->ended = ended != 0;
+  s->out = k;
+  s->at[k % BUCKET_HIST] = (bucket_at){seen, s->flush, s->ended};
+  return SL_OK;
 }
 
 static void bucket_identity(const sl_reader *r, void *st, char *buf,
@@ -123,7 +287,7 @@ static const sl__stage_ops bucket_ops = {
     .next = bucket_next,
     .reset = bucket_reset,
     .destroy = bucket_destroy,
-    .save = sl__gather_save_reread_up,
+    .save = bucket_save,
     .restore = bucket_restore,
     .identity = bucket_identity,
 };
@@ -171,8 +335,21 @@ static int setup(bucket_state *s, const sl_bucket_batch_opts *o) {
   }
   s->bounds = sl__calloc(s->nb, sizeof *s->bounds);
   s->b = sl__calloc(s->nb, sizeof *s->b);
-  SL_RETURN_ERROR_IF(!s->bounds || !s->b, SL_ENOMEM,
+  s->seqs = sl__calloc(s->nb, sizeof *s->seqs);
+  SL_RETURN_ERROR_IF(!s->bounds || !s->b || !s->seqs, SL_ENOMEM,
                      "bucket_batch: cannot allocate");
+  size_t most = 0;
+  for (size_t i = 0; i < s->nb; i++) {
+    most = SL_MAX(most, o->batch_sizes[i]);
+    s->seqs[i] = sl__calloc(o->batch_sizes[i], sizeof *s->seqs[i]);
+    SL_RETURN_ERROR_IF(!s->seqs[i], SL_ENOMEM, "bucket_batch: cannot allocate");
+  }
+  for (size_t j = 0; j < BUCKET_HIST; j++) {
+    s->hist[j].s = sl__calloc(most, sizeof *s->hist[j].s);
+    s->hist[j].seq = sl__calloc(most, sizeof *s->hist[j].seq);
+    SL_RETURN_ERROR_IF(!s->hist[j].s || !s->hist[j].seq, SL_ENOMEM,
+                       "bucket_batch: cannot allocate");
+  }
   for (size_t i = 0; i < s->nb; i++) {
     s->bounds[i] = i < o->nboundaries ? o->boundaries[i] : INT64_MAX;
     SL_RETURN_ERROR_IF(!sl__gather_init(&s->b[i], NULL, o->batch_sizes[i], 0),

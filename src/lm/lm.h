@@ -2,7 +2,8 @@
  * lm.h - what the language-model stages share (docs/TEXT.md): the padded
  * assembly of padded_batch.c (bucket_batch.c builds its batches with it),
  * token access, and the search of a chain for a stage (their statistics).
- * Their gathering and re-read save/restore are gather.h's.
+ * Their gathering is gather.h's, and so is the re-read restore they keep for
+ * old states and saves far behind.
  */
 #ifndef SLUICE_READERS_LM_H
 #define SLUICE_READERS_LM_H

@@ -22,10 +22,20 @@
  * Statistics: the samples taken from each reader, relaxed atomics read by
  * sl_mix_counts from any thread.
  *
- * Position: which readers have ended when depends on the data, so a saved
- * state is the position alone; the restore re-reads the pass (each reader
- * from the pass it was in when the mixture's pass began) and replays the
- * draws (gather.h).
+ * Position.  Since output j's reader is a function of (seed, pass, j) and
+ * of which readers had left the draw by then, the stage keeps, per reader,
+ * the output during whose draw it left (stop = all), and, for stop =
+ * never, the lengths of its last MIX_ENDS passes.  A save at output k
+ * walks the draws back from the current output to k (no data read: O(j -
+ * k) hashes, j - k being what the stages above hold) to get each reader's
+ * position at k - (its pass, its sample) - and saves every reader there
+ * with, as payload, mode 0 and which readers had left by k.  The restore
+ * puts each reader at its own position and sets the counter: nothing is
+ * re-read.  A stop = never walk back across more of a reader's passes than
+ * it remembers saves mode 1, the old way: the readers at the start of the
+ * pass, which the restore re-reads while replaying the draws (gather.h);
+ * a state with no payload (saved before mode 0 existed) restores that way
+ * too.
  */
 #include "core/rng.h"
 #include "lm/lm.h"
@@ -33,6 +43,9 @@
 #include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
+
+#define MIX_ENDS 16 /* stop = never: pass lengths kept per reader */
+#define MIX_ACTIVE UINT64_MAX
 
 typedef struct mix_state {
   sl_reader **readers;
@@ -46,25 +59,29 @@ typedef struct mix_state {
   uint64_t pass, j;
   bool ended;
   atomic_uint_least64_t *count;
+  uint64_t *gone;  /* per reader: the output whose draw it left, or ACTIVE */
+  uint64_t *ends;  /* stop = never: n x MIX_ENDS pass lengths (a ring each) */
+  uint64_t *nends; /* per reader: passes it ended in this mixture's pass */
+  bool *act;       /* scratch of the walk back (save) */
 } mix_state;
 
-static double draw(const mix_state *m, uint64_t attempt) {
+static double draw(const mix_state *m, uint64_t j, uint64_t attempt) {
   uint64_t k =
       sl__splitmix64_mix(m->seed) ^
       sl__splitmix64_mix((m->keep_order ? 0 : m->pass) + SL__RNG_GOLDEN) ^
-      sl__splitmix64_mix(m->j + 2 * SL__RNG_GOLDEN) ^
+      sl__splitmix64_mix(j + 2 * SL__RNG_GOLDEN) ^
       sl__splitmix64_mix(attempt + 3 * SL__RNG_GOLDEN);
   return (double)(sl__splitmix64_mix(k) >> 11) * 0x1.0p-53;
 }
 
-static size_t pick(const mix_state *m, double u) {
+static size_t pick(const mix_state *m, const bool *active, double u) {
   double total = 0;
   for (size_t i = 0; i < m->n; i++)
-    if (m->active[i]) total += m->w[i];
+    if (active[i]) total += m->w[i];
   double x = u * total, acc = 0;
   size_t last = m->n;
   for (size_t i = 0; i < m->n; i++) {
-    if (!m->active[i] || m->w[i] <= 0) continue;
+    if (!active[i] || m->w[i] <= 0) continue;
     acc += m->w[i];
     last = i;
     if (x < acc) return i;
@@ -72,23 +89,39 @@ static size_t pick(const mix_state *m, double u) {
   return last; /* rounding at the top */
 }
 
-static bool any_active(const mix_state *m) {
+static bool any_active(const mix_state *m, const bool *active) {
   for (size_t i = 0; i < m->n; i++)
-    if (m->active[i] && m->w[i] > 0) return true;
+    if (active[i] && m->w[i] > 0) return true;
   return false;
+}
+
+/* The reader output j (< m->j) came from, drawn again: the readers that
+ * had left before j are out of the draw, the one that left during it
+ * (stop = all) takes its attempt. */
+static size_t who(const mix_state *m, uint64_t j) {
+  for (size_t i = 0; i < m->n; i++)
+    m->act[i] = m->gone[i] == MIX_ACTIVE || m->gone[i] >= j;
+  for (uint64_t attempt = 0;; attempt++) {
+    if (!any_active(m, m->act)) return m->n;
+    size_t i = pick(m, m->act, draw(m, j, attempt));
+    if (m->gone[i] != j) return i;
+    m->act[i] = false;
+  }
 }
 
 static int mix_next(void *st, sl_sample **out) {
   mix_state *m = st;
   if (m->ended) return SL_EOF;
   for (uint64_t attempt = 0;; attempt++) {
-    if (!any_active(m)) {
+    if (!any_active(m, m->active)) {
       m->ended = true;
       return SL_EOF;
     }
-    size_t i = pick(m, draw(m, attempt));
+    size_t i = pick(m, m->active, draw(m, m->j, attempt));
     int rc = sl_reader_next(m->readers[i], out);
     if (rc == SL_EOF && m->stop == SL_MIX_STOP_NEVER) {
+      m->ends[i * MIX_ENDS + m->nends[i]++ % MIX_ENDS] =
+          sl__reader_delivered(m->readers[i]);
       SL_FORWARD_IF_ERROR(sl_reader_reset(m->readers[i]));
       rc = sl_reader_next(m->readers[i], out);
       if (rc == SL_EOF)
@@ -104,6 +137,7 @@ static int mix_next(void *st, sl_sample **out) {
         return SL_EOF;
       }
       m->active[i] = false;
+      m->gone[i] = m->j;
       continue;
     }
     if (rc < 0) return rc;
@@ -119,6 +153,8 @@ static void start_pass(mix_state *m, uint64_t pass) {
   m->ended = false;
   for (size_t i = 0; i < m->n; i++) {
     m->active[i] = true;
+    m->gone[i] = MIX_ACTIVE;
+    m->nends[i] = 0;
     m->start_pass[i] = sl__reader_pass(m->readers[i]);
   }
 }
@@ -134,18 +170,62 @@ static void mix_destroy(void *st) {
   mix_state *m = st;
   if (!m) return;
   sl__destroy_readers(m->readers, m->n);
-  SL__FREE(m->readers, m->w, m->active, m->start_pass, (void *)m->count, m);
+  SL__FREE(m->readers, m->w, m->active, m->start_pass, (void *)m->count,
+           m->gone, m->ends, m->nends, m->act, m);
 }
 
+/* Reader i's position *pass, *k before the last `back` samples it gave
+ * (stop = never: across its passes, as far as its ring of ends goes):
+ * false when the ring does not reach. */
+static bool back_of(const mix_state *m, size_t i, uint64_t back, uint64_t *pass,
+                    uint64_t *k) {
+  uint64_t p = sl__reader_pass(m->readers[i]);
+  uint64_t c = sl__reader_delivered(m->readers[i]);
+  for (uint64_t t = 0; back > c; t++) {
+    if (t >= m->nends[i] || t >= MIX_ENDS) return false;
+    back -= c;
+    p--;
+    c = m->ends[i * MIX_ENDS + (m->nends[i] - 1 - t) % MIX_ENDS];
+  }
+  *pass = p;
+  *k = c - back;
+  return true;
+}
+
+/* Payload: 0, then per reader the output during whose draw it left (stop =
+ * all; ACTIVE for one still drawn at k), each reader saved at its own
+ * position at k; or 1, each reader saved at the start of the pass (the
+ * restore replays the draws). */
 static int mix_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                     sl__state_out *w) {
   mix_state *m = st;
+  uint64_t *pos = sl__calloc(2 * m->n, sizeof *pos);
+  SL_RETURN_ERROR_IF(!pos, SL_ENOMEM, "save: mix: cannot allocate");
+  bool walked = k == 0 || (pass == m->pass && k <= m->j);
+  if (k == 0) {
+    for (size_t i = 0; i < m->n; i++)
+      pos[2 * i] = m->start_pass[i];
+  } else if (walked) {
+    for (uint64_t j = m->j; j-- > k;) {
+      size_t i = who(m, j);
+      if (i < m->n) pos[2 * i + 1]++; /* samples to go back */
+    }
+    for (size_t i = 0; walked && i < m->n; i++)
+      walked = back_of(m, i, pos[2 * i + 1], &pos[2 * i], &pos[2 * i + 1]);
+  }
+  int rc = sl__state_put_u64(w, walked ? 0 : 1);
+  for (size_t i = 0; walked && i < m->n && rc == SL_OK; i++)
+    rc = sl__state_put_u64(w, k && m->gone[i] < k ? m->gone[i] : MIX_ACTIVE);
+  for (size_t i = 0; walked && i < m->n && rc == SL_OK; i++)
+    rc = sl__state_save_up(w, m->readers[i], pos[2 * i], pos[2 * i + 1]);
+  sl__free(pos);
+  if (rc < 0 || walked) return rc;
   return sl__gather_save_reread(m->readers, m->start_pass, m->n, k, w);
 }
 
-static int mix_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
-                       sl__state_in *in) {
-  mix_state *m = st;
+/* Mode 1 and states without a payload: the pass re-read up to k. */
+static int restore_replay(mix_state *m, uint64_t pass, uint64_t k,
+                          sl__state_in *in) {
   for (size_t i = 0; i < m->n; i++)
     SL_FORWARD_IF_ERROR(sl__state_restore_up(in, m->readers[i]));
   start_pass(m, pass);
@@ -157,6 +237,43 @@ static int mix_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
   for (size_t i = 0; i < m->n; i++) /* the replayed draws were counted */
     atomic_store(&m->count[i], keep[i]);
   sl__free(keep);
+  return rc;
+}
+
+static int mix_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
+                       sl__state_in *in) {
+  mix_state *m = st;
+  uint64_t mode = 1;
+  if (sl__state_left(in) > 0) SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &mode));
+  SL_RETURN_ERROR_IF(mode > 1, SL_ECORRUPT,
+                     "restore: corrupt state: mix: mode %llu (0 or 1)",
+                     (unsigned long long)mode);
+  if (mode == 1) return restore_replay(m, pass, k, in);
+  for (size_t i = 0; i < m->n; i++) {
+    SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &m->gone[i]));
+    SL_RETURN_ERROR_IF(
+        m->gone[i] != MIX_ACTIVE &&
+            (m->gone[i] >= k || m->stop != SL_MIX_STOP_ALL),
+        SL_ECORRUPT,
+        "restore: corrupt state: mix: reader %zu left the draw at output "
+        "%llu, at position %llu with stop %d",
+        i, (unsigned long long)m->gone[i], (unsigned long long)k, m->stop);
+  }
+  uint64_t *gone = sl__malloc(m->n * sizeof *gone);
+  SL_RETURN_ERROR_IF(!gone, SL_ENOMEM, "mix: cannot allocate");
+  memcpy(gone, m->gone, m->n * sizeof *gone);
+  int rc = SL_OK;
+  for (size_t i = 0; i < m->n && rc == SL_OK; i++)
+    rc = sl__state_restore_up(in, m->readers[i]);
+  if (rc == SL_OK) {
+    start_pass(m, pass);
+    m->j = k;
+    for (size_t i = 0; i < m->n; i++) {
+      m->gone[i] = gone[i];
+      m->active[i] = gone[i] == MIX_ACTIVE;
+    }
+  }
+  sl__free(gone);
   return rc;
 }
 
@@ -198,7 +315,12 @@ static int setup(mix_state *m, const sl_mix_opts *o) {
   m->active = sl__calloc(m->n, sizeof *m->active);
   m->start_pass = sl__calloc(m->n, sizeof *m->start_pass);
   m->count = sl__calloc(m->n, sizeof *m->count);
-  SL_RETURN_ERROR_IF(!m->w || !m->active || !m->start_pass || !m->count,
+  m->gone = sl__calloc(m->n, sizeof *m->gone);
+  m->ends = sl__calloc(m->n * MIX_ENDS, sizeof *m->ends);
+  m->nends = sl__calloc(m->n, sizeof *m->nends);
+  m->act = sl__calloc(m->n, sizeof *m->act);
+  SL_RETURN_ERROR_IF(!m->w || !m->active || !m->start_pass || !m->count ||
+                         !m->gone || !m->ends || !m->nends || !m->act,
                      SL_ENOMEM, "mix: cannot allocate");
   SL_RETURN_ERROR_IF(
       o->stop != SL_MIX_STOP_FIRST && o->stop != SL_MIX_STOP_ALL &&

@@ -20,9 +20,25 @@
  * Statistics: rows and non-pad tokens yielded, relaxed atomics written by
  * the consumer's thread and read by sl_pack_stats from any thread.
  *
- * Position: the rows depend on every document before them, so a saved
- * state is the position alone and the restore re-reads the pass
- * (gather.h).
+ * Position.  Rows are numbered in the order they open, which is the order
+ * they go out: at output k the stage holds rows [k, opened), and each is a
+ * prefix of what it will hold.  When a row opens, the stage notes where
+ * (the document being placed and the piece's first token) and the fill of
+ * the rows open then (a snapshot: lookahead + 1 numbers); per output it
+ * notes how many documents had been read.  Those rings reach back `hist`
+ * rows.  A save at output k is then: where row k opened, the fill of the
+ * rows open then, and the documents read at k (payload mode 0), with the
+ * upstream saved at row k's document.  The restore puts those open rows
+ * back as placeholders (fill only, no tokens: they go out before k), reads
+ * the documents from row k's to the count again and places them by the
+ * same first fit: rows k onwards come back token for token, and the
+ * documents read again are those since row k opened - about lookahead + 1
+ * rows of tokens - not the pass.  When nothing is held at k (every row
+ * opened went out) the upstream is saved at the count itself and nothing is
+ * read.  A save further behind than the rings (stages above holding more
+ * than `hist` rows) saves mode 1: the upstream at the start of the pass,
+ * which the restore re-reads (gather.h); so does a state with no payload
+ * (saved before mode 0 existed).
  */
 #include "lm/lm.h"
 
@@ -30,10 +46,17 @@
 #include <stdio.h>
 
 typedef struct row {
-  sl_buffer *buf; /* (nf + 2) x T i32: fields..., segment_ids, positions */
+  sl_buffer *buf; /* (nf + 2) x T i32: fields..., segment_ids, positions;
+                     NULL: a placeholder of a restore (goes out before k) */
   int64_t used;
   int32_t nseg;
 } row;
+
+/* Where a row opened: document `doc`, its piece from token `from`, with
+ * `nopen` rows open (their fill in the stage's snap_used). */
+typedef struct snap {
+  uint64_t doc, from, nopen;
+} snap;
 
 typedef struct pack_state {
   sl_reader *up; /* first: sl__gather_save_reread_up */
@@ -50,8 +73,14 @@ typedef struct pack_state {
   row *done; /* finished rows, a FIFO ring */
   size_t dhead, dcount, dcap;
   bool ended;
-  uint64_t docs; /* documents read this pass (messages) */
+  uint64_t docs; /* documents read this pass */
   atomic_uint_least64_t rows_out, tokens_out;
+  /* the position (see the top): rings of `hist` entries */
+  size_t hist;
+  uint64_t opened, out; /* rows opened, handed out this pass */
+  uint64_t *docs_at;    /* documents read at output k, at k % hist */
+  snap *snaps;          /* where row r opened, at r % hist */
+  int64_t *snap_used;   /* its open rows' fill, (lookahead + 1) per snap */
 } pack_state;
 
 static int32_t *col(const row *r, int64_t T, int c) {
@@ -84,6 +113,7 @@ static int close_row(pack_state *p, size_t i) {
   row r = p->open[i];
   memmove(&p->open[i], &p->open[i + 1], (p->nopen - i - 1) * sizeof *p->open);
   p->nopen--;
+  if (!r.buf) return SL_OK; /* a placeholder: it went out before the restore */
   for (int c = 0; c < p->nf; c++)
     for (int64_t t = r.used; t < p->T; t++)
       col(&r, p->T, c)[t] = p->pad;
@@ -105,10 +135,18 @@ static int place(pack_state *p, const sl_sample *s, int64_t doc_len,
     sl_buffer *b =
         sl_buffer_new((size_t)(p->nf + 2) * (size_t)p->T * sizeof(int32_t));
     SL_RETURN_ERROR_IF(!b, SL_ENOMEM, "pack: cannot allocate a row");
+    size_t h = p->opened++ % p->hist;
+    p->snaps[h] = (snap){p->docs, (uint64_t)from, p->nopen};
+    for (size_t k = 0; k < p->nopen; k++)
+      p->snap_used[h * (p->lookahead + 1) + k] = p->open[k].used;
     p->open[p->nopen++] = (row){b, 0, 0};
   }
   row *r = &p->open[i];
   int32_t seg = ++r->nseg;
+  if (!r->buf) { /* a placeholder: its fill alone matters */
+    r->used += len;
+    return p->nopen > p->lookahead ? close_row(p, 0) : SL_OK;
+  }
   for (int c = 0; c < p->nf; c++) {
     const sl_tensor *t = sl_sample_at_const(s, p->fi[c]);
     int32_t *dst = col(r, p->T, c) + r->used;
@@ -129,7 +167,8 @@ static int place(pack_state *p, const sl_sample *s, int64_t doc_len,
   return SL_OK;
 }
 
-static int take_doc(pack_state *p, const sl_sample *s) {
+/* Places document s from its piece starting at token `from0` (0: whole). */
+static int take_doc(pack_state *p, const sl_sample *s, int64_t from0) {
   const sl_tensor *t0 = sl_sample_at_const(s, p->fi[0]);
   int64_t doc_len = t0->shape[0];
   for (int c = 0; c < p->nf; c++) {
@@ -149,7 +188,7 @@ static int take_doc(pack_state *p, const sl_sample *s) {
   }
   int64_t total = doc_len + (p->has_eos ? 1 : 0);
   if (p->truncate) total = SL_MIN(total, p->T);
-  for (int64_t from = 0; from < total; from += p->T)
+  for (int64_t from = from0; from < total; from += p->T)
     SL_FORWARD_IF_ERROR(place(p, s, doc_len, from, SL_MIN(p->T, total - from)));
   return SL_OK;
 }
@@ -169,7 +208,7 @@ static int pack_next(void *st, sl_sample **out) {
       continue;
     }
     if (rc < 0) return rc;
-    rc = take_doc(p, s);
+    rc = take_doc(p, s, 0);
     p->docs++;
     sl_sample_release(s);
     if (rc < 0) return rc;
@@ -190,6 +229,8 @@ static int pack_next(void *st, sl_sample **out) {
   p->dhead = (p->dhead + 1) % p->dcap;
   p->dcount--;
   sl_buffer_release(r.buf);
+  p->out++;
+  p->docs_at[p->out % p->hist] = p->docs;
   sl__stat_add_1w(&p->rows_out, 1);
   sl__stat_add_1w(&p->tokens_out, (uint64_t)r.used);
   *out = o;
@@ -200,6 +241,8 @@ static void clear(pack_state *p) {
   drop_rows(p);
   p->ended = false;
   p->docs = 0;
+  p->opened = p->out = 0;
+  p->docs_at[0] = 0;
 }
 
 static int pack_reset(void *st) {
@@ -212,21 +255,130 @@ static void pack_destroy(void *st) {
   pack_state *p = st;
   if (!p) return;
   if (p->open) drop_rows(p);
-  SL__FREE(p->open, p->done, p->fi);
+  SL__FREE(p->open, p->done, p->fi, p->docs_at, p->snaps, p->snap_used);
   sl_schema_release(p->schema);
   sl_reader_destroy(p->up);
   sl__free(p);
+}
+
+/* Payload: mode 0, the documents read at k, where row k opened (document,
+ * token) and the fill of the rows open then, the upstream saved at that
+ * document (read again up to the count); or mode 1, the upstream at the
+ * start of the pass (the pass read again).  See the top. */
+static int pack_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
+                     sl__state_out *w) {
+  pack_state *p = st;
+  bool ok = pass == sl__reader_pass(r) && k <= p->out && p->out - k < p->hist;
+  uint64_t at = ok ? p->docs_at[k % p->hist] : 0;
+  const snap *sn = NULL; /* where row k opened, when it was open at k */
+  if (ok && k < p->opened) {
+    if (p->opened - k > p->hist)
+      ok = false; /* its snapshot is gone */
+    else if (p->snaps[k % p->hist].doc < at)
+      sn = &p->snaps[k % p->hist];
+  }
+  if (!ok) {
+    SL_FORWARD_IF_ERROR(sl__state_put_u64(w, 1));
+    return sl__gather_save_reread_up(r, st, pass, k, w);
+  }
+  SL_FORWARD_IF_ERROR(sl__state_put_u64(w, 0));
+  SL_FORWARD_IF_ERROR(sl__state_put_u64(w, at));
+  SL_FORWARD_IF_ERROR(sl__state_put_u64(w, sn ? sn->doc : at));
+  SL_FORWARD_IF_ERROR(sl__state_put_u64(w, sn ? sn->from : 0));
+  SL_FORWARD_IF_ERROR(sl__state_put_u64(w, sn ? sn->nopen : 0));
+  for (uint64_t i = 0; sn && i < sn->nopen; i++)
+    SL_FORWARD_IF_ERROR(sl__state_put_u64(
+        w, (uint64_t)p->snap_used[(k % p->hist) * (p->lookahead + 1) + i]));
+  uint64_t up_pass = sl__reader_pass(p->up);
+  return sn ? sl__state_save_up_replayed(w, p->up, up_pass, sn->doc)
+            : sl__state_save_up(w, p->up, up_pass, at);
+}
+
+/* Mode 1 and states without a payload: the pass read again up to k. */
+static int restore_replay(pack_state *p, uint64_t k, sl__state_in *in) {
+  SL_FORWARD_IF_ERROR(sl__state_restore_up(in, p->up));
+  uint64_t rows = atomic_load(&p->rows_out), toks = atomic_load(&p->tokens_out);
+  int rc = sl__state_replay(pack_next, p, k, "pack");
+  atomic_store(&p->rows_out, rows); /* the replayed rows were counted */
+  atomic_store(&p->tokens_out, toks);
+  return rc;
+}
+
+/* Reads the next document of the restore's re-read (SL_ECORRUPT when the
+ * upstream ends before the state's count). */
+static int reread(pack_state *p, uint64_t at, int64_t from) {
+  sl_sample *s = NULL;
+  int rc = sl_reader_next(p->up, &s);
+  if (rc == SL_EOF)
+    return sl_set_error(SL_ECORRUPT,
+                        "restore: pack: its upstream '%s' ended after %llu "
+                        "documents, the state needs %llu (did the data "
+                        "change since the save?)",
+                        sl_reader_name(p->up), (unsigned long long)p->docs,
+                        (unsigned long long)at);
+  SL_FORWARD_IF_ERROR(rc);
+  rc = take_doc(p, s, from);
+  p->docs++;
+  sl_sample_release(s);
+  return rc;
 }
 
 static int pack_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                         sl__state_in *in) {
   pack_state *p = st;
   clear(p);
+  uint64_t mode = 1, v[4] = {0};
+  if (sl__state_left(in) > 0) SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &mode));
+  SL_RETURN_ERROR_IF(mode > 1, SL_ECORRUPT,
+                     "restore: corrupt state: pack: mode %llu (0 or 1)",
+                     (unsigned long long)mode);
+  if (mode == 1) return restore_replay(p, k, in);
+  for (int i = 0; i < 4; i++) /* documents at k, row k's doc, from, nopen */
+    SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &v[i]));
+  uint64_t at = v[0], doc = v[1], from = v[2], nopen = v[3];
+  SL_RETURN_ERROR_IF(
+      doc > at || nopen > p->lookahead || from >= (uint64_t)INT64_MAX ||
+          (doc == at && (from || nopen)) || nopen > k,
+      SL_ECORRUPT,
+      "restore: corrupt state: pack: row %llu opened at document %llu "
+      "token %llu with %llu rows open (lookahead %zu), %llu documents read",
+      (unsigned long long)k, (unsigned long long)doc, (unsigned long long)from,
+      (unsigned long long)nopen, p->lookahead, (unsigned long long)at);
+  for (uint64_t i = 0; i < nopen; i++) {
+    uint64_t used;
+    SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &used));
+    SL_RETURN_ERROR_IF(used < 1 || used > (uint64_t)p->T, SL_ECORRUPT,
+                       "restore: corrupt state: pack: an open row holds %llu "
+                       "tokens (T = %lld)",
+                       (unsigned long long)used, (long long)p->T);
+    p->open[p->nopen++] = (row){NULL, (int64_t)used, 0};
+  }
   SL_FORWARD_IF_ERROR(sl__state_restore_up(in, p->up));
-  uint64_t rows = atomic_load(&p->rows_out), toks = atomic_load(&p->tokens_out);
-  int rc = sl__state_replay(pack_next, p, k, "pack");
-  atomic_store(&p->rows_out, rows); /* the replayed rows were counted */
-  atomic_store(&p->tokens_out, toks);
+  p->docs = doc;
+  p->opened = p->out = k;
+  p->docs_at[k % p->hist] = at;
+  int rc = SL_OK;
+  for (int64_t f = (int64_t)from; p->docs < at && rc == SL_OK; f = 0)
+    rc = reread(p, at, f);
+  /* placeholders still open went out at the end of the pass, before k */
+  if (rc == SL_OK && p->nopen && !p->open[0].buf) {
+    sl_sample *s = NULL;
+    rc = sl_reader_next(p->up, &s);
+    sl_sample_release(s);
+    if (rc == SL_OK)
+      rc = sl_set_error(SL_ECORRUPT,
+                        "restore: corrupt state: pack: rows before %llu are "
+                        "still open after %llu documents, but its upstream "
+                        "'%s' has not ended",
+                        (unsigned long long)k, (unsigned long long)at,
+                        sl_reader_name(p->up));
+    if (rc == SL_EOF) {
+      rc = SL_OK;
+      p->ended = true;
+      while (p->nopen && !p->open[0].buf)
+        rc = close_row(p, 0);
+    }
+  }
   return rc;
 }
 
@@ -247,7 +399,7 @@ static const sl__stage_ops pack_ops = {
     .next = pack_next,
     .reset = pack_reset,
     .destroy = pack_destroy,
-    .save = sl__gather_save_reread_up,
+    .save = pack_save,
     .restore = pack_restore,
     .identity = pack_identity,
 };
@@ -291,8 +443,14 @@ static int setup(pack_state *p, const sl_pack_opts *o) {
   p->fi = sl__calloc((size_t)p->nf, sizeof *p->fi);
   p->open = sl__calloc(p->lookahead + 1, sizeof *p->open);
   p->schema = sl_schema_new();
-  SL_RETURN_ERROR_IF(!p->fi || !p->open || !p->schema, SL_ENOMEM,
-                     "pack: cannot allocate");
+  /* the rings: 1024 rows, fewer for a long lookahead (at most 2^18 fills) */
+  p->hist = SL_MAX(64, SL_MIN(1024, ((size_t)1 << 18) / (p->lookahead + 1)));
+  p->docs_at = sl__calloc(p->hist, sizeof *p->docs_at);
+  p->snaps = sl__calloc(p->hist, sizeof *p->snaps);
+  p->snap_used = sl__calloc(p->hist * (p->lookahead + 1), sizeof *p->snap_used);
+  SL_RETURN_ERROR_IF(!p->fi || !p->open || !p->schema || !p->docs_at ||
+                         !p->snaps || !p->snap_used,
+                     SL_ENOMEM, "pack: cannot allocate");
   if (!o->fields) {
     int i = 0;
     while (i < sl_schema_nfields(in) &&

@@ -23,9 +23,16 @@
  * from (a queue of segments: sample number, offset of the first value held,
  * values held), and for its last SL__STATE_LOG windows where each started.
  * A saved state is (sample, offset): the restore resumes upstream at that
- * sample and drops `offset` values.  A save further behind than the log
- * (stages above holding more than SL__STATE_LOG windows) re-reads the pass
- * up to the position instead (gather.h, sl__gather_save_reread).
+ * sample and drops `offset` values (mode 0).  A save further behind than
+ * the log (stages above holding more than SL__STATE_LOG windows: a shuffle
+ * of windows) starts from a checkpoint instead: the stage also keeps where
+ * every SL__STATE_LOG-th window of the pass started (16 bytes per 1024
+ * windows), and saves the checkpoint at or before k (mode 2); the restore
+ * resumes there and makes the windows up to k again: fewer than
+ * SL__STATE_LOG windows of the stream re-read, not the pass.  Mode 1 (the
+ * pass re-read up to the position: gather.h, sl__gather_save_reread) is
+ * left for a save behind a restore's position by more than the log, whose
+ * pass has no checkpoints before it.
  */
 #include "lm/lm.h"
 
@@ -56,6 +63,9 @@ typedef struct window_state {
     uint64_t sample, off;
   } log[SL__STATE_LOG];
   uint64_t count; /* windows yielded this pass */
+  /* where window i * SL__STATE_LOG started, for i < nckpt (this pass) */
+  struct at *ckpt;
+  size_t nckpt, ckptcap;
 } window_state;
 
 static struct seg *seg_at(window_state *w, size_t i) {
@@ -166,6 +176,19 @@ static int window_next(void *st, sl_sample **out) {
     return sl_wrap_error(rc, "window");
   }
   memcpy(data, w->buf, (size_t)len * w->es);
+  if (w->count == (uint64_t)w->nckpt * SL__STATE_LOG) {
+    if (w->nckpt == w->ckptcap) {
+      size_t cap = w->ckptcap ? 2 * w->ckptcap : 16;
+      struct at *v = sl__realloc(w->ckpt, cap * sizeof *v);
+      if (!v) {
+        sl_sample_release(o);
+        return sl_set_error(SL_ENOMEM, "window: cannot allocate");
+      }
+      w->ckpt = v;
+      w->ckptcap = cap;
+    }
+    w->ckpt[w->nckpt++] = next_at(w);
+  }
   w->log[w->count++ % SL__STATE_LOG] = next_at(w);
   w->start += w->stride;
   uint64_t drop = SL_MIN((uint64_t)w->have, w->start - w->base);
@@ -186,6 +209,7 @@ static void clear(window_state *w) {
   w->nseg = 0;
   w->seg0 = 0;
   w->count = 0;
+  w->nckpt = 0;
 }
 
 static int window_reset(void *st) {
@@ -199,13 +223,15 @@ static void window_destroy(void *st) {
   if (!w) return;
   sl__free(w->buf);
   sl__free(w->segs);
+  sl__free(w->ckpt);
   sl_schema_release(w->schema);
   sl_reader_destroy(w->up);
   sl__free(w);
 }
 
-/* Payload: 0 and the offset (upstream saved at the sample), or 1 (the
- * pass is re-read: upstream saved at its start). */
+/* Payload: 0 and the offset (upstream saved at the sample); 2, the
+ * checkpoint's number and offset (upstream saved at its sample, read again
+ * up to k); or 1 (the pass is re-read: upstream saved at its start). */
 static int window_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                        sl__state_out *out) {
   window_state *w = st;
@@ -217,6 +243,15 @@ static int window_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
     at = w->log[k % SL__STATE_LOG];
   else
     known = false;
+  if (!known && pass == sl__reader_pass(r) && k < w->count &&
+      k / SL__STATE_LOG < w->nckpt) {
+    const struct at *c = &w->ckpt[k / SL__STATE_LOG];
+    SL_FORWARD_IF_ERROR(sl__state_put_u64(out, 2));
+    SL_FORWARD_IF_ERROR(sl__state_put_u64(out, k / SL__STATE_LOG));
+    SL_FORWARD_IF_ERROR(sl__state_put_u64(out, c->off));
+    return sl__state_save_up_replayed(out, w->up, sl__reader_pass(w->up),
+                                      c->sample);
+  }
   if (!known) {
     SL_FORWARD_IF_ERROR(sl__state_put_u64(out, 1));
     return sl__gather_save_reread(&w->up, NULL, 1, k, out);
@@ -230,25 +265,34 @@ static int window_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                           sl__state_in *in) {
   window_state *w = st;
   clear(w);
-  uint64_t mode, off = 0;
+  uint64_t mode, off = 0, c = 0, at = k;
   SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &mode));
-  SL_RETURN_ERROR_IF(mode > 1, SL_ECORRUPT, "restore: window: mode %llu",
+  SL_RETURN_ERROR_IF(mode > 2, SL_ECORRUPT,
+                     "restore: corrupt state: window: mode %llu",
                      (unsigned long long)mode);
-  if (mode == 0) SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &off));
+  if (mode == 2) {
+    SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &c));
+    SL_RETURN_ERROR_IF(c != k / SL__STATE_LOG, SL_ECORRUPT,
+                       "restore: corrupt state: window: checkpoint %llu for "
+                       "window %llu",
+                       (unsigned long long)c, (unsigned long long)k);
+    at = c * SL__STATE_LOG;
+  }
+  if (mode != 1) SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &off));
   SL_FORWARD_IF_ERROR(sl__state_restore_up(in, w->up));
   if (mode == 1) return sl__state_replay(window_next, w, k, "window");
   SL_RETURN_ERROR_IF(k > UINT64_MAX / w->stride, SL_ECORRUPT,
                      "restore: window: position %llu overflows",
                      (unsigned long long)k);
-  /* window k starts `off` values into the next upstream sample */
+  /* window `at` starts `off` values into the next upstream sample */
   w->pulled = sl__reader_delivered(w->up);
-  w->count = k;
-  w->start = k * w->stride;
+  w->count = at;
+  w->start = at * w->stride;
   SL_RETURN_ERROR_IF(off > w->start, SL_ECORRUPT,
                      "restore: window: offset %llu beyond position %llu",
                      (unsigned long long)off, (unsigned long long)w->start);
   w->base = w->start - off;
-  return SL_OK;
+  return at < k ? sl__state_replay(window_next, w, k - at, "window") : SL_OK;
 }
 
 static void window_identity(const sl_reader *r, void *st, char *buf,

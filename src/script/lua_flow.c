@@ -40,7 +40,15 @@
  *               or a table of fields).  Each pass starts from
  *               worker.scan_init(init) (a deep copy of what the shipped
  *               `init` function returns).  Synchronous, like take_while.
- *               The state is a Lua value that is not saved: a restore
+ *               The state is a Lua value: a save holds it when it is a
+ *               plain value (lua_value.h: nil, boolean, number, string,
+ *               tables of those) - the current one, or for a save behind
+ *               (stages above holding outputs) one of the last SCAN_HIST,
+ *               kept encoded after each step while they stay under
+ *               SCAN_HIST_BYTES - with the upstream at the position: the
+ *               restore reads nothing again.  Otherwise (a function, a
+ *               userdata or cdata, a metatable, a shared table in it; a
+ *               save further behind) the save is the old one: the restore
  *               replays the pass from its start (k calls of fn).  Length:
  *               upstream's.  Without `schema` the constructor runs fn on
  *               the first sample (its output is yielded first) and infers
@@ -60,7 +68,14 @@
 #include "script/lua_host.h"
 #include "script/lua_internal.h"
 
+#include "script/lua_value.h"
+
 #include <lauxlib.h>
+
+/* scan: accumulators kept encoded for saves behind, while each is at most
+ * SCAN_HIST_BYTES */
+#define SCAN_HIST 64
+#define SCAN_HIST_BYTES 4096
 
 /* One output of flat_map: upstream item seq, its output off of n. */
 typedef struct flow_out {
@@ -78,6 +93,11 @@ typedef struct flow_stage {
   sl_sample *first; /* scan: the first output, made by the constructor */
   int first_rc;     /* scan: the constructor's error on the first sample */
   char *first_msg;  /* ... and its message */
+  /* scan: the accumulator after j steps, encoded, at j % SCAN_HIST, for j
+   * in [hist_from, seq] (hist_ok: none too big or not plain this pass) */
+  sl__lua_bytes hist[SCAN_HIST];
+  uint64_t hist_from;
+  bool hist_ok;
 
   /* flat_map: the consumer's current item */
   sl_sample **cur;
@@ -329,6 +349,13 @@ static int scan_step(flow_stage *st, sl_sample **out) {
   sl__lua_push_ptr(L, &o);
   sl__lua_push_ptr_or_nil(L, st->b.schema);
   int rc = sl__lua_call_op(&st->b, w, seq, 5, 1);
+  if (rc == SL_OK && st->hist_ok) { /* the new state, encoded */
+    sl__lua_bytes *h = &st->hist[(seq + 1) % SCAN_HIST];
+    const char *why;
+    h->n = 0;
+    st->hist_ok =
+        sl__lua_value_encode(L, -1, h, &why) && h->n <= SCAN_HIST_BYTES;
+  }
   if (rc == SL_OK) lua_rawset(L, LUA_REGISTRYINDEX); /* the new state */
   lua_settop(L, top);
   if (rc < 0) {
@@ -471,6 +498,8 @@ static int fm_restore(sl_reader *r, void *state, uint64_t pass, uint64_t k,
 static void flow_free(void *state) {
   flow_stage *st = state;
   drop_first(st);
+  for (size_t j = 0; j < SCAN_HIST; j++)
+    sl__free(st->hist[j].p);
   sl__lua_base_fini(&st->b);
   sl__free(st);
 }
@@ -494,6 +523,8 @@ static void sync_new_pass(flow_stage *st) {
   atomic_store(&st->stop, false);
   st->seq = 0;
   st->ended = false;
+  st->hist_from = 0;
+  st->hist_ok = true;
 }
 
 static int sync_reset(void *state) {
@@ -526,11 +557,47 @@ static int tw_restore(sl_reader *r, void *state, uint64_t pass, uint64_t k,
   return SL_OK;
 }
 
-/* The scan state is not saved: the restore replays the pass. */
+/* The accumulator after k steps, encoded into *b (false: none to give:
+ * not plain, too far behind, or an error pending). */
+static bool scan_acc_at(flow_stage *st, uint64_t k, sl__lua_bytes *b) {
+  if (k == st->seq && !st->first && st->first_rc == SL_OK) {
+    lua_State *L = st->b.w[0].L;
+    lua_pushlightuserdata(L, (void *)&SCAN_STATE_KEY);
+    lua_rawget(L, LUA_REGISTRYINDEX);
+    const char *why;
+    bool ok = sl__lua_value_encode(L, -1, b, &why);
+    lua_pop(L, 1);
+    return ok;
+  }
+  if (!st->hist_ok || k < st->hist_from || k > st->seq ||
+      st->seq - k >= SCAN_HIST)
+    return false;
+  const sl__lua_bytes *h = &st->hist[k % SCAN_HIST];
+  b->p = h->n ? sl__malloc(h->n) : NULL;
+  if (!b->p) return false;
+  memcpy(b->p, h->p, h->n);
+  b->n = b->cap = h->n;
+  return true;
+}
+
+/* Payload: mode 0, the steps k and the accumulator after them (empty for k
+ * = 0: the next step starts from init), the upstream at k; or mode 1 (an
+ * accumulator that is not plain, or a save too far behind): the upstream at
+ * the start of the pass, which the restore replays. */
 static int scan_save(sl_reader *r, void *state, uint64_t pass, uint64_t k,
                      sl__state_out *w) {
-  sl_reader *up = ((flow_stage *)state)->b.run.up;
-  return sl__state_save_up_replayed(w, up, sl__reader_pass(up), 0);
+  flow_stage *st = state;
+  sl_reader *up = st->b.run.up;
+  sl__lua_bytes b = {0};
+  bool ok = pass == sl__reader_pass(r) && (k == 0 || scan_acc_at(st, k, &b));
+  int rc = sl__state_put_u64(w, ok ? 0 : 1);
+  if (rc == SL_OK && ok) rc = sl__state_put_u64(w, k);
+  if (rc == SL_OK && ok) rc = sl__state_put_u64(w, k ? b.n : 0);
+  if (rc == SL_OK && ok && k) rc = sl__state_put_bytes(w, b.p, b.n);
+  sl__free(b.p);
+  SL_FORWARD_IF_ERROR(rc);
+  return ok ? sl__state_save_up(w, up, sl__reader_pass(up), k)
+            : sl__state_save_up_replayed(w, up, sl__reader_pass(up), 0);
 }
 
 static int scan_restore(sl_reader *r, void *state, uint64_t pass, uint64_t k,
@@ -538,8 +605,52 @@ static int scan_restore(sl_reader *r, void *state, uint64_t pass, uint64_t k,
   flow_stage *st = state;
   sync_new_pass(st);
   st->b.run.pass = pass;
-  SL_FORWARD_IF_ERROR(sl__state_restore_up(in, st->b.run.up));
-  return sl__state_replay(scan_next, st, k, st->b.spec.label);
+  uint64_t mode = 1, steps = 0, n = 0;
+  const void *acc = NULL;
+  if (sl__state_left(in) > 0) SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &mode));
+  SL_RETURN_ERROR_IF(mode > 1, SL_ECORRUPT,
+                     "restore: corrupt state: %s: mode %llu (0 or 1)",
+                     st->b.spec.label, (unsigned long long)mode);
+  if (mode == 1) {
+    SL_FORWARD_IF_ERROR(sl__state_restore_up(in, st->b.run.up));
+    return sl__state_replay(scan_next, st, k, st->b.spec.label);
+  }
+  SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &steps));
+  SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &n));
+  SL_RETURN_ERROR_IF(
+      steps != k || (k == 0) != (n == 0) || n > sl__state_left(in), SL_ECORRUPT,
+      "restore: corrupt state: %s: an accumulator of %llu "
+      "bytes after %llu steps, at position %llu",
+      st->b.spec.label, (unsigned long long)n, (unsigned long long)steps,
+      (unsigned long long)k);
+  SL_FORWARD_IF_ERROR(sl__state_get_bytes(in, &acc, (size_t)n));
+  if (k > 0) {
+    lua_State *L = st->b.w[0].L;
+    int top = lua_gettop(L);
+    lua_pushlightuserdata(L, (void *)&SCAN_STATE_KEY);
+    if (!sl__lua_value_decode(L, acc, (size_t)n)) {
+      lua_settop(L, top);
+      return sl_set_error(SL_ECORRUPT,
+                          "restore: corrupt state: %s: its accumulator (%llu "
+                          "bytes) is not a plain Lua value's encoding",
+                          st->b.spec.label, (unsigned long long)n);
+    }
+    lua_rawset(L, LUA_REGISTRYINDEX);
+    lua_settop(L, top);
+    sl__lua_bytes *h = &st->hist[k % SCAN_HIST]; /* for saves behind k */
+    unsigned char *p = n <= SCAN_HIST_BYTES ? sl__realloc(h->p, n) : NULL;
+    h->n = 0;
+    if (p) {
+      memcpy(p, acc, n);
+      h->p = p;
+      h->n = h->cap = n;
+    }
+    st->hist_ok = p != NULL;
+  }
+  SL_FORWARD_IF_ERROR(sl__state_restore_up_at(in, st->b.run.up, k));
+  st->seq = k;
+  st->hist_from = k;
+  return SL_OK;
 }
 
 /* By sl__lua_flow_kind.  flat_map's and take_while's lengths are not

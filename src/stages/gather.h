@@ -17,9 +17,12 @@
  * positions disagree is refused before any stage changes (the check op).
  * bucket_batch's buckets are sl__gathers without an upstream.
  *
- * Re-read stages (bucket_batch, pack, mix, window far behind): a saved
- * state is the position alone, each upstream saved at the start of its
- * pass, and the restore re-reads the pass up to it (sl__gather_save_reread).
+ * Re-read: a saved state that is the position alone, each upstream saved
+ * at the start of its pass, the restore re-reading the pass up to it
+ * (sl__gather_save_reread).  bucket_batch, pack and mix save what they
+ * hold instead (src/lm/); they keep this for states saved before that
+ * (no payload) and for a save further behind than their memory (payload
+ * mode 1).
  */
 #ifndef SLUICE_READERS_GATHER_H
 #define SLUICE_READERS_GATHER_H

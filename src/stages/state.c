@@ -494,6 +494,84 @@ int sl__state_get_bytes(sl__state_in *in, const void **data, size_t n) {
   return SL_OK;
 }
 
+int sl__state_put_sample(sl__state_out *w, const sl_sample *s,
+                         const char *stage) {
+  for (int i = 0; i < sl_sample_nfields(s); i++) {
+    const sl_tensor *t = sl_sample_at_const(s, i);
+    SL_RETURN_ERROR_IF(t->lod, SL_EUNSUPPORTED,
+                       "save: %s: field %d of a held sample has LoD, which "
+                       "a state does not hold",
+                       stage, i);
+    SL_FORWARD_IF_ERROR(sl__state_put_u64(w, (uint64_t)t->rank));
+    for (int d = 0; d < t->rank; d++)
+      SL_FORWARD_IF_ERROR(sl__state_put_u64(w, (uint64_t)t->shape[d]));
+    SL_FORWARD_IF_ERROR(sl__state_put_u64(w, t->nbytes));
+    SL_FORWARD_IF_ERROR(sl__state_put_bytes(w, t->data, t->nbytes));
+  }
+  return SL_OK;
+}
+
+/* Field i of a held sample into o (see sl__state_get_sample). */
+static int get_field(sl__state_in *in, const sl_schema *schema,
+                     const char *stage, sl_sample *o, int i) {
+  uint64_t rank, nbytes, elems = 1, v;
+  int64_t shape[SL_MAX_RANK];
+  SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &rank));
+  SL_RETURN_ERROR_IF(
+      rank != (uint64_t)sl_schema_field_rank(schema, i), SL_ECORRUPT,
+      "restore: corrupt state: %s: a held sample's field %d "
+      "has rank %llu, the schema %d",
+      stage, i, (unsigned long long)rank, sl_schema_field_rank(schema, i));
+  for (uint64_t d = 0; d < rank; d++) {
+    SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &v));
+    SL_RETURN_ERROR_IF(v > ((uint64_t)1 << 40) || (v && elems > UINT64_MAX / v),
+                       SL_ECORRUPT,
+                       "restore: corrupt state: %s: a held sample's field %d "
+                       "has dimension %llu",
+                       stage, i, (unsigned long long)v);
+    shape[d] = (int64_t)v;
+    elems *= v;
+  }
+  SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &nbytes));
+  size_t es = sl_dtype_size(sl_schema_field_dtype(schema, i));
+  SL_RETURN_ERROR_IF(elems > UINT64_MAX / es || nbytes != elems * es ||
+                         nbytes > sl__state_left(in),
+                     SL_ECORRUPT,
+                     "restore: corrupt state: %s: a held sample's field %d "
+                     "has %llu bytes for %llu elements (%zu left in the "
+                     "record)",
+                     stage, i, (unsigned long long)nbytes,
+                     (unsigned long long)elems, sl__state_left(in));
+  const void *src;
+  void *dst = NULL;
+  SL_FORWARD_IF_ERROR(sl__state_get_bytes(in, &src, (size_t)nbytes));
+  int rc = sl_sample_alloc(o, i, (int)rank, shape, &dst);
+  if (rc < 0)
+    return sl_wrap_error(SL_ECORRUPT, "restore: %s: a held sample's field %d",
+                         stage, i);
+  if (nbytes) memcpy(dst, src, (size_t)nbytes);
+  return SL_OK;
+}
+
+int sl__state_get_sample(sl__state_in *in, const sl_schema *schema,
+                         const char *stage, sl_sample **out) {
+  sl_sample *o = sl_sample_new((sl_schema *)schema);
+  SL_RETURN_ERROR_IF(!o, SL_ENOMEM, "restore: %s: cannot allocate", stage);
+  int rc = SL_OK;
+  for (int i = 0; i < sl_schema_nfields(schema) && rc == SL_OK; i++)
+    rc = get_field(in, schema, stage, o, i);
+  if (rc < 0) {
+    sl_sample_release(o);
+    return rc;
+  }
+  *out = o;
+  return SL_OK;
+}
+
+size_t sl__state_left(const sl__state_in *in) {
+  return in->rec->size - in->pos;
+}
+
 static int restore_record(const record *rec) {
   sl_reader *r = rec->r;
   void *st;

@@ -99,6 +99,19 @@ bool sl__state_replayed(const sl__state_out *w);
 int sl__state_get_u64(sl__state_in *in, uint64_t *v);
 /* *data points into the state (valid during the restore). */
 int sl__state_get_bytes(sl__state_in *in, const void **data, size_t n);
+/* A sample in a payload, for a stage that holds samples no position can
+ * give back (bucket_batch's buckets): per field its rank, dims, byte count
+ * and bytes (the dtypes are the schema's).  put: SL_EUNSUPPORTED naming
+ * `stage` for a field with LoD.  get: a new sample of `schema` (the
+ * caller's); SL_ECORRUPT naming `stage` when the record does not hold one
+ * of that schema (rank, sizes, cut short). */
+int sl__state_put_sample(sl__state_out *w, const sl_sample *s,
+                         const char *stage);
+int sl__state_get_sample(sl__state_in *in, const sl_schema *schema,
+                         const char *stage, sl_sample **out);
+/* The payload bytes not read yet: a stage whose payload grew tells an
+ * older state (shorter, or empty) from its own by it. */
+size_t sl__state_left(const sl__state_in *in);
 /* Restores the next upstream record into `up`. */
 int sl__state_restore_up(sl__state_in *in, sl_reader *up);
 /* Restores the next upstream record into `up`, after checking that the
