@@ -141,6 +141,16 @@ typedef struct sl_slr_chunk_info {
  * SL_ECORRUPT/SL_EIO when the header fails. */
 SL_API int sl_slr_chunk_info_get(sl_slr_file *f, uint64_t c,
                                  sl_slr_chunk_info *out);
+/* The frame layout of chunk `c`: records per frame (the last frame may hold
+ * fewer) and frames; a chunk written without frames is one frame of all
+ * its records.  Reads and checks the chunk's header and frame table (not
+ * the frames).  SL_EINVAL out of range, SL_ECORRUPT/SL_EIO.  Safe to call
+ * alongside sl_slr_fetch. */
+SL_API int sl_slr_chunk_frames(sl_slr_file *f, uint64_t c,
+                               uint32_t *frame_records, uint32_t *frames);
+/* Bytes of the file's zstd dictionary (docs/FORMAT.md, "Dictionary
+ * block"; its block adds 12), 0 when it has none. */
+SL_API uint64_t sl_slr_dict_size(const sl_slr_file *f);
 /* The chunk holding record k (binary search of the index); k must be <
  * sl_slr_records. */
 SL_API uint64_t sl_slr_chunk_of(const sl_slr_file *f, uint64_t k);

@@ -136,19 +136,21 @@ int sl__slr_frame_decode(sl_slr_file *f, uint64_t c, const slr_frame_table *t,
   const slr_frame *fr = &t->fr[i];
   bool framed = t->codec == SLR_CODEC_ZSTD_FRAMES;
   char at[64] = "payload";
-  if (framed)
-    snprintf(at, sizeof at, "frame %u at payload offset %llu", i,
-             (unsigned long long)fr->off);
+#define AT()                                                                   \
+  (framed ? (snprintf(at, sizeof at, "frame %u at payload offset %llu", i,     \
+                      (unsigned long long)fr->off),                            \
+             at)                                                               \
+          : at)
   uint32_t crc = sl__crc32c(0, src, (size_t)fr->stored);
   if (crc != fr->crc)
-    CHUNK_FAIL("%s: CRC mismatch (stored 0x%08x, computed 0x%08x)", at,
+    CHUNK_FAIL("%s: CRC mismatch (stored 0x%08x, computed 0x%08x)", AT(),
                fr->crc, crc);
   unsigned long long declared = ZSTD_getFrameContentSize(src, fr->stored);
   if (declared != fr->raw) {
     if (declared == ZSTD_CONTENTSIZE_UNKNOWN ||
         declared == ZSTD_CONTENTSIZE_ERROR)
-      CHUNK_FAIL("%s is not a zstd frame with a declared size", at);
-    CHUNK_FAIL("%s: zstd frame declares %llu bytes, the %s %llu", at,
+      CHUNK_FAIL("%s is not a zstd frame with a declared size", AT());
+    CHUNK_FAIL("%s: zstd frame declares %llu bytes, the %s %llu", AT(),
                declared, framed ? "frame table" : "header",
                (unsigned long long)fr->raw);
   }
@@ -156,12 +158,13 @@ int sl__slr_frame_decode(sl_slr_file *f, uint64_t c, const slr_frame_table *t,
                                           (size_t)fr->stored,
                                           framed ? f->ddict : NULL);
   if (ZSTD_isError(got) || got != fr->raw)
-    CHUNK_FAIL("%s: zstd: %s", at,
+    CHUNK_FAIL("%s: zstd: %s", AT(),
                ZSTD_isError(got) ? ZSTD_getErrorName(got)
                                  : "short decompression");
   return sl__slr_check_records(f, c, framed ? i : UINT32_MAX, i * t->per, dst,
                                fr->raw,
                                frame_records(t, i, f->index[c].records), body);
+#undef AT
 }
 
 /* Start of record j's bytes in a decoded unit whose record table is at
@@ -333,4 +336,24 @@ int sl_slr_fetch(sl_slr_file *f, uint64_t k, sl_sample **out) {
   int rc = fetch(f, x, c, (uint32_t)(k - f->index[c].first_record), out);
   ctx_put(f, x);
   return rc;
+}
+
+int sl_slr_chunk_frames(sl_slr_file *f, uint64_t c, uint32_t *frame_records,
+                        uint32_t *frames) {
+  SL_RETURN_ERROR_IF(!f || !frame_records || !frames || c >= f->nchunks,
+                     SL_EINVAL, "slr: chunk %llu out of range",
+                     (unsigned long long)c);
+  slr_fetch_ctx *x = ctx_get(f);
+  if (!x) return SL_ENOMEM;
+  const slr_frame_table *t;
+  int rc = chunk_table(f, x, c, &t);
+  ctx_put(f, x);
+  SL_FORWARD_IF_ERROR(rc);
+  *frame_records = t->per;
+  *frames = t->count;
+  return SL_OK;
+}
+
+uint64_t sl_slr_dict_size(const sl_slr_file *f) {
+  return f && f->dict_size ? f->dict_size - SLR_DICT_HEAD - 4 : 0;
 }

@@ -622,8 +622,11 @@ int sl__slr_check_records(sl_slr_file *f, uint64_t c, uint32_t frame,
                           uint32_t first, const unsigned char *raw,
                           uint64_t raw_size, uint32_t n, size_t *body) {
   const slr_index_entry *x = &f->index[c];
-  char fr[32] = "";
-  if (frame != UINT32_MAX) snprintf(fr, sizeof fr, "frame %u: ", frame);
+  /* "frame N: " before each message of a frame (made only on failure). */
+  char frb[32] = "";
+#define fr                                                                     \
+  (frame != UINT32_MAX ? (snprintf(frb, sizeof frb, "frame %u: ", frame), frb) \
+                       : frb)
   uint64_t table = sl__align_up((uint64_t)n * 4, 8);
   if (table > raw_size)
     CHUNK_FAIL("%soffset table of %u records exceeds the payload", fr, n);
@@ -649,6 +652,7 @@ int sl__slr_check_records(sl_slr_file *f, uint64_t c, uint32_t frame,
     if (raw[i]) CHUNK_FAIL("%snon-zero padding after the offset table", fr);
   *body = (size_t)table;
   return SL_OK;
+#undef fr
 }
 
 int sl__slr_load_chunk(sl_slr_file *f, uint64_t c, const slr_chunk **out) {

@@ -333,6 +333,14 @@ static int compress_unit(sl_slr_writer *w, uint32_t r0, uint32_t r1,
   return compress_frame(w, part, part_len, pos);
 }
 
+/* Unless given, frames of about FRAME_TARGET raw bytes, from the size of
+ * buffered records [r0, r1) and their table entries; kept for the file. */
+static void choose_frame_records(sl_slr_writer *w, uint32_t r0, uint32_t r1) {
+  if (w->frame_records) return;
+  uint64_t avg = (w->ends[r1 - 1] - rec_start(w, r0)) / (r1 - r0) + 4;
+  w->frame_records = (uint32_t)SL_MAX(1, FRAME_TARGET / avg);
+}
+
 /* Writes records [r0, r1) of the buffer as a chunk: one zstd frame, or a
  * frame table and frames of frame_records records (docs/FORMAT.md). */
 static int emit_chunk(sl_slr_writer *w, uint32_t r0, uint32_t r1) {
@@ -349,12 +357,7 @@ static int emit_chunk(sl_slr_writer *w, uint32_t r0, uint32_t r1) {
     pcrc = sl__crc32c(0, w->out, pos);
   } else {
     codec = SLR_CODEC_ZSTD_FRAMES;
-    if (!w->frame_records) {
-      /* About FRAME_TARGET raw bytes per frame, from this chunk's records
-       * and their table entries; kept for the file. */
-      uint64_t avg = (w->ends[r1 - 1] - rec_start(w, r0)) / n + 4;
-      w->frame_records = (uint32_t)SL_MAX(1, FRAME_TARGET / avg);
-    }
+    choose_frame_records(w, r0, r1);
     /* The frame's dictionary ID is left out: the file has one dictionary. */
     ZSTD_CCtx_setParameter(w->cctx, ZSTD_c_dictIDFlag, 0);
     if (w->cdict) ZSTD_CCtx_refCDict(w->cctx, w->cdict);
@@ -403,21 +406,39 @@ static int emit_chunk(sl_slr_writer *w, uint32_t r0, uint32_t r1) {
   return SL_OK;
 }
 
-/* Trains the dictionary on every buffered record (ZDICT_trainFromBuffer);
- * with too little to learn from, the frames go without one. */
+/* Trains the dictionary (ZDICT_trainFromBuffer) on every buffered record,
+ * laid out as the frames they will be written in (record table and
+ * records), so that it learns what it compresses; with too little to learn
+ * from, the frames go without one. */
 static int train(sl_slr_writer *w) {
   w->training = false;
   if (w->nrec == 0) return SL_OK;
-  size_t *sizes = sl__malloc((size_t)w->nrec * sizeof *sizes);
+  choose_frame_records(w, 0, w->nrec);
+  uint32_t per = w->frame_records, nf = (w->nrec + per - 1) / per;
+  size_t table = sl__align_up((uint64_t)per * 4, 8);
+  size_t *sizes = sl__malloc((size_t)nf * sizeof *sizes);
+  unsigned char *buf = sl__malloc(w->body_len + (size_t)nf * table);
   w->dict = sl__malloc(w->dict_max);
-  SL_RETURN_ERROR_IF(!sizes || !w->dict, SL_ENOMEM,
-                     "slr writer: %s: cannot allocate to train a dictionary",
-                     w->path);
-  for (uint32_t i = 0; i < w->nrec; i++)
-    sizes[i] = w->ends[i] - rec_start(w, i);
-  size_t got = ZDICT_trainFromBuffer(w->dict, w->dict_max, w->body, sizes,
-                                     w->nrec);
-  sl__free(sizes);
+  if (!sizes || !buf || !w->dict) {
+    SL__FREE(sizes, buf);
+    return sl_set_error(SL_ENOMEM,
+                        "slr writer: %s: cannot allocate to train a "
+                        "dictionary",
+                        w->path);
+  }
+  size_t len = 0;
+  for (uint32_t i = 0; i < nf; i++) {
+    uint32_t a = i * per, b = (uint32_t)SL_MIN((uint64_t)a + per, w->nrec);
+    size_t t = sl__align_up((uint64_t)(b - a) * 4, 8), base = rec_start(w, a);
+    memset(buf + len, 0, t);
+    for (uint32_t r = a; r < b; r++)
+      sl__put32(buf + len + 4 * (size_t)(r - a), (uint32_t)(w->ends[r] - base));
+    memcpy(buf + len + t, w->body + base, w->ends[b - 1] - base);
+    sizes[i] = t + w->ends[b - 1] - base;
+    len += sizes[i];
+  }
+  size_t got = ZDICT_trainFromBuffer(w->dict, w->dict_max, buf, sizes, nf);
+  SL__FREE(sizes, buf);
   if (ZDICT_isError(got)) return SL_OK; /* too few samples: no dictionary */
   w->dict_len = got;
   w->cdict = ZSTD_createCDict(w->dict, got, w->level);
