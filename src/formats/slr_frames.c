@@ -108,13 +108,16 @@ int sl__slr_frame_table(sl_slr_file *f, uint64_t c, uint32_t codec,
     uint64_t least = sl__align_up((uint64_t)frame_records(t, i, n) * 4, 8);
     if (fr->stored == 0 || fr->stored > stored - off || fr->raw < least ||
         fr->raw > raw - raw_off) {
+      int rc = sl__slr_chunk_fail(
+          f, c,
+          "frame %u: %llu stored bytes at payload offset %llu and %llu raw "
+          "bytes at %llu run past the chunk (%llu stored, %llu raw bytes) or "
+          "cannot hold its records",
+          i, (unsigned long long)fr->stored, (unsigned long long)off,
+          (unsigned long long)fr->raw, (unsigned long long)raw_off,
+          (unsigned long long)stored, (unsigned long long)raw);
       sl__free(t);
-      CHUNK_FAIL("frame %u: %llu stored bytes at payload offset %llu and "
-                 "%llu raw bytes at %llu run past the chunk (%llu stored, "
-                 "%llu raw bytes) or cannot hold its records",
-                 i, (unsigned long long)fr->stored, (unsigned long long)off,
-                 (unsigned long long)fr->raw, (unsigned long long)raw_off,
-                 (unsigned long long)stored, (unsigned long long)raw);
+      return rc;
     }
     off += fr->stored;
     raw_off += fr->raw;
