@@ -117,7 +117,8 @@ typedef struct sl_slr_open_opts {
  * SL_EIO (cannot open/read), SL_ECORRUPT (a check failed; the message names
  * the file, structure and offset) or SL_EUNSUPPORTED (newer major version or
  * unknown required feature).  A file is used by one thread at a time; open it
- * once per thread to read in parallel. */
+ * once per thread to read in parallel (sl_slr_fetch and sl_slr_chunk_frames
+ * excepted: see sl_slr_fetch). */
 SL_API int sl_slr_open(const char *path, const sl_slr_open_opts *opts,
                        sl_slr_file **out);
 SL_API void sl_slr_close(sl_slr_file *f);
