@@ -138,22 +138,25 @@ int sl__slr_frame_decode(sl_slr_file *f, uint64_t c, const slr_frame_table *t,
                          unsigned char *dst, size_t *body) {
   const slr_frame *fr = &t->fr[i];
   bool framed = t->codec == SLR_CODEC_ZSTD_FRAMES;
-  char at[64] = "payload";
-#define AT()                                                                   \
-  (framed ? (snprintf(at, sizeof at, "frame %u at payload offset %llu", i,     \
-                      (unsigned long long)fr->off),                            \
+  /* Codec 1 keeps version 1.0's messages ("payload CRC mismatch"); a
+   * frame is named by number and payload offset (made only on failure). */
+  char at[64] = "";
+#define AT(sep)                                                                \
+  (framed ? (snprintf(at, sizeof at, "frame %u at payload offset %llu%s", i,   \
+                      (unsigned long long)fr->off, sep),                       \
              at)                                                               \
           : at)
   uint32_t crc = sl__crc32c(0, src, (size_t)fr->stored);
   if (crc != fr->crc)
-    CHUNK_FAIL("%s: CRC mismatch (stored 0x%08x, computed 0x%08x)", AT(),
-               fr->crc, crc);
+    CHUNK_FAIL("%s%sCRC mismatch (stored 0x%08x, computed 0x%08x)", AT(": "),
+               framed ? "" : "payload ", fr->crc, crc);
   unsigned long long declared = ZSTD_getFrameContentSize(src, fr->stored);
   if (declared != fr->raw) {
     if (declared == ZSTD_CONTENTSIZE_UNKNOWN ||
         declared == ZSTD_CONTENTSIZE_ERROR)
-      CHUNK_FAIL("%s is not a zstd frame with a declared size", AT());
-    CHUNK_FAIL("%s: zstd frame declares %llu bytes, the %s %llu", AT(),
+      CHUNK_FAIL("%s is not a zstd frame with a declared size",
+                 framed ? AT("") : "payload");
+    CHUNK_FAIL("%szstd frame declares %llu bytes, the %s %llu", AT(": "),
                declared, framed ? "frame table" : "header",
                (unsigned long long)fr->raw);
   }
@@ -161,7 +164,7 @@ int sl__slr_frame_decode(sl_slr_file *f, uint64_t c, const slr_frame_table *t,
                                           (size_t)fr->stored,
                                           framed ? f->ddict : NULL);
   if (ZSTD_isError(got) || got != fr->raw)
-    CHUNK_FAIL("%s: zstd: %s", AT(),
+    CHUNK_FAIL("%szstd: %s", AT(": "),
                ZSTD_isError(got) ? ZSTD_getErrorName(got)
                                  : "short decompression");
   return sl__slr_check_records(f, c, framed ? i : UINT32_MAX, i * t->per, dst,
