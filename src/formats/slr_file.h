@@ -10,6 +10,14 @@
 #include <stdatomic.h>
 #include <zstd.h>
 
+/* Chunk size limits (docs/FORMAT.md, "Chunk size limits"; slr_reader.c
+ * explains them): a file that records no limit may not claim a raw size
+ * above SLR_RATIO_FREE that is more than SLR_MAX_RATIO times its stored
+ * size; the metadata key of the recorded limit. */
+#define SLR_RATIO_FREE ((uint64_t)16 << 20)
+#define SLR_MAX_RATIO 1024
+#define SLR_META_MAX_CHUNK_RAW "sluice.max_chunk_raw"
+
 /* Opens an SLR file over any byte source (taken, also on failure). */
 int sl__slr_open_source(sl__source *src, const sl_slr_open_opts *opts,
                         sl_slr_file **out);

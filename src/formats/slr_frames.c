@@ -1,7 +1,10 @@
 /*
- * slr_frames.c - framed chunks (codec 2, docs/FORMAT.md "Framed chunks"):
- * the frame table, decoding one frame, and sl_slr_fetch, the record read
- * that decodes only its record's frame.
+ * slr_frames.c - chunks below the file (docs/FORMAT.md "Chunks", "Framed
+ * chunks"): a chunk's header check, its frame table (codec 2; a codec-1
+ * chunk is one frame), decoding and checking one frame, and sl_slr_fetch,
+ * the record read that decodes only its record's frame.  slr_reader.c
+ * (open, the whole-chunk loads, verify) builds on these; nothing here
+ * calls it.
  *
  * A framed chunk's payload is a frame table (frame_records, frame_count,
  * then stored size, raw size and CRC32C of each frame; the chunk header's
@@ -24,6 +27,8 @@
 #include "core/crc32c.h"
 #include "formats/slr_file.h"
 
+#include <stdarg.h>
+
 #define SLR_FETCH_SLOTS 4
 
 #define WHERE(f) (f)->src->name
@@ -43,6 +48,121 @@ struct slr_fetch_ctx {
   fetch_slot slot[SLR_FETCH_SLOTS];
   unsigned hand;
 };
+
+uint64_t sl_slr_chunk_of(const sl_slr_file *f, uint64_t k) {
+  uint64_t lo = 0, hi = f->nchunks;
+  while (hi - lo > 1) {
+    uint64_t mid = lo + (hi - lo) / 2;
+    if (f->index[mid].first_record <= k)
+      lo = mid;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
+int sl__slr_chunk_fail(sl_slr_file *f, uint64_t c, const char *fmt, ...) {
+  char why[700];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(why, sizeof why, fmt, ap);
+  va_end(ap);
+  return sl_set_error(SL_ECORRUPT, "%s: chunk %llu at offset %llu: %s",
+                      WHERE(f), (unsigned long long)c,
+                      (unsigned long long)f->index[c].offset, why);
+}
+
+int sl__slr_chunk_header(sl_slr_file *f, uint64_t c, uint64_t *stored,
+                         uint64_t *raw, uint32_t *payload_crc,
+                         uint32_t *codec) {
+  const slr_index_entry *x = &f->index[c];
+  unsigned char h[SLR_CHUNK_HEADER_SIZE];
+  SL_FORWARD_IF_ERROR(f->src->read_at(f->src, x->offset, h, sizeof h));
+  uint32_t crc = sl__crc32c(0, h, 36);
+  if (crc != sl__get32(h + 36))
+    CHUNK_FAIL("header CRC mismatch (stored 0x%08x, computed 0x%08x)",
+               sl__get32(h + 36), crc);
+  if (crc != x->header_crc) CHUNK_FAIL("header does not match its index entry");
+  if (sl__get32(h) != SLR_CHUNK_MAGIC) CHUNK_FAIL("bad chunk magic");
+  if (sl__get32(h + 24) != (uint32_t)c)
+    CHUNK_FAIL("sequence number %u, expected %llu", sl__get32(h + 24),
+               (unsigned long long)c);
+  if (sl__get32(h + 4) != x->records)
+    CHUNK_FAIL("%u records, the index says %u", sl__get32(h + 4), x->records);
+  *codec = sl__get32(h + 28);
+  if (*codec != SLR_CODEC_ZSTD &&
+      (*codec != SLR_CODEC_ZSTD_FRAMES || !f->framed))
+    CHUNK_FAIL("unknown codec %u%s", *codec,
+               *codec == SLR_CODEC_ZSTD_FRAMES
+                   ? " (framed chunks need required feature bit 0x1)"
+                   : "");
+  *stored = sl__get64(h + 8);
+  *raw = sl__get64(h + 16);
+  *payload_crc = sl__get32(h + 32);
+  uint64_t end,
+      want_end = c + 1 < f->nchunks ? f->index[c + 1].offset : f->chunks_end;
+  if (*raw > f->raw_limit)
+    CHUNK_FAIL("raw size %llu exceeds the limit of %llu bytes, %s",
+               (unsigned long long)*raw, (unsigned long long)f->raw_limit,
+               f->limit_from);
+  if (*stored > f->stored_limit)
+    CHUNK_FAIL("stored size %llu exceeds the limit of %llu bytes (a zstd "
+               "frame of at most %llu bytes), %s",
+               (unsigned long long)*stored,
+               (unsigned long long)f->stored_limit,
+               (unsigned long long)f->raw_limit, f->limit_from);
+  if (f->ratio_bound && *raw > SLR_RATIO_FREE &&
+      *raw / SLR_MAX_RATIO > *stored)
+    CHUNK_FAIL("raw size %llu from %llu stored bytes is a ratio above "
+               "%d:1, which a file that does not record "
+               SLR_META_MAX_CHUNK_RAW " may not claim above %llu bytes; set "
+               "max_chunk_bytes to read it",
+               (unsigned long long)*raw, (unsigned long long)*stored,
+               SLR_MAX_RATIO, (unsigned long long)SLR_RATIO_FREE);
+  if (!sl__add_ok(x->offset + SLR_CHUNK_HEADER_SIZE, *stored, &end) ||
+      end != want_end)
+    CHUNK_FAIL("payload of %llu bytes does not end where the next structure "
+               "starts (offset %llu)",
+               (unsigned long long)*stored, (unsigned long long)want_end);
+  return SL_OK;
+}
+
+int sl__slr_check_records(sl_slr_file *f, uint64_t c, uint32_t frame,
+                          uint32_t first, const unsigned char *raw,
+                          uint64_t raw_size, uint32_t n, size_t *body) {
+  const slr_index_entry *x = &f->index[c];
+  /* "frame N: " before each message of a frame (made only on failure). */
+  char frb[32] = "";
+#define fr                                                                     \
+  (frame != UINT32_MAX ? (snprintf(frb, sizeof frb, "frame %u: ", frame), frb) \
+                       : frb)
+  uint64_t table = sl__align_up((uint64_t)n * 4, 8);
+  if (table > raw_size)
+    CHUNK_FAIL("%soffset table of %u records exceeds the payload", fr, n);
+  uint64_t body_size = raw_size - table, prev = 0;
+  for (uint32_t r = 0; r < n; r++) {
+    uint64_t e = sl__get32(raw + 4 * (size_t)r);
+    if (e < prev || e > body_size || e % 8)
+      CHUNK_FAIL("%srecord %u: bad end offset %llu", fr, first + r,
+                 (unsigned long long)e);
+    int rc = sl__slr_record_check(&f->layout, raw + table + prev, e - prev);
+    if (rc < 0) {
+      char why[512];
+      snprintf(why, sizeof why, "%s", sl_last_error());
+      CHUNK_FAIL("%srecord %llu: %s", fr,
+                 (unsigned long long)(x->first_record + first + r), why);
+    }
+    prev = e;
+  }
+  if (prev != body_size)
+    CHUNK_FAIL("%srecords end at %llu, the body is %llu bytes", fr,
+               (unsigned long long)prev, (unsigned long long)body_size);
+  for (uint64_t i = (uint64_t)n * 4; i < table; i++)
+    if (raw[i]) CHUNK_FAIL("%snon-zero padding after the offset table", fr);
+  *body = (size_t)table;
+  return SL_OK;
+#undef fr
+}
 
 /* Records in frame i of a chunk of n records. */
 static uint32_t frame_records(const slr_frame_table *t, uint32_t i,
