@@ -115,11 +115,39 @@ static void fuzz_slr_run(const unsigned char *buf, size_t n,
     fuzz_expect_error(verified, "verify", SL_ECORRUPT, 0);
     fuzz_slr_expect_named("verify");
   }
+  for (uint64_t c = 0; c < chunks && c < 16; c++) {
+    uint32_t per, count;
+    rc = sl_slr_chunk_frames(f, c, &per, &count);
+    if (rc < 0) {
+      fuzz_expect_error(rc, "frame table", SL_ECORRUPT, 0);
+      fuzz_slr_expect_named("frame table");
+      FUZZ_CHECK(verified < 0, "chunk %llu's frame table fails in a file "
+                 "that verifies", (unsigned long long)c);
+    } else {
+      FUZZ_CHECK(per >= 1 && count >= 1, "chunk %llu: %u frames of %u",
+                 (unsigned long long)c, count, per);
+    }
+  }
   if (records > 0) {
     uint64_t ks[4] = {0, records - 1, pick % records, (pick >> 32) % records};
     for (int i = 0; i < 4; i++) {
-      sl_sample *s;
+      sl_sample *s, *t;
       rc = sl_slr_read(f, ks[i], &s);
+      /* sl_slr_fetch (by frame, through its own cache) agrees. */
+      int rf = sl_slr_fetch(f, ks[i], &t);
+      FUZZ_CHECK((rc == SL_OK) == (rf == SL_OK),
+                 "record %llu: read gave %d, fetch %d",
+                 (unsigned long long)ks[i], rc, rf);
+      if (rf == SL_OK) {
+        FUZZ_CHECK(rc != SL_OK || fuzz_touch_sample(schema, s) ==
+                                      fuzz_touch_sample(schema, t),
+                   "record %llu differs between read and fetch",
+                   (unsigned long long)ks[i]);
+        sl_sample_release(t);
+      } else {
+        fuzz_expect_error(rf, "fetch", SL_ECORRUPT, 0);
+        fuzz_slr_expect_named("fetch");
+      }
       if (rc == SL_OK) {
         fuzz_touch_sample(schema, s);
         sl_sample_release(s);

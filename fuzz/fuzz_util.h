@@ -202,6 +202,24 @@ FUZZ_FN const char *fuzz_file(int slot, const void *data, size_t n) {
  * found, the chunk header and payload CRCs (and their copies in the index), the
  * schema and index block CRCs, and the header and footer CRCs; sizes and
  * offsets are left as the fuzzer made them. */
+/* Repairs the frame CRCs of a framed chunk's payload p (stored bytes, as
+ * far as its table and sizes reach); returns the table's CRC, the chunk
+ * header's payload CRC (docs/FORMAT.md, "Framed chunks"). */
+FUZZ_FN uint32_t fuzz_slr_fix_frames(unsigned char *p, uint64_t stored) {
+  if (stored < 8) return 0;
+  uint64_t count = sl__get32(p + 4), table = 8 + 12 * count;
+  if (table > stored) return 0;
+  uint64_t off = table;
+  for (uint64_t i = 0; i < count; i++) {
+    unsigned char *e = p + 8 + 12 * i;
+    uint64_t len = sl__get32(e);
+    if (len > stored - off) break;
+    sl__put32(e + 8, sl__crc32c(0, p + off, (size_t)len));
+    off += len;
+  }
+  return sl__crc32c(0, p, (size_t)table);
+}
+
 FUZZ_FN void fuzz_slr_fix_crcs(unsigned char *b, size_t n) {
   if (n < 96) return;
   sl__put32(b + 28, sl__crc32c(0, b, 28));
@@ -220,7 +238,9 @@ FUZZ_FN void fuzz_slr_fix_crcs(unsigned char *b, size_t n) {
       if (off > limit || limit - off < 40) continue;
       unsigned char *h = b + off;
       uint64_t stored = sl__get64(h + 8);
-      if (stored <= limit - off - 40)
+      if (stored <= limit - off - 40 && sl__get32(h + 28) == 2)
+        sl__put32(h + 32, fuzz_slr_fix_frames(h + 40, stored));
+      else if (stored <= limit - off - 40)
         sl__put32(h + 32, sl__crc32c(0, h + 40, (size_t)stored));
       uint32_t hc = sl__crc32c(0, h, 36);
       sl__put32(h + 36, hc);
@@ -228,6 +248,10 @@ FUZZ_FN void fuzz_slr_fix_crcs(unsigned char *b, size_t n) {
     }
     sl__put32(ix + is - 4, sl__crc32c(0, ix, (size_t)is - 4));
   }
+  /* The dictionary block of a framed file ends where the schema starts. */
+  uint64_t ds = sl__get32(foot + 48);
+  if (so <= limit && ds >= 12 && ds <= so)
+    sl__put32(b + so - 4, sl__crc32c(0, b + so - ds, (size_t)ds - 4));
   sl__put32(foot + 52, sl__crc32c(0, foot, 52));
 }
 

@@ -128,7 +128,9 @@ static void fill_record(sl_sample *s, const slr_spec *sp, int rec) {
   }
 }
 
-static unsigned char *write_slr(const slr_spec *sp, size_t *n) {
+static unsigned char *write_slr_framed(const slr_spec *sp,
+                                       const sl_slr_frame_opts *fo,
+                                       size_t *n) {
   sl_schema *schema = sl_schema_new();
   for (int i = 0; i < sp->nfields; i++)
     if (sl_schema_add(schema, sp->f[i].name, sp->f[i].dtype, sp->f[i].rank,
@@ -140,6 +142,7 @@ static unsigned char *write_slr(const slr_spec *sp, size_t *n) {
   sl_slr_writer_opts o = {1, 0, sp->per_chunk};
   sl_slr_writer *w;
   if (sl_slr_writer_open(path, schema, &o, &w) < 0) die("writer");
+  if (fo && sl_slr_writer_set_frames(w, fo) < 0) die("frames");
   for (int r = 0; r < sp->records; r++) {
     sl_sample *s = sl_sample_new(schema);
     fill_record(s, sp, r);
@@ -151,6 +154,34 @@ static unsigned char *write_slr(const slr_spec *sp, size_t *n) {
   unsigned char *b = slurp(path, n);
   unlink(path);
   return b;
+}
+
+static unsigned char *write_slr(const slr_spec *sp, size_t *n) {
+  return write_slr_framed(sp, NULL, n);
+}
+
+/* Framed files (SLR 1.1: frame tables, a dictionary) for fuzz_slr only
+ * (fuzz_slr_blocks builds whole chunks). */
+static void slr_framed_seeds(void) {
+  static const char dict[] = "tokens text label seed vocab";
+  const sl_slr_frame_opts fo[] = {
+      {.frame_records = 2, .dict = SL_SLR_DICT_GIVEN, .dict_data = dict,
+       .dict_size = sizeof dict - 1},
+      {.frame_records = 3},
+      {.dict = SL_SLR_DICT_AUTO}};
+  const int spec[] = {2, 3, 0}; /* ragged, image, scalar-i64 */
+  for (int i = 0; i < 3; i++) {
+    size_t n;
+    unsigned char *b = write_slr_framed(&slr_specs[spec[i]], &fo[i], &n);
+    static const unsigned modes[] = {0x00, 0x01, 0x03};
+    for (size_t m = 0; m < 3; m++) {
+      char nm[128];
+      snprintf(nm, sizeof nm, "framed-%s-m%02x", slr_specs[spec[i]].name,
+               modes[m]);
+      put("slr", nm, modes[m], b, n);
+    }
+    free(b);
+  }
 }
 
 /* The fuzz_slr_blocks layout of a valid file `b` (see fuzz_slr_blocks.c). */
@@ -333,6 +364,7 @@ int main(int argc, char **argv) {
   g_out = argv[1];
   if (mkdir(g_out, 0755) != 0 && errno != EEXIST) die(g_out);
   slr_seeds(argv[2]);
+  slr_framed_seeds();
   idx_seeds();
   text_seeds();
   return 0;

@@ -65,6 +65,13 @@ int main(void) {
   F(sl_slr_writer_opts, chunk_bytes);
   F(sl_slr_writer_opts, records_per_chunk);
 
+  S(sl_slr_frame_opts);
+  F(sl_slr_frame_opts, frame_records);
+  F(sl_slr_frame_opts, dict);
+  F(sl_slr_frame_opts, dict_data);
+  F(sl_slr_frame_opts, dict_size);
+  F(sl_slr_frame_opts, dict_max_bytes);
+  F(sl_slr_frame_opts, dict_sample_bytes);
   S(sl_slr_open_opts);
   F(sl_slr_open_opts, policy);
   F(sl_slr_open_opts, max_bad_chunks);

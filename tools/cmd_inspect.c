@@ -19,13 +19,17 @@ static const char synopsis[] =
 static const char help[] =
     "Shows the schema (fields with dtype and shape, metadata), the record\n"
     "and chunk counts, the file size, the raw and stored (compressed)\n"
-    "payload sizes and the compression ratio of an SLR file.  Reads every\n"
-    "chunk header but no payload (see 'sluice verify').\n"
+    "payload sizes and the compression ratio of an SLR file; for files\n"
+    "with frames (pack --frame-records, --dict) the frame layout and the\n"
+    "dictionary's size.  Reads every chunk header and frame table but no\n"
+    "record (see 'sluice verify').\n"
     "\n"
     "Options:\n"
     "  --json       one JSON object: file, file_bytes, records, chunks,\n"
     "               fields [{name, dtype, shape}] (-1 = variable dimension),\n"
-    "               metadata {key: value}, raw_bytes, stored_bytes, ratio\n"
+    "               metadata {key: value}, raw_bytes, stored_bytes, ratio,\n"
+    "               dict_bytes, frames, frame_records (0 when chunks\n"
+    "               differ)\n"
     CLI_MAX_CHUNK_HELP
     "  --chunks     also list every chunk (offset, first record, records,\n"
     "               stored and raw bytes); with --json, a \"chunk_list\" "
@@ -50,9 +54,18 @@ static void print_shape(FILE *o, const sl_schema *s, int i) {
   putc(']', o);
 }
 
+/* The frame layout of a file: frames in all, the records per frame of
+ * its first chunk (0 when chunks differ), and whether any chunk is framed
+ * (more than one frame or a framed file). */
+typedef struct frames_sum {
+  uint64_t frames;
+  uint32_t per;
+  bool varies;
+} frames_sum;
+
 static void print_json(const char *path, uint64_t file_bytes, sl_slr_file *f,
                        const sl_slr_chunk_info *ci, uint64_t raw,
-                       uint64_t stored, bool chunks) {
+                       uint64_t stored, bool chunks, const frames_sum *fs) {
   const sl_schema *s = sl_slr_schema(f);
   FILE *o = stdout;
   fputs("{\"file\":", o);
@@ -85,6 +98,10 @@ static void print_json(const char *path, uint64_t file_bytes, sl_slr_file *f,
     fprintf(o, ",\"ratio\":%.4f", (double)raw / (double)stored);
   else
     fputs(",\"ratio\":null", o);
+  fprintf(o,
+          ",\"dict_bytes\":%" PRIu64 ",\"frames\":%" PRIu64
+          ",\"frame_records\":%" PRIu32,
+          sl_slr_dict_size(f), fs->frames, fs->varies ? 0 : fs->per);
   if (chunks) {
     fputs(",\"chunk_list\":[", o);
     for (uint64_t c = 0; c < sl_slr_chunks(f); c++)
@@ -101,7 +118,7 @@ static void print_json(const char *path, uint64_t file_bytes, sl_slr_file *f,
 
 static void print_text(const char *path, uint64_t file_bytes, sl_slr_file *f,
                        const sl_slr_chunk_info *ci, uint64_t raw,
-                       uint64_t stored, bool chunks) {
+                       uint64_t stored, bool chunks, const frames_sum *fs) {
   const sl_schema *s = sl_slr_schema(f);
   FILE *o = stdout;
   char h[32];
@@ -134,10 +151,27 @@ static void print_text(const char *path, uint64_t file_bytes, sl_slr_file *f,
          cli_human_bytes(raw, h, sizeof h));
   printf("stored:    %" PRIu64 " bytes (%s)\n", stored,
          cli_human_bytes(stored, h, sizeof h));
+  uint64_t dict = sl_slr_dict_size(f), nc = sl_slr_chunks(f);
   if (stored)
-    printf("ratio:     %.2f\n", (double)raw / (double)stored);
+    printf("ratio:     %.2f%s", (double)raw / (double)stored,
+           dict ? "" : "\n");
   else
     printf("ratio:     -\n");
+  if (stored && dict)
+    printf(" (%.2f counting the dictionary)\n",
+           (double)raw / (double)(stored + dict + 12));
+  if (fs->frames > nc) {
+    printf("frames:    %" PRIu64 " (%.1f per chunk; ", fs->frames,
+           (double)fs->frames / (double)nc);
+    if (fs->varies)
+      printf("records per frame vary by chunk)\n");
+    else
+      printf("%" PRIu32 " records per frame, %.0f raw bytes)\n", fs->per,
+             (double)raw / (double)fs->frames);
+  }
+  if (dict)
+    printf("dictionary: %" PRIu64 " bytes (%s)\n", dict,
+           cli_human_bytes(dict, h, sizeof h));
   if (chunks) {
     printf("%8s %12s %12s %8s %12s %12s\n", "chunk", "offset", "first",
            "records", "stored", "raw");
@@ -192,18 +226,25 @@ int cmd_inspect(int argc, char **argv) {
             n);
     return CLI_FAIL;
   }
+  frames_sum fs = {0};
   for (uint64_t c = 0; c < n && rc == SL_OK; c++) {
     rc = sl_slr_chunk_info_get(f, c, &ci[c]);
     raw += ci[c].raw_size;
     stored += ci[c].stored_size;
+    uint32_t per = 0, count = 0;
+    if (rc == SL_OK) rc = sl_slr_chunk_frames(f, c, &per, &count);
+    fs.frames += count;
+    /* The last chunk's last frame may be short; its `per` is the file's. */
+    if (c == 0) fs.per = per;
+    if (per != fs.per && (count > 1 || per > fs.per)) fs.varies = true;
   }
   if (rc == SL_OK) {
     char shown[4096];
     cli_shown(path, shown, sizeof shown);
     if (json)
-      print_json(shown, file_bytes, f, ci, raw, stored, chunks);
+      print_json(shown, file_bytes, f, ci, raw, stored, chunks, &fs);
     else
-      print_text(shown, file_bytes, f, ci, raw, stored, chunks);
+      print_text(shown, file_bytes, f, ci, raw, stored, chunks, &fs);
   }
   int ret = rc < 0 ? cli_fail("inspect", rc) : CLI_OK;
   free(ci);

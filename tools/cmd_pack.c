@@ -75,6 +75,20 @@ static const char help[] =
     "                          (powers of 1024; default 1M, at most 1G)\n"
     "  --records-per-chunk N   exactly N records per chunk (the last may\n"
     "                          have fewer); overrides --chunk-bytes\n"
+    "  --frame-records N       framed chunks (SLR 1.1): independent zstd\n"
+    "                          frames of N records, so that one record is\n"
+    "                          read by decoding its frame, not its chunk\n"
+    "                          (default with --dict: about 4 KiB of records\n"
+    "                          per frame)\n"
+    "  --dict auto|FILE        compress the frames with a zstd dictionary:\n"
+    "                          auto trains one on the first --dict-sample\n"
+    "                          bytes of records; FILE is one made by\n"
+    "                          `zstd --train` (at most 16M).  Stored once\n"
+    "                          in each file.  Files with frames need a\n"
+    "                          reader of SLR 1.1 (docs/FORMAT.md)\n"
+    "  --dict-size N           auto: the dictionary's size (default 110K)\n"
+    "  --dict-sample N         auto: bytes of records to train on (default\n"
+    "                          8M, at most 1G)\n"
     "  --shards K              write K files instead of one, named from OUT\n"
     "                          without its \".slr\": for -o data.slr and K=4,\n"
     "                          data-00000-of-00004.slr .. "
@@ -109,6 +123,10 @@ enum {
   OPT_LEVEL,
   OPT_CHUNK_BYTES,
   OPT_RPC,
+  OPT_FRAME_RECORDS,
+  OPT_DICT,
+  OPT_DICT_SIZE,
+  OPT_DICT_SAMPLE,
   OPT_SHARDS,
   OPT_SHARD_MODE,
   OPT_ORDER,
@@ -123,6 +141,10 @@ static const cli_opt opts[] = {
     {"level", 0, true, OPT_LEVEL},
     {"chunk-bytes", 0, true, OPT_CHUNK_BYTES},
     {"records-per-chunk", 0, true, OPT_RPC},
+    {"frame-records", 0, true, OPT_FRAME_RECORDS},
+    {"dict", 0, true, OPT_DICT},
+    {"dict-size", 0, true, OPT_DICT_SIZE},
+    {"dict-sample", 0, true, OPT_DICT_SAMPLE},
     {"shards", 0, true, OPT_SHARDS},
     {"shard-mode", 0, true, OPT_SHARD_MODE},
     {"order", 0, true, OPT_ORDER},
@@ -212,6 +234,7 @@ int cmd_pack(int argc, char **argv) {
   const char **in = calloc((size_t)argc, sizeof *in);
   size_t nin = 0;
   bool quiet = false;
+  void *dict = NULL; /* --dict FILE's bytes */
   int rc = CLI_OK;
   if (!in) {
     fprintf(stderr, "sluice: pack: out of memory\n");
@@ -263,6 +286,49 @@ int cmd_pack(int argc, char **argv) {
         goto done;
       }
       po.writer.records_per_chunk = (uint32_t)n;
+      break;
+    case OPT_FRAME_RECORDS:
+      if (!cli_parse_u64(v, false, &n) || n < 1 || n > UINT32_MAX) {
+        rc = cli_usage_error("pack", synopsis,
+                             "--frame-records wants a count >= 1, not '%s'",
+                             v);
+        goto done;
+      }
+      po.frames.frame_records = (uint32_t)n;
+      break;
+    case OPT_DICT:
+      free(dict);
+      dict = NULL;
+      po.frames.dict = SL_SLR_DICT_AUTO;
+      if (strcmp(v, "auto") == 0) break;
+      if (cli_read_file(v, (size_t)16 << 20, &dict, &po.frames.dict_size) <
+              0 ||
+          po.frames.dict_size == 0) {
+        rc = cli_usage_error("pack", synopsis,
+                             "--dict is auto or a dictionary file of 1 byte "
+                             "to 16M: %s",
+                             dict ? "the file is empty" : sl_last_error());
+        goto done;
+      }
+      po.frames.dict = SL_SLR_DICT_GIVEN;
+      po.frames.dict_data = dict;
+      break;
+    case OPT_DICT_SIZE:
+    case OPT_DICT_SAMPLE:
+      if (!cli_parse_u64(v, true, &n) ||
+          (id == OPT_DICT_SIZE ? n < 256 || n > (16u << 20)
+                               : n < 1 || n > (1u << 30))) {
+        rc = cli_usage_error("pack", synopsis,
+                             "%s wants %s bytes (suffix K, M or G), not '%s'",
+                             id == OPT_DICT_SIZE ? "--dict-size"
+                                                 : "--dict-sample",
+                             id == OPT_DICT_SIZE ? "256..16M" : "1..1G", v);
+        goto done;
+      }
+      if (id == OPT_DICT_SIZE)
+        po.frames.dict_max_bytes = (size_t)n;
+      else
+        po.frames.dict_sample_bytes = (size_t)n;
       break;
     case OPT_SHARDS:
       if (!cli_parse_u64(v, false, &n) || n < 1 || n > SL__MAX_SHARDS) {
@@ -372,6 +438,12 @@ int cmd_pack(int argc, char **argv) {
     rc = cli_usage_error("pack", synopsis, "no output file (-o OUT.slr)");
     goto done;
   }
+  if (to_wds && (po.frames.frame_records || po.frames.dict)) {
+    rc = cli_usage_error("pack", synopsis,
+                         "--frame-records and --dict are for SLR output, not "
+                         "--format wds");
+    goto done;
+  }
 
   progress prog = {.tty = !quiet && isatty(STDERR_FILENO) == 1,
                    .quiet = quiet,
@@ -397,6 +469,7 @@ int cmd_pack(int argc, char **argv) {
     if (*g_cancel) rc = 128 + (int)*g_cancel;
   }
 done:
+  free(dict);
   free(in);
   return rc;
 }

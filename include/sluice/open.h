@@ -19,6 +19,15 @@ extern "C" {
 
 typedef struct sl_slr_writer sl_slr_writer;
 
+/* Dictionary of framed SLR files (sl_slr_frame_opts.dict). */
+typedef enum sl_slr_dict {
+  SL_SLR_DICT_NONE = 0,  /* frames compressed alone */
+  SL_SLR_DICT_AUTO = 1,  /* trained (ZDICT_trainFromBuffer) on the records
+                            buffered before the first chunk; when there are
+                            too few to train on, frames go without one */
+  SL_SLR_DICT_GIVEN = 2  /* dict_data / dict_size */
+} sl_slr_dict;
+
 typedef struct sl_slr_writer_opts {
   int level;                  /* zstd level, 1..19 (0 = default 3) */
   size_t chunk_bytes;         /* target raw bytes per chunk, record table
@@ -27,6 +36,26 @@ typedef struct sl_slr_writer_opts {
                                  (the last may have fewer); overrides
                                  chunk_bytes */
 } sl_slr_writer_opts;
+
+/* Framed chunks (SLR 1.1, docs/FORMAT.md "Framed chunks"): each chunk
+ * holds independent zstd frames of frame_records records, so that
+ * sl_slr_fetch decodes one frame, not the chunk.  Frames are written when
+ * frame_records > 0 or a dictionary is asked for; such files need a reader
+ * of SLR 1.1 (older ones refuse them: unknown required feature bit 0x1).
+ * All zero: whole chunks, SLR 1.0, as without the call. */
+typedef struct sl_slr_frame_opts {
+  uint32_t frame_records; /* records per frame; 0 with a dictionary: about
+                             4 KiB of raw records per frame, at least 1 */
+  sl_slr_dict dict;       /* SL_SLR_DICT_NONE, _AUTO or _GIVEN */
+  const void *dict_data;  /* SL_SLR_DICT_GIVEN: a zstd dictionary (as
+                             `zstd --train` writes) or raw content; copied */
+  size_t dict_size;       /* 1 byte .. 16 MiB */
+  size_t dict_max_bytes;  /* _AUTO: dictionary size (0 = 112640, zstd's
+                             default; 256 B .. 16 MiB) */
+  size_t dict_sample_bytes; /* _AUTO: records buffered to train on before
+                               the first chunk is written (0 = 8 MiB, at
+                               most 1 GiB) */
+} sl_slr_frame_opts;
 
 /* Starts writing `path` with `schema` (retained and frozen).  Data goes to a
  * new unique temporary file "PATH.tmp-PID-XXXXXX" (O_EXCL | O_NOFOLLOW) that
@@ -39,6 +68,13 @@ typedef struct sl_slr_writer_opts {
 SL_API int sl_slr_writer_open(const char *path, sl_schema *schema,
                               const sl_slr_writer_opts *opts,
                               sl_slr_writer **out);
+/* Makes the writer write framed chunks (sl_slr_frame_opts; `o` is
+ * borrowed, the dictionary copied).  Call it before the first append:
+ * SL_ESTATE after; SL_EINVAL for bad options (an unknown dict mode, a
+ * given dictionary that is empty, above 16 MiB or that zstd cannot load,
+ * sizes out of range); SL_ENOMEM.  A NULL `o` is all zero. */
+SL_API int sl_slr_writer_set_frames(sl_slr_writer *w,
+                                    const sl_slr_frame_opts *o);
 /* Appends one record.  Borrows `s`.  A sample whose fields do not match the
  * schema is refused with SL_ESHAPE naming the field (nothing is written);
  * SL_EIO / SL_ENOMEM on failure (the writer is then unusable: abort it). */
@@ -81,7 +117,8 @@ typedef struct sl_slr_open_opts {
  * SL_EIO (cannot open/read), SL_ECORRUPT (a check failed; the message names
  * the file, structure and offset) or SL_EUNSUPPORTED (newer major version or
  * unknown required feature).  A file is used by one thread at a time; open it
- * once per thread to read in parallel. */
+ * once per thread to read in parallel (sl_slr_fetch and sl_slr_chunk_frames
+ * excepted: see sl_slr_fetch). */
 SL_API int sl_slr_open(const char *path, const sl_slr_open_opts *opts,
                        sl_slr_file **out);
 SL_API void sl_slr_close(sl_slr_file *f);
@@ -105,16 +142,45 @@ typedef struct sl_slr_chunk_info {
  * SL_ECORRUPT/SL_EIO when the header fails. */
 SL_API int sl_slr_chunk_info_get(sl_slr_file *f, uint64_t c,
                                  sl_slr_chunk_info *out);
+/* The frame layout of chunk `c`: records per frame (the last frame may hold
+ * fewer) and frames; a chunk written without frames is one frame of all
+ * its records.  Reads and checks the chunk's header and frame table (not
+ * the frames).  SL_EINVAL out of range, SL_ECORRUPT/SL_EIO.  Safe to call
+ * alongside sl_slr_fetch. */
+SL_API int sl_slr_chunk_frames(sl_slr_file *f, uint64_t c,
+                               uint32_t *frame_records, uint32_t *frames);
+/* Bytes of the file's zstd dictionary (docs/FORMAT.md, "Dictionary
+ * block"; its block adds 12), 0 when it has none. */
+SL_API uint64_t sl_slr_dict_size(const sl_slr_file *f);
 /* The chunk holding record k (binary search of the index); k must be <
  * sl_slr_records. */
 SL_API uint64_t sl_slr_chunk_of(const sl_slr_file *f, uint64_t k);
 
 /* Random access: record k as a new sample (tensors are zero-copy views into
  * the decoded chunk, which stays alive while any of its samples does).
- * Decodes the chunk unless it is the one decoded last.  SL_EINVAL when k is
+ * Decodes the chunk unless it is the one decoded last; in a framed file
+ * (sl_slr_writer_set_frames) it is sl_slr_fetch, which decodes only
+ * the record's frame.  SL_EINVAL when k is
  * out of range; SL_ECORRUPT/SL_EIO when its chunk fails a check (whatever
  * the policy). */
 SL_API int sl_slr_read(sl_slr_file *f, uint64_t k, sl_sample **out);
+/* Random access by frame: record k as a new sample, decoding only the
+ * zstd frame that holds it (a chunk of a file written without frames is
+ * one frame: the whole chunk is decoded), through a small cache of the last
+ * decoded frames.  Samples are zero-copy views into the decoded frame,
+ * which stays alive while any of them does (also after sl_slr_close).
+ * Checks as sl_slr_read, per frame: the frame table's CRC, the frame's
+ * CRC, sizes and records; SL_ECORRUPT names the file, chunk and frame.
+ * SL_EINVAL when k is out of range, SL_EIO, SL_ENOMEM.
+ * Thread safety: callable from several threads at once on one file, also
+ * while one thread reads it by the other calls.  Each call borrows one of
+ * the file's fetch contexts (a zstd decompression context, a read buffer
+ * and a cache of SLR_FETCH_SLOTS = 4 decoded frames), made on first need and
+ * freed by sl_slr_close: as many as calls ever ran at once.  A thread gets
+ * back the context it used last unless another took it meanwhile, so the
+ * cache behaves as a per-thread one; the file's dictionary is digested
+ * once at open and shared. */
+SL_API int sl_slr_fetch(sl_slr_file *f, uint64_t k, sl_sample **out);
 /* Reads and checks every byte of the file: all chunks (CRCs, sizes, record
  * tables against the schema), contiguity, index agreement.  Returns SL_OK or
  * the first problem (SL_ECORRUPT with file, chunk and offset). */

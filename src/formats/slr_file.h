@@ -6,6 +6,18 @@
 #include "formats/slr_format.h"
 #include "transport/source.h"
 
+#include <pthread.h>
+#include <stdatomic.h>
+#include <zstd.h>
+
+/* Chunk size limits (docs/FORMAT.md, "Chunk size limits"; slr_reader.c
+ * explains them): a file that records no limit may not claim a raw size
+ * above SLR_RATIO_FREE that is more than SLR_MAX_RATIO times its stored
+ * size; the metadata key of the recorded limit. */
+#define SLR_RATIO_FREE ((uint64_t)16 << 20)
+#define SLR_MAX_RATIO 1024
+#define SLR_META_MAX_CHUNK_RAW "sluice.max_chunk_raw"
+
 /* Opens an SLR file over any byte source (taken, also on failure). */
 int sl__slr_open_source(sl__source *src, const sl_slr_open_opts *opts,
                         sl_slr_file **out);
@@ -18,6 +30,22 @@ int sl__slr_open_source(sl__source *src, const sl_slr_open_opts *opts,
 int sl__slr_reader_from_file(sl_slr_file *f, uint64_t first, uint64_t count,
                              sl_reader **out);
 
+/* One frame of a chunk: where its stored bytes lie in the file, its sizes
+ * and CRC, and where its raw bytes go in the chunk's decoded payload. */
+typedef struct slr_frame {
+  uint64_t off, raw_off, stored, raw;
+  uint32_t crc;
+} slr_frame;
+
+/* A chunk's frames (slr_frames.c).  A codec-1 chunk is one frame of all its
+ * records (its payload CRC is the frame's). */
+typedef struct slr_frame_table {
+  uint32_t per;   /* records per frame (the last may have fewer) */
+  uint32_t count; /* frames */
+  uint32_t codec;
+  slr_frame fr[];
+} slr_frame_table;
+
 /* A decoded chunk: the raw payload in a refcounted buffer and where its
  * records are.  Valid until the next load on the same file. */
 typedef struct slr_chunk {
@@ -26,7 +54,98 @@ typedef struct slr_chunk {
   sl_buffer *raw;            /* retained by the file's cache */
   const unsigned char *ends; /* u32 end offsets (little-endian) */
   size_t body;               /* byte offset of the body in raw */
+  const slr_frame_table *frames; /* codec 2: per-frame tables, else NULL */
 } slr_chunk;
+
+typedef struct slr_index_entry {
+  uint64_t offset, first_record;
+  uint32_t records, header_crc;
+} slr_index_entry;
+
+typedef struct slr_fetch_ctx slr_fetch_ctx;
+
+/* An open file (slr_reader.c; the frames and the fetch path of framed
+ * files in slr_frames.c). */
+struct sl_slr_file {
+  sl__source *src;
+  sl_slr_open_opts opts;
+  sl_schema *schema;
+  slr_layout layout;
+  uint64_t records, nchunks, schema_off, index_off, footer_off;
+  uint64_t chunks_end; /* where the chunks end: the dictionary or schema */
+  slr_index_entry *index;
+  ZSTD_DCtx *dctx;
+  unsigned char *stored; /* reused buffer for compressed payloads */
+  size_t stored_cap;
+  uint64_t raw_limit;       /* largest raw chunk size accepted */
+  uint64_t stored_limit;    /* largest stored size: zstd's bound of it */
+  const char *limit_from;   /* where raw_limit comes from, for messages */
+  bool ratio_bound;         /* no recorded limit: check the ratio too */
+  slr_chunk cache;          /* the last chunk decoded (cache.raw != NULL) */
+  slr_frame_table *cache_frames; /* its frame table (codec 2) */
+  sl__buffer_pool *pool;    /* decoded chunk buffers, made on first need */
+  uint64_t bad_chunks;      /* skipped over the file's life */
+  uint64_t pass_bad_chunks; /* skipped this pass: what the cap limits */
+  /* framed files (required feature SLR_FEATURE_FRAMES) */
+  bool framed;
+  uint64_t dict_size;        /* dictionary bytes (0: none) */
+  ZSTD_DDict *ddict;         /* digested once, shared by every context */
+  /* sl_slr_fetch (every file) */
+  _Atomic(slr_frame_table *) *tables; /* per chunk, read on first fetch */
+  pthread_mutex_t fetch_mu;  /* guards the idle contexts */
+  bool fetch_mu_ok;          /* fetch_mu was initialised */
+  slr_fetch_ctx *idle;       /* fetch contexts not in use */
+};
+
+/* Whether the file may hold framed chunks (required feature 0x1). */
+static inline bool sl__slr_framed(const sl_slr_file *f) {
+  return f->framed;
+}
+
+/* Sets SL_ECORRUPT "FILE: chunk C at offset O: <fmt...>" and returns it. */
+int sl__slr_chunk_fail(sl_slr_file *f, uint64_t c, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+#define CHUNK_FAIL(...) return sl__slr_chunk_fail(f, c, __VA_ARGS__)
+
+/* Reads and checks chunk c's header against its index entry (CRC, magic,
+ * sequence, count, codec, sizes against the limits and the file); returns
+ * the stored and raw sizes, the payload CRC and the codec. */
+int sl__slr_chunk_header(sl_slr_file *f, uint64_t c, uint64_t *stored,
+                         uint64_t *raw, uint32_t *payload_crc,
+                         uint32_t *codec);
+/* Checks the record table and the records of one decoded unit of n records
+ * (a codec-1 chunk, or frame `frame` of a framed chunk, UINT32_MAX for
+ * none) whose first record is `first` of chunk c; *body is where the
+ * records start.  SL_ECORRUPT naming file, chunk, frame and record. */
+int sl__slr_check_records(sl_slr_file *f, uint64_t c, uint32_t frame,
+                          uint32_t first, const unsigned char *raw,
+                          uint64_t raw_size, uint32_t n, size_t *body);
+
+/* --- slr_frames.c --------------------------------------------------------- */
+
+/* The frame table of chunk c, whose header gave codec, stored and raw
+ * sizes and payload CRC: a codec-1 chunk is one frame; a codec-2 table is
+ * parsed and checked from the payload's first `avail` bytes at `p`.  *out
+ * is a new table (sl__free).  SL_ECORRUPT naming file and chunk when a
+ * count, size or the table's CRC is wrong.  When avail is short of the
+ * table, SL_OK with *out NULL and *need the bytes it takes. */
+int sl__slr_frame_table(sl_slr_file *f, uint64_t c, uint32_t codec,
+                        const unsigned char *p, uint64_t avail,
+                        uint64_t stored, uint64_t raw, uint32_t pcrc,
+                        uint64_t *need, slr_frame_table **out);
+/* At open: makes the per-chunk table slots and the fetch context pool. */
+int sl__slr_frames_open(sl_slr_file *f);
+/* Decodes frame i of chunk c (its stored bytes at src) into dst (t->fr[i].raw
+ * bytes) with dctx, after its CRC and declared size, then checks its
+ * records; *body as sl__slr_check_records. */
+int sl__slr_frame_decode(sl_slr_file *f, uint64_t c, const slr_frame_table *t,
+                         uint32_t i, ZSTD_DCtx *dctx, const unsigned char *src,
+                         unsigned char *dst, size_t *body);
+/* Frees the frame tables and fetch contexts of a file. */
+void sl__slr_frames_free(sl_slr_file *f);
+/* Record r of a decoded framed chunk (ch->frames) as a new sample. */
+int sl__slr_framed_record(sl_slr_file *f, const slr_chunk *ch, uint32_t r,
+                          sl_sample **out);
 
 /* Loads and fully checks chunk c (reusing the cached decode when it is the
  * last one loaded).  On success *out points into the file's cache. */

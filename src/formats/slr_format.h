@@ -15,14 +15,28 @@
 #define SLR_FOOTER_SIZE 64
 #define SLR_INDEX_ENTRY_SIZE 24
 #define SLR_CODEC_ZSTD 1
-/* Feature bits known to this version (none yet). */
-#define SLR_KNOWN_REQUIRED 0u
+/* Codec 2: a frame table, then independent zstd frames of frame_records
+ * records each, compressed with the file's dictionary when it has one
+ * (docs/FORMAT.md, "Framed chunks"). */
+#define SLR_CODEC_ZSTD_FRAMES 2
+/* Required feature bit 0: the file may hold codec-2 chunks and a dictionary
+ * block (written as version 1.1). */
+#define SLR_FEATURE_FRAMES 1u
+#define SLR_MINOR_FRAMES 1
+/* Feature bits known to this version. */
+#define SLR_KNOWN_REQUIRED SLR_FEATURE_FRAMES
+#define SLR_FRAME_TABLE_HEAD 8  /* u32 frame_records, u32 frame_count */
+#define SLR_FRAME_ENTRY_SIZE 12 /* u32 stored, u32 raw, u32 crc32c */
+#define SLR_DICT_HEAD 8         /* magic, block size */
+/* Largest dictionary a writer stores or a reader accepts. */
+#define SLR_MAX_DICT ((uint64_t)16 << 20)
 
 extern const unsigned char sl__slr_magic[8];     /* file header */
 extern const unsigned char sl__slr_end_magic[8]; /* footer */
 #define SLR_CHUNK_MAGIC 0x4B434C53u              /* "SLCK" */
 #define SLR_SCHEMA_MAGIC 0x43534C53u             /* "SLSC" */
 #define SLR_INDEX_MAGIC 0x58494C53u              /* "SLIX" */
+#define SLR_DICT_MAGIC 0x43444C53u               /* "SLDC" */
 
 /* Largest dimension a record may declare (guards size arithmetic). */
 #define SLR_MAX_DIM ((uint64_t)1 << 40)

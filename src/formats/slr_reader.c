@@ -20,12 +20,10 @@
  * not claim a raw size above SLR_RATIO_FREE bytes that is more than
  * SLR_MAX_RATIO times the stored size (zstd's RLE blocks reach 32768:1, so
  * the frame's own bound does not stop a small file from asking for
- * gigabytes). */
+ * gigabytes; SLR_RATIO_FREE, SLR_MAX_RATIO and SLR_META_MAX_CHUNK_RAW are in
+ * slr_file.h: the chunk header check in slr_frames.c uses them). */
 #define SLR_DEFAULT_CHUNK_LIMIT ((uint64_t)256 << 20)
 #define SLR_MAX_CHUNK_RAW ((uint64_t)1 << 30)
-#define SLR_RATIO_FREE ((uint64_t)16 << 20)
-#define SLR_MAX_RATIO 1024
-#define SLR_META_MAX_CHUNK_RAW "sluice.max_chunk_raw"
 /* Idle decoded-chunk buffers a file keeps for reuse.  Behind a shuffle a
  * chunk's buffer stays pinned until its last record leaves the window,
  * which for a 10 000-sample window is most of an epoch: the buffers come
@@ -35,31 +33,6 @@
  * earlier peak; it is freed when the file closes). */
 #define SLR_POOL_IDLE 64
 #define SLR_POOL_IDLE_BYTES ((size_t)64 << 20)
-
-typedef struct index_entry {
-  uint64_t offset, first_record;
-  uint32_t records, header_crc;
-} index_entry;
-
-struct sl_slr_file {
-  sl__source *src;
-  sl_slr_open_opts opts;
-  sl_schema *schema;
-  slr_layout layout;
-  uint64_t records, nchunks, schema_off, index_off, footer_off;
-  index_entry *index;
-  ZSTD_DCtx *dctx;
-  unsigned char *stored; /* reused buffer for compressed payloads */
-  size_t stored_cap;
-  uint64_t raw_limit;       /* largest raw chunk size accepted */
-  uint64_t stored_limit;    /* largest stored size: zstd's bound of it */
-  const char *limit_from;   /* where raw_limit comes from, for messages */
-  bool ratio_bound;         /* no recorded limit: check the ratio too */
-  slr_chunk cache;          /* the last chunk decoded (cache.raw != NULL) */
-  sl__buffer_pool *pool;    /* decoded chunk buffers, made on first need */
-  uint64_t bad_chunks;      /* skipped over the file's life */
-  uint64_t pass_bad_chunks; /* skipped this pass: what the cap limits */
-};
 
 #define WHERE(f) (f)->src->name
 
@@ -72,7 +45,10 @@ static void file_free(sl_slr_file *f) {
   ZSTD_freeDCtx(f->dctx);
   sl__free(f->stored);
   sl_buffer_release(f->cache.raw);
+  sl__free(f->cache_frames);
   sl__buffer_pool_release(f->pool); /* buffers still held stay valid */
+  sl__slr_frames_free(f);
+  ZSTD_freeDDict(f->ddict);
   sl__free(f);
 }
 
@@ -97,8 +73,10 @@ static int read_header(sl_slr_file *f) {
                      WHERE(f), major, minor, SLR_MAJOR);
   uint32_t req = sl__get32(h + 12);
   SL_RETURN_ERROR_IF(req & ~SLR_KNOWN_REQUIRED, SL_EUNSUPPORTED,
-                     "%s: unknown required feature bits 0x%08x (SLR %u.%u)",
+                     "%s: unknown required feature bits 0x%08x (SLR %u.%u): "
+                     "the file needs a newer sluice",
                      WHERE(f), req & ~SLR_KNOWN_REQUIRED, major, minor);
+  f->framed = (req & SLR_FEATURE_FRAMES) != 0;
   return SL_OK;
 }
 
@@ -121,17 +99,24 @@ static int read_footer(sl_slr_file *f) {
            is = sl__get64(b + 24), end;
   f->records = sl__get64(b + 32);
   f->nchunks = sl__get64(b + 40);
+  /* Framed files: the dictionary block's size (0: none); it ends where
+   * the schema block starts. */
+  uint64_t ds = sl__get32(b + 48);
   SL_RETURN_ERROR_IF(so < SLR_HEADER_SIZE || !sl__add_ok(so, ss, &end) ||
                          end != io || !sl__add_ok(io, is, &end) ||
-                         end != f->footer_off || sl__get32(b + 48) != 0,
+                         end != f->footer_off || (ds && !f->framed) ||
+                         ds > so - SLR_HEADER_SIZE,
                      SL_ECORRUPT,
-                     "%s: footer at offset %llu: schema/index blocks "
-                     "(%llu+%llu, %llu+%llu) do not tile the file",
+                     "%s: footer at offset %llu: dictionary/schema/index "
+                     "blocks (%llu, %llu+%llu, %llu+%llu) do not tile the file",
                      WHERE(f), (unsigned long long)f->footer_off,
-                     (unsigned long long)so, (unsigned long long)ss,
-                     (unsigned long long)io, (unsigned long long)is);
+                     (unsigned long long)ds, (unsigned long long)so,
+                     (unsigned long long)ss, (unsigned long long)io,
+                     (unsigned long long)is);
   f->schema_off = so;
   f->index_off = io;
+  f->dict_size = ds;
+  f->chunks_end = so - ds;
   return SL_OK;
 }
 
@@ -374,7 +359,7 @@ static int parse_index(sl_slr_file *f, const unsigned char *b, uint64_t len) {
   uint64_t next_record = 0, min_off = SLR_HEADER_SIZE;
   for (uint64_t c = 0; c < n; c++) {
     const unsigned char *e = b + 16 + SLR_INDEX_ENTRY_SIZE * c;
-    index_entry *x = &f->index[c];
+    slr_index_entry *x = &f->index[c];
     x->offset = sl__get64(e);
     x->first_record = sl__get64(e + 8);
     x->records = sl__get32(e + 16);
@@ -383,7 +368,7 @@ static int parse_index(sl_slr_file *f, const unsigned char *b, uint64_t len) {
     bool ok = x->first_record == next_record && x->records > 0 &&
               (c ? x->offset > min_off : x->offset == SLR_HEADER_SIZE) &&
               sl__add_ok(x->offset, SLR_CHUNK_HEADER_SIZE, &hdr_end) &&
-              hdr_end <= f->schema_off;
+              hdr_end <= f->chunks_end;
     SL_RETURN_ERROR_IF(!ok, SL_ECORRUPT,
                        "%s: index entry %llu (chunk at offset %llu, first "
                        "record %llu, %u records) is inconsistent",
@@ -394,10 +379,30 @@ static int parse_index(sl_slr_file *f, const unsigned char *b, uint64_t len) {
     next_record += x->records;
   }
   SL_RETURN_ERROR_IF(
-      next_record != f->records || (n == 0 && f->schema_off != SLR_HEADER_SIZE),
+      next_record != f->records || (n == 0 && f->chunks_end != SLR_HEADER_SIZE),
       SL_ECORRUPT, "%s: the index counts %llu records, the footer %llu",
       WHERE(f), (unsigned long long)next_record,
       (unsigned long long)f->records);
+  return SL_OK;
+}
+
+/* The dictionary block of a framed file: magic, size, the zstd dictionary,
+ * CRC; digested once into the DDict every decoding context shares. */
+static int parse_dict(sl_slr_file *f, const unsigned char *b, uint64_t len) {
+  SL_RETURN_ERROR_IF(sl__get32(b + 4) != len || len - 12 > SLR_MAX_DICT,
+                     SL_ECORRUPT,
+                     "%s: dictionary block at offset %llu: size field %u does "
+                     "not match the footer's %llu (at most %llu bytes of "
+                     "dictionary)",
+                     WHERE(f), (unsigned long long)f->chunks_end,
+                     sl__get32(b + 4), (unsigned long long)len,
+                     (unsigned long long)SLR_MAX_DICT);
+  f->ddict = ZSTD_createDDict(b + 8, (size_t)len - 12);
+  SL_RETURN_ERROR_IF(!f->ddict, SL_ECORRUPT,
+                     "%s: dictionary block at offset %llu: zstd cannot load "
+                     "its %llu-byte dictionary",
+                     WHERE(f), (unsigned long long)f->chunks_end,
+                     (unsigned long long)(len - 12));
   return SL_OK;
 }
 
@@ -425,7 +430,11 @@ int sl__slr_open_source(sl__source *src, const sl_slr_open_opts *opts,
                        f->index_off - f->schema_off, parse_schema)) < 0 ||
       (rc = chunk_limits(f)) < 0 ||
       (rc = read_block(f, "index", SLR_INDEX_MAGIC, f->index_off,
-                       f->footer_off - f->index_off, parse_index)) < 0)
+                       f->footer_off - f->index_off, parse_index)) < 0 ||
+      (f->dict_size &&
+       (rc = read_block(f, "dictionary", SLR_DICT_MAGIC, f->chunks_end,
+                        f->dict_size, parse_dict)) < 0) ||
+      (rc = sl__slr_frames_open(f)) < 0)
     goto fail;
   f->dctx = ZSTD_createDCtx();
   if (!f->dctx) {
@@ -517,115 +526,15 @@ int sl__slr_count_bad(sl_slr_file *f) {
                       f->opts.max_bad_chunks, last);
 }
 
-uint64_t sl_slr_chunk_of(const sl_slr_file *f, uint64_t k) {
-  uint64_t lo = 0, hi = f->nchunks;
-  while (hi - lo > 1) {
-    uint64_t mid = lo + (hi - lo) / 2;
-    if (f->index[mid].first_record <= k)
-      lo = mid;
-    else
-      hi = mid;
-  }
-  return lo;
-}
-
-/* Reads and checks chunk c's header against its index entry; returns the
- * stored and raw sizes. */
-static int chunk_header(sl_slr_file *f, uint64_t c, uint64_t *stored,
-                        uint64_t *raw, uint32_t *payload_crc) {
-  const index_entry *x = &f->index[c];
-  unsigned char h[SLR_CHUNK_HEADER_SIZE];
-  SL_FORWARD_IF_ERROR(f->src->read_at(f->src, x->offset, h, sizeof h));
-#define CHUNK_FAIL(...)                                                        \
-  do {                                                                         \
-    char why_[700];                                                            \
-    snprintf(why_, sizeof why_, __VA_ARGS__);                                  \
-    return sl_set_error(SL_ECORRUPT, "%s: chunk %llu at offset %llu: %s",      \
-                        WHERE(f), (unsigned long long)c,                       \
-                        (unsigned long long)x->offset, why_);                  \
-  } while (0)
-  uint32_t crc = sl__crc32c(0, h, 36);
-  if (crc != sl__get32(h + 36))
-    CHUNK_FAIL("header CRC mismatch (stored 0x%08x, computed 0x%08x)",
-               sl__get32(h + 36), crc);
-  if (crc != x->header_crc) CHUNK_FAIL("header does not match its index entry");
-  if (sl__get32(h) != SLR_CHUNK_MAGIC) CHUNK_FAIL("bad chunk magic");
-  if (sl__get32(h + 24) != (uint32_t)c)
-    CHUNK_FAIL("sequence number %u, expected %llu", sl__get32(h + 24),
-               (unsigned long long)c);
-  if (sl__get32(h + 4) != x->records)
-    CHUNK_FAIL("%u records, the index says %u", sl__get32(h + 4), x->records);
-  if (sl__get32(h + 28) != SLR_CODEC_ZSTD)
-    CHUNK_FAIL("unknown codec %u", sl__get32(h + 28));
-  *stored = sl__get64(h + 8);
-  *raw = sl__get64(h + 16);
-  *payload_crc = sl__get32(h + 32);
-  uint64_t end,
-      want_end = c + 1 < f->nchunks ? f->index[c + 1].offset : f->schema_off;
-  if (*raw > f->raw_limit)
-    CHUNK_FAIL("raw size %llu exceeds the limit of %llu bytes, %s",
-               (unsigned long long)*raw, (unsigned long long)f->raw_limit,
-               f->limit_from);
-  if (*stored > f->stored_limit)
-    CHUNK_FAIL("stored size %llu exceeds the limit of %llu bytes (a zstd "
-               "frame of at most %llu bytes), %s",
-               (unsigned long long)*stored,
-               (unsigned long long)f->stored_limit,
-               (unsigned long long)f->raw_limit, f->limit_from);
-  if (f->ratio_bound && *raw > SLR_RATIO_FREE &&
-      *raw / SLR_MAX_RATIO > *stored)
-    CHUNK_FAIL("raw size %llu from %llu stored bytes is a ratio above "
-               "%d:1, which a file that does not record "
-               SLR_META_MAX_CHUNK_RAW " may not claim above %llu bytes; set "
-               "max_chunk_bytes to read it",
-               (unsigned long long)*raw, (unsigned long long)*stored,
-               SLR_MAX_RATIO, (unsigned long long)SLR_RATIO_FREE);
-  if (!sl__add_ok(x->offset + SLR_CHUNK_HEADER_SIZE, *stored, &end) ||
-      end != want_end)
-    CHUNK_FAIL("payload of %llu bytes does not end where the next structure "
-               "starts (offset %llu)",
-               (unsigned long long)*stored, (unsigned long long)want_end);
-  return SL_OK;
-}
-
 int sl_slr_chunk_info_get(sl_slr_file *f, uint64_t c, sl_slr_chunk_info *out) {
   SL_RETURN_ERROR_IF(!f || !out || c >= f->nchunks, SL_EINVAL,
                      "slr: chunk %llu out of range", (unsigned long long)c);
-  uint32_t pcrc;
+  uint32_t pcrc, codec;
   out->offset = f->index[c].offset;
   out->first_record = f->index[c].first_record;
   out->records = f->index[c].records;
-  return chunk_header(f, c, &out->stored_size, &out->raw_size, &pcrc);
-}
-
-/* Checks the offset table and every record of a decoded chunk. */
-static int check_records(sl_slr_file *f, uint64_t c, const unsigned char *raw,
-                         uint64_t raw_size, uint32_t n, size_t *body) {
-  const index_entry *x = &f->index[c];
-  uint64_t table = sl__align_up((uint64_t)n * 4, 8);
-  if (table > raw_size)
-    CHUNK_FAIL("offset table of %u records exceeds the payload", n);
-  uint64_t body_size = raw_size - table, prev = 0;
-  for (uint32_t r = 0; r < n; r++) {
-    uint64_t e = sl__get32(raw + 4 * (size_t)r);
-    if (e < prev || e > body_size || e % 8)
-      CHUNK_FAIL("record %u: bad end offset %llu", r, (unsigned long long)e);
-    int rc = sl__slr_record_check(&f->layout, raw + table + prev, e - prev);
-    if (rc < 0) {
-      char why[512];
-      snprintf(why, sizeof why, "%s", sl_last_error());
-      CHUNK_FAIL("record %llu: %s",
-                 (unsigned long long)(f->index[c].first_record + r), why);
-    }
-    prev = e;
-  }
-  if (prev != body_size)
-    CHUNK_FAIL("records end at %llu, the body is %llu bytes",
-               (unsigned long long)prev, (unsigned long long)body_size);
-  for (uint64_t i = (uint64_t)n * 4; i < table; i++)
-    if (raw[i]) CHUNK_FAIL("non-zero padding after the offset table");
-  *body = (size_t)table;
-  return SL_OK;
+  return sl__slr_chunk_header(f, c, &out->stored_size, &out->raw_size, &pcrc,
+                              &codec);
 }
 
 int sl__slr_load_chunk(sl_slr_file *f, uint64_t c, const slr_chunk **out) {
@@ -633,10 +542,10 @@ int sl__slr_load_chunk(sl_slr_file *f, uint64_t c, const slr_chunk **out) {
     *out = &f->cache;
     return SL_OK;
   }
-  const index_entry *x = &f->index[c];
-  uint64_t stored, raw;
-  uint32_t pcrc;
-  SL_FORWARD_IF_ERROR(chunk_header(f, c, &stored, &raw, &pcrc));
+  const slr_index_entry *x = &f->index[c];
+  uint64_t stored, raw, need;
+  uint32_t pcrc, codec;
+  SL_FORWARD_IF_ERROR(sl__slr_chunk_header(f, c, &stored, &raw, &pcrc, &codec));
   if (stored > f->stored_cap) {
     unsigned char *p = sl__realloc(f->stored, (size_t)stored);
     SL_RETURN_ERROR_IF(!p, SL_ENOMEM,
@@ -649,18 +558,9 @@ int sl__slr_load_chunk(sl_slr_file *f, uint64_t c, const slr_chunk **out) {
   }
   SL_FORWARD_IF_ERROR(f->src->read_at(f->src, x->offset + SLR_CHUNK_HEADER_SIZE,
                                       f->stored, (size_t)stored));
-  uint32_t crc = sl__crc32c(0, f->stored, (size_t)stored);
-  if (crc != pcrc)
-    CHUNK_FAIL("payload CRC mismatch (stored 0x%08x, computed 0x%08x)", pcrc,
-               crc);
-  unsigned long long declared = ZSTD_getFrameContentSize(f->stored, stored);
-  if (declared != raw) {
-    if (declared == ZSTD_CONTENTSIZE_UNKNOWN ||
-        declared == ZSTD_CONTENTSIZE_ERROR)
-      CHUNK_FAIL("payload is not a zstd frame with a declared size");
-    CHUNK_FAIL("zstd frame declares %llu bytes, the header %llu", declared,
-               (unsigned long long)raw);
-  }
+  slr_frame_table *t;
+  SL_FORWARD_IF_ERROR(sl__slr_frame_table(f, c, codec, f->stored, stored,
+                                          stored, raw, pcrc, &need, &t));
   /* Decode into the previous chunk's buffer when no sample holds it any
    * more, else into one from the file's pool: the buffers of chunks whose
    * samples were all released (behind a shuffle, on any thread) go back to
@@ -678,38 +578,48 @@ int sl__slr_load_chunk(sl_slr_file *f, uint64_t c, const slr_chunk **out) {
       if (!f->pool) sl_clear_error();
     }
     buf = sl__buffer_pool_get(f->pool, (size_t)raw);
-    if (!buf)
+    if (!buf) {
+      sl__free(t);
       return sl_wrap_error(SL_ENOMEM,
                            "%s: chunk %llu at offset %llu: %llu raw bytes",
                            WHERE(f), (unsigned long long)c,
                            (unsigned long long)x->offset,
                            (unsigned long long)raw);
+    }
   }
-  size_t got = ZSTD_decompressDCtx(f->dctx, sl_buffer_data(buf), (size_t)raw,
-                                   f->stored, (size_t)stored);
-  if (ZSTD_isError(got) || got != raw) {
-    sl_buffer_release(buf);
-    CHUNK_FAIL("zstd: %s", ZSTD_isError(got) ? ZSTD_getErrorName(got)
-                                             : "short decompression");
-  }
+  /* Every frame (a codec-1 chunk is one), checked as it is decoded. */
   size_t body = 0;
-  int rc = check_records(f, c, sl_buffer_data(buf), raw, x->records, &body);
+  unsigned char *dst = sl_buffer_data(buf);
+  int rc = SL_OK;
+  for (uint32_t i = 0; i < t->count && rc == SL_OK; i++)
+    rc = sl__slr_frame_decode(f, c, t, i, f->dctx, f->stored + t->fr[i].off,
+                              dst + t->fr[i].raw_off, &body);
   if (rc < 0) {
+    sl__free(t);
     sl_buffer_release(buf);
     return rc;
   }
   sl_buffer_release(f->cache.raw);
+  sl__free(f->cache_frames);
+  f->cache_frames = NULL;
+  if (codec == SLR_CODEC_ZSTD_FRAMES) {
+    f->cache_frames = t;
+  } else {
+    sl__free(t);
+  }
   f->cache.index = c;
   f->cache.records = x->records;
   f->cache.raw = buf;
-  f->cache.ends = sl_buffer_data(buf);
+  f->cache.ends = dst;
   f->cache.body = body;
+  f->cache.frames = f->cache_frames;
   *out = &f->cache;
   return SL_OK;
 }
 
 int sl__slr_chunk_record(sl_slr_file *f, const slr_chunk *ch, uint32_t r,
                          sl_sample **out) {
+  if (ch->frames) return sl__slr_framed_record(f, ch, r, out);
   size_t start = r ? sl__get32(ch->ends + 4 * (size_t)(r - 1)) : 0;
   return sl__slr_record_decode(&f->layout, f->schema, ch->raw, ch->body + start,
                                out);
@@ -721,6 +631,8 @@ int sl_slr_read(sl_slr_file *f, uint64_t k, sl_sample **out) {
   SL_RETURN_ERROR_IF(k >= f->records, SL_EINVAL,
                      "%s: record %llu is out of range (%llu records)", WHERE(f),
                      (unsigned long long)k, (unsigned long long)f->records);
+  /* Framed files: decode only the record's frame. */
+  if (f->framed) return sl_slr_fetch(f, k, out);
   uint64_t c = sl_slr_chunk_of(f, k);
   const slr_chunk *ch;
   SL_FORWARD_IF_ERROR(sl__slr_load_chunk(f, c, &ch));

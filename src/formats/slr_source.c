@@ -181,10 +181,11 @@ static int slr_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
   return SL_OK;
 }
 
-/* Random access (stages/state.h) under policy fail: record first + pos;
- * the file's one-chunk cache makes fetches in position order decode each
- * chunk once.  Under skip_chunk positions depend on the bad chunks met:
- * not offered. */
+/* Random access (stages/state.h) under policy fail: record first + pos.
+ * A framed file decodes only the record's frame (sl_slr_fetch, with its
+ * frame cache; the sequential chunk stays loaded); otherwise the file's
+ * one-chunk cache makes fetches in position order decode each chunk once.
+ * Under skip_chunk positions depend on the bad chunks met: not offered. */
 static int slr_fetch(sl_reader *r, void *st, uint64_t pass, uint64_t pos,
                      sl_sample **out) {
   slr_state *s = st;
@@ -197,6 +198,7 @@ static int slr_fetch(sl_reader *r, void *st, uint64_t pass, uint64_t pos,
                      "slr: %s: sample %llu is past its %llu records",
                      sl_slr_path(s->f), (unsigned long long)pos,
                      (unsigned long long)(s->end - s->first));
+  if (sl__slr_framed(s->f)) return sl_slr_fetch(s->f, rec, out);
   uint64_t c = sl_slr_chunk_of(s->f, rec), ch_first;
   uint32_t n;
   const slr_chunk *ch;

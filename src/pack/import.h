@@ -63,6 +63,7 @@ typedef int (*sl__commit_fn)(void *ud, uint64_t records, uint64_t file_bytes);
 
 typedef struct sl__pack_opts {
   sl_slr_writer_opts writer;
+  sl_slr_frame_opts frames; /* all zero: whole chunks (SLR 1.0) */
   uint32_t shards; /* 0: one file named `out`; K >= 1: K files
                       named by sl__shard_name */
   sl__shard_mode mode;

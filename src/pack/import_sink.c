@@ -116,6 +116,7 @@ int sl__sink_open(const char *out, sl_schema *schema, uint64_t total,
     sl__out_file *f = sl__out_set_file(files, i);
     rc = f ? sl__slr_writer_open_on(f, schema, &o->writer, &sink->w[i])
            : sl_last_error_code();
+    if (rc == SL_OK) rc = sl_slr_writer_set_frames(sink->w[i], &o->frames);
     if (rc < 0) {
       sl__sink_abort(sink);
       return rc;

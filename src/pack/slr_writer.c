@@ -31,6 +31,7 @@
 #include "pack/import.h"
 
 #include <signal.h>
+#include <zdict.h>
 #include <zstd.h>
 
 /* A chunk's raw size (record table + body) never exceeds this: what every
@@ -38,6 +39,12 @@
 #define SLR_WRITER_MAX_RAW ((uint64_t)1 << 30)
 /* Compression input per step between two checks of the cancel flag. */
 #define CANCEL_SLICE ((size_t)ZSTD_BLOCKSIZE_MAX)
+/* Framed files: raw bytes per frame when frame_records is not given, the
+ * dictionary size and the records buffered to train it by default. */
+#define FRAME_TARGET 4096
+#define DICT_DEFAULT ((size_t)112640)
+#define DICT_SAMPLE_DEFAULT ((size_t)8 << 20)
+#define DICT_SAMPLE_MAX ((size_t)1 << 30)
 
 typedef struct index_entry {
   uint64_t offset, first_record;
@@ -59,7 +66,21 @@ struct sl_slr_writer {
   size_t chunk_bytes;
   uint32_t records_per_chunk;
   ZSTD_CCtx *cctx;
-  /* the chunk being built */
+  /* framed files: records per frame (0 until chosen), the dictionary, and
+   * while it is being trained (dict auto) the chunks buffered for it */
+  bool started; /* the file header is written */
+  bool framed, training;
+  uint32_t frame_records;
+  unsigned char *dict;
+  size_t dict_len, dict_max, sample_bytes;
+  ZSTD_CDict *cdict;
+  unsigned char *fbuf; /* one frame's raw bytes */
+  size_t fbuf_cap;
+  uint32_t *cuts; /* ends (record numbers) of complete buffered chunks */
+  size_t ncuts, cuts_cap;
+  uint32_t cur; /* first record of the chunk being built */
+  /* the records buffered: the chunk being built, and while training the
+   * complete chunks before it; ends are offsets from the buffer start */
   unsigned char *body;
   size_t body_len, body_cap;
   uint32_t *ends;
@@ -82,8 +103,10 @@ static int write_all(sl_slr_writer *w, const void *data, size_t n) {
 static void writer_free(sl_slr_writer *w) {
   if (w->own_file) sl__out_abort(w->file);
   ZSTD_freeCCtx(w->cctx);
+  ZSTD_freeCDict(w->cdict);
   sl__slr_layout_free(&w->layout);
   sl_schema_release(w->schema);
+  SL__FREE(w->dict, w->fbuf, w->cuts);
   SL__FREE(w->body, w->ends, w->out, w->index, w->path, w);
 }
 
@@ -127,17 +150,71 @@ static int writer_open(sl__out_file *file, bool own, sl_schema *schema,
     writer_free(w);
     return rc;
   }
+  *out = w;
+  return SL_OK;
+}
+
+/* The file header, written before the first chunk (or the footer of a file
+ * without chunks), once the frame options are known. */
+static int start(sl_slr_writer *w) {
+  if (w->started) return SL_OK;
   unsigned char h[SLR_HEADER_SIZE] = {0};
   memcpy(h, sl__slr_magic, 8);
   sl__put16(h + 8, SLR_MAJOR);
-  sl__put16(h + 10, SLR_MINOR);
+  sl__put16(h + 10, w->framed ? SLR_MINOR_FRAMES : SLR_MINOR);
+  sl__put32(h + 12, w->framed ? SLR_FEATURE_FRAMES : 0);
   sl__put32(h + 28, sl__crc32c(0, h, 28));
-  rc = write_all(w, h, sizeof h);
-  if (rc < 0) {
-    sl_slr_writer_abort(w);
-    return rc;
-  }
-  *out = w;
+  SL_FORWARD_IF_ERROR(write_all(w, h, sizeof h));
+  w->started = true;
+  return SL_OK;
+}
+
+int sl_slr_writer_set_frames(sl_slr_writer *w, const sl_slr_frame_opts *opts) {
+  SL_RETURN_ERROR_IF(!w, SL_EINVAL, "slr writer: NULL writer");
+  SL_RETURN_ERROR_IF(w->records || w->started || w->failed, SL_ESTATE,
+                     "slr writer: %s: frame options are set before the first "
+                     "record",
+                     w->path);
+  sl_slr_frame_opts o = opts ? *opts : (sl_slr_frame_opts){0};
+  SL_RETURN_ERROR_IF(
+      (unsigned)o.dict > SL_SLR_DICT_GIVEN ||
+          (o.dict == SL_SLR_DICT_GIVEN &&
+           (!o.dict_data || o.dict_size == 0 || o.dict_size > SLR_MAX_DICT)),
+      SL_EINVAL, "slr writer: %s: dictionary mode %d wants %s", w->path,
+      (int)o.dict,
+      (unsigned)o.dict > SL_SLR_DICT_GIVEN
+          ? "one of SL_SLR_DICT_NONE, _AUTO, _GIVEN"
+          : "dict_data and 1 byte to 16 MiB of dict_size");
+  SL_RETURN_ERROR_IF(
+      o.dict_max_bytes > SLR_MAX_DICT ||
+          (o.dict_max_bytes && o.dict_max_bytes < 256) ||
+          o.dict_sample_bytes > DICT_SAMPLE_MAX,
+      SL_EINVAL,
+      "slr writer: %s: dictionary size %zu is outside 256 B..16 MiB or its "
+      "sample of %zu bytes exceeds 1 GiB",
+      w->path, o.dict_max_bytes, o.dict_sample_bytes);
+  ZSTD_freeCDict(w->cdict);
+  sl__free(w->dict);
+  w->cdict = NULL;
+  w->dict = NULL;
+  w->dict_len = 0;
+  w->framed = o.frame_records > 0 || o.dict != SL_SLR_DICT_NONE;
+  w->frame_records = o.frame_records;
+  w->training = o.dict == SL_SLR_DICT_AUTO;
+  w->dict_max = o.dict_max_bytes ? o.dict_max_bytes : DICT_DEFAULT;
+  w->sample_bytes =
+      o.dict_sample_bytes ? o.dict_sample_bytes : DICT_SAMPLE_DEFAULT;
+  if (o.dict != SL_SLR_DICT_GIVEN) return SL_OK;
+  w->dict = sl__malloc(o.dict_size);
+  SL_RETURN_ERROR_IF(!w->dict, SL_ENOMEM,
+                     "slr writer: %s: cannot allocate the dictionary", w->path);
+  memcpy(w->dict, o.dict_data, o.dict_size);
+  w->dict_len = o.dict_size;
+  w->cdict = ZSTD_createCDict(w->dict, w->dict_len, w->level);
+  SL_RETURN_ERROR_IF(!w->cdict, SL_EINVAL,
+                     "slr writer: %s: zstd cannot load the given %zu-byte "
+                     "dictionary",
+                     w->path, o.dict_size);
   return SL_OK;
 }
 
@@ -194,41 +271,29 @@ static uint64_t chunk_raw(uint64_t n, uint64_t body) {
   return sl__align_up(n * 4, 8) + body;
 }
 
-static int flush_chunk(sl_slr_writer *w) {
-  if (w->nrec == 0) return SL_OK;
-  size_t table = sl__align_up((uint64_t)w->nrec * 4, 8);
-  size_t raw = table + w->body_len;
-  unsigned char *tab = sl__calloc(1, table);
-  SL_RETURN_ERROR_IF(!tab, SL_ENOMEM, "slr writer: cannot allocate a table");
-  for (uint32_t i = 0; i < w->nrec; i++)
-    sl__put32(tab + 4 * i, w->ends[i]);
-  size_t bound = ZSTD_compressBound(raw);
-  size_t cap = w->out_cap;
-  int rc = grow((void **)&w->out, &cap, bound, 1);
-  w->out_cap = cap;
-  if (rc < 0) {
-    sl__free(tab);
-    return rc;
-  }
-  /* One frame, raw size pledged so the header declares it. */
+/* Byte offset of buffered record r's start. */
+static size_t rec_start(const sl_slr_writer *w, uint32_t r) {
+  return r ? w->ends[r - 1] : 0;
+}
+
+/* Writes `part` (total bytes n) as one zstd frame into w->out from *pos, the
+ * raw size pledged so that the frame declares it; the cancel flag is
+ * checked between slices of CANCEL_SLICE bytes. */
+static int compress_frame(sl_slr_writer *w, const void *const part[2],
+                          const size_t part_len[2], size_t *pos) {
+  size_t raw = part_len[0] + part_len[1];
   ZSTD_CCtx_reset(w->cctx, ZSTD_reset_session_only);
-  ZSTD_CCtx_setParameter(w->cctx, ZSTD_c_compressionLevel, w->level);
-  ZSTD_CCtx_setParameter(w->cctx, ZSTD_c_contentSizeFlag, 1);
   ZSTD_CCtx_setPledgedSrcSize(w->cctx, raw);
-  ZSTD_outBuffer ob = {w->out, w->out_cap, 0};
-  const void *part[2] = {tab, w->body};
-  size_t part_len[2] = {table, w->body_len}, zr = 0;
-  /* Slice by slice, the cancel flag checked between slices. */
+  ZSTD_outBuffer ob = {w->out, w->out_cap, *pos};
+  size_t zr = 0;
   for (int k = 0; k < 2 && !ZSTD_isError(zr); k++) {
     ZSTD_inBuffer in = {part[k], 0, 0};
     while (in.pos < part_len[k] && !ZSTD_isError(zr)) {
-      if (w->cancel && *w->cancel) {
-        sl__free(tab);
+      if (w->cancel && *w->cancel)
         return sl_set_error(SL_EKILLED,
                             "slr writer: %s: chunk %llu: interrupted while "
                             "compressing",
                             w->path, (unsigned long long)w->nchunks);
-      }
       in.size = SL_MIN(part_len[k], in.pos + CANCEL_SLICE);
       zr = ZSTD_compressStream2(w->cctx, &ob, &in, ZSTD_e_continue);
     }
@@ -238,33 +303,170 @@ static int flush_chunk(sl_slr_writer *w) {
          (zr = ZSTD_compressStream2(w->cctx, &ob, &none, ZSTD_e_end)) != 0 &&
          !ZSTD_isError(zr))
     ;
-  sl__free(tab);
   if (ZSTD_isError(zr)) {
     w->failed = true;
     return sl_set_error(SL_EIO, "slr writer: %s: zstd: %s",
                         sl__out_temp_name(w->file), ZSTD_getErrorName(zr));
   }
+  *pos = ob.pos;
+  return SL_OK;
+}
+
+/* Compresses records [r0, r1) of the buffer as one unit: their record
+ * table (end offsets from the unit's body start, padded to 8), then their
+ * bytes.  Its raw size in *raw. */
+static int compress_unit(sl_slr_writer *w, uint32_t r0, uint32_t r1,
+                         size_t *pos, uint64_t *raw) {
+  size_t n = r1 - r0, table = sl__align_up((uint64_t)n * 4, 8);
+  size_t base = rec_start(w, r0), len = w->ends[r1 - 1] - base;
+  SL_FORWARD_IF_ERROR(grow((void **)&w->fbuf, &w->fbuf_cap, table, 1));
+  memset(w->fbuf, 0, table);
+  for (size_t i = 0; i < n; i++)
+    sl__put32(w->fbuf + 4 * i, (uint32_t)(w->ends[r0 + i] - base));
+  size_t cap = w->out_cap;
+  SL_FORWARD_IF_ERROR(
+      grow((void **)&w->out, &cap, *pos + ZSTD_compressBound(table + len), 1));
+  w->out_cap = cap;
+  const void *part[2] = {w->fbuf, w->body + base};
+  size_t part_len[2] = {table, len};
+  *raw = table + len;
+  return compress_frame(w, part, part_len, pos);
+}
+
+/* Unless given, frames of about FRAME_TARGET raw bytes, from the size of
+ * buffered records [r0, r1) and their table entries; kept for the file. */
+static void choose_frame_records(sl_slr_writer *w, uint32_t r0, uint32_t r1) {
+  if (w->frame_records) return;
+  uint64_t avg = (w->ends[r1 - 1] - rec_start(w, r0)) / (r1 - r0) + 4;
+  w->frame_records = (uint32_t)SL_MAX(1, FRAME_TARGET / avg);
+}
+
+/* Writes records [r0, r1) of the buffer as a chunk: one zstd frame, or a
+ * frame table and frames of frame_records records (docs/FORMAT.md). */
+static int emit_chunk(sl_slr_writer *w, uint32_t r0, uint32_t r1) {
+  SL_FORWARD_IF_ERROR(start(w));
+  uint32_t n = r1 - r0;
+  uint64_t raw = 0;
+  size_t pos = 0;
+  uint32_t codec = SLR_CODEC_ZSTD, pcrc;
+  ZSTD_CCtx_reset(w->cctx, ZSTD_reset_session_and_parameters);
+  ZSTD_CCtx_setParameter(w->cctx, ZSTD_c_compressionLevel, w->level);
+  ZSTD_CCtx_setParameter(w->cctx, ZSTD_c_contentSizeFlag, 1);
+  if (!w->framed) {
+    SL_FORWARD_IF_ERROR(compress_unit(w, r0, r1, &pos, &raw));
+    pcrc = sl__crc32c(0, w->out, pos);
+  } else {
+    codec = SLR_CODEC_ZSTD_FRAMES;
+    choose_frame_records(w, r0, r1);
+    /* The frame's dictionary ID is left out: the file has one dictionary. */
+    ZSTD_CCtx_setParameter(w->cctx, ZSTD_c_dictIDFlag, 0);
+    if (w->cdict) ZSTD_CCtx_refCDict(w->cctx, w->cdict);
+    uint32_t per = w->frame_records, count = (n + per - 1) / per;
+    size_t table = SLR_FRAME_TABLE_HEAD + (size_t)count * SLR_FRAME_ENTRY_SIZE;
+    size_t cap = w->out_cap;
+    SL_FORWARD_IF_ERROR(grow((void **)&w->out, &cap, table, 1));
+    w->out_cap = cap;
+    pos = table;
+    for (uint32_t i = 0; i < count; i++) {
+      uint32_t a = r0 + i * per, b = (uint32_t)SL_MIN((uint64_t)a + per, r1);
+      size_t at = pos;
+      uint64_t fraw;
+      SL_FORWARD_IF_ERROR(compress_unit(w, a, b, &pos, &fraw));
+      unsigned char *e =
+          w->out + SLR_FRAME_TABLE_HEAD + (size_t)i * SLR_FRAME_ENTRY_SIZE;
+      sl__put32(e, (uint32_t)(pos - at));
+      sl__put32(e + 4, (uint32_t)fraw);
+      sl__put32(e + 8, sl__crc32c(0, w->out + at, pos - at));
+      raw += fraw;
+    }
+    sl__put32(w->out, per);
+    sl__put32(w->out + 4, count);
+    pcrc = sl__crc32c(0, w->out, table);
+  }
   unsigned char h[SLR_CHUNK_HEADER_SIZE];
   sl__put32(h, SLR_CHUNK_MAGIC);
-  sl__put32(h + 4, w->nrec);
-  sl__put64(h + 8, ob.pos);
+  sl__put32(h + 4, n);
+  sl__put64(h + 8, pos);
   sl__put64(h + 16, raw);
   sl__put32(h + 24, (uint32_t)w->nchunks);
-  sl__put32(h + 28, SLR_CODEC_ZSTD);
-  sl__put32(h + 32, sl__crc32c(0, w->out, ob.pos));
+  sl__put32(h + 28, codec);
+  sl__put32(h + 32, pcrc);
   uint32_t hcrc = sl__crc32c(0, h, 36);
   sl__put32(h + 36, hcrc);
   size_t icap = (size_t)w->index_cap;
   SL_FORWARD_IF_ERROR(grow((void **)&w->index, &icap, (size_t)w->nchunks + 1,
                            sizeof *w->index));
   w->index_cap = icap;
-  w->index[w->nchunks] = (index_entry){sl__out_bytes(w->file),
-                                       w->records - w->nrec, w->nrec, hcrc};
+  w->index[w->nchunks] = (index_entry){
+      sl__out_bytes(w->file), w->records - (w->nrec - r0), n, hcrc};
   SL_FORWARD_IF_ERROR(write_all(w, h, sizeof h));
-  SL_FORWARD_IF_ERROR(write_all(w, w->out, ob.pos));
+  SL_FORWARD_IF_ERROR(write_all(w, w->out, pos));
   if (raw > w->max_raw) w->max_raw = raw;
   w->nchunks++;
-  w->nrec = 0;
+  return SL_OK;
+}
+
+/* Trains the dictionary (ZDICT_trainFromBuffer) on every buffered record,
+ * laid out as the frames they will be written in (record table and
+ * records), so that it learns what it compresses; with too little to learn
+ * from, the frames go without one. */
+static int train(sl_slr_writer *w) {
+  w->training = false;
+  if (w->nrec == 0) return SL_OK;
+  choose_frame_records(w, 0, w->nrec);
+  uint32_t per = w->frame_records, nf = (w->nrec + per - 1) / per;
+  size_t table = sl__align_up((uint64_t)per * 4, 8);
+  size_t *sizes = sl__malloc((size_t)nf * sizeof *sizes);
+  unsigned char *buf = sl__malloc(w->body_len + (size_t)nf * table);
+  w->dict = sl__malloc(w->dict_max);
+  if (!sizes || !buf || !w->dict) {
+    SL__FREE(sizes, buf);
+    return sl_set_error(SL_ENOMEM,
+                        "slr writer: %s: cannot allocate to train a "
+                        "dictionary",
+                        w->path);
+  }
+  size_t len = 0;
+  for (uint32_t i = 0; i < nf; i++) {
+    uint32_t a = i * per, b = (uint32_t)SL_MIN((uint64_t)a + per, w->nrec);
+    size_t t = sl__align_up((uint64_t)(b - a) * 4, 8), base = rec_start(w, a);
+    memset(buf + len, 0, t);
+    for (uint32_t r = a; r < b; r++)
+      sl__put32(buf + len + 4 * (size_t)(r - a), (uint32_t)(w->ends[r] - base));
+    memcpy(buf + len + t, w->body + base, w->ends[b - 1] - base);
+    sizes[i] = t + w->ends[b - 1] - base;
+    len += sizes[i];
+  }
+  size_t got = ZDICT_trainFromBuffer(w->dict, w->dict_max, buf, sizes, nf);
+  SL__FREE(sizes, buf);
+  if (ZDICT_isError(got)) return SL_OK; /* too few samples: no dictionary */
+  w->dict_len = got;
+  w->cdict = ZSTD_createCDict(w->dict, got, w->level);
+  SL_RETURN_ERROR_IF(!w->cdict, SL_ENOMEM,
+                     "slr writer: %s: cannot digest the dictionary", w->path);
+  return SL_OK;
+}
+
+/* Ends the chunk being built.  While a dictionary is being trained the
+ * chunk stays buffered until the sample is large enough (or `last`); then
+ * every buffered chunk is written and the buffer emptied. */
+static int flush_chunk(sl_slr_writer *w, bool last) {
+  if (w->nrec > w->cur) {
+    size_t cap = w->cuts_cap;
+    SL_FORWARD_IF_ERROR(grow((void **)&w->cuts, &cap, w->ncuts + 1, 4));
+    w->cuts_cap = cap;
+    w->cuts[w->ncuts++] = w->nrec;
+    w->cur = w->nrec;
+  }
+  if (w->training) {
+    if (!last && w->body_len < w->sample_bytes) return SL_OK;
+    SL_FORWARD_IF_ERROR(train(w));
+  }
+  uint32_t r0 = 0;
+  for (size_t k = 0; k < w->ncuts; r0 = w->cuts[k++])
+    SL_FORWARD_IF_ERROR(emit_chunk(w, r0, w->cuts[k]));
+  w->ncuts = 0;
+  w->nrec = w->cur = 0;
   w->body_len = 0;
   return SL_OK;
 }
@@ -310,10 +512,12 @@ int sl_slr_writer_append(sl_slr_writer *w, const sl_sample *s) {
                      (unsigned long long)SLR_WRITER_MAX_RAW);
   /* Start a new chunk first if this record would take the chunk, record
    * table included, past the target, or past what readers accept. */
-  uint64_t raw_with = chunk_raw(w->nrec + 1, (uint64_t)w->body_len + size);
-  if (w->nrec && ((!w->records_per_chunk && raw_with > w->chunk_bytes) ||
-                  raw_with > SLR_WRITER_MAX_RAW))
-    SL_FORWARD_IF_ERROR(flush_chunk(w));
+  uint32_t in_chunk = w->nrec - w->cur;
+  uint64_t chunk_body = w->body_len - rec_start(w, w->cur);
+  uint64_t raw_with = chunk_raw(in_chunk + 1, chunk_body + size);
+  if (in_chunk && ((!w->records_per_chunk && raw_with > w->chunk_bytes) ||
+                   raw_with > SLR_WRITER_MAX_RAW))
+    SL_FORWARD_IF_ERROR(flush_chunk(w, false));
   SL_FORWARD_IF_ERROR(
       grow((void **)&w->body, &w->body_cap, w->body_len + size, 1));
   size_t ecap = w->ends_cap;
@@ -323,9 +527,11 @@ int sl_slr_writer_append(sl_slr_writer *w, const sl_sample *s) {
   w->body_len += size;
   w->ends[w->nrec++] = (uint32_t)w->body_len;
   w->records++;
-  if ((w->records_per_chunk && w->nrec == w->records_per_chunk) ||
-      (!w->records_per_chunk && chunk_raw(w->nrec, w->body_len) >= w->chunk_bytes))
-    SL_FORWARD_IF_ERROR(flush_chunk(w));
+  in_chunk = w->nrec - w->cur;
+  chunk_body = w->body_len - rec_start(w, w->cur);
+  if ((w->records_per_chunk && in_chunk == w->records_per_chunk) ||
+      (!w->records_per_chunk && chunk_raw(in_chunk, chunk_body) >= w->chunk_bytes))
+    SL_FORWARD_IF_ERROR(flush_chunk(w, false));
   return SL_OK;
 }
 
@@ -428,7 +634,20 @@ static int schema_block(const sl_slr_writer *w, unsigned char **out,
 static int finish(sl_slr_writer *w) {
   SL_RETURN_ERROR_IF(w->failed, SL_EIO,
                      "slr writer: %s: an earlier write failed", w->path);
-  SL_FORWARD_IF_ERROR(flush_chunk(w));
+  SL_FORWARD_IF_ERROR(flush_chunk(w, true));
+  SL_FORWARD_IF_ERROR(start(w));
+  /* Framed files: the dictionary block, before the schema. */
+  size_t dl = w->dict_len ? SLR_DICT_HEAD + w->dict_len + 4 : 0;
+  if (dl) {
+    unsigned char hd[SLR_DICT_HEAD], crc[4];
+    sl__put32(hd, SLR_DICT_MAGIC);
+    sl__put32(hd + 4, (uint32_t)dl);
+    sl__put32(crc, sl__crc32c(sl__crc32c(0, hd, sizeof hd), w->dict,
+                              w->dict_len));
+    SL_FORWARD_IF_ERROR(write_all(w, hd, sizeof hd));
+    SL_FORWARD_IF_ERROR(write_all(w, w->dict, w->dict_len));
+    SL_FORWARD_IF_ERROR(write_all(w, crc, sizeof crc));
+  }
   uint64_t schema_off = sl__out_bytes(w->file);
   unsigned char *sb = NULL;
   size_t sl = 0;
@@ -460,6 +679,7 @@ static int finish(sl_slr_writer *w) {
   sl__put64(f + 24, il);
   sl__put64(f + 32, w->records);
   sl__put64(f + 40, w->nchunks);
+  sl__put32(f + 48, (uint32_t)dl);
   sl__put32(f + 52, sl__crc32c(0, f, 52));
   memcpy(f + 56, sl__slr_end_magic, 8);
   SL_FORWARD_IF_ERROR(write_all(w, f, sizeof f));

@@ -1,0 +1,485 @@
+/*
+ * slr_frames.c - chunks below the file (docs/FORMAT.md "Chunks", "Framed
+ * chunks"): a chunk's header check, its frame table (codec 2; a codec-1
+ * chunk is one frame), decoding and checking one frame, and sl_slr_fetch,
+ * the record read that decodes only its record's frame.  slr_reader.c
+ * (open, the whole-chunk loads, verify) builds on these; nothing here
+ * calls it.
+ *
+ * A framed chunk's payload is a frame table (frame_records, frame_count,
+ * then stored size, raw size and CRC32C of each frame; the chunk header's
+ * payload CRC covers the table) followed by independent zstd frames of
+ * frame_records records each, compressed with the file's dictionary when it
+ * has one.  Each frame decodes to what a codec-1 chunk of its records would
+ * (record table, padding, records), so sl__slr_check_records checks it.
+ * A codec-1 chunk is handled as one frame of all its records: one path
+ * decodes both.
+ *
+ * sl_slr_fetch may run on several threads at once: the chunk tables it
+ * reads are published once per chunk with a compare-and-swap (a loser frees
+ * its copy), and each call borrows a fetch context from the file (a
+ * ZSTD_DCtx, a scratch buffer and a cache of the last SLR_FETCH_SLOTS
+ * decoded frames) under a mutex held only to pop or push it.  A thread
+ * that fetches again gets its context back (a LIFO stack), so its frame
+ * cache is, in effect, per thread; the digested dictionary (ZSTD_DDict) is
+ * made once per file and shared.
+ */
+#include "core/crc32c.h"
+#include "formats/slr_file.h"
+
+#include <stdarg.h>
+
+#define SLR_FETCH_SLOTS 4
+
+#define WHERE(f) (f)->src->name
+
+typedef struct fetch_slot {
+  sl_buffer *buf; /* the decoded frame; NULL: empty */
+  uint64_t chunk;
+  uint32_t frame;
+  size_t body;
+} fetch_slot;
+
+struct slr_fetch_ctx {
+  slr_fetch_ctx *next;
+  ZSTD_DCtx *dctx;
+  unsigned char *stored;
+  size_t cap;
+  fetch_slot slot[SLR_FETCH_SLOTS];
+  unsigned hand;
+};
+
+uint64_t sl_slr_chunk_of(const sl_slr_file *f, uint64_t k) {
+  uint64_t lo = 0, hi = f->nchunks;
+  while (hi - lo > 1) {
+    uint64_t mid = lo + (hi - lo) / 2;
+    if (f->index[mid].first_record <= k)
+      lo = mid;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
+int sl__slr_chunk_fail(sl_slr_file *f, uint64_t c, const char *fmt, ...) {
+  char why[700];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(why, sizeof why, fmt, ap);
+  va_end(ap);
+  return sl_set_error(SL_ECORRUPT, "%s: chunk %llu at offset %llu: %s",
+                      WHERE(f), (unsigned long long)c,
+                      (unsigned long long)f->index[c].offset, why);
+}
+
+int sl__slr_chunk_header(sl_slr_file *f, uint64_t c, uint64_t *stored,
+                         uint64_t *raw, uint32_t *payload_crc,
+                         uint32_t *codec) {
+  const slr_index_entry *x = &f->index[c];
+  unsigned char h[SLR_CHUNK_HEADER_SIZE];
+  SL_FORWARD_IF_ERROR(f->src->read_at(f->src, x->offset, h, sizeof h));
+  uint32_t crc = sl__crc32c(0, h, 36);
+  if (crc != sl__get32(h + 36))
+    CHUNK_FAIL("header CRC mismatch (stored 0x%08x, computed 0x%08x)",
+               sl__get32(h + 36), crc);
+  if (crc != x->header_crc) CHUNK_FAIL("header does not match its index entry");
+  if (sl__get32(h) != SLR_CHUNK_MAGIC) CHUNK_FAIL("bad chunk magic");
+  if (sl__get32(h + 24) != (uint32_t)c)
+    CHUNK_FAIL("sequence number %u, expected %llu", sl__get32(h + 24),
+               (unsigned long long)c);
+  if (sl__get32(h + 4) != x->records)
+    CHUNK_FAIL("%u records, the index says %u", sl__get32(h + 4), x->records);
+  *codec = sl__get32(h + 28);
+  if (*codec != SLR_CODEC_ZSTD &&
+      (*codec != SLR_CODEC_ZSTD_FRAMES || !f->framed))
+    CHUNK_FAIL("unknown codec %u%s", *codec,
+               *codec == SLR_CODEC_ZSTD_FRAMES
+                   ? " (framed chunks need required feature bit 0x1)"
+                   : "");
+  *stored = sl__get64(h + 8);
+  *raw = sl__get64(h + 16);
+  *payload_crc = sl__get32(h + 32);
+  uint64_t end,
+      want_end = c + 1 < f->nchunks ? f->index[c + 1].offset : f->chunks_end;
+  if (*raw > f->raw_limit)
+    CHUNK_FAIL("raw size %llu exceeds the limit of %llu bytes, %s",
+               (unsigned long long)*raw, (unsigned long long)f->raw_limit,
+               f->limit_from);
+  if (*stored > f->stored_limit)
+    CHUNK_FAIL("stored size %llu exceeds the limit of %llu bytes (a zstd "
+               "frame of at most %llu bytes), %s",
+               (unsigned long long)*stored,
+               (unsigned long long)f->stored_limit,
+               (unsigned long long)f->raw_limit, f->limit_from);
+  if (f->ratio_bound && *raw > SLR_RATIO_FREE &&
+      *raw / SLR_MAX_RATIO > *stored)
+    CHUNK_FAIL("raw size %llu from %llu stored bytes is a ratio above "
+               "%d:1, which a file that does not record "
+               SLR_META_MAX_CHUNK_RAW " may not claim above %llu bytes; set "
+               "max_chunk_bytes to read it",
+               (unsigned long long)*raw, (unsigned long long)*stored,
+               SLR_MAX_RATIO, (unsigned long long)SLR_RATIO_FREE);
+  if (!sl__add_ok(x->offset + SLR_CHUNK_HEADER_SIZE, *stored, &end) ||
+      end != want_end)
+    CHUNK_FAIL("payload of %llu bytes does not end where the next structure "
+               "starts (offset %llu)",
+               (unsigned long long)*stored, (unsigned long long)want_end);
+  return SL_OK;
+}
+
+int sl__slr_check_records(sl_slr_file *f, uint64_t c, uint32_t frame,
+                          uint32_t first, const unsigned char *raw,
+                          uint64_t raw_size, uint32_t n, size_t *body) {
+  const slr_index_entry *x = &f->index[c];
+  /* "frame N: " before each message of a frame (made only on failure). */
+  char frb[32] = "";
+#define fr                                                                     \
+  (frame != UINT32_MAX ? (snprintf(frb, sizeof frb, "frame %u: ", frame), frb) \
+                       : frb)
+  uint64_t table = sl__align_up((uint64_t)n * 4, 8);
+  if (table > raw_size)
+    CHUNK_FAIL("%soffset table of %u records exceeds the payload", fr, n);
+  uint64_t body_size = raw_size - table, prev = 0;
+  for (uint32_t r = 0; r < n; r++) {
+    uint64_t e = sl__get32(raw + 4 * (size_t)r);
+    if (e < prev || e > body_size || e % 8)
+      CHUNK_FAIL("%srecord %u: bad end offset %llu", fr, first + r,
+                 (unsigned long long)e);
+    int rc = sl__slr_record_check(&f->layout, raw + table + prev, e - prev);
+    if (rc < 0) {
+      char why[512];
+      snprintf(why, sizeof why, "%s", sl_last_error());
+      CHUNK_FAIL("%srecord %llu: %s", fr,
+                 (unsigned long long)(x->first_record + first + r), why);
+    }
+    prev = e;
+  }
+  if (prev != body_size)
+    CHUNK_FAIL("%srecords end at %llu, the body is %llu bytes", fr,
+               (unsigned long long)prev, (unsigned long long)body_size);
+  for (uint64_t i = (uint64_t)n * 4; i < table; i++)
+    if (raw[i]) CHUNK_FAIL("%snon-zero padding after the offset table", fr);
+  *body = (size_t)table;
+  return SL_OK;
+#undef fr
+}
+
+/* Records in frame i of a chunk of n records. */
+static uint32_t frame_records(const slr_frame_table *t, uint32_t i,
+                              uint32_t n) {
+  uint64_t first = (uint64_t)i * t->per;
+  return (uint32_t)SL_MIN((uint64_t)t->per, n - first);
+}
+
+int sl__slr_frame_table(sl_slr_file *f, uint64_t c, uint32_t codec,
+                        const unsigned char *p, uint64_t avail,
+                        uint64_t stored, uint64_t raw, uint32_t pcrc,
+                        uint64_t *need, slr_frame_table **out) {
+  *out = NULL;
+  *need = 0;
+  uint32_t n = f->index[c].records;
+  slr_frame_table *t;
+  if (codec != SLR_CODEC_ZSTD_FRAMES) {
+    t = sl__malloc(sizeof *t + sizeof t->fr[0]);
+    SL_RETURN_ERROR_IF(!t, SL_ENOMEM, "%s: chunk %llu: cannot allocate",
+                       WHERE(f), (unsigned long long)c);
+    *t = (slr_frame_table){n, 1, codec};
+    t->fr[0] = (slr_frame){0, 0, stored, raw, pcrc};
+    *out = t;
+    return SL_OK;
+  }
+  if (stored < SLR_FRAME_TABLE_HEAD)
+    CHUNK_FAIL("payload of %llu bytes is too short for a frame table",
+               (unsigned long long)stored);
+  if (avail < SLR_FRAME_TABLE_HEAD) {
+    *need = SLR_FRAME_TABLE_HEAD;
+    return SL_OK;
+  }
+  uint32_t per = sl__get32(p), count = sl__get32(p + 4);
+  if (per == 0 || count != (n + (uint64_t)per - 1) / per)
+    CHUNK_FAIL("frame table: %u frames of %u records do not hold the "
+               "chunk's %u records",
+               count, per, n);
+  uint64_t table = SLR_FRAME_TABLE_HEAD + (uint64_t)count * SLR_FRAME_ENTRY_SIZE;
+  if (table > stored)
+    CHUNK_FAIL("frame table of %u frames (%llu bytes) exceeds the payload of "
+               "%llu bytes",
+               count, (unsigned long long)table, (unsigned long long)stored);
+  if (avail < table) {
+    *need = table;
+    return SL_OK;
+  }
+  uint32_t crc = sl__crc32c(0, p, (size_t)table);
+  if (crc != pcrc)
+    CHUNK_FAIL("frame table CRC mismatch (stored 0x%08x, computed 0x%08x)",
+               pcrc, crc);
+  t = sl__malloc(sizeof *t + (size_t)count * sizeof t->fr[0]);
+  SL_RETURN_ERROR_IF(!t, SL_ENOMEM,
+                     "%s: chunk %llu: cannot allocate a table of %u frames",
+                     WHERE(f), (unsigned long long)c, count);
+  *t = (slr_frame_table){per, count, codec};
+  uint64_t off = table, raw_off = 0;
+  for (uint32_t i = 0; i < count; i++) {
+    const unsigned char *e =
+        p + SLR_FRAME_TABLE_HEAD + (size_t)i * SLR_FRAME_ENTRY_SIZE;
+    slr_frame *fr = &t->fr[i];
+    *fr = (slr_frame){off, raw_off, sl__get32(e), sl__get32(e + 4),
+                      sl__get32(e + 8)};
+    uint64_t least = sl__align_up((uint64_t)frame_records(t, i, n) * 4, 8);
+    if (fr->stored == 0 || fr->stored > stored - off || fr->raw < least ||
+        fr->raw > raw - raw_off) {
+      int rc = sl__slr_chunk_fail(
+          f, c,
+          "frame %u: %llu stored bytes at payload offset %llu and %llu raw "
+          "bytes at %llu run past the chunk (%llu stored, %llu raw bytes) or "
+          "cannot hold its records",
+          i, (unsigned long long)fr->stored, (unsigned long long)off,
+          (unsigned long long)fr->raw, (unsigned long long)raw_off,
+          (unsigned long long)stored, (unsigned long long)raw);
+      sl__free(t);
+      return rc;
+    }
+    off += fr->stored;
+    raw_off += fr->raw;
+  }
+  if (off != stored || raw_off != raw) {
+    sl__free(t);
+    CHUNK_FAIL("frames take %llu stored and %llu raw bytes, the chunk %llu "
+               "and %llu",
+               (unsigned long long)off, (unsigned long long)raw_off,
+               (unsigned long long)stored, (unsigned long long)raw);
+  }
+  *out = t;
+  return SL_OK;
+}
+
+int sl__slr_frame_decode(sl_slr_file *f, uint64_t c, const slr_frame_table *t,
+                         uint32_t i, ZSTD_DCtx *dctx, const unsigned char *src,
+                         unsigned char *dst, size_t *body) {
+  const slr_frame *fr = &t->fr[i];
+  bool framed = t->codec == SLR_CODEC_ZSTD_FRAMES;
+  /* Codec 1 keeps version 1.0's messages ("payload CRC mismatch"); a
+   * frame is named by number and payload offset (made only on failure). */
+  char at[64] = "";
+#define AT(sep)                                                                \
+  (framed ? (snprintf(at, sizeof at, "frame %u at payload offset %llu%s", i,   \
+                      (unsigned long long)fr->off, sep),                       \
+             at)                                                               \
+          : at)
+  uint32_t crc = sl__crc32c(0, src, (size_t)fr->stored);
+  if (crc != fr->crc)
+    CHUNK_FAIL("%s%sCRC mismatch (stored 0x%08x, computed 0x%08x)", AT(": "),
+               framed ? "" : "payload ", fr->crc, crc);
+  unsigned long long declared = ZSTD_getFrameContentSize(src, fr->stored);
+  if (declared != fr->raw) {
+    if (declared == ZSTD_CONTENTSIZE_UNKNOWN ||
+        declared == ZSTD_CONTENTSIZE_ERROR)
+      CHUNK_FAIL("%s is not a zstd frame with a declared size",
+                 framed ? AT("") : "payload");
+    CHUNK_FAIL("%szstd frame declares %llu bytes, the %s %llu", AT(": "),
+               declared, framed ? "frame table" : "header",
+               (unsigned long long)fr->raw);
+  }
+  size_t got = ZSTD_decompress_usingDDict(dctx, dst, (size_t)fr->raw, src,
+                                          (size_t)fr->stored,
+                                          framed ? f->ddict : NULL);
+  if (ZSTD_isError(got) || got != fr->raw)
+    CHUNK_FAIL("%szstd: %s", AT(": "),
+               ZSTD_isError(got) ? ZSTD_getErrorName(got)
+                                 : "short decompression");
+  return sl__slr_check_records(f, c, framed ? i : UINT32_MAX, i * t->per, dst,
+                               fr->raw,
+                               frame_records(t, i, f->index[c].records), body);
+#undef AT
+}
+
+/* Start of record j's bytes in a decoded unit whose record table is at
+ * `ends` and whose body starts `body` bytes into it. */
+static size_t record_start(const unsigned char *ends, size_t body,
+                           uint32_t j) {
+  return body + (j ? sl__get32(ends + 4 * (size_t)(j - 1)) : 0);
+}
+
+int sl__slr_framed_record(sl_slr_file *f, const slr_chunk *ch, uint32_t r,
+                          sl_sample **out) {
+  const slr_frame_table *t = ch->frames;
+  uint32_t i = r / t->per, n = frame_records(t, i, ch->records);
+  const unsigned char *ends =
+      (const unsigned char *)sl_buffer_data(ch->raw) + t->fr[i].raw_off;
+  size_t body = (size_t)sl__align_up((uint64_t)n * 4, 8);
+  return sl__slr_record_decode(
+      &f->layout, f->schema, ch->raw,
+      (size_t)t->fr[i].raw_off + record_start(ends, body, r - i * t->per), out);
+}
+
+/* --- the fetch path ------------------------------------------------------- */
+
+int sl__slr_frames_open(sl_slr_file *f) {
+  f->tables = sl__calloc((size_t)(f->nchunks ? f->nchunks : 1),
+                         sizeof *f->tables);
+  SL_RETURN_ERROR_IF(!f->tables, SL_ENOMEM,
+                     "%s: cannot allocate the frame tables of %llu chunks",
+                     WHERE(f), (unsigned long long)f->nchunks);
+  SL_RETURN_ERROR_IF(pthread_mutex_init(&f->fetch_mu, NULL) != 0, SL_ENOMEM,
+                     "%s: cannot make a mutex", WHERE(f));
+  f->fetch_mu_ok = true;
+  return SL_OK;
+}
+
+static void ctx_free(slr_fetch_ctx *x) {
+  for (int i = 0; i < SLR_FETCH_SLOTS; i++)
+    sl_buffer_release(x->slot[i].buf);
+  ZSTD_freeDCtx(x->dctx);
+  sl__free(x->stored);
+  sl__free(x);
+}
+
+void sl__slr_frames_free(sl_slr_file *f) {
+  if (f->tables)
+    for (uint64_t c = 0; c < f->nchunks; c++)
+      sl__free(atomic_load(&f->tables[c]));
+  sl__free(f->tables);
+  while (f->idle) {
+    slr_fetch_ctx *x = f->idle;
+    f->idle = x->next;
+    ctx_free(x);
+  }
+  if (f->fetch_mu_ok) pthread_mutex_destroy(&f->fetch_mu);
+}
+
+/* Grows a context's scratch buffer to n bytes. */
+static int scratch(sl_slr_file *f, slr_fetch_ctx *x, uint64_t n) {
+  if (n <= x->cap) return SL_OK;
+  unsigned char *p = sl__realloc(x->stored, (size_t)n);
+  SL_RETURN_ERROR_IF(!p, SL_ENOMEM, "%s: cannot allocate %llu bytes to fetch",
+                     WHERE(f), (unsigned long long)n);
+  x->stored = p;
+  x->cap = (size_t)n;
+  return SL_OK;
+}
+
+/* Chunk c's frame table, read and checked on first use and then shared. */
+static int chunk_table(sl_slr_file *f, slr_fetch_ctx *x, uint64_t c,
+                       const slr_frame_table **out) {
+  slr_frame_table *t = atomic_load_explicit(&f->tables[c],
+                                            memory_order_acquire);
+  if (t) {
+    *out = t;
+    return SL_OK;
+  }
+  uint64_t stored, raw, need = 0, at = f->index[c].offset + SLR_CHUNK_HEADER_SIZE;
+  uint32_t pcrc, codec;
+  SL_FORWARD_IF_ERROR(sl__slr_chunk_header(f, c, &stored, &raw, &pcrc, &codec));
+  for (;;) {
+    SL_FORWARD_IF_ERROR(sl__slr_frame_table(f, c, codec, x->stored, need,
+                                            stored, raw, pcrc, &need, &t));
+    if (t) break;
+    SL_FORWARD_IF_ERROR(scratch(f, x, need));
+    SL_FORWARD_IF_ERROR(f->src->read_at(f->src, at, x->stored, (size_t)need));
+  }
+  slr_frame_table *none = NULL;
+  if (!atomic_compare_exchange_strong(&f->tables[c], &none, t)) {
+    sl__free(t); /* another thread published it first */
+    t = none;
+  }
+  *out = t;
+  return SL_OK;
+}
+
+static slr_fetch_ctx *ctx_get(sl_slr_file *f) {
+  pthread_mutex_lock(&f->fetch_mu);
+  slr_fetch_ctx *x = f->idle;
+  if (x) f->idle = x->next;
+  pthread_mutex_unlock(&f->fetch_mu);
+  if (x) return x;
+  x = sl__calloc(1, sizeof *x);
+  if (x && !(x->dctx = ZSTD_createDCtx())) {
+    sl__free(x);
+    x = NULL;
+  }
+  if (!x) sl_set_error(SL_ENOMEM, "%s: cannot allocate a fetch context",
+                       WHERE(f));
+  return x;
+}
+
+static void ctx_put(sl_slr_file *f, slr_fetch_ctx *x) {
+  pthread_mutex_lock(&f->fetch_mu);
+  x->next = f->idle;
+  f->idle = x;
+  pthread_mutex_unlock(&f->fetch_mu);
+}
+
+/* Record k (chunk c, record r of it) through context x. */
+static int fetch(sl_slr_file *f, slr_fetch_ctx *x, uint64_t c, uint32_t r,
+                 sl_sample **out) {
+  const slr_frame_table *t;
+  SL_FORWARD_IF_ERROR(chunk_table(f, x, c, &t));
+  uint32_t i = r / t->per;
+  fetch_slot *s = NULL;
+  for (int k = 0; k < SLR_FETCH_SLOTS && !s; k++)
+    if (x->slot[k].buf && x->slot[k].chunk == c && x->slot[k].frame == i)
+      s = &x->slot[k];
+  if (!s) {
+    const slr_frame *fr = &t->fr[i];
+    s = &x->slot[x->hand++ % SLR_FETCH_SLOTS];
+    /* The slot's buffer is reused when no sample holds it any more. */
+    if (s->buf && (sl__buffer_refcount(s->buf) != 1 ||
+                   sl_buffer_size(s->buf) < fr->raw)) {
+      sl_buffer_release(s->buf);
+      s->buf = NULL;
+    }
+    SL_FORWARD_IF_ERROR(scratch(f, x, fr->stored));
+    SL_FORWARD_IF_ERROR(f->src->read_at(
+        f->src, f->index[c].offset + SLR_CHUNK_HEADER_SIZE + fr->off,
+        x->stored, (size_t)fr->stored));
+    if (!s->buf) s->buf = sl_buffer_new((size_t)SL_MAX(fr->raw, 8));
+    SL_RETURN_ERROR_IF(!s->buf, SL_ENOMEM,
+                       "%s: chunk %llu: cannot allocate %llu bytes for frame "
+                       "%u",
+                       WHERE(f), (unsigned long long)c,
+                       (unsigned long long)fr->raw, i);
+    s->chunk = UINT64_MAX; /* empty until decoded and checked */
+    SL_FORWARD_IF_ERROR(sl__slr_frame_decode(f, c, t, i, x->dctx, x->stored,
+                                             sl_buffer_data(s->buf),
+                                             &s->body));
+    s->chunk = c;
+    s->frame = i;
+  }
+  return sl__slr_record_decode(
+      &f->layout, f->schema, s->buf,
+      record_start(sl_buffer_data(s->buf), s->body, r - i * t->per), out);
+}
+
+int sl_slr_fetch(sl_slr_file *f, uint64_t k, sl_sample **out) {
+  SL_RETURN_ERROR_IF(!f || !out, SL_EINVAL, "slr: NULL file or out pointer");
+  *out = NULL;
+  SL_RETURN_ERROR_IF(k >= f->records, SL_EINVAL,
+                     "%s: record %llu is out of range (%llu records)", WHERE(f),
+                     (unsigned long long)k, (unsigned long long)f->records);
+  slr_fetch_ctx *x = ctx_get(f);
+  if (!x) return SL_ENOMEM;
+  uint64_t c = sl_slr_chunk_of(f, k);
+  int rc = fetch(f, x, c, (uint32_t)(k - f->index[c].first_record), out);
+  ctx_put(f, x);
+  return rc;
+}
+
+int sl_slr_chunk_frames(sl_slr_file *f, uint64_t c, uint32_t *frame_records,
+                        uint32_t *frames) {
+  SL_RETURN_ERROR_IF(!f || !frame_records || !frames || c >= f->nchunks,
+                     SL_EINVAL, "slr: chunk %llu out of range",
+                     (unsigned long long)c);
+  slr_fetch_ctx *x = ctx_get(f);
+  if (!x) return SL_ENOMEM;
+  const slr_frame_table *t;
+  int rc = chunk_table(f, x, c, &t);
+  ctx_put(f, x);
+  SL_FORWARD_IF_ERROR(rc);
+  *frame_records = t->per;
+  *frames = t->count;
+  return SL_OK;
+}
+
+uint64_t sl_slr_dict_size(const sl_slr_file *f) {
+  return f && f->dict_size ? f->dict_size - SLR_DICT_HEAD - 4 : 0;
+}
