@@ -184,7 +184,9 @@ SL_API int sl_arrow_stream_unpark(const char *name);
  * fixed-size lists for its trailing dims; a rank-1 bytes field with LoD is
  * a large string ("U").  Dtypes: bool "b", u8..i64 "C c S s I i L l", f16
  * "e", f32 "f", f64 "g", bytes without LoD "C"; bf16 has no Arrow type:
- * SL_EUNSUPPORTED naming the field.  No nulls are exported.
+ * SL_EUNSUPPORTED naming the field.  No value is null, though the fields
+ * are flagged nullable (ARROW_FLAG_NULLABLE, as Arrow's own producers
+ * make columns by default, so that the types compare equal).
  *
  * No copy: the arrays' buffers are the tensors' own (and the LoD offsets
  * themselves); every exported array (the struct and each child, which the

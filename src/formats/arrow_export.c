@@ -107,6 +107,9 @@ static int schema_init(struct ArrowSchema *s, const char *format,
   for (int64_t i = 0; i < nkids; i++) b->kids[i] = &b->storage[i];
   s->format = b->format;
   s->name = b->name;
+  /* Nullable, Arrow's default (what pyarrow makes of a column), so that
+   * the types equal and concatenate with other producers'; none is null. */
+  s->flags = ARROW_FLAG_NULLABLE;
   s->n_children = nkids;
   s->children = nkids ? b->kids : NULL;
   s->private_data = b;
@@ -140,7 +143,6 @@ static int export_leaf(sl_sample *ref, const sl_tensor *t, int64_t count,
                        struct ArrowSchema *s, struct ArrowArray *a,
                        const char *name) {
   SL_FORWARD_IF_ERROR(schema_init(s, prim_format(t->dtype), name, 0));
-  s->flags = 0;
   int rc = array_init(a, ref, count, 2, 0);
   if (rc < 0) return rc;
   exp_block *b = a->private_data;

@@ -168,7 +168,7 @@ def test_hugging_face_style_shard_set_through_pyarrow_dataset(tmp_path):
       local src = ...
       local sluice = require "sluice"
       return sluice.open(src)
-        :filter(function(s) return s.label[0] % 2 == 0 end)
+        :filter(function(s) return s.label % 2 == 0 end)
         :batch(16)
     """
     src = ds if hasattr(ds, "__arrow_c_stream__") else ds.scanner().to_reader()
