@@ -161,8 +161,7 @@ def test_hugging_face_style_shard_set_through_pyarrow_dataset(tmp_path):
         rows += n
     ds = pads.dataset(str(root), format="parquet")
     want = ds.to_table()
-    src = ds if hasattr(ds, "__arrow_c_stream__") else ds.scanner().to_reader()
-    check_rows(sluice.from_arrow(src), want)
+    check_rows(sluice.from_arrow(ds), want)  # a Dataset: through its scanner
     # A Lua pipeline over the shard set: a Lua filter and a batch.
     code = """
       local src = ...
@@ -171,8 +170,7 @@ def test_hugging_face_style_shard_set_through_pyarrow_dataset(tmp_path):
         :filter(function(s) return s.label % 2 == 0 end)
         :batch(16)
     """
-    src = ds if hasattr(ds, "__arrow_c_stream__") else ds.scanner().to_reader()
-    p = sluice.from_arrow(src, code=code)
+    p = sluice.from_arrow(ds.scanner(), code=code)  # a Scanner too
     labels = np.concatenate([np.asarray(b["label"]) for b in p])
     want_labels = np.array([v for v in want.column("label").to_pylist()
                             if v % 2 == 0])
