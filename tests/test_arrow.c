@@ -222,7 +222,7 @@ static struct ArrowArray *prims_batch(int len, int off, int base) {
     int v = base + k - off;
     a[k] = (int8_t)-v, b[k] = (uint8_t)v, c[k] = (int16_t)(-v * 100);
     d[k] = (uint16_t)(v * 100), e[k] = -v * 100000, f[k] = (uint32_t)v * 100000u;
-    g[k] = -(int64_t)v << 40, h[k] = (uint64_t)v << 40;
+    g[k] = -(int64_t)((uint64_t)v << 40), h[k] = (uint64_t)v << 40;
     hf[k] = (uint16_t)(0x3c00 + v), x[k] = v + 0.5f, y[k] = v + 0.25;
     if (v % 2) bits[0] |= (uint8_t)(1u << k);
   }
@@ -255,7 +255,8 @@ TEST(arrow_every_primitive_type_row_by_row) {
     ASSERT_EQ(*(uint16_t *)sl_sample_field(s, "u16")->data, v * 100);
     ASSERT_EQ(*(int32_t *)sl_sample_field(s, "i32")->data, -v * 100000);
     ASSERT_EQ(*(uint32_t *)sl_sample_field(s, "u32")->data, v * 100000);
-    ASSERT_EQ(*(int64_t *)sl_sample_field(s, "i64")->data, -(int64_t)v << 40);
+    ASSERT_EQ(*(int64_t *)sl_sample_field(s, "i64")->data,
+              -(int64_t)((uint64_t)v << 40));
     ASSERT_TRUE(*(uint64_t *)sl_sample_field(s, "u64")->data ==
                 (uint64_t)v << 40);
     ASSERT_EQ(*(uint16_t *)sl_sample_field(s, "f16")->data, 0x3c00 + v);
@@ -864,5 +865,26 @@ TEST(arrow_parked_stream_opens_once_through_sl_open) {
   ASSERT_OK(sl_arrow_stream_park("t2", &st));
   ASSERT_EQ(sl_arrow_stream_unpark("t2"), 1);
   ASSERT_EQ(g_str_freed, 4);
+  counts_balanced();
+}
+
+TEST(arrow_empty_batches_are_skipped_and_a_null_row_is_an_error) {
+  counts_reset();
+  float v[] = {1, 2, 3};
+  struct ArrowArray *c0 = PRIM(0, 0, v);
+  struct ArrowArray *empty = batch_of(0, 1, &c0);
+  struct ArrowArray *c1 = PRIM(3, 0, v);
+  uint8_t valid = 0x5; /* row 1 null as a whole */
+  struct ArrowArray *b = arr(3, 0, 1, 1, &valid, 1, NULL, 0, NULL, 0, 1, &c1);
+  struct ArrowArray *bs[2] = {empty, b};
+  struct ArrowArrayStream st = stream_of(one_f32_schema, 2, bs);
+  sl_reader *r = open_stream(&st);
+  sl_sample *s;
+  ASSERT_OK(sl_reader_next(r, &s));
+  ASSERT_TRUE(*(float *)sl_sample_field(s, "x")->data == 1.0f);
+  sl_sample_release(s);
+  ASSERT_RC(sl_reader_next(r, &s), SL_EINVAL);
+  ASSERT_CONTAINS(sl_last_error(), "row 1 (row 1 of batch 2) is null");
+  sl_reader_destroy(r);
   counts_balanced();
 }

@@ -277,6 +277,8 @@ static int leaf_buffer(arrow_state *s, col *c) {
     bytes = (size_t)end;
     data = a->buffers[2];
   } else {
+    if ((uint64_t)slots > SIZE_MAX / c->esize)
+      return bad_batch(s, c, "more values than memory can hold");
     bytes = (size_t)slots * c->esize;
     data = a->buffers[1];
   }
@@ -301,8 +303,9 @@ static int col_load(arrow_state *s, col *c, const struct ArrowArray *top) {
   c->nulls = false;
   for (int d = 0; d < c->depth; d++) {
     if (!a) return bad_batch(s, c, "a NULL child array");
-    if (a->length < 0 || a->offset < 0 || a->null_count < -1)
-      return bad_batch(s, c, "negative length or offset");
+    if (a->length < 0 || a->offset < 0 || a->null_count < -1 ||
+        a->offset > INT64_MAX - a->length - 1)
+      return bad_batch(s, c, "negative or overflowing length or offset");
     if (a->n_buffers != n_buffers_of(c->kind[d]) || !a->buffers)
       return bad_batch(s, c, "wrong number of buffers for its type");
     if (a->null_count != 0 && a->buffers[0]) c->nulls = true;
@@ -313,9 +316,11 @@ static int col_load(arrow_state *s, col *c, const struct ArrowArray *top) {
         return bad_batch(s, c, "a list without its child array");
       const struct ArrowArray *ch = a->children[0];
       int64_t need;
-      if (c->kind[d] == N_FSL)
+      if (c->kind[d] == N_FSL) {
+        if (c->n[d] && a->offset + a->length > INT64_MAX / c->n[d])
+          return bad_batch(s, c, "a fixed-size list longer than 2^63 values");
         need = (a->offset + a->length) * c->n[d];
-      else
+      } else
         SL_FORWARD_IF_ERROR(check_offsets(s, c, a, c->kind[d] == N_LIST64,
                                           &need));
       if (ch->length < need)
@@ -377,8 +382,11 @@ static int batch_next(arrow_state *s) {
                           "schema %d",
                           s->name, (unsigned long long)s->batches,
                           (long long)a->n_children, s->ncols);
-    SL_RETURN_ERROR_IF(a->length < 0 || a->offset < 0, SL_ECORRUPT,
-                       "arrow: %s: batch %llu: negative length or offset",
+    SL_RETURN_ERROR_IF(a->length < 0 || a->offset < 0 ||
+                           a->offset > INT64_MAX - a->length,
+                       SL_ECORRUPT,
+                       "arrow: %s: batch %llu: negative or overflowing length "
+                       "or offset",
                        s->name, (unsigned long long)s->batches);
     if (a->length == 0) {
       batch_drop(s);
@@ -504,7 +512,13 @@ static int arrow_next(void *st, sl_sample **out) {
   int64_t slot = top->offset + r;
   if (top->null_count != 0 && top->n_buffers >= 1 && top->buffers &&
       top->buffers[0] && !is_bit_set(top->buffers[0], slot))
-    return fail(s, null_error(s, &s->cols[0], r));
+    return fail(s, sl_set_error(SL_EINVAL,
+                                "arrow: %s: row %llu (row %lld of batch %llu) "
+                                "is null as a whole (sluice samples have no "
+                                "nulls: drop it first)",
+                                s->name,
+                                (unsigned long long)(s->row_base + (uint64_t)r),
+                                (long long)r, (unsigned long long)s->batches));
   sl_sample *smp = sl_sample_new(s->schema);
   SL_RETURN_ERROR_IF(!smp, SL_ENOMEM, "arrow: %s: out of memory", s->name);
   for (int i = 0; i < s->ncols; i++) {
