@@ -158,12 +158,14 @@ SL_API int sl_reader_from_arrow_stream(struct ArrowArrayStream *stream,
 /* Parks `stream` (taken, as sl_reader_from_arrow_stream takes it) under
  * `name` (1..63 bytes of [A-Za-z0-9_.-], borrowed, copied) so that
  * sl_open("arrow:NAME") (and sluice.open("arrow:NAME") in a Lua pipeline
- * script) opens it, once, as sl_reader_from_arrow_stream would; opening it
+ * script) opens it, once, as sl_reader_from_arrow_stream would (the first
+ * park registers the format tag "arrow", sl_format_register); opening it
  * a second time is SL_ENOTFOUND.  This is how a pipeline script gets a
  * stream handed over by its host (sluice.from_arrow(obj, script=...) in
  * Python).  Returns SL_OK, SL_EINVAL (bad name, name already parked, NULL
  * or released stream: the stream is then released), SL_ENOMEM (64
- * streams parked at once; released too).  Thread-safe (one mutex). */
+ * streams parked at once, or no registry slot left for the tag; released
+ * too).  Thread-safe (one mutex). */
 SL_API int sl_arrow_stream_park(const char *name,
                                 struct ArrowArrayStream *stream);
 /* Releases the stream parked under `name` if it was not opened.  Returns 1

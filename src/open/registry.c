@@ -30,7 +30,6 @@
  * the epoch plan numbers files by this order, so two ranks started with
  * different locales would otherwise split different file lists.
  */
-#include "formats/arrow.h"
 #include "open/registry.h"
 #include "transport/http.h"
 
@@ -117,21 +116,14 @@ static int open_tfrecord(void *ud, const char *path, const sl_open_opts *opts,
   return sl_tfrecord_reader(path, opts->tfrecord, out);
 }
 
-/* arrow: the Arrow stream parked under the name (sl_arrow_stream_park),
- * opened once. */
-static int open_arrow(void *ud, const char *path, const sl_open_opts *opts,
-                      sl_reader **out) {
-  return sl__arrow_open_parked(path, out);
-}
-
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static format_slot g_formats[SLOTS] = {
     {"slr", open_slr, NULL},          {"idx", open_idx, NULL},
     {"text", open_text, NULL},        {"image", open_image, NULL},
     {"tokens", open_tokens, NULL},    {"npy", open_npy, NULL},
     {"csv", open_csv, NULL},          {"wds", open_wds, NULL},
-    {"tfrecord", open_tfrecord, NULL}, {"arrow", open_arrow, NULL}}; /* g_mu */
-static int g_nformats = 10;              /* g_mu */
+    {"tfrecord", open_tfrecord, NULL}}; /* g_mu */
+static int g_nformats = 9;              /* g_mu */
 /* The data sets' own names ("t10k-images-idx3-ubyte.gz") open as idx; text
  * has no extension: ".txt" files are too often something else.  ".csv" is
  * the csv reader's (a header line naming the columns); ".tar" the wds
