@@ -24,6 +24,7 @@
 #ifndef SLUICE_H
 #define SLUICE_H
 
+#include "sluice/arrow.h"
 #include "sluice/data.h"
 #include "sluice/device.h"
 #include "sluice/errors.h"

@@ -23,6 +23,10 @@
 
 #define S(T) printf("struct %s %zu %zu\n", #T, sizeof(T), alignof(T))
 #define F(T, f) printf("field %s %s %zu\n", #T, #f, offsetof(T, f))
+/* The same for a struct with no typedef (Arrow's C Data Interface). */
+#define SS(T)                                                                  \
+  printf("struct %s %zu %zu\n", #T, sizeof(struct T), alignof(struct T))
+#define FS(T, f) printf("field %s %s %zu\n", #T, #f, offsetof(struct T, f))
 
 int main(void) {
   S(sl_tensor);
@@ -246,6 +250,38 @@ int main(void) {
   F(sl_global_shuffle_opts, rank);
   F(sl_global_shuffle_opts, world);
   F(sl_global_shuffle_opts, remainder);
+
+  /* Arrow (include/sluice/arrow.h, docs/SCALING.md). */
+  SS(ArrowSchema);
+  FS(ArrowSchema, format);
+  FS(ArrowSchema, name);
+  FS(ArrowSchema, metadata);
+  FS(ArrowSchema, flags);
+  FS(ArrowSchema, n_children);
+  FS(ArrowSchema, children);
+  FS(ArrowSchema, dictionary);
+  FS(ArrowSchema, release);
+  FS(ArrowSchema, private_data);
+  SS(ArrowArray);
+  FS(ArrowArray, length);
+  FS(ArrowArray, null_count);
+  FS(ArrowArray, offset);
+  FS(ArrowArray, n_buffers);
+  FS(ArrowArray, n_children);
+  FS(ArrowArray, buffers);
+  FS(ArrowArray, children);
+  FS(ArrowArray, dictionary);
+  FS(ArrowArray, release);
+  FS(ArrowArray, private_data);
+  SS(ArrowArrayStream);
+  FS(ArrowArrayStream, get_schema);
+  FS(ArrowArrayStream, get_next);
+  FS(ArrowArrayStream, get_last_error);
+  FS(ArrowArrayStream, release);
+  FS(ArrowArrayStream, private_data);
+  S(sl_arrow_opts);
+  F(sl_arrow_opts, size);
+  F(sl_arrow_opts, name);
 
   /* Other programs' formats (docs/FORMATS.md). */
   S(sl_npy_opts);

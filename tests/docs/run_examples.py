@@ -10,8 +10,11 @@ layout) and never runs.  The convention, documented in docs/ARCHITECTURE.md
 ("Doc examples are tests"):
 
   <!-- doctest: skip REASON -->     not run; REASON is required
-  <!-- doctest: needs MODULE -->    python: skipped when MODULE (e.g. torch)
-                                    cannot be imported, saying so
+  <!-- doctest: needs MODULE -->    python: run by the first of this
+                                    harness's python and the optional venvs
+                                    (OPTIONAL_VENVS: pyarrow's, the peers')
+                                    that imports MODULE (e.g. torch); skipped,
+                                    saying so, when none does
   <!-- doctest: file NAME -->       write the block to NAME (in the scratch
                                     folder) for later blocks, run nothing
                                     (C: compiled to NAME without .c); a
@@ -84,6 +87,23 @@ FENCE = re.compile(r"^( {0,3}|\s*)(`{3,}|~{3,})\s*([^`]*)$")
 MARKER = re.compile(r"<!--\s*doctest:\s*(\w[\w-]*)(.*?)-->", re.S)
 KINDS = {"skip", "needs", "file", "run", "setup", "prelude", "after", "stdout",
          "prelude-all", "excerpt"}
+
+
+# The venvs of the optional Python peers (made outside the tree: bench/peers/
+# setup, bindings/python/tests/setup_arrow): a `needs MODULE` block runs
+# with the first of this harness's interpreter and these pythons that
+# imports MODULE.
+OPTIONAL_VENVS = [os.path.expanduser(os.environ.get(var, default)) + "/bin/python"
+                  for var, default in (("SLUICE_ARROW_VENV", "~/.cache/sluice/arrow-venv"),
+                                       ("SLUICE_PEERS_VENV", "~/.cache/sluice/peers-venv"))]
+
+
+def python_with(mod, cwd, env):
+    """The first interpreter that imports `mod`, or None."""
+    for py in [sys.executable] + OPTIONAL_VENVS:
+        if os.path.exists(py) and run([py, "-c", f"import {mod}"], cwd, env)[0] == 0:
+            return py
+    return None
 
 
 class MarkerError(Exception):
@@ -383,17 +403,20 @@ def main():
                 counts["failed"] += 1
                 failures.append(f"{where}: doctest: needs is for python blocks, not {b.lang}")
                 continue
+            py = sys.executable
             if lang == "python":
                 if not a.python_binding:
                     counts["not built"] += 1
                     print(f"skip   {where} [python]: the Python binding was not built")
                     continue
                 mod = b.marks.get("needs")
+                py = sys.executable
                 if mod:
-                    rc, _ = run([sys.executable, "-c", f"import {mod}"], scratch, env)
-                    if rc != 0:
+                    py = python_with(mod, scratch, env)
+                    if not py:
                         counts["not built"] += 1
-                        print(f"skip   {where} [python]: needs {mod}, not installed")
+                        print(f"skip   {where} [python]: needs {mod}, not installed "
+                              f"(in {sys.executable} or {', '.join(OPTIONAL_VENVS)})")
                         continue
             if not prepared and lang not in ("json",) and "excerpt" not in b.marks:
                 fixtures(scratch, sluice, a.fmnist)  # made once, when a block first runs
@@ -446,7 +469,7 @@ def main():
                 default = [exe] if has_main and not fname else None
             else:
                 default = {"lua": ["luajit", path], "sh": ["bash", "-euo", "pipefail", path],
-                           "console": ["bash", path], "python": [sys.executable, path],
+                           "console": ["bash", path], "python": [py, path],
                            "file": None, "json": None}[lang]
                 if fname:
                     default = None

@@ -143,11 +143,27 @@ static PyObject *batch_repr(PyObject *self) {
   return PyUnicode_FromFormat("<sluice.Batch %s>", buf);
 }
 
+/* The Arrow PyCapsule interface: pyarrow.record_batch(batch). */
+static PyObject *batch_arrow_c_array(PyObject *self, PyObject *args,
+                                     PyObject *kw) {
+  static char *kwlist[] = {"requested_schema", NULL};
+  PyObject *req = Py_None;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "|O:__arrow_c_array__", kwlist,
+                                   &req))
+    return NULL;
+  return slpy_sample_arrow_c_array(((BatchObject *)self)->sample, req);
+}
+
 static PyMethodDef batch_methods[] = {
     {"keys", batch_keys, METH_NOARGS, "the field names, in schema order"},
     {"values", batch_values, METH_NOARGS, "the Tensors, in schema order"},
     {"items", batch_items, METH_NOARGS, "(name, Tensor) pairs"},
     {"get", batch_get, METH_VARARGS, "get(name, default=None)"},
+    {"__arrow_c_array__", (PyCFunction)(void (*)(void))batch_arrow_c_array,
+     METH_VARARGS | METH_KEYWORDS,
+     "__arrow_c_array__(requested_schema=None) -> (schema capsule, array "
+     "capsule): the batch as an Arrow struct array (a record batch), "
+     "without a copy (sl_sample_to_arrow)."},
     {NULL, NULL, 0, NULL}};
 
 static PyType_Slot batch_slots[] = {

@@ -47,4 +47,12 @@ PyObject *slpy_batch_new(sl_sample *s, PyObject *names, PyObject *index);
 /* A Tensor over field `field` of `s` (retains `s`). */
 PyObject *slpy_tensor_of_field(sl_sample *s, int field);
 
+/* arrow.c: the module's Arrow functions (from_arrow's reader, parking a
+ * stream for a script) and Batch.__arrow_c_array__'s capsules of `s`
+ * (borrowed; the array retains it). */
+PyObject *slpy_arrow_reader(PyObject *m, PyObject *args, PyObject *kw);
+PyObject *slpy_arrow_park(PyObject *m, PyObject *args);
+PyObject *slpy_arrow_unpark(PyObject *m, PyObject *arg);
+PyObject *slpy_sample_arrow_c_array(sl_sample *s, PyObject *requested);
+
 #endif /* SLUICE_PY_BINDING_H */

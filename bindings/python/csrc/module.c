@@ -202,6 +202,16 @@ static PyMethodDef module_methods[] = {
      "stats_enable(on): per-stage timing for every pipeline of the process "
      "(sl_stats_enable)."},
     {"stats_enabled", stats_enabled, METH_NOARGS, "sl_stats_enabled()"},
+    {"arrow_reader", (PyCFunction)(void (*)(void))slpy_arrow_reader,
+     METH_VARARGS | METH_KEYWORDS,
+     "arrow_reader(obj, batch=0, drop_last=False, name=None) -> Pipeline "
+     "over obj's Arrow stream (__arrow_c_stream__), one sample per row, "
+     "batched when batch > 0."},
+    {"arrow_park", slpy_arrow_park, METH_VARARGS,
+     "arrow_park(obj, name): parks obj's Arrow stream for "
+     "sluice.open(\"arrow:NAME\") in a pipeline script."},
+    {"arrow_unpark", slpy_arrow_unpark, METH_O,
+     "arrow_unpark(name) -> bool: releases a parked stream not opened."},
     {"library_path", library_path, METH_NOARGS,
      "The file of the libsluice this module uses."},
     {NULL, NULL, 0, NULL}};

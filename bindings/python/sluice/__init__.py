@@ -109,6 +109,66 @@ def open_string(code, *args, name=None, rank=None, world=None):
     return _as_launcher(_sluice.open_string, rank, world, code, *args, **kw)
 
 
+def _arrow_source(obj):
+    """obj itself when it speaks the Arrow PyCapsule stream interface (or is
+    such a capsule); a pyarrow.dataset Dataset or Scanner, which do not,
+    through their record-batch reader."""
+    if hasattr(obj, "__arrow_c_stream__") or type(obj).__name__ == "PyCapsule":
+        return obj
+    if hasattr(obj, "scanner") and hasattr(obj, "files"):  # a Dataset
+        return obj.scanner().to_reader()
+    if hasattr(obj, "to_reader") and hasattr(obj, "dataset_schema"):  # Scanner
+        return obj.to_reader()
+    return obj
+
+
+_ARROW_SEQ = [0]
+_ARROW_LOCK = _threading.Lock()
+
+
+def from_arrow(obj, script=None, *args, code=None, batch=None,
+               drop_last=False, name=None, rank=None, world=None):
+    """A Pipeline over the rows of an Arrow stream: `obj` is anything with
+    __arrow_c_stream__ (a pyarrow Table, RecordBatchReader or Dataset, a
+    Polars DataFrame, a DuckDB result, a Hugging Face dataset's Arrow
+    table, ...) or such a capsule; a pyarrow.dataset Dataset or Scanner
+    (which have no __arrow_c_stream__) is read through its scanner's
+    record-batch reader.  One sample per
+    row, one field per column (sl_reader_from_arrow_stream: numbers and
+    bools are scalars, fixed-size lists fixed shapes, strings bytes[-1],
+    lists variable dims; docs/PYTHON.md, "Arrow").  The stream is consumed:
+    the pipeline is one pass.
+
+    Without a script: the rows, grouped by `batch` rows (sl_batch;
+    drop_last drops a last partial batch) when given.  With `script` (a
+    path) or `code` (Lua source): the stream is handed to that pipeline
+    script, whose first argument is the name to open it by -
+    `local src = ...; return sluice.open(src):map(f):batch(64)` - followed
+    by `args`; rank and world as open_script's.  A stream the script
+    leaves unopened is released."""
+    if script is None and code is None:
+        if args:
+            raise TypeError("sluice.from_arrow: extra arguments %r are for a "
+                            "script (script= or code=)" % (args,))
+        return _sluice.arrow_reader(_arrow_source(obj), batch=batch or 0,
+                                    drop_last=bool(drop_last), name=name)
+    if batch is not None or drop_last:
+        raise TypeError("sluice.from_arrow: batch and drop_last are for the "
+                        "plain reader; batch in the script instead")
+    with _ARROW_LOCK:
+        _ARROW_SEQ[0] += 1
+        tag = "py%d-%d" % (_os.getpid(), _ARROW_SEQ[0])
+    _sluice.arrow_park(_arrow_source(obj), tag)
+    try:
+        if script is not None:
+            return open_script(script, "arrow:" + tag, *args, rank=rank,
+                               world=world)
+        return open_string(code, "arrow:" + tag, *args, name=name,
+                           rank=rank, world=world)
+    finally:
+        _sluice.arrow_unpark(tag)
+
+
 # The exception classes, one per SL_E* code (sluice.ELUA, sluice.EIO, ...).
 _ERRORS = {name: getattr(_sluice, name) for name in dir(_sluice)
            if name.startswith("E") and isinstance(getattr(_sluice, name), type)
@@ -120,5 +180,5 @@ _abc.Mapping.register(Batch)
 __version__ = libsluice_version
 
 __all__ = ["Batch", "Error", "Pipeline", "Tensor", "library_path",
-           "libsluice_version", "open_script", "open_string",
+           "libsluice_version", "from_arrow", "open_script", "open_string",
            "stats_enable", "stats_enabled"] + sorted(_ERRORS)
