@@ -63,7 +63,7 @@ describe("map and batch fused", function()
       for _, case in ipairs({{size = 7}, {size = 8, drop_last = true},
                              {size = 1}, {size = 300}}) do
         local a, b = build(203, threads, true, case), build(203, threads, false, case)
-        for pass = 1, 2 do
+        for _ = 1, 2 do
           local x, ex = read(a)
           local y, ey = read(b)
           assert.is_nil(ex)
@@ -185,9 +185,11 @@ describe("map and batch fused", function()
 
   it("refuses a row's tensor kept past the call that made it", function()
     local function keeper(s)
+      -- a worker-state global: the tensor of the previous call
+      local kept = rawget(_G, "kept")
       if kept then local _ = kept.data end
       local t = sluice.tensor("f32", {3})
-      kept = t
+      rawset(_G, "kept", t)
       s.v = t
       s.j = s.i
       return s
