@@ -328,6 +328,8 @@ static int ends_in(const run_log *l) {
   return n;
 }
 
+long test_resume_settle_us;
+
 void test_resume_check(test_build_fn build, void *ud, int passes,
                        const uint64_t *cuts, size_t ncuts,
                        size_t max_state_bytes) {
@@ -341,6 +343,7 @@ void test_resume_check(test_build_fn build, void *ud, int passes,
     run_log head = {0}, tail = {0};
     r = build(ud);
     run_into(r, &head, passes, 0, cuts[c]);
+    if (test_resume_settle_us) test_sleep_us(test_resume_settle_us);
     void *st = NULL, *st2 = NULL;
     size_t len = 0, len2 = 0;
     if (sl_reader_save(r, &st, &len) != SL_OK)

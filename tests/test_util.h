@@ -147,6 +147,12 @@ typedef sl_reader *(*test_build_fn)(void *ud);
  * Also saves twice at the cut (the two states are equal: a save changes
  * nothing) and checks every state is below max_state_bytes (0: 64 KiB).
  * Fails the test with the cut, the position and both digests. */
+/* Microseconds test_resume_check waits at each cut before it saves (0 by
+ * default): for a chain whose state depends on how far its threads ran
+ * ahead (a filter saved far behind a prefetch, whose log entry becomes a
+ * replay once the prefetch has pulled 1024 more), so that both saves see
+ * the threads settled. */
+extern long test_resume_settle_us;
 void test_resume_check(test_build_fn build, void *ud, int passes,
                        const uint64_t *cuts, size_t ncuts,
                        size_t max_state_bytes);
