@@ -44,7 +44,9 @@ SL_API sl_reader *sl_reader_new(const sl_reader_vtable *vt, void *state,
                                 sl_schema *schema);
 
 /* Pulls the next sample.  Returns SL_OK with *out owned by the caller, SL_EOF
- * at the end of the pass (repeatable), or a negative error.  Errors are
+ * at the end of the pass (repeatable), or a negative error; on SL_EOF and
+ * errors *out is set to NULL (what it pointed to before the call is not
+ * released: release a sample before passing its variable again).  Errors are
  * sticky: every later call returns the same code and restores the same detail
  * message, until sl_reader_reset. */
 SL_API int sl_reader_next(sl_reader *r, sl_sample **out);
