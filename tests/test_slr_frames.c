@@ -425,6 +425,53 @@ TEST(corruption_sweep_every_byte_of_a_framed_file) {
   free(orig);
 }
 
+/* tests/data/framed-damaged-frame.slr (found by fuzz_slr; tests/data/
+ * README.md): libzstd's prefetching decoder, which it picks when a context
+ * meets the dictionary cold, refuses chunk 2's frame; its plain decoder
+ * decodes it.  Every path must give one verdict however the context got
+ * there: verify, a whole-chunk read on a fresh handle, a fetch, a range. */
+TEST(a_damaged_frame_gets_one_verdict_on_every_path) {
+  const char *path = SLUICE_SOURCE_DIR "/tests/data/framed-damaged-frame.slr";
+  sl_slr_file *f;
+  ASSERT_OK(sl_slr_open(path, NULL, &f));
+  ASSERT_EQ(sl_slr_records(f), 7);
+  ASSERT_OK(sl_slr_verify(f));
+  uint64_t want[7];
+  for (uint64_t k = 0; k < 7; k++) {
+    sl_sample *s;
+    ASSERT_OK(sl_slr_read(f, k, &s));
+    want[k] = test_sample_digest(s);
+    sl_sample_release(s);
+  }
+  sl_slr_close(f);
+  for (uint64_t k = 0; k < 7; k++) {
+    /* a fresh handle whose first decode is record k's frame */
+    sl_sample *s;
+    ASSERT_OK(sl_slr_open(path, NULL, &f));
+    ASSERT_OK(sl_slr_fetch(f, k, &s));
+    ASSERT_EQ(test_sample_digest(s), want[k]);
+    sl_sample_release(s);
+    sl_slr_close(f);
+    /* the same through a whole-chunk load */
+    ASSERT_OK(sl_slr_open(path, NULL, &f));
+    const slr_chunk *ch;
+    uint64_t c = sl_slr_chunk_of(f, k);
+    ASSERT_OK(sl__slr_load_chunk(f, c, &ch));
+    sl_slr_close(f);
+    /* a range starting at k */
+    ASSERT_OK(sl_slr_open(path, NULL, &f));
+    sl_reader *r;
+    ASSERT_OK(sl__slr_reader_from_file(f, k, 7, &r));
+    for (uint64_t j = k; j < 7; j++) {
+      ASSERT_OK(sl_reader_next(r, &s));
+      ASSERT_EQ(test_sample_digest(s), want[j]);
+      sl_sample_release(s);
+    }
+    ASSERT_RC(sl_reader_next(r, &s), SL_EOF);
+    sl_reader_destroy(r);
+  }
+}
+
 TEST(feature_bits_old_and_newer_readers) {
   const char *path = tmppath("bits.slr");
   write_small(path);

@@ -23,7 +23,21 @@
  * that fetches again gets its context back (a LIFO stack), so its frame
  * cache is, in effect, per thread; the digested dictionary (ZSTD_DDict) is
  * made once per file and shared.
+ *
+ * zstd's verdict on a damaged frame depends on the context's history:
+ * libzstd decodes a block's sequences with its prefetching decoder when the
+ * dictionary is "cold" (the context's last frame used another or none) and
+ * with its plain one otherwise, and the two can disagree on bytes that are
+ * not a valid frame.  So that every path (whole-chunk loads, verify,
+ * fetch, on a fresh or a used context) gives one verdict for one frame,
+ * each dictionary decode starts from the same state: the dictionary
+ * already loaded (sl__slr_frame_decode).
  */
+/* ZSTD_decompressBegin_usingDDict (exported since zstd 1.0; declared in
+ * zstd.h's static-linking section). */
+#define ZSTD_STATIC_LINKING_ONLY
+#include <zstd.h>
+
 #include "core/crc32c.h"
 #include "formats/slr_file.h"
 
@@ -279,6 +293,13 @@ int sl__slr_frame_decode(sl_slr_file *f, uint64_t c, const slr_frame_table *t,
     CHUNK_FAIL("%szstd frame declares %llu bytes, the %s %llu", AT(": "),
                declared, framed ? "frame table" : "header",
                (unsigned long long)fr->raw);
+  }
+  /* Load the dictionary first so the decode below finds it warm whatever
+   * this context decoded before (the header comment says why). */
+  if (framed && f->ddict) {
+    size_t begun = ZSTD_decompressBegin_usingDDict(dctx, f->ddict);
+    if (ZSTD_isError(begun))
+      CHUNK_FAIL("%szstd: %s", AT(": "), ZSTD_getErrorName(begun));
   }
   size_t got = ZSTD_decompress_usingDDict(dctx, dst, (size_t)fr->raw, src,
                                           (size_t)fr->stored,
