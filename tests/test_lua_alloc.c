@@ -1,19 +1,19 @@
 /*
  * test_lua_alloc.c - the library's allocations per sample on the
  * per-sample paths in steady state (issue 26, item 2): sl__malloc,
- * sl__calloc and sl__realloc (the allocator hook's count) over the second
+ * sl__calloc and sl__realloc (the allocator hook's count) over the third
  * epoch of a pipeline script, SLR -> [Lua map] -> batch(128) ->
  * prefetch(4).
  *
- * What the counts are today, and the bounds this guards: the SLR reader
- * makes one sl_sample per record (1 per sample), batch one per batch; a
- * Lua map that reads a field and assigns it a tensor of another type
- * (s.image = f32 tensor made from s.image) makes one more, because the
- * view it read points into the input sample's field, so the assignment
- * builds a new sample instead of changing the input in place (sample.lua,
- * copy-on-write).  Issue 26's goal - no allocation per sample on the map
- * path - needs views that do not pin their sample's field table; these
- * bounds fail if the path gets any worse meanwhile.
+ * No allocation per sample: the SLR reader makes one sl_sample per record,
+ * a Lua map that assigns a field a tensor of another type (s.image = f32
+ * tensor made from s.image) one more output sample, and batch one per
+ * batch, but a released sample's block waits in its schema's spares for
+ * the next sample of that schema (sample.c), and the map's output rows
+ * and the batches' buffers come from pools: in steady state the library
+ * allocates a few times per epoch (the engines' hand-off arrays and pool
+ * growth), not per sample.  The bound allows a few per batch, so one
+ * allocation per sample fails it.
  */
 #include "test.h"
 #include "test_util.h"
@@ -77,8 +77,10 @@ static double allocs_per_sample(const char *map, const char *threads) {
   ASSERT_OK(sl_pipeline_open_string(script, "alloc_path", 3, argv, &r));
   sl_sample *s;
   int rc;
-  for (int epoch = 0; epoch < 2; epoch++) {
-    if (epoch == 1) sl__alloc_fail_after(-1); /* count from here */
+  /* Two epochs to warm the pools and spares (how many samples are in
+   * flight at once varies with timing), then count the third. */
+  for (int epoch = 0; epoch < 3; epoch++) {
+    if (epoch == 2) sl__alloc_fail_after(-1); /* count from here */
     uint64_t n = 0;
     while ((rc = sl_reader_next(r, &s)) == SL_OK) {
       n += (uint64_t)sl_sample_field(s, "label")->shape[0];
@@ -86,7 +88,7 @@ static double allocs_per_sample(const char *map, const char *threads) {
     }
     ASSERT_RC(rc, SL_EOF);
     ASSERT_EQ(n, N);
-    if (epoch == 0) ASSERT_OK(sl_reader_reset(r));
+    if (epoch < 2) ASSERT_OK(sl_reader_reset(r));
   }
   long made = sl__alloc_fail_after(-1);
   sl_reader_destroy(r);
@@ -96,16 +98,17 @@ static double allocs_per_sample(const char *map, const char *threads) {
   return per;
 }
 
-/* Per batch, besides the batch's own sample: the engines' hand-off arrays
- * and pool growth, which vary with timing (1-2 per batch measured; 8
- * leaves room for a loaded machine, and one more allocation per sample
- * still fails). */
-#define PER_BATCH (8.0 / 128)
+/* Per batch: the engines' hand-off arrays and pool growth, and samples
+ * beyond the spares when more are in flight than in the epochs before
+ * (both vary with timing: 0.1 per batch typically, up to 6 measured, 10
+ * an epoch of 100 batches to 600; 16 leaves room for a loaded machine,
+ * and one allocation per sample, 128 per batch, fails). */
+#define PER_BATCH (16.0 / 128)
 
 TEST(allocations_per_sample_in_steady_state) {
-  /* the source's sample per record */
-  ASSERT_TRUE(allocs_per_sample("none", "1") <= 1.0 + PER_BATCH);
-  /* and the map's output sample */
-  ASSERT_TRUE(allocs_per_sample("norm", "1") <= 2.0 + PER_BATCH);
-  ASSERT_TRUE(allocs_per_sample("norm", "2") <= 2.0 + PER_BATCH);
+  /* the source's sample per record, from its schema's spares */
+  ASSERT_TRUE(allocs_per_sample("none", "1") <= PER_BATCH);
+  /* and the map's output sample, on one and two threads */
+  ASSERT_TRUE(allocs_per_sample("norm", "1") <= PER_BATCH);
+  ASSERT_TRUE(allocs_per_sample("norm", "2") <= PER_BATCH);
 }

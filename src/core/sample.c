@@ -1,8 +1,39 @@
 /*
  * sample.c - samples: one tensor per schema field in a single allocation,
  * refcounted, immutable once published.
+ *
+ * A sample's block depends only on its field count, so a released block
+ * of up to SPARE_CLASSES fields waits among the spares of its count for the
+ * next sl_sample_new of that count: a pipeline in steady state makes its
+ * samples without malloc (a reader's sample per record, a map's output
+ * sample, a batch), whichever threads make and release them.  The spares
+ * are process-wide, one list and mutex per field count (a schema's own
+ * would live as long as the schema, which Lua keeps until its collector
+ * runs, and scatter small blocks over the heap between the large chunk
+ * buffers: spec/17-pinning's RSS doubled), at most SPARE_MAX a count.
+ * Under ASan a spare is poisoned but for its link word, so a sample used
+ * after its release is still reported.  fork: the handlers take every
+ * list's mutex around it, so a child never inherits one held.
  */
 #include "internal.h"
+
+#include <pthread.h>
+
+#if defined(__SANITIZE_ADDRESS__)
+#define SPARE_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define SPARE_ASAN 1
+#endif
+#endif
+#ifdef SPARE_ASAN
+#include <sanitizer/asan_interface.h>
+#define SPARE_POISON(p, n) ASAN_POISON_MEMORY_REGION(p, n)
+#define SPARE_UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION(p, n)
+#else
+#define SPARE_POISON(p, n) ((void)(p), (void)(n))
+#define SPARE_UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
 
 struct sl_sample {
   sl__refcnt refs;
@@ -11,13 +42,80 @@ struct sl_sample {
   sl_tensor fields[];
 };
 
+#define SPARE_CLASSES 16
+#define SPARE_MAX 4096
+
+typedef struct {
+  pthread_mutex_t mu;
+  void *head; /* linked through each block's first word */
+  int n;
+} spare_list;
+static spare_list spares[SPARE_CLASSES];
+static pthread_once_t spares_once = PTHREAD_ONCE_INIT;
+
+static void spares_lock_all(void) {
+  for (int i = 0; i < SPARE_CLASSES; i++) pthread_mutex_lock(&spares[i].mu);
+}
+static void spares_unlock_all(void) {
+  for (int i = SPARE_CLASSES - 1; i >= 0; i--)
+    pthread_mutex_unlock(&spares[i].mu);
+}
+static void spares_init(void) {
+  for (int i = 0; i < SPARE_CLASSES; i++)
+    pthread_mutex_init(&spares[i].mu, NULL);
+  pthread_atfork(spares_lock_all, spares_unlock_all, spares_unlock_all);
+}
+
+static size_t block_size(int nfields) {
+  return sizeof(sl_sample) + (size_t)nfields * sizeof(sl_tensor);
+}
+
+/* A spare block of `nfields` fields, or NULL. */
+static sl_sample *spare_take(int nfields) {
+  if (nfields < 1 || nfields > SPARE_CLASSES) return NULL;
+  pthread_once(&spares_once, spares_init);
+  spare_list *c = &spares[nfields - 1];
+  pthread_mutex_lock(&c->mu);
+  void *b = c->head;
+  if (b) {
+    SPARE_UNPOISON(b, block_size(nfields));
+    c->head = *(void **)b;
+    c->n--;
+  }
+  pthread_mutex_unlock(&c->mu);
+  return b;
+}
+
+/* Keeps `s`'s block for the next sample of its field count; false when
+ * there are enough (the caller frees it). */
+static bool spare_put(sl_sample *s) {
+  int nfields = s->nfields;
+  if (nfields < 1 || nfields > SPARE_CLASSES) return false;
+  pthread_once(&spares_once, spares_init);
+  spare_list *c = &spares[nfields - 1];
+  pthread_mutex_lock(&c->mu);
+  bool kept = c->n < SPARE_MAX;
+  if (kept) {
+    void *b = s;
+    *(void **)b = c->head;
+    SPARE_POISON((char *)b + sizeof(void *),
+                 block_size(nfields) - sizeof(void *));
+    c->head = b;
+    c->n++;
+  }
+  pthread_mutex_unlock(&c->mu);
+  return kept;
+}
+
+
 sl_sample *sl_sample_new(sl_schema *schema) {
   if (!schema) {
     sl_set_error(SL_EINVAL, "sample: NULL schema");
     return NULL;
   }
   int n = sl_schema_nfields(schema);
-  sl_sample *s = sl__malloc(sizeof *s + (size_t)n * sizeof(sl_tensor));
+  sl_sample *s = spare_take(n);
+  if (!s) s = sl__malloc(block_size(n));
   if (!s) {
     sl_set_error(SL_ENOMEM, "sample: cannot allocate %d fields", n);
     return NULL;
@@ -44,7 +142,7 @@ void sl_sample_release(sl_sample *s) {
     sl_buffer_release(s->fields[i].lod_buf);
   }
   sl_schema_release(s->schema);
-  sl__free(s);
+  if (!spare_put(s)) sl__free(s);
 }
 
 int sl_sample_refcount(const sl_sample *s) {
