@@ -272,6 +272,32 @@ def test_script_error_at_open_reaches_the_driver(cluster, data):
     assert "no such split" in msg and "opening failed" in msg, msg
 
 
+def test_damaged_shard_and_missing_script_reach_the_driver(cluster, data):
+    """A shard cut short (its index lost) fails the read tasks at open, and
+    a script path no node can read fails them too; each names what and
+    where."""
+    import glob
+    import shutil
+    bad = tempfile.mkdtemp(prefix="bad", dir=data["dir"])
+    for path in sorted(glob.glob(data["slr"])):
+        shutil.copy(path, bad)
+    victim = sorted(glob.glob(os.path.join(bad, "*.slr")))[1]
+    with open(victim, "r+b") as f:
+        f.truncate(os.path.getsize(victim) // 2)
+    script = write(data["dir"], "slr.lua", SLR_SCRIPT % "")
+    ds = sluice.ray.read(script, os.path.join(bad, "fm-*.slr"),
+                         parallelism=2, seed=3)
+    with pytest.raises(Exception) as info:
+        ds.materialize()
+    msg = str(info.value)
+    assert "opening failed" in msg and os.path.basename(victim) in msg, msg
+    ds = sluice.ray.read(os.path.join(bad, "no-such.lua"), parallelism=2)
+    with pytest.raises(Exception) as info:
+        ds.materialize()
+    msg = str(info.value)
+    assert "no-such.lua" in msg and "opening failed: EIO" in msg, msg
+
+
 def test_bad_arguments_are_refused_before_ray_runs():
     with pytest.raises(TypeError):
         sluice.ray.read("x.lua", code="return 1", parallelism=1)
@@ -281,6 +307,12 @@ def test_bad_arguments_are_refused_before_ray_runs():
         sluice.ray.read("x.lua", parallelism=1, format="pandas")
     with pytest.raises(TypeError):
         sluice.ray.read("x.lua", parallelism=1, epoch=1.5)
+    with pytest.raises(TypeError):
+        sluice.ray.read("x.lua", parallelism=True)
+    with pytest.raises(ValueError):
+        sluice.ray.read("x.lua", parallelism=1, seed=-1)
+    with pytest.raises(TypeError):
+        sluice.ray.read(parallelism=1)
 
 
 # Rank 0 writes its worker's pid once (its first attempt) and a line per
