@@ -163,7 +163,9 @@ def read(script=None, *args, code=None, parallelism=None, epoch=0,
     """A ray.data.Dataset over the pipeline script `script` (a path; or Lua
     source as code=) run as `parallelism` read tasks (default: the
     cluster's CPUs), task i with rank i, world `parallelism`, and `args`
-    as its `...` (each str()).  Every sample of the epoch is read once
+    as its `...` (each str()).  The script must batch (its last stage a
+    batch: every field's first dimension is the rows of the block).  Every
+    sample of the epoch is read once
     when the script's sharded source splits it exactly (open_files or
     open of shards with remainder = "uneven"; the default "pad" repeats a
     few so that every rank gets as many: docs/DATA.md).
@@ -183,6 +185,8 @@ def read(script=None, *args, code=None, parallelism=None, epoch=0,
     re-run the task, its part from the start: docs/SCALING.md says what
     that means for exactly-once."""
     if parallelism is None:
+        if not ray.is_initialized():
+            ray.init()
         parallelism = max(1, int(ray.cluster_resources().get("CPU", 1)))
     ds = SluiceDatasource(script, *args, code=code, parallelism=parallelism,
                           epoch=epoch, seed=seed, format=format, name=name)
