@@ -13,6 +13,7 @@ import gzip
 import hashlib
 import io
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -81,6 +82,7 @@ def cluster():
         finally:
             subprocess.run([RAY, "stop", "--force"], env=env,
                            capture_output=True, timeout=120)
+            shutil.rmtree(temp, ignore_errors=True)  # the session's logs
 
 
 def idx_samples():
@@ -277,7 +279,6 @@ def test_damaged_shard_and_missing_script_reach_the_driver(cluster, data):
     a script path no node can read fails them too; each names what and
     where."""
     import glob
-    import shutil
     bad = tempfile.mkdtemp(prefix="bad", dir=data["dir"])
     for path in sorted(glob.glob(data["slr"])):
         shutil.copy(path, bad)
