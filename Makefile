@@ -45,12 +45,13 @@ FORMAT_DIRS := src include tests bench examples tools
 # Keep the nested make run by `cmake --build` from printing directory noise.
 MAKEFLAGS += --no-print-directory
 
-.PHONY: help deps configure build test demo asan tsan c-only fuzz fuzz-build bench bench-peers format clean
+.PHONY: help deps configure build test ray-test demo asan tsan c-only fuzz fuzz-build bench bench-peers format clean
 
 help:
 	@echo "sluice make targets:"
 	@echo "  make demo    install deps, build, run the Fashion-MNIST demo (the main job)"
 	@echo "  make test    install deps, build, run every test with CTest"
+	@echo "  make ray-test  make the Ray venv (setup_ray), run python.ray (2-node local cluster)"
 	@echo "  make build   configure and build into $(BUILD)/ ($(BUILD_TYPE))"
 	@echo "  make asan    AddressSanitizer + UBSan build in $(BUILD_ASAN)/, run CTest"
 	@echo "  make tsan    ThreadSanitizer build in $(BUILD_TSAN)/, run the threaded suites"
@@ -87,6 +88,15 @@ build: configure
 
 test: build
 	ctest --test-dir $(BUILD) --output-on-failure -j$(JOBS)
+
+# sluice.ray on a two-node local Ray cluster (bindings/python/tests/
+# test_ray.py): Ray from PyPI into a cached venv outside the tree
+# (~/.cache/sluice/ray-venv, setup_ray), then the CTest test python.ray,
+# which fails rather than skips here when Ray is missing.
+ray-test: build
+	bindings/python/tests/setup_ray
+	SLUICE_REQUIRE_RAY=1 ctest --test-dir $(BUILD) --output-on-failure \
+	  --no-tests=error -R '^python\.ray$$'
 
 # The main job: examples/trainer/trainer (C) fed by examples/fashion_mnist.lua
 # through the embedding API, on Fashion-MNIST packed into $(BUILD)/data/ by

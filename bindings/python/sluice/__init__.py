@@ -48,9 +48,8 @@ from ._sluice import (  # noqa: E402
 from . import _sluice  # noqa: E402
 import threading as _threading  # noqa: E402
 
-# The launcher's variables a rank/world given to open_* stands in for, and
-# one open at a time while they are set (the environment is the process's).
-_LAUNCHER_VARS = ("RANK", "WORLD_SIZE")
+# One open at a time while a rank/world given to open_* (or sluice.ray's
+# variables) are set in the environment, which is the process's.
 _ENV_LOCK = _threading.Lock()
 
 
@@ -72,18 +71,23 @@ def _check_rank_world(rank, world):
     return rank, world
 
 
-def _as_launcher(open_fn, rank, world, *args, **kw):
+def _as_launcher(open_fn, rank, world, *args, env=None, **kw):
     """open_fn(*args, **kw) with rank/world (when given) in the environment
     as a launcher puts them there - RANK and WORLD_SIZE, which every
     sharded source reads (sl_shard_env, sluice.shard_env()) while the script
-    runs - and the previous values put back after."""
+    runs - and `env` ({name: str}, more variables for the script's
+    os.getenv: sluice.ray's SLUICE_EPOCH and SLUICE_SEED) with them; the
+    previous values put back after."""
     rank, world = _check_rank_world(rank, world)
-    if rank is None:
+    setenv = dict(env or {})
+    if rank is not None:
+        setenv["RANK"] = str(rank)
+        setenv["WORLD_SIZE"] = str(world)
+    if not setenv:
         return open_fn(*args, **kw)
     with _ENV_LOCK:
-        saved = {k: _os.environ.get(k) for k in _LAUNCHER_VARS}
-        _os.environ["RANK"] = str(rank)
-        _os.environ["WORLD_SIZE"] = str(world)
+        saved = {k: _os.environ.get(k) for k in setenv}
+        _os.environ.update(setenv)
         try:
             return open_fn(*args, **kw)
         finally:
