@@ -57,7 +57,11 @@ SL_API int sl_stats_enabled(void);
  *   samples_fused  a map fused with the batch right above it (sl_batch,
  *                no_fuse): outputs its workers wrote straight into the
  *                batch's rows instead of handing them on; 0 for other
- *                stages. */
+ *                stages.
+ *   threads_auto 1 for a stage whose threads are tuned (SL_THREADS_AUTO,
+ *                Lua threads = "auto"): `threads` is then the workers the
+ *                tuner runs now, threads_max those started; 0 otherwise
+ *                (threads_max = threads). */
 typedef struct sl_stage_stats {
   const char *name;
   int depth;
@@ -73,6 +77,8 @@ typedef struct sl_stage_stats {
   uint64_t queue_depth;
   char last_error[256];
   uint64_t samples_fused;
+  int threads_auto;
+  int threads_max;
 } sl_stage_stats;
 
 /* Walks the chain of `r` depth-first from r (index 0) to its sources and

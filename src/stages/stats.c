@@ -109,7 +109,11 @@ static void visit(walk *w, const sl_reader *r, int depth, int downstream) {
     s->name = v.name;
     s->depth = depth;
     s->downstream = downstream;
-    s->threads = c ? c->threads : 0;
+    int active =
+        c ? atomic_load_explicit(&c->threads_active, memory_order_relaxed) : 0;
+    s->threads_max = c ? c->threads : 0;
+    s->threads_auto = active > 0;
+    s->threads = active > 0 ? active : s->threads_max;
     s->samples_out = v.samples_out;
     s->samples_in = v.nups ? up_out : v.samples_out;
     s->next_s = seconds(v.next_ns);
@@ -237,6 +241,12 @@ int sl_stats_format(const sl_stage_stats *stats, size_t n, double wall_s,
               "batch above it\n",
           stats[i].name ? stats[i].name : "?",
           (unsigned long long)stats[i].samples_fused);
+  /* Tuned thread counts (threads = "auto", sync/tune.c). */
+  for (size_t i = 0; i < n; i++)
+    if (stats[i].threads_auto)
+      put(&t, "autotuned: %s runs %d of %d threads\n",
+          stats[i].name ? stats[i].name : "?", stats[i].threads,
+          stats[i].threads_max);
   /* Stages running more threads than the machine runs well (accepted by
    * sl__threads_check, which said so once on stderr). */
   long advised = sl__thread_advised();
