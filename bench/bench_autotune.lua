@@ -45,22 +45,11 @@ while i <= #arg do
   i = i + 1
 end
 
-local PIXELS = 28 * 28
-local function to_f32(s)
-  local out = sluice.tensor("f32", {PIXELS})
-  local src, dst = s.image.data, out.data
-  local scale = 1 / 255
-  for k = 0, PIXELS - 1 do dst[k] = src[k] * scale end
-  s.image = out
-  return s
-end
-
+-- The demo's pipeline (examples/fashion_mnist.lua), with these threads and
+-- depth.
+local demo = assert(loadfile("examples/fashion_mnist.lua"))
 local function build(threads, depth)
-  return sluice.open(path)
-    :shuffle(10000, {seed = 42})
-    :map(to_f32, {threads = threads})
-    :batch(128)
-    :prefetch(depth)
+  return demo("train", path, 128, 42, threads, depth)
 end
 
 -- The map's stats row.
@@ -73,17 +62,14 @@ end
 -- One pass: samples/s, and (auto) the last time the map's running threads
 -- changed since the pass began.
 local function pass(p, watch)
-  local t0, n, last, settled = now(), 0, nil, 0
+  local t0, n, last, settled = now(), 0, 1, 0 -- auto runs 1 at first
   local k = 0
   for b in p:iter() do
     n = n + b.label.shape[1]
     k = k + 1
     if watch and k % 8 == 0 then
       local t = map_row(p).threads
-      if t ~= last then
-        if last then settled = now() - t0 end
-        last = t
-      end
+      if t ~= last then settled, last = now() - t0, t end
     end
   end
   return n / (now() - t0), settled
