@@ -97,7 +97,7 @@ SL_API int sl_reader_stats(const sl_reader *r, sl_stage_stats *out,
  * pipeline keeps up; the consumer is the limit), -2 when timing was off or
  * the arguments are unusable (n == 0, wall_s <= 0); otherwise the index of
  * the stage whose busy_s is the largest share of its capacity (wall_s times
- * max(threads, 1)).  Pure function; thread-safe. */
+ * max(threads, 1); threads_max for a stage with threads_auto).  Pure function; thread-safe. */
 SL_API int sl_stats_limiting(const sl_stage_stats *stats, size_t n,
                              double wall_s);
 /* Formats a table of `stats` (one line per stage, indented by depth: in, out,

@@ -157,8 +157,15 @@ int sl_reader_stats(const sl_reader *r, sl_stage_stats *out, size_t cap,
 /* The consumer waited less than this share of the run: it is the limit. */
 #define CONSUMER_BOUND 0.10
 
+/* The threads a stage's busy time is shared over: an auto stage's started
+ * workers (how many ran changed over the run). */
+static int capacity(const sl_stage_stats *s) {
+  return s->threads_auto ? s->threads_max : s->threads;
+}
+
 static double share(const sl_stage_stats *s, double wall_s) {
-  return s->busy_s / (wall_s * (s->threads > 0 ? s->threads : 1));
+  int t = capacity(s);
+  return s->busy_s / (wall_s * (t > 0 ? t : 1));
 }
 
 int sl_stats_limiting(const sl_stage_stats *stats, size_t n, double wall_s) {
@@ -231,7 +238,7 @@ int sl_stats_format(const sl_stage_stats *stats, size_t n, double wall_s,
         "limiting stage: %s (busy %.0f%% of the run on %d thread%s); the "
         "consumer waited for data %.0f%% of the %.3f s run\n",
         s->name ? s->name : "?", 100.0 * share(s, wall_s),
-        s->threads > 0 ? s->threads : 1, s->threads > 1 ? "s" : "",
+        capacity(s) > 0 ? capacity(s) : 1, capacity(s) > 1 ? "s" : "",
         pct(stats[0].next_s, wall_s), wall_s);
   }
   /* Fused stages (a map writing into the batch above it). */
