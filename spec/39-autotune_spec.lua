@@ -70,6 +70,30 @@ describe("threads = \"auto\"", function()
     assert.is_true(st[#st].threads_auto or st[1].threads_auto)
   end)
 
+  it("gives interleave's read-ahead a tuned depth, the order unchanged",
+     function()
+    local function srcs()
+      return {sluice.range(300), sluice.range(301), sluice.range(302)}
+    end
+    local plain = sluice.interleave(srcs(), {cycle = 2, block = 3})
+    local tuned = sluice.interleave(srcs(), {cycle = 2, block = 3,
+                                             threads = "auto"})
+    assert.same(values(plain), values(tuned))
+    local n = 0
+    for _, st in ipairs(tuned:stats()) do
+      if st.name == "prefetch" then
+        n = n + 1
+        assert.is_true(st.queue_depth >= 1)
+      end
+    end
+    assert.equal(3, n)
+    assert.matches("sluice.interleave%(%): option 'threads' must be a "
+                   .. "positive integer or \"auto\" %(got \"x\"%)",
+                   misuse(function()
+                     sluice.interleave(srcs(), {threads = "x"})
+                   end))
+  end)
+
   it("refuses other values, naming the stage", function()
     local p = sluice.range(3)
     local id = function(s) return s end

@@ -329,3 +329,44 @@ TEST(bad_thread_counts_are_still_refused) {
   ASSERT_RC(sl_open_files(&a, 1, &fo, &r), SL_EINVAL);
   ASSERT_CONTAINS(sl_last_error(), "threads must be at most");
 }
+
+/* interleave's read-ahead with SL_THREADS_AUTO: each source behind a lazy
+ * prefetch("auto"); the order is that of no read-ahead, over passes. */
+TEST(auto_interleave_read_ahead_keeps_the_order) {
+  enum { SOURCES = 4, EACH = 500 };
+  static int64_t a[SOURCES * EACH + 8], b[SOURCES * EACH + 8];
+  sl_reader *r[2];
+  for (int k = 0; k < 2; k++) {
+    sl_reader *src[SOURCES];
+    for (int i = 0; i < SOURCES; i++)
+      src[i] = test_range_reader(EACH + i);
+    sl_interleave_opts o = SL_INTERLEAVE_OPTS_INIT;
+    o.cycle = 2;
+    o.block = 3;
+    o.threads = k ? SL_THREADS_AUTO : 0;
+    ASSERT_OK(sl_interleave(src, SOURCES, &o, &r[k]));
+  }
+  for (int pass = 0; pass < 2; pass++) {
+    size_t na = 0, nb = 0;
+    ASSERT_RC(test_drain_i64(r[0], a, SOURCES * EACH + 8, &na), SL_EOF);
+    ASSERT_RC(test_drain_i64(r[1], b, SOURCES * EACH + 8, &nb), SL_EOF);
+    ASSERT_EQ(na, SOURCES * EACH + 6);
+    test_assert_i64_values(b, nb, a, na);
+    ASSERT_OK(sl_reader_reset(r[0]));
+    ASSERT_OK(sl_reader_reset(r[1]));
+  }
+  /* the read-ahead stages are prefetch("auto") rows */
+  sl_stage_stats st[16];
+  size_t n = 0;
+  ASSERT_OK(sl_reader_stats(r[1], st, 16, &n));
+  int prefetches = 0;
+  for (size_t i = 0; i < n && i < 16; i++)
+    if (!strcmp(st[i].name, "prefetch")) {
+      prefetches++;
+      ASSERT_GE(st[i].queue_depth, 1);
+      ASSERT_LE(st[i].queue_depth, 4096);
+    }
+  ASSERT_EQ(prefetches, SOURCES);
+  sl_reader_destroy(r[0]);
+  sl_reader_destroy(r[1]);
+}

@@ -1796,8 +1796,8 @@ function sluice.interleave(sources, opts)
   local cycle = opt_int(opts, "cycle", 1, n, where, 2, U32_MAX)
   o.cycle = cycle < n and cycle or n
   o.block = opt_int(opts, "block", 1, 1, where, 2)
-  local threads = opt_int(opts, "threads", 0, 0, where, 2, U32_MAX)
-  if threads >= 2^31 then
+  local threads = opt_threads(opts, 0, 0, where, 2, U32_MAX, THREADS_AUTO_U32)
+  if threads >= 2^31 and threads ~= THREADS_AUTO_U32 then
     error(("sluice: %s: option 'threads' is too large (%s)")
           :format(where, tostring(threads)), 2)
   end
