@@ -370,3 +370,15 @@ TEST(auto_interleave_read_ahead_keeps_the_order) {
   sl_reader_destroy(r[0]);
   sl_reader_destroy(r[1]);
 }
+
+/* WebDataset lanes decide the order: auto is refused with the reason. */
+TEST(wds_refuses_auto_threads_naming_why) {
+  sl_wds_opts o = {0};
+  o.size = sizeof o;
+  o.threads = SL_THREADS_AUTO;
+  const char *name = "no-such-shard.tar";
+  sl_reader *r = NULL;
+  ASSERT_RC(sl_wds_open(&name, 1, &o, &r), SL_EINVAL);
+  ASSERT_CONTAINS(sl_last_error(), "the number of lanes decides the order");
+  ASSERT_NULL(r);
+}

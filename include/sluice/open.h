@@ -617,7 +617,8 @@ SL_API int sl_wds_reader(const char *path, sl_reader **out);
  * defaults. */
 typedef struct sl_wds_opts {
   size_t size;
-  uint32_t threads; /* shard-reading threads (0 = 1) */
+  uint32_t threads; /* shard-reading threads (0 = 1); not SL_THREADS_AUTO
+                       (SL_EINVAL: the lane count decides the order) */
   int shuffle;      /* 1: the shard order of pass p is drawn from (seed, p),
                        the same on every rank */
   uint64_t seed;
