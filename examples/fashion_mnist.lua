@@ -6,6 +6,9 @@
 --   DATA   a directory holding train.slr and t10k.slr, or an .slr file
 --   BATCH  training batch size (default 128; test batches are 1000)
 --   SEED   shuffle seed (default 42)
+--   THREADS, DEPTH  (train; for bench/bench_autotune.lua) the map's threads
+--          (default 2) and prefetch's depth (default 4), each a number or
+--          "auto"
 --
 --   train: open(train.slr) -> shuffle(10000, {seed}) -> map(u8 [28, 28] ->
 --          f32 [784] / 255, Lua, 2 threads) -> batch(BATCH) -> prefetch(4)
@@ -15,7 +18,7 @@
 -- with `sluice pack idx` (`make demo` does).
 local sluice = require "sluice"
 
-local split, data, batch, seed = ...
+local split, data, batch, seed, threads, depth = ...
 local USAGE = "usage: fashion_mnist.lua train|test DATA [BATCH] [SEED]"
 
 if split ~= "train" and split ~= "test" then
@@ -65,9 +68,10 @@ end
 if split == "train" then
   return sluice.open(path)
     :shuffle(10000, {seed = seed})
-    :map(to_f32, {threads = 2})
+    :map(to_f32, {threads = threads == "auto" and "auto"
+                                or whole(threads, 2, "THREADS")})
     :batch(batch)
-    :prefetch(4)
+    :prefetch(depth == "auto" and "auto" or whole(depth, 4, "DEPTH"))
 end
 return sluice.open(path)
   :map(to_f32, {threads = 2})

@@ -170,6 +170,8 @@ int main(void) {
   F(sl_stage_stats, queue_depth);
   F(sl_stage_stats, last_error);
   F(sl_stage_stats, samples_fused);
+  F(sl_stage_stats, threads_auto);
+  F(sl_stage_stats, threads_max);
 
   /* Internal, declared by lua/sluice/cdef.lua (src/script/lua_host.h). */
   S(sl__lua_pins);

@@ -80,7 +80,8 @@ typedef struct sl_image_opts {
   uint32_t threads;         /* decoding worker threads, 1..the thread limit
                                (0 = 1): 1024, or SLUICE_MAX_THREADS; more
                                than 4 x the CPUs (at least 8) is accepted
-                               with a notice */
+                               with a notice; SL_THREADS_AUTO: tuned at run
+                               time (reader.h) */
   uint32_t window;          /* samples in flight, pulled and not yet consumed:
                                the bound on decoded images held, 0..65536
                                (0 = 4 x threads; at least threads) */

@@ -363,7 +363,8 @@ typedef struct sl_open_files_opts {
   uint32_t threads;     /* worker threads (0 = 1), at most the thread
                            limit: 1024, or SLUICE_MAX_THREADS (1..1024);
                            more than 4 x the usable CPUs (at least 8) is
-                           accepted with a notice */
+                           accepted with a notice; SL_THREADS_AUTO: tuned
+                           at run time (reader.h) */
   uint32_t buffer;      /* decoded samples each worker may hold ready ahead
                            of the consumer (0 = 1024); a chunk's records
                            travel together, so a larger chunk is still
@@ -616,7 +617,8 @@ SL_API int sl_wds_reader(const char *path, sl_reader **out);
  * defaults. */
 typedef struct sl_wds_opts {
   size_t size;
-  uint32_t threads; /* shard-reading threads (0 = 1) */
+  uint32_t threads; /* shard-reading threads (0 = 1); not SL_THREADS_AUTO
+                       (SL_EINVAL: the lane count decides the order) */
   int shuffle;      /* 1: the shard order of pass p is drawn from (seed, p),
                        the same on every rank */
   uint64_t seed;

@@ -233,6 +233,19 @@ SL_API int sl_filter(sl_reader *up, sl_filter_fn fn, void *ud,
 SL_API int sl_map(sl_reader *up, sl_map_fn fn, void *ud, sl_free_fn free_ud,
                   sl_schema *schema, sl_reader **out);
 
+/* A `threads` option meaning "auto" (sl_map_parallel, sl_filter_parallel,
+ * sl_decode_image, sl_image_reader, sl_open_files): the stage starts as
+ * many workers as the usable CPUs (the affinity mask and the cgroup CPU
+ * quota; at most 16 and the thread limit) and runs as many of them as a
+ * tuner chooses at run time from the stage's busy time and its consumer's
+ * waits (docs/PERFORMANCE.md, "Autotuning"); the workers of every auto
+ * stage of the process that run at once stay within the usable CPUs + 1
+ * (each stage runs at least one).  The output and its order are those of
+ * any fixed count: the tuning changes speed, never the samples.  The
+ * choice is in the stage's stats row (sl_stage_stats.threads, with
+ * threads_auto set). */
+#define SL_THREADS_AUTO 0xFFFFFFFEu
+
 /* Options of sl_map_parallel / sl_filter_parallel.  Extensible: `size` must
  * be sizeof(sl_parallel_opts) (SL_PARALLEL_OPTS_INIT sets it and the
  * defaults). */
@@ -240,10 +253,12 @@ typedef struct sl_parallel_opts {
   size_t size;      /* sizeof(sl_parallel_opts) */
   uint32_t threads; /* worker threads, 1..the thread limit (0 = 1): 1024,
                        or SLUICE_MAX_THREADS; more than 4 x the usable
-                       CPUs (at least 8) is accepted with a notice */
+                       CPUs (at least 8) is accepted with a notice;
+                       SL_THREADS_AUTO: tuned at run time */
   int unordered;    /* 0: upstream's order, identical for any number of
                        threads; 1: samples as soon as they are ready */
-  uint32_t queue;   /* samples in flight (0: max(128, 32 x threads)) */
+  uint32_t queue;   /* samples in flight (0: max(128, 32 x threads), auto:
+                       the workers started) */
   /* tf.data's ignore_errors: 0 (default) an error of the callback ends the
    * pass; N > 0: a sample whose callback fails (any code but SL_ENOMEM;
    * not an output that fails the schema check, not an upstream error) is

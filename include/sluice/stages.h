@@ -51,7 +51,10 @@ typedef struct sl_interleave_opts {
   uint32_t threads; /* 0: sources read on the consumer's thread; > 0: each
                        open source is read ahead on a prefetch thread of its
                        own (so up to `cycle` threads), holding up to
-                       threads x block samples; the order is unchanged */
+                       threads x block samples; the order is unchanged;
+                       SL_THREADS_AUTO (reader.h): each open source is read
+                       ahead with prefetch("auto")'s tuned depth (at most
+                       4096 samples and 16 MiB per source) */
   uint64_t block;   /* samples taken from a source per turn, >= 1 (INIT: 1) */
 } sl_interleave_opts;
 /* clang-format off */

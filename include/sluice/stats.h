@@ -57,7 +57,11 @@ SL_API int sl_stats_enabled(void);
  *   samples_fused  a map fused with the batch right above it (sl_batch,
  *                no_fuse): outputs its workers wrote straight into the
  *                batch's rows instead of handing them on; 0 for other
- *                stages. */
+ *                stages.
+ *   threads_auto 1 for a stage whose threads are tuned (SL_THREADS_AUTO,
+ *                Lua threads = "auto"): `threads` is then the workers the
+ *                tuner runs now, threads_max those started; 0 otherwise
+ *                (threads_max = threads). */
 typedef struct sl_stage_stats {
   const char *name;
   int depth;
@@ -73,6 +77,8 @@ typedef struct sl_stage_stats {
   uint64_t queue_depth;
   char last_error[256];
   uint64_t samples_fused;
+  int threads_auto;
+  int threads_max;
 } sl_stage_stats;
 
 /* Walks the chain of `r` depth-first from r (index 0) to its sources and
@@ -91,7 +97,7 @@ SL_API int sl_reader_stats(const sl_reader *r, sl_stage_stats *out,
  * pipeline keeps up; the consumer is the limit), -2 when timing was off or
  * the arguments are unusable (n == 0, wall_s <= 0); otherwise the index of
  * the stage whose busy_s is the largest share of its capacity (wall_s times
- * max(threads, 1)).  Pure function; thread-safe. */
+ * max(threads, 1); threads_max for a stage with threads_auto).  Pure function; thread-safe. */
 SL_API int sl_stats_limiting(const sl_stage_stats *stats, size_t n,
                              double wall_s);
 /* Formats a table of `stats` (one line per stage, indented by depth: in, out,

@@ -54,7 +54,8 @@ typedef enum sl__lua_flow_kind {
 
 typedef struct sl__lua_stage_opts {
   int threads;  /* worker threads, 1..the thread limit (sl__threads_check:
-                   1024, or SLUICE_MAX_THREADS) */
+                   1024, or SLUICE_MAX_THREADS); -1: "auto" (tuned at run
+                   time, SL_THREADS_AUTO) */
   int ordered;  /* 1: keep upstream order (default); 0: as soon as ready
                    (a parser is always ordered) */
   size_t queue; /* samples in flight, 0 = max(128, 32 * threads) */

@@ -80,6 +80,24 @@ local function opt_int(opts, name, min, default, where, level, max)
   return max and v > max and max or v
 end
 
+-- Option 'threads' of a threaded stage: an integer >= min (opt_int), or
+-- "auto" (the stage tunes its running workers, docs/LUA.md), given as
+-- `auto` (the C field's value: -1 for an int, SL_THREADS_AUTO for a
+-- uint32_t).  Anything else names the stage and the value.
+local function opt_threads(opts, min, default, where, level, max, auto)
+  local v = opts.threads
+  if v == "auto" then return auto end
+  if v ~= nil and type(v) ~= "number" then
+    error(("sluice: %s: option 'threads' must be a positive integer or "
+           .. "\"auto\" (got %s)"):format(where, type(v) == "string"
+           and ("\"" .. v .. "\"") or tostring(v)), level + 1)
+  end
+  local n = opt_int(opts, "threads", min, default, where, level + 1, max)
+  return n -- not a tail call: the error levels count this frame
+end
+local THREADS_AUTO_INT = -1           -- SL__THREADS_AUTO (int fields)
+local THREADS_AUTO_U32 = 4294967294   -- SL_THREADS_AUTO (uint32_t fields)
+
 -- A seed: an integer in [0, 2^64) or an integer cdata (nil: 0), as a
 -- uint64_t cdata.
 local function check_seed(v, where, level)
@@ -401,6 +419,7 @@ function Pipeline:stats()
       errors_ignored = tonumber(s.errors_ignored),
       queue_depth = tonumber(s.queue_depth),
       samples_fused = tonumber(s.samples_fused),
+      threads_auto = s.threads_auto ~= 0, threads_max = s.threads_max,
       last_error = s.last_error[0] ~= 0 and ffi_string(s.last_error) or nil,
     }
   end
@@ -753,7 +772,8 @@ local function stage_options(self, opts, where, allowed, level)
   live(self, where, level)
   opts = check_opts(opts, where, allowed, level)
   local o = {
-    threads = opt_int(opts, "threads", 1, 1, where, level, INT_MAX),
+    threads = opt_threads(opts, 1, 1, where, level, INT_MAX,
+                          THREADS_AUTO_INT),
     ordered = check_bool(opts.ordered, where, "ordered", true, level),
     queue = opt_int(opts, "queue", 1, nil, where, level),
     deadline = check_deadline(opts.deadline, where, level),
@@ -1028,7 +1048,8 @@ local function image_options(o, opts, where, level)
     o.shape.height, o.shape.width = size_pair(opts.shape, where, "shape",
                                               level + 1)
   end
-  o.threads = opt_int(opts, "threads", 1, 0, where, level + 1, U32_MAX)
+  o.threads = opt_threads(opts, 1, 0, where, level + 1, U32_MAX,
+                          THREADS_AUTO_U32)
   o.window = opt_int(opts, "window", 1, 0, where, level + 1, U32_MAX)
   o.unordered = check_bool(opts.ordered, where, "ordered", true, level + 1)
     and 0 or 1
@@ -1222,6 +1243,12 @@ local function wds_options(o, name, opts, where, keep, level)
   if not only and not (wds and opts.threads ~= nil) then return end
   local w = ffi.new("sl_wds_opts")
   w.size = ffi.sizeof(w)
+  if opts.threads == "auto" then
+    -- The lane count is part of the order (wds_open.c): not tunable.
+    error(("sluice: %s: option 'threads' = \"auto\" is not available for "
+           .. "WebDataset shards (the number of lanes decides the order); "
+           .. "give a positive integer"):format(where), level + 1)
+  end
   w.threads = opt_int(opts, "threads", 1, 1, where, level + 1, U32_MAX)
   w.shuffle = check_bool(opts.shuffle, where, "shuffle", false, level + 1)
     and 1 or 0
@@ -1299,7 +1326,8 @@ local function open_name(name, opts, level)
     error(("sluice: %s: option 'parser' must be a plugin path or a Lua "
            .. "function (got a %s)"):format(where, type(parse)), level)
   end
-  local threads = opt_int(opts, "threads", 1, 1, where, level, INT_MAX)
+  local threads = opt_threads(opts, 1, 1, where, level, INT_MAX,
+                              THREADS_AUTO_INT)
   -- tag image: decoding options (threads, policy, ... shared above).
   local io = ffi.new("sl_image_opts")
   image_options(io, opts, where, level)
@@ -1374,7 +1402,7 @@ function sluice.open_files(names, opts)
   local o = ffi.new("sl_open_files_opts")
   o.size = ffi.sizeof("sl_open_files_opts")
   slr_options(o.slr, opts, where, 2)
-  o.threads = opt_int(opts, "threads", 1, 1, where, 2, U32_MAX)
+  o.threads = opt_threads(opts, 1, 1, where, 2, U32_MAX, THREADS_AUTO_U32)
   o.buffer = opt_int(opts, "buffer", 1, 0, where, 2, U32_MAX)
   o.unordered = check_bool(opts.ordered, where, "ordered", true, 2) and 0 or 1
   o.shuffle = check_bool(opts.shuffle, where, "shuffle", false, 2) and 1 or 0
@@ -1768,8 +1796,8 @@ function sluice.interleave(sources, opts)
   local cycle = opt_int(opts, "cycle", 1, n, where, 2, U32_MAX)
   o.cycle = cycle < n and cycle or n
   o.block = opt_int(opts, "block", 1, 1, where, 2)
-  local threads = opt_int(opts, "threads", 0, 0, where, 2, U32_MAX)
-  if threads >= 2^31 then
+  local threads = opt_threads(opts, 0, 0, where, 2, U32_MAX, THREADS_AUTO_U32)
+  if threads >= 2^31 and threads ~= THREADS_AUTO_U32 then
     error(("sluice: %s: option 'threads' is too large (%s)")
           :format(where, tostring(threads)), 2)
   end

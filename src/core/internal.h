@@ -166,6 +166,26 @@ long sl__thread_advised(void);
  * first time a count is above sl__thread_advised()); else SL_EINVAL with a
  * message naming `stage`, the count, the limit and where it comes from. */
 int sl__threads_check(const char *stage, long threads);
+/* A `threads` value meaning "auto" inside the library (an int field; the
+ * public uint32_t fields use SL_THREADS_AUTO, reader.h): the engine starts
+ * sl__threads_auto_max() workers and its tuner (sync/tune.c) chooses how
+ * many of them run. */
+#define SL__THREADS_AUTO (-1)
+/* The workers an "auto" stage starts: the usable CPUs (sl__cpu_count, the
+ * affinity mask and the cgroup quota), at most SL__THREADS_AUTO_CAP and
+ * sl__thread_limit().  Thread-safe. */
+#define SL__THREADS_AUTO_CAP 16
+long sl__threads_auto_max(void);
+/* `threads` with SL__THREADS_AUTO replaced by sl__threads_auto_max(). */
+long sl__threads_resolve(long threads);
+/* A public uint32_t `threads` option as the engine's int: 0 is 1,
+ * SL_THREADS_AUTO is SL__THREADS_AUTO, more than 2^20 is 2^20 (refused by
+ * sl__threads_check, which names the limit). */
+static inline int sl__threads_opt(uint32_t threads) {
+  if (threads == SL_THREADS_AUTO) return SL__THREADS_AUTO;
+  if (threads == 0) return 1;
+  return threads > (1u << 20) ? (int)(1u << 20) : (int)threads;
+}
 /* How many checks accepted more threads than advised (process-wide). */
 long sl__threads_oversubscribed(void);
 /* pthread_create + a thread name (at most 15 characters, e.g.

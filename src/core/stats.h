@@ -33,6 +33,9 @@ typedef struct sl__stage_counters {
   /* A queue's current depth in samples (prefetch: n, or what autotuning
    * chose); 0: the stage has no such queue. */
   atomic_uint_least64_t queue_depth;
+  /* threads = "auto" (sync/tune.c): the workers the tuner runs now, out
+   * of `threads` started; 0: a fixed count. */
+  atomic_int threads_active;
   /* A map fused with the batch above it (stages/rows.h): outputs written
    * straight into the batch's rows. */
   atomic_uint_least64_t fused;

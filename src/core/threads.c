@@ -57,6 +57,18 @@ long sl__thread_advised(void) {
   return v < 8 ? 8 : v;
 }
 
+long sl__threads_auto_max(void) {
+  long n = sl__cpu_count();
+  if (n > SL__THREADS_AUTO_CAP) n = SL__THREADS_AUTO_CAP;
+  long limit = sl__thread_limit();
+  if (n > limit) n = limit;
+  return n < 1 ? 1 : n;
+}
+
+long sl__threads_resolve(long threads) {
+  return threads == SL__THREADS_AUTO ? sl__threads_auto_max() : threads;
+}
+
 /* Stages accepted with more threads than advised (process-wide). */
 static atomic_long oversubscribed = 0;
 

@@ -268,9 +268,10 @@ int sl__decode_image_make(sl_reader *up, const sl_image_opts *opts,
   d->names = names;
   d->nnames = nnames;
   /* The engine checks the thread count (sl__threads_check). */
-  int threads = o.threads ? (int)SL_MIN(o.threads, 1u << 20) : 1;
-  size_t window = o.window ? o.window : 4 * (size_t)threads;
-  if (window < (size_t)threads) window = (size_t)threads;
+  int threads = sl__threads_opt(o.threads);
+  int started = (int)sl__threads_resolve(threads); /* auto: the most */
+  size_t window = o.window ? o.window : 4 * (size_t)started;
+  if (window < (size_t)started) window = (size_t)started;
   const sl__engine_stage_cfg cfg = {
       .hooks = &dec_hooks,
       .one_to_one = o.policy != SL_CORRUPT_SKIP_CHUNK,
@@ -284,7 +285,7 @@ int sl__decode_image_make(sl_reader *up, const sl_image_opts *opts,
     sl__engine_set_cache(d->run.engine, 1); /* window: the exact bound */
     /* Idle buffers kept for reuse: enough for the window, the images being
      * decoded and some the consumer holds, at most POOL_IDLE_BYTES. */
-    d->pool = sl__buffer_pool_new(window + (size_t)threads + POOL_SPARE,
+    d->pool = sl__buffer_pool_new(window + (size_t)started + POOL_SPARE,
                                   POOL_IDLE_BYTES);
     if (!d->pool)
       rc =

@@ -113,7 +113,8 @@ typedef struct of_state {
   sl_schema *schema; /* the reader's (file 0's), retained */
   sl_slr_open_opts slr;
   uint32_t max_bad;
-  size_t T, buffer;
+  size_t T, buffer; /* T: workers started (auto: sl__threads_auto_max) */
+  bool auto_threads; /* threads = SL_THREADS_AUTO: the engine tunes */
   bool unordered;
   sl__plan_params params; /* params.epoch is the current pass's */
   uint64_t epoch0, pass;
@@ -1333,7 +1334,8 @@ int sl_reader_restore_elastic(sl_reader *r, const void *const *states,
  */
 
 static int check_opts(sl_open_files_opts *p) {
-  SL_RETURN_ERROR_IF(p->threads > MAX_THREADS, SL_EINVAL,
+  SL_RETURN_ERROR_IF(p->threads > MAX_THREADS && p->threads != SL_THREADS_AUTO,
+                     SL_EINVAL,
                      "open_files: threads must be at most %d, got %u",
                      MAX_THREADS, p->threads);
   SL_RETURN_ERROR_IF(
@@ -1444,7 +1446,8 @@ static int make_state(const sl_open_files_opts *p, sl__named_file *files,
   *out = o;
   o->slr = p->slr;
   o->max_bad = p->slr.max_bad_chunks ? p->slr.max_bad_chunks : 16;
-  o->T = p->threads;
+  o->auto_threads = p->threads == SL_THREADS_AUTO;
+  o->T = o->auto_threads ? (size_t)sl__threads_auto_max() : p->threads;
   o->buffer = p->buffer;
   o->unordered = p->unordered != 0;
   o->epoch0 = p->epoch;
@@ -1464,7 +1467,9 @@ static int make_state(const sl_open_files_opts *p, sl__named_file *files,
   }
   SL_FORWARD_IF_ERROR(read_indexes(o, schema));
   SL_FORWARD_IF_ERROR(build_plan(o));
-  sl__engine_opts eo = {"open_files", "sl-open-files", (int)o->T, !o->unordered,
+  sl__engine_opts eo = {"open_files", "sl-open-files",
+                        o->auto_threads ? SL__THREADS_AUTO : (int)o->T,
+                        !o->unordered,
                         window_units(o)};
   SL_FORWARD_IF_ERROR(sl__engine_create(&of_ops, o, &eo, &o->eng));
   sl__engine_process_many(o->eng, of_process);

@@ -712,6 +712,10 @@ int sl_wds_open(const char *const *names, size_t n, const sl_wds_opts *opts,
   if (opts)
     SL_FORWARD_IF_ERROR(sl__opts_copy("sl_wds_opts", &p, sizeof p, opts));
   if (p.threads == 0) p.threads = 1;
+  /* The lane count is part of the order: it cannot change with the CPUs. */
+  SL_RETURN_ERROR_IF(p.threads == SL_THREADS_AUTO, SL_EINVAL,
+                     "wds: threads = SL_THREADS_AUTO is not available (the "
+                     "number of lanes decides the order); give a count");
   SL_FORWARD_IF_ERROR(sl__threads_check("wds", (long)p.threads));
   SL_RETURN_ERROR_IF(p.threads > UINT16_MAX - 1, SL_EINVAL,
                      "wds: at most %d threads", UINT16_MAX - 1);

@@ -403,7 +403,8 @@ int sl__lua_base_new(size_t size, sl_reader *up, sl_reader **out,
 }
 
 size_t sl__lua_stage_window(const sl__lua_stage_opts *opts) {
-  size_t dflt = opts->threads > 0 ? (size_t)opts->threads * 32 : (size_t)128;
+  long threads = sl__threads_resolve(opts->threads); /* auto: the most */
+  size_t dflt = threads > 0 ? (size_t)threads * 32 : (size_t)128;
   return opts->queue ? opts->queue : (dflt > 128 ? dflt : 128);
 }
 
@@ -523,7 +524,7 @@ int sl__lua_base_init(sl__lua_base *b, sl_reader *up, const char *op,
                                         .seed = opts->seed};
   b->epoch0 = opts->epoch;
   atomic_init(&b->check_schema, NULL);
-  int nw = cfg ? opts->threads : 1;
+  int nw = cfg ? (int)sl__threads_resolve(opts->threads) : 1;
   if (cfg) {
     cfg->what = cfg->opts.stage = label;
     SL_FORWARD_IF_ERROR(sl__engine_stage_init(&b->run, up, cfg));

@@ -24,7 +24,8 @@ int sl__engine_stage_init(sl__engine_stage *b, sl_reader *up,
   b->fusable = cfg->fusable;
   /* as engine.c's default window, plus the consumer's cache */
   b->inflight = (cfg->opts.window ? cfg->opts.window
-                                  : SL_MAX(128, 32 * (size_t)cfg->opts.threads)) +
+                                  : SL_MAX(128, 32 * (size_t)sl__threads_resolve(
+                                                     cfg->opts.threads))) +
                 16;
   atomic_init(&b->rows, NULL);
   /* A stage that may leave items out is logged as a filter. */

@@ -91,12 +91,19 @@ static int check_schema(il_state *t, size_t i, sl_reader *r) {
                       i, a, b);
 }
 
+/* threads = SL_THREADS_AUTO: each source's read-ahead bounds. */
+#define INTERLEAVE_AUTO_DEPTH 4096u
+#define INTERLEAVE_AUTO_BYTES ((uint64_t)16 << 20)
+
 /* The read-ahead wrapper of threads > 0: threads x block samples. */
 static int wrap(il_state *t, sl_reader *r, sl_reader **out) {
   if (!t->threads) {
     *out = r;
     return SL_OK;
   }
+  if (t->threads == SL_THREADS_AUTO) /* the depth tuned (prefetch.c) */
+    return sl__prefetch_lazy_auto(r, INTERLEAVE_AUTO_DEPTH,
+                                  INTERLEAVE_AUTO_BYTES, out);
   uint64_t cap = (uint64_t)t->threads * t->block;
   if (cap > 4096 || cap / t->block != t->threads) cap = 4096;
   return sl__prefetch_lazy(r, (size_t)cap, out);

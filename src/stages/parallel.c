@@ -166,7 +166,7 @@ static int make(const char *what, sl_reader *up, sl_map_fn map,
       .what = what,
       .ops = &par_engine,
       .opts = {what, map ? "sl-map" : "sl-filter",
-               o.threads ? (int)SL_MIN(o.threads, 1u << 20) : 1, !o.unordered,
+               sl__threads_opt(o.threads), !o.unordered,
                o.queue}};
   rc = sl__engine_stage_init(&p->run, up, &cfg);
   if (rc == SL_OK) rc = sl__engine_stage_start(&p->run);

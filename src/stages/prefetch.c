@@ -244,6 +244,24 @@ int sl__prefetch_lazy(sl_reader *up, size_t n, sl_reader **out) {
   return make_fixed(up, n, true, out);
 }
 
+/* Autotuned (checked bounds; 0: the defaults), lazy or not. */
+static int make_auto(sl_reader *up, unsigned max_depth, uint64_t max_bytes,
+                     bool lazy, sl_reader **out) {
+  prefetch_tune t = {0};
+  t.on = true;
+  t.depth = 1;
+  t.max_depth = max_depth ? max_depth : AUTO_MAX_DEPTH;
+  t.max_bytes = max_bytes ? max_bytes : AUTO_MAX_BYTES;
+  return make(up, 0, &t, lazy, out);
+}
+
+int sl__prefetch_lazy_auto(sl_reader *up, unsigned max_depth,
+                           uint64_t max_bytes, sl_reader **out) {
+  SL_DECORATOR_ARGS("prefetch", up, out);
+  return make_auto(up, SL_MIN(max_depth, AUTO_DEPTH_LIMIT), max_bytes, true,
+                   out);
+}
+
 int sl_prefetch_auto(sl_reader *up, const sl_prefetch_auto_opts *opts,
                      sl_reader **out) {
   SL_DECORATOR_ARGS("prefetch", up, out);
@@ -264,10 +282,5 @@ int sl_prefetch_auto(sl_reader *up, const sl_prefetch_auto_opts *opts,
                          "prefetch(\"auto\"): option 'max_bytes' is too "
                          "large (%llu)",
                          (unsigned long long)o.max_bytes));
-  prefetch_tune t = {0};
-  t.on = true;
-  t.depth = 1;
-  t.max_depth = o.max_depth ? o.max_depth : AUTO_MAX_DEPTH;
-  t.max_bytes = o.max_bytes ? o.max_bytes : AUTO_MAX_BYTES;
-  return make(up, 0, &t, false, out);
+  return make_auto(up, o.max_depth, o.max_bytes, false, out);
 }

@@ -121,6 +121,11 @@ void *sl__reader_state_of(sl_reader *r, sl__next_fn next);
  * error) is returned: a thread only while the reader is being read
  * (prefetch.c, "Lazy").  Ownership and errors as sl_prefetch. */
 int sl__prefetch_lazy(sl_reader *up, size_t n, sl_reader **out);
+/* The same with prefetch("auto")'s tuned depth (sl_prefetch_auto: at most
+ * max_depth samples and max_bytes, 1..65536 and > 0): interleave's
+ * read-ahead under threads = SL_THREADS_AUTO. */
+int sl__prefetch_lazy_auto(sl_reader *up, unsigned max_depth,
+                           uint64_t max_bytes, sl_reader **out);
 
 /* A snapshot of one reader's statistics and links (stages/stats.c). */
 typedef struct sl__reader_view {

@@ -109,7 +109,11 @@ static void visit(walk *w, const sl_reader *r, int depth, int downstream) {
     s->name = v.name;
     s->depth = depth;
     s->downstream = downstream;
-    s->threads = c ? c->threads : 0;
+    int active =
+        c ? atomic_load_explicit(&c->threads_active, memory_order_relaxed) : 0;
+    s->threads_max = c ? c->threads : 0;
+    s->threads_auto = active > 0;
+    s->threads = active > 0 ? active : s->threads_max;
     s->samples_out = v.samples_out;
     s->samples_in = v.nups ? up_out : v.samples_out;
     s->next_s = seconds(v.next_ns);
@@ -153,8 +157,15 @@ int sl_reader_stats(const sl_reader *r, sl_stage_stats *out, size_t cap,
 /* The consumer waited less than this share of the run: it is the limit. */
 #define CONSUMER_BOUND 0.10
 
+/* The threads a stage's busy time is shared over: an auto stage's started
+ * workers (how many ran changed over the run). */
+static int capacity(const sl_stage_stats *s) {
+  return s->threads_auto ? s->threads_max : s->threads;
+}
+
 static double share(const sl_stage_stats *s, double wall_s) {
-  return s->busy_s / (wall_s * (s->threads > 0 ? s->threads : 1));
+  int t = capacity(s);
+  return s->busy_s / (wall_s * (t > 0 ? t : 1));
 }
 
 int sl_stats_limiting(const sl_stage_stats *stats, size_t n, double wall_s) {
@@ -227,7 +238,7 @@ int sl_stats_format(const sl_stage_stats *stats, size_t n, double wall_s,
         "limiting stage: %s (busy %.0f%% of the run on %d thread%s); the "
         "consumer waited for data %.0f%% of the %.3f s run\n",
         s->name ? s->name : "?", 100.0 * share(s, wall_s),
-        s->threads > 0 ? s->threads : 1, s->threads > 1 ? "s" : "",
+        capacity(s) > 0 ? capacity(s) : 1, capacity(s) > 1 ? "s" : "",
         pct(stats[0].next_s, wall_s), wall_s);
   }
   /* Fused stages (a map writing into the batch above it). */
@@ -237,6 +248,12 @@ int sl_stats_format(const sl_stage_stats *stats, size_t n, double wall_s,
               "batch above it\n",
           stats[i].name ? stats[i].name : "?",
           (unsigned long long)stats[i].samples_fused);
+  /* Tuned thread counts (threads = "auto", sync/tune.c). */
+  for (size_t i = 0; i < n; i++)
+    if (stats[i].threads_auto)
+      put(&t, "autotuned: %s runs %d of %d threads\n",
+          stats[i].name ? stats[i].name : "?", stats[i].threads,
+          stats[i].threads_max);
   /* Stages running more threads than the machine runs well (accepted by
    * sl__threads_check, which said so once on stderr). */
   long advised = sl__thread_advised();

@@ -96,6 +96,18 @@
  *             depth at any time (a worker is woken).  Each fill notes what
  *             it found when it began (`seen`): nothing ready, or the window
  *             without room (the workers wait for the consumer), or neither.
+ *   auto      threads = SL__THREADS_AUTO: sl__threads_auto_max() workers are
+ *             started, `active` of them run (chosen by the tuner, tune.c,
+ *             from the consumer's side in fill_cache, at most once per
+ *             period); a worker whose index is `active` or more parks on
+ *             park_cv before its worker_init (so a worker that never runs
+ *             never builds its state) and at each take_turn, passing any
+ *             wake-up it took on to an idle worker.  Results are placed by
+ *             sequence number whatever runs them, so the output and its
+ *             order never depend on `active`.  Raising broadcasts park_cv;
+ *             lowering lets the worker finish its batch and park at its next
+ *             turn.  The running count is claimed in the tuner's ledger at
+ *             start and given back at stop.
  *   finish    The finish hook runs on the consumer's thread on each sample
  *             of a result before the result is handed out or peeked at.
  *   stop      Set `stop` under mu, broadcast both conditions (that much is
@@ -116,7 +128,8 @@
  * Shared fields and what protects them:
  *   mu protects: win, ring_head, ring_len, pull_seq, next_out, term,
  *     term_seq, pulling, pull_done, idle, woken, consumer_sleeping, depth,
- *     bytes.
+ *     bytes, active.
+ *   tune, claimed: consumer-only; tune_busy_ns: atomic, added by workers.
  *   ops.pull: the worker holding the pull turn (`pulling`, handed over
  *     under mu); nobody while stopped.
  *   stop: atomic, written under mu; read by workers without it between
@@ -132,6 +145,7 @@
  *     finish, on_thread: immutable.
  */
 #include "sync/engine.h"
+#include "sync/tune.h"
 
 #include <pthread.h>
 #include <time.h>
@@ -195,6 +209,7 @@ struct sl__engine {
   int cache_max;                  /* 1..CACHE, set before the first start */
   bool ordered;
   bool spin; /* a spare CPU for the consumer to spin on */
+  bool autotune; /* threads = SL__THREADS_AUTO */
   int nthreads;
   size_t window, batch_max;
 
@@ -205,6 +220,9 @@ struct sl__engine {
   uint64_t last_seq;      /* consumer: the item of the result delivered last */
   pthread_cond_t work_cv; /* workers: room in the window, pull turn free */
   pthread_cond_t out_cv;  /* consumer: a result is ready */
+  pthread_cond_t park_cv; /* auto: workers not running (index >= active) */
+  int active;             /* auto: workers that run (else nthreads) */
+  atomic_uint_least64_t tune_busy_ns; /* auto: busy, timing on or off */
   result *win;            /* `window` slots */
   size_t ring_head, ring_len;
   uint64_t pull_seq, next_out;
@@ -230,7 +248,11 @@ struct sl__engine {
   unsigned spin_backoff; /* 0 after a spin that met a result, else the
                             last skip, doubling per miss */
   worker *w;             /* nthreads */
+  sl__tune tune;         /* auto: the tuner */
+  int claimed;           /* auto: running workers claimed in the ledger */
 };
+
+static void autotune_claim(sl__engine *e);
 
 /* --- results -------------------------------------------------------------- */
 
@@ -304,6 +326,7 @@ static void wake_worker(sl__engine *e, wakes *wk) {
 static void set_pull_done(sl__engine *e, wakes *wk) {
   if (e->pull_done) return;
   e->pull_done = true;
+  if (e->autotune) pthread_cond_broadcast(&e->park_cv); /* they leave */
   if (e->idle > 0) {
     e->woken = e->idle;
     wk->all_workers = true;
@@ -440,6 +463,31 @@ static void deposit(sl__engine *e, worker *w, uint64_t base, size_t n) {
   send_wakes(e, &wk);
 }
 
+/* Parks a worker that is not to run (auto: index >= active) until a raise
+ * or a stop, first passing on a wake-up it may have taken to an idle worker.
+ * Caller holds mu. */
+static void park(sl__engine *e) {
+  wakes wk = {false, false, false};
+  wake_worker(e, &wk);
+  if (wk.worker) pthread_cond_signal(&e->work_cv);
+  pthread_cond_wait(&e->park_cv, &e->mu);
+}
+
+/* Auto: waits until worker w may run.  False when it should exit (stop, or
+ * nothing left to pull this pass). */
+static bool wait_active(sl__engine *e, const worker *w) {
+  pthread_mutex_lock(&e->mu);
+  for (;;) {
+    bool gone =
+        atomic_load_explicit(&e->stop, memory_order_relaxed) || e->pull_done;
+    if (gone || w->index < e->active) {
+      pthread_mutex_unlock(&e->mu);
+      return !gone;
+    }
+    pthread_cond_wait(&e->park_cv, &e->mu);
+  }
+}
+
 /* Waits for the pull turn.  Returns false when the worker should exit, else
  * holds the turn and the reserved range [*base, *base + *n). */
 static bool take_turn(sl__engine *e, worker *w, size_t want, uint64_t *base,
@@ -449,6 +497,10 @@ static bool take_turn(sl__engine *e, worker *w, size_t want, uint64_t *base,
     if (atomic_load_explicit(&e->stop, memory_order_relaxed) || e->pull_done) {
       pthread_mutex_unlock(&e->mu);
       return false;
+    }
+    if (w->index >= e->active) {
+      park(e);
+      continue;
     }
     if (!e->pulling && room(e) > 0) break;
     atomic_uint_least64_t *why =
@@ -573,6 +625,7 @@ void sl__engine_note_wait(sl__engine *e, uint64_t t0) {
 static void *worker_main(void *arg) {
   worker *w = arg;
   sl__engine *e = w->e;
+  if (e->autotune && !wait_active(e, w)) return NULL;
   int rc = e->on_thread ? e->on_thread(e->ud, w->index) : SL_OK;
   if (rc >= 0 && !w->ready) {
     rc = e->ops->worker_init ? e->ops->worker_init(e->ud, w->index, &w->wctx)
@@ -589,10 +642,14 @@ static void *worker_main(void *arg) {
     if (!take_turn(e, w, batch_size(e, w), &base, &n)) break;
     uint64_t t0 = sl__now_ns();
     size_t got = pull_batch(e, w, base, n);
-    uint64_t t1 = sl__stat_start();
+    uint64_t t1 = e->autotune ? sl__now_ns() : sl__stat_start();
     tl_waited_ns = 0;
     bool more = process_batch(e, w, base, got);
-    if (t1) sl__stat_add(&e->stats.busy_ns, sl__now_ns() - t1 - tl_waited_ns);
+    if (t1) {
+      uint64_t busy = sl__now_ns() - t1 - tl_waited_ns;
+      if (sl__stats_timing()) sl__stat_add(&e->stats.busy_ns, busy);
+      if (e->autotune) sl__stat_add(&e->tune_busy_ns, busy);
+    }
     if (!more) break;
     if (got > 0) {
       double per = (double)(sl__now_ns() - t0) / (double)got;
@@ -610,6 +667,7 @@ void sl__engine_signal_stop(sl__engine *e) {
   atomic_store_explicit(&e->stop, true, memory_order_relaxed);
   pthread_cond_broadcast(&e->work_cv);
   pthread_cond_broadcast(&e->out_cv);
+  pthread_cond_broadcast(&e->park_cv);
   pthread_mutex_unlock(&e->mu);
 }
 
@@ -644,6 +702,8 @@ void sl__engine_stop(sl__engine *e) {
   sl__engine_signal_stop(e);
   join_workers(e);
   drop_pending(e);
+  sl__tune_release(e->claimed); /* an idle stage holds no CPU */
+  e->claimed = 0;
 }
 
 void sl__engine_start_at(sl__engine *e, uint64_t seq) {
@@ -666,6 +726,7 @@ int sl__engine_start(sl__engine *e) {
   SL_RETURN_ERROR_IF(!e->ops->process && !e->many, SL_EINVAL,
                      "%s: no process callback", e->stage);
   atomic_store_explicit(&e->stop, false, memory_order_relaxed);
+  if (e->autotune) autotune_claim(e);
   for (int i = 0; i < e->nthreads; i++) {
     worker *w = &e->w[i];
     int rc =
@@ -682,6 +743,35 @@ int sl__engine_start(sl__engine *e) {
   return SL_OK;
 }
 
+/* Auto: the running workers this pass starts with, what the tuner chose
+ * last as far as the ledger allows (at least one).  No worker runs. */
+static void autotune_claim(sl__engine *e) {
+  sl__tune_release(e->claimed);
+  e->claimed = sl__tune_claim(e->tune.active);
+  e->active = e->claimed;
+  sl__tune_restart(&e->tune, e->claimed); /* the pause is nobody's wait */
+  atomic_store_explicit(&e->stats.threads_active, e->active,
+                        memory_order_relaxed);
+}
+
+/* Auto: one fill's figures for the tuner (`waited` ns for results, `n`
+ * taken), and its decision when a period is over. */
+static void autotune_tick(sl__engine *e, uint64_t waited, int n) {
+  e->tune.wait_ns += waited;
+  e->tune.items += (uint64_t)n;
+  int was = e->tune.active;
+  int now = sl__tune_step(
+      &e->tune, sl__now_ns(),
+      atomic_load_explicit(&e->tune_busy_ns, memory_order_relaxed));
+  if (now == was) return;
+  e->claimed += now - was; /* the tuner settled the ledger */
+  pthread_mutex_lock(&e->mu);
+  e->active = now;
+  if (now > was) pthread_cond_broadcast(&e->park_cv);
+  pthread_mutex_unlock(&e->mu);
+  atomic_store_explicit(&e->stats.threads_active, now, memory_order_relaxed);
+}
+
 /* Moves ready results into the cache, waiting while there are none. */
 static void fill_cache(sl__engine *e) {
   int n = 0;
@@ -690,6 +780,8 @@ static void fill_cache(sl__engine *e) {
   e->seen = !consumer_ready(e) ? SL__ENGINE_SEEN_EMPTY
             : room(e) == 0     ? SL__ENGINE_SEEN_FULL
                                : SL__ENGINE_SEEN_SOME;
+  uint64_t wait0 =
+      e->autotune && e->seen == SL__ENGINE_SEEN_EMPTY ? sl__now_ns() : 0;
   for (;;) {
     if (e->ordered) {
       while (n < e->cache_max) {
@@ -780,6 +872,7 @@ static void fill_cache(sl__engine *e) {
   send_wakes(e, &wk);
   e->cache_pos = 0;
   e->cache_len = n;
+  if (e->autotune) autotune_tick(e, wait0 ? sl__now_ns() - wait0 : 0, n);
 }
 
 /* The result the consumer sees next: the end already delivered, or the
@@ -947,6 +1040,17 @@ const atomic_bool *sl__engine_stop_flag(const sl__engine *e) {
 
 uint64_t sl__engine_spins(const sl__engine *e) { return e->spins; }
 
+int sl__engine_threads(const sl__engine *e) {
+  return e->nthreads;
+}
+
+int sl__engine_active(sl__engine *e) {
+  pthread_mutex_lock(&e->mu);
+  int n = e->active;
+  pthread_mutex_unlock(&e->mu);
+  return n;
+}
+
 sl__stage_counters *sl__engine_counters(sl__engine *e) {
   return &e->stats;
 }
@@ -965,6 +1069,7 @@ void sl__engine_destroy(sl__engine *e) {
   sl__free(e->win);
   pthread_cond_destroy(&e->work_cv);
   pthread_cond_destroy(&e->out_cv);
+  pthread_cond_destroy(&e->park_cv);
   pthread_mutex_destroy(&e->mu);
   pthread_mutex_destroy(&e->pull_mu);
   sl__free(e);
@@ -980,7 +1085,9 @@ int sl__engine_create(const sl__engine_ops *ops, void *ud,
                      !ops || !opts                        ? "options"
                      : !opts->stage || !opts->thread_name ? "name"
                                                           : "callback");
-  SL_FORWARD_IF_ERROR(sl__threads_check(opts->stage, opts->threads));
+  bool autotune = opts->threads == SL__THREADS_AUTO;
+  int nthreads = (int)sl__threads_resolve(opts->threads);
+  SL_FORWARD_IF_ERROR(sl__threads_check(opts->stage, nthreads));
   SL_RETURN_ERROR_IF(opts->window > ((size_t)1 << 24), SL_EINVAL,
                      "%s: queue must be at most %zu items (got %zu)",
                      opts->stage, (size_t)1 << 24, opts->window);
@@ -990,6 +1097,8 @@ int sl__engine_create(const sl__engine_ops *ops, void *ud,
   pthread_mutex_init(&e->pull_mu, NULL);
   pthread_cond_init(&e->work_cv, NULL);
   pthread_cond_init(&e->out_cv, NULL);
+  pthread_cond_init(&e->park_cv, NULL);
+  atomic_init(&e->tune_busy_ns, 0);
   atomic_init(&e->stop, false);
   atomic_init(&e->published, 0);
   e->ops = ops;
@@ -998,12 +1107,16 @@ int sl__engine_create(const sl__engine_ops *ops, void *ud,
   e->thread_name = opts->thread_name;
   e->ordered = opts->ordered;
   e->cache_max = CACHE;
-  e->nthreads = opts->threads;
+  e->nthreads = nthreads;
+  e->autotune = autotune;
+  /* Auto: one worker runs at first; the tuner raises (tune.c). */
+  e->active = autotune ? 1 : nthreads;
+  sl__tune_init(&e->tune, nthreads, e->active);
   /* Spinning only pays when the workers leave a CPU free for it. */
-  e->spin = sl__cpu_count() > opts->threads;
+  e->spin = sl__cpu_count() > nthreads;
   /* 128+ in flight: enough to amortise a hand-off over many items
    * (docs/PERFORMANCE.md, the Lua layer). */
-  size_t dflt = (size_t)opts->threads * 32;
+  size_t dflt = (size_t)nthreads * 32;
   e->window = opts->window ? opts->window : (dflt > 128 ? dflt : 128);
   e->depth = e->window;
   /* Batches small enough that the window holds one per worker plus one
@@ -1015,13 +1128,15 @@ int sl__engine_create(const sl__engine_ops *ops, void *ud,
   if (!e->win || !e->w) {
     sl__engine_destroy(e);
     return sl_set_error(SL_ENOMEM, "%s: cannot allocate %d workers",
-                        opts->stage, opts->threads);
+                        opts->stage, nthreads);
   }
   for (int i = 0; i < e->nthreads; i++) {
     e->w[i].e = e;
     e->w[i].index = i;
   }
   e->stats.threads = e->nthreads;
+  atomic_store_explicit(&e->stats.threads_active, autotune ? e->active : 0,
+                        memory_order_relaxed);
   *out = e;
   return SL_OK;
 }

@@ -63,7 +63,9 @@ typedef struct sl__engine_ops {
 typedef struct sl__engine_opts {
   const char *stage;       /* names the stage in messages, e.g. "map" */
   const char *thread_name; /* at most 15 characters, e.g. "sl-map" */
-  int threads;             /* 1..sl__thread_limit() */
+  int threads;             /* 1..sl__thread_limit(), or SL__THREADS_AUTO:
+                              sl__threads_auto_max() started, as many run
+                              as the tuner chooses (engine.c, "auto") */
   bool ordered;            /* results in upstream order; else as finished */
   size_t window;           /* items in flight; 0: max(128, 32 x threads) */
 } sl__engine_opts;
@@ -219,6 +221,12 @@ const atomic_bool *sl__engine_stop_flag(const sl__engine *e);
 /* The spins the consumer began since creation (tests: none while the
  * machine is oversubscribed, sl__cpus_oversubscribed).  The consumer's. */
 uint64_t sl__engine_spins(const sl__engine *e);
+
+/* The workers started (threads, SL__THREADS_AUTO resolved), and of those
+ * the ones running now (auto: the tuner's choice; else all).  threads:
+ * any thread; active: the consumer's or any thread (takes the lock). */
+int sl__engine_threads(const sl__engine *e);
+int sl__engine_active(sl__engine *e);
 
 /* The engine's run counters (busy, wait_up, wait_down; threads). */
 sl__stage_counters *sl__engine_counters(sl__engine *e);

@@ -643,14 +643,16 @@ static PyObject *pipeline_exit(PyObject *obj, PyObject *args) {
 
 static PyObject *stage_dict(const sl_stage_stats *s) {
   return Py_BuildValue(
-      "{s:s,s:i,s:i,s:i,s:K,s:K,s:d,s:d,s:d,s:d,s:K,s:K,s:s}", "name", s->name,
+      "{s:s,s:i,s:i,s:i,s:K,s:K,s:d,s:d,s:d,s:d,s:K,s:K,s:s,s:K,s:O,s:i}",
+      "name", s->name,
       "depth", s->depth, "downstream", s->downstream, "threads", s->threads,
       "samples_in", (unsigned long long)s->samples_in, "samples_out",
       (unsigned long long)s->samples_out, "next_s", s->next_s, "busy_s",
       s->busy_s, "wait_up_s", s->wait_up_s, "wait_down_s", s->wait_down_s,
       "errors_ignored", (unsigned long long)s->errors_ignored, "queue_depth",
       (unsigned long long)s->queue_depth, "last_error", s->last_error,
-      "samples_fused", (unsigned long long)s->samples_fused);
+      "samples_fused", (unsigned long long)s->samples_fused, "threads_auto",
+      s->threads_auto ? Py_True : Py_False, "threads_max", s->threads_max);
 }
 
 /* The chain's stages (sl_reader_stats), as a list of dicts. */

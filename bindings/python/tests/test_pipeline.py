@@ -117,6 +117,22 @@ def test_stats():
         sluice.stats_enable(False)
 
 
+AUTO = """
+local sluice = require "sluice"
+return sluice.range(2000):map(function(s) return s end, {threads = "auto"})
+"""
+
+
+def test_stats_show_auto_threads():
+    p = sluice.open_string(AUTO)
+    got = [int(np.asarray(s["i"])) for s in p]
+    assert got == list(range(2000))
+    st = p.stats()
+    assert st[0]["name"] == "map" and st[0]["threads_auto"] is True
+    assert 1 <= st[0]["threads"] <= st[0]["threads_max"]
+    assert st[1]["threads_auto"] is False and "samples_fused" in st[0]
+
+
 RESUMABLE = """
 local sluice = require "sluice"
 return sluice.range(1000):shuffle(100, {seed = 7}):batch(10):prefetch(2)
