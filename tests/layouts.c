@@ -170,6 +170,9 @@ int main(void) {
   F(sl_stage_stats, queue_depth);
   F(sl_stage_stats, last_error);
   F(sl_stage_stats, samples_fused);
+  F(sl_stage_stats, bytes_held);
+  F(sl_stage_stats, bytes_peak);
+  F(sl_stage_stats, budget_bytes);
 
   /* Internal, declared by lua/sluice/cdef.lua (src/script/lua_host.h). */
   S(sl__lua_pins);

@@ -57,7 +57,14 @@ SL_API int sl_stats_enabled(void);
  *   samples_fused  a map fused with the batch right above it (sl_batch,
  *                no_fuse): outputs its workers wrote straight into the
  *                batch's rows instead of handing them on; 0 for other
- *                stages. */
+ *                stages.
+ *   bytes_held   with a memory budget (sl_reader_set_budget): the payload
+ *                bytes (sl_sample_nbytes) the stage holds now, counting the
+ *                sample it handed out last until the stage above takes
+ *                it over; 0 without a budget.
+ *   bytes_peak   the most it held at once since the budget was set.
+ *   budget_bytes the chain's memory budget (the same in every row); 0:
+ *                none. */
 typedef struct sl_stage_stats {
   const char *name;
   int depth;
@@ -73,6 +80,9 @@ typedef struct sl_stage_stats {
   uint64_t queue_depth;
   char last_error[256];
   uint64_t samples_fused;
+  uint64_t bytes_held;
+  uint64_t bytes_peak;
+  uint64_t budget_bytes;
 } sl_stage_stats;
 
 /* Walks the chain of `r` depth-first from r (index 0) to its sources and

@@ -52,6 +52,10 @@ int sl__engine_stage_next(void *st, sl_sample **out) {
   return b->hooks->took ? b->hooks->took(st, out) : SL_OK;
 }
 
+void sl__engine_stage_budget(void *st, sl__budget_acct *acct) {
+  sl__engine_set_budget(((sl__engine_stage *)st)->engine, acct);
+}
+
 bool sl__engine_stage_rows(void *st, sl__rows *table) {
   sl__engine_stage *b = st;
   if (!b->fusable || !b->one_to_one || !b->ordered ||

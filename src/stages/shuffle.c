@@ -47,6 +47,7 @@ typedef struct shuffle_state {
   bool ahead_ok;
   size_t ahead_bound, ahead_j;
   uint64_t ahead_rng[4]; /* rng after that draw */
+  sl__budget_acct *acct; /* the memory budget's account, or NULL */
 } shuffle_state;
 
 /* Seeds the generator for pass `pass` (sl__rng_seed).  The pass number is
@@ -67,6 +68,22 @@ static void release_window(shuffle_state *s) {
   for (size_t i = 0; i < s->count; i++)
     sl_sample_release(s->win[i]);
   s->count = 0;
+  if (s->acct) sl__budget_release_all(s->acct);
+}
+
+/* The memory budget (sync/budget.h): the window's samples are charged as
+ * they arrive (upstream's carry claimed), without waiting (the window only
+ * empties as this stage's caller pulls); a sample drawn becomes the
+ * account's carry.  A window needing more than the budget is an error. */
+static void shuffle_budget(void *st, sl__budget_acct *acct) {
+  ((shuffle_state *)st)->acct = acct;
+}
+
+static int charge_window(shuffle_state *s, sl_sample *smp) {
+  if (!s->acct) return SL_OK;
+  int rc = sl__budget_charge(s->acct, sl_sample_nbytes(smp), s->count + 1);
+  if (rc < 0) sl_sample_release(smp);
+  return rc;
 }
 
 /* Makes room for one more sample: doubles the allocation, capped at the
@@ -119,6 +136,7 @@ static int shuffle_next(void *st, sl_sample **out) {
                            "(buffer_size %zu; a smaller buffer holds less)",
                            s->count, s->size);
     if (rc < 0) return rc; /* upstream's message is already set */
+    SL_FORWARD_IF_ERROR(charge_window(s, s->win[s->count]));
     s->count++;
     s->pulled++;
   }
@@ -132,6 +150,7 @@ static int shuffle_next(void *st, sl_sample **out) {
   }
   *out = s->win[j];
   s->win[j] = s->win[--s->count];
+  if (s->acct) sl__budget_to_carry(s->acct, sl_sample_nbytes(*out));
   draw_ahead(s);
   return SL_OK;
 }
@@ -303,6 +322,8 @@ static int refill(shuffle_state *s, const replayed *w, bool fetch) {
   if (rc != SL_OK) /* release what was placed; the window stays empty */
     for (size_t i = 0; i < next; i++)
       sl_sample_release(s->win[order[i].slot]);
+  for (size_t i = 0; rc == SL_OK && s->acct && i < w->count; i++)
+    sl__budget_adjust(s->acct, 0, sl_sample_nbytes(s->win[i]));
   sl__free(order);
   return rc;
 }
@@ -410,6 +431,7 @@ static const sl__stage_ops shuffle_ops = {
     .restore = shuffle_restore,
     .identity = shuffle_identity,
     .check = shuffle_check,
+    .budget = shuffle_budget,
 };
 
 int sl_shuffle(sl_reader *up, size_t buffer_size, uint64_t seed,

@@ -132,6 +132,7 @@
  *     finish, on_thread: immutable.
  */
 #include "sync/engine.h"
+#include "sync/budget.h"
 
 #include <pthread.h>
 #include <time.h>
@@ -161,6 +162,7 @@ typedef struct result {
   bool checked;  /* R_SAMPLE: needs no ops.check */
   bool finished; /* R_SAMPLE, R_MANY: the finish hook ran (or none) */
   size_t nbytes; /* R_SAMPLE: counted in `bytes` (max_bytes set) */
+  uint64_t charged; /* R_SAMPLE, R_MANY: bytes charged to the budget */
   uint64_t seq;  /* R_SAMPLE, R_SKIP: its sequence number */
   sl_sample *s;  /* R_SAMPLE: owned */
   char *msg;     /* R_ERROR, R_SKIP: owned heap copy of the message (the
@@ -178,6 +180,8 @@ typedef struct worker {
   void *wctx;         /* what worker_init stored */
   double ns_per_item; /* running estimate of an item's cost, 0: none */
   size_t budget;      /* max_bytes: bytes this pull run may still take */
+  uint64_t spare;     /* budget: reserved for the next item to pull */
+  uint64_t rsv[BATCH_MAX]; /* the budget's charge for each item in hand */
   sl_sample *in[BATCH_MAX];
   result out[BATCH_MAX];
 } worker;
@@ -192,6 +196,11 @@ struct sl__engine {
   sl__engine_finish_fn finish;    /* set before the first start, or NULL */
   sl__engine_thread_fn on_thread; /* set before the first start, or NULL */
   size_t max_bytes;               /* 0: no bound on the bytes deposited */
+  /* The memory budget's account (budget.h), set once, or NULL; and the
+   * largest item seen, what a worker reserves before it pulls. */
+  sl__budget_acct *_Atomic acct;
+  atomic_uint_least64_t est;
+  atomic_bool sized; /* est is known: a result was made */
   int cache_max;                  /* 1..CACHE, set before the first start */
   bool ordered;
   bool spin; /* a spare CPU for the consumer to spin on */
@@ -324,6 +333,105 @@ static void record_terminal(sl__engine *e, int rc, char *msg, wakes *wk) {
     e->term_seq = e->pull_seq;
   set_pull_done(e, wk);
   wake_consumer(e, wk);
+}
+
+/* --- the memory budget (budget.h) --------------------------------------------
+ * With an account set (sl__engine_set_budget), a worker reserves room for
+ * one item (the largest result so far, `est`) before its pull run, outside
+ * pull_mu (a save may hold that), waiting while the budget is full and the
+ * stage holds something; each further item of the run only tries, and the
+ * run ends without room.  Once pulled, the item's charge becomes its bytes
+ * (what upstream handed over is claimed from upstream's carry); once
+ * processed, its result's (`charged`).  The consumer hands a result's
+ * bytes out as the account's carry (the stage above claims them, or the
+ * next call drops them).  A stop releases everything the account holds.
+ * Until the first result is made its size is not known (a map may turn 8
+ * bytes into a megabyte): only one item is in hand then. */
+
+static sl__budget_acct *acct_of(const sl__engine *e) {
+  return atomic_load_explicit(&e->acct, memory_order_acquire);
+}
+
+static void raise_est(sl__engine *e, uint64_t n) {
+  uint64_t v = atomic_load_explicit(&e->est, memory_order_relaxed);
+  while (n > v && !atomic_compare_exchange_weak_explicit(
+                      &e->est, &v, n, memory_order_relaxed,
+                      memory_order_relaxed))
+    ;
+}
+
+/* Room for the next item: waiting (first of a run) or only trying.
+ * Returns SL_OK, 1 (no room: end the run), or an error. */
+static int budget_room(sl__engine *e, worker *w, sl__budget_acct *a,
+                       bool wait) {
+  if (!atomic_load_explicit(&e->sized, memory_order_acquire)) {
+    if (!wait) return 1;
+    SL_FORWARD_IF_ERROR(sl__budget_wait_empty(a, &e->stop));
+  }
+  uint64_t n = atomic_load_explicit(&e->est, memory_order_relaxed);
+  if (!wait) {
+    if (!sl__budget_try(a, n)) return 1;
+  } else {
+    SL_FORWARD_IF_ERROR(sl__budget_reserve(a, n, &e->stop));
+  }
+  w->spare = n;
+  return SL_OK;
+}
+
+/* Item s was pulled: its charge (*rsv) becomes its bytes or what was
+ * reserved for it, whichever is more. */
+static int budget_took(sl__engine *e, worker *w, sl__budget_acct *a,
+                       const sl_sample *s, uint64_t *rsv) {
+  uint64_t h = sl_sample_nbytes(s);
+  SL_FORWARD_IF_ERROR(sl__budget_fits(a, h));
+  /* Its charge: its bytes, or the room reserved for its result if more. */
+  uint64_t keep = h > w->spare ? h : w->spare;
+  uint64_t claimed = sl__budget_claim(a, h);
+  sl__budget_adjust(a, w->spare + claimed, keep);
+  w->spare = 0;
+  *rsv = keep;
+  return SL_OK;
+}
+
+/* Item j of the batch was processed into w->out[j]: its charge becomes the
+ * result's bytes. */
+static void budget_done(sl__engine *e, worker *w, size_t j) {
+  sl__budget_acct *a = acct_of(e);
+  if (!a) return;
+  result *r = &w->out[j];
+  uint64_t n = 0;
+  if (r->kind == R_SAMPLE) n = sl_sample_nbytes(r->s);
+  for (size_t i = 0; r->kind == R_MANY && i < r->n; i++)
+    n += sl_sample_nbytes(r->v[i]);
+  if (sl__budget_fits(a, n) < 0) { /* one result larger than the budget */
+    result_clear(r);
+    result_error(r, SL_ENOMEM);
+    n = 0;
+  }
+  sl__budget_adjust(a, w->rsv[j], n);
+  w->rsv[j] = 0;
+  r->charged = n;
+  raise_est(e, n);
+  atomic_store_explicit(&e->sized, true, memory_order_release);
+}
+
+/* Items j.. of a batch that will not be processed: their charges go. */
+static void budget_drop(sl__engine *e, worker *w, size_t j, size_t got) {
+  sl__budget_acct *a = acct_of(e);
+  for (size_t k = j; k < got; k++) {
+    if (a) sl__budget_release(a, w->rsv[k]);
+    w->rsv[k] = 0;
+  }
+}
+
+/* The consumer hands out a result's bytes. */
+static void budget_out(sl__engine *e, uint64_t charged) {
+  sl__budget_acct *a = acct_of(e);
+  if (a && charged) sl__budget_to_carry(a, charged);
+}
+
+void sl__engine_set_budget(sl__engine *e, sl__budget_acct *a) {
+  atomic_store_explicit(&e->acct, a, memory_order_release);
 }
 
 /* --- the worker thread ---------------------------------------------------- */
@@ -474,13 +582,27 @@ static size_t pull_batch(sl__engine *e, worker *w, uint64_t base, size_t n) {
   size_t got = 0;
   int rc = SL_OK;
   char *msg = NULL;
+  sl__budget_acct *a = acct_of(e);
+  if (a) {
+    rc = budget_room(e, w, a, true);
+    if (rc < 0 && atomic_load_explicit(&e->stop, memory_order_relaxed))
+      rc = SL_OK, n = 0; /* stopped: the worker leaves */
+    else if (rc < 0)
+      msg = sl__error_dup(), n = 0;
+  }
   pthread_mutex_lock(&e->pull_mu);
   while (got < n) {
     if (atomic_load_explicit(&e->stop, memory_order_relaxed)) break;
+    if (a && got > 0 && budget_room(e, w, a, false) != SL_OK) break;
     sl_sample *s = NULL;
     rc = e->ops->pull(e->ud, &s);
     if (rc != SL_OK) {
       if (rc != SL_EOF) msg = sl__error_dup();
+      break;
+    }
+    if (a && (rc = budget_took(e, w, a, s, &w->rsv[got])) < 0) {
+      sl_sample_release(s);
+      msg = sl__error_dup();
       break;
     }
     w->in[got++] = s;
@@ -492,6 +614,8 @@ static size_t pull_batch(sl__engine *e, worker *w, uint64_t base, size_t n) {
     }
   }
   pthread_mutex_unlock(&e->pull_mu);
+  if (a && w->spare) sl__budget_release(a, w->spare);
+  w->spare = 0;
   wakes wk = {false, false, false};
   pthread_mutex_lock(&e->mu);
   e->pull_seq = base + got;
@@ -513,17 +637,20 @@ static bool process_batch(sl__engine *e, worker *w, uint64_t base, size_t got) {
         sl_sample_release(w->in[k]);
       for (size_t k = 0; k < j; k++)
         result_clear(&w->out[k]);
+      budget_drop(e, w, j, got);
       return false;
     }
     sl_sample *s = w->in[j];
     w->in[j] = NULL;
     run_one(e, w, base + j, s, &w->out[j]);
+    budget_done(e, w, j);
     if (w->out[j].kind == R_ERROR) {
       /* The pass ends here: the rest of the batch would never be seen. */
       for (size_t k = j + 1; k < got; k++) {
         sl_sample_release(w->in[k]);
         w->in[k] = NULL;
       }
+      budget_drop(e, w, j + 1, got);
       deposit(e, w, base, j + 1);
       return true;
     }
@@ -607,10 +734,12 @@ static void *worker_main(void *arg) {
 
 void sl__engine_signal_stop(sl__engine *e) {
   pthread_mutex_lock(&e->mu);
-  atomic_store_explicit(&e->stop, true, memory_order_relaxed);
+  atomic_store_explicit(&e->stop, true, memory_order_release);
   pthread_cond_broadcast(&e->work_cv);
   pthread_cond_broadcast(&e->out_cv);
   pthread_mutex_unlock(&e->mu);
+  sl__budget_acct *a = acct_of(e); /* a worker waiting for room */
+  if (a) sl__budget_wake(sl__budget_of(a));
 }
 
 /* Releases every pending result and rewinds the counters.  No worker may
@@ -629,6 +758,8 @@ static void drop_pending(sl__engine *e) {
   e->bytes = 0;
   e->idle = e->woken = 0;
   e->consumer_sleeping = false;
+  sl__budget_acct *a = acct_of(e);
+  if (a) sl__budget_release_all(a);
 }
 
 /* Joins every started worker (after a signal_stop). */
@@ -863,6 +994,7 @@ int sl__engine_next_many(sl__engine *e, sl_sample ***v, size_t *n,
   *n = rp->n - rp->pos;
   *seq = rp->seq;
   e->last_seq = rp->seq;
+  budget_out(e, rp->charged);
   memset(rp, 0, sizeof *rp);
   e->cache_pos++;
   return SL_OK;
@@ -874,6 +1006,7 @@ int sl__engine_next(sl__engine *e, sl_sample **out) {
     e->last_seq = rp->seq;
     *out = rp->v[rp->pos++];
     if (rp->pos == rp->n) { /* the item's last sample */
+      budget_out(e, rp->charged);
       sl__free(rp->v);
       memset(rp, 0, sizeof *rp);
       e->cache_pos++;
@@ -885,6 +1018,7 @@ int sl__engine_next(sl__engine *e, sl_sample **out) {
   memset(rp, 0, sizeof r);
   e->cache_pos++;
   e->last_seq = r.seq;
+  budget_out(e, r.charged);
   if (!r.checked) {
     int rc = e->ops->check(e->ud, r.seq, r.s);
     if (rc < 0) {
@@ -992,6 +1126,9 @@ int sl__engine_create(const sl__engine_ops *ops, void *ud,
   pthread_cond_init(&e->out_cv, NULL);
   atomic_init(&e->stop, false);
   atomic_init(&e->published, 0);
+  atomic_init(&e->acct, NULL);
+  atomic_init(&e->est, 0);
+  atomic_init(&e->sized, false);
   e->ops = ops;
   e->ud = ud;
   e->stage = opts->stage;
