@@ -468,3 +468,38 @@ TEST(ledger_progress_and_bulk_wake) {
   sl__budget_acct_free(x);
   sl__budget_acct_free(y);
 }
+
+/* A budget set on the source: the stages made over it join its ledger as
+ * they are made, so the chain is bounded from its first sample. */
+TEST(budget_on_source_joins_later_stages) {
+  const uint64_t budget = 6 * ITEM;
+  sl_reader *src = test_range_reader(400);
+  ASSERT_OK(sl_reader_set_budget(src, budget));
+  if (!g_wide) (void)wide_map(0, 1); /* makes the schema */
+  sl_parallel_opts o = SL_PARALLEL_OPTS_INIT;
+  o.threads = 3;
+  sl_reader *m = NULL;
+  ASSERT_OK(sl_map_parallel(src, widen, NULL, NULL, g_wide, &o, &m));
+  sl_reader *r = prefetch(m, 50);
+  ASSERT_RC(sl_reader_set_budget(r, budget), SL_ESTATE); /* it has one */
+  read_wide(r, 400);
+  /* two threaded stages: one sample over each at most */
+  ASSERT_LE(sl__reader_budget_peak(r), budget + 2 * ITEM);
+  check_rows(r, budget, budget + ITEM);
+  ASSERT_GE(peak_of(r, "prefetch"), 2 * ITEM);
+  sl_reader_destroy(r);
+  /* a shuffle over a budgeted source, under a map: its window counts */
+  src = test_range_reader(2000);
+  ASSERT_OK(sl_reader_set_budget(src, 100000));
+  sl_reader *s = NULL;
+  ASSERT_OK(sl_shuffle(src, 500, 1, &s));
+  ASSERT_OK(sl_map_parallel(s, widen, NULL, NULL, g_wide, &o, &m));
+  for (int i = 0; i < 2000; i++) {
+    sl_sample *x = NULL;
+    ASSERT_RC(sl_reader_next(m, &x), SL_OK);
+    sl_sample_release(x);
+  }
+  ASSERT_EQ(peak_of(m, "shuffle"), 500 * 8);
+  ASSERT_LE(sl__reader_budget_peak(m), 100000 + ITEM);
+  sl_reader_destroy(m);
+}

@@ -162,7 +162,8 @@ typedef struct result {
   bool checked;  /* R_SAMPLE: needs no ops.check */
   bool finished; /* R_SAMPLE, R_MANY: the finish hook ran (or none) */
   size_t nbytes; /* R_SAMPLE: counted in `bytes` (max_bytes set) */
-  uint64_t charged; /* R_SAMPLE, R_MANY: bytes charged to the budget */
+  /* R_SAMPLE, R_MANY: the bytes charged to the memory budget */
+  uint64_t charged;
   uint64_t seq;  /* R_SAMPLE, R_SKIP: its sequence number */
   sl_sample *s;  /* R_SAMPLE: owned */
   char *msg;     /* R_ERROR, R_SKIP: owned heap copy of the message (the
@@ -180,8 +181,9 @@ typedef struct worker {
   void *wctx;         /* what worker_init stored */
   double ns_per_item; /* running estimate of an item's cost, 0: none */
   size_t budget;      /* max_bytes: bytes this pull run may still take */
-  uint64_t spare;     /* budget: reserved for the next item to pull */
-  uint64_t rsv[BATCH_MAX]; /* the budget's charge for each item in hand */
+  /* the memory budget: reserved for the next item to pull, and the charge
+   * of each item in hand */
+  uint64_t spare, rsv[BATCH_MAX];
   sl_sample *in[BATCH_MAX];
   result out[BATCH_MAX];
 } worker;
@@ -196,16 +198,18 @@ struct sl__engine {
   sl__engine_finish_fn finish;    /* set before the first start, or NULL */
   sl__engine_thread_fn on_thread; /* set before the first start, or NULL */
   size_t max_bytes;               /* 0: no bound on the bytes deposited */
-  /* The memory budget's account (budget.h), set once, or NULL; and the
-   * largest item seen, what a worker reserves before it pulls. */
-  sl__budget_acct *_Atomic acct;
-  atomic_uint_least64_t est;
-  atomic_bool sized; /* est is known: a result was made */
   int cache_max;                  /* 1..CACHE, set before the first start */
   bool ordered;
   bool spin; /* a spare CPU for the consumer to spin on */
   int nthreads;
   size_t window, batch_max;
+
+  /* The memory budget's account (budget.h), set once, or NULL; the largest
+   * result seen, what a worker reserves before it pulls; whether one was
+   * made (until then only one item is in hand). */
+  sl__budget_acct *_Atomic acct;
+  atomic_uint_least64_t est;
+  atomic_bool sized;
 
   pthread_mutex_t mu;
   /* Held by the worker pulling, around its pulls, and by a save
@@ -354,9 +358,9 @@ static sl__budget_acct *acct_of(const sl__engine *e) {
 
 static void raise_est(sl__engine *e, uint64_t n) {
   uint64_t v = atomic_load_explicit(&e->est, memory_order_relaxed);
-  while (n > v && !atomic_compare_exchange_weak_explicit(
-                      &e->est, &v, n, memory_order_relaxed,
-                      memory_order_relaxed))
+  while (n > v && !atomic_compare_exchange_weak_explicit(&e->est, &v, n,
+                                                         memory_order_relaxed,
+                                                         memory_order_relaxed))
     ;
 }
 
@@ -734,7 +738,7 @@ static void *worker_main(void *arg) {
 
 void sl__engine_signal_stop(sl__engine *e) {
   pthread_mutex_lock(&e->mu);
-  atomic_store_explicit(&e->stop, true, memory_order_release);
+  atomic_store_explicit(&e->stop, true, memory_order_relaxed);
   pthread_cond_broadcast(&e->work_cv);
   pthread_cond_broadcast(&e->out_cv);
   pthread_mutex_unlock(&e->mu);
