@@ -7,10 +7,9 @@
 # LUA_PATH / LUA_CPATH as run.sh.
 . "$(dirname "$0")/lib.bash"
 SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-BUILD=$(cd "$(dirname "$SLUICE")/.." && pwd)
-export LUA_PATH="$SRC/lua/?.lua;$SRC/lua/?/init.lua;;"
-export LUA_CPATH="$BUILD/lua/?.so;;"
 S=$SRC/tests/scripts
+BUILD=$(cd "$(dirname "$SLUICE")/.." && pwd)
+export LUA_PATH="$SRC/lua/?.lua;$SRC/lua/?/init.lua;;" LUA_CPATH="$BUILD/lua/?.so;;"
 
 sl run --memory 1M "$S/slow_map.lua" 400
 expect_rc 0 "run --memory 1M"
