@@ -69,7 +69,9 @@ bool sl__engine_stage_rows(void *st, sl__rows *table) {
 int sl__engine_stage_out(sl__engine_stage *b, uint64_t seq, sl_sample *o,
                          sl_sample **out) {
   sl__rows *rows = atomic_load_explicit(&b->rows, memory_order_acquire);
+  size_t row = rows ? sl_sample_nbytes(o) : 0;
   sl_sample *token = rows ? sl__rows_put(rows, seq, o) : NULL;
+  if (token) sl__engine_result_bytes(row); /* not the whole batch's */
   *out = token ? token : o;
   return SL__ENGINE_OUT;
 }

@@ -352,6 +352,12 @@ static void record_terminal(sl__engine *e, int rc, char *msg, wakes *wk) {
  * Until the first result is made its size is not known (a map may turn 8
  * bytes into a megabyte): only one item is in hand then. */
 
+/* The result's bytes a process callback gave (sl__engine_result_bytes):
+ * this worker's, for the item it is processing; UINT64_MAX: none. */
+static _Thread_local uint64_t tl_result_bytes = UINT64_MAX;
+
+void sl__engine_result_bytes(uint64_t n) { tl_result_bytes = n; }
+
 static sl__budget_acct *acct_of(const sl__engine *e) {
   return atomic_load_explicit(&e->acct, memory_order_acquire);
 }
@@ -403,8 +409,10 @@ static void budget_done(sl__engine *e, worker *w, size_t j) {
   sl__budget_acct *a = acct_of(e);
   if (!a) return;
   result *r = &w->out[j];
-  uint64_t n = 0;
-  if (r->kind == R_SAMPLE) n = sl_sample_nbytes(r->s);
+  uint64_t n = 0, given = tl_result_bytes;
+  tl_result_bytes = UINT64_MAX;
+  if (r->kind == R_SAMPLE)
+    n = given != UINT64_MAX ? given : sl_sample_nbytes(r->s);
   for (size_t i = 0; r->kind == R_MANY && i < r->n; i++)
     n += sl_sample_nbytes(r->v[i]);
   if (sl__budget_fits(a, n) < 0) { /* one result larger than the budget */

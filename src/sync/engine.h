@@ -164,6 +164,10 @@ int sl__engine_seen(const sl__engine *e);
  * stage and the bytes. */
 struct sl__budget_acct;
 void sl__engine_set_budget(sl__engine *e, struct sl__budget_acct *a);
+/* For a process callback, on its worker's thread: the bytes its result
+ * holds for the budget when sl_sample_nbytes would misstate them (a fused
+ * map's token refers to its whole batch: the row's bytes). */
+void sl__engine_result_bytes(uint64_t n);
 
 /* Starts a pass: every worker thread.  When one cannot be started, those
  * started are stopped again and the error (SL_ENOMEM, naming the stage) is
