@@ -437,6 +437,44 @@ TEST(ledger_reserve_release_close) {
   sl__budget_acct_free(x); /* the last: the ledger goes too */
 }
 
+/* A stage waiting to hold nothing (before it knows its items' size) goes
+ * on when the stage above claims its carry (a regression: the claim did
+ * not wake it, and a map under a prefetch hung now and then). */
+typedef struct empty_waiter {
+  sl__budget_acct *a;
+  atomic_int rc;
+} empty_waiter;
+
+static void *wait_empty_main(void *arg) {
+  empty_waiter *w = arg;
+  atomic_store(&w->rc, sl__budget_wait_empty(w->a, NULL));
+  return NULL;
+}
+
+TEST(ledger_claim_wakes_waiter_for_empty) {
+  sl__budget *b = sl__budget_new(1000);
+  sl__budget_acct *up = sl__budget_acct_new(b, "map");
+  sl__budget_acct *down = sl__budget_acct_new(b, "prefetch");
+  sl__budget_drop(b);
+  sl__budget_acct_link(down, up);
+  ASSERT_OK(sl__budget_reserve(up, 100, NULL));
+  sl__budget_to_carry(up, 100); /* handed out, not yet claimed */
+  empty_waiter w = {.a = up};
+  atomic_init(&w.rc, 1);
+  pthread_t t;
+  ASSERT_EQ(pthread_create(&t, NULL, wait_empty_main, &w), 0);
+  sleep_ms(20);
+  ASSERT_EQ(atomic_load(&w.rc), 1); /* still waiting */
+  ASSERT_EQ(sl__budget_claim(down, 100), 100);
+  pthread_join(t, NULL); /* the watchdog fails a lost wake-up */
+  ASSERT_EQ(atomic_load(&w.rc), SL_OK);
+  ASSERT_EQ(sl__budget_acct_held(up), 0);
+  ASSERT_EQ(sl__budget_acct_held(down), 100);
+  ASSERT_EQ(sl__budget_held(b), 100);
+  sl__budget_acct_free(up);
+  sl__budget_acct_free(down);
+}
+
 /* A stage that holds nothing takes one item even when the budget is full
  * (progress), and the many waiters are all woken by one release. */
 TEST(ledger_progress_and_bulk_wake) {

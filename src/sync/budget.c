@@ -8,10 +8,12 @@
  * stage holding nothing may take) add without the check.
  *
  * Waiting: a reserver that finds no room registers (`waiters`, seq_cst)
- * under `mu`, looks at the total again and sleeps on `cv`; a releaser
- * subtracts (seq_cst) and then reads `waiters`: one of the two sees the
- * other's write, so no wake-up is lost.  Releases broadcast (the waiters
- * may want different amounts), as do close and wake.
+ * under `mu`, looks at the total (or its account's held bytes) again and
+ * sleeps on `cv`; whoever lowers a total or an account's held bytes
+ * (a release, a drop, a claim of the carry) subtracts (seq_cst) and then
+ * reads `waiters`: one of the two sees the other's write, so no wake-up
+ * is lost.  Releases broadcast (the waiters may want different amounts),
+ * as do close and wake.
  */
 #include "sync/budget.h"
 
@@ -283,9 +285,9 @@ uint64_t sl__budget_claim(sl__budget_acct *a, uint64_t max) {
   atomic_fetch_sub(&d->held, c);
   uint64_t h = atomic_fetch_add(&a->held, moved) + moved;
   raise_peak(&a->peak, h);
-  if (c > moved) {
-    atomic_fetch_sub(&a->b->total, c - moved);
-    if (atomic_load(&a->b->waiters) > 0) wake_all(a->b);
-  }
+  if (c > moved) atomic_fetch_sub(&a->b->total, c - moved);
+  /* d holds less: a waiter of d's (for room while it holds something, or
+   * for it to hold nothing) may go on. */
+  if (atomic_load(&a->b->waiters) > 0) wake_all(a->b);
   return moved;
 }
