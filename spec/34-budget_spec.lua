@@ -70,8 +70,11 @@ describe("p:budget", function()
       assert.is_true(s.bytes_held <= s.bytes_peak)
     end
     -- each threaded stage within the budget, one sample over at most
-    -- (what a stage holding nothing may take, docs/LUA.md)
-    assert.is_true(row(st, "map").bytes_peak <= 64 * 1024 + ITEM)
+    -- (what a stage holding nothing may take, docs/LUA.md); a Lua map
+    -- learns its schema from its first output before it is made a stage
+    -- and joins the budget, so what its workers made by then (its window
+    -- of 128 + 16 at most) is counted, not bounded
+    assert.is_true(row(st, "map").bytes_peak <= 64 * 1024 + 144 * ITEM)
     assert.is_true(row(st, "prefetch").bytes_peak <= 64 * 1024 + ITEM)
     assert.is_true(row(st, "prefetch").bytes_peak >= ITEM)
     -- the second pass, the same
