@@ -172,6 +172,9 @@ int main(void) {
   F(sl_stage_stats, samples_fused);
   F(sl_stage_stats, threads_auto);
   F(sl_stage_stats, threads_max);
+  F(sl_stage_stats, bytes_held);
+  F(sl_stage_stats, bytes_peak);
+  F(sl_stage_stats, budget_bytes);
 
   /* Internal, declared by lua/sluice/cdef.lua (src/script/lua_host.h). */
   S(sl__lua_pins);

@@ -42,7 +42,8 @@
 static const char synopsis[] =
     "  sluice run [--epochs N | --limit N] SCRIPT [ARGS...]\n"
     "  sluice run [--stop-after N] [--save-state FILE] [--resume FILE]\n"
-    "             [--digest] [--stats] [--epochs N] SCRIPT [ARGS...]\n";
+    "             [--digest] [--stats] [--memory SIZE] [--epochs N]\n"
+    "             SCRIPT [ARGS...]\n";
 
 static const char help[] =
     "Runs the Lua pipeline script SCRIPT (it returns a pipeline; ARGS reach\n"
@@ -67,6 +68,11 @@ static const char help[] =
     "                  time, time waiting on upstream and blocked by\n"
     "                  downstream, share of its threads used; and the stage\n"
     "                  that limits throughput (docs/PERFORMANCE.md)\n"
+    "      --memory SIZE  one memory budget for the whole pipeline (a\n"
+    "                  number of bytes, with an optional K, M or G: powers\n"
+    "                  of 1024): the samples its stages hold stay within\n"
+    "                  it (sl_reader_set_budget, docs/CLI.md); --stats\n"
+    "                  then states it and each stage's bytes held and peak\n"
     "      --stop-after N  stop once N samples of the run (counted across\n"
     "                  epochs, from the start of the first run when\n"
     "                  resuming) are done: at the end of the batch holding\n"
@@ -96,6 +102,7 @@ enum {
   OPT_SAVE_STATE,
   OPT_RESUME,
   OPT_DIGEST,
+  OPT_MEMORY,
   OPT_HELP
 };
 
@@ -107,6 +114,7 @@ static const cli_opt opts[] = {
     {"save-state", 0, true, OPT_SAVE_STATE},
     {"resume", 0, true, OPT_RESUME},
     {"digest", 0, false, OPT_DIGEST},
+    {"memory", 0, true, OPT_MEMORY},
     {"help", 'h', false, OPT_HELP},
     {NULL, 0, false, 0},
 };
@@ -347,7 +355,7 @@ static int print_stats(const sl_reader *pl, double wall) {
 int cmd_run(int argc, char **argv) {
   cli_parser p;
   cli_parser_init(&p, argc, argv, "run", synopsis, opts);
-  uint64_t epochs = 1, limit = 0, stop_after = 0; /* 0: none */
+  uint64_t epochs = 1, limit = 0, stop_after = 0, memory = 0; /* 0: none */
   bool stats = false, digest = false;
   const char *script = NULL, *val, *save_path = NULL, *resume_path = NULL;
   int id;
@@ -383,6 +391,13 @@ int cmd_run(int argc, char **argv) {
             "run", synopsis,
             "--stop-after needs a whole number >= 1 (got '%s')", val);
       break;
+    case OPT_MEMORY:
+      if (!cli_parse_u64(val, true, &memory) || memory < 1)
+        return cli_usage_error("run", synopsis,
+                               "--memory needs a size >= 1 byte (a number "
+                               "with an optional K, M or G; got '%s')",
+                               val);
+      break;
     case OPT_SAVE_STATE:
       if (!*val)
         return cli_usage_error("run", synopsis, "--save-state needs a file");
@@ -410,6 +425,10 @@ int cmd_run(int argc, char **argv) {
   double t0 = cli_now();
   int rc = sl_pipeline_open_file(script, nargs, args, &pl);
   if (rc != SL_OK) return cli_fail("run", rc);
+  if (memory && (rc = sl_reader_set_budget(pl, memory)) != SL_OK) {
+    sl_reader_destroy(pl);
+    return cli_fail("run", rc);
+  }
   char desc[512];
   printf("pipeline: %s yields %s (opened in %.3f s)\n", script,
          sl_schema_describe(sl_reader_schema(pl), desc, sizeof desc),

@@ -26,7 +26,8 @@ static const char synopsis[] =
     "  sluice cat [--from K] [--count N] [--json] [--max-chunk-bytes N] FILE\n"
     "  sluice run [--epochs N | --limit N] SCRIPT [ARGS...]\n"
     "  sluice run [--stop-after N] [--save-state FILE] [--resume FILE]\n"
-    "             [--digest] [--stats] [--epochs N] SCRIPT [ARGS...]\n"
+    "             [--digest] [--stats] [--memory SIZE] [--epochs N]\n"
+    "             SCRIPT [ARGS...]\n"
     "  sluice help [COMMAND]\n"
     "  sluice --version\n";
 

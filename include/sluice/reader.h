@@ -132,6 +132,29 @@ SL_API int sl_reader_restore_elastic(sl_reader *r, const void *const *states,
  */
 SL_API void sl_free(void *p);
 
+/* Gives the whole chain of `r` one memory budget of `bytes` (> 0): the
+ * bytes its stages hold (samples in a threaded stage's window or queue -
+ * map, filter, flat_map, prefetch, decode_image - and a shuffle's window,
+ * as sl_sample_nbytes counts them) stay within it.  A threaded stage waits
+ * for room before it pulls while it holds something (one that holds
+ * nothing may always take one sample, so the pipeline never stalls on its
+ * budget); a shuffle, which works on its caller's thread, takes what it
+ * needs and leaves less to the others.  Each stage's bytes held and peak,
+ * and the budget, are in its stats row (sl_reader_stats).  Call it once
+ * per chain, before the first next: on the outermost reader it reaches
+ * every stage, but threads that started when their stage was made may
+ * have made one window of samples before it (counted, not bounded); on a
+ * source, every stage made over it later joins it as it is made, bounded
+ * from its first sample.  Errors: SL_EINVAL (NULL, 0 bytes), SL_ESTATE
+ * (the chain already has a budget), SL_ENOMEM.  Later,
+ * a sample larger than the budget, or a shuffle window needing more, ends
+ * the pass with SL_ENOMEM "stage 'shuffle' needs N bytes ..., the budget is
+ * M bytes".  What it does not count (a batch being built, decoded images
+ * inside a stage, file read-ahead, caches, Lua heaps): docs/LUA.md,
+ * "Memory budget".  Threads: the thread that uses `r`, not while another
+ * thread is inside it.  The budget is freed with the chain. */
+SL_API int sl_reader_set_budget(sl_reader *r, uint64_t bytes);
+
 /* Destroys the reader and the chain of upstreams it owns, joining any thread
  * it runs.  Safe at any moment (mid-pass, full channels).  NULL-safe. */
 SL_API void sl_reader_destroy(sl_reader *r);

@@ -61,7 +61,14 @@ SL_API int sl_stats_enabled(void);
  *   threads_auto 1 for a stage whose threads are tuned (SL_THREADS_AUTO,
  *                Lua threads = "auto"): `threads` is then the workers the
  *                tuner runs now, threads_max those started; 0 otherwise
- *                (threads_max = threads). */
+ *                (threads_max = threads).
+ *   bytes_held   with a memory budget (sl_reader_set_budget): the payload
+ *                bytes (sl_sample_nbytes) the stage holds now, counting the
+ *                sample it handed out last until the stage above takes
+ *                it over; 0 without a budget.
+ *   bytes_peak   the most it held at once since the budget was set.
+ *   budget_bytes the chain's memory budget (the same in every row); 0:
+ *                none. */
 typedef struct sl_stage_stats {
   const char *name;
   int depth;
@@ -79,6 +86,9 @@ typedef struct sl_stage_stats {
   uint64_t samples_fused;
   int threads_auto;
   int threads_max;
+  uint64_t bytes_held;
+  uint64_t bytes_peak;
+  uint64_t budget_bytes;
 } sl_stage_stats;
 
 /* Walks the chain of `r` depth-first from r (index 0) to its sources and

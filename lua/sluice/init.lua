@@ -141,6 +141,35 @@ local function check_opts(opts, where, known, level)
   return opts
 end
 
+-- A size in bytes: a whole number, or a string of one with a unit, powers
+-- of 1024 as in the CLI's sizes (B; K, KB or KiB; M, MB, MiB; G, GB, GiB;
+-- T, TB, TiB; any case, spaces allowed: "2GiB", "1.5 G", "64 mb").  Returns
+-- the bytes, or nil and why.
+local SIZE_UNITS = {[""] = 1, b = 1}
+for i, u in ipairs({"k", "m", "g", "t"}) do
+  SIZE_UNITS[u], SIZE_UNITS[u .. "b"], SIZE_UNITS[u .. "ib"] =
+    1024 ^ i, 1024 ^ i, 1024 ^ i
+end
+local function parse_size(v)
+  local n, unit
+  if type(v) == "number" then
+    n, unit = v, ""
+  elseif type(v) == "string" then
+    local num, u = v:match("^%s*([%d%.]+)%s*(%a*)%s*$")
+    n, unit = tonumber(num), u and u:lower()
+  end
+  local scale = unit and SIZE_UNITS[unit]
+  local exact = n and scale and n * scale
+  local bytes = exact and floor(exact + 0.5)
+  if not bytes or (scale == 1 and exact ~= bytes) or bytes < 1
+     or bytes >= 2 ^ 53 then
+    return nil, ("a size must be a whole number of bytes >= 1 or a string "
+                 .. "such as \"512MiB\", \"2G\" or \"1.5GiB\" (got %s)")
+                :format(type(v) == "string" and ("%q"):format(v) or tostring(v))
+  end
+  return bytes
+end
+
 local function set(...)
   local t = {}
   for i = 1, select("#", ...) do t[select(i, ...)] = true end
@@ -420,6 +449,8 @@ function Pipeline:stats()
       queue_depth = tonumber(s.queue_depth),
       samples_fused = tonumber(s.samples_fused),
       threads_auto = s.threads_auto ~= 0, threads_max = s.threads_max,
+      bytes_held = tonumber(s.bytes_held), bytes_peak = tonumber(s.bytes_peak),
+      budget_bytes = tonumber(s.budget_bytes),
       last_error = s.last_error[0] ~= 0 and ffi_string(s.last_error) or nil,
     }
   end
@@ -438,6 +469,26 @@ function Pipeline:stats()
     end
   end
   return out
+end
+
+-- One memory budget for the whole chain (C sl_reader_set_budget): size in
+-- bytes or a string with a unit ("2GiB", parse_size).  Call it on the
+-- outermost stage, before reading; returns the pipeline (not consumed).
+function Pipeline:budget(size)
+  local r = live(self, ":budget()", 2)
+  local bytes, why = parse_size(size)
+  if not bytes then error("sluice: :budget(): " .. why, 2) end
+  local rc = C.sl_reader_set_budget(r, bytes)
+  if rc < 0 then error(c_message(rc), 2) end
+  return self
+end
+
+-- The bytes a size names ("2GiB" -> 2147483648; parse_size), raising on a
+-- malformed one.
+function sluice.size(v)
+  local bytes, why = parse_size(v)
+  if not bytes then error("sluice.size(): " .. why, 2) end
+  return bytes
 end
 
 -- The table `sluice run --stats` prints, for a run of wall_s seconds, with

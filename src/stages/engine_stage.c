@@ -53,6 +53,10 @@ int sl__engine_stage_next(void *st, sl_sample **out) {
   return b->hooks->took ? b->hooks->took(st, out) : SL_OK;
 }
 
+void sl__engine_stage_budget(void *st, sl__budget_acct *acct) {
+  sl__engine_set_budget(((sl__engine_stage *)st)->engine, acct);
+}
+
 bool sl__engine_stage_rows(void *st, sl__rows *table) {
   sl__engine_stage *b = st;
   if (!b->fusable || !b->one_to_one || !b->ordered ||
@@ -66,7 +70,9 @@ bool sl__engine_stage_rows(void *st, sl__rows *table) {
 int sl__engine_stage_out(sl__engine_stage *b, uint64_t seq, sl_sample *o,
                          sl_sample **out) {
   sl__rows *rows = atomic_load_explicit(&b->rows, memory_order_acquire);
+  size_t row = rows ? sl_sample_nbytes(o) : 0;
   sl_sample *token = rows ? sl__rows_put(rows, seq, o) : NULL;
+  if (token) sl__engine_result_bytes(row); /* not the whole batch's */
   *out = token ? token : o;
   return SL__ENGINE_OUT;
 }

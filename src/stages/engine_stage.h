@@ -124,6 +124,8 @@ int sl__engine_stage_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
 int sl__engine_stage_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                              sl__state_in *in);
 void sl__engine_stage_stop(void *st);
+/* The memory budget: the engine's (sl__engine_set_budget). */
+void sl__engine_stage_budget(void *st, sl__budget_acct *acct);
 
 /* The ops table of a stage on the engine, named `nm`. */
 #define SL__ENGINE_STAGE_OPS(nm, ident)                                        \
@@ -132,7 +134,8 @@ void sl__engine_stage_stop(void *st);
     .reset = sl__engine_stage_reset, .destroy = sl__engine_stage_destroy,      \
     .length = sl__engine_stage_length, .save = sl__engine_stage_save,          \
     .restore = sl__engine_stage_restore, .identity = (ident),                  \
-    .stop = sl__engine_stage_stop, .rows = sl__engine_stage_rows               \
+    .stop = sl__engine_stage_stop, .rows = sl__engine_stage_rows,              \
+    .budget = sl__engine_stage_budget                                          \
   }
 
 /* The reader of a stage on the engine: sl__stage_wrap with its counters. */

@@ -169,12 +169,20 @@ static int make(const char *what, sl_reader *up, sl_map_fn map,
                sl__threads_opt(o.threads), !o.unordered,
                o.queue}};
   rc = sl__engine_stage_init(&p->run, up, &cfg);
-  if (rc == SL_OK) rc = sl__engine_stage_start(&p->run);
   if (rc < 0) {
     sl__engine_stage_destroy(p);
     return rc;
   }
-  return sl__engine_stage_wrap(&par_ops[map ? 0 : 1], &p->run, p->schema, out);
+  /* Started once wrapped: over a chain with a memory budget, the workers
+   * start charged (reader.c). */
+  SL_FORWARD_IF_ERROR(
+      sl__engine_stage_wrap(&par_ops[map ? 0 : 1], &p->run, p->schema, out));
+  rc = sl__engine_stage_start(&p->run);
+  if (rc < 0) {
+    sl_reader_destroy(*out); /* destroys up too; keeps the error */
+    *out = NULL;
+  }
+  return rc;
 }
 
 int sl_map_parallel(sl_reader *up, sl_map_fn fn, void *ud, sl_free_fn free_ud,

@@ -175,6 +175,11 @@ static void prefetch_signal_stop(void *st) {
   sl__engine_signal_stop(((prefetch_state *)st)->engine);
 }
 
+/* The memory budget: the engine's window is charged (engine.c). */
+static void prefetch_budget(void *st, sl__budget_acct *acct) {
+  sl__engine_set_budget(((prefetch_state *)st)->engine, acct);
+}
+
 static const sl__stage_ops prefetch_ops = {
     .name = "prefetch",
     .next = prefetch_next,
@@ -184,6 +189,7 @@ static const sl__stage_ops prefetch_ops = {
     .save = prefetch_save,
     .restore = prefetch_restore,
     .stop = prefetch_signal_stop,
+    .budget = prefetch_budget,
 };
 
 /* Both constructors: `n` samples of depth, or autotuned when `tune` is

@@ -43,7 +43,16 @@ struct sl_reader {
   void (*release)(void *);       /* sl__reader_own: run on `owned` last */
   void *owned;
   sl__stage_ops user_ops; /* a user vtable's four entries (sl_reader_new) */
+  /* the memory budget's account, or NULL: set once while other threads may
+   * pull the reader (sl_reader_set_budget), so atomic; and whether the
+   * budget was set on this reader */
+  sl__budget_acct *_Atomic acct;
+  bool budget_root;
 };
+
+static sl__budget_acct *acct_of(const sl_reader *r) {
+  return atomic_load_explicit(&r->acct, memory_order_acquire);
+}
 
 void sl__reader_own(sl_reader *r, void (*release)(void *), void *owned) {
   r->release = release;
@@ -130,6 +139,7 @@ void sl__reader_view_of(const sl_reader *r, sl__reader_view *v) {
   v->nups = r->nups;
   v->counters = r->counters;
   v->samples_out = atomic_load_explicit(&r->n_out, memory_order_relaxed);
+  v->acct = acct_of(r);
   v->next_ns = atomic_load_explicit(&r->next_ns, memory_order_relaxed);
 }
 
@@ -141,6 +151,68 @@ int sl__reader_share(sl_reader *r) {
   pthread_mutex_init(m, NULL);
   r->lock = m;
   return SL_OK;
+}
+
+/* --- the memory budget (sync/budget.h) ---------------------------------------
+ * sl_reader_set_budget gives every reader of the chain an account of one
+ * ledger, upstreams first, each linked to its first upstream's (whose carry
+ * it claims), and hands it to the stage (ops->budget).  A stage made later
+ * over a reader with an account joins its ledger the same way when it is
+ * made (sl__stage_new), before its threads start where the stage starts
+ * them after wrapping (prefetch, the C parallel map): so a budget set on a
+ * source bounds the chain built on it from its first sample.  The readers
+ * own their accounts (freed after the stage's destroy: its threads are
+ * gone); the ledger goes with the last account, and the destroy of the
+ * reader it was set on closes it first, so that no worker waits for room
+ * any more. */
+
+static int attach_budget(sl_reader *r, sl__budget *b, int depth) {
+  SL_RETURN_ERROR_IF(depth > 1024, SL_EINVAL,
+                     "budget: the chain is deeper than 1024 stages");
+  if (acct_of(r)) return SL_OK; /* reached twice */
+  for (size_t i = 0; i < r->nups; i++)
+    if (r->ups[i]) SL_FORWARD_IF_ERROR(attach_budget(r->ups[i], b, depth + 1));
+  sl__budget_acct *a = sl__budget_acct_new(b, sl_reader_name(r));
+  if (!a) return SL_ENOMEM;
+  if (r->nups > 0 && r->ups[0]) sl__budget_acct_link(a, acct_of(r->ups[0]));
+  atomic_store_explicit(&r->acct, a, memory_order_release);
+  if (r->ops->budget && !r->lock) r->ops->budget(r->state, a);
+  return SL_OK;
+}
+
+uint64_t sl__reader_budget_peak(const sl_reader *r) {
+  sl__budget_acct *a = r ? acct_of(r) : NULL;
+  return a ? sl__budget_peak(sl__budget_of(a)) : 0;
+}
+
+static void reset_peaks(sl_reader *r, int depth) {
+  sl__budget_acct *a = r && depth <= 1024 ? acct_of(r) : NULL;
+  if (!a) return;
+  sl__budget_acct_reset_peak(a);
+  for (size_t i = 0; i < r->nups; i++)
+    reset_peaks(r->ups[i], depth + 1);
+}
+
+void sl__reader_budget_reset_peak(sl_reader *r) {
+  sl__budget_acct *a = r ? acct_of(r) : NULL;
+  if (!a) return;
+  sl__budget_reset_peak(sl__budget_of(a));
+  reset_peaks(r, 0);
+}
+
+int sl_reader_set_budget(sl_reader *r, uint64_t bytes) {
+  SL_RETURN_ERROR_IF(!r, SL_EINVAL, "budget: NULL reader");
+  SL_RETURN_ERROR_IF(bytes == 0, SL_EINVAL,
+                     "budget: must be at least 1 byte (got 0)");
+  SL_RETURN_ERROR_IF(acct_of(r), SL_ESTATE,
+                     "budget: %s already has a memory budget",
+                     sl_reader_name(r));
+  sl__budget *b = sl__budget_new(bytes);
+  if (!b) return sl_last_error_code();
+  int rc = attach_budget(r, b, 0);
+  if (rc == SL_OK) r->budget_root = true;
+  sl__budget_drop(b); /* the accounts hold it */
+  return rc;
 }
 
 static inline void lock(sl_reader *r) {
@@ -199,7 +271,16 @@ int sl__stage_new(const sl__stage_ops *ops, void *state, sl_schema *schema,
   (*out)->ups = ups;
   (*out)->nups = ups ? nups : 0;
   (*out)->counters = c;
-  return SL_OK;
+  /* Over a chain with a memory budget: join it. */
+  sl__budget_acct *below = NULL;
+  for (size_t i = 0; i < (*out)->nups && !below; i++)
+    below = ups[i] ? acct_of(ups[i]) : NULL;
+  int rc = below ? attach_budget(*out, sl__budget_of(below), 0) : SL_OK;
+  if (rc < 0) {
+    sl_reader_destroy(*out);
+    *out = NULL;
+  }
+  return rc;
 }
 
 int sl__stage_wrap(const sl__stage_ops *ops, void *state, sl_schema *schema,
@@ -253,6 +334,8 @@ static int pull(sl_reader *r, sl_sample **out) {
   if (r->status == ST_ERR) return restore_sticky(r);
   *out = NULL;
   sl__error_forget_code(); /* so a failure without a message is named */
+  sl__budget_acct *a = acct_of(r);
+  if (a) sl__budget_drop_carry(a); /* the sample handed out last has left */
   uint64_t t0 = sl__stat_start();
   int rc = r->ops->next(r->state, out);
   if (t0) sl__stat_add_1w(&r->next_ns, sl__now_ns() - t0);
@@ -326,6 +409,8 @@ static int reset_locked(sl_reader *r) {
   clear_sticky(r);
   r->pass++;
   r->delivered = 0;
+  sl__budget_acct *a = acct_of(r);
+  if (a) sl__budget_drop_carry(a);
   signal_chain(r, 0);
   if (!r->ops->reset)
     return make_sticky(r, sl_set_error(SL_EUNSUPPORTED,
@@ -382,9 +467,11 @@ const char *sl_reader_name(const sl_reader *r) {
 
 void sl_reader_destroy(sl_reader *r) {
   if (!r) return;
+  if (r->budget_root) sl__budget_close(sl__budget_of(acct_of(r)));
   signal_chain(r, 0);
   sl_sample_release(r->peeked);
   if (r->ops->destroy) r->ops->destroy(r->state);
+  sl__budget_acct_free(acct_of(r)); /* after its stage's threads are gone */
   sl_schema_release(r->schema);
   sl__free(r->errmsg);
   if (r->lock) {

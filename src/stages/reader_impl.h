@@ -134,7 +134,14 @@ typedef struct sl__reader_view {
   size_t nups;
   const sl__stage_counters *counters;
   uint64_t samples_out, next_ns;
+  const struct sl__budget_acct *acct; /* the memory budget's, or NULL */
 } sl__reader_view;
 void sl__reader_view_of(const sl_reader *r, sl__reader_view *v);
+
+/* The most bytes r's memory budget held, all stages together, since it was
+ * set or since the last reset_peak (tests: held never above the budget);
+ * 0 without a budget. */
+uint64_t sl__reader_budget_peak(const sl_reader *r);
+void sl__reader_budget_reset_peak(sl_reader *r);
 
 #endif

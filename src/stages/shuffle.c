@@ -47,6 +47,11 @@ typedef struct shuffle_state {
   bool ahead_ok;
   size_t ahead_bound, ahead_j;
   uint64_t ahead_rng[4]; /* rng after that draw */
+  /* The memory budget's account, or NULL (set once, perhaps while a thread
+   * pulls this stage), and the bytes charged for the window's samples (the
+   * window may have filled before the budget came). */
+  sl__budget_acct *_Atomic acct;
+  uint64_t charged;
 } shuffle_state;
 
 /* Seeds the generator for pass `pass` (sl__rng_seed).  The pass number is
@@ -67,6 +72,41 @@ static void release_window(shuffle_state *s) {
   for (size_t i = 0; i < s->count; i++)
     sl_sample_release(s->win[i]);
   s->count = 0;
+  sl__budget_acct *a = atomic_load_explicit(&s->acct, memory_order_acquire);
+  if (a) sl__budget_release_all(a);
+  s->charged = 0;
+}
+
+/* The memory budget (sync/budget.h): the window's samples are charged as
+ * they arrive (upstream's carry claimed), without waiting (the window only
+ * empties as this stage's caller pulls); a sample drawn becomes the
+ * account's carry.  A window needing more than the budget is an error. */
+static void shuffle_budget(void *st, sl__budget_acct *acct) {
+  atomic_store_explicit(&((shuffle_state *)st)->acct, acct,
+                        memory_order_release);
+}
+
+static int charge_window(shuffle_state *s, sl_sample *smp) {
+  sl__budget_acct *a = atomic_load_explicit(&s->acct, memory_order_acquire);
+  if (!a) return SL_OK;
+  uint64_t n = sl_sample_nbytes(smp);
+  int rc = sl__budget_charge(a, n, s->count + 1);
+  if (rc < 0) {
+    sl_sample_release(smp);
+    return rc;
+  }
+  s->charged += n;
+  return SL_OK;
+}
+
+/* The sample drawn leaves the window: its bytes become the carry (at most
+ * what the window was charged). */
+static void carry_out(shuffle_state *s, const sl_sample *smp) {
+  sl__budget_acct *a = atomic_load_explicit(&s->acct, memory_order_acquire);
+  if (!a) return;
+  uint64_t n = SL_MIN((uint64_t)sl_sample_nbytes(smp), s->charged);
+  s->charged -= n;
+  sl__budget_to_carry(a, n);
 }
 
 /* Makes room for one more sample: doubles the allocation, capped at the
@@ -119,6 +159,7 @@ static int shuffle_next(void *st, sl_sample **out) {
                            "(buffer_size %zu; a smaller buffer holds less)",
                            s->count, s->size);
     if (rc < 0) return rc; /* upstream's message is already set */
+    SL_FORWARD_IF_ERROR(charge_window(s, s->win[s->count]));
     s->count++;
     s->pulled++;
   }
@@ -132,6 +173,7 @@ static int shuffle_next(void *st, sl_sample **out) {
   }
   *out = s->win[j];
   s->win[j] = s->win[--s->count];
+  carry_out(s, *out);
   draw_ahead(s);
   return SL_OK;
 }
@@ -303,6 +345,12 @@ static int refill(shuffle_state *s, const replayed *w, bool fetch) {
   if (rc != SL_OK) /* release what was placed; the window stays empty */
     for (size_t i = 0; i < next; i++)
       sl_sample_release(s->win[order[i].slot]);
+  sl__budget_acct *a = atomic_load_explicit(&s->acct, memory_order_acquire);
+  for (size_t i = 0; rc == SL_OK && a && i < w->count; i++) {
+    uint64_t n = sl_sample_nbytes(s->win[i]);
+    sl__budget_adjust(a, 0, n);
+    s->charged += n;
+  }
   sl__free(order);
   return rc;
 }
@@ -410,6 +458,7 @@ static const sl__stage_ops shuffle_ops = {
     .restore = shuffle_restore,
     .identity = shuffle_identity,
     .check = shuffle_check,
+    .budget = shuffle_budget,
 };
 
 int sl_shuffle(sl_reader *up, size_t buffer_size, uint64_t seed,

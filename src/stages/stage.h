@@ -36,6 +36,13 @@
  *                          outputs into the rows of the batch above it
  *                          (its outputs are then tokens of that table);
  *                          NULL: it will not.
+ *   budget                 the memory budget (sync/budget.h): budget(st,
+ *                          acct) gives the stage its account (set once,
+ *                          before the first next or while a pass runs;
+ *                          the reader owns it and frees it after destroy),
+ *                          which it charges with the bytes it holds; NULL:
+ *                          the stage holds no samples of its own (its
+ *                          account only passes its upstream's carry on).
  *
  * The links a stage's statistics and saves walk (its upstreams, its
  * counters) are given to the constructor too: nothing is set on a reader
@@ -46,6 +53,7 @@
 #define SLUICE_READERS_STAGE_H
 
 #include "stages/state.h"
+#include "sync/budget.h"
 
 struct sl__rows; /* rows.h */
 
@@ -66,6 +74,7 @@ struct sl__stage_ops {
   void *(*defer)(void *st, size_t max_pending);
   void (*finish)(void *handle, sl_sample *s);
   bool (*rows)(void *st, struct sl__rows *table);
+  void (*budget)(void *st, sl__budget_acct *acct);
 };
 
 /* Makes a reader of stage `ops` (borrowed: static) over `state` (taken:

@@ -25,6 +25,7 @@
  * thread, so its share is also the share of that thread it takes.
  */
 #include "stages/reader_impl.h"
+#include "sync/budget.h"
 
 #include <limits.h>
 #include <stdarg.h>
@@ -134,6 +135,9 @@ static void visit(walk *w, const sl_reader *r, int depth, int downstream) {
         c ? atomic_load_explicit(&c->queue_depth, memory_order_relaxed) : 0;
     s->samples_fused =
         c ? atomic_load_explicit(&c->fused, memory_order_relaxed) : 0;
+    s->bytes_held = v.acct ? sl__budget_acct_held(v.acct) : 0;
+    s->bytes_peak = v.acct ? sl__budget_acct_peak(v.acct) : 0;
+    s->budget_bytes = v.acct ? sl__budget_cap(sl__budget_of(v.acct)) : 0;
     s->last_error[0] = '\0';
     if (c) sl__stat_note_read(c, s->last_error, sizeof s->last_error);
   }
@@ -264,6 +268,17 @@ int sl_stats_format(const sl_stage_stats *stats, size_t n, double wall_s,
           "oversubscribed: %s runs %d threads on %ld CPUs (advised at most "
           "%ld: 4 x the CPUs, at least 8)\n",
           s->name ? s->name : "?", s->threads, sl__cpu_count(), advised);
+  }
+  /* The memory budget and what each stage held (sl_reader_set_budget). */
+  if (n > 0 && stats[0].budget_bytes) {
+    put(&t, "memory budget: %.1f MiB; held now, peak:",
+        (double)stats[0].budget_bytes / (1024.0 * 1024));
+    for (size_t i = 0; i < n; i++)
+      if (stats[i].bytes_peak)
+        put(&t, " %s %.1f/%.1f MiB", stats[i].name ? stats[i].name : "?",
+            (double)stats[i].bytes_held / (1024.0 * 1024),
+            (double)stats[i].bytes_peak / (1024.0 * 1024));
+    put(&t, "\n");
   }
   /* What the machine gives this process (the container's share: cpus.c). */
   put(&t, "machine: %ld usable CPUs, %.1f GiB of memory usable\n",

@@ -145,6 +145,7 @@
  *     finish, on_thread: immutable.
  */
 #include "sync/engine.h"
+#include "sync/budget.h"
 #include "sync/tune.h"
 
 #include <pthread.h>
@@ -175,6 +176,8 @@ typedef struct result {
   bool checked;  /* R_SAMPLE: needs no ops.check */
   bool finished; /* R_SAMPLE, R_MANY: the finish hook ran (or none) */
   size_t nbytes; /* R_SAMPLE: counted in `bytes` (max_bytes set) */
+  /* R_SAMPLE, R_MANY: the bytes charged to the memory budget */
+  uint64_t charged;
   uint64_t seq;  /* R_SAMPLE, R_SKIP: its sequence number */
   sl_sample *s;  /* R_SAMPLE: owned */
   char *msg;     /* R_ERROR, R_SKIP: owned heap copy of the message (the
@@ -192,6 +195,9 @@ typedef struct worker {
   void *wctx;         /* what worker_init stored */
   double ns_per_item; /* running estimate of an item's cost, 0: none */
   size_t budget;      /* max_bytes: bytes this pull run may still take */
+  /* the memory budget: reserved for the next item to pull, and the charge
+   * of each item in hand */
+  uint64_t spare, rsv[BATCH_MAX];
   sl_sample *in[BATCH_MAX];
   result out[BATCH_MAX];
 } worker;
@@ -212,6 +218,13 @@ struct sl__engine {
   bool autotune; /* threads = SL__THREADS_AUTO */
   int nthreads;
   size_t window, batch_max;
+
+  /* The memory budget's account (budget.h), set once, or NULL; the largest
+   * result seen, what a worker reserves before it pulls; whether one was
+   * made (until then only one item is in hand). */
+  sl__budget_acct *_Atomic acct;
+  atomic_uint_least64_t est;
+  atomic_bool sized;
 
   pthread_mutex_t mu;
   /* Held by the worker pulling, around its pulls, and by a save
@@ -347,6 +360,113 @@ static void record_terminal(sl__engine *e, int rc, char *msg, wakes *wk) {
     e->term_seq = e->pull_seq;
   set_pull_done(e, wk);
   wake_consumer(e, wk);
+}
+
+/* --- the memory budget (budget.h) --------------------------------------------
+ * With an account set (sl__engine_set_budget), a worker reserves room for
+ * one item (the largest result so far, `est`) before its pull run, outside
+ * pull_mu (a save may hold that), waiting while the budget is full and the
+ * stage holds something; each further item of the run only tries, and the
+ * run ends without room.  Once pulled, the item's charge becomes its bytes
+ * (what upstream handed over is claimed from upstream's carry); once
+ * processed, its result's (`charged`).  The consumer hands a result's
+ * bytes out as the account's carry (the stage above claims them, or the
+ * next call drops them).  A stop releases everything the account holds.
+ * Until the first result is made its size is not known (a map may turn 8
+ * bytes into a megabyte): only one item is in hand then. */
+
+/* The result's bytes a process callback gave (sl__engine_result_bytes):
+ * this worker's, for the item it is processing; UINT64_MAX: none. */
+static _Thread_local uint64_t tl_result_bytes = UINT64_MAX;
+
+void sl__engine_result_bytes(uint64_t n) { tl_result_bytes = n; }
+
+static sl__budget_acct *acct_of(const sl__engine *e) {
+  return atomic_load_explicit(&e->acct, memory_order_acquire);
+}
+
+static void raise_est(sl__engine *e, uint64_t n) {
+  uint64_t v = atomic_load_explicit(&e->est, memory_order_relaxed);
+  while (n > v && !atomic_compare_exchange_weak_explicit(&e->est, &v, n,
+                                                         memory_order_relaxed,
+                                                         memory_order_relaxed))
+    ;
+}
+
+/* Room for the next item: waiting (first of a run) or only trying.
+ * Returns SL_OK, 1 (no room: end the run), or an error. */
+static int budget_room(sl__engine *e, worker *w, sl__budget_acct *a,
+                       bool wait) {
+  if (!atomic_load_explicit(&e->sized, memory_order_acquire)) {
+    if (!wait) return 1;
+    SL_FORWARD_IF_ERROR(sl__budget_wait_empty(a, &e->stop));
+  }
+  uint64_t n = atomic_load_explicit(&e->est, memory_order_relaxed);
+  if (!wait) {
+    if (!sl__budget_try(a, n)) return 1;
+  } else {
+    SL_FORWARD_IF_ERROR(sl__budget_reserve(a, n, &e->stop));
+  }
+  w->spare = n;
+  return SL_OK;
+}
+
+/* Item s was pulled: its charge (*rsv) becomes its bytes or what was
+ * reserved for it, whichever is more. */
+static int budget_took(sl__engine *e, worker *w, sl__budget_acct *a,
+                       const sl_sample *s, uint64_t *rsv) {
+  uint64_t h = sl_sample_nbytes(s);
+  SL_FORWARD_IF_ERROR(sl__budget_fits(a, h));
+  /* Its charge: its bytes, or the room reserved for its result if more. */
+  uint64_t keep = h > w->spare ? h : w->spare;
+  uint64_t claimed = sl__budget_claim(a, h);
+  sl__budget_adjust(a, w->spare + claimed, keep);
+  w->spare = 0;
+  *rsv = keep;
+  return SL_OK;
+}
+
+/* Item j of the batch was processed into w->out[j]: its charge becomes the
+ * result's bytes. */
+static void budget_done(sl__engine *e, worker *w, size_t j) {
+  sl__budget_acct *a = acct_of(e);
+  if (!a) return;
+  result *r = &w->out[j];
+  uint64_t n = 0, given = tl_result_bytes;
+  tl_result_bytes = UINT64_MAX;
+  if (r->kind == R_SAMPLE)
+    n = given != UINT64_MAX ? given : sl_sample_nbytes(r->s);
+  for (size_t i = 0; r->kind == R_MANY && i < r->n; i++)
+    n += sl_sample_nbytes(r->v[i]);
+  if (sl__budget_fits(a, n) < 0) { /* one result larger than the budget */
+    result_clear(r);
+    result_error(r, SL_ENOMEM);
+    n = 0;
+  }
+  sl__budget_adjust(a, w->rsv[j], n);
+  w->rsv[j] = 0;
+  r->charged = n;
+  raise_est(e, n);
+  atomic_store_explicit(&e->sized, true, memory_order_release);
+}
+
+/* Items j.. of a batch that will not be processed: their charges go. */
+static void budget_drop(sl__engine *e, worker *w, size_t j, size_t got) {
+  sl__budget_acct *a = acct_of(e);
+  for (size_t k = j; k < got; k++) {
+    if (a) sl__budget_release(a, w->rsv[k]);
+    w->rsv[k] = 0;
+  }
+}
+
+/* The consumer hands out a result's bytes. */
+static void budget_out(sl__engine *e, uint64_t charged) {
+  sl__budget_acct *a = acct_of(e);
+  if (a && charged) sl__budget_to_carry(a, charged);
+}
+
+void sl__engine_set_budget(sl__engine *e, sl__budget_acct *a) {
+  atomic_store_explicit(&e->acct, a, memory_order_release);
 }
 
 /* --- the worker thread ---------------------------------------------------- */
@@ -526,13 +646,27 @@ static size_t pull_batch(sl__engine *e, worker *w, uint64_t base, size_t n) {
   size_t got = 0;
   int rc = SL_OK;
   char *msg = NULL;
+  sl__budget_acct *a = acct_of(e);
+  if (a) {
+    rc = budget_room(e, w, a, true);
+    if (rc < 0 && atomic_load_explicit(&e->stop, memory_order_relaxed))
+      rc = SL_OK, n = 0; /* stopped: the worker leaves */
+    else if (rc < 0)
+      msg = sl__error_dup(), n = 0;
+  }
   pthread_mutex_lock(&e->pull_mu);
   while (got < n) {
     if (atomic_load_explicit(&e->stop, memory_order_relaxed)) break;
+    if (a && got > 0 && budget_room(e, w, a, false) != SL_OK) break;
     sl_sample *s = NULL;
     rc = e->ops->pull(e->ud, &s);
     if (rc != SL_OK) {
       if (rc != SL_EOF) msg = sl__error_dup();
+      break;
+    }
+    if (a && (rc = budget_took(e, w, a, s, &w->rsv[got])) < 0) {
+      sl_sample_release(s);
+      msg = sl__error_dup();
       break;
     }
     w->in[got++] = s;
@@ -544,6 +678,8 @@ static size_t pull_batch(sl__engine *e, worker *w, uint64_t base, size_t n) {
     }
   }
   pthread_mutex_unlock(&e->pull_mu);
+  if (a && w->spare) sl__budget_release(a, w->spare);
+  w->spare = 0;
   wakes wk = {false, false, false};
   pthread_mutex_lock(&e->mu);
   e->pull_seq = base + got;
@@ -565,17 +701,20 @@ static bool process_batch(sl__engine *e, worker *w, uint64_t base, size_t got) {
         sl_sample_release(w->in[k]);
       for (size_t k = 0; k < j; k++)
         result_clear(&w->out[k]);
+      budget_drop(e, w, j, got);
       return false;
     }
     sl_sample *s = w->in[j];
     w->in[j] = NULL;
     run_one(e, w, base + j, s, &w->out[j]);
+    budget_done(e, w, j);
     if (w->out[j].kind == R_ERROR) {
       /* The pass ends here: the rest of the batch would never be seen. */
       for (size_t k = j + 1; k < got; k++) {
         sl_sample_release(w->in[k]);
         w->in[k] = NULL;
       }
+      budget_drop(e, w, j + 1, got);
       deposit(e, w, base, j + 1);
       return true;
     }
@@ -669,6 +808,8 @@ void sl__engine_signal_stop(sl__engine *e) {
   pthread_cond_broadcast(&e->out_cv);
   pthread_cond_broadcast(&e->park_cv);
   pthread_mutex_unlock(&e->mu);
+  sl__budget_acct *a = acct_of(e); /* a worker waiting for room */
+  if (a) sl__budget_wake(sl__budget_of(a));
 }
 
 /* Releases every pending result and rewinds the counters.  No worker may
@@ -687,6 +828,8 @@ static void drop_pending(sl__engine *e) {
   e->bytes = 0;
   e->idle = e->woken = 0;
   e->consumer_sleeping = false;
+  sl__budget_acct *a = acct_of(e);
+  if (a) sl__budget_release_all(a);
 }
 
 /* Joins every started worker (after a signal_stop). */
@@ -956,6 +1099,7 @@ int sl__engine_next_many(sl__engine *e, sl_sample ***v, size_t *n,
   *n = rp->n - rp->pos;
   *seq = rp->seq;
   e->last_seq = rp->seq;
+  budget_out(e, rp->charged);
   memset(rp, 0, sizeof *rp);
   e->cache_pos++;
   return SL_OK;
@@ -967,6 +1111,7 @@ int sl__engine_next(sl__engine *e, sl_sample **out) {
     e->last_seq = rp->seq;
     *out = rp->v[rp->pos++];
     if (rp->pos == rp->n) { /* the item's last sample */
+      budget_out(e, rp->charged);
       sl__free(rp->v);
       memset(rp, 0, sizeof *rp);
       e->cache_pos++;
@@ -978,6 +1123,7 @@ int sl__engine_next(sl__engine *e, sl_sample **out) {
   memset(rp, 0, sizeof r);
   e->cache_pos++;
   e->last_seq = r.seq;
+  budget_out(e, r.charged);
   if (!r.checked) {
     int rc = e->ops->check(e->ud, r.seq, r.s);
     if (rc < 0) {
@@ -1101,6 +1247,9 @@ int sl__engine_create(const sl__engine_ops *ops, void *ud,
   atomic_init(&e->tune_busy_ns, 0);
   atomic_init(&e->stop, false);
   atomic_init(&e->published, 0);
+  atomic_init(&e->acct, NULL);
+  atomic_init(&e->est, 0);
+  atomic_init(&e->sized, false);
   e->ops = ops;
   e->ud = ud;
   e->stage = opts->stage;

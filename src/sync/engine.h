@@ -157,6 +157,20 @@ void sl__engine_set_depth(sl__engine *e, size_t depth);
 void sl__engine_set_max_bytes(sl__engine *e, size_t max_bytes);
 int sl__engine_seen(const sl__engine *e);
 
+/* The memory budget (sync/budget.h; engine.c, "the memory budget"): the
+ * stage's account, set once (any time; the consumer's), or NULL.  Workers
+ * then reserve room before they pull (waiting while the budget is full and
+ * the stage holds something), the items in hand and the results not yet
+ * taken are charged to it, and a result handed out becomes its carry.  An
+ * item larger than the whole budget ends the pass with SL_ENOMEM naming the
+ * stage and the bytes. */
+struct sl__budget_acct;
+void sl__engine_set_budget(sl__engine *e, struct sl__budget_acct *a);
+/* For a process callback, on its worker's thread: the bytes its result
+ * holds for the budget when sl_sample_nbytes would misstate them (a fused
+ * map's token refers to its whole batch: the row's bytes). */
+void sl__engine_result_bytes(uint64_t n);
+
 /* Starts a pass: every worker thread.  When one cannot be started, those
  * started are stopped again and the error (SL_ENOMEM, naming the stage) is
  * returned: a stage never runs with fewer threads than it was asked for.

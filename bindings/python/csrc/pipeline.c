@@ -643,7 +643,7 @@ static PyObject *pipeline_exit(PyObject *obj, PyObject *args) {
 
 static PyObject *stage_dict(const sl_stage_stats *s) {
   return Py_BuildValue(
-      "{s:s,s:i,s:i,s:i,s:K,s:K,s:d,s:d,s:d,s:d,s:K,s:K,s:s,s:K,s:O,s:i}",
+      "{s:s,s:i,s:i,s:i,s:K,s:K,s:d,s:d,s:d,s:d,s:K,s:K,s:s,s:K,s:O,s:i,s:K,s:K,s:K}",
       "name", s->name,
       "depth", s->depth, "downstream", s->downstream, "threads", s->threads,
       "samples_in", (unsigned long long)s->samples_in, "samples_out",
@@ -652,7 +652,29 @@ static PyObject *stage_dict(const sl_stage_stats *s) {
       "errors_ignored", (unsigned long long)s->errors_ignored, "queue_depth",
       (unsigned long long)s->queue_depth, "last_error", s->last_error,
       "samples_fused", (unsigned long long)s->samples_fused, "threads_auto",
-      s->threads_auto ? Py_True : Py_False, "threads_max", s->threads_max);
+      s->threads_auto ? Py_True : Py_False, "threads_max", s->threads_max,
+      "bytes_held",
+      (unsigned long long)s->bytes_held, "bytes_peak",
+      (unsigned long long)s->bytes_peak, "budget_bytes",
+      (unsigned long long)s->budget_bytes);
+}
+
+/* sl_reader_set_budget, before the first next (sluice.open_script's
+ * memory=): no puller thread uses the chain yet. */
+static PyObject *pipeline_set_budget(PyObject *obj, PyObject *arg) {
+  PipelineObject *self = (PipelineObject *)obj;
+  if (self->closed)
+    return slpy_raise(SL_ECLOSED, "sluice: the pipeline is closed");
+  if (self->pu) {
+    PyErr_SetString(PyExc_RuntimeError,
+                    "sluice: a memory budget is set before the first batch");
+    return NULL;
+  }
+  unsigned long long bytes = PyLong_AsUnsignedLongLong(arg);
+  if (bytes == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
+  int rc = sl_reader_set_budget(self->p, (uint64_t)bytes);
+  if (rc < 0) return slpy_raise(rc, sl_last_error());
+  Py_RETURN_NONE;
 }
 
 /* The chain's stages (sl_reader_stats), as a list of dicts. */
@@ -773,6 +795,9 @@ static PyMethodDef pipeline_methods[] = {
      "Moves to a position state() returned (sl_reader_restore)."},
     {"stats", pipeline_stats, METH_NOARGS,
      "The chain's stages as dicts (sl_reader_stats)."},
+    {"_set_budget", pipeline_set_budget, METH_O,
+     "sl_reader_set_budget(bytes), before the first batch (open_script's "
+     "memory=)."},
     {"__enter__", pipeline_enter, METH_NOARGS, NULL},
     {"__exit__", pipeline_exit, METH_VARARGS, NULL},
     {NULL, NULL, 0, NULL}};

@@ -98,19 +98,54 @@ def _as_launcher(open_fn, rank, world, *args, env=None, **kw):
                     _os.environ[k] = v
 
 
-def open_script(path, *args, rank=None, world=None):
+_SIZE_UNITS = {"": 1, "B": 1}
+for _i, _u in enumerate("KMGT", 1):
+    _SIZE_UNITS[_u] = _SIZE_UNITS[_u + "B"] = _SIZE_UNITS[_u + "IB"] = 1024 ** _i
+
+
+def _size(v):
+    """Bytes from an int or a size string as the CLI's --memory takes it
+    (K, M, G, T: powers of 1024, optional B or iB; "512M", "2GiB")."""
+    if isinstance(v, int) and not isinstance(v, bool) and v >= 1:
+        return v
+    if isinstance(v, str):
+        s = v.strip().upper()
+        num = s.rstrip("KMGTIB ").strip()
+        unit = s[len(num):].strip()
+        if num.isdigit() and unit in _SIZE_UNITS and int(num) >= 1:
+            return int(num) * _SIZE_UNITS[unit]
+    raise ValueError("sluice: memory must be a whole number of bytes >= 1 or "
+                     "a size such as '512M' or '2GiB' (got %r)" % (v,))
+
+
+def _budgeted(p, memory):
+    """p with its memory budget set (sl_reader_set_budget); closed on error."""
+    if memory is not None:
+        try:
+            p._set_budget(_size(memory))
+        except BaseException:
+            p.close()
+            raise
+    return p
+
+
+def open_script(path, *args, rank=None, world=None, memory=None):
     """Runs the Lua pipeline script `path` (sl_pipeline_open_file); `args`
     reach it as `...` (each str()).  rank and world (both or neither): this
     process's place in a distributed job, given to the script's sharded
-    sources as the launcher's RANK and WORLD_SIZE would be."""
-    return _as_launcher(_sluice.open_script, rank, world, path, *args)
+    sources as the launcher's RANK and WORLD_SIZE would be.  memory: one
+    memory budget for the whole pipeline, bytes or "512M" / "2GiB"
+    (sl_reader_set_budget; docs/PYTHON.md)."""
+    return _budgeted(_as_launcher(_sluice.open_script, rank, world, path,
+                                  *args), memory)
 
 
-def open_string(code, *args, name=None, rank=None, world=None):
+def open_string(code, *args, name=None, rank=None, world=None, memory=None):
     """open_script for Lua source text (sl_pipeline_open_string); `name`
     names the chunk in messages."""
     kw = {} if name is None else {"name": name}
-    return _as_launcher(_sluice.open_string, rank, world, code, *args, **kw)
+    return _budgeted(_as_launcher(_sluice.open_string, rank, world, code,
+                                  *args, **kw), memory)
 
 
 def _arrow_source(obj):

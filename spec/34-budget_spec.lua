@@ -1,0 +1,157 @@
+-- spec/34-budget_spec.lua: the pipeline-wide memory budget (issue 27 item
+-- 1; C sl_reader_set_budget, src/sync/budget.c).  p:budget(size) takes
+-- bytes or a size string, once per pipeline; a multi-threaded Lua map under
+-- a prefetch keeps what it holds within the budget and still yields every
+-- sample in order; p:stats() has each stage's bytes held and peak and the
+-- budget; a budget too small for one sample is an error naming the stage
+-- and the bytes; sluice.size() parses sizes and refuses malformed ones.
+local sluice = require "sluice"
+
+local ITEM = 4096 -- bytes of one sample after the map
+
+-- range(n) -> {i: i64, x: u8[ITEM]} through a Lua map on `threads` workers
+-- (with `budget`: set on the source, so the map runs under it from its
+-- first sample).
+local function wide(n, threads, budget)
+  local src = sluice.range(n)
+  if budget then src:budget(budget) end
+  return src:map(function(s)
+    local t = sluice.tensor("u8", {4096})
+    t.data[0] = s.i % 256
+    s.x = t
+    return s
+  end, {threads = threads})
+end
+
+local function row(stats, name)
+  for _, s in ipairs(stats) do
+    if s.name == name then return s end
+  end
+  error("no stage " .. name)
+end
+
+describe("sluice.size", function()
+  it("parses bytes and units", function()
+    assert.equal(512, sluice.size(512))
+    assert.equal(512, sluice.size("512"))
+    assert.equal(2 * 1024 ^ 3, sluice.size("2GiB"))
+    assert.equal(64 * 1024 ^ 2, sluice.size("64 mib"))
+    assert.equal(1.5 * 1024 ^ 3, sluice.size("1.5GB")) -- as the CLI's
+    assert.equal(3072, sluice.size("3 KB"))
+    assert.equal(3072, sluice.size("3k"))
+    assert.equal(100, sluice.size("100B"))
+  end)
+
+  it("refuses malformed sizes, saying what a size is", function()
+    for _, bad in ipairs({"", "abc", "12 parsecs", "-5", "1.5", 0, -1, 2.5,
+                          true, "GiB", "1e400 GiB"}) do
+      local ok, err = pcall(sluice.size, bad)
+      assert.is_false(ok, tostring(bad))
+      assert.matches("a size must be a whole number of bytes", err)
+    end
+  end)
+end)
+
+describe("p:budget", function()
+  it("keeps a threaded Lua map and a prefetch within the budget", function()
+    local n = 600
+    -- set on the source: the map and the prefetch join it as they are made
+    local p = wide(n, 2, "64KiB"):prefetch(32)
+    local i = 0
+    for s in p:iter() do
+      assert.equal(i % 256, s.x.data[0])
+      assert.equal(i, s.i)
+      i = i + 1
+    end
+    assert.equal(n, i)
+    local st = p:stats()
+    for _, s in ipairs(st) do
+      assert.equal(64 * 1024, s.budget_bytes)
+      assert.is_true(s.bytes_held <= s.bytes_peak)
+    end
+    -- each threaded stage within the budget, one sample over at most
+    -- (what a stage holding nothing may take, docs/LUA.md); a Lua map
+    -- learns its schema from its first output before it is made a stage
+    -- and joins the budget, so what its workers made by then (its window
+    -- of 128 + 16 at most) is counted, not bounded
+    assert.is_true(row(st, "map").bytes_peak <= 64 * 1024 + 144 * ITEM)
+    assert.is_true(row(st, "prefetch").bytes_peak <= 64 * 1024 + ITEM)
+    assert.is_true(row(st, "prefetch").bytes_peak >= ITEM)
+    -- the second pass, the same
+    p:reset()
+    i = 0
+    for _ in p:iter() do i = i + 1 end
+    assert.equal(n, i)
+  end)
+
+  it("set on the source, bounds the stages made over it from the start",
+     function()
+    local src = sluice.range(3000):budget("2MiB")
+    local p = src:shuffle(1000, {seed = 5}):map(function(s)
+      local t = sluice.tensor("u8", {1024})
+      t.data[0] = s.i % 256
+      s.x = t
+      return s
+    end, {threads = 2}):prefetch(16)
+    local seen = 0
+    for _ in p:iter() do seen = seen + 1 end
+    assert.equal(3000, seen)
+    local st = p:stats()
+    assert.equal(8000, row(st, "shuffle").bytes_peak) -- 1000 x 8 bytes
+    local total = 0
+    for _, s in ipairs(st) do total = total + s.bytes_peak end
+    assert.is_true(total <= 2 * 1024 ^ 2 + 2 * 1032)
+  end)
+
+  it("charges a shuffle's window and names it when it does not fit", function()
+    local p = sluice.range(1000):shuffle(100, {seed = 3}):budget(400)
+    local ok, err = pcall(function() for _ in p:iter() do end end)
+    assert.is_false(ok)
+    assert.matches("stage 'shuffle' needs 408 bytes to hold 51 samples, "
+                   .. "the budget is 400 bytes", err)
+    p = sluice.range(1000):shuffle(100, {seed = 3}):budget("1MiB")
+    local seen = 0
+    for _ in p:iter() do seen = seen + 1 end
+    assert.equal(1000, seen)
+    assert.equal(800, row(p:stats(), "shuffle").bytes_peak) -- 100 x 8 bytes
+  end)
+
+  it("names the stage whose one sample is larger than the budget", function()
+    local p = wide(2000, 2, 1000) -- more than runs before the map is made
+    local ok, err = pcall(function() for _ in p:iter() do end end)
+    assert.is_false(ok)
+    assert.matches("stage 'map' needs 4104 bytes for one sample, the budget "
+                   .. "is 1000 bytes", err)
+  end)
+
+  it("is set once, with a size", function()
+    local p = sluice.range(3)
+    assert.equal(p, p:budget(1 * 1024)) -- returns the pipeline
+    p = sluice.range(3)
+    local ok, err = pcall(p.budget, p, "lots")
+    assert.is_false(ok)
+    assert.matches("sluice: :budget%(%): a size must be", err)
+    p:budget(100)
+    ok, err = pcall(p.budget, p, 100)
+    assert.is_false(ok)
+    assert.matches("already has a memory budget", err)
+    p:close()
+  end)
+
+  it("leaves stats at 0 without a budget", function()
+    local p = wide(10, 2)
+    for _ in p:iter() do end
+    for _, s in ipairs(p:stats()) do
+      assert.equal(0, s.budget_bytes)
+      assert.equal(0, s.bytes_peak)
+    end
+  end)
+
+  it("closes while the workers wait for room", function()
+    for _ = 1, 5 do
+      local p = wide(100000, 3):prefetch(100):budget(8 * ITEM)
+      p:next()
+      p:close() -- must not hang
+    end
+  end)
+end)

@@ -1,0 +1,293 @@
+/*
+ * budget.c - the pipeline's memory ledger (budget.h).
+ *
+ * The total and each account's held bytes, peak and carry are atomics; a
+ * reservation takes room with a compare-and-swap on the total, so the
+ * total never passes the capacity through a reservation.  Charges that do
+ * not wait (sl__budget_charge, a growing sl__budget_adjust, the one item a
+ * stage holding nothing may take) add without the check.
+ *
+ * Waiting: a reserver that finds no room registers (`waiters`, seq_cst)
+ * under `mu`, looks at the total (or its account's held bytes) again and
+ * sleeps on `cv`; whoever lowers a total or an account's held bytes
+ * (a release, a drop, a claim of the carry) subtracts (seq_cst) and then
+ * reads `waiters`: one of the two sees the other's write, so no wake-up
+ * is lost.  Releases broadcast (the waiters may want different amounts),
+ * as do close and wake.
+ */
+#include "sync/budget.h"
+
+#include <pthread.h>
+
+struct sl__budget {
+  uint64_t cap;
+  atomic_uint_least64_t total, peak;
+  atomic_int refs;
+  atomic_int waiters;
+  atomic_bool closed;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+};
+
+struct sl__budget_acct {
+  sl__budget *b;
+  const char *stage;
+  sl__budget_acct *below; /* its upstream's account, or NULL */
+  atomic_uint_least64_t held, peak, carry;
+};
+
+static void raise_peak(atomic_uint_least64_t *peak, uint64_t v) {
+  uint64_t p = atomic_load_explicit(peak, memory_order_relaxed);
+  while (v > p && !atomic_compare_exchange_weak_explicit(
+                      peak, &p, v, memory_order_relaxed, memory_order_relaxed))
+    ;
+}
+
+/* Adds n to a's held and the total (no check). */
+static void add(sl__budget_acct *a, uint64_t n) {
+  if (!n) return;
+  uint64_t t = atomic_fetch_add(&a->b->total, n) + n;
+  raise_peak(&a->b->peak, t);
+  uint64_t h = atomic_fetch_add(&a->held, n) + n;
+  raise_peak(&a->peak, h);
+}
+
+static void wake_all(sl__budget *b) {
+  pthread_mutex_lock(&b->mu);
+  pthread_cond_broadcast(&b->cv);
+  pthread_mutex_unlock(&b->mu);
+}
+
+static void sub(sl__budget_acct *a, uint64_t n) {
+  if (!n) return;
+  atomic_fetch_sub(&a->held, n);
+  atomic_fetch_sub(&a->b->total, n);
+  if (atomic_load(&a->b->waiters) > 0) wake_all(a->b);
+}
+
+sl__budget *sl__budget_new(uint64_t cap) {
+  if (cap == 0) {
+    sl_set_error(SL_EINVAL, "budget: must be at least 1 byte (got 0)");
+    return NULL;
+  }
+  sl__budget *b = sl__calloc(1, sizeof *b);
+  if (!b) {
+    sl_set_error(SL_ENOMEM, "budget: cannot allocate");
+    return NULL;
+  }
+  b->cap = cap;
+  atomic_init(&b->total, 0);
+  atomic_init(&b->peak, 0);
+  atomic_init(&b->refs, 1);
+  atomic_init(&b->waiters, 0);
+  atomic_init(&b->closed, false);
+  pthread_mutex_init(&b->mu, NULL);
+  pthread_cond_init(&b->cv, NULL);
+  return b;
+}
+
+void sl__budget_drop(sl__budget *b) {
+  if (!b || atomic_fetch_sub(&b->refs, 1) != 1) return;
+  pthread_cond_destroy(&b->cv);
+  pthread_mutex_destroy(&b->mu);
+  sl__free(b);
+}
+
+uint64_t sl__budget_cap(const sl__budget *b) {
+  return b->cap;
+}
+
+uint64_t sl__budget_held(const sl__budget *b) {
+  return atomic_load_explicit(&b->total, memory_order_relaxed);
+}
+
+uint64_t sl__budget_peak(const sl__budget *b) {
+  return atomic_load_explicit(&b->peak, memory_order_relaxed);
+}
+
+void sl__budget_reset_peak(sl__budget *b) {
+  atomic_store(&b->peak, atomic_load(&b->total));
+}
+
+void sl__budget_acct_reset_peak(sl__budget_acct *a) {
+  atomic_store(&a->peak, atomic_load(&a->held));
+}
+
+void sl__budget_close(sl__budget *b) {
+  if (!b) return;
+  atomic_store(&b->closed, true);
+  wake_all(b);
+}
+
+void sl__budget_wake(sl__budget *b) {
+  if (b && atomic_load(&b->waiters) > 0) wake_all(b);
+}
+
+sl__budget_acct *sl__budget_acct_new(sl__budget *b, const char *stage) {
+  sl__budget_acct *a = sl__calloc(1, sizeof *a);
+  if (!a) {
+    sl_set_error(SL_ENOMEM, "%s: cannot allocate its budget account", stage);
+    return NULL;
+  }
+  a->b = b;
+  a->stage = stage;
+  atomic_init(&a->held, 0);
+  atomic_init(&a->peak, 0);
+  atomic_init(&a->carry, 0);
+  atomic_fetch_add(&b->refs, 1);
+  return a;
+}
+
+void sl__budget_acct_free(sl__budget_acct *a) {
+  if (!a) return;
+  sl__budget_release_all(a);
+  sl__budget_drop(a->b);
+  sl__free(a);
+}
+
+void sl__budget_acct_link(sl__budget_acct *a, sl__budget_acct *below) {
+  a->below = below;
+}
+
+sl__budget *sl__budget_of(const sl__budget_acct *a) {
+  return a->b;
+}
+
+uint64_t sl__budget_acct_held(const sl__budget_acct *a) {
+  return atomic_load_explicit(&a->held, memory_order_relaxed);
+}
+
+uint64_t sl__budget_acct_peak(const sl__budget_acct *a) {
+  return atomic_load_explicit(&a->peak, memory_order_relaxed);
+}
+
+static int too_big(const sl__budget_acct *a, uint64_t n) {
+  return sl_set_error(SL_ENOMEM,
+                      "stage '%s' needs %llu bytes for one sample, the "
+                      "budget is %llu bytes",
+                      a->stage, (unsigned long long)n,
+                      (unsigned long long)a->b->cap);
+}
+
+/* Whether a reservation of n must wait now. */
+static bool must_wait(const sl__budget_acct *a, uint64_t n) {
+  if (atomic_load(&a->held) == 0) return false; /* one item, always */
+  uint64_t t = atomic_load(&a->b->total);
+  return n ? t + n > a->b->cap : t >= a->b->cap;
+}
+
+static bool stopped(const sl__budget_acct *a, const atomic_bool *stop) {
+  return atomic_load(&a->b->closed) ||
+         (stop && atomic_load_explicit(stop, memory_order_acquire));
+}
+
+int sl__budget_fits(const sl__budget_acct *a, uint64_t n) {
+  return n > a->b->cap ? too_big(a, n) : SL_OK;
+}
+
+bool sl__budget_try(sl__budget_acct *a, uint64_t n) {
+  sl__budget *b = a->b;
+  for (;;) {
+    if (atomic_load(&a->held) == 0) {
+      add(a, n);
+      return true;
+    }
+    uint64_t t = atomic_load(&b->total);
+    if (!(n ? t + n <= b->cap : t < b->cap)) return false;
+    if (!atomic_compare_exchange_weak(&b->total, &t, t + n)) continue;
+    raise_peak(&b->peak, t + n);
+    uint64_t h = atomic_fetch_add(&a->held, n) + n;
+    raise_peak(&a->peak, h);
+    return true;
+  }
+}
+
+/* Waits until a holds nothing (empty) or until n bytes fit (taking them). */
+static int wait_room(sl__budget_acct *a, uint64_t n, const atomic_bool *stop,
+                     bool empty) {
+  sl__budget *b = a->b;
+  for (;;) {
+    if (stopped(a, stop))
+      return sl_set_error(SL_EKILLED,
+                          "%s: stopped while waiting for room "
+                          "in the memory budget",
+                          a->stage);
+    if (empty ? atomic_load(&a->held) == 0 : sl__budget_try(a, n)) return SL_OK;
+    pthread_mutex_lock(&b->mu);
+    atomic_fetch_add(&b->waiters, 1);
+    bool wait = empty ? atomic_load(&a->held) > 0 : must_wait(a, n);
+    if (wait && !stopped(a, stop)) pthread_cond_wait(&b->cv, &b->mu);
+    atomic_fetch_sub(&b->waiters, 1);
+    pthread_mutex_unlock(&b->mu);
+  }
+}
+
+int sl__budget_reserve(sl__budget_acct *a, uint64_t n,
+                       const atomic_bool *stop) {
+  if (n > a->b->cap) return too_big(a, n);
+  return wait_room(a, n, stop, false);
+}
+
+int sl__budget_wait_empty(sl__budget_acct *a, const atomic_bool *stop) {
+  return wait_room(a, 0, stop, true);
+}
+
+int sl__budget_charge(sl__budget_acct *a, uint64_t n, uint64_t count) {
+  if (n > a->b->cap) return too_big(a, n);
+  uint64_t h = atomic_load(&a->held);
+  if (h + n > a->b->cap)
+    return sl_set_error(SL_ENOMEM,
+                        "stage '%s' needs %llu bytes to hold %llu samples, "
+                        "the budget is %llu bytes",
+                        a->stage, (unsigned long long)(h + n),
+                        (unsigned long long)count,
+                        (unsigned long long)a->b->cap);
+  uint64_t got = sl__budget_claim(a, n);
+  add(a, n - got);
+  return SL_OK;
+}
+
+void sl__budget_adjust(sl__budget_acct *a, uint64_t from, uint64_t to) {
+  if (to > from)
+    add(a, to - from);
+  else
+    sub(a, from - to);
+}
+
+void sl__budget_release(sl__budget_acct *a, uint64_t n) {
+  sub(a, n);
+}
+
+void sl__budget_release_all(sl__budget_acct *a) {
+  atomic_store(&a->carry, 0);
+  uint64_t h = atomic_exchange(&a->held, 0);
+  if (!h) return;
+  atomic_fetch_sub(&a->b->total, h);
+  if (atomic_load(&a->b->waiters) > 0) wake_all(a->b);
+}
+
+void sl__budget_to_carry(sl__budget_acct *a, uint64_t n) {
+  atomic_fetch_add(&a->carry, n);
+}
+
+void sl__budget_drop_carry(sl__budget_acct *a) {
+  uint64_t c = atomic_exchange(&a->carry, 0);
+  sub(a, c);
+}
+
+uint64_t sl__budget_claim(sl__budget_acct *a, uint64_t max) {
+  sl__budget_acct *d = a->below;
+  if (!d || d->b != a->b) return 0;
+  uint64_t c = atomic_exchange(&d->carry, 0);
+  if (!c) return 0;
+  uint64_t moved = c < max ? c : max;
+  /* The moved bytes change hands (the total stays); the rest is freed. */
+  atomic_fetch_sub(&d->held, c);
+  uint64_t h = atomic_fetch_add(&a->held, moved) + moved;
+  raise_peak(&a->peak, h);
+  if (c > moved) atomic_fetch_sub(&a->b->total, c - moved);
+  /* d holds less: a waiter of d's (for room while it holds something, or
+   * for it to hold nothing) may go on. */
+  if (atomic_load(&a->b->waiters) > 0) wake_all(a->b);
+  return moved;
+}

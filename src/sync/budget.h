@@ -1,0 +1,112 @@
+/*
+ * budget.h - the pipeline-wide memory budget (issue 27): one ledger per
+ * pipeline, one account per stage.  The ledger holds a capacity in bytes
+ * and the bytes all its accounts hold; an account holds the bytes of the
+ * samples its stage keeps (a shuffle's window, a threaded stage's items in
+ * hand and results not yet taken), its peak, and its "carry": the bytes of
+ * the sample it handed out last, still counted until the stage above claims
+ * them (sl__budget_claim: the charge moves, the total does not change) or
+ * the stage's next call drops them (the sample left the pipeline).
+ *
+ * Who waits (engine.c, "budget"): a threaded stage's worker reserves room
+ * before it pulls an item, and waits while the ledger is full and its own
+ * stage holds something (its consumer will take that and free room); a
+ * stage that holds nothing may always take one item, so the pipeline never
+ * deadlocks on its budget.  A stage that works on its caller's thread (a
+ * shuffle's window) charges without waiting: the only thing that would free
+ * room for it is its own progress.  One sample larger than the whole budget,
+ * or a stage of that kind whose holdings alone pass it, is an error naming
+ * the stage and the bytes ("stage 'shuffle' needs N bytes ...").
+ *
+ * Threads: every function is safe from any thread; the held counts are
+ * atomics, a mutex and a condition variable serve the waiters only (woken
+ * together whenever bytes are released, the ledger is closed, or a stage
+ * is stopped: sl__budget_wake).
+ */
+#ifndef SLUICE_SYNC_BUDGET_H
+#define SLUICE_SYNC_BUDGET_H
+
+#include "core/internal.h"
+
+typedef struct sl__budget sl__budget;
+typedef struct sl__budget_acct sl__budget_acct;
+
+/* A ledger of `cap` bytes (> 0), with one reference: NULL and SL_ENOMEM or
+ * SL_EINVAL set. */
+sl__budget *sl__budget_new(uint64_t cap);
+/* References: each account holds one; the last drop frees the ledger. */
+void sl__budget_drop(sl__budget *b);
+
+uint64_t sl__budget_cap(const sl__budget *b);
+uint64_t sl__budget_held(const sl__budget *b); /* all accounts, now */
+uint64_t sl__budget_peak(const sl__budget *b); /* the most ever held */
+void sl__budget_reset_peak(sl__budget *b);     /* peak = held now (tests) */
+
+/* Closes the ledger (the pipeline is being destroyed): every waiter, now
+ * and later, gets SL_EKILLED.  Idempotent. */
+void sl__budget_close(sl__budget *b);
+
+/* An account of stage `stage` (borrowed: a static name) in b (a reference
+ * taken), charged nothing: NULL and SL_ENOMEM set. */
+sl__budget_acct *sl__budget_acct_new(sl__budget *b, const char *stage);
+/* Releases what the account still holds, frees it, drops its reference.
+ * NULL-safe.  No thread may use it any more. */
+void sl__budget_acct_free(sl__budget_acct *a);
+/* The account whose carry sl__budget_claim takes (the stage's upstream's;
+ * may be NULL).  Before any thread uses either. */
+void sl__budget_acct_link(sl__budget_acct *a, sl__budget_acct *below);
+
+sl__budget *sl__budget_of(const sl__budget_acct *a);
+uint64_t sl__budget_acct_held(const sl__budget_acct *a);
+uint64_t sl__budget_acct_peak(const sl__budget_acct *a);
+void sl__budget_acct_reset_peak(sl__budget_acct *a); /* peak = held (tests) */
+
+/* Reserves n bytes for a, waiting while the ledger has no room for them and
+ * a holds something (a holding nothing takes them at once).  SL_OK, or
+ * SL_EKILLED ("<stage>: stopped") when *stop becomes true (stop may be NULL;
+ * sl__budget_wake wakes a waiter to look) or the ledger is closed, or
+ * SL_ENOMEM when n alone exceeds the capacity ("stage 'X' needs N bytes for
+ * one sample, the budget is M bytes"). */
+int sl__budget_reserve(sl__budget_acct *a, uint64_t n, const atomic_bool *stop);
+
+/* Waits until a holds nothing: SL_OK, or SL_EKILLED as sl__budget_reserve
+ * (a stage that must learn the size of one item before it takes more). */
+int sl__budget_wait_empty(sl__budget_acct *a, const atomic_bool *stop);
+
+/* Like sl__budget_reserve without waiting: whether the n bytes were taken
+ * (a stage holding nothing always takes them). */
+bool sl__budget_try(sl__budget_acct *a, uint64_t n);
+
+/* SL_OK when one sample of n bytes fits the budget at all, else SL_ENOMEM
+ * "stage 'X' needs N bytes for one sample, the budget is M bytes". */
+int sl__budget_fits(const sl__budget_acct *a, uint64_t n);
+
+/* Charges n more bytes to a without waiting (a stage on its caller's
+ * thread), after claiming what it can of its upstream's carry (up to n):
+ * SL_OK, or SL_ENOMEM (nothing charged) when n exceeds the capacity or a
+ * would then hold more than the capacity, naming the stage, the bytes and
+ * `count`, the samples it would hold ("to hold K samples"). */
+int sl__budget_charge(sl__budget_acct *a, uint64_t n, uint64_t count);
+
+/* Changes a's charge for one item from `from` to `to` bytes, without
+ * waiting (an item's size known after a reservation). */
+void sl__budget_adjust(sl__budget_acct *a, uint64_t from, uint64_t to);
+
+/* Releases n of a's bytes (n <= what it holds) and wakes the waiters. */
+void sl__budget_release(sl__budget_acct *a, uint64_t n);
+/* Releases everything a holds (a stopped stage), its carry included. */
+void sl__budget_release_all(sl__budget_acct *a);
+
+/* n of a's held bytes become its carry: the sample handed out.  The carry
+ * is dropped (released) by sl__budget_drop_carry, at the stage's next call,
+ * unless the stage above claimed it first. */
+void sl__budget_to_carry(sl__budget_acct *a, uint64_t n);
+void sl__budget_drop_carry(sl__budget_acct *a);
+/* Moves the carry of a's linked upstream account into a (at most `max`
+ * bytes; the rest is dropped): returns the bytes moved. */
+uint64_t sl__budget_claim(sl__budget_acct *a, uint64_t max);
+
+/* Wakes every waiter to look at its stop flag again (a stage stopping). */
+void sl__budget_wake(sl__budget *b);
+
+#endif
