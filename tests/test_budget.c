@@ -43,12 +43,16 @@ static int widen(void *ud, sl_sample *in, sl_sample **out) {
   return SL_OK;
 }
 
+/* The schema of widen's outputs, made once. */
+static void wide_schema(void) {
+  if (g_wide) return;
+  int64_t k = ITEM;
+  g_wide = sl_schema_new();
+  ASSERT_OK(sl_schema_add(g_wide, "x", SL_U8, 1, &k));
+}
+
 static sl_reader *wide_map(int64_t n, uint32_t threads) {
-  if (!g_wide) {
-    int64_t k = ITEM;
-    g_wide = sl_schema_new();
-    ASSERT_OK(sl_schema_add(g_wide, "x", SL_U8, 1, &k));
-  }
+  wide_schema();
   sl_parallel_opts o = SL_PARALLEL_OPTS_INIT;
   o.threads = threads;
   sl_reader *m = NULL;
@@ -180,7 +184,7 @@ TEST(map_within_budget) {
 TEST(prefetch_within_budget) {
   const uint64_t budget = 5 * ITEM;
   sl_reader *m = NULL;
-  if (!g_wide) (void)wide_map(0, 1) /* makes the schema */;
+  wide_schema();
   ASSERT_OK(sl_map(test_range_reader(400), widen, NULL, NULL, g_wide, &m));
   sl_reader *r = prefetch(m, 64);
   ASSERT_OK(sl_reader_set_budget(r, budget));
@@ -513,7 +517,7 @@ TEST(budget_on_source_joins_later_stages) {
   const uint64_t budget = 6 * ITEM;
   sl_reader *src = test_range_reader(400);
   ASSERT_OK(sl_reader_set_budget(src, budget));
-  if (!g_wide) (void)wide_map(0, 1); /* makes the schema */
+  wide_schema();
   sl_parallel_opts o = SL_PARALLEL_OPTS_INIT;
   o.threads = 3;
   sl_reader *m = NULL;
