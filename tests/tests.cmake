@@ -37,7 +37,7 @@ if(SLUICE_BUILD_TESTS)
   # Each tests/cli/*.sh drives the built `sluice` binary: CTest test cli.<name>.
   file(GLOB SLUICE_CLI_TESTS CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/tests/cli/*.sh)
   sluice_without(SLUICE_CLI_TESTS
-                 "/(run|resume|resume_trainer|trainer_lua_path)\\.sh$"
+                 "/(run|resume|resume_trainer|trainer_lua_path|memory)\\.sh$"
                  "/pack_images\\.sh$")
   if(SLUICE_WITH_LUA AND SLUICE_WITH_IMAGES)
     # Only a build without a layer runs the check of its answers.
