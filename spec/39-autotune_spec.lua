@@ -94,6 +94,73 @@ describe("threads = \"auto\"", function()
                    end))
   end)
 
+  it("is the default of every stage given no threads", function()
+    -- a map, filter and flat_map with no options: tuned, one running at
+    -- first, the output that of one thread
+    local id = function(s) return s end
+    local keep = function(s) return s.i % 2 == 0 end
+    local twice = function(s) return {s, s} end
+    for _, make in ipairs{
+      function(t) return sluice.range(4000):map(work, t) end,
+      function(t) return sluice.range(4000):filter(keep, t) end,
+      function(t) return sluice.range(1000):flat_map(twice, t) end,
+    } do
+      local default, one = make(nil), make({threads = 1})
+      assert.same(values(one), values(default))
+      local st = default:stats()[1]
+      assert.is_true(st.threads_auto)
+      assert.is_true(st.threads >= 1 and st.threads <= st.threads_max)
+      assert.is_false(one:stats()[1].threads_auto)
+    end
+    -- an empty options table is no number either
+    assert.is_true(sluice.range(3):map(id, {}):stats()[1].threads_auto)
+    -- open_files with no threads: tuned, same records
+    local path = "tests/data/golden-v1.slr"
+    local function digest(opts)
+      local out = {}
+      local p = sluice.open_files({path, path}, opts)
+      for s in p:iter() do out[#out + 1] = tostring(s) end
+      return out, p
+    end
+    local a = digest({threads = 1, shuffle = true, seed = 5})
+    local b, p = digest({shuffle = true, seed = 5})
+    assert.is_true(#a > 0)
+    assert.same(a, b)
+    local st = p:stats()
+    assert.is_true(st[#st].threads_auto or st[1].threads_auto)
+    -- decode_image takes the default through its option check (and then
+    -- names the missing field, not the threads)
+    local ok, err = pcall(function()
+      return sluice.range(3):decode_image{}
+    end)
+    assert.is_false(ok)
+    assert.matches("no field 'image'", tostring(err))
+  end)
+
+  it("gives :prefetch() with no size the tuned depth", function()
+    local p = sluice.range(500):prefetch()
+    assert.same(values(sluice.range(500)), values(p))
+    local st = p:stats()[1]
+    assert.equal("prefetch", st.name)
+    assert.is_true(st.queue_depth >= 1)
+    -- the same stage as :prefetch("auto"): its options are refused
+    -- without the word
+    assert.equal("sluice: :prefetch(n): options are for "
+                 .. ":prefetch(\"auto\", {max_bytes=, max_depth=})",
+                 misuse(function()
+                   sluice.range(3):prefetch(nil, {max_depth = 4})
+                 end))
+    -- a number is still a fixed depth
+    assert.equal(8, sluice.range(3):prefetch(8):stats()[1].queue_depth)
+  end)
+
+  it("leaves interleave's read-ahead off unless asked", function()
+    local plain = sluice.interleave({sluice.range(10), sluice.range(10)})
+    for _, st in ipairs(plain:stats()) do
+      assert.are_not.equal("prefetch", st.name)
+    end
+  end)
+
   it("refuses other values, naming the stage", function()
     local p = sluice.range(3)
     local id = function(s) return s end

@@ -86,7 +86,7 @@ end
 -- uint32_t).  Anything else names the stage and the value.
 local function opt_threads(opts, min, default, where, level, max, auto)
   local v = opts.threads
-  if v == "auto" then return auto end
+  if v == "auto" or (v == nil and default == "auto") then return auto end
   if v ~= nil and type(v) ~= "number" then
     error(("sluice: %s: option 'threads' must be a positive integer or "
            .. "\"auto\" (got %s)"):format(where, type(v) == "string"
@@ -605,7 +605,10 @@ local prefetch_n = count_decorator("prefetch", C.sl_prefetch, 1,
 local PREFETCH_AUTO_OPTS = {max_bytes = true, max_depth = true}
 -- :prefetch(n), or :prefetch("auto", {max_bytes=, max_depth=}): the depth
 -- tuned while it runs (C sl_prefetch_auto; its ranges are checked there).
+-- :prefetch() with no size is :prefetch("auto") (issue 27: "auto" where no
+-- number is given); its options still need the word.
 function Pipeline:prefetch(n, opts)
+  if n == nil and opts == nil then n = "auto" end
   if n ~= "auto" then
     if type(n) == "string" then
       error(("sluice: :prefetch(): buffer size must be an integer >= 1 or "
@@ -823,7 +826,7 @@ local function stage_options(self, opts, where, allowed, level)
   live(self, where, level)
   opts = check_opts(opts, where, allowed, level)
   local o = {
-    threads = opt_threads(opts, 1, 1, where, level, INT_MAX,
+    threads = opt_threads(opts, 1, "auto", where, level, INT_MAX,
                           THREADS_AUTO_INT),
     ordered = check_bool(opts.ordered, where, "ordered", true, level),
     queue = opt_int(opts, "queue", 1, nil, where, level),
@@ -1099,7 +1102,7 @@ local function image_options(o, opts, where, level)
     o.shape.height, o.shape.width = size_pair(opts.shape, where, "shape",
                                               level + 1)
   end
-  o.threads = opt_threads(opts, 1, 0, where, level + 1, U32_MAX,
+  o.threads = opt_threads(opts, 1, "auto", where, level + 1, U32_MAX,
                           THREADS_AUTO_U32)
   o.window = opt_int(opts, "window", 1, 0, where, level + 1, U32_MAX)
   o.unordered = check_bool(opts.ordered, where, "ordered", true, level + 1)
@@ -1377,7 +1380,7 @@ local function open_name(name, opts, level)
     error(("sluice: %s: option 'parser' must be a plugin path or a Lua "
            .. "function (got a %s)"):format(where, type(parse)), level)
   end
-  local threads = opt_threads(opts, 1, 1, where, level, INT_MAX,
+  local threads = opt_threads(opts, 1, "auto", where, level, INT_MAX,
                               THREADS_AUTO_INT)
   -- tag image: decoding options (threads, policy, ... shared above).
   local io = ffi.new("sl_image_opts")
@@ -1453,7 +1456,8 @@ function sluice.open_files(names, opts)
   local o = ffi.new("sl_open_files_opts")
   o.size = ffi.sizeof("sl_open_files_opts")
   slr_options(o.slr, opts, where, 2)
-  o.threads = opt_threads(opts, 1, 1, where, 2, U32_MAX, THREADS_AUTO_U32)
+  o.threads = opt_threads(opts, 1, "auto", where, 2, U32_MAX,
+                          THREADS_AUTO_U32)
   o.buffer = opt_int(opts, "buffer", 1, 0, where, 2, U32_MAX)
   o.unordered = check_bool(opts.ordered, where, "ordered", true, 2) and 0 or 1
   o.shuffle = check_bool(opts.shuffle, where, "shuffle", false, 2) and 1 or 0

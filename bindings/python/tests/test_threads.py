@@ -13,10 +13,14 @@ import sluice
 from conftest import LUA_SLEEP
 
 # Opening runs the map once (the first sample's output gives the stage's
-# schema), so the first next returns at once and the second waits.
+# schema), so the first next returns at once and the second waits.  One
+# thread: these tests time one sample at a time (the default, "auto", may
+# run a second worker that has sample 2 ready before the pull of sample 1
+# is interrupted).
 SLOW = LUA_SLEEP + """
 local sluice = require "sluice"
-return sluice.range(%d):map(function(s) sleep_ms(%d) return s end)
+return sluice.range(%d):map(function(s) sleep_ms(%d) return s end,
+                            {threads = 1})
 """
 
 
