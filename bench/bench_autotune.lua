@@ -178,11 +178,11 @@ local AUTO = P.row and #grid - 1 or #grid
 local rates, info = {}, {} -- per configuration: each run's steady rate
 for round = 1, passes do
   for j = 1, #grid do
-    local r, i = run(grid[j], type(grid[j][1]) == "string")
+    local r, got = run(grid[j], type(grid[j][1]) == "string")
     rates[j] = rates[j] or {}
     rates[j][round] = r
     info[j] = info[j] or {}
-    info[j][round] = i
+    info[j][round] = got
   end
 end
 -- best and median of a list
@@ -196,7 +196,7 @@ local best, med, whole = {}, {}, {}
 for j = 1, #grid do
   best[j], med[j] = best_med(rates[j])
   local w = {}
-  for k, i in ipairs(info[j]) do w[k] = i.whole end
+  for k, got in ipairs(info[j]) do w[k] = got.whole end
   whole[j] = best_med(w)
 end
 local top, topj, topw = 0, 1, 0
