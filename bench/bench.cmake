@@ -48,3 +48,14 @@ if(SLUICE_BUILD_BENCH AND SLUICE_BUILD_TESTS AND SLUICE_WITH_LUA AND
   set_tests_properties(bench.cpu_under_load_smoke PROPERTIES TIMEOUT 300
                        LABELS bench SKIP_RETURN_CODE 77)
 endif()
+
+# bench/bench_autotune.lua runs (the grid and the defaults, once, on tiny
+# token shards and a few JPEGs; no figure checked).
+if(SLUICE_BUILD_BENCH AND SLUICE_BUILD_TESTS AND SLUICE_WITH_LUA AND
+   NOT SLUICE_ASAN AND NOT SLUICE_TSAN AND NOT SLUICE_UBSAN)
+  add_test(NAME bench.autotune_smoke
+           COMMAND bash ${PROJECT_SOURCE_DIR}/bench/autotune_smoke
+                   ${PROJECT_SOURCE_DIR} ${CMAKE_BINARY_DIR})
+  set_tests_properties(bench.autotune_smoke PROPERTIES TIMEOUT 300
+                       LABELS bench)
+endif()
