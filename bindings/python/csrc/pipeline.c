@@ -41,6 +41,18 @@
  * object's finaliser waits only when the puller is idle, and detaches it
  * otherwise (a next that never returns must not hang the interpreter).
  *
+ * Reading ahead.  Each hand-off through the puller costs two wake-ups
+ * (the puller's, then the Python thread's: 30-60 us each), which next
+ * would pay per batch.  So when a next's batch came quickly (the puller's
+ * sl_reader_next took under AHEAD_NS: the chain had it ready), the Python
+ * thread posts the following next before it returns the batch: the puller
+ * pulls it while Python works, and the next call usually finds it ready
+ * without sleeping.  That batch is exactly an interrupted next's (above):
+ * the next call takes it, state() saves one batch back, reset() and a
+ * restore() that succeeds drop it, close() discards it.  A slow chain
+ * (a next that took longer) is not read ahead, so state() and close()
+ * never wait long for a batch nobody asked for.
+ *
  * A second Python thread calling into a pipeline another thread is
  * waiting on gets RuntimeError (`busy`, checked under the GIL).
  *
@@ -60,6 +72,9 @@
 #include <unistd.h>
 
 #define SLICE_MS 50
+/* A next that took the puller less than this is followed by a read-ahead
+ * (see "Reading ahead" above). */
+#define AHEAD_NS 2000000L
 
 PyObject *slpy_PipelineType;
 
@@ -86,6 +101,7 @@ typedef struct puller {
   char *held_msg;
   sl_sample *held_sample;
   int save_back; /* OP_SAVE: batches back (the held one) */
+  long next_ns;  /* the last OP_NEXT's time in sl_reader_next */
   int closing;
   int exited;
   int detached; /* nobody waits: the puller frees the struct */
@@ -178,9 +194,15 @@ static void *puller_main(void *arg) {
     size_t len = 0;
     int rc;
     switch (op) {
-    case OP_NEXT:
+    case OP_NEXT: {
+      struct timespec t0, t1;
+      clock_gettime(CLOCK_MONOTONIC, &t0);
       rc = sl_reader_next(pu->p, &s);
+      clock_gettime(CLOCK_MONOTONIC, &t1);
+      pu->next_ns = (long)(t1.tv_sec - t0.tv_sec) * 1000000000L +
+                    (t1.tv_nsec - t0.tv_nsec);
       break;
+    }
     case OP_RESET:
       rc = sl_reader_reset(pu->p);
       break;
@@ -363,6 +385,13 @@ static int run_op(PipelineObject *self, int op, const void *in, size_t inlen,
   pu->sample = NULL;
   pu->state = NULL;
   pu->ready = 0;
+  /* Read ahead after a batch that came quickly (the puller is idle: its
+   * result was just collected). */
+  if (op == OP_NEXT && pu->result_op == OP_NEXT && out->rc == SL_OK &&
+      pu->next_ns < AHEAD_NS && cond_idle(pu) && !pu->held && !pu->closing) {
+    pu->op = OP_NEXT;
+    pthread_cond_signal(&pu->wake);
+  }
   pthread_mutex_unlock(&pu->mu);
   return 0;
 }

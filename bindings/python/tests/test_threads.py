@@ -319,3 +319,68 @@ def test_next_after_an_interrupted_restore_over_a_held_batch():
     with pytest.raises(StopIteration):
         next(p)
     p.close()
+
+
+# Reading ahead (pipeline.c): after a batch that came quickly the puller
+# pulls the next one while Python works.  The read-ahead batch is the
+# caller's next one: state() is before it, a restore resumes at it, a reset
+# drops it; a slow chain is not read ahead.
+FAST = 'return require("sluice").range(40):batch(4)'
+
+
+def batches_out(p):
+    return [s for s in p.stats() if s["name"] == "batch"][0]["samples_out"]
+
+
+def settled(f, want, seconds=10):
+    deadline = time.monotonic() + seconds
+    while f() != want and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return f()
+
+
+def test_a_fast_chain_is_read_ahead_and_state_is_before_that_batch():
+    sluice.stats_enable(True)
+    try:
+        p = sluice.open_string(FAST)
+        it = iter(p)
+        assert np.asarray(next(it)["i"]).tolist() == [0, 1, 2, 3]
+        # the second batch was pulled without being asked for
+        assert settled(lambda: batches_out(p), 2) == 2
+        state = p.state()
+        with sluice.open_string(FAST) as q:
+            q.restore(state)
+            assert np.asarray(next(iter(q))["i"]).tolist() == [4, 5, 6, 7]
+        # the read-ahead batch is the caller's next one
+        assert np.asarray(next(it)["i"]).tolist() == [4, 5, 6, 7]
+        rest = [np.asarray(b["i"]).tolist()[0] for b in it]
+        assert rest == list(range(8, 40, 4))
+        # a reset drops a read-ahead batch: the pass starts at 0
+        it = iter(p)
+        next(it)
+        settled(lambda: batches_out(p), 2)
+        p.reset()
+        assert np.asarray(next(iter(p))["i"]).tolist() == [0, 1, 2, 3]
+        # so does a restore that succeeds
+        p.restore(state)
+        assert np.asarray(next(iter(p))["i"]).tolist() == [4, 5, 6, 7]
+        p.close()
+    finally:
+        sluice.stats_enable(False)
+
+
+def test_a_slow_chain_is_not_read_ahead():
+    sluice.stats_enable(True)
+    try:
+        p = sluice.open_string(SLOW % (6, 150))
+        it = iter(p)
+        next(it)  # at once (the opening made it); sample 1 is read ahead
+        next(it)  # sample 1: 150 ms, too slow to read past
+        time.sleep(0.5)
+        st = [s for s in p.stats() if s["name"] == "map"][0]
+        assert st["samples_out"] == 2, st
+        t0 = time.monotonic()
+        p.close()  # nothing under way to wait for
+        assert time.monotonic() - t0 < 0.12
+    finally:
+        sluice.stats_enable(False)
