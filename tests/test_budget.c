@@ -157,6 +157,120 @@ TEST(no_budget_rows_zero) {
   sl_reader_destroy(r);
 }
 
+/* --- the default budget (sl_reader_default_budget) -------------------------
+ */
+
+/* SLUICE_MEMORY_LIMIT stands for the container's limit: the default is
+ * SL_BUDGET_DEFAULT_PERCENT of it, the stats rows say so and the table
+ * names the share and the memory. */
+TEST(default_budget_is_a_share_of_the_memory_limit) {
+  ASSERT_EQ(setenv("SLUICE_MEMORY_LIMIT", "64M", 1), 0);
+  sl_reader *r = prefetch(wide_map(40, 2), 4);
+  ASSERT_OK(sl_reader_default_budget(r));
+  read_wide(r, 40);
+  sl_stage_stats st[8];
+  size_t n = 0;
+  ASSERT_OK(sl_reader_stats(r, st, 8, &n));
+  ASSERT_EQ(n, 3);
+  for (size_t i = 0; i < n; i++) {
+    ASSERT_EQ(st[i].budget_bytes, (64u << 20) / 100 * SL_BUDGET_DEFAULT_PERCENT +
+                                      (64u << 20) % 100 *
+                                          SL_BUDGET_DEFAULT_PERCENT / 100);
+    ASSERT_EQ(st[i].budget_default_pct, SL_BUDGET_DEFAULT_PERCENT);
+    ASSERT_EQ(st[i].memory_usable, 64u << 20);
+  }
+  ASSERT_TRUE(st[0].bytes_peak > 0); /* charged like a set budget */
+  char text[4096];
+  ASSERT_TRUE(sl_stats_format(st, n, 1.0, text, sizeof text) > 0);
+  ASSERT_CONTAINS(text, "memory budget: 32.0 MiB (default: 50 % of 0.1 GiB "
+                        "usable); held now, peak:");
+  /* a second call leaves it; an explicit budget is refused now */
+  ASSERT_OK(sl_reader_default_budget(r));
+  ASSERT_RC(sl_reader_set_budget(r, 100), SL_ESTATE);
+  ASSERT_RC(sl_reader_set_no_budget(r), SL_ESTATE);
+  ASSERT_CONTAINS(sl_last_error(), "already has a memory budget");
+  sl_reader_destroy(r);
+  unsetenv("SLUICE_MEMORY_LIMIT");
+}
+
+/* Units, and without the variable the container's limit (sl__memory_limit). */
+TEST(default_budget_sizes_and_the_real_limit) {
+  static const struct {
+    const char *v;
+    uint64_t bytes;
+  } ok[] = {{"1000", 1000},         {"2K", 2048},       {"3kib", 3072},
+            {"1G", 1ull << 30},     {"5MB", 5u << 20},  {"7B", 7},
+            {"2T", 2ull << 40},     {"100", 100}};
+  for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+    ASSERT_EQ(setenv("SLUICE_MEMORY_LIMIT", ok[i].v, 1), 0);
+    uint64_t u = 0;
+    ASSERT_OK(sl__budget_usable(&u));
+    ASSERT_EQ(u, ok[i].bytes);
+  }
+  unsetenv("SLUICE_MEMORY_LIMIT");
+  uint64_t u = 0;
+  ASSERT_OK(sl__budget_usable(&u));
+  ASSERT_EQ(u, sl__memory_limit());
+  ASSERT_EQ(setenv("SLUICE_MEMORY_LIMIT", "", 1), 0); /* empty: unset */
+  ASSERT_OK(sl__budget_usable(&u));
+  ASSERT_EQ(u, sl__memory_limit());
+  /* the share: pct % rounded down, at least one byte */
+  ASSERT_EQ(sl__budget_share(1000, 50), 500);
+  ASSERT_EQ(sl__budget_share(1, 50), 1);
+  ASSERT_EQ(sl__budget_share(UINT64_MAX, 50), UINT64_MAX / 2);
+  ASSERT_EQ(sl__budget_share(101, 50), 50);
+  unsetenv("SLUICE_MEMORY_LIMIT");
+}
+
+/* A variable that is not a size is an error naming it, and no budget. */
+TEST(default_budget_bad_variable) {
+  static const char *bad[] = {"lots", "0", "-5", "12X", "1.5G", " 1G",
+                              "1Gx", "99999999999999999999", "20000000T"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    ASSERT_EQ(setenv("SLUICE_MEMORY_LIMIT", bad[i], 1), 0);
+    sl_reader *r = test_range_reader(3);
+    ASSERT_RC(sl_reader_default_budget(r), SL_EINVAL);
+    ASSERT_CONTAINS(sl_last_error(), "SLUICE_MEMORY_LIMIT: not a size");
+    ASSERT_CONTAINS(sl_last_error(), bad[i]);
+    sl_stage_stats st[2];
+    size_t n = 0;
+    ASSERT_OK(sl_reader_stats(r, st, 2, &n));
+    ASSERT_EQ(st[0].budget_bytes, 0);
+    sl_reader_destroy(r);
+  }
+  unsetenv("SLUICE_MEMORY_LIMIT");
+}
+
+/* set_no_budget on a source: the default passes over the chain built on
+ * it; an explicit budget may still be set; the C API alone sets none. */
+TEST(no_budget_mark_turns_the_default_off) {
+  ASSERT_RC(sl_reader_set_no_budget(NULL), SL_EINVAL);
+  ASSERT_RC(sl_reader_default_budget(NULL), SL_EINVAL);
+  ASSERT_EQ(setenv("SLUICE_MEMORY_LIMIT", "1G", 1), 0);
+  wide_schema();
+  sl_reader *src = test_range_reader(30);
+  ASSERT_OK(sl_reader_set_no_budget(src));
+  ASSERT_OK(sl_reader_set_no_budget(src)); /* idempotent */
+  sl_parallel_opts o = SL_PARALLEL_OPTS_INIT;
+  o.threads = 2;
+  sl_reader *m = NULL;
+  ASSERT_OK(sl_map_parallel(src, widen, NULL, NULL, g_wide, &o, &m));
+  sl_reader *r = prefetch(m, 4);
+  ASSERT_OK(sl_reader_default_budget(r));
+  read_wide(r, 30);
+  sl_stage_stats st[8];
+  size_t n = 0;
+  ASSERT_OK(sl_reader_stats(r, st, 8, &n));
+  for (size_t i = 0; i < n; i++) ASSERT_EQ(st[i].budget_bytes, 0);
+  ASSERT_OK(sl_reader_set_budget(r, 1u << 20)); /* explicit: allowed */
+  ASSERT_OK(sl_reader_stats(r, st, 8, &n));
+  ASSERT_EQ(st[0].budget_bytes, 1u << 20);
+  ASSERT_EQ(st[0].budget_default_pct, 0);
+  ASSERT_EQ(st[0].memory_usable, 0);
+  sl_reader_destroy(r);
+  unsetenv("SLUICE_MEMORY_LIMIT");
+}
+
 /* --- held never above the budget, per kind of stage -------------------------
  */
 

@@ -17,7 +17,10 @@
  */
 #include "sync/budget.h"
 
+#include <errno.h>
 #include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
 
 struct sl__budget {
   uint64_t cap;
@@ -25,6 +28,8 @@ struct sl__budget {
   atomic_int refs;
   atomic_int waiters;
   atomic_bool closed;
+  int default_pct;  /* a default budget: its share, else 0 */
+  uint64_t usable;  /* a default budget: the memory it is a share of */
   pthread_mutex_t mu;
   pthread_cond_t cv;
 };
@@ -111,6 +116,59 @@ void sl__budget_reset_peak(sl__budget *b) {
 
 void sl__budget_acct_reset_peak(sl__budget_acct *a) {
   atomic_store(&a->peak, atomic_load(&a->held));
+}
+
+int sl__budget_usable(uint64_t *usable) {
+  const char *v = getenv("SLUICE_MEMORY_LIMIT");
+  if (!v || !*v) {
+    *usable = sl__memory_limit();
+    return SL_OK;
+  }
+  /* digits, then an optional unit (K, M, G, T with an optional B or iB) */
+  char *end;
+  errno = 0;
+  unsigned long long n = strtoull(v, &end, 10);
+  bool digits = *v >= '0' && *v <= '9';
+  int shift = 0;
+  const char *u = end;
+  switch (*u == 0 ? 0 : (*u | 0x20)) {
+  case 'k': shift = 10; break;
+  case 'm': shift = 20; break;
+  case 'g': shift = 30; break;
+  case 't': shift = 40; break;
+  case 'b': break;
+  case 0: break;
+  default: shift = -1;
+  }
+  if (shift > 0) u++;
+  if (shift >= 0 && (*u | 0x20) == 'i' && shift > 0) u++;
+  if (shift >= 0 && (*u | 0x20) == 'b') u++;
+  if (!digits || errno || shift < 0 || *u || n == 0 ||
+      (shift && n > (UINT64_MAX >> shift)))
+    return sl_set_error(SL_EINVAL,
+                        "SLUICE_MEMORY_LIMIT: not a size >= 1 byte (a number "
+                        "with an optional K, M, G or T; got '%s')",
+                        v);
+  *usable = (uint64_t)n << shift;
+  return SL_OK;
+}
+
+uint64_t sl__budget_share(uint64_t usable, int pct) {
+  uint64_t b = usable / 100 * (uint64_t)pct + usable % 100 * (uint64_t)pct / 100;
+  return b ? b : 1;
+}
+
+void sl__budget_mark_default(sl__budget *b, int pct, uint64_t usable) {
+  b->default_pct = pct;
+  b->usable = usable;
+}
+
+int sl__budget_default_pct(const sl__budget *b) {
+  return b->default_pct;
+}
+
+uint64_t sl__budget_usable_of(const sl__budget *b) {
+  return b->usable;
 }
 
 void sl__budget_close(sl__budget *b) {
