@@ -12,8 +12,12 @@
  * sleeps on `cv`; whoever lowers a total or an account's held bytes
  * (a release, a drop, a claim of the carry) subtracts (seq_cst) and then
  * reads `waiters`: one of the two sees the other's write, so no wake-up
- * is lost.  Releases broadcast (the waiters may want different amounts),
- * as do close and wake.
+ * is lost.  A waiter registers what would let it go on: the room its
+ * reservation needs (the ledger's min_need, the least of them) or, for
+ * every waiter, its account holding nothing (the account's `waiting`); a
+ * release wakes the waiters only when one of those holds now (wake_if),
+ * all of them together (they may want different amounts; those that
+ * still cannot go on register again), and close and wake always do.
  */
 #include "sync/budget.h"
 
@@ -27,6 +31,10 @@ struct sl__budget {
   atomic_uint_least64_t total, peak;
   atomic_int refs;
   atomic_int waiters;
+  /* the least room a reservation waiting now needs (UINT64_MAX: none);
+   * reset by each wake-up, lowered again by the waiters still waiting */
+  atomic_uint_least64_t min_need;
+  atomic_uint_least64_t wakeups; /* broadcasts so far (tests) */
   atomic_bool closed;
   int default_pct;  /* a default budget: its share, else 0 */
   uint64_t usable;  /* a default budget: the memory it is a share of */
@@ -39,6 +47,7 @@ struct sl__budget_acct {
   const char *stage;
   sl__budget_acct *below; /* its upstream's account, or NULL */
   atomic_uint_least64_t held, peak, carry;
+  atomic_int waiting; /* its waiters: they may go on once it holds nothing */
 };
 
 static void raise_peak(atomic_uint_least64_t *peak, uint64_t v) {
@@ -59,15 +68,31 @@ static void add(sl__budget_acct *a, uint64_t n) {
 
 static void wake_all(sl__budget *b) {
   pthread_mutex_lock(&b->mu);
+  atomic_store(&b->min_need, UINT64_MAX);
+  atomic_fetch_add_explicit(&b->wakeups, 1, memory_order_relaxed);
   pthread_cond_broadcast(&b->cv);
   pthread_mutex_unlock(&b->mu);
 }
 
+/* After bytes were released (the total now `total`, and account a, when
+ * not NULL, holding `held`): wakes the waiters when one of them can go on
+ * - the room is what the least of the reservations waiting needs, or a
+ * holds nothing and has a waiter - and not at every release (a ledger
+ * full of a slow consumer's samples would wake every worker per sample). */
+static void wake_if(sl__budget *b, uint64_t total, const sl__budget_acct *a,
+                    uint64_t held) {
+  if (atomic_load(&b->waiters) == 0) return;
+  uint64_t room = total < b->cap ? b->cap - total : 0;
+  if (room >= atomic_load(&b->min_need) ||
+      (a && held == 0 && atomic_load(&a->waiting) > 0))
+    wake_all(b);
+}
+
 static void sub(sl__budget_acct *a, uint64_t n) {
   if (!n) return;
-  atomic_fetch_sub(&a->held, n);
-  atomic_fetch_sub(&a->b->total, n);
-  if (atomic_load(&a->b->waiters) > 0) wake_all(a->b);
+  uint64_t h = atomic_fetch_sub(&a->held, n) - n;
+  uint64_t t = atomic_fetch_sub(&a->b->total, n) - n;
+  wake_if(a->b, t, a, h);
 }
 
 sl__budget *sl__budget_new(uint64_t cap) {
@@ -85,6 +110,8 @@ sl__budget *sl__budget_new(uint64_t cap) {
   atomic_init(&b->peak, 0);
   atomic_init(&b->refs, 1);
   atomic_init(&b->waiters, 0);
+  atomic_init(&b->min_need, UINT64_MAX);
+  atomic_init(&b->wakeups, 0);
   atomic_init(&b->closed, false);
   pthread_mutex_init(&b->mu, NULL);
   pthread_cond_init(&b->cv, NULL);
@@ -192,6 +219,7 @@ sl__budget_acct *sl__budget_acct_new(sl__budget *b, const char *stage) {
   atomic_init(&a->held, 0);
   atomic_init(&a->peak, 0);
   atomic_init(&a->carry, 0);
+  atomic_init(&a->waiting, 0);
   atomic_fetch_add(&b->refs, 1);
   return a;
 }
@@ -272,9 +300,19 @@ static int wait_room(sl__budget_acct *a, uint64_t n, const atomic_bool *stop,
                           a->stage);
     if (empty ? atomic_load(&a->held) == 0 : sl__budget_try(a, n)) return SL_OK;
     pthread_mutex_lock(&b->mu);
+    /* register (what would let it go on), then look again: a releaser
+     * lowers the counts first and reads these after (seq_cst), so one of
+     * the two sees the other's write and no wake-up is lost */
     atomic_fetch_add(&b->waiters, 1);
+    atomic_fetch_add(&a->waiting, 1);
+    if (!empty) {
+      uint64_t need = n ? n : 1, m = atomic_load(&b->min_need);
+      while (need < m && !atomic_compare_exchange_weak(&b->min_need, &m, need))
+        ;
+    }
     bool wait = empty ? atomic_load(&a->held) > 0 : must_wait(a, n);
     if (wait && !stopped(a, stop)) pthread_cond_wait(&b->cv, &b->mu);
+    atomic_fetch_sub(&a->waiting, 1);
     atomic_fetch_sub(&b->waiters, 1);
     pthread_mutex_unlock(&b->mu);
   }
@@ -320,8 +358,8 @@ void sl__budget_release_all(sl__budget_acct *a) {
   atomic_store(&a->carry, 0);
   uint64_t h = atomic_exchange(&a->held, 0);
   if (!h) return;
-  atomic_fetch_sub(&a->b->total, h);
-  if (atomic_load(&a->b->waiters) > 0) wake_all(a->b);
+  uint64_t t = atomic_fetch_sub(&a->b->total, h) - h;
+  wake_if(a->b, t, a, 0);
 }
 
 void sl__budget_to_carry(sl__budget_acct *a, uint64_t n) {
@@ -340,12 +378,18 @@ uint64_t sl__budget_claim(sl__budget_acct *a, uint64_t max) {
   if (!c) return 0;
   uint64_t moved = c < max ? c : max;
   /* The moved bytes change hands (the total stays); the rest is freed. */
-  atomic_fetch_sub(&d->held, c);
+  uint64_t dh = atomic_fetch_sub(&d->held, c) - c;
   uint64_t h = atomic_fetch_add(&a->held, moved) + moved;
   raise_peak(&a->peak, h);
-  if (c > moved) atomic_fetch_sub(&a->b->total, c - moved);
+  uint64_t t = c > moved ? atomic_fetch_sub(&a->b->total, c - moved) -
+                               (c - moved)
+                         : atomic_load(&a->b->total);
   /* d holds less: a waiter of d's (for room while it holds something, or
    * for it to hold nothing) may go on. */
-  if (atomic_load(&a->b->waiters) > 0) wake_all(a->b);
+  wake_if(a->b, t, d, dh);
   return moved;
+}
+
+uint64_t sl__budget_wakeups(const sl__budget *b) {
+  return atomic_load_explicit(&b->wakeups, memory_order_relaxed);
 }

@@ -20,8 +20,9 @@
  *
  * Threads: every function is safe from any thread; the held counts are
  * atomics, a mutex and a condition variable serve the waiters only (woken
- * together whenever bytes are released, the ledger is closed, or a stage
- * is stopped: sl__budget_wake).
+ * together when a release makes room for the least reservation waiting or
+ * empties an account with a waiter, when the ledger is closed, or when a
+ * stage is stopped: sl__budget_wake).
  */
 #ifndef SLUICE_SYNC_BUDGET_H
 #define SLUICE_SYNC_BUDGET_H
@@ -125,5 +126,7 @@ uint64_t sl__budget_claim(sl__budget_acct *a, uint64_t max);
 
 /* Wakes every waiter to look at its stop flag again (a stage stopping). */
 void sl__budget_wake(sl__budget *b);
+/* How many times the waiters were woken so far (tests). */
+uint64_t sl__budget_wakeups(const sl__budget *b);
 
 #endif
