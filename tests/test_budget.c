@@ -383,15 +383,22 @@ TEST(workers_wait_then_progress) {
 
 /* The map's results made before the budget was set pass; the first one
  * made under it is the error (a result, its stage named). */
+/* Reads r until it fails: how many samples came; *rc the failure. */
+static int read_until_error(sl_reader *r, int *rc) {
+  sl_sample *s = NULL;
+  int got = 0;
+  while ((*rc = sl_reader_next(r, &s)) == SL_OK) {
+    sl_sample_release(s);
+    got++;
+  }
+  return got;
+}
+
 TEST(too_small_for_one_sample) {
   sl_reader *r = wide_map(1000, 2);
   ASSERT_OK(sl_reader_set_budget(r, 100));
   sl_sample *s = NULL;
-  int rc, got = 0;
-  while ((rc = sl_reader_next(r, &s)) == SL_OK) {
-    sl_sample_release(s);
-    got++;
-  }
+  int rc, got = read_until_error(r, &rc);
   ASSERT_RC(rc, SL_ENOMEM);
   ASSERT_LE(got, 200);
   ASSERT_CONTAINS(sl_last_error(), "stage 'map' needs 1024 bytes for one "
@@ -401,11 +408,7 @@ TEST(too_small_for_one_sample) {
   /* a prefetch over it meets the large sample first (in its own pull) */
   r = prefetch(wide_map(1000, 2), 4);
   ASSERT_OK(sl_reader_set_budget(r, 100));
-  got = 0;
-  while ((rc = sl_reader_next(r, &s)) == SL_OK) {
-    sl_sample_release(s);
-    got++;
-  }
+  got = read_until_error(r, &rc);
   ASSERT_RC(rc, SL_ENOMEM);
   ASSERT_LE(got, 10);
   ASSERT_CONTAINS(sl_last_error(), "needs 1024 bytes for one sample, the "
@@ -823,3 +826,38 @@ TEST(batch_larger_than_the_budget) {
   sl_reader_destroy(r);
 }
 
+
+/* --- :cache(): the samples it keeps ------------------------------------- */
+
+static sl_reader *make_cache(sl_reader *up, size_t k) {
+  (void)k;
+  sl_reader *r = NULL;
+  ASSERT_OK(sl_cache(up, &r));
+  return r;
+}
+
+/* The samples kept are charged as they are kept and stay charged through
+ * the replays; a cache needing more than the budget ends the pass. */
+TEST(cache_contents_are_charged) {
+  const uint64_t budget = 200 * ITEM;
+  sl_reader *r = gathered(100, budget, make_cache, 0);
+  for (int pass = 0; pass < 3; pass++) {
+    read_wide(r, 100);
+    ASSERT_EQ(held_of(r, "cache"), 100 * ITEM); /* all of it, kept */
+    ASSERT_LE(sl__reader_budget_peak(r), budget + ITEM);
+    check_rows(r, budget, budget);
+    ASSERT_OK(sl_reader_reset(r));
+  }
+  sl_reader_destroy(r);
+  /* 300 samples of ITEM bytes in 200 * ITEM: the 201st is the error */
+  r = gathered(300, budget, make_cache, 0);
+  int rc, got = read_until_error(r, &rc);
+  ASSERT_RC(rc, SL_ENOMEM);
+  ASSERT_EQ(got, 200);
+  ASSERT_CONTAINS(sl_last_error(), "stage 'cache' needs 205824 bytes to hold "
+                                   "201 samples, the budget is 204800 bytes");
+  /* a reset discards the partial cache and its charge */
+  ASSERT_OK(sl_reader_reset(r));
+  ASSERT_EQ(held_of(r, "cache"), 0);
+  sl_reader_destroy(r);
+}
