@@ -235,3 +235,45 @@ describe("the default budget", function()
     p:close()
   end)
 end)
+
+-- bucket_batch (C sl_bucket_batch): the rows its buckets hold are charged
+-- as they arrive, the batch built from a bucket on top as it goes out.
+describe("bucket_batch under a budget", function()
+  -- n documents of 1..64 i32 tokens (4..256 bytes), the budget on the source
+  local function docs(n, budget)
+    local src = sluice.range(n)
+    if budget then src:budget(budget) end
+    return src:map(function(s)
+      local ids = sluice.tensor("i32", {s.i % 64 + 1})
+      s.i = nil
+      s.ids = ids
+      return s
+    end, {schema = {{"ids", "i32", {-1}}}})
+  end
+
+  it("counts the buckets' rows, within the budget", function()
+    local p = docs(2000, "64KiB"):bucket_batch{boundaries = {16, 32},
+                                               batch_sizes = {32, 16, 8}}
+    local rows = 0
+    for b in p:iter() do rows = rows + b.ids.shape[1] end
+    assert.equal(2000, rows)
+    local s = row(p:stats(), "bucket_batch")
+    -- the three buckets hold up to 31 + 15 + 7 rows of 4..256 bytes
+    assert.is_true(s.bytes_peak > 256, tostring(s.bytes_peak))
+    assert.is_true(s.bytes_peak <= 64 * 1024)
+    p:close()
+  end)
+
+  it("ends the pass naming it when its buckets need more", function()
+    local p = docs(2000, 600):bucket_batch{boundaries = {16},
+                                           batch_sizes = {64, 64}}
+    local ok, err = pcall(function() for _ in p:iter() do end end)
+    assert.is_false(ok)
+    local k = err:match("stage 'bucket_batch' needs %d+ bytes to hold (%d+) "
+                        .. "samples, the budget is 600 bytes")
+    assert.is_not_nil(k, err)
+    -- met while a bucket gathers its rows, before any batch of 64 is built
+    assert.is_true(tonumber(k) < 64, err)
+    p:close()
+  end)
+end)

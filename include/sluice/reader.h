@@ -135,7 +135,8 @@ SL_API void sl_free(void *p);
 /* Gives the whole chain of `r` one memory budget of `bytes` (> 0): the
  * bytes its stages hold (samples in a threaded stage's window or queue -
  * map, filter, flat_map, prefetch, decode_image - a shuffle's window, the
- * rows of a batch or padded_batch being built and a cache's samples, as
+ * rows of a batch, padded_batch or bucket_batch being built and a cache's
+ * samples, as
  * sl_sample_nbytes counts them) stay within it.  A threaded stage waits
  * for room before it pulls while it holds something (one that holds
  * nothing may always take one sample, so the pipeline never stalls on its
@@ -152,7 +153,7 @@ SL_API void sl_free(void *p);
  * the pass with SL_ENOMEM "stage 'shuffle' needs N bytes ..., the budget is
  * M bytes".  Without a call, a chain has no budget (the C API; the Lua,
  * CLI and Python layers give one by default: sl_reader_default_budget).
- * What it does not count (bucket_batch's buckets, pack's rows, decoded
+ * What it does not count (pack's rows, decoded
  * images inside a stage, file read-ahead, Lua heaps): docs/LUA.md,
  * "Memory budget".  Threads: the thread that uses `r`, not while another
  * thread is inside it.  The budget is freed with the chain. */
