@@ -5,12 +5,17 @@
 -- garbage is not counted by the budget), prefetch(64), then a Lua map
 -- spinning 2 ms per sample on 1 thread (a consumer slower than the
 -- producers, so every window fills), with the budget MEMORY (a size:
--- "64MiB") set on the source, or none ("none").
+-- "64MiB") set on the source, none at all ("none": not even the default
+-- budget), or the default ("default" or nothing).
 --   /usr/bin/time -v build/tools/sluice run bench/budget_rss.lua 64MiB
 local sluice = require "sluice"
 local memory, n = ...
 local src = sluice.range(tonumber(n) or 400)
-if memory and memory ~= "" and memory ~= "none" then src:budget(memory) end
+if memory == "none" then
+  src:budget(false)
+elseif memory and memory ~= "" and memory ~= "default" then
+  src:budget(memory)
+end
 return src:map(function(s)
   if s.i % 4 == 0 then collectgarbage() end
   s.x = sluice.tensor("u8", {1048576})

@@ -138,8 +138,8 @@ describe("p:budget", function()
     p:close()
   end)
 
-  it("leaves stats at 0 without a budget", function()
-    local p = wide(10, 2)
+  it("leaves stats at 0 with :budget(false)", function()
+    local p = wide(10, 2):budget(false)
     for _ in p:iter() do end
     for _, s in ipairs(p:stats()) do
       assert.equal(0, s.budget_bytes)
@@ -153,5 +153,127 @@ describe("p:budget", function()
       p:next()
       p:close() -- must not hang
     end
+  end)
+end)
+
+-- The default budget (C sl_reader_default_budget): set before a pipeline's
+-- first sample unless it has one or :budget(false) / :budget("none") said
+-- none; SLUICE_MEMORY_LIMIT stands for the container's limit here.
+local ffi = require "ffi"
+pcall(ffi.cdef, [[
+int setenv(const char *name, const char *value, int overwrite);
+int unsetenv(const char *name);
+]])
+
+describe("the default budget", function()
+  after_each(function() ffi.C.unsetenv("SLUICE_MEMORY_LIMIT") end)
+
+  it("is 50 % of the memory limit, set at the first sample", function()
+    ffi.C.setenv("SLUICE_MEMORY_LIMIT", "256MiB", 1)
+    local p = wide(2000, 2):prefetch(4)
+    for _, s in ipairs(p:stats()) do assert.equal(0, s.budget_bytes) end
+    local n = 0
+    for _ in p:iter() do n = n + 1 end
+    assert.equal(2000, n)
+    for _, s in ipairs(p:stats()) do
+      assert.equal(128 * 1024 * 1024, s.budget_bytes)
+      assert.equal(50, s.budget_default_pct)
+      assert.equal(256 * 1024 * 1024, s.memory_usable)
+    end
+    -- charged as a set budget (the map's window, made before the first
+    -- sample, may all have been made before the budget: the later ones
+    -- pass through the stages under it)
+    assert.is_true(row(p:stats(), "map").bytes_peak > 0
+                   or row(p:stats(), "prefetch").bytes_peak > 0)
+    assert.matches("memory budget: 128.0 MiB %(default: 50 %% of 0.2 GiB "
+                   .. "usable%)", p:stats_report(1))
+    -- the default is a budget: an explicit one is refused after it
+    local ok, err = pcall(p.budget, p, "1MiB")
+    assert.is_false(ok)
+    assert.matches("already has a memory budget", err)
+    p:close()
+  end)
+
+  it("leaves an explicit budget alone", function()
+    ffi.C.setenv("SLUICE_MEMORY_LIMIT", "256MiB", 1)
+    local p = wide(20, 2, "1MiB"):prefetch(2)
+    p:next()
+    for _, s in ipairs(p:stats()) do
+      assert.equal(1024 * 1024, s.budget_bytes)
+      assert.equal(0, s.budget_default_pct)
+      assert.equal(0, s.memory_usable)
+    end
+    p:close()
+  end)
+
+  it("is off with :budget(false) or :budget('none'), on a source too",
+     function()
+    ffi.C.setenv("SLUICE_MEMORY_LIMIT", "256MiB", 1)
+    for _, off in ipairs({false, "none"}) do
+      local p = sluice.range(30):budget(off):batch(5)
+      assert.is_true(p:has_next())
+      for _ in p:iter() do end
+      for _, s in ipairs(p:stats()) do assert.equal(0, s.budget_bytes) end
+      assert.is_nil(p:stats_report(1):find("memory budget", 1, true))
+      p:close()
+    end
+    -- a pipeline with a budget refuses "none"
+    local p = sluice.range(3):budget(100)
+    local ok, err = pcall(p.budget, p, false)
+    assert.is_false(ok)
+    assert.matches("already has a memory budget", err)
+    p:close()
+  end)
+
+  it("names a malformed SLUICE_MEMORY_LIMIT at the first sample", function()
+    ffi.C.setenv("SLUICE_MEMORY_LIMIT", "lots", 1)
+    local p = sluice.range(3)
+    local ok, err = pcall(p.next, p)
+    assert.is_false(ok)
+    assert.matches("SLUICE_MEMORY_LIMIT: not a size >= 1 byte", err)
+    assert.matches("'lots'", err)
+    p:close()
+  end)
+end)
+
+-- bucket_batch (C sl_bucket_batch): the rows its buckets hold are charged
+-- as they arrive, the batch built from a bucket on top as it goes out.
+describe("bucket_batch under a budget", function()
+  -- n documents of 1..64 i32 tokens (4..256 bytes), the budget on the source
+  local function docs(n, budget)
+    local src = sluice.range(n)
+    if budget then src:budget(budget) end
+    return src:map(function(s)
+      local ids = sluice.tensor("i32", {s.i % 64 + 1})
+      s.i = nil
+      s.ids = ids
+      return s
+    end, {schema = {{"ids", "i32", {-1}}}})
+  end
+
+  it("counts the buckets' rows, within the budget", function()
+    local p = docs(2000, "64KiB"):bucket_batch{boundaries = {16, 32},
+                                               batch_sizes = {32, 16, 8}}
+    local rows = 0
+    for b in p:iter() do rows = rows + b.ids.shape[1] end
+    assert.equal(2000, rows)
+    local s = row(p:stats(), "bucket_batch")
+    -- the three buckets hold up to 31 + 15 + 7 rows of 4..256 bytes
+    assert.is_true(s.bytes_peak > 256, tostring(s.bytes_peak))
+    assert.is_true(s.bytes_peak <= 64 * 1024)
+    p:close()
+  end)
+
+  it("ends the pass naming it when its buckets need more", function()
+    local p = docs(2000, 600):bucket_batch{boundaries = {16},
+                                           batch_sizes = {64, 64}}
+    local ok, err = pcall(function() for _ in p:iter() do end end)
+    assert.is_false(ok)
+    local k = err:match("stage 'bucket_batch' needs %d+ bytes to hold (%d+) "
+                        .. "samples, the budget is 600 bytes")
+    assert.is_not_nil(k, err)
+    -- met while a bucket gathers its rows, before any batch of 64 is built
+    assert.is_true(tonumber(k) < 64, err)
+    p:close()
   end)
 end)

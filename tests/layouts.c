@@ -175,6 +175,8 @@ int main(void) {
   F(sl_stage_stats, bytes_held);
   F(sl_stage_stats, bytes_peak);
   F(sl_stage_stats, budget_bytes);
+  F(sl_stage_stats, budget_default_pct);
+  F(sl_stage_stats, memory_usable);
 
   /* Internal, declared by lua/sluice/cdef.lua (src/script/lua_host.h). */
   S(sl__lua_pins);

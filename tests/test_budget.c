@@ -7,8 +7,10 @@
  * still yields every sample in order; a budget too small for one sample or
  * for a shuffle's window is an error naming the stage and the bytes;
  * destroying a pipeline whose workers wait for room does not hang or leak;
- * the ledger itself: reserve waits, release wakes, close ends the wait.  In
- * the TSan suite (make tsan). */
+ * the ledger itself: reserve waits, release wakes (only when a waiter can
+ * go on), close ends the wait.  The default budget (a share of
+ * SLUICE_MEMORY_LIMIT, or none when marked), and the rows of a batch or
+ * padded_batch being built, charged.  In the TSan suite (make tsan). */
 #include "test.h"
 #include "test_util.h"
 
@@ -157,6 +159,120 @@ TEST(no_budget_rows_zero) {
   sl_reader_destroy(r);
 }
 
+/* --- the default budget (sl_reader_default_budget) -------------------------
+ */
+
+/* SLUICE_MEMORY_LIMIT stands for the container's limit: the default is
+ * SL_BUDGET_DEFAULT_PERCENT of it, the stats rows say so and the table
+ * names the share and the memory. */
+TEST(default_budget_is_a_share_of_the_memory_limit) {
+  ASSERT_EQ(setenv("SLUICE_MEMORY_LIMIT", "64M", 1), 0);
+  sl_reader *r = prefetch(wide_map(40, 2), 4);
+  ASSERT_OK(sl_reader_default_budget(r));
+  read_wide(r, 40);
+  sl_stage_stats st[8];
+  size_t n = 0;
+  ASSERT_OK(sl_reader_stats(r, st, 8, &n));
+  ASSERT_EQ(n, 3);
+  for (size_t i = 0; i < n; i++) {
+    ASSERT_EQ(st[i].budget_bytes, (64u << 20) / 100 * SL_BUDGET_DEFAULT_PERCENT +
+                                      (64u << 20) % 100 *
+                                          SL_BUDGET_DEFAULT_PERCENT / 100);
+    ASSERT_EQ(st[i].budget_default_pct, SL_BUDGET_DEFAULT_PERCENT);
+    ASSERT_EQ(st[i].memory_usable, 64u << 20);
+  }
+  ASSERT_TRUE(st[0].bytes_peak > 0); /* charged like a set budget */
+  char text[4096];
+  ASSERT_TRUE(sl_stats_format(st, n, 1.0, text, sizeof text) > 0);
+  ASSERT_CONTAINS(text, "memory budget: 32.0 MiB (default: 50 % of 0.1 GiB "
+                        "usable); held now, peak:");
+  /* a second call leaves it; an explicit budget is refused now */
+  ASSERT_OK(sl_reader_default_budget(r));
+  ASSERT_RC(sl_reader_set_budget(r, 100), SL_ESTATE);
+  ASSERT_RC(sl_reader_set_no_budget(r), SL_ESTATE);
+  ASSERT_CONTAINS(sl_last_error(), "already has a memory budget");
+  sl_reader_destroy(r);
+  unsetenv("SLUICE_MEMORY_LIMIT");
+}
+
+/* Units, and without the variable the container's limit (sl__memory_limit). */
+TEST(default_budget_sizes_and_the_real_limit) {
+  static const struct {
+    const char *v;
+    uint64_t bytes;
+  } ok[] = {{"1000", 1000},         {"2K", 2048},       {"3kib", 3072},
+            {"1G", 1ull << 30},     {"5MB", 5u << 20},  {"7B", 7},
+            {"2T", 2ull << 40},     {"100", 100}};
+  for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+    ASSERT_EQ(setenv("SLUICE_MEMORY_LIMIT", ok[i].v, 1), 0);
+    uint64_t u = 0;
+    ASSERT_OK(sl__budget_usable(&u));
+    ASSERT_EQ(u, ok[i].bytes);
+  }
+  unsetenv("SLUICE_MEMORY_LIMIT");
+  uint64_t u = 0;
+  ASSERT_OK(sl__budget_usable(&u));
+  ASSERT_EQ(u, sl__memory_limit());
+  ASSERT_EQ(setenv("SLUICE_MEMORY_LIMIT", "", 1), 0); /* empty: unset */
+  ASSERT_OK(sl__budget_usable(&u));
+  ASSERT_EQ(u, sl__memory_limit());
+  /* the share: pct % rounded down, at least one byte */
+  ASSERT_EQ(sl__budget_share(1000, 50), 500);
+  ASSERT_EQ(sl__budget_share(1, 50), 1);
+  ASSERT_EQ(sl__budget_share(UINT64_MAX, 50), UINT64_MAX / 2);
+  ASSERT_EQ(sl__budget_share(101, 50), 50);
+  unsetenv("SLUICE_MEMORY_LIMIT");
+}
+
+/* A variable that is not a size is an error naming it, and no budget. */
+TEST(default_budget_bad_variable) {
+  static const char *bad[] = {"lots", "0", "-5", "12X", "1.5G", " 1G",
+                              "1Gx", "99999999999999999999", "20000000T"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    ASSERT_EQ(setenv("SLUICE_MEMORY_LIMIT", bad[i], 1), 0);
+    sl_reader *r = test_range_reader(3);
+    ASSERT_RC(sl_reader_default_budget(r), SL_EINVAL);
+    ASSERT_CONTAINS(sl_last_error(), "SLUICE_MEMORY_LIMIT: not a size");
+    ASSERT_CONTAINS(sl_last_error(), bad[i]);
+    sl_stage_stats st[2];
+    size_t n = 0;
+    ASSERT_OK(sl_reader_stats(r, st, 2, &n));
+    ASSERT_EQ(st[0].budget_bytes, 0);
+    sl_reader_destroy(r);
+  }
+  unsetenv("SLUICE_MEMORY_LIMIT");
+}
+
+/* set_no_budget on a source: the default passes over the chain built on
+ * it; an explicit budget may still be set; the C API alone sets none. */
+TEST(no_budget_mark_turns_the_default_off) {
+  ASSERT_RC(sl_reader_set_no_budget(NULL), SL_EINVAL);
+  ASSERT_RC(sl_reader_default_budget(NULL), SL_EINVAL);
+  ASSERT_EQ(setenv("SLUICE_MEMORY_LIMIT", "1G", 1), 0);
+  wide_schema();
+  sl_reader *src = test_range_reader(30);
+  ASSERT_OK(sl_reader_set_no_budget(src));
+  ASSERT_OK(sl_reader_set_no_budget(src)); /* idempotent */
+  sl_parallel_opts o = SL_PARALLEL_OPTS_INIT;
+  o.threads = 2;
+  sl_reader *m = NULL;
+  ASSERT_OK(sl_map_parallel(src, widen, NULL, NULL, g_wide, &o, &m));
+  sl_reader *r = prefetch(m, 4);
+  ASSERT_OK(sl_reader_default_budget(r));
+  read_wide(r, 30);
+  sl_stage_stats st[8];
+  size_t n = 0;
+  ASSERT_OK(sl_reader_stats(r, st, 8, &n));
+  for (size_t i = 0; i < n; i++) ASSERT_EQ(st[i].budget_bytes, 0);
+  ASSERT_OK(sl_reader_set_budget(r, 1u << 20)); /* explicit: allowed */
+  ASSERT_OK(sl_reader_stats(r, st, 8, &n));
+  ASSERT_EQ(st[0].budget_bytes, 1u << 20);
+  ASSERT_EQ(st[0].budget_default_pct, 0);
+  ASSERT_EQ(st[0].memory_usable, 0);
+  sl_reader_destroy(r);
+  unsetenv("SLUICE_MEMORY_LIMIT");
+}
+
 /* --- held never above the budget, per kind of stage -------------------------
  */
 
@@ -267,15 +383,22 @@ TEST(workers_wait_then_progress) {
 
 /* The map's results made before the budget was set pass; the first one
  * made under it is the error (a result, its stage named). */
+/* Reads r until it fails: how many samples came; *rc the failure. */
+static int read_until_error(sl_reader *r, int *rc) {
+  sl_sample *s = NULL;
+  int got = 0;
+  while ((*rc = sl_reader_next(r, &s)) == SL_OK) {
+    sl_sample_release(s);
+    got++;
+  }
+  return got;
+}
+
 TEST(too_small_for_one_sample) {
   sl_reader *r = wide_map(1000, 2);
   ASSERT_OK(sl_reader_set_budget(r, 100));
   sl_sample *s = NULL;
-  int rc, got = 0;
-  while ((rc = sl_reader_next(r, &s)) == SL_OK) {
-    sl_sample_release(s);
-    got++;
-  }
+  int rc, got = read_until_error(r, &rc);
   ASSERT_RC(rc, SL_ENOMEM);
   ASSERT_LE(got, 200);
   ASSERT_CONTAINS(sl_last_error(), "stage 'map' needs 1024 bytes for one "
@@ -285,11 +408,7 @@ TEST(too_small_for_one_sample) {
   /* a prefetch over it meets the large sample first (in its own pull) */
   r = prefetch(wide_map(1000, 2), 4);
   ASSERT_OK(sl_reader_set_budget(r, 100));
-  got = 0;
-  while ((rc = sl_reader_next(r, &s)) == SL_OK) {
-    sl_sample_release(s);
-    got++;
-  }
+  got = read_until_error(r, &rc);
   ASSERT_RC(rc, SL_ENOMEM);
   ASSERT_LE(got, 10);
   ASSERT_CONTAINS(sl_last_error(), "needs 1024 bytes for one sample, the "
@@ -367,6 +486,17 @@ static void *wait_main(void *arg) {
   return NULL;
 }
 
+/* Starts a thread reserving n bytes for a into *w. */
+static void start_waiter(waiter *w, sl__budget_acct *a, uint64_t n,
+                         pthread_t *t) {
+  w->a = a;
+  w->n = n;
+  atomic_init(&w->stop, false);
+  atomic_init(&w->rc, 1);
+  atomic_init(&w->done, 0);
+  ASSERT_EQ(pthread_create(t, NULL, wait_main, w), 0);
+}
+
 static void sleep_ms(long ms) {
   struct timespec ts = {ms / 1000, (ms % 1000) * 1000000};
   nanosleep(&ts, NULL);
@@ -386,12 +516,9 @@ TEST(ledger_reserve_release_close) {
   ASSERT_CONTAINS(sl_last_error(), "stage 'y' needs 101 bytes for one "
                                    "sample, the budget is 100 bytes");
   /* y waits for 20 bytes; x releases 10: still waits; 10 more: goes */
-  waiter w = {.a = y, .n = 20};
-  atomic_init(&w.stop, false);
-  atomic_init(&w.rc, 1);
-  atomic_init(&w.done, 0);
+  waiter w;
   pthread_t t;
-  ASSERT_EQ(pthread_create(&t, NULL, wait_main, &w), 0);
+  start_waiter(&w, y, 20, &t);
   sleep_ms(20);
   ASSERT_EQ(atomic_load(&w.done), 0);
   sl__budget_release(x, 5);
@@ -479,15 +606,25 @@ TEST(ledger_claim_wakes_waiter_for_empty) {
   sl__budget_acct_free(down);
 }
 
+/* A ledger of cap bytes with accounts x and y holding hx and hy (each
+ * taken while its account held nothing, so past the cap if need be). */
+static sl__budget *two_accounts(uint64_t cap, sl__budget_acct **x,
+                                sl__budget_acct **y, uint64_t hx,
+                                uint64_t hy) {
+  sl__budget *b = sl__budget_new(cap);
+  *x = sl__budget_acct_new(b, "x");
+  *y = sl__budget_acct_new(b, "y");
+  sl__budget_drop(b);
+  ASSERT_OK(sl__budget_reserve(*x, hx, NULL));
+  ASSERT_OK(sl__budget_reserve(*y, hy, NULL));
+  return b;
+}
+
 /* A stage that holds nothing takes one item even when the budget is full
  * (progress), and the many waiters are all woken by one release. */
 TEST(ledger_progress_and_bulk_wake) {
-  sl__budget *b = sl__budget_new(10);
-  sl__budget_acct *x = sl__budget_acct_new(b, "x");
-  sl__budget_acct *y = sl__budget_acct_new(b, "y");
-  sl__budget_drop(b);
-  ASSERT_OK(sl__budget_reserve(x, 10, NULL));
-  ASSERT_OK(sl__budget_reserve(y, 4, NULL)); /* y held nothing */
+  sl__budget_acct *x, *y;
+  sl__budget *b = two_accounts(10, &x, &y, 10, 4); /* y held nothing */
   ASSERT_EQ(sl__budget_held(b), 14);
   waiter w[4];
   pthread_t t[4];
@@ -511,17 +648,56 @@ TEST(ledger_progress_and_bulk_wake) {
   sl__budget_acct_free(y);
 }
 
-/* A budget set on the source: the stages made over it join its ledger as
- * they are made, so the chain is bounded from its first sample. */
-TEST(budget_on_source_joins_later_stages) {
-  const uint64_t budget = 6 * ITEM;
-  sl_reader *src = test_range_reader(400);
+/* Releases that leave less room than the reservation waiting needs wake
+ * nobody; the one that makes room (or empties the waiter's account) does,
+ * once. */
+TEST(ledger_wakes_only_when_a_reservation_fits) {
+  sl__budget_acct *x, *y;
+  sl__budget *b = two_accounts(1000, &x, &y, 900, 100); /* full */
+  waiter w;
+  pthread_t t;
+  start_waiter(&w, y, 500, &t);
+  sleep_ms(20);
+  const uint64_t before = sl__budget_wakeups(b);
+  for (int i = 0; i < 49; i++) /* 490 bytes: not room for 500 */
+    sl__budget_release(x, 10);
+  sleep_ms(10);
+  ASSERT_EQ(atomic_load(&w.done), 0);
+  ASSERT_LE(sl__budget_wakeups(b) - before, 1); /* was 49: one per release */
+  sl__budget_release(x, 10); /* room for it */
+  pthread_join(t, NULL);
+  ASSERT_EQ(atomic_load(&w.rc), SL_OK);
+  ASSERT_LE(sl__budget_wakeups(b) - before, 2);
+  ASSERT_EQ(sl__budget_held(b), 400 + 100 + 500);
+  /* a waiter whose account empties goes on, whatever the room */
+  start_waiter(&w, y, 600, &t); /* room 0: it waits while y holds 600 */
+  sleep_ms(20);
+  ASSERT_EQ(atomic_load(&w.done), 0);
+  sl__budget_release(y, 600); /* y holds nothing: it may take one */
+  pthread_join(t, NULL);
+  ASSERT_EQ(atomic_load(&w.rc), SL_OK);
+  ASSERT_EQ(sl__budget_acct_held(y), 600);
+  sl__budget_acct_free(x);
+  sl__budget_acct_free(y);
+}
+
+/* A source of n with a budget -> widening map on 3 threads. */
+static sl_reader *budgeted_wide_map(int64_t n, uint64_t budget) {
+  sl_reader *src = test_range_reader(n);
   ASSERT_OK(sl_reader_set_budget(src, budget));
   wide_schema();
   sl_parallel_opts o = SL_PARALLEL_OPTS_INIT;
   o.threads = 3;
   sl_reader *m = NULL;
   ASSERT_OK(sl_map_parallel(src, widen, NULL, NULL, g_wide, &o, &m));
+  return m;
+}
+
+/* A budget set on the source: the stages made over it join its ledger as
+ * they are made, so the chain is bounded from its first sample. */
+TEST(budget_on_source_joins_later_stages) {
+  const uint64_t budget = 6 * ITEM;
+  sl_reader *m = budgeted_wide_map(400, budget);
   sl_reader *r = prefetch(m, 50);
   ASSERT_RC(sl_reader_set_budget(r, budget), SL_ESTATE); /* it has one */
   read_wide(r, 400);
@@ -531,8 +707,10 @@ TEST(budget_on_source_joins_later_stages) {
   ASSERT_GE(peak_of(r, "prefetch"), 2 * ITEM);
   sl_reader_destroy(r);
   /* a shuffle over a budgeted source, under a map: its window counts */
-  src = test_range_reader(2000);
+  sl_reader *src = test_range_reader(2000);
   ASSERT_OK(sl_reader_set_budget(src, 100000));
+  sl_parallel_opts o = SL_PARALLEL_OPTS_INIT;
+  o.threads = 3;
   sl_reader *s = NULL;
   ASSERT_OK(sl_shuffle(src, 500, 1, &s));
   ASSERT_OK(sl_map_parallel(s, widen, NULL, NULL, g_wide, &o, &m));
@@ -544,4 +722,142 @@ TEST(budget_on_source_joins_later_stages) {
   ASSERT_EQ(peak_of(m, "shuffle"), 500 * 8);
   ASSERT_LE(sl__reader_budget_peak(m), 100000 + ITEM);
   sl_reader_destroy(m);
+}
+
+/* --- gathering stages: the rows of the batch being built ---------------- */
+
+/* A budgeted source -> widening map (3 threads) -> the gathering stage made
+ * by `make` over it. */
+static sl_reader *gathered(int64_t n, uint64_t budget,
+                           sl_reader *(*make)(sl_reader *up, size_t k),
+                           size_t k) {
+  return make(budgeted_wide_map(n, budget), k);
+}
+
+static sl_reader *make_batch(sl_reader *up, size_t k) {
+  sl_reader *r = NULL;
+  ASSERT_OK(sl_batch(up, k, NULL, &r));
+  return r;
+}
+
+/* Not fused with the map: the rows are samples of their own, copied. */
+static sl_reader *make_batch_unfused(sl_reader *up, size_t k) {
+  sl_batch_opts o = {0};
+  o.no_fuse = 1;
+  sl_reader *r = NULL;
+  ASSERT_OK(sl_batch(up, k, &o, &r));
+  return r;
+}
+
+static sl_reader *make_padded(sl_reader *up, size_t k) {
+  sl_reader *r = NULL;
+  ASSERT_OK(sl_padded_batch(up, k, NULL, &r));
+  return r;
+}
+
+static sl_reader *make_batch_prefetch(sl_reader *up, size_t k) {
+  return prefetch(make_batch(up, k), 2);
+}
+
+/* Reads every batch of k rows, checking their first bytes. */
+static void read_batches(sl_reader *r, int64_t n, size_t k) {
+  for (int64_t b = 0; b * (int64_t)k < n; b++) {
+    sl_sample *s = NULL;
+    ASSERT_RC(sl_reader_next(r, &s), SL_OK);
+    const sl_tensor *t = sl_sample_at(s, 0);
+    ASSERT_EQ(t->shape[0], (int64_t)k);
+    ASSERT_EQ(((const uint8_t *)t->data)[0], (uint8_t)(b * (int64_t)k));
+    sl_sample_release(s);
+  }
+  sl_sample *s = NULL;
+  ASSERT_RC(sl_reader_next(r, &s), SL_EOF);
+}
+
+/* batch (not fused) and padded_batch: the rows gathered are charged to the
+ * stage (its peak is the rows and the output built from them, more than
+ * the output alone), within the budget; the whole chain within the budget
+ * plus the map's one sample.  Fused with the map, the rows are the
+ * output's own bytes: the stage's peak is one batch. */
+TEST(batch_rows_are_charged) {
+  sl_reader *(*makes[])(sl_reader *, size_t) = {make_batch_unfused,
+                                                make_padded, make_batch};
+  const char *names[] = {"batch", "padded_batch", "batch"};
+  const uint64_t budget = 32 * ITEM;
+  for (int m = 0; m < 3; m++) {
+    sl_reader *r = gathered(400, budget, makes[m], 8);
+    read_batches(r, 400, 8);
+    uint64_t peak = peak_of(r, names[m]);
+    if (m < 2)
+      ASSERT_GE(peak, 9 * ITEM); /* rows counted, not only the output */
+    else
+      ASSERT_GE(peak, 8 * ITEM);
+    ASSERT_LE(peak, 16 * ITEM + 64);
+    /* the map fills what the batch leaves; the batch, which cannot wait
+     * (its rows only leave as it finishes), charges its output on top:
+     * the budget, the map's one sample and one output at most */
+    ASSERT_LE(sl__reader_budget_peak(r), budget + ITEM + 8 * ITEM + 64);
+    check_rows(r, budget, budget);
+    sl_reader_destroy(r);
+  }
+}
+
+/* Under a prefetch (the batch's row copies deferred to the prefetch's
+ * worker or the consumer): the batches stay counted, in the prefetch. */
+TEST(batch_under_prefetch_is_charged) {
+  const uint64_t budget = 48 * ITEM;
+  sl_reader *r = gathered(400, budget, make_batch_prefetch, 8);
+  read_batches(r, 400, 8);
+  ASSERT_GE(peak_of(r, "batch"), 8 * ITEM);
+  ASSERT_GE(peak_of(r, "prefetch"), 8 * ITEM);
+  /* two threaded stages (a sample, the map's, and a batch, the
+   * prefetch's) and the batch's output over at most */
+  ASSERT_LE(sl__reader_budget_peak(r), budget + ITEM + 16 * ITEM + 64);
+  sl_reader_destroy(r);
+}
+
+/* A batch whose rows alone pass the budget ends the pass naming it. */
+TEST(batch_larger_than_the_budget) {
+  sl_reader *r = gathered(400, 32 * ITEM, make_batch, 64);
+  sl_sample *s = NULL;
+  ASSERT_RC(sl_reader_next(r, &s), SL_ENOMEM);
+  ASSERT_CONTAINS(sl_last_error(), "stage 'batch' needs ");
+  ASSERT_CONTAINS(sl_last_error(), "the budget is 32768 bytes");
+  ASSERT_RC(sl_reader_next(r, &s), SL_ENOMEM); /* sticky */
+  sl_reader_destroy(r);
+}
+
+
+/* --- :cache(): the samples it keeps ------------------------------------- */
+
+static sl_reader *make_cache(sl_reader *up, size_t k) {
+  (void)k;
+  sl_reader *r = NULL;
+  ASSERT_OK(sl_cache(up, &r));
+  return r;
+}
+
+/* The samples kept are charged as they are kept and stay charged through
+ * the replays; a cache needing more than the budget ends the pass. */
+TEST(cache_contents_are_charged) {
+  const uint64_t budget = 200 * ITEM;
+  sl_reader *r = gathered(100, budget, make_cache, 0);
+  for (int pass = 0; pass < 3; pass++) {
+    read_wide(r, 100);
+    ASSERT_EQ(held_of(r, "cache"), 100 * ITEM); /* all of it, kept */
+    ASSERT_LE(sl__reader_budget_peak(r), budget + ITEM);
+    check_rows(r, budget, budget);
+    ASSERT_OK(sl_reader_reset(r));
+  }
+  sl_reader_destroy(r);
+  /* 300 samples of ITEM bytes in 200 * ITEM: the 201st is the error */
+  r = gathered(300, budget, make_cache, 0);
+  int rc, got = read_until_error(r, &rc);
+  ASSERT_RC(rc, SL_ENOMEM);
+  ASSERT_EQ(got, 200);
+  ASSERT_CONTAINS(sl_last_error(), "stage 'cache' needs 205824 bytes to hold "
+                                   "201 samples, the budget is 204800 bytes");
+  /* a reset discards the partial cache and its charge */
+  ASSERT_OK(sl_reader_reset(r));
+  ASSERT_EQ(held_of(r, "cache"), 0);
+  sl_reader_destroy(r);
 }

@@ -72,7 +72,10 @@ static const char help[] =
     "                  number of bytes, with an optional K, M or G: powers\n"
     "                  of 1024): the samples its stages hold stay within\n"
     "                  it (sl_reader_set_budget, docs/CLI.md); --stats\n"
-    "                  then states it and each stage's bytes held and peak\n"
+    "                  states it and each stage's bytes held and peak.\n"
+    "                  Default: 50 % of the memory the process may use\n"
+    "                  (the container's limit, or SLUICE_MEMORY_LIMIT);\n"
+    "                  'none': no budget\n"
     "      --stop-after N  stop once N samples of the run (counted across\n"
     "                  epochs, from the start of the first run when\n"
     "                  resuming) are done: at the end of the batch holding\n"
@@ -356,7 +359,7 @@ int cmd_run(int argc, char **argv) {
   cli_parser p;
   cli_parser_init(&p, argc, argv, "run", synopsis, opts);
   uint64_t epochs = 1, limit = 0, stop_after = 0, memory = 0; /* 0: none */
-  bool stats = false, digest = false;
+  bool stats = false, digest = false, no_memory = false;
   const char *script = NULL, *val, *save_path = NULL, *resume_path = NULL;
   int id;
   while (!script && (id = cli_next(&p, &val)) != CLI_ARG_END) {
@@ -392,10 +395,17 @@ int cmd_run(int argc, char **argv) {
             "--stop-after needs a whole number >= 1 (got '%s')", val);
       break;
     case OPT_MEMORY:
+      if (!strcmp(val, "none")) {
+        no_memory = true;
+        memory = 0;
+        break;
+      }
+      no_memory = false;
       if (!cli_parse_u64(val, true, &memory) || memory < 1)
         return cli_usage_error("run", synopsis,
                                "--memory needs a size >= 1 byte (a number "
-                               "with an optional K, M or G; got '%s')",
+                               "with an optional K, M or G) or 'none' (got "
+                               "'%s')",
                                val);
       break;
     case OPT_SAVE_STATE:
@@ -425,7 +435,12 @@ int cmd_run(int argc, char **argv) {
   double t0 = cli_now();
   int rc = sl_pipeline_open_file(script, nargs, args, &pl);
   if (rc != SL_OK) return cli_fail("run", rc);
-  if (memory && (rc = sl_reader_set_budget(pl, memory)) != SL_OK) {
+  /* --memory SIZE, --memory none, or the default budget (unless the
+   * script set a budget or none itself). */
+  rc = memory      ? sl_reader_set_budget(pl, memory)
+       : no_memory ? sl_reader_set_no_budget(pl)
+                   : sl_reader_default_budget(pl);
+  if (rc != SL_OK) {
     sl_reader_destroy(pl);
     return cli_fail("run", rc);
   }

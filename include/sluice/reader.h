@@ -134,8 +134,10 @@ SL_API void sl_free(void *p);
 
 /* Gives the whole chain of `r` one memory budget of `bytes` (> 0): the
  * bytes its stages hold (samples in a threaded stage's window or queue -
- * map, filter, flat_map, prefetch, decode_image - and a shuffle's window,
- * as sl_sample_nbytes counts them) stay within it.  A threaded stage waits
+ * map, filter, flat_map, prefetch, decode_image - a shuffle's window, the
+ * rows of a batch, padded_batch or bucket_batch being built and a cache's
+ * samples, as
+ * sl_sample_nbytes counts them) stay within it.  A threaded stage waits
  * for room before it pulls while it holds something (one that holds
  * nothing may always take one sample, so the pipeline never stalls on its
  * budget); a shuffle, which works on its caller's thread, takes what it
@@ -149,11 +151,39 @@ SL_API void sl_free(void *p);
  * (the chain already has a budget), SL_ENOMEM.  Later,
  * a sample larger than the budget, or a shuffle window needing more, ends
  * the pass with SL_ENOMEM "stage 'shuffle' needs N bytes ..., the budget is
- * M bytes".  What it does not count (a batch being built, decoded images
- * inside a stage, file read-ahead, caches, Lua heaps): docs/LUA.md,
+ * M bytes".  Without a call, a chain has no budget (the C API; the Lua,
+ * CLI and Python layers give one by default: sl_reader_default_budget).
+ * What it does not count (pack's rows, decoded
+ * images inside a stage, file read-ahead, Lua heaps): docs/LUA.md,
  * "Memory budget".  Threads: the thread that uses `r`, not while another
  * thread is inside it.  The budget is freed with the chain. */
 SL_API int sl_reader_set_budget(sl_reader *r, uint64_t bytes);
+
+/* The default memory budget's share of the memory the process may use. */
+#define SL_BUDGET_DEFAULT_PERCENT 50
+
+/* The default budget (issue 27): gives the chain of `r` a memory budget of
+ * SL_BUDGET_DEFAULT_PERCENT % of the memory the process may use - the
+ * environment's SLUICE_MEMORY_LIMIT (a size: bytes, or a number with K, M,
+ * G or T) when set, else the container's limit (cgroup v2 memory.max, v1
+ * memory.limit_in_bytes) or the physical memory, whichever is smaller - as
+ * sl_reader_set_budget would, unless the chain already has a budget or
+ * sl_reader_set_no_budget marked it (then it does nothing).  The C API sets
+ * no budget by itself: the Lua layer calls this before a pipeline's first
+ * sample, `sluice run` and Python's open_script after opening the script
+ * (docs/LUA.md, "Memory budget").  The stats rows say the budget is a
+ * default (budget_default_pct, memory_usable).  Returns SL_OK, or
+ * SL_EINVAL (NULL r; SLUICE_MEMORY_LIMIT set but not a size, named),
+ * SL_ENOMEM.  Threads: as sl_reader_set_budget. */
+SL_API int sl_reader_default_budget(sl_reader *r);
+
+/* Marks the chain of `r` as having no memory budget: a later
+ * sl_reader_default_budget on it (or on a chain built over it) leaves it
+ * without one (Lua p:budget(false), `sluice run --memory none`, Python
+ * memory=False).  sl_reader_set_budget may still give it one.  Idempotent.
+ * Errors: SL_EINVAL (NULL), SL_ESTATE (the chain has a budget already).
+ * Threads: as sl_reader_set_budget. */
+SL_API int sl_reader_set_no_budget(sl_reader *r);
 
 /* Destroys the reader and the chain of upstreams it owns, joining any thread
  * it runs.  Safe at any moment (mid-pass, full channels).  NULL-safe. */

@@ -68,7 +68,13 @@ SL_API int sl_stats_enabled(void);
  *                it over; 0 without a budget.
  *   bytes_peak   the most it held at once since the budget was set.
  *   budget_bytes the chain's memory budget (the same in every row); 0:
- *                none. */
+ *                none.
+ *   budget_default_pct  for a default budget (sl_reader_default_budget):
+ *                its share of memory_usable in percent; 0 for a budget
+ *                set with sl_reader_set_budget, or none.
+ *   memory_usable  for a default budget: the memory it is a share of
+ *                (SLUICE_MEMORY_LIMIT, else the container's limit or the
+ *                physical memory); 0 otherwise. */
 typedef struct sl_stage_stats {
   const char *name;
   int depth;
@@ -89,6 +95,8 @@ typedef struct sl_stage_stats {
   uint64_t bytes_held;
   uint64_t bytes_peak;
   uint64_t budget_bytes;
+  int budget_default_pct;
+  uint64_t memory_usable;
 } sl_stage_stats;
 
 /* Walks the chain of `r` depth-first from r (index 0) to its sources and

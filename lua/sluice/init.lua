@@ -288,9 +288,19 @@ end
 -- and for a small sample a slot in a release block instead of a finalizer
 -- of its own (sluice.sample explains why); one call to account for what it
 -- pins (see PINNED).
+-- Before a pipeline's first sample: its default memory budget (C
+-- sl_reader_default_budget: 50 % of the memory the process may use),
+-- unless it has one or :budget(false) said none.
+local function start_budget(p, r)
+  local rc = C.sl_reader_default_budget(r)
+  if rc < 0 then error(c_message(rc), 3) end
+  p._go = true
+end
+
 function Pipeline:next()
   local r = self._r
   if not r then live(self, ":next()", 2) end
+  if not self._go then start_budget(self, r) end
   local out = self._out
   local rc = reader_next(r, out)
   if rc == 0 then
@@ -327,7 +337,9 @@ function Pipeline:iter()
 end
 
 function Pipeline:has_next()
-  local rc = C.sl_reader_has_next(live(self, ":has_next()", 2))
+  local r = live(self, ":has_next()", 2)
+  if not self._go then start_budget(self, r) end
+  local rc = C.sl_reader_has_next(r)
   if rc < 0 then error(c_message(rc), 0) end
   return rc == 1
 end
@@ -451,6 +463,8 @@ function Pipeline:stats()
       threads_auto = s.threads_auto ~= 0, threads_max = s.threads_max,
       bytes_held = tonumber(s.bytes_held), bytes_peak = tonumber(s.bytes_peak),
       budget_bytes = tonumber(s.budget_bytes),
+      budget_default_pct = s.budget_default_pct,
+      memory_usable = tonumber(s.memory_usable),
       last_error = s.last_error[0] ~= 0 and ffi_string(s.last_error) or nil,
     }
   end
@@ -472,10 +486,17 @@ function Pipeline:stats()
 end
 
 -- One memory budget for the whole chain (C sl_reader_set_budget): size in
--- bytes or a string with a unit ("2GiB", parse_size).  Call it on the
--- outermost stage, before reading; returns the pipeline (not consumed).
+-- bytes or a string with a unit ("2GiB", parse_size); false or "none": no
+-- budget, not even the default (C sl_reader_set_no_budget).  Call it before
+-- reading (the first sample sets the default); returns the pipeline (not
+-- consumed).
 function Pipeline:budget(size)
   local r = live(self, ":budget()", 2)
+  if size == false or size == "none" then
+    local rc = C.sl_reader_set_no_budget(r)
+    if rc < 0 then error(c_message(rc), 2) end
+    return self
+  end
   local bytes, why = parse_size(size)
   if not bytes then error("sluice: :budget(): " .. why, 2) end
   local rc = C.sl_reader_set_budget(r, bytes)

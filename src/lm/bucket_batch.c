@@ -86,6 +86,7 @@ static int emit(bucket_state *s, size_t i, sl_sample **out) {
   }
   int64_t to = s->pad_to_bucket && i + 1 < s->nb ? s->bounds[i] - 1 : 0;
   int rc = sl__padplan_build(&s->plan, s->b[i].held, s->b[i].nheld, to, out);
+  if (rc == SL_OK) rc = sl__gather_hand_out(&s->b[i], out);
   sl__gather_release(&s->b[i]);
   return rc;
 }
@@ -112,12 +113,25 @@ static int next_batch(bucket_state *s, sl_sample **out) {
     sl__gather *bk = &s->b[i];
     s->seqs[i][bk->nheld] = seq;
     bk->held[bk->nheld++] = smp;
+    /* the memory budget: every bucket's rows, charged to the stage */
+    rc = sl__gather_charge(bk, smp, bk->nheld);
+    if (rc < 0) return rc;
     if (bk->nheld == bk->n) return emit(s, i, out);
   }
   while (s->flush < s->nb && (s->b[s->flush].nheld == 0 || s->drop))
     sl__gather_release(&s->b[s->flush++]);
   if (s->flush == s->nb) return SL_EOF;
   return emit(s, s->flush++, out);
+}
+
+/* The memory budget (sync/budget.h): the rows the buckets hold are
+ * charged as they arrive (gather.h), the batch built from a bucket on top
+ * as it goes out; the samples of the last batches kept for a save (hist)
+ * are not counted. */
+static void bucket_budget(void *st, sl__budget_acct *acct) {
+  bucket_state *s = st;
+  for (size_t i = 0; s->b && i < s->nb; i++)
+    sl__gather_budget(&s->b[i], acct);
 }
 
 static int bucket_next(void *st, sl_sample **out) {
@@ -284,6 +298,7 @@ static void bucket_identity(const sl_reader *r, void *st, char *buf,
 
 static const sl__stage_ops bucket_ops = {
     .name = "bucket_batch",
+    .budget = bucket_budget,
     .next = bucket_next,
     .reset = bucket_reset,
     .destroy = bucket_destroy,

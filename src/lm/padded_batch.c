@@ -256,6 +256,7 @@ static int padded_next(void *st, sl_sample **out) {
   if (rc == SL_OK)
     rc = sl__padplan_build(&b->plan, b->g.held, b->g.nheld, b->to, out);
   if (rc == SL_OK) b->g.no++;
+  if (rc == SL_OK) rc = sl__gather_hand_out(&b->g, out);
   sl__gather_release(&b->g);
   return rc;
 }
@@ -277,6 +278,7 @@ static void padded_identity(const sl_reader *r, void *st, char *buf,
 
 static const sl__stage_ops padded_ops = {
     .name = "padded_batch",
+    .budget = sl__gather_budget,
     .next = padded_next,
     .reset = sl__gather_reset,
     .destroy = padded_destroy,

@@ -469,12 +469,14 @@ static int fused_next(batch_state *b, sl_sample **out) {
     rc = sl_reader_next(b->g.up, &s);
     if (rc != SL_OK) break;
     if (sl__rows_is(b->rows, k, s)) {
+      sl__gather_charge(&b->g, NULL, j + 1); /* written by the map */
       sl_sample_release(s);
       continue;
     }
     b->g.held[j] = s;
     b->g.nheld = j + 1;
-    rc = check_sample(b, j);
+    rc = sl__gather_charge(&b->g, s, j + 1);
+    if (rc == SL_OK) rc = check_sample(b, j);
     if (rc == SL_OK) rc = sl__rows_copy(b->rows, k, j, s);
     b->g.held[j] = NULL;
     b->g.nheld = 0;
@@ -482,12 +484,14 @@ static int fused_next(batch_state *b, sl_sample **out) {
   }
   if (rc == SL_EOF && j > 0 && !b->g.drop) rc = SL_OK;
   if (rc == SL_OK) rc = sl__rows_take(b->rows, k, j, out);
+  /* the rows are the output's bytes: their charge becomes its */
+  sl__gather_uncharge(&b->g);
   if (rc < 0 || rc == SL_EOF) {
     sl__rows_drop(b->rows, k);
     return rc;
   }
   b->g.no++;
-  return SL_OK;
+  return sl__gather_hand_out(&b->g, out);
 }
 
 static int batch_next(void *st, sl_sample **out) {
@@ -499,6 +503,7 @@ static int batch_next(void *st, sl_sample **out) {
     b->g.no++;
     /* deferred: the rows go with the output (defer empties g.held) */
     if (!b->pend || !defer(b, *out)) copy_rows(b, b->g.held, b->g.nheld, *out);
+    rc = sl__gather_hand_out(&b->g, out); /* charged before the rows go */
   }
   sl__gather_release(&b->g);
   return rc;
@@ -543,6 +548,7 @@ static void batch_destroy(void *st) {
 
 static const sl__stage_ops batch_ops = {
     .name = "batch",
+    .budget = sl__gather_budget,
     .next = batch_next,
     .reset = batch_reset,
     .destroy = batch_destroy,

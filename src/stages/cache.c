@@ -19,6 +19,14 @@
  * samples handed out in every pass, so a pass under way that was read
  * ahead continues from the held samples before it pulls upstream again:
  * next yields what it would have without the fetch.
+ *
+ * The memory budget (sync/budget.h): every sample kept is charged to the
+ * stage's account as it is kept (its upstream's carry claimed), without
+ * waiting (the cache only shrinks when it is discarded), and stays charged
+ * until discarded; a cache that would hold more than the budget ends the
+ * pass with SL_ENOMEM naming it.  A sample handed out is the cached one
+ * (a new reference, no copy): it is not made a carry, so a stage above
+ * that keeps it (a batch's rows) counts its bytes a second time.
  */
 #include "stages/stage.h"
 
@@ -29,12 +37,24 @@ typedef struct cache_state {
   bool complete;  /* the first pass was read whole (see "Complete") */
   uint64_t known; /* upstream's length when known, else UINT64_MAX */
   size_t pos;     /* samples handed out this pass (<= count) */
+  /* the budget's account (set while a prefetch's worker may pull: atomic)
+   * and the bytes charged to it for the samples kept */
+  sl__budget_acct *_Atomic acct;
+  uint64_t charged;
 } cache_state;
+
+static void cache_budget(void *st, sl__budget_acct *acct) {
+  atomic_store_explicit(&((cache_state *)st)->acct, acct,
+                        memory_order_release);
+}
 
 static void discard(cache_state *c) {
   for (size_t i = 0; i < c->count; i++)
     sl_sample_release(c->items[i]);
   c->count = 0;
+  sl__budget_acct *a = atomic_load_explicit(&c->acct, memory_order_acquire);
+  if (a && c->charged) sl__budget_release(a, c->charged);
+  c->charged = 0;
 }
 
 /* Appends `s` (taking a new reference), doubling the array as needed. */
@@ -49,6 +69,12 @@ static int keep(cache_state *c, sl_sample *s) {
                        cap);
     c->items = items;
     c->cap = cap;
+  }
+  sl__budget_acct *a = atomic_load_explicit(&c->acct, memory_order_acquire);
+  if (a) {
+    uint64_t n = sl_sample_nbytes(s);
+    SL_FORWARD_IF_ERROR(sl__budget_charge(a, n, c->count + 1));
+    c->charged += n;
   }
   c->items[c->count++] = sl_sample_retain(s);
   return SL_OK;
@@ -182,6 +208,7 @@ static int cache_fetch(sl_reader *r, void *st, uint64_t pass, uint64_t pos,
 
 static const sl__stage_ops cache_ops = {
     .name = "cache",
+    .budget = cache_budget,
     .next = cache_next,
     .reset = cache_reset,
     .destroy = cache_destroy,

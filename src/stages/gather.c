@@ -14,13 +14,62 @@ bool sl__gather_init(sl__gather *g, sl_reader *up, size_t n, int drop) {
   g->n = n;
   g->drop = drop;
   g->held = sl__malloc(n * sizeof *g->held);
+  atomic_init(&g->acct, NULL);
+  g->charged = 0;
   return g->held != NULL;
+}
+
+static sl__budget_acct *acct_of(const sl__gather *g) {
+  return atomic_load_explicit(&g->acct, memory_order_acquire);
+}
+
+void sl__gather_budget(void *st, sl__budget_acct *acct) {
+  atomic_store_explicit(&((sl__gather *)st)->acct, acct, memory_order_release);
+}
+
+void sl__gather_uncharge(sl__gather *g) {
+  sl__budget_acct *a = acct_of(g);
+  if (a && g->charged) sl__budget_release(a, g->charged);
+  g->charged = 0;
 }
 
 void sl__gather_release(sl__gather *g) {
   for (size_t j = 0; j < g->nheld; j++)
     sl_sample_release(g->held[j]);
   g->nheld = 0;
+  sl__gather_uncharge(g);
+}
+
+int sl__gather_charge(sl__gather *g, const sl_sample *s, size_t count) {
+  sl__budget_acct *a = acct_of(g);
+  if (!a) return SL_OK;
+  if (!s) { /* a fused row: what the map charged for it, its carry */
+    g->charged += sl__budget_claim(a, UINT64_MAX);
+    return SL_OK;
+  }
+  uint64_t n = sl_sample_nbytes(s);
+  SL_FORWARD_IF_ERROR(sl__budget_charge(a, n, count));
+  g->charged += n;
+  return SL_OK;
+}
+
+/* Row j arrived: its bytes are charged (see gather.h). */
+static int charge_row(sl__gather *g, size_t j) {
+  return sl__gather_charge(g, g->held[j], j + 1);
+}
+
+int sl__gather_hand_out(sl__gather *g, sl_sample **o) {
+  sl__budget_acct *a = acct_of(g);
+  if (!a) return SL_OK;
+  uint64_t n = sl_sample_nbytes(*o);
+  int rc = sl__budget_charge(a, n, g->nheld + 1);
+  if (rc < 0) {
+    sl_sample_release(*o);
+    *o = NULL;
+    return rc;
+  }
+  sl__budget_to_carry(a, n);
+  return SL_OK;
 }
 
 void sl__gather_fini(sl__gather *g) {
@@ -36,7 +85,8 @@ int sl__gather_pull(sl__gather *g, int (*check)(void *st, size_t j), void *st) {
     rc = sl_reader_next(g->up, &s); /* an error: upstream's, untouched */
     if (rc == SL_OK) {
       g->held[g->nheld++] = s;
-      rc = check(st, g->nheld - 1);
+      rc = charge_row(g, g->nheld - 1);
+      if (rc == SL_OK) rc = check(st, g->nheld - 1);
     }
   }
   /* upstream at its end (latched by reader.c): a short last batch */

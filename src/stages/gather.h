@@ -28,6 +28,7 @@
 #define SLUICE_READERS_GATHER_H
 
 #include "stages/state.h"
+#include "sync/budget.h"
 
 typedef struct sl__gather {
   sl_reader *up;
@@ -36,6 +37,11 @@ typedef struct sl__gather {
   sl_sample **held; /* n slots: the batch being gathered */
   size_t nheld;
   unsigned long long no; /* batches yielded in this pass */
+  /* The memory budget (sync/budget.h; sl__gather_budget): the stage's
+   * account or NULL, set while another thread may pull (a prefetch's
+   * worker), so atomic; and the bytes its held rows are charged. */
+  sl__budget_acct *_Atomic acct;
+  uint64_t charged;
 } sl__gather;
 
 /* Outputs of a pass of `total` items (see above); stride >= 1. */
@@ -53,6 +59,26 @@ void sl__gather_fini(sl__gather *g);    /* held samples, slots, upstream */
  * g->no++ when built); SL_EOF: none (or a short one with drop); an error
  * (upstream's untouched, or check's): the held samples released. */
 int sl__gather_pull(sl__gather *g, int (*check)(void *st, size_t j), void *st);
+
+/* The memory budget of a gathering stage (issue 27): each row is charged
+ * to the stage's account as it arrives (the upstream's carry claimed),
+ * without waiting - a batch must finish the rows it started, and the rows
+ * only leave as it does - so a batch whose rows alone need more than the
+ * budget ends the pass (SL_ENOMEM "stage 'batch' needs N bytes to hold K
+ * samples ..."); sl__gather_release releases them.  sl__gather_budget is
+ * the stage's budget op (st: an sl__gather first in the state);
+ * sl__gather_hand_out charges the output `o` built from the rows (before
+ * the rows are released: both are in memory then) and makes it the
+ * account's carry, as the stage hands it out: SL_ENOMEM (o released,
+ * *o NULL) when rows and output together pass the budget. */
+void sl__gather_budget(void *st, sl__budget_acct *acct);
+/* Charges one row that is not in g->held (batch fused with its map: a row
+ * copied into the batch being built, `count` rows so far, or with s NULL a
+ * row the map wrote there, whose bytes the map's carry holds: claimed);
+ * sl__gather_uncharge releases what the rows were charged. */
+int sl__gather_charge(sl__gather *g, const sl_sample *s, size_t count);
+void sl__gather_uncharge(sl__gather *g);
+int sl__gather_hand_out(sl__gather *g, sl_sample **o);
 
 /* Moves t into field i of o and, when lens is not NULL, lens into field
  * i + 1 (a padded field's lengths); on failure clears what was not moved. */

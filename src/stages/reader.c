@@ -48,6 +48,7 @@ struct sl_reader {
    * budget was set on this reader */
   sl__budget_acct *_Atomic acct;
   bool budget_root;
+  bool budget_none; /* sl_reader_set_no_budget: no default budget */
 };
 
 static sl__budget_acct *acct_of(const sl_reader *r) {
@@ -213,6 +214,39 @@ int sl_reader_set_budget(sl_reader *r, uint64_t bytes) {
   if (rc == SL_OK) r->budget_root = true;
   sl__budget_drop(b); /* the accounts hold it */
   return rc;
+}
+
+/* Whether r or a reader below it was marked "no budget". */
+static bool marked_none(const sl_reader *r, int depth) {
+  if (!r || depth > 1024) return false;
+  if (r->budget_none) return true;
+  for (size_t i = 0; i < r->nups; i++)
+    if (marked_none(r->ups[i], depth + 1)) return true;
+  return false;
+}
+
+int sl_reader_default_budget(sl_reader *r) {
+  SL_RETURN_ERROR_IF(!r, SL_EINVAL, "budget: NULL reader");
+  if (acct_of(r) || marked_none(r, 0)) return SL_OK;
+  uint64_t usable;
+  SL_FORWARD_IF_ERROR(sl__budget_usable(&usable));
+  sl__budget *b =
+      sl__budget_new(sl__budget_share(usable, SL_BUDGET_DEFAULT_PERCENT));
+  if (!b) return sl_last_error_code();
+  sl__budget_mark_default(b, SL_BUDGET_DEFAULT_PERCENT, usable);
+  int rc = attach_budget(r, b, 0);
+  if (rc == SL_OK) r->budget_root = true;
+  sl__budget_drop(b);
+  return rc;
+}
+
+int sl_reader_set_no_budget(sl_reader *r) {
+  SL_RETURN_ERROR_IF(!r, SL_EINVAL, "budget: NULL reader");
+  SL_RETURN_ERROR_IF(acct_of(r), SL_ESTATE,
+                     "budget: %s already has a memory budget",
+                     sl_reader_name(r));
+  r->budget_none = true;
+  return SL_OK;
 }
 
 static inline void lock(sl_reader *r) {

@@ -138,6 +138,9 @@ static void visit(walk *w, const sl_reader *r, int depth, int downstream) {
     s->bytes_held = v.acct ? sl__budget_acct_held(v.acct) : 0;
     s->bytes_peak = v.acct ? sl__budget_acct_peak(v.acct) : 0;
     s->budget_bytes = v.acct ? sl__budget_cap(sl__budget_of(v.acct)) : 0;
+    s->budget_default_pct =
+        v.acct ? sl__budget_default_pct(sl__budget_of(v.acct)) : 0;
+    s->memory_usable = v.acct ? sl__budget_usable_of(sl__budget_of(v.acct)) : 0;
     s->last_error[0] = '\0';
     if (c) sl__stat_note_read(c, s->last_error, sizeof s->last_error);
   }
@@ -271,8 +274,13 @@ int sl_stats_format(const sl_stage_stats *stats, size_t n, double wall_s,
   }
   /* The memory budget and what each stage held (sl_reader_set_budget). */
   if (n > 0 && stats[0].budget_bytes) {
-    put(&t, "memory budget: %.1f MiB; held now, peak:",
+    put(&t, "memory budget: %.1f MiB",
         (double)stats[0].budget_bytes / (1024.0 * 1024));
+    if (stats[0].budget_default_pct)
+      put(&t, " (default: %d %% of %.1f GiB usable)",
+          stats[0].budget_default_pct,
+          (double)stats[0].memory_usable / (1024.0 * 1024 * 1024));
+    put(&t, "; held now, peak:");
     for (size_t i = 0; i < n; i++)
       if (stats[i].bytes_peak)
         put(&t, " %s %.1f/%.1f MiB", stats[i].name ? stats[i].name : "?",

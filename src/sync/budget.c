@@ -12,19 +12,32 @@
  * sleeps on `cv`; whoever lowers a total or an account's held bytes
  * (a release, a drop, a claim of the carry) subtracts (seq_cst) and then
  * reads `waiters`: one of the two sees the other's write, so no wake-up
- * is lost.  Releases broadcast (the waiters may want different amounts),
- * as do close and wake.
+ * is lost.  A waiter registers what would let it go on: the room its
+ * reservation needs (the ledger's min_need, the least of them) or, for
+ * every waiter, its account holding nothing (the account's `waiting`); a
+ * release wakes the waiters only when one of those holds now (wake_if),
+ * all of them together (they may want different amounts; those that
+ * still cannot go on register again), and close and wake always do.
  */
 #include "sync/budget.h"
 
+#include <errno.h>
 #include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
 
 struct sl__budget {
   uint64_t cap;
   atomic_uint_least64_t total, peak;
   atomic_int refs;
   atomic_int waiters;
+  /* the least room a reservation waiting now needs (UINT64_MAX: none);
+   * reset by each wake-up, lowered again by the waiters still waiting */
+  atomic_uint_least64_t min_need;
+  atomic_uint_least64_t wakeups; /* broadcasts so far (tests) */
   atomic_bool closed;
+  int default_pct;  /* a default budget: its share, else 0 */
+  uint64_t usable;  /* a default budget: the memory it is a share of */
   pthread_mutex_t mu;
   pthread_cond_t cv;
 };
@@ -34,6 +47,7 @@ struct sl__budget_acct {
   const char *stage;
   sl__budget_acct *below; /* its upstream's account, or NULL */
   atomic_uint_least64_t held, peak, carry;
+  atomic_int waiting; /* its waiters: they may go on once it holds nothing */
 };
 
 static void raise_peak(atomic_uint_least64_t *peak, uint64_t v) {
@@ -54,15 +68,31 @@ static void add(sl__budget_acct *a, uint64_t n) {
 
 static void wake_all(sl__budget *b) {
   pthread_mutex_lock(&b->mu);
+  atomic_store(&b->min_need, UINT64_MAX);
+  atomic_fetch_add_explicit(&b->wakeups, 1, memory_order_relaxed);
   pthread_cond_broadcast(&b->cv);
   pthread_mutex_unlock(&b->mu);
 }
 
+/* After bytes were released (the total now `total`, and account a, when
+ * not NULL, holding `held`): wakes the waiters when one of them can go on
+ * - the room is what the least of the reservations waiting needs, or a
+ * holds nothing and has a waiter - and not at every release (a ledger
+ * full of a slow consumer's samples would wake every worker per sample). */
+static void wake_if(sl__budget *b, uint64_t total, const sl__budget_acct *a,
+                    uint64_t held) {
+  if (atomic_load(&b->waiters) == 0) return;
+  uint64_t room = total < b->cap ? b->cap - total : 0;
+  if (room >= atomic_load(&b->min_need) ||
+      (a && held == 0 && atomic_load(&a->waiting) > 0))
+    wake_all(b);
+}
+
 static void sub(sl__budget_acct *a, uint64_t n) {
   if (!n) return;
-  atomic_fetch_sub(&a->held, n);
-  atomic_fetch_sub(&a->b->total, n);
-  if (atomic_load(&a->b->waiters) > 0) wake_all(a->b);
+  uint64_t h = atomic_fetch_sub(&a->held, n) - n;
+  uint64_t t = atomic_fetch_sub(&a->b->total, n) - n;
+  wake_if(a->b, t, a, h);
 }
 
 sl__budget *sl__budget_new(uint64_t cap) {
@@ -80,6 +110,8 @@ sl__budget *sl__budget_new(uint64_t cap) {
   atomic_init(&b->peak, 0);
   atomic_init(&b->refs, 1);
   atomic_init(&b->waiters, 0);
+  atomic_init(&b->min_need, UINT64_MAX);
+  atomic_init(&b->wakeups, 0);
   atomic_init(&b->closed, false);
   pthread_mutex_init(&b->mu, NULL);
   pthread_cond_init(&b->cv, NULL);
@@ -113,6 +145,59 @@ void sl__budget_acct_reset_peak(sl__budget_acct *a) {
   atomic_store(&a->peak, atomic_load(&a->held));
 }
 
+int sl__budget_usable(uint64_t *usable) {
+  const char *v = getenv("SLUICE_MEMORY_LIMIT");
+  if (!v || !*v) {
+    *usable = sl__memory_limit();
+    return SL_OK;
+  }
+  /* digits, then an optional unit (K, M, G, T with an optional B or iB) */
+  char *end;
+  errno = 0;
+  unsigned long long n = strtoull(v, &end, 10);
+  bool digits = *v >= '0' && *v <= '9';
+  int shift = 0;
+  const char *u = end;
+  switch (*u == 0 ? 0 : (*u | 0x20)) {
+  case 'k': shift = 10; break;
+  case 'm': shift = 20; break;
+  case 'g': shift = 30; break;
+  case 't': shift = 40; break;
+  case 'b': break;
+  case 0: break;
+  default: shift = -1;
+  }
+  if (shift > 0) u++;
+  if (shift >= 0 && (*u | 0x20) == 'i' && shift > 0) u++;
+  if (shift >= 0 && (*u | 0x20) == 'b') u++;
+  if (!digits || errno || shift < 0 || *u || n == 0 ||
+      (shift && n > (UINT64_MAX >> shift)))
+    return sl_set_error(SL_EINVAL,
+                        "SLUICE_MEMORY_LIMIT: not a size >= 1 byte (a number "
+                        "with an optional K, M, G or T; got '%s')",
+                        v);
+  *usable = (uint64_t)n << shift;
+  return SL_OK;
+}
+
+uint64_t sl__budget_share(uint64_t usable, int pct) {
+  uint64_t b = usable / 100 * (uint64_t)pct + usable % 100 * (uint64_t)pct / 100;
+  return b ? b : 1;
+}
+
+void sl__budget_mark_default(sl__budget *b, int pct, uint64_t usable) {
+  b->default_pct = pct;
+  b->usable = usable;
+}
+
+int sl__budget_default_pct(const sl__budget *b) {
+  return b->default_pct;
+}
+
+uint64_t sl__budget_usable_of(const sl__budget *b) {
+  return b->usable;
+}
+
 void sl__budget_close(sl__budget *b) {
   if (!b) return;
   atomic_store(&b->closed, true);
@@ -134,6 +219,7 @@ sl__budget_acct *sl__budget_acct_new(sl__budget *b, const char *stage) {
   atomic_init(&a->held, 0);
   atomic_init(&a->peak, 0);
   atomic_init(&a->carry, 0);
+  atomic_init(&a->waiting, 0);
   atomic_fetch_add(&b->refs, 1);
   return a;
 }
@@ -214,9 +300,19 @@ static int wait_room(sl__budget_acct *a, uint64_t n, const atomic_bool *stop,
                           a->stage);
     if (empty ? atomic_load(&a->held) == 0 : sl__budget_try(a, n)) return SL_OK;
     pthread_mutex_lock(&b->mu);
+    /* register (what would let it go on), then look again: a releaser
+     * lowers the counts first and reads these after (seq_cst), so one of
+     * the two sees the other's write and no wake-up is lost */
     atomic_fetch_add(&b->waiters, 1);
+    atomic_fetch_add(&a->waiting, 1);
+    if (!empty) {
+      uint64_t need = n ? n : 1, m = atomic_load(&b->min_need);
+      while (need < m && !atomic_compare_exchange_weak(&b->min_need, &m, need))
+        ;
+    }
     bool wait = empty ? atomic_load(&a->held) > 0 : must_wait(a, n);
     if (wait && !stopped(a, stop)) pthread_cond_wait(&b->cv, &b->mu);
+    atomic_fetch_sub(&a->waiting, 1);
     atomic_fetch_sub(&b->waiters, 1);
     pthread_mutex_unlock(&b->mu);
   }
@@ -262,8 +358,8 @@ void sl__budget_release_all(sl__budget_acct *a) {
   atomic_store(&a->carry, 0);
   uint64_t h = atomic_exchange(&a->held, 0);
   if (!h) return;
-  atomic_fetch_sub(&a->b->total, h);
-  if (atomic_load(&a->b->waiters) > 0) wake_all(a->b);
+  uint64_t t = atomic_fetch_sub(&a->b->total, h) - h;
+  wake_if(a->b, t, a, 0);
 }
 
 void sl__budget_to_carry(sl__budget_acct *a, uint64_t n) {
@@ -282,12 +378,18 @@ uint64_t sl__budget_claim(sl__budget_acct *a, uint64_t max) {
   if (!c) return 0;
   uint64_t moved = c < max ? c : max;
   /* The moved bytes change hands (the total stays); the rest is freed. */
-  atomic_fetch_sub(&d->held, c);
+  uint64_t dh = atomic_fetch_sub(&d->held, c) - c;
   uint64_t h = atomic_fetch_add(&a->held, moved) + moved;
   raise_peak(&a->peak, h);
-  if (c > moved) atomic_fetch_sub(&a->b->total, c - moved);
+  uint64_t t = c > moved ? atomic_fetch_sub(&a->b->total, c - moved) -
+                               (c - moved)
+                         : atomic_load(&a->b->total);
   /* d holds less: a waiter of d's (for room while it holds something, or
    * for it to hold nothing) may go on. */
-  if (atomic_load(&a->b->waiters) > 0) wake_all(a->b);
+  wake_if(a->b, t, d, dh);
   return moved;
+}
+
+uint64_t sl__budget_wakeups(const sl__budget *b) {
+  return atomic_load_explicit(&b->wakeups, memory_order_relaxed);
 }

@@ -20,8 +20,9 @@
  *
  * Threads: every function is safe from any thread; the held counts are
  * atomics, a mutex and a condition variable serve the waiters only (woken
- * together whenever bytes are released, the ledger is closed, or a stage
- * is stopped: sl__budget_wake).
+ * together when a release makes room for the least reservation waiting or
+ * empties an account with a waiter, when the ledger is closed, or when a
+ * stage is stopped: sl__budget_wake).
  */
 #ifndef SLUICE_SYNC_BUDGET_H
 #define SLUICE_SYNC_BUDGET_H
@@ -41,6 +42,23 @@ uint64_t sl__budget_cap(const sl__budget *b);
 uint64_t sl__budget_held(const sl__budget *b); /* all accounts, now */
 uint64_t sl__budget_peak(const sl__budget *b); /* the most ever held */
 void sl__budget_reset_peak(sl__budget *b);     /* peak = held now (tests) */
+
+/* The default budget (issue 27): SL_BUDGET_DEFAULT_PERCENT of the memory
+ * the process may use.  sl__budget_usable: that memory, the environment's
+ * SLUICE_MEMORY_LIMIT (bytes, or a number with K, M, G or T: powers of
+ * 1024; for tests, or to give the pipeline a share of less than the
+ * container) when set, else sl__memory_limit (the cgroup limit or the
+ * physical memory): SL_OK, or SL_EINVAL naming the variable when it is set
+ * but not a size >= 1.  sl__budget_share: pct % of `usable` (at least 1
+ * byte).  Thread-safe. */
+int sl__budget_usable(uint64_t *usable);
+uint64_t sl__budget_share(uint64_t usable, int pct);
+/* Marks b as a default budget: pct % of `usable` (shown by the stats);
+ * before any account uses it.  sl__budget_default_pct: that pct, 0 for a
+ * budget the user set; sl__budget_usable_of: that `usable`, 0 likewise. */
+void sl__budget_mark_default(sl__budget *b, int pct, uint64_t usable);
+int sl__budget_default_pct(const sl__budget *b);
+uint64_t sl__budget_usable_of(const sl__budget *b);
 
 /* Closes the ledger (the pipeline is being destroyed): every waiter, now
  * and later, gets SL_EKILLED.  Idempotent. */
@@ -108,5 +126,7 @@ uint64_t sl__budget_claim(sl__budget_acct *a, uint64_t max);
 
 /* Wakes every waiter to look at its stop flag again (a stage stopping). */
 void sl__budget_wake(sl__budget *b);
+/* How many times the waiters were woken so far (tests). */
+uint64_t sl__budget_wakeups(const sl__budget *b);
 
 #endif

@@ -4,6 +4,9 @@
 # of 1024); a bad size is a usage error (exit 2) naming the option; a
 # budget too small for one sample ends the run (exit 1) naming the stage
 # and the bytes; a script whose source has a budget already is an error.
+# Without --memory: the default budget (50 % of the memory usable,
+# SLUICE_MEMORY_LIMIT faking the container's limit), stated by --stats;
+# --memory none or a script's :budget(false): none.
 # LUA_PATH / LUA_CPATH as run.sh.
 . "$(dirname "$0")/lib.bash"
 SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -23,9 +26,33 @@ contains "$OUT" " prefetch 0.0/"
 sl run --memory=2GiB --stats "$S/range_batches.lua" 10 5
 expect_rc 0 "run --memory=2GiB"
 contains "$OUT" "memory budget: 2048.0 MiB"
-# no budget, no line
-sl run --stats "$S/range_batches.lua" 10 5
+# without --memory: the default budget, 50 % of the memory usable
+# (SLUICE_MEMORY_LIMIT standing for the container's limit), stated
+SLUICE_MEMORY_LIMIT=3G sl run --stats "$S/range_batches.lua" 10 5
 expect_rc 0 "run --stats without --memory"
+contains "$OUT" "memory budget: 1536.0 MiB (default: 50 % of 3.0 GiB usable)"
+sl run --stats "$S/range_batches.lua" 10 5
+expect_rc 0 "run --stats without --memory nor SLUICE_MEMORY_LIMIT"
+contains "$OUT" "(default: 50 % of "
+# --memory none: no budget, no line
+SLUICE_MEMORY_LIMIT=3G sl run --memory none --stats "$S/range_batches.lua" 10 5
+expect_rc 0 "run --memory none"
+not_contains "$OUT" "memory budget"
+# an explicit size is not a default
+SLUICE_MEMORY_LIMIT=3G sl run --memory 2M --stats "$S/range_batches.lua" 10 5
+expect_rc 0 "run --memory 2M"
+contains "$OUT" "memory budget: 2.0 MiB; held now"
+# a malformed SLUICE_MEMORY_LIMIT is an error naming it
+SLUICE_MEMORY_LIMIT=lots sl run "$S/range_batches.lua" 10 5
+expect_rc 1 "run with SLUICE_MEMORY_LIMIT=lots"
+contains "$ERR" "SLUICE_MEMORY_LIMIT: not a size >= 1 byte"
+# a script that said :budget(false) gets no default
+cat >"$TMP/nobudget.lua" <<'LUA'
+local sluice = require "sluice"
+return sluice.range(10):budget(false):batch(5)
+LUA
+sl run --stats "$TMP/nobudget.lua"
+expect_rc 0 "run a script with :budget(false)"
 not_contains "$OUT" "memory budget"
 
 for bad in 0 -5 lots 12X ""; do
@@ -56,6 +83,9 @@ LUA
 sl run --memory 1M "$TMP/budgeted.lua"
 expect_rc 1 "run --memory over a budgeted script"
 contains "$ERR" "already has a memory budget"
+sl run --memory none "$TMP/budgeted.lua"
+expect_rc 1 "run --memory none over a budgeted script"
+contains "$ERR" "already has a memory budget"
 sl run --stats "$TMP/budgeted.lua"
 expect_rc 0 "run a budgeted script"
 contains "$OUT" "memory budget: 1.0 MiB"
@@ -63,4 +93,5 @@ contains "$OUT" "memory budget: 1.0 MiB"
 sl run --help
 expect_rc 0 "run --help"
 contains "$OUT" "--memory SIZE"
+contains "$OUT" "'none': no budget"
 echo "memory: ok"

@@ -672,7 +672,8 @@ static PyObject *pipeline_exit(PyObject *obj, PyObject *args) {
 
 static PyObject *stage_dict(const sl_stage_stats *s) {
   return Py_BuildValue(
-      "{s:s,s:i,s:i,s:i,s:K,s:K,s:d,s:d,s:d,s:d,s:K,s:K,s:s,s:K,s:O,s:i,s:K,s:K,s:K}",
+      "{s:s,s:i,s:i,s:i,s:K,s:K,s:d,s:d,s:d,s:d,s:K,s:K,s:s,s:K,s:O,s:i,s:K,s:K,s:K,"
+      "s:i,s:K}",
       "name", s->name,
       "depth", s->depth, "downstream", s->downstream, "threads", s->threads,
       "samples_in", (unsigned long long)s->samples_in, "samples_out",
@@ -685,23 +686,48 @@ static PyObject *stage_dict(const sl_stage_stats *s) {
       "bytes_held",
       (unsigned long long)s->bytes_held, "bytes_peak",
       (unsigned long long)s->bytes_peak, "budget_bytes",
-      (unsigned long long)s->budget_bytes);
+      (unsigned long long)s->budget_bytes, "budget_default_pct",
+      s->budget_default_pct, "memory_usable",
+      (unsigned long long)s->memory_usable);
+}
+
+/* Whether a budget may be set on self now (open, before the first next);
+ * else raises and returns 0. */
+static int budget_settable(PipelineObject *self) {
+  if (self->closed) {
+    slpy_raise(SL_ECLOSED, "sluice: the pipeline is closed");
+    return 0;
+  }
+  if (self->pu) {
+    PyErr_SetString(PyExc_RuntimeError,
+                    "sluice: a memory budget is set before the first batch");
+    return 0;
+  }
+  return 1;
 }
 
 /* sl_reader_set_budget, before the first next (sluice.open_script's
  * memory=): no puller thread uses the chain yet. */
 static PyObject *pipeline_set_budget(PyObject *obj, PyObject *arg) {
   PipelineObject *self = (PipelineObject *)obj;
-  if (self->closed)
-    return slpy_raise(SL_ECLOSED, "sluice: the pipeline is closed");
-  if (self->pu) {
-    PyErr_SetString(PyExc_RuntimeError,
-                    "sluice: a memory budget is set before the first batch");
-    return NULL;
-  }
+  if (!budget_settable(self)) return NULL;
   unsigned long long bytes = PyLong_AsUnsignedLongLong(arg);
   if (bytes == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
   int rc = sl_reader_set_budget(self->p, (uint64_t)bytes);
+  if (rc < 0) return slpy_raise(rc, sl_last_error());
+  Py_RETURN_NONE;
+}
+
+/* sl_reader_default_budget (no argument) or sl_reader_set_no_budget
+ * (False), before the first next, as _set_budget: open_script's memory
+ * unset / memory=False. */
+static PyObject *pipeline_default_budget(PyObject *obj, PyObject *arg) {
+  PipelineObject *self = (PipelineObject *)obj;
+  if (!budget_settable(self)) return NULL;
+  int on = PyObject_IsTrue(arg);
+  if (on < 0) return NULL;
+  int rc = on ? sl_reader_default_budget(self->p)
+              : sl_reader_set_no_budget(self->p);
   if (rc < 0) return slpy_raise(rc, sl_last_error());
   Py_RETURN_NONE;
 }
@@ -827,6 +853,9 @@ static PyMethodDef pipeline_methods[] = {
     {"_set_budget", pipeline_set_budget, METH_O,
      "sl_reader_set_budget(bytes), before the first batch (open_script's "
      "memory=)."},
+    {"_default_budget", pipeline_default_budget, METH_O,
+     "True: sl_reader_default_budget; False: sl_reader_set_no_budget; "
+     "before the first batch (open_script's memory unset / False)."},
     {"__enter__", pipeline_enter, METH_NOARGS, NULL},
     {"__exit__", pipeline_exit, METH_VARARGS, NULL},
     {NULL, NULL, 0, NULL}};

@@ -119,13 +119,19 @@ def _size(v):
 
 
 def _budgeted(p, memory):
-    """p with its memory budget set (sl_reader_set_budget); closed on error."""
-    if memory is not None:
-        try:
+    """p with its memory budget set (sl_reader_set_budget); None (unset):
+    the default budget (sl_reader_default_budget), False or "none": no
+    budget (sl_reader_set_no_budget); closed on error."""
+    try:
+        if memory is None:
+            p._default_budget(True)
+        elif memory is False or memory == "none":
+            p._default_budget(False)
+        else:
             p._set_budget(_size(memory))
-        except BaseException:
-            p.close()
-            raise
+    except BaseException:
+        p.close()
+        raise
     return p
 
 
@@ -135,7 +141,8 @@ def open_script(path, *args, rank=None, world=None, memory=None):
     process's place in a distributed job, given to the script's sharded
     sources as the launcher's RANK and WORLD_SIZE would be.  memory: one
     memory budget for the whole pipeline, bytes or "512M" / "2GiB"
-    (sl_reader_set_budget; docs/PYTHON.md)."""
+    (sl_reader_set_budget); unset (None): the default, 50 % of the memory
+    the process may use; False or "none": no budget (docs/PYTHON.md)."""
     return _budgeted(_as_launcher(_sluice.open_script, rank, world, path,
                                   *args), memory)
 

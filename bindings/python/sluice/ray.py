@@ -97,6 +97,8 @@ def _read_part(script, code, args, rank, world, epoch, seed, fmt, name):
         else:
             p = sluice._as_launcher(sluice._sluice.open_script, rank, world,
                                     script, *args, env=env)
+        # the default memory budget, as sluice.open_script gives it
+        p = sluice._budgeted(p, None)
     except sluice.Error as e:
         raise ReadTaskError("%s: opening failed: %s: %s"
                             % (where, type(e).__name__, e)) from None
