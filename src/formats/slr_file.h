@@ -88,6 +88,7 @@ struct sl_slr_file {
   uint64_t pass_bad_chunks; /* skipped this pass: what the cap limits */
   /* framed files (required feature SLR_FEATURE_FRAMES) */
   bool framed;
+  bool compact;              /* may hold codec-3 chunks (feature 0x4) */
   uint64_t dict_size;        /* dictionary bytes (0: none) */
   ZSTD_DDict *ddict;         /* digested once, shared by every context */
   /* sl_slr_fetch (every file) */

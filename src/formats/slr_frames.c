@@ -40,6 +40,7 @@
 
 #include "core/crc32c.h"
 #include "formats/slr_file.h"
+#include "transport/sigbus_guard.h"
 
 #include <stdarg.h>
 
@@ -105,10 +106,13 @@ int sl__slr_chunk_header(sl_slr_file *f, uint64_t c, uint64_t *stored,
     CHUNK_FAIL("%u records, the index says %u", sl__get32(h + 4), x->records);
   *codec = sl__get32(h + 28);
   if (*codec != SLR_CODEC_ZSTD &&
-      (*codec != SLR_CODEC_ZSTD_FRAMES || !f->framed))
+      (*codec != SLR_CODEC_ZSTD_FRAMES || !f->framed) &&
+      (*codec != SLR_CODEC_ZSTD_FRAMES_COMPACT || !f->compact))
     CHUNK_FAIL("unknown codec %u%s", *codec,
                *codec == SLR_CODEC_ZSTD_FRAMES
                    ? " (framed chunks need required feature bit 0x1)"
+               : *codec == SLR_CODEC_ZSTD_FRAMES_COMPACT
+                   ? " (compact framed chunks need required feature bit 0x8)"
                    : "");
   *stored = sl__get64(h + 8);
   *raw = sl__get64(h + 16);
@@ -178,6 +182,23 @@ int sl__slr_check_records(sl_slr_file *f, uint64_t c, uint32_t frame,
 #undef fr
 }
 
+/* Reads a LEB128 varint of at most 5 bytes, below 2^32, from p[at..end):
+ * the offset after it, 0 when it is malformed or runs past end. */
+static size_t varint32(const unsigned char *p, size_t end, size_t at,
+                       uint32_t *v) {
+  uint64_t x = 0;
+  for (int k = 0; k < 5 && at < end; k++) {
+    unsigned char b = p[at++];
+    x |= (uint64_t)(b & 0x7f) << (7 * k);
+    if (!(b & 0x80)) {
+      if (x > UINT32_MAX || (k && !b)) return 0; /* too big, or padded */
+      *v = (uint32_t)x;
+      return at;
+    }
+  }
+  return 0;
+}
+
 /* Records in frame i of a chunk of n records. */
 static uint32_t frame_records(const slr_frame_table *t, uint32_t i,
                               uint32_t n) {
@@ -193,7 +214,7 @@ int sl__slr_frame_table(sl_slr_file *f, uint64_t c, uint32_t codec,
   *need = 0;
   uint32_t n = f->index[c].records;
   slr_frame_table *t;
-  if (codec != SLR_CODEC_ZSTD_FRAMES) {
+  if (!SLR_CODEC_IS_FRAMED(codec)) {
     t = sl__malloc(sizeof *t + sizeof t->fr[0]);
     SL_RETURN_ERROR_IF(!t, SL_ENOMEM, "%s: chunk %llu: cannot allocate",
                        WHERE(f), (unsigned long long)c);
@@ -209,12 +230,30 @@ int sl__slr_frame_table(sl_slr_file *f, uint64_t c, uint32_t codec,
     *need = SLR_FRAME_TABLE_HEAD;
     return SL_OK;
   }
+  bool compact = codec == SLR_CODEC_ZSTD_FRAMES_COMPACT;
+  uint64_t head = compact ? SLR_COMPACT_TABLE_HEAD : SLR_FRAME_TABLE_HEAD;
+  if (compact && stored < head)
+    CHUNK_FAIL("payload of %llu bytes is too short for a frame table",
+               (unsigned long long)stored);
+  if (avail < head) {
+    *need = head;
+    return SL_OK;
+  }
   uint32_t per = sl__get32(p), count = sl__get32(p + 4);
   if (per == 0 || count != (n + (uint64_t)per - 1) / per)
     CHUNK_FAIL("frame table: %u frames of %u records do not hold the "
                "chunk's %u records",
                count, per, n);
-  uint64_t table = SLR_FRAME_TABLE_HEAD + (uint64_t)count * SLR_FRAME_ENTRY_SIZE;
+  uint64_t table = head + (uint64_t)count * SLR_FRAME_ENTRY_SIZE;
+  if (compact) {
+    /* Its size is stored; entries take 6 to 14 bytes each. */
+    table = sl__get32(p + 8);
+    if (table < head + (uint64_t)count * SLR_COMPACT_ENTRY_MIN ||
+        table > head + (uint64_t)count * SLR_COMPACT_ENTRY_MAX)
+      CHUNK_FAIL("frame table of %llu bytes cannot hold %u entries of 6 to "
+                 "14 bytes",
+                 (unsigned long long)table, count);
+  }
   if (table > stored)
     CHUNK_FAIL("frame table of %u frames (%llu bytes) exceeds the payload of "
                "%llu bytes",
@@ -233,12 +272,28 @@ int sl__slr_frame_table(sl_slr_file *f, uint64_t c, uint32_t codec,
                      WHERE(f), (unsigned long long)c, count);
   *t = (slr_frame_table){per, count, codec};
   uint64_t off = table, raw_off = 0;
+  size_t at = (size_t)head; /* the next entry */
   for (uint32_t i = 0; i < count; i++) {
-    const unsigned char *e =
-        p + SLR_FRAME_TABLE_HEAD + (size_t)i * SLR_FRAME_ENTRY_SIZE;
     slr_frame *fr = &t->fr[i];
-    *fr = (slr_frame){off, raw_off, sl__get32(e), sl__get32(e + 4),
-                      sl__get32(e + 8)};
+    if (!compact) {
+      const unsigned char *e = p + at;
+      *fr = (slr_frame){off, raw_off, sl__get32(e), sl__get32(e + 4),
+                        sl__get32(e + 8)};
+      at += SLR_FRAME_ENTRY_SIZE;
+    } else {
+      uint32_t st, rw;
+      size_t a = varint32(p, (size_t)table, at, &st),
+             b = a ? varint32(p, (size_t)table, a, &rw) : 0;
+      if (!b || b + 4 > table) {
+        sl__free(t);
+        CHUNK_FAIL("frame table: entry %u at table offset %zu is malformed "
+                   "(a size is not a varint below 2^32, or the entry runs "
+                   "past the table's %llu bytes)",
+                   i, at, (unsigned long long)table);
+      }
+      *fr = (slr_frame){off, raw_off, st, rw, sl__get32(p + b)};
+      at = b + 4;
+    }
     uint64_t least = sl__align_up((uint64_t)frame_records(t, i, n) * 4, 8);
     if (fr->stored == 0 || fr->stored > stored - off || fr->raw < least ||
         fr->raw > raw - raw_off) {
@@ -256,6 +311,11 @@ int sl__slr_frame_table(sl_slr_file *f, uint64_t c, uint32_t codec,
     off += fr->stored;
     raw_off += fr->raw;
   }
+  if (at != table) {
+    sl__free(t);
+    CHUNK_FAIL("frame table: its %u entries end at byte %zu of its %llu",
+               count, at, (unsigned long long)table);
+  }
   if (off != stored || raw_off != raw) {
     sl__free(t);
     CHUNK_FAIL("frames take %llu stored and %llu raw bytes, the chunk %llu "
@@ -271,7 +331,8 @@ int sl__slr_frame_decode(sl_slr_file *f, uint64_t c, const slr_frame_table *t,
                          uint32_t i, ZSTD_DCtx *dctx, const unsigned char *src,
                          unsigned char *dst, size_t *body) {
   const slr_frame *fr = &t->fr[i];
-  bool framed = t->codec == SLR_CODEC_ZSTD_FRAMES;
+  bool framed = SLR_CODEC_IS_FRAMED(t->codec),
+       magicless = t->codec == SLR_CODEC_ZSTD_FRAMES_COMPACT;
   /* Codec 1 keeps version 1.0's messages ("payload CRC mismatch"); a
    * frame is named by number and payload offset (made only on failure). */
   char at[64] = "";
@@ -285,6 +346,13 @@ int sl__slr_frame_decode(sl_slr_file *f, uint64_t c, const slr_frame_table *t,
     CHUNK_FAIL("%s%sCRC mismatch (stored 0x%08x, computed 0x%08x)", AT(": "),
                framed ? "" : "payload ", fr->crc, crc);
   unsigned long long declared = ZSTD_getFrameContentSize(src, fr->stored);
+  if (magicless) {
+    ZSTD_frameHeader zh;
+    declared = ZSTD_getFrameHeader_advanced(&zh, src, (size_t)fr->stored,
+                                            ZSTD_f_zstd1_magicless) != 0
+                   ? ZSTD_CONTENTSIZE_ERROR
+                   : zh.frameContentSize;
+  }
   if (declared != fr->raw) {
     if (declared == ZSTD_CONTENTSIZE_UNKNOWN ||
         declared == ZSTD_CONTENTSIZE_ERROR)
@@ -296,6 +364,11 @@ int sl__slr_frame_decode(sl_slr_file *f, uint64_t c, const slr_frame_table *t,
   }
   /* Load the dictionary first so the decode below finds it warm whatever
    * this context decoded before (the header comment says why). */
+  size_t fmt = ZSTD_DCtx_setParameter(
+      dctx, ZSTD_d_format,
+      magicless ? ZSTD_f_zstd1_magicless : ZSTD_f_zstd1);
+  if (ZSTD_isError(fmt))
+    CHUNK_FAIL("%szstd: %s", AT(": "), ZSTD_getErrorName(fmt));
   if (framed && f->ddict) {
     size_t begun = ZSTD_decompressBegin_usingDDict(dctx, f->ddict);
     if (ZSTD_isError(begun))
@@ -430,6 +503,46 @@ static void ctx_put(sl_slr_file *f, slr_fetch_ctx *x) {
   pthread_mutex_unlock(&f->fetch_mu);
 }
 
+/* One frame decoded from the file's memory map (source.h's view): no
+ * read, no copy of the stored bytes.  The CRC and the decode read the map
+ * under sl__sigbus_guard, so a file truncated under us is SL_EIO "file
+ * shrank", as read_at says it, not a SIGBUS. */
+typedef struct mapped_job {
+  sl_slr_file *f;
+  uint64_t c;
+  const slr_frame_table *t;
+  uint32_t i;
+  ZSTD_DCtx *dctx;
+  const unsigned char *src;
+  unsigned char *dst;
+  size_t *body;
+} mapped_job;
+
+static int mapped_run(void *p) {
+  mapped_job *j = p;
+  return sl__slr_frame_decode(j->f, j->c, j->t, j->i, j->dctx, j->src, j->dst,
+                              j->body);
+}
+
+static int mapped_decode(sl_slr_file *f, slr_fetch_ctx *x, uint64_t c,
+                         const slr_frame_table *t, uint32_t i,
+                         const unsigned char *src, fetch_slot *s) {
+  mapped_job j = {f, c, t, i, x->dctx, src, sl_buffer_data(s->buf), &s->body};
+  bool faulted;
+  int rc = sl__sigbus_guard(mapped_run, &j, &faulted);
+  if (faulted)
+    return sl_set_error(SL_EIO,
+                        "%s: file shrank: chunk %llu, frame %u at offset "
+                        "%llu could not be read (it was %llu bytes when "
+                        "opened)",
+                        WHERE(f), (unsigned long long)c, i,
+                        (unsigned long long)(f->index[c].offset +
+                                             SLR_CHUNK_HEADER_SIZE +
+                                             t->fr[i].off),
+                        (unsigned long long)f->src->size);
+  return rc;
+}
+
 /* Record k (chunk c, record r of it) through context x. */
 static int fetch(sl_slr_file *f, slr_fetch_ctx *x, uint64_t c, uint32_t r,
                  sl_sample **out) {
@@ -449,10 +562,6 @@ static int fetch(sl_slr_file *f, slr_fetch_ctx *x, uint64_t c, uint32_t r,
       sl_buffer_release(s->buf);
       s->buf = NULL;
     }
-    SL_FORWARD_IF_ERROR(scratch(f, x, fr->stored));
-    SL_FORWARD_IF_ERROR(f->src->read_at(
-        f->src, f->index[c].offset + SLR_CHUNK_HEADER_SIZE + fr->off,
-        x->stored, (size_t)fr->stored));
     if (!s->buf) s->buf = sl_buffer_new((size_t)SL_MAX(fr->raw, 8));
     SL_RETURN_ERROR_IF(!s->buf, SL_ENOMEM,
                        "%s: chunk %llu: cannot allocate %llu bytes for frame "
@@ -460,9 +569,18 @@ static int fetch(sl_slr_file *f, slr_fetch_ctx *x, uint64_t c, uint32_t r,
                        WHERE(f), (unsigned long long)c,
                        (unsigned long long)fr->raw, i);
     s->chunk = UINT64_MAX; /* empty until decoded and checked */
-    SL_FORWARD_IF_ERROR(sl__slr_frame_decode(f, c, t, i, x->dctx, x->stored,
-                                             sl_buffer_data(s->buf),
-                                             &s->body));
+    uint64_t at = f->index[c].offset + SLR_CHUNK_HEADER_SIZE + fr->off;
+    const unsigned char *map = f->src->view ? f->src->view(f->src) : NULL;
+    if (map) {
+      SL_FORWARD_IF_ERROR(mapped_decode(f, x, c, t, i, map + at, s));
+    } else {
+      SL_FORWARD_IF_ERROR(scratch(f, x, fr->stored));
+      SL_FORWARD_IF_ERROR(
+          f->src->read_at(f->src, at, x->stored, (size_t)fr->stored));
+      SL_FORWARD_IF_ERROR(sl__slr_frame_decode(f, c, t, i, x->dctx, x->stored,
+                                               sl_buffer_data(s->buf),
+                                               &s->body));
+    }
     s->chunk = c;
     s->frame = i;
   }

@@ -77,6 +77,11 @@ static int read_header(sl_slr_file *f) {
                      "the file needs a newer sluice",
                      WHERE(f), req & ~SLR_KNOWN_REQUIRED, major, minor);
   f->framed = (req & SLR_FEATURE_FRAMES) != 0;
+  f->compact = (req & SLR_FEATURE_COMPACT_FRAMES) != 0;
+  SL_RETURN_ERROR_IF(f->compact && !f->framed, SL_ECORRUPT,
+                     "%s: file header at offset 0: required feature bit 0x8 "
+                     "(compact frames) without bit 0x1 (frames)",
+                     WHERE(f));
   return SL_OK;
 }
 
@@ -529,12 +534,13 @@ int sl__slr_count_bad(sl_slr_file *f) {
 int sl_slr_chunk_info_get(sl_slr_file *f, uint64_t c, sl_slr_chunk_info *out) {
   SL_RETURN_ERROR_IF(!f || !out || c >= f->nchunks, SL_EINVAL,
                      "slr: chunk %llu out of range", (unsigned long long)c);
-  uint32_t pcrc, codec;
+  uint32_t pcrc;
   out->offset = f->index[c].offset;
   out->first_record = f->index[c].first_record;
   out->records = f->index[c].records;
+  out->codec = 0;
   return sl__slr_chunk_header(f, c, &out->stored_size, &out->raw_size, &pcrc,
-                              &codec);
+                              &out->codec);
 }
 
 int sl__slr_load_chunk(sl_slr_file *f, uint64_t c, const slr_chunk **out) {
@@ -602,7 +608,7 @@ int sl__slr_load_chunk(sl_slr_file *f, uint64_t c, const slr_chunk **out) {
   sl_buffer_release(f->cache.raw);
   sl__free(f->cache_frames);
   f->cache_frames = NULL;
-  if (codec == SLR_CODEC_ZSTD_FRAMES) {
+  if (SLR_CODEC_IS_FRAMED(codec)) {
     f->cache_frames = t;
   } else {
     sl__free(t);
