@@ -5,7 +5,7 @@
  *
  *   bench_slr_frames (--slr FILE | --stanzas FILE) [--out DIR] [--runs N]
  *                    [--level L] [--frame-records N] [--dict-size B]
- *                    [--dict-sample B] [--fetches N]
+ *                    [--dict-sample B] [--compact 0|1] [--fetches N]
  *
  * The records come from an SLR file (e.g. build/data/train.slr, Fashion-
  * MNIST's 785-byte records) or from a text file split at blank lines, one
@@ -13,7 +13,8 @@
  * package description per record, ~0.8 KB).  They are written three times
  * under --out (default /tmp): whole 1 MiB chunks (SLR 1.0), frames of about
  * 4 KiB without a dictionary, and the same frames with a dictionary trained
- * in-process (sl_slr_writer_set_frames, SL_SLR_DICT_AUTO).  Then:
+ * in-process (sl_slr_writer_set_frames, SL_SLR_DICT_AUTO); --compact 1
+ * writes both framed files as compact framed chunks (codec 3).  Then:
  *
  *   ratio        the whole-chunk file's raw payload bytes / each file's size
  *                (frame tables, zstd frame headers and the dictionary
@@ -207,6 +208,8 @@ int main(int argc, char **argv) {
       dict.dict_max_bytes = (size_t)atol(v);
     else if (!strcmp(a, "--dict-sample"))
       dict.dict_sample_bytes = (size_t)atol(v);
+    else if (!strcmp(a, "--compact"))
+      dict.compact = atoi(v);
     else {
       fprintf(stderr, "%s: unknown option %s\n", BENCH_NAME, a);
       return 2;
@@ -216,7 +219,7 @@ int main(int argc, char **argv) {
     fprintf(stderr,
             "usage: %s (--slr FILE | --stanzas FILE) [--out DIR] [--runs N] "
             "[--level L] [--frame-records N] [--dict-size B] "
-            "[--dict-sample B] [--fetches N]\n",
+            "[--dict-sample B] [--compact 0|1] [--fetches N]\n",
             BENCH_NAME);
     return 2;
   }
@@ -239,7 +242,7 @@ int main(int argc, char **argv) {
   CHECK(sl_slr_chunk_frames(f, 0, &per, &nfr));
   uint64_t dict_bytes = sl_slr_dict_size(f);
   sl_slr_close(f);
-  sl_slr_frame_opts nodict = {.frame_records = per};
+  sl_slr_frame_opts nodict = {.frame_records = per, .compact = dict.compact};
   double tp = write_file(&in, plain, level, &nodict);
   uint64_t raw = raw_bytes(whole), record_bytes = 0;
   for (size_t i = 0; i < in.n; i++)
@@ -265,7 +268,7 @@ int main(int argc, char **argv) {
          mfc = median(fc, runs);
   printf("{\"bench\":\"slr_frames\",\"data\":\"%s\",\"records\":%zu,"
          "\"avg_record_bytes\":%.1f,\"level\":%d,\"frame_records\":%u,"
-         "\"dict_bytes\":%llu,\"ratio_whole\":%.4f,\"ratio_frames\":%.4f,"
+         "\"compact\":%d,\"dict_bytes\":%llu,\"ratio_whole\":%.4f,\"ratio_frames\":%.4f,"
          "\"ratio_frames_dict\":%.4f,\"dict_vs_whole\":%.4f,"
          "\"dict_vs_frames\":%.4f,\"seq_whole_rps\":%.0f,"
          "\"seq_framed_rps\":%.0f,\"seq_framed_vs_whole\":%.4f,"
@@ -274,8 +277,8 @@ int main(int argc, char **argv) {
          "\"write_whole_s\":%.2f,\"write_frames_s\":%.2f,"
          "\"write_dict_s\":%.2f,\"runs\":%d}\n",
          data, in.n, (double)record_bytes / (double)in.n, level, per,
-         (unsigned long long)dict_bytes, rw, rp, rd, rd / rw, rd / rp, msw,
-         msd, msd / msw, mfd, mfc, mfw, tw, tp, td, runs);
+         dict.compact, (unsigned long long)dict_bytes, rw, rp, rd, rd / rw,
+         rd / rp, msw, msd, msd / msw, mfd, mfc, mfw, tw, tp, td, runs);
   fprintf(stderr,
           "%s: %zu records of %.0f B, level %d, %u per frame, dictionary "
           "%llu B\n"

@@ -21,8 +21,18 @@
  * ZSTD_DCtx, a scratch buffer and a cache of the last SLR_FETCH_SLOTS
  * decoded frames) under a mutex held only to pop or push it.  A thread
  * that fetches again gets its context back (a LIFO stack), so its frame
- * cache is, in effect, per thread; the digested dictionary (ZSTD_DDict) is
- * made once per file and shared.
+ * cache is, in effect, per thread.  Each decoding context (the file's
+ * sequential one, each fetch context) has its own dictionary window
+ * (slr_decoder in slr_file.h): a copy of the dictionary with room for one
+ * frame after it and a DDict over that copy, so that zstd decodes with the
+ * dictionary as the frame's prefix (faster than its separate-dictionary
+ * path); the frame is then copied where it goes.
+ *
+ * sl_slr_fetch reads a frame's stored bytes through a memory map of the
+ * file when the source has one (source.h's view; else pread into the
+ * context's scratch buffer): the CRC check and the decode run under
+ * sl__sigbus_guard, so a file truncated under the reader gives SL_EIO
+ * ("file shrank"), as pread would, not a SIGBUS.
  *
  * zstd's verdict on a damaged frame depends on the context's history:
  * libzstd decodes a block's sequences with its prefetching decoder when the
@@ -57,7 +67,7 @@ typedef struct fetch_slot {
 
 struct slr_fetch_ctx {
   slr_fetch_ctx *next;
-  ZSTD_DCtx *dctx;
+  slr_decoder dec;
   unsigned char *stored;
   size_t cap;
   fetch_slot slot[SLR_FETCH_SLOTS];
@@ -327,9 +337,56 @@ int sl__slr_frame_table(sl_slr_file *f, uint64_t c, uint32_t codec,
   return SL_OK;
 }
 
+int sl__slr_decoder_init(sl_slr_file *f, slr_decoder *d) {
+  *d = (slr_decoder){0};
+  d->dctx = ZSTD_createDCtx();
+  SL_RETURN_ERROR_IF(!d->dctx, SL_ENOMEM, "%s: cannot create a zstd context",
+                     WHERE(f));
+  return SL_OK;
+}
+
+void sl__slr_decoder_free(slr_decoder *d) {
+  ZSTD_freeDCtx(d->dctx);
+  ZSTD_freeDDict(d->ddict);
+  sl__free(d->win);
+  *d = (slr_decoder){0};
+}
+
+/* Makes d's window hold a frame of `raw` bytes after the dictionary: a new
+ * copy of it and a DDict over that copy (at least 64 KiB of room, doubled
+ * as frames need: a file's frames are about one size, so this is once). */
+static int window_fit(sl_slr_file *f, uint64_t c, slr_decoder *d,
+                      uint64_t raw) {
+  if (d->win && raw <= d->room) return SL_OK;
+  size_t room = d->room ? d->room : (size_t)64 << 10;
+  while (room < raw)
+    room *= 2;
+  ZSTD_freeDDict(d->ddict);
+  sl__free(d->win);
+  d->ddict = NULL;
+  d->room = 0;
+  d->win = sl__malloc(f->dict_len + room);
+  if (d->win) {
+    memcpy(d->win, f->dict, f->dict_len);
+    d->ddict = ZSTD_createDDict_advanced(d->win, f->dict_len, ZSTD_dlm_byRef,
+                                         ZSTD_dct_auto, ZSTD_defaultCMem);
+  }
+  if (!d->ddict) {
+    sl__free(d->win);
+    d->win = NULL;
+    return sl_set_error(SL_ENOMEM,
+                        "%s: chunk %llu: cannot allocate %zu bytes to decode "
+                        "a frame with the dictionary",
+                        WHERE(f), (unsigned long long)c, f->dict_len + room);
+  }
+  d->room = room;
+  return SL_OK;
+}
+
 int sl__slr_frame_decode(sl_slr_file *f, uint64_t c, const slr_frame_table *t,
-                         uint32_t i, ZSTD_DCtx *dctx, const unsigned char *src,
+                         uint32_t i, slr_decoder *d, const unsigned char *src,
                          unsigned char *dst, size_t *body) {
+  ZSTD_DCtx *dctx = d->dctx;
   const slr_frame *fr = &t->fr[i];
   bool framed = SLR_CODEC_IS_FRAMED(t->codec),
        magicless = t->codec == SLR_CODEC_ZSTD_FRAMES_COMPACT;
@@ -369,18 +426,25 @@ int sl__slr_frame_decode(sl_slr_file *f, uint64_t c, const slr_frame_table *t,
       magicless ? ZSTD_f_zstd1_magicless : ZSTD_f_zstd1);
   if (ZSTD_isError(fmt))
     CHUNK_FAIL("%szstd: %s", AT(": "), ZSTD_getErrorName(fmt));
-  if (framed && f->ddict) {
-    size_t begun = ZSTD_decompressBegin_usingDDict(dctx, f->ddict);
+  /* With a dictionary, the frame is decoded right after the window's copy
+   * of it (slr_decoder) and copied out. */
+  const ZSTD_DDict *dd = NULL;
+  unsigned char *out = dst;
+  if (framed && f->dict) {
+    SL_FORWARD_IF_ERROR(window_fit(f, c, d, fr->raw));
+    dd = d->ddict;
+    out = d->win + f->dict_len;
+    size_t begun = ZSTD_decompressBegin_usingDDict(dctx, dd);
     if (ZSTD_isError(begun))
       CHUNK_FAIL("%szstd: %s", AT(": "), ZSTD_getErrorName(begun));
   }
-  size_t got = ZSTD_decompress_usingDDict(dctx, dst, (size_t)fr->raw, src,
-                                          (size_t)fr->stored,
-                                          framed ? f->ddict : NULL);
+  size_t got = ZSTD_decompress_usingDDict(dctx, out, (size_t)fr->raw, src,
+                                          (size_t)fr->stored, dd);
   if (ZSTD_isError(got) || got != fr->raw)
     CHUNK_FAIL("%szstd: %s", AT(": "),
                ZSTD_isError(got) ? ZSTD_getErrorName(got)
                                  : "short decompression");
+  if (out != dst) memcpy(dst, out, (size_t)fr->raw);
   return sl__slr_check_records(f, c, framed ? i : UINT32_MAX, i * t->per, dst,
                                fr->raw,
                                frame_records(t, i, f->index[c].records), body);
@@ -423,7 +487,7 @@ int sl__slr_frames_open(sl_slr_file *f) {
 static void ctx_free(slr_fetch_ctx *x) {
   for (int i = 0; i < SLR_FETCH_SLOTS; i++)
     sl_buffer_release(x->slot[i].buf);
-  ZSTD_freeDCtx(x->dctx);
+  sl__slr_decoder_free(&x->dec);
   sl__free(x->stored);
   sl__free(x);
 }
@@ -487,7 +551,7 @@ static slr_fetch_ctx *ctx_get(sl_slr_file *f) {
   pthread_mutex_unlock(&f->fetch_mu);
   if (x) return x;
   x = sl__calloc(1, sizeof *x);
-  if (x && !(x->dctx = ZSTD_createDCtx())) {
+  if (x && sl__slr_decoder_init(f, &x->dec) < 0) {
     sl__free(x);
     x = NULL;
   }
@@ -512,7 +576,7 @@ typedef struct mapped_job {
   uint64_t c;
   const slr_frame_table *t;
   uint32_t i;
-  ZSTD_DCtx *dctx;
+  slr_decoder *dec;
   const unsigned char *src;
   unsigned char *dst;
   size_t *body;
@@ -520,14 +584,14 @@ typedef struct mapped_job {
 
 static int mapped_run(void *p) {
   mapped_job *j = p;
-  return sl__slr_frame_decode(j->f, j->c, j->t, j->i, j->dctx, j->src, j->dst,
+  return sl__slr_frame_decode(j->f, j->c, j->t, j->i, j->dec, j->src, j->dst,
                               j->body);
 }
 
 static int mapped_decode(sl_slr_file *f, slr_fetch_ctx *x, uint64_t c,
                          const slr_frame_table *t, uint32_t i,
                          const unsigned char *src, fetch_slot *s) {
-  mapped_job j = {f, c, t, i, x->dctx, src, sl_buffer_data(s->buf), &s->body};
+  mapped_job j = {f, c, t, i, &x->dec, src, sl_buffer_data(s->buf), &s->body};
   bool faulted;
   int rc = sl__sigbus_guard(mapped_run, &j, &faulted);
   if (faulted)
@@ -577,7 +641,7 @@ static int fetch(sl_slr_file *f, slr_fetch_ctx *x, uint64_t c, uint32_t r,
       SL_FORWARD_IF_ERROR(scratch(f, x, fr->stored));
       SL_FORWARD_IF_ERROR(
           f->src->read_at(f->src, at, x->stored, (size_t)fr->stored));
-      SL_FORWARD_IF_ERROR(sl__slr_frame_decode(f, c, t, i, x->dctx, x->stored,
+      SL_FORWARD_IF_ERROR(sl__slr_frame_decode(f, c, t, i, &x->dec, x->stored,
                                                sl_buffer_data(s->buf),
                                                &s->body));
     }
