@@ -816,3 +816,35 @@ TEST(codec_2_files_of_the_previous_version_read_unchanged) {
   ASSERT_OK(sl_slr_verify(f));
   sl_slr_close(f);
 }
+
+/* {blob: bytes[-1]} records of 1 KiB, 100 KiB and 300 KiB, one per frame,
+ * with a dictionary: each decoder's window (the dictionary's copy and room
+ * for a frame after it) starts with 64 KiB of room and grows for the
+ * larger frames, on the sequential path and on fetch, codec 2 and 3. */
+static sl_schema *blob_schema(void) {
+  sl_schema *s = sl_schema_new();
+  ASSERT_OK(sl_schema_add(s, "blob", SL_BYTES, 1, (int64_t[]){SL_DIM_VAR}));
+  return s;
+}
+
+static sl_sample *blob_record(sl_schema *s, int64_t i) {
+  static const int64_t sizes[] = {1 << 10, 100 << 10, 300 << 10, 5 << 10};
+  int64_t len = sizes[i % 4];
+  sl_sample *r = sl_sample_new(s);
+  unsigned char *p;
+  ASSERT_OK(sl_sample_alloc(r, 0, 1, &len, (void **)&p));
+  for (int64_t k = 0; k < len; k++)
+    p[k] = (unsigned char)("Package: lib Description "[k % 25] + (k / 997 + i) % 3);
+  return r;
+}
+
+TEST(dictionary_frames_larger_than_the_decode_window_grow_it) {
+  for (int compact = 0; compact < 2; compact++) {
+    const char *path = tmppath("big.slr");
+    sl_slr_frame_opts o = {.frame_records = 1, .dict = SL_SLR_DICT_GIVEN,
+                           .dict_data = "Package: lib Description: library",
+                           .dict_size = 33, .compact = compact};
+    write_framed(path, blob_schema, blob_record, 12, 0, &o);
+    check_all(path, blob_schema, blob_record, 12);
+  }
+}
