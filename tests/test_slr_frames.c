@@ -10,6 +10,7 @@
 #include "core/internal.h"
 #include "formats/slr_file.h"
 #include "stages/state.h"
+#include "transport/sigbus_guard.h"
 
 #include <fcntl.h>
 #include <pthread.h>
@@ -542,10 +543,14 @@ TEST(fetch_reads_the_map_and_a_file_cut_under_it_is_an_error) {
     ASSERT_RC(sl_slr_fetch(f, 5 * 40 + 13 + (uint64_t)round * 40, &r),
               SL_EIO);
     ASSERT_NULL(r);
+#if SL_SIGBUS_GUARD_WORKS
     ASSERT_CONTAINS(sl_last_error(), "cut.slr: file shrank: chunk");
     ASSERT_CONTAINS(sl_last_error(), round ? "chunk 6, frame 3 at offset"
                                            : "chunk 5, frame 3 at offset");
     ASSERT_CONTAINS(sl_last_error(), "bytes when opened");
+#else /* no map under TSan: pread says it */
+    ASSERT_CONTAINS(sl_last_error(), "cut.slr: file shrank: no data");
+#endif
   }
   sl_slr_close(f);
 }
@@ -580,7 +585,8 @@ static void child_touches_cut_map(const char *path, bool own_handler) {
 
 TEST(a_sigbus_outside_a_fetch_is_not_swallowed) {
   const char *path = tmppath("cut-child.slr");
-  for (int own = 0; own < 2; own++) {
+  /* (Under TSan no handler gets SIGBUS: only the default case holds.) */
+  for (int own = 0; own < 1 + SL_SIGBUS_GUARD_WORKS; own++) {
     fflush(NULL);
     pid_t pid = fork();
     ASSERT_TRUE(pid >= 0);
@@ -591,8 +597,9 @@ TEST(a_sigbus_outside_a_fetch_is_not_swallowed) {
       ASSERT_TRUE(WIFEXITED(st));
       ASSERT_EQ(WEXITSTATUS(st), 42);
     } else {
-#if defined(__SANITIZE_ADDRESS__)
-      /* ASan's handler was there first: it reports and exits non-zero */
+#if defined(__SANITIZE_ADDRESS__) || !SL_SIGBUS_GUARD_WORKS
+      /* ASan's or TSan's handler was there first: it reports and exits
+       * non-zero */
       ASSERT_TRUE(WIFSIGNALED(st) ||
                   (WIFEXITED(st) && WEXITSTATUS(st) != 0 &&
                    (WEXITSTATUS(st) < 3 || WEXITSTATUS(st) > 5)));

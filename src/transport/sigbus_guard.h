@@ -22,4 +22,18 @@
  * the handler's install is once per process. */
 int sl__sigbus_guard(int (*fn)(void *), void *arg, bool *faulted);
 
+/* Whether the guard can work in this build: not under ThreadSanitizer,
+ * whose runtime keeps SIGBUS from reaching the handler (the process dies
+ * as without one); readers then use pread instead of a map. */
+#if defined(__SANITIZE_THREAD__)
+#define SL_SIGBUS_GUARD_WORKS 0
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define SL_SIGBUS_GUARD_WORKS 0
+#endif
+#endif
+#ifndef SL_SIGBUS_GUARD_WORKS
+#define SL_SIGBUS_GUARD_WORKS 1
+#endif
+
 #endif

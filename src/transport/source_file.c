@@ -8,6 +8,7 @@
 #include "transport/http.h"
 #include "transport/io_faults.h"
 #include "transport/s3.h"
+#include "transport/sigbus_guard.h"
 #include "transport/source.h"
 
 #include <errno.h>
@@ -64,7 +65,7 @@ static int file_read_at(sl__source *s, uint64_t off, void *buf, size_t n) {
  * threads each map, one publishes, the others unmap theirs. */
 static const unsigned char *file_view(sl__source *s) {
   file_source *f = (file_source *)s;
-  if (sl__io_fault_armed(SL__IO_READ)) return NULL;
+  if (!SL_SIGBUS_GUARD_WORKS || sl__io_fault_armed(SL__IO_READ)) return NULL;
   unsigned char *m = atomic_load_explicit(&f->map, memory_order_acquire);
   if (!m) {
     if (s->size == 0 || s->size > SIZE_MAX) return NULL;
