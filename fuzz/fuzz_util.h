@@ -152,6 +152,13 @@ FUZZ_FN int fuzz_mem_read_at(sl__source *s, uint64_t off, void *buf, size_t n) {
   return SL_OK;
 }
 
+/* The bytes as the source's map (source.h's view): a memory source set
+ * up with it reads like a mapped file (sl_slr_fetch then decodes frames
+ * in place, under the SIGBUS guard). */
+FUZZ_FN const unsigned char *fuzz_mem_view(sl__source *s) {
+  return s->size ? ((const fuzz_mem_source *)s)->data : NULL;
+}
+
 FUZZ_FN void fuzz_mem_close(sl__source *s) {
   free(s);
 }
