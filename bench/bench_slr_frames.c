@@ -5,7 +5,7 @@
  *
  *   bench_slr_frames (--slr FILE | --stanzas FILE) [--out DIR] [--runs N]
  *                    [--level L] [--frame-records N] [--dict-size B]
- *                    [--dict-sample B] [--fetches N]
+ *                    [--dict-sample B] [--compact 0|1] [--fetches N]
  *
  * The records come from an SLR file (e.g. build/data/train.slr, Fashion-
  * MNIST's 785-byte records) or from a text file split at blank lines, one
@@ -13,7 +13,8 @@
  * package description per record, ~0.8 KB).  They are written three times
  * under --out (default /tmp): whole 1 MiB chunks (SLR 1.0), frames of about
  * 4 KiB without a dictionary, and the same frames with a dictionary trained
- * in-process (sl_slr_writer_set_frames, SL_SLR_DICT_AUTO).  Then:
+ * in-process (sl_slr_writer_set_frames, SL_SLR_DICT_AUTO); --compact 1
+ * writes both framed files as compact framed chunks (codec 3).  Then:
  *
  *   ratio        the whole-chunk file's raw payload bytes / each file's size
  *                (frame tables, zstd frame headers and the dictionary
@@ -136,11 +137,13 @@ static uint64_t raw_bytes(const char *path) {
   return raw;
 }
 
-/* Records per second of one sequential pass. */
-static double seq_rate(const char *path) {
+/* Records per second of one sequential pass, wall clock; per second of
+ * the process's CPU time in *cpu_rps (what a loaded machine inflates
+ * less). */
+static double seq_rate(const char *path, double *cpu_rps) {
   sl_reader *r;
   CHECK(sl_slr_reader(path, NULL, 0, UINT64_MAX, &r));
-  double t0 = now_s();
+  double t0 = now_s(), c0 = cpu_s();
   uint64_t n = 0;
   sl_sample *s;
   int rc;
@@ -149,6 +152,7 @@ static double seq_rate(const char *path) {
     sl_sample_release(s);
   }
   double dt = now_s() - t0;
+  *cpu_rps = (double)n / (cpu_s() - c0);
   if (rc != SL_EOF) CHECK(rc);
   sl_reader_destroy(r);
   return (double)n / dt;
@@ -207,6 +211,8 @@ int main(int argc, char **argv) {
       dict.dict_max_bytes = (size_t)atol(v);
     else if (!strcmp(a, "--dict-sample"))
       dict.dict_sample_bytes = (size_t)atol(v);
+    else if (!strcmp(a, "--compact"))
+      dict.compact = atoi(v);
     else {
       fprintf(stderr, "%s: unknown option %s\n", BENCH_NAME, a);
       return 2;
@@ -216,7 +222,7 @@ int main(int argc, char **argv) {
     fprintf(stderr,
             "usage: %s (--slr FILE | --stanzas FILE) [--out DIR] [--runs N] "
             "[--level L] [--frame-records N] [--dict-size B] "
-            "[--dict-sample B] [--fetches N]\n",
+            "[--dict-sample B] [--compact 0|1] [--fetches N]\n",
             BENCH_NAME);
     return 2;
   }
@@ -239,7 +245,7 @@ int main(int argc, char **argv) {
   CHECK(sl_slr_chunk_frames(f, 0, &per, &nfr));
   uint64_t dict_bytes = sl_slr_dict_size(f);
   sl_slr_close(f);
-  sl_slr_frame_opts nodict = {.frame_records = per};
+  sl_slr_frame_opts nodict = {.frame_records = per, .compact = dict.compact};
   double tp = write_file(&in, plain, level, &nodict);
   uint64_t raw = raw_bytes(whole), record_bytes = 0;
   for (size_t i = 0; i < in.n; i++)
@@ -252,42 +258,49 @@ int main(int argc, char **argv) {
          *sd = calloc((size_t)runs, sizeof *sd),
          *fd = calloc((size_t)runs, sizeof *fd),
          *fw = calloc((size_t)runs, sizeof *fw),
-         *fc = calloc((size_t)runs, sizeof *fc);
+         *fc = calloc((size_t)runs, sizeof *fc),
+         *cw = calloc((size_t)runs, sizeof *cw),
+         *cd = calloc((size_t)runs, sizeof *cd);
   double unused;
   for (int r = 0; r < runs; r++) { /* interleaved */
-    sw[r] = seq_rate(whole);
-    sd[r] = seq_rate(framed);
+    sw[r] = seq_rate(whole, &cw[r]);
+    sd[r] = seq_rate(framed, &cd[r]);
     fd[r] = fetch_us(framed, fetches, 1000 + (uint64_t)r, &fc[r]);
     fw[r] = fetch_us(whole, fetches / 100 + 1, 2000 + (uint64_t)r, &unused);
   }
   double msw = median(sw, runs), msd = median(sd, runs),
          mfd = median(fd, runs), mfw = median(fw, runs),
-         mfc = median(fc, runs);
+         mfc = median(fc, runs), mcw = median(cw, runs),
+         mcd = median(cd, runs);
   printf("{\"bench\":\"slr_frames\",\"data\":\"%s\",\"records\":%zu,"
          "\"avg_record_bytes\":%.1f,\"level\":%d,\"frame_records\":%u,"
-         "\"dict_bytes\":%llu,\"ratio_whole\":%.4f,\"ratio_frames\":%.4f,"
+         "\"compact\":%d,\"dict_bytes\":%llu,\"ratio_whole\":%.4f,\"ratio_frames\":%.4f,"
          "\"ratio_frames_dict\":%.4f,\"dict_vs_whole\":%.4f,"
          "\"dict_vs_frames\":%.4f,\"seq_whole_rps\":%.0f,"
          "\"seq_framed_rps\":%.0f,\"seq_framed_vs_whole\":%.4f,"
+         "\"seq_whole_cpu_rps\":%.0f,\"seq_framed_cpu_rps\":%.0f,"
+         "\"seq_framed_vs_whole_cpu\":%.4f,"
          "\"fetch_us\":%.3f,\"fetch_cpu_us\":%.3f,"
          "\"fetch_whole_chunk_us\":%.1f,"
          "\"write_whole_s\":%.2f,\"write_frames_s\":%.2f,"
          "\"write_dict_s\":%.2f,\"runs\":%d}\n",
          data, in.n, (double)record_bytes / (double)in.n, level, per,
-         (unsigned long long)dict_bytes, rw, rp, rd, rd / rw, rd / rp, msw,
-         msd, msd / msw, mfd, mfc, mfw, tw, tp, td, runs);
+         dict.compact, (unsigned long long)dict_bytes, rw, rp, rd, rd / rw,
+         rd / rp, msw, msd, msd / msw, mcw, mcd, mcd / mcw, mfd, mfc, mfw, tw,
+         tp, td, runs);
   fprintf(stderr,
           "%s: %zu records of %.0f B, level %d, %u per frame, dictionary "
           "%llu B\n"
           "  ratio        whole %.3f  frames %.3f  frames+dict %.3f  "
           "(dict/whole %.3f, dict/frames %.3f)\n"
-          "  seq rec/s    whole %.0f  framed+dict %.0f  (%.3f)\n"
+          "  seq rec/s    whole %.0f  framed+dict %.0f  (%.3f); per CPU "
+          "second %.0f, %.0f (%.3f)\n"
           "  fetch        %.2f us/record, %.2f us of CPU (whole-chunk file: "
           "%.1f us)\n"
           "  write s      whole %.2f  frames %.2f  frames+dict %.2f\n",
           data, in.n, (double)record_bytes / (double)in.n, level, per,
           (unsigned long long)dict_bytes, rw, rp, rd, rd / rw, rd / rp, msw,
-          msd, msd / msw, mfd, mfc, mfw, tw, tp, td);
+          msd, msd / msw, mcw, mcd, mcd / mcw, mfd, mfc, mfw, tw, tp, td);
   for (size_t i = 0; i < in.n; i++)
     sl_sample_release(in.rec[i]);
   free(in.rec);
@@ -297,6 +310,8 @@ int main(int argc, char **argv) {
   free(fd);
   free(fw);
   free(fc);
+  free(cw);
+  free(cd);
   if (!getenv("BENCH_KEEP")) { /* BENCH_KEEP=1: for profiling */
     remove(whole);
     remove(plain);

@@ -33,9 +33,14 @@
 /* Sequential samples compared with random access. */
 #define FUZZ_SLR_COMPARE 64
 
+/* view: the source offers its bytes as a map (fetch reads frames in
+ * place), else only read_at (fetch copies them out, as with pread). */
 static int fuzz_slr_open(const unsigned char *buf, size_t n,
-                         const sl_slr_open_opts *o, sl_slr_file **f) {
-  return sl__slr_open_source(fuzz_mem_source_new(buf, n, "fuzz.slr"), o, f);
+                         const sl_slr_open_opts *o, sl_slr_file **f,
+                         bool view) {
+  sl__source *src = fuzz_mem_source_new(buf, n, "fuzz.slr");
+  if (view) src->view = fuzz_mem_view;
+  return sl__slr_open_source(src, o, f);
 }
 
 static void fuzz_slr_expect_named(const char *what) {
@@ -77,7 +82,7 @@ static void fuzz_slr_run(const unsigned char *buf, size_t n,
                          uint64_t pick) {
   sl_slr_open_opts o = {policy, max_bad, FUZZ_SLR_MAX_CHUNK};
   sl_slr_file *f;
-  int rc = fuzz_slr_open(buf, n, &o, &f);
+  int rc = fuzz_slr_open(buf, n, &o, &f, pick & 1);
   FUZZ_DEBUG("slr: %zu bytes, open: %s %s\n", n, sl_err_name(rc),
              rc < 0 ? sl_last_error() : "");
   if (rc < 0) {
@@ -165,7 +170,7 @@ static void fuzz_slr_run(const unsigned char *buf, size_t n,
 
   /* 2. the reader, over a second open of the same bytes */
   sl_slr_file *g;
-  rc = fuzz_slr_open(buf, n, &o, &g);
+  rc = fuzz_slr_open(buf, n, &o, &g, false);
   FUZZ_CHECK(rc == SL_OK, "the second open of the same bytes failed");
   sl_reader *r;
   rc = sl__slr_reader_from_file(g, 0, UINT64_MAX, &r);
@@ -209,7 +214,7 @@ static void fuzz_slr_run(const unsigned char *buf, size_t n,
    * access. */
   uint64_t first = records ? (pick >> 16) % (records + 1) : 0,
            count = (pick >> 40) % 64;
-  rc = fuzz_slr_open(buf, n, &o, &g);
+  rc = fuzz_slr_open(buf, n, &o, &g, false);
   FUZZ_CHECK(rc == SL_OK, "the third open of the same bytes failed");
   rc = sl__slr_reader_from_file(g, first, count, &r);
   FUZZ_CHECK(rc == SL_OK, "cannot make a reader over [%llu, +%llu)",

@@ -152,6 +152,13 @@ FUZZ_FN int fuzz_mem_read_at(sl__source *s, uint64_t off, void *buf, size_t n) {
   return SL_OK;
 }
 
+/* The bytes as the source's map (source.h's view): a memory source set
+ * up with it reads like a mapped file (sl_slr_fetch then decodes frames
+ * in place, under the SIGBUS guard). */
+FUZZ_FN const unsigned char *fuzz_mem_view(sl__source *s) {
+  return s->size ? ((const fuzz_mem_source *)s)->data : NULL;
+}
+
 FUZZ_FN void fuzz_mem_close(sl__source *s) {
   free(s);
 }
@@ -220,6 +227,29 @@ FUZZ_FN uint32_t fuzz_slr_fix_frames(unsigned char *p, uint64_t stored) {
   return sl__crc32c(0, p, (size_t)table);
 }
 
+/* The same for a compact framed chunk (codec 3, "Compact framed chunks"):
+ * a varint table of T bytes, T at payload offset 8. */
+FUZZ_FN uint32_t fuzz_slr_fix_compact(unsigned char *p, uint64_t stored) {
+  if (stored < 12) return 0;
+  uint64_t count = sl__get32(p + 4), table = sl__get32(p + 8);
+  if (table < 12 || table > stored) return 0;
+  uint64_t at = 12, off = table;
+  for (uint64_t i = 0; i < count; i++) {
+    uint64_t v[2] = {0, 0};
+    for (int k = 0; k < 2; k++)
+      for (int sh = 0; at < table && sh < 35; sh += 7) {
+        unsigned char c = p[at++];
+        v[k] |= (uint64_t)(c & 0x7f) << sh;
+        if (!(c & 0x80)) break;
+      }
+    if (at + 4 > table || v[0] > stored - off) break;
+    sl__put32(p + at, sl__crc32c(0, p + off, (size_t)v[0]));
+    at += 4;
+    off += v[0];
+  }
+  return sl__crc32c(0, p, (size_t)table);
+}
+
 FUZZ_FN void fuzz_slr_fix_crcs(unsigned char *b, size_t n) {
   if (n < 96) return;
   sl__put32(b + 28, sl__crc32c(0, b, 28));
@@ -240,6 +270,8 @@ FUZZ_FN void fuzz_slr_fix_crcs(unsigned char *b, size_t n) {
       uint64_t stored = sl__get64(h + 8);
       if (stored <= limit - off - 40 && sl__get32(h + 28) == 2)
         sl__put32(h + 32, fuzz_slr_fix_frames(h + 40, stored));
+      else if (stored <= limit - off - 40 && sl__get32(h + 28) == 3)
+        sl__put32(h + 32, fuzz_slr_fix_compact(h + 40, stored));
       else if (stored <= limit - off - 40)
         sl__put32(h + 32, sl__crc32c(0, h + 40, (size_t)stored));
       uint32_t hc = sl__crc32c(0, h, 36);

@@ -160,7 +160,8 @@ static unsigned char *write_slr(const slr_spec *sp, size_t *n) {
   return write_slr_framed(sp, NULL, n);
 }
 
-/* Framed files (SLR 1.1: frame tables, a dictionary) for fuzz_slr only
+/* Framed files (SLR 1.1: frame tables, a dictionary; codec 2, and the
+ * compact codec 3 of feature bit 0x8) for fuzz_slr only
  * (fuzz_slr_blocks builds whole chunks). */
 static void slr_framed_seeds(void) {
   static const char dict[] = "tokens text label seed vocab";
@@ -168,16 +169,21 @@ static void slr_framed_seeds(void) {
       {.frame_records = 2, .dict = SL_SLR_DICT_GIVEN, .dict_data = dict,
        .dict_size = sizeof dict - 1},
       {.frame_records = 3},
-      {.dict = SL_SLR_DICT_AUTO}};
-  const int spec[] = {2, 3, 0}; /* ragged, image, scalar-i64 */
-  for (int i = 0; i < 3; i++) {
+      {.dict = SL_SLR_DICT_AUTO},
+      {.frame_records = 2, .dict = SL_SLR_DICT_GIVEN, .dict_data = dict,
+       .dict_size = sizeof dict - 1, .compact = 1},
+      {.frame_records = 3, .compact = 1}};
+  const int spec[] = {2, 3, 0, 2, 3}; /* ragged, image, scalar-i64 */
+  const char *const kind[] = {"framed", "framed", "framed", "compact",
+                              "compact"}; /* codec 2; codec 3 */
+  for (int i = 0; i < 5; i++) {
     size_t n;
     unsigned char *b = write_slr_framed(&slr_specs[spec[i]], &fo[i], &n);
     static const unsigned modes[] = {0x00, 0x01, 0x03};
     for (size_t m = 0; m < 3; m++) {
       char nm[128];
-      snprintf(nm, sizeof nm, "framed-%s-m%02x", slr_specs[spec[i]].name,
-               modes[m]);
+      snprintf(nm, sizeof nm, "%s-%s-m%02x", kind[i],
+               slr_specs[spec[i]].name, modes[m]);
       put("slr", nm, modes[m], b, n);
     }
     free(b);

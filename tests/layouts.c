@@ -76,6 +76,7 @@ int main(void) {
   F(sl_slr_frame_opts, dict_size);
   F(sl_slr_frame_opts, dict_max_bytes);
   F(sl_slr_frame_opts, dict_sample_bytes);
+  F(sl_slr_frame_opts, compact);
   S(sl_slr_open_opts);
   F(sl_slr_open_opts, policy);
   F(sl_slr_open_opts, max_bad_chunks);
@@ -87,6 +88,7 @@ int main(void) {
   F(sl_slr_chunk_info, records);
   F(sl_slr_chunk_info, stored_size);
   F(sl_slr_chunk_info, raw_size);
+  F(sl_slr_chunk_info, codec);
 
   S(sl_open_opts);
   F(sl_open_opts, size);

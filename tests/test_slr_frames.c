@@ -10,8 +10,14 @@
 #include "core/internal.h"
 #include "formats/slr_file.h"
 #include "stages/state.h"
+#include "transport/sigbus_guard.h"
 
+#include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #define TMP_TAG "slr_frames"
 
@@ -401,9 +407,13 @@ TEST(corrupt_dictionary_frame_table_and_frames_name_file_chunk_frame) {
   free(orig);
 }
 
-TEST(corruption_sweep_every_byte_of_a_framed_file) {
-  const char *path = tmppath("sweep.slr"), *bad = tmppath("sweep-bad.slr");
-  write_small(path);
+/* Flips each byte of the file `write` makes at `path` in turn (into
+ * `bad`): every fetch and verify fails, SL_ECORRUPT or SL_EUNSUPPORTED,
+ * naming `bad`'s file name `bad_name`. */
+static void sweep_every_byte(const char *path, const char *bad,
+                             const char *bad_name,
+                             void (*write)(const char *)) {
+  write(path);
   size_t n;
   unsigned char *orig = slurp(path, &n), *b = malloc(n);
   for (size_t pos = 0; pos < n; pos++) {
@@ -414,7 +424,7 @@ TEST(corruption_sweep_every_byte_of_a_framed_file) {
     if (rc != SL_ECORRUPT && rc != SL_EUNSUPPORTED)
       test_fail(__FILE__, __LINE__, "byte %zu: fetch gave %s (%s)", pos,
                 sl_err_name(rc), sl_last_error());
-    ASSERT_CONTAINS(sl_last_error(), "sweep-bad.slr");
+    ASSERT_CONTAINS(sl_last_error(), bad_name);
     sl_slr_file *f;
     if (sl_slr_open(bad, NULL, &f) == SL_OK) {
       ASSERT_RC(sl_slr_verify(f), SL_ECORRUPT);
@@ -423,6 +433,11 @@ TEST(corruption_sweep_every_byte_of_a_framed_file) {
   }
   free(b);
   free(orig);
+}
+
+TEST(corruption_sweep_every_byte_of_a_framed_file) {
+  sweep_every_byte(tmppath("sweep.slr"), tmppath("sweep-bad.slr"),
+                   "sweep-bad.slr", write_small);
 }
 
 /* tests/data/framed-damaged-frame.slr (found by fuzz_slr; tests/data/
@@ -493,4 +508,350 @@ TEST(feature_bits_old_and_newer_readers) {
   ASSERT_RC(sl_slr_open(path, NULL, &f), SL_ECORRUPT); /* a dictionary */
   ASSERT_CONTAINS(sl_last_error(), "footer");
   free(b);
+}
+
+/* --- fetch through the file's memory map ---------------------------------- */
+
+/* A framed file of 400 records, 4 per frame, 40 per chunk: every chunk's
+ * frame table read (one fetch per chunk), then the file cut to 64 bytes
+ * under the open handle.  A fetch of a frame not in the cache reads the map
+ * (pread is not asked): the pages past the new end raise SIGBUS, which must
+ * come back as SL_EIO naming the file, chunk and frame, not kill us. */
+static sl_slr_file *open_then_truncate(const char *path) {
+  sl_slr_frame_opts o = {.frame_records = 4, .dict = SL_SLR_DICT_AUTO,
+                         .dict_max_bytes = 4096,
+                         .dict_sample_bytes = 32 << 10};
+  write_framed(path, text_schema, text_record, 400, 40, &o);
+  sl_slr_file *f;
+  ASSERT_OK(sl_slr_open(path, NULL, &f));
+  for (uint64_t c = 0; c < 10; c++) {
+    sl_sample *r;
+    ASSERT_OK(sl_slr_fetch(f, c * 40, &r));
+    ASSERT_EQ(test_sample_digest(r),
+              want_digest(text_schema, text_record, (int64_t)c * 40));
+    sl_sample_release(r);
+  }
+  ASSERT_EQ(truncate(path, 64), 0);
+  return f;
+}
+
+TEST(fetch_reads_the_map_and_a_file_cut_under_it_is_an_error) {
+  const char *path = tmppath("cut.slr");
+  sl_slr_file *f = open_then_truncate(path);
+  for (int round = 0; round < 2; round++) { /* the guard works again */
+    sl_sample *r = NULL;
+    ASSERT_RC(sl_slr_fetch(f, 5 * 40 + 13 + (uint64_t)round * 40, &r),
+              SL_EIO);
+    ASSERT_NULL(r);
+#if SL_SIGBUS_GUARD_WORKS
+    ASSERT_CONTAINS(sl_last_error(), "cut.slr: file shrank: chunk");
+    ASSERT_CONTAINS(sl_last_error(), round ? "chunk 6, frame 3 at offset"
+                                           : "chunk 5, frame 3 at offset");
+    ASSERT_CONTAINS(sl_last_error(), "bytes when opened");
+#else /* no map under TSan: pread says it */
+    ASSERT_CONTAINS(sl_last_error(), "cut.slr: file shrank: no data");
+#endif
+  }
+  sl_slr_close(f);
+}
+
+/* In a child: the guard is installed (a fetch read the map), then a map
+ * page past the end is touched outside any guarded call. */
+static void child_touches_cut_map(const char *path, bool own_handler);
+static void on_bus_exit(int sig) {
+  (void)sig;
+  _exit(42);
+}
+
+static void child_touches_cut_map(const char *path, bool own_handler) {
+  if (own_handler) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_bus_exit;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGBUS, &sa, NULL);
+  }
+  sl_slr_file *f = open_then_truncate(path);
+  sl_sample *r;
+  if (sl_slr_fetch(f, 5 * 40 + 13, &r) != SL_EIO) _exit(3);
+  int fd = open(path, O_RDONLY);
+  volatile unsigned char *m =
+      mmap(NULL, 1 << 16, PROT_READ, MAP_PRIVATE, fd, 0);
+  if (m == MAP_FAILED) _exit(4);
+  unsigned char v = m[8192]; /* past the end: SIGBUS */
+  (void)v;
+  _exit(5);
+}
+
+TEST(a_sigbus_outside_a_fetch_is_not_swallowed) {
+  const char *path = tmppath("cut-child.slr");
+  /* (Under TSan no handler gets SIGBUS: only the default case holds.) */
+  for (int own = 0; own < 1 + SL_SIGBUS_GUARD_WORKS; own++) {
+    fflush(NULL);
+    pid_t pid = fork();
+    ASSERT_TRUE(pid >= 0);
+    if (pid == 0) child_touches_cut_map(path, own);
+    int st;
+    ASSERT_EQ(waitpid(pid, &st, 0), pid);
+    if (own) { /* the handler that was there first gets it */
+      ASSERT_TRUE(WIFEXITED(st));
+      ASSERT_EQ(WEXITSTATUS(st), 42);
+    } else {
+#if defined(__SANITIZE_ADDRESS__) || !SL_SIGBUS_GUARD_WORKS
+      /* ASan's or TSan's handler was there first: it reports and exits
+       * non-zero */
+      ASSERT_TRUE(WIFSIGNALED(st) ||
+                  (WIFEXITED(st) && WEXITSTATUS(st) != 0 &&
+                   (WEXITSTATUS(st) < 3 || WEXITSTATUS(st) > 5)));
+#else
+      /* the default: the process dies of it */
+      ASSERT_TRUE(WIFSIGNALED(st));
+      ASSERT_EQ(WTERMSIG(st), SIGBUS);
+#endif
+    }
+  }
+}
+
+/* --- compact framed chunks (codec 3, feature bit 0x8) --------------------- */
+
+TEST(compact_frames_round_trip_smaller_than_codec_2) {
+  const sl_slr_frame_opts modes[] = {
+      {.frame_records = 4, .compact = 1},
+      {.frame_records = 3, .dict = SL_SLR_DICT_AUTO, .dict_max_bytes = 4096,
+       .dict_sample_bytes = 32 << 10, .compact = 1},
+      {.dict = SL_SLR_DICT_GIVEN, .dict_data = "Package: lib Description",
+       .dict_size = 24, .compact = 1}};
+  for (size_t m = 0; m < 3; m++) {
+    const char *path = tmppath("compact.slr"), *old = tmppath("codec2.slr");
+    write_framed(path, text_schema, text_record, 500, 64, &modes[m]);
+    check_all(path, text_schema, text_record, 500);
+    sl_slr_frame_opts o2 = modes[m];
+    o2.compact = 0;
+    write_framed(old, text_schema, text_record, 500, 64, &o2);
+    size_t n, n2;
+    unsigned char *b = slurp(path, &n), *b2 = slurp(old, &n2);
+    ASSERT_EQ(sl__get16(b + 10), 1); /* still SLR 1.1: the bits tell */
+    ASSERT_EQ(sl__get32(b + 12), 0x9);
+    ASSERT_EQ(sl__get32(b2 + 12), 0x1);
+    if (m != 1) /* (a trained dictionary differs with the layout) */
+      ASSERT_LE(n + 8 * (500 / 64), n2); /* >= 8 bytes a frame saved */
+    free(b);
+    free(b2);
+    sl_slr_file *f;
+    ASSERT_OK(sl_slr_open(path, NULL, &f));
+    sl_slr_chunk_info ci;
+    ASSERT_OK(sl_slr_chunk_info_get(f, 0, &ci));
+    ASSERT_EQ(ci.codec, 3);
+    sl_slr_close(f);
+    ASSERT_OK(sl_slr_open(old, NULL, &f));
+    ASSERT_OK(sl_slr_chunk_info_get(f, 0, &ci));
+    ASSERT_EQ(ci.codec, 2);
+    sl_slr_close(f);
+  }
+  write_framed(tmppath("compact-img.slr"), image_schema, image_record, 300, 0,
+               &(sl_slr_frame_opts){.dict = SL_SLR_DICT_AUTO, .compact = 1});
+  check_all(tmppath("compact-img.slr"), image_schema, image_record, 300);
+}
+
+static void write_small_compact(const char *path) {
+  sl_slr_frame_opts o = {.frame_records = 4, .dict = SL_SLR_DICT_GIVEN,
+                         .dict_data = "Package: lib Description: library",
+                         .dict_size = 33, .compact = 1};
+  write_framed(path, text_schema, text_record, 24, 12, &o);
+}
+
+/* Chunk 0 (at 32) of b after its payload's table of `table` bytes changed:
+ * the header's payload CRC, its CRC, the index's copy and the index CRC
+ * made to match again (a crafted file, not a damaged one). */
+static void reseal_chunk0(unsigned char *b, size_t n, size_t table) {
+  uint64_t p = 32 + SLR_CHUNK_HEADER_SIZE;
+  sl__put32(b + 32 + 32, sl__crc32c(0, b + p, table));
+  sl__put32(b + 32 + 36, sl__crc32c(0, b + 32, 36));
+  uint64_t io = sl__get64(b + n - 64 + 16), is = sl__get64(b + n - 64 + 24);
+  sl__put32(b + io + 16 + 20, sl__crc32c(0, b + 32, 36));
+  sl__put32(b + io + is - 4, sl__crc32c(0, b + io, (size_t)is - 4));
+}
+
+/* fetch_all and the sequential reader both fail with SL_ECORRUPT saying
+ * `what`. */
+static void both_paths_say(const char *bad, const char *what) {
+  ASSERT_RC(fetch_all(bad, 24), SL_ECORRUPT);
+  ASSERT_CONTAINS(sl_last_error(), what);
+  sl_reader *rd;
+  ASSERT_OK(sl_slr_reader(bad, NULL, 0, UINT64_MAX, &rd));
+  sl_sample *r;
+  ASSERT_RC(sl_reader_next(rd, &r), SL_ECORRUPT);
+  ASSERT_CONTAINS(sl_last_error(), what);
+  sl_reader_destroy(rd);
+}
+
+TEST(compact_frame_table_and_frames_corrupt_name_file_chunk_frame) {
+  const char *path = tmppath("cc.slr"), *bad = tmppath("cc-bad.slr");
+  write_small_compact(path);
+  size_t n;
+  unsigned char *orig = slurp(path, &n), *b = malloc(n);
+  const uint64_t p = 32 + SLR_CHUNK_HEADER_SIZE;
+  uint32_t table = sl__get32(orig + p + 8);
+  ASSERT_EQ(sl__get32(orig + p), 4);     /* frame_records */
+  ASSERT_EQ(sl__get32(orig + p + 4), 3); /* frames */
+  ASSERT_TRUE(table >= 12 + 3 * 6 && table <= 12 + 3 * 14);
+  /* A table byte: the table's CRC. */
+  memcpy(b, orig, n);
+  b[p + 13] ^= 1;
+  test_write_file(bad, b, n);
+  both_paths_say(bad, "cc-bad.slr: chunk 0 at offset 32: frame table CRC "
+                      "mismatch");
+  /* Crafted tables whose CRC matches: a table size that cannot hold the
+   * entries, */
+  memcpy(b, orig, n);
+  sl__put32(b + p + 8, 12 + 3 * 6 - 1);
+  reseal_chunk0(b, n, 12 + 3 * 6 - 1);
+  test_write_file(bad, b, n);
+  both_paths_say(bad, "chunk 0 at offset 32: frame table of 29 bytes cannot "
+                      "hold 3 entries");
+  /* a varint that never ends (every byte with its high bit), */
+  memcpy(b, orig, n);
+  memset(b + p + 12, 0xff, 5);
+  reseal_chunk0(b, n, table);
+  test_write_file(bad, b, n);
+  both_paths_say(bad, "frame table: entry 0 at table offset 12 is malformed");
+  /* a varint padded with a zero continuation byte (one byte inserted in
+   * the table: the chunk's last byte drops off the end), */
+  memcpy(b, orig, n);
+  ASSERT_TRUE(b[p + 12] & 0x80); /* frame 0's stored size takes 2 bytes */
+  ASSERT_EQ(b[p + 13] & 0x80, 0);
+  uint64_t stored0 = sl__get64(orig + 32 + 8);
+  memmove(b + p + 15, b + p + 14, (size_t)stored0 - 15);
+  b[p + 13] |= 0x80;
+  b[p + 14] = 0;
+  sl__put32(b + p + 8, table + 1);
+  reseal_chunk0(b, n, table + 1);
+  test_write_file(bad, b, n);
+  both_paths_say(bad, "frame table: entry 0 at table offset 12 is malformed");
+  /* entries that end before the table does (a byte more of table, a byte
+   * less of frame 2: the sizes still tile the payload), */
+  memcpy(b, orig, n);
+  size_t e2 = p + 12;
+  for (int ent = 0; ent < 2; ent++) { /* past entries 0 and 1 */
+    while (b[e2++] & 0x80)
+      ;
+    while (b[e2++] & 0x80)
+      ;
+    e2 += 4;
+  }
+  ASSERT_NE(b[e2] & 0x7f, 0);
+  b[e2]--; /* frame 2's stored size, one less */
+  sl__put32(b + p + 8, table + 1);
+  reseal_chunk0(b, n, table + 1);
+  test_write_file(bad, b, n);
+  both_paths_say(bad, "frame table: its 3 entries end at byte");
+  /* sizes that run past the chunk. */
+  memcpy(b, orig, n);
+  b[p + 12] = 0xff; /* frame 0: a larger stored size, same length */
+  reseal_chunk0(b, n, table);
+  test_write_file(bad, b, n);
+  both_paths_say(bad, "chunk 0 at offset 32: frame");
+  /* A frame's byte: that frame's CRC. */
+  uint64_t dict_at = sl__get64(orig + n - 64) - sl__get32(orig + n - 64 + 48);
+  memcpy(b, orig, n);
+  b[dict_at - 2] ^= 1; /* the last chunk's last frame */
+  test_write_file(bad, b, n);
+  ASSERT_RC(fetch_all(bad, 24), SL_ECORRUPT);
+  ASSERT_CONTAINS(sl_last_error(), "cc-bad.slr: chunk 1 at offset");
+  ASSERT_CONTAINS(sl_last_error(), "frame 2 at payload offset");
+  ASSERT_CONTAINS(sl_last_error(), "CRC mismatch");
+  /* Truncated at every length: refused at open, never read. */
+  for (size_t cut = 0; cut < n; cut += 7) {
+    test_write_file(bad, orig, cut);
+    sl_slr_file *f;
+    ASSERT_RC(sl_slr_open(bad, NULL, &f), SL_ECORRUPT);
+    ASSERT_CONTAINS(sl_last_error(), "cc-bad.slr");
+  }
+  free(b);
+  free(orig);
+}
+
+TEST(compact_corruption_sweep_every_byte) {
+  sweep_every_byte(tmppath("csweep.slr"), tmppath("csweep-bad.slr"),
+                   "csweep-bad.slr", write_small_compact);
+}
+
+TEST(compact_feature_bit_old_readers_and_codec_without_the_bit) {
+  const char *path = tmppath("cbits.slr");
+  write_small_compact(path);
+  size_t n;
+  unsigned char *b = slurp(path, &n);
+  /* Bit 0x8 without 0x1: corrupt. */
+  sl__put32(b + 12, 0x8);
+  sl__put32(b + 28, sl__crc32c(0, b, 28));
+  test_write_file(path, b, n);
+  sl_slr_file *f;
+  ASSERT_RC(sl_slr_open(path, NULL, &f), SL_ECORRUPT);
+  ASSERT_CONTAINS(sl_last_error(), "cbits.slr: file header at offset 0: "
+                                   "required feature bit 0x8 (compact "
+                                   "frames) without bit 0x1");
+  /* Codec-3 chunks in a file that claims only frames (0x1). */
+  sl__put32(b + 12, 0x1);
+  sl__put32(b + 28, sl__crc32c(0, b, 28));
+  test_write_file(path, b, n);
+  ASSERT_OK(sl_slr_open(path, NULL, &f));
+  sl_sample *r;
+  ASSERT_RC(sl_slr_fetch(f, 0, &r), SL_ECORRUPT);
+  ASSERT_CONTAINS(sl_last_error(), "cbits.slr: chunk 0 at offset 32: unknown "
+                                   "codec 3 (compact framed chunks need "
+                                   "required feature bit 0x8)");
+  sl_slr_close(f);
+  /* What a reader that knows only 0x1 says (SLR 1.1 of main): the same
+   * message as for any unknown bit, with the bit named. */
+  sl__put32(b + 12, 0x9 | 0x10);
+  sl__put32(b + 28, sl__crc32c(0, b, 28));
+  test_write_file(path, b, n);
+  ASSERT_RC(sl_slr_open(path, NULL, &f), SL_EUNSUPPORTED);
+  ASSERT_CONTAINS(sl_last_error(), "unknown required feature bits 0x00000010 "
+                                   "(SLR 1.1): the file needs a newer sluice");
+  free(b);
+}
+
+/* The codec-2 fixture (written before codec 3 existed) still reads. */
+TEST(codec_2_files_of_the_previous_version_read_unchanged) {
+  const char *path = SLUICE_SOURCE_DIR "/tests/data/framed-damaged-frame.slr";
+  sl_slr_file *f;
+  ASSERT_OK(sl_slr_open(path, NULL, &f));
+  sl_slr_chunk_info ci;
+  ASSERT_OK(sl_slr_chunk_info_get(f, 0, &ci));
+  ASSERT_EQ(ci.codec, 2);
+  ASSERT_OK(sl_slr_verify(f));
+  sl_slr_close(f);
+}
+
+/* {blob: bytes[-1]} records of 1 KiB, 100 KiB and 300 KiB, one per frame,
+ * with a dictionary: each decoder's window (the dictionary's copy and room
+ * for a frame after it) starts with 64 KiB of room and grows for the
+ * larger frames, on the sequential path and on fetch, codec 2 and 3. */
+static sl_schema *blob_schema(void) {
+  sl_schema *s = sl_schema_new();
+  ASSERT_OK(sl_schema_add(s, "blob", SL_BYTES, 1, (int64_t[]){SL_DIM_VAR}));
+  return s;
+}
+
+static sl_sample *blob_record(sl_schema *s, int64_t i) {
+  static const int64_t sizes[] = {1 << 10, 100 << 10, 300 << 10, 5 << 10};
+  int64_t len = sizes[i % 4];
+  sl_sample *r = sl_sample_new(s);
+  unsigned char *p;
+  ASSERT_OK(sl_sample_alloc(r, 0, 1, &len, (void **)&p));
+  for (int64_t k = 0; k < len; k++)
+    p[k] = (unsigned char)("Package: lib Description "[k % 25] + (k / 997 + i) % 3);
+  return r;
+}
+
+TEST(dictionary_frames_larger_than_the_decode_window_grow_it) {
+  for (int compact = 0; compact < 2; compact++) {
+    const char *path = tmppath("big.slr");
+    sl_slr_frame_opts o = {.frame_records = 1, .dict = SL_SLR_DICT_GIVEN,
+                           .dict_data = "Package: lib Description: library",
+                           .dict_size = 33, .compact = compact};
+    write_framed(path, blob_schema, blob_record, 12, 0, &o);
+    check_all(path, blob_schema, blob_record, 12);
+  }
 }

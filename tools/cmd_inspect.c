@@ -61,6 +61,7 @@ typedef struct frames_sum {
   uint64_t frames;
   uint32_t per;
   bool varies;
+  bool compact; /* some chunk is compact framed (codec 3) */
 } frames_sum;
 
 static void print_json(const char *path, uint64_t file_bytes, sl_slr_file *f,
@@ -102,6 +103,7 @@ static void print_json(const char *path, uint64_t file_bytes, sl_slr_file *f,
           ",\"dict_bytes\":%" PRIu64 ",\"frames\":%" PRIu64
           ",\"frame_records\":%" PRIu32,
           sl_slr_dict_size(f), fs->frames, fs->varies ? 0 : fs->per);
+  if (fs->compact) fputs(",\"frame_table\":\"compact\"", o);
   if (chunks) {
     fputs(",\"chunk_list\":[", o);
     for (uint64_t c = 0; c < sl_slr_chunks(f); c++)
@@ -169,6 +171,9 @@ static void print_text(const char *path, uint64_t file_bytes, sl_slr_file *f,
       printf("%" PRIu32 " records per frame, %.0f raw bytes)\n", fs->per,
              (double)raw / (double)fs->frames);
   }
+  if (fs->compact)
+    printf("frame table: compact (codec 3: varint sizes, frames without "
+           "zstd's magic number)\n");
   if (dict)
     printf("dictionary: %" PRIu64 " bytes (%s)\n", dict,
            cli_human_bytes(dict, h, sizeof h));
@@ -234,6 +239,7 @@ int cmd_inspect(int argc, char **argv) {
     uint32_t per = 0, count = 0;
     if (rc == SL_OK) rc = sl_slr_chunk_frames(f, c, &per, &count);
     fs.frames += count;
+    if (rc == SL_OK && ci[c].codec == 3) fs.compact = true;
     /* The last chunk's last frame may be short; its `per` is the file's. */
     if (c == 0) fs.per = per;
     if (per != fs.per && (count > 1 || per > fs.per)) fs.varies = true;

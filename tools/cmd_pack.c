@@ -89,6 +89,11 @@ static const char help[] =
     "  --dict-size N           auto: the dictionary's size (default 110K)\n"
     "  --dict-sample N         auto: bytes of records to train on (default\n"
     "                          8M, at most 1G)\n"
+    "  --compact-frames        frames with a compact frame table and\n"
+    "                          without zstd's magic number: ~8 bytes less\n"
+    "                          a frame; such files need a reader of this\n"
+    "                          version (required feature bit 0x8).\n"
+    "                          Implies frames\n"
     "  --shards K              write K files instead of one, named from OUT\n"
     "                          without its \".slr\": for -o data.slr and K=4,\n"
     "                          data-00000-of-00004.slr .. "
@@ -127,6 +132,7 @@ enum {
   OPT_DICT,
   OPT_DICT_SIZE,
   OPT_DICT_SAMPLE,
+  OPT_COMPACT_FRAMES,
   OPT_SHARDS,
   OPT_SHARD_MODE,
   OPT_ORDER,
@@ -145,6 +151,7 @@ static const cli_opt opts[] = {
     {"dict", 0, true, OPT_DICT},
     {"dict-size", 0, true, OPT_DICT_SIZE},
     {"dict-sample", 0, true, OPT_DICT_SAMPLE},
+    {"compact-frames", 0, false, OPT_COMPACT_FRAMES},
     {"shards", 0, true, OPT_SHARDS},
     {"shard-mode", 0, true, OPT_SHARD_MODE},
     {"order", 0, true, OPT_ORDER},
@@ -286,6 +293,9 @@ int cmd_pack(int argc, char **argv) {
         goto done;
       }
       po.writer.records_per_chunk = (uint32_t)n;
+      break;
+    case OPT_COMPACT_FRAMES:
+      po.frames.compact = 1;
       break;
     case OPT_FRAME_RECORDS:
       if (!cli_parse_u64(v, false, &n) || n < 1 || n > UINT32_MAX) {
@@ -438,10 +448,11 @@ int cmd_pack(int argc, char **argv) {
     rc = cli_usage_error("pack", synopsis, "no output file (-o OUT.slr)");
     goto done;
   }
-  if (to_wds && (po.frames.frame_records || po.frames.dict)) {
+  if (to_wds &&
+      (po.frames.frame_records || po.frames.dict || po.frames.compact)) {
     rc = cli_usage_error("pack", synopsis,
-                         "--frame-records and --dict are for SLR output, not "
-                         "--format wds");
+                         "--frame-records, --dict and --compact-frames are "
+                         "for SLR output, not --format wds");
     goto done;
   }
 

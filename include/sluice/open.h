@@ -40,7 +40,8 @@ typedef struct sl_slr_writer_opts {
 /* Framed chunks (SLR 1.1, docs/FORMAT.md "Framed chunks"): each chunk
  * holds independent zstd frames of frame_records records, so that
  * sl_slr_fetch decodes one frame, not the chunk.  Frames are written when
- * frame_records > 0 or a dictionary is asked for; such files need a reader
+ * frame_records > 0, a dictionary or compact frames are asked for; such
+ * files need a reader
  * of SLR 1.1 (older ones refuse them: unknown required feature bit 0x1).
  * All zero: whole chunks, SLR 1.0, as without the call. */
 typedef struct sl_slr_frame_opts {
@@ -55,6 +56,13 @@ typedef struct sl_slr_frame_opts {
   size_t dict_sample_bytes; /* _AUTO: records buffered to train on before
                                the first chunk is written (0 = 8 MiB, at
                                most 1 GiB) */
+  int compact;            /* nonzero: compact framed chunks (codec 3,
+                             required feature bit 0x8): a varint frame
+                             table and frames without zstd's magic number,
+                             about 8 bytes less a frame; readers older than
+                             this version refuse such files at open;
+                             implies frames.  0: codec 2, read by every
+                             SLR 1.1 reader */
 } sl_slr_frame_opts;
 
 /* Starts writing `path` with `schema` (retained and frozen).  Data goes to a
@@ -136,6 +144,8 @@ typedef struct sl_slr_chunk_info {
   uint32_t records;
   uint64_t stored_size; /* compressed payload bytes (0 if not read yet) */
   uint64_t raw_size;    /* decompressed payload bytes (0 if not read yet) */
+  uint32_t codec;       /* 1 one zstd frame, 2 framed, 3 compact framed
+                           (docs/FORMAT.md; 0 if not read yet) */
 } sl_slr_chunk_info;
 /* Index entry of chunk `c` (from the index; stored/raw sizes come from the
  * chunk header, which this call reads and checks).  SL_EINVAL out of range,

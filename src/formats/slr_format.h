@@ -19,14 +19,28 @@
  * records each, compressed with the file's dictionary when it has one
  * (docs/FORMAT.md, "Framed chunks"). */
 #define SLR_CODEC_ZSTD_FRAMES 2
+/* Codec 3: codec 2 with a compact frame table (varint sizes) and frames
+ * without zstd's magic number (docs/FORMAT.md, "Compact framed chunks"). */
+#define SLR_CODEC_ZSTD_FRAMES_COMPACT 3
+#define SLR_CODEC_IS_FRAMED(c)                                                 \
+  ((c) == SLR_CODEC_ZSTD_FRAMES || (c) == SLR_CODEC_ZSTD_FRAMES_COMPACT)
 /* Required feature bit 0: the file may hold codec-2 chunks and a dictionary
  * block (written as version 1.1). */
 #define SLR_FEATURE_FRAMES 1u
 #define SLR_MINOR_FRAMES 1
+/* Required feature bit 3 (0x8): the file may hold codec-3 chunks (with
+ * bit 0; still written as version 1.1: the bits say what a reader needs).
+ * Bits 0x2 and 0x4 stay unassigned (the tests use them as unknown bits). */
+#define SLR_FEATURE_COMPACT_FRAMES 8u
 /* Feature bits known to this version. */
-#define SLR_KNOWN_REQUIRED SLR_FEATURE_FRAMES
+#define SLR_KNOWN_REQUIRED (SLR_FEATURE_FRAMES | SLR_FEATURE_COMPACT_FRAMES)
 #define SLR_FRAME_TABLE_HEAD 8  /* u32 frame_records, u32 frame_count */
 #define SLR_FRAME_ENTRY_SIZE 12 /* u32 stored, u32 raw, u32 crc32c */
+/* Codec 3: u32 frame_records, u32 frame_count, u32 table bytes; entries of
+ * varint stored, varint raw (LEB128, 1..5 bytes, < 2^32), u32 crc32c. */
+#define SLR_COMPACT_TABLE_HEAD 12
+#define SLR_COMPACT_ENTRY_MIN 6
+#define SLR_COMPACT_ENTRY_MAX 14
 #define SLR_DICT_HEAD 8         /* magic, block size */
 /* Largest dictionary a writer stores or a reader accepts. */
 #define SLR_MAX_DICT ((uint64_t)16 << 20)

@@ -21,8 +21,18 @@
  * ZSTD_DCtx, a scratch buffer and a cache of the last SLR_FETCH_SLOTS
  * decoded frames) under a mutex held only to pop or push it.  A thread
  * that fetches again gets its context back (a LIFO stack), so its frame
- * cache is, in effect, per thread; the digested dictionary (ZSTD_DDict) is
- * made once per file and shared.
+ * cache is, in effect, per thread.  Each decoding context (the file's
+ * sequential one, each fetch context) has its own dictionary window
+ * (slr_decoder in slr_file.h): a copy of the dictionary with room for one
+ * frame after it and a DDict over that copy, so that zstd decodes with the
+ * dictionary as the frame's prefix (faster than its separate-dictionary
+ * path); the frame is then copied where it goes.
+ *
+ * sl_slr_fetch reads a frame's stored bytes through a memory map of the
+ * file when the source has one (source.h's view; else pread into the
+ * context's scratch buffer): the CRC check and the decode run under
+ * sl__sigbus_guard, so a file truncated under the reader gives SL_EIO
+ * ("file shrank"), as pread would, not a SIGBUS.
  *
  * zstd's verdict on a damaged frame depends on the context's history:
  * libzstd decodes a block's sequences with its prefetching decoder when the
@@ -40,6 +50,7 @@
 
 #include "core/crc32c.h"
 #include "formats/slr_file.h"
+#include "transport/sigbus_guard.h"
 
 #include <stdarg.h>
 
@@ -56,7 +67,7 @@ typedef struct fetch_slot {
 
 struct slr_fetch_ctx {
   slr_fetch_ctx *next;
-  ZSTD_DCtx *dctx;
+  slr_decoder dec;
   unsigned char *stored;
   size_t cap;
   fetch_slot slot[SLR_FETCH_SLOTS];
@@ -105,10 +116,13 @@ int sl__slr_chunk_header(sl_slr_file *f, uint64_t c, uint64_t *stored,
     CHUNK_FAIL("%u records, the index says %u", sl__get32(h + 4), x->records);
   *codec = sl__get32(h + 28);
   if (*codec != SLR_CODEC_ZSTD &&
-      (*codec != SLR_CODEC_ZSTD_FRAMES || !f->framed))
+      (*codec != SLR_CODEC_ZSTD_FRAMES || !f->framed) &&
+      (*codec != SLR_CODEC_ZSTD_FRAMES_COMPACT || !f->compact))
     CHUNK_FAIL("unknown codec %u%s", *codec,
                *codec == SLR_CODEC_ZSTD_FRAMES
                    ? " (framed chunks need required feature bit 0x1)"
+               : *codec == SLR_CODEC_ZSTD_FRAMES_COMPACT
+                   ? " (compact framed chunks need required feature bit 0x8)"
                    : "");
   *stored = sl__get64(h + 8);
   *raw = sl__get64(h + 16);
@@ -178,6 +192,23 @@ int sl__slr_check_records(sl_slr_file *f, uint64_t c, uint32_t frame,
 #undef fr
 }
 
+/* Reads a LEB128 varint of at most 5 bytes, below 2^32, from p[at..end):
+ * the offset after it, 0 when it is malformed or runs past end. */
+static size_t varint32(const unsigned char *p, size_t end, size_t at,
+                       uint32_t *v) {
+  uint64_t x = 0;
+  for (int k = 0; k < 5 && at < end; k++) {
+    unsigned char b = p[at++];
+    x |= (uint64_t)(b & 0x7f) << (7 * k);
+    if (!(b & 0x80)) {
+      if (x > UINT32_MAX || (k && !b)) return 0; /* too big, or padded */
+      *v = (uint32_t)x;
+      return at;
+    }
+  }
+  return 0;
+}
+
 /* Records in frame i of a chunk of n records. */
 static uint32_t frame_records(const slr_frame_table *t, uint32_t i,
                               uint32_t n) {
@@ -193,7 +224,7 @@ int sl__slr_frame_table(sl_slr_file *f, uint64_t c, uint32_t codec,
   *need = 0;
   uint32_t n = f->index[c].records;
   slr_frame_table *t;
-  if (codec != SLR_CODEC_ZSTD_FRAMES) {
+  if (!SLR_CODEC_IS_FRAMED(codec)) {
     t = sl__malloc(sizeof *t + sizeof t->fr[0]);
     SL_RETURN_ERROR_IF(!t, SL_ENOMEM, "%s: chunk %llu: cannot allocate",
                        WHERE(f), (unsigned long long)c);
@@ -209,12 +240,30 @@ int sl__slr_frame_table(sl_slr_file *f, uint64_t c, uint32_t codec,
     *need = SLR_FRAME_TABLE_HEAD;
     return SL_OK;
   }
+  bool compact = codec == SLR_CODEC_ZSTD_FRAMES_COMPACT;
+  uint64_t head = compact ? SLR_COMPACT_TABLE_HEAD : SLR_FRAME_TABLE_HEAD;
+  if (compact && stored < head)
+    CHUNK_FAIL("payload of %llu bytes is too short for a frame table",
+               (unsigned long long)stored);
+  if (avail < head) {
+    *need = head;
+    return SL_OK;
+  }
   uint32_t per = sl__get32(p), count = sl__get32(p + 4);
   if (per == 0 || count != (n + (uint64_t)per - 1) / per)
     CHUNK_FAIL("frame table: %u frames of %u records do not hold the "
                "chunk's %u records",
                count, per, n);
-  uint64_t table = SLR_FRAME_TABLE_HEAD + (uint64_t)count * SLR_FRAME_ENTRY_SIZE;
+  uint64_t table = head + (uint64_t)count * SLR_FRAME_ENTRY_SIZE;
+  if (compact) {
+    /* Its size is stored; entries take 6 to 14 bytes each. */
+    table = sl__get32(p + 8);
+    if (table < head + (uint64_t)count * SLR_COMPACT_ENTRY_MIN ||
+        table > head + (uint64_t)count * SLR_COMPACT_ENTRY_MAX)
+      CHUNK_FAIL("frame table of %llu bytes cannot hold %u entries of 6 to "
+                 "14 bytes",
+                 (unsigned long long)table, count);
+  }
   if (table > stored)
     CHUNK_FAIL("frame table of %u frames (%llu bytes) exceeds the payload of "
                "%llu bytes",
@@ -233,12 +282,28 @@ int sl__slr_frame_table(sl_slr_file *f, uint64_t c, uint32_t codec,
                      WHERE(f), (unsigned long long)c, count);
   *t = (slr_frame_table){per, count, codec};
   uint64_t off = table, raw_off = 0;
+  size_t at = (size_t)head; /* the next entry */
   for (uint32_t i = 0; i < count; i++) {
-    const unsigned char *e =
-        p + SLR_FRAME_TABLE_HEAD + (size_t)i * SLR_FRAME_ENTRY_SIZE;
     slr_frame *fr = &t->fr[i];
-    *fr = (slr_frame){off, raw_off, sl__get32(e), sl__get32(e + 4),
-                      sl__get32(e + 8)};
+    if (!compact) {
+      const unsigned char *e = p + at;
+      *fr = (slr_frame){off, raw_off, sl__get32(e), sl__get32(e + 4),
+                        sl__get32(e + 8)};
+      at += SLR_FRAME_ENTRY_SIZE;
+    } else {
+      uint32_t st, rw;
+      size_t a = varint32(p, (size_t)table, at, &st),
+             b = a ? varint32(p, (size_t)table, a, &rw) : 0;
+      if (!b || b + 4 > table) {
+        sl__free(t);
+        CHUNK_FAIL("frame table: entry %u at table offset %zu is malformed "
+                   "(a size is not a varint below 2^32, or the entry runs "
+                   "past the table's %llu bytes)",
+                   i, at, (unsigned long long)table);
+      }
+      *fr = (slr_frame){off, raw_off, st, rw, sl__get32(p + b)};
+      at = b + 4;
+    }
     uint64_t least = sl__align_up((uint64_t)frame_records(t, i, n) * 4, 8);
     if (fr->stored == 0 || fr->stored > stored - off || fr->raw < least ||
         fr->raw > raw - raw_off) {
@@ -256,6 +321,11 @@ int sl__slr_frame_table(sl_slr_file *f, uint64_t c, uint32_t codec,
     off += fr->stored;
     raw_off += fr->raw;
   }
+  if (at != table) {
+    sl__free(t);
+    CHUNK_FAIL("frame table: its %u entries end at byte %zu of its %llu",
+               count, at, (unsigned long long)table);
+  }
   if (off != stored || raw_off != raw) {
     sl__free(t);
     CHUNK_FAIL("frames take %llu stored and %llu raw bytes, the chunk %llu "
@@ -267,11 +337,59 @@ int sl__slr_frame_table(sl_slr_file *f, uint64_t c, uint32_t codec,
   return SL_OK;
 }
 
+int sl__slr_decoder_init(sl_slr_file *f, slr_decoder *d) {
+  *d = (slr_decoder){0};
+  d->dctx = ZSTD_createDCtx();
+  SL_RETURN_ERROR_IF(!d->dctx, SL_ENOMEM, "%s: cannot create a zstd context",
+                     WHERE(f));
+  return SL_OK;
+}
+
+void sl__slr_decoder_free(slr_decoder *d) {
+  ZSTD_freeDCtx(d->dctx);
+  ZSTD_freeDDict(d->ddict);
+  sl__free(d->win);
+  *d = (slr_decoder){0};
+}
+
+/* Makes d's window hold a frame of `raw` bytes after the dictionary: a new
+ * copy of it and a DDict over that copy (at least 64 KiB of room, doubled
+ * as frames need: a file's frames are about one size, so this is once). */
+static int window_fit(sl_slr_file *f, uint64_t c, slr_decoder *d,
+                      uint64_t raw) {
+  if (d->win && raw <= d->room) return SL_OK;
+  size_t room = d->room ? d->room : (size_t)64 << 10;
+  while (room < raw)
+    room *= 2;
+  ZSTD_freeDDict(d->ddict);
+  sl__free(d->win);
+  d->ddict = NULL;
+  d->room = 0;
+  d->win = sl__malloc(f->dict_len + room);
+  if (d->win) {
+    memcpy(d->win, f->dict, f->dict_len);
+    d->ddict = ZSTD_createDDict_advanced(d->win, f->dict_len, ZSTD_dlm_byRef,
+                                         ZSTD_dct_auto, ZSTD_defaultCMem);
+  }
+  if (!d->ddict) {
+    sl__free(d->win);
+    d->win = NULL;
+    return sl_set_error(SL_ENOMEM,
+                        "%s: chunk %llu: cannot allocate %zu bytes to decode "
+                        "a frame with the dictionary",
+                        WHERE(f), (unsigned long long)c, f->dict_len + room);
+  }
+  d->room = room;
+  return SL_OK;
+}
+
 int sl__slr_frame_decode(sl_slr_file *f, uint64_t c, const slr_frame_table *t,
-                         uint32_t i, ZSTD_DCtx *dctx, const unsigned char *src,
+                         uint32_t i, slr_decoder *d, const unsigned char *src,
                          unsigned char *dst, size_t *body) {
+  ZSTD_DCtx *dctx = d->dctx;
   const slr_frame *fr = &t->fr[i];
-  bool framed = t->codec == SLR_CODEC_ZSTD_FRAMES;
+  bool framed = SLR_CODEC_IS_FRAMED(t->codec),
+       magicless = t->codec == SLR_CODEC_ZSTD_FRAMES_COMPACT;
   /* Codec 1 keeps version 1.0's messages ("payload CRC mismatch"); a
    * frame is named by number and payload offset (made only on failure). */
   char at[64] = "";
@@ -285,6 +403,13 @@ int sl__slr_frame_decode(sl_slr_file *f, uint64_t c, const slr_frame_table *t,
     CHUNK_FAIL("%s%sCRC mismatch (stored 0x%08x, computed 0x%08x)", AT(": "),
                framed ? "" : "payload ", fr->crc, crc);
   unsigned long long declared = ZSTD_getFrameContentSize(src, fr->stored);
+  if (magicless) {
+    ZSTD_frameHeader zh;
+    declared = ZSTD_getFrameHeader_advanced(&zh, src, (size_t)fr->stored,
+                                            ZSTD_f_zstd1_magicless) != 0
+                   ? ZSTD_CONTENTSIZE_ERROR
+                   : zh.frameContentSize;
+  }
   if (declared != fr->raw) {
     if (declared == ZSTD_CONTENTSIZE_UNKNOWN ||
         declared == ZSTD_CONTENTSIZE_ERROR)
@@ -296,18 +421,30 @@ int sl__slr_frame_decode(sl_slr_file *f, uint64_t c, const slr_frame_table *t,
   }
   /* Load the dictionary first so the decode below finds it warm whatever
    * this context decoded before (the header comment says why). */
-  if (framed && f->ddict) {
-    size_t begun = ZSTD_decompressBegin_usingDDict(dctx, f->ddict);
+  size_t fmt = ZSTD_DCtx_setParameter(
+      dctx, ZSTD_d_format,
+      magicless ? ZSTD_f_zstd1_magicless : ZSTD_f_zstd1);
+  if (ZSTD_isError(fmt))
+    CHUNK_FAIL("%szstd: %s", AT(": "), ZSTD_getErrorName(fmt));
+  /* With a dictionary, the frame is decoded right after the window's copy
+   * of it (slr_decoder) and copied out. */
+  const ZSTD_DDict *dd = NULL;
+  unsigned char *out = dst;
+  if (framed && f->dict) {
+    SL_FORWARD_IF_ERROR(window_fit(f, c, d, fr->raw));
+    dd = d->ddict;
+    out = d->win + f->dict_len;
+    size_t begun = ZSTD_decompressBegin_usingDDict(dctx, dd);
     if (ZSTD_isError(begun))
       CHUNK_FAIL("%szstd: %s", AT(": "), ZSTD_getErrorName(begun));
   }
-  size_t got = ZSTD_decompress_usingDDict(dctx, dst, (size_t)fr->raw, src,
-                                          (size_t)fr->stored,
-                                          framed ? f->ddict : NULL);
+  size_t got = ZSTD_decompress_usingDDict(dctx, out, (size_t)fr->raw, src,
+                                          (size_t)fr->stored, dd);
   if (ZSTD_isError(got) || got != fr->raw)
     CHUNK_FAIL("%szstd: %s", AT(": "),
                ZSTD_isError(got) ? ZSTD_getErrorName(got)
                                  : "short decompression");
+  if (out != dst) memcpy(dst, out, (size_t)fr->raw);
   return sl__slr_check_records(f, c, framed ? i : UINT32_MAX, i * t->per, dst,
                                fr->raw,
                                frame_records(t, i, f->index[c].records), body);
@@ -350,7 +487,7 @@ int sl__slr_frames_open(sl_slr_file *f) {
 static void ctx_free(slr_fetch_ctx *x) {
   for (int i = 0; i < SLR_FETCH_SLOTS; i++)
     sl_buffer_release(x->slot[i].buf);
-  ZSTD_freeDCtx(x->dctx);
+  sl__slr_decoder_free(&x->dec);
   sl__free(x->stored);
   sl__free(x);
 }
@@ -414,7 +551,7 @@ static slr_fetch_ctx *ctx_get(sl_slr_file *f) {
   pthread_mutex_unlock(&f->fetch_mu);
   if (x) return x;
   x = sl__calloc(1, sizeof *x);
-  if (x && !(x->dctx = ZSTD_createDCtx())) {
+  if (x && sl__slr_decoder_init(f, &x->dec) < 0) {
     sl__free(x);
     x = NULL;
   }
@@ -428,6 +565,46 @@ static void ctx_put(sl_slr_file *f, slr_fetch_ctx *x) {
   x->next = f->idle;
   f->idle = x;
   pthread_mutex_unlock(&f->fetch_mu);
+}
+
+/* One frame decoded from the file's memory map (source.h's view): no
+ * read, no copy of the stored bytes.  The CRC and the decode read the map
+ * under sl__sigbus_guard, so a file truncated under us is SL_EIO "file
+ * shrank", as read_at says it, not a SIGBUS. */
+typedef struct mapped_job {
+  sl_slr_file *f;
+  uint64_t c;
+  const slr_frame_table *t;
+  uint32_t i;
+  slr_decoder *dec;
+  const unsigned char *src;
+  unsigned char *dst;
+  size_t *body;
+} mapped_job;
+
+static int mapped_run(void *p) {
+  mapped_job *j = p;
+  return sl__slr_frame_decode(j->f, j->c, j->t, j->i, j->dec, j->src, j->dst,
+                              j->body);
+}
+
+static int mapped_decode(sl_slr_file *f, slr_fetch_ctx *x, uint64_t c,
+                         const slr_frame_table *t, uint32_t i,
+                         const unsigned char *src, fetch_slot *s) {
+  mapped_job j = {f, c, t, i, &x->dec, src, sl_buffer_data(s->buf), &s->body};
+  bool faulted;
+  int rc = sl__sigbus_guard(mapped_run, &j, &faulted);
+  if (faulted)
+    return sl_set_error(SL_EIO,
+                        "%s: file shrank: chunk %llu, frame %u at offset "
+                        "%llu could not be read (it was %llu bytes when "
+                        "opened)",
+                        WHERE(f), (unsigned long long)c, i,
+                        (unsigned long long)(f->index[c].offset +
+                                             SLR_CHUNK_HEADER_SIZE +
+                                             t->fr[i].off),
+                        (unsigned long long)f->src->size);
+  return rc;
 }
 
 /* Record k (chunk c, record r of it) through context x. */
@@ -449,10 +626,6 @@ static int fetch(sl_slr_file *f, slr_fetch_ctx *x, uint64_t c, uint32_t r,
       sl_buffer_release(s->buf);
       s->buf = NULL;
     }
-    SL_FORWARD_IF_ERROR(scratch(f, x, fr->stored));
-    SL_FORWARD_IF_ERROR(f->src->read_at(
-        f->src, f->index[c].offset + SLR_CHUNK_HEADER_SIZE + fr->off,
-        x->stored, (size_t)fr->stored));
     if (!s->buf) s->buf = sl_buffer_new((size_t)SL_MAX(fr->raw, 8));
     SL_RETURN_ERROR_IF(!s->buf, SL_ENOMEM,
                        "%s: chunk %llu: cannot allocate %llu bytes for frame "
@@ -460,9 +633,18 @@ static int fetch(sl_slr_file *f, slr_fetch_ctx *x, uint64_t c, uint32_t r,
                        WHERE(f), (unsigned long long)c,
                        (unsigned long long)fr->raw, i);
     s->chunk = UINT64_MAX; /* empty until decoded and checked */
-    SL_FORWARD_IF_ERROR(sl__slr_frame_decode(f, c, t, i, x->dctx, x->stored,
-                                             sl_buffer_data(s->buf),
-                                             &s->body));
+    uint64_t at = f->index[c].offset + SLR_CHUNK_HEADER_SIZE + fr->off;
+    const unsigned char *map = f->src->view ? f->src->view(f->src) : NULL;
+    if (map) {
+      SL_FORWARD_IF_ERROR(mapped_decode(f, x, c, t, i, map + at, s));
+    } else {
+      SL_FORWARD_IF_ERROR(scratch(f, x, fr->stored));
+      SL_FORWARD_IF_ERROR(
+          f->src->read_at(f->src, at, x->stored, (size_t)fr->stored));
+      SL_FORWARD_IF_ERROR(sl__slr_frame_decode(f, c, t, i, &x->dec, x->stored,
+                                               sl_buffer_data(s->buf),
+                                               &s->body));
+    }
     s->chunk = c;
     s->frame = i;
   }

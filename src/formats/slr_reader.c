@@ -42,13 +42,14 @@ static void file_free(sl_slr_file *f) {
   sl_schema_release(f->schema);
   sl__slr_layout_free(&f->layout);
   sl__free(f->index);
-  ZSTD_freeDCtx(f->dctx);
+  sl__slr_decoder_free(&f->dec);
   sl__free(f->stored);
   sl_buffer_release(f->cache.raw);
   sl__free(f->cache_frames);
   sl__buffer_pool_release(f->pool); /* buffers still held stay valid */
   sl__slr_frames_free(f);
   ZSTD_freeDDict(f->ddict);
+  sl__free(f->dict);
   sl__free(f);
 }
 
@@ -77,6 +78,11 @@ static int read_header(sl_slr_file *f) {
                      "the file needs a newer sluice",
                      WHERE(f), req & ~SLR_KNOWN_REQUIRED, major, minor);
   f->framed = (req & SLR_FEATURE_FRAMES) != 0;
+  f->compact = (req & SLR_FEATURE_COMPACT_FRAMES) != 0;
+  SL_RETURN_ERROR_IF(f->compact && !f->framed, SL_ECORRUPT,
+                     "%s: file header at offset 0: required feature bit 0x8 "
+                     "(compact frames) without bit 0x1 (frames)",
+                     WHERE(f));
   return SL_OK;
 }
 
@@ -403,6 +409,12 @@ static int parse_dict(sl_slr_file *f, const unsigned char *b, uint64_t len) {
                      "its %llu-byte dictionary",
                      WHERE(f), (unsigned long long)f->chunks_end,
                      (unsigned long long)(len - 12));
+  f->dict_len = (size_t)len - 12;
+  f->dict = sl__malloc(f->dict_len);
+  SL_RETURN_ERROR_IF(!f->dict, SL_ENOMEM,
+                     "%s: cannot allocate %zu bytes for the dictionary",
+                     WHERE(f), f->dict_len);
+  memcpy(f->dict, b + 8, f->dict_len);
   return SL_OK;
 }
 
@@ -436,11 +448,7 @@ int sl__slr_open_source(sl__source *src, const sl_slr_open_opts *opts,
                         f->dict_size, parse_dict)) < 0) ||
       (rc = sl__slr_frames_open(f)) < 0)
     goto fail;
-  f->dctx = ZSTD_createDCtx();
-  if (!f->dctx) {
-    rc = sl_set_error(SL_ENOMEM, "%s: cannot create a zstd context", WHERE(f));
-    goto fail;
-  }
+  if ((rc = sl__slr_decoder_init(f, &f->dec)) < 0) goto fail;
   *out = f;
   return SL_OK;
 fail:
@@ -529,12 +537,13 @@ int sl__slr_count_bad(sl_slr_file *f) {
 int sl_slr_chunk_info_get(sl_slr_file *f, uint64_t c, sl_slr_chunk_info *out) {
   SL_RETURN_ERROR_IF(!f || !out || c >= f->nchunks, SL_EINVAL,
                      "slr: chunk %llu out of range", (unsigned long long)c);
-  uint32_t pcrc, codec;
+  uint32_t pcrc;
   out->offset = f->index[c].offset;
   out->first_record = f->index[c].first_record;
   out->records = f->index[c].records;
+  out->codec = 0;
   return sl__slr_chunk_header(f, c, &out->stored_size, &out->raw_size, &pcrc,
-                              &codec);
+                              &out->codec);
 }
 
 int sl__slr_load_chunk(sl_slr_file *f, uint64_t c, const slr_chunk **out) {
@@ -592,7 +601,7 @@ int sl__slr_load_chunk(sl_slr_file *f, uint64_t c, const slr_chunk **out) {
   unsigned char *dst = sl_buffer_data(buf);
   int rc = SL_OK;
   for (uint32_t i = 0; i < t->count && rc == SL_OK; i++)
-    rc = sl__slr_frame_decode(f, c, t, i, f->dctx, f->stored + t->fr[i].off,
+    rc = sl__slr_frame_decode(f, c, t, i, &f->dec, f->stored + t->fr[i].off,
                               dst + t->fr[i].raw_off, &body);
   if (rc < 0) {
     sl__free(t);
@@ -602,7 +611,7 @@ int sl__slr_load_chunk(sl_slr_file *f, uint64_t c, const slr_chunk **out) {
   sl_buffer_release(f->cache.raw);
   sl__free(f->cache_frames);
   f->cache_frames = NULL;
-  if (codec == SLR_CODEC_ZSTD_FRAMES) {
+  if (SLR_CODEC_IS_FRAMED(codec)) {
     f->cache_frames = t;
   } else {
     sl__free(t);

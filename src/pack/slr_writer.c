@@ -32,6 +32,8 @@
 
 #include <signal.h>
 #include <zdict.h>
+/* ZSTD_c_format (compact frames; zstd.h's static-linking section). */
+#define ZSTD_STATIC_LINKING_ONLY
 #include <zstd.h>
 
 /* A chunk's raw size (record table + body) never exceeds this: what every
@@ -69,7 +71,7 @@ struct sl_slr_writer {
   /* framed files: records per frame (0 until chosen), the dictionary, and
    * while it is being trained (dict auto) the chunks buffered for it */
   bool started; /* the file header is written */
-  bool framed, training;
+  bool framed, training, compact;
   uint32_t frame_records;
   unsigned char *dict;
   size_t dict_len, dict_max, sample_bytes;
@@ -162,7 +164,8 @@ static int start(sl_slr_writer *w) {
   memcpy(h, sl__slr_magic, 8);
   sl__put16(h + 8, SLR_MAJOR);
   sl__put16(h + 10, w->framed ? SLR_MINOR_FRAMES : SLR_MINOR);
-  sl__put32(h + 12, w->framed ? SLR_FEATURE_FRAMES : 0);
+  sl__put32(h + 12, (w->framed ? SLR_FEATURE_FRAMES : 0) |
+                        (w->compact ? SLR_FEATURE_COMPACT_FRAMES : 0));
   sl__put32(h + 28, sl__crc32c(0, h, 28));
   SL_FORWARD_IF_ERROR(write_all(w, h, sizeof h));
   w->started = true;
@@ -198,7 +201,8 @@ int sl_slr_writer_set_frames(sl_slr_writer *w, const sl_slr_frame_opts *opts) {
   w->cdict = NULL;
   w->dict = NULL;
   w->dict_len = 0;
-  w->framed = o.frame_records > 0 || o.dict != SL_SLR_DICT_NONE;
+  w->framed = o.frame_records > 0 || o.dict != SL_SLR_DICT_NONE || o.compact;
+  w->compact = o.compact != 0;
   w->frame_records = o.frame_records;
   w->training = o.dict == SL_SLR_DICT_AUTO;
   w->dict_max = o.dict_max_bytes ? o.dict_max_bytes : DICT_DEFAULT;
@@ -341,6 +345,17 @@ static void choose_frame_records(sl_slr_writer *w, uint32_t r0, uint32_t r1) {
   w->frame_records = (uint32_t)SL_MAX(1, FRAME_TARGET / avg);
 }
 
+/* Writes v as a LEB128 varint at p: the bytes written (1..5). */
+static size_t put_varint(unsigned char *p, uint32_t v) {
+  size_t k = 0;
+  while (v >= 0x80) {
+    p[k++] = (unsigned char)(v | 0x80);
+    v >>= 7;
+  }
+  p[k++] = (unsigned char)v;
+  return k;
+}
+
 /* Writes records [r0, r1) of the buffer as a chunk: one zstd frame, or a
  * frame table and frames of frame_records records (docs/FORMAT.md). */
 static int emit_chunk(sl_slr_writer *w, uint32_t r0, uint32_t r1) {
@@ -356,13 +371,23 @@ static int emit_chunk(sl_slr_writer *w, uint32_t r0, uint32_t r1) {
     SL_FORWARD_IF_ERROR(compress_unit(w, r0, r1, &pos, &raw));
     pcrc = sl__crc32c(0, w->out, pos);
   } else {
-    codec = SLR_CODEC_ZSTD_FRAMES;
+    bool compact = w->compact;
+    codec = compact ? SLR_CODEC_ZSTD_FRAMES_COMPACT : SLR_CODEC_ZSTD_FRAMES;
     choose_frame_records(w, r0, r1);
-    /* The frame's dictionary ID is left out: the file has one dictionary. */
+    /* The frame's dictionary ID is left out: the file has one dictionary;
+     * compact frames leave out zstd's magic number too. */
     ZSTD_CCtx_setParameter(w->cctx, ZSTD_c_dictIDFlag, 0);
+    if (compact)
+      ZSTD_CCtx_setParameter(w->cctx, ZSTD_c_format, ZSTD_f_zstd1_magicless);
     if (w->cdict) ZSTD_CCtx_refCDict(w->cctx, w->cdict);
     uint32_t per = w->frame_records, count = (n + per - 1) / per;
-    size_t table = SLR_FRAME_TABLE_HEAD + (size_t)count * SLR_FRAME_ENTRY_SIZE;
+    /* The frames go after room for the largest table; a compact table's
+     * entries (varints) are written as the frames are made, then the
+     * frames moved up to where it ends. */
+    size_t head = compact ? SLR_COMPACT_TABLE_HEAD : SLR_FRAME_TABLE_HEAD,
+           table = head + (size_t)count * (compact ? SLR_COMPACT_ENTRY_MAX
+                                                   : SLR_FRAME_ENTRY_SIZE),
+           e = head;
     size_t cap = w->out_cap;
     SL_FORWARD_IF_ERROR(grow((void **)&w->out, &cap, table, 1));
     w->out_cap = cap;
@@ -372,15 +397,26 @@ static int emit_chunk(sl_slr_writer *w, uint32_t r0, uint32_t r1) {
       size_t at = pos;
       uint64_t fraw;
       SL_FORWARD_IF_ERROR(compress_unit(w, a, b, &pos, &fraw));
-      unsigned char *e =
-          w->out + SLR_FRAME_TABLE_HEAD + (size_t)i * SLR_FRAME_ENTRY_SIZE;
-      sl__put32(e, (uint32_t)(pos - at));
-      sl__put32(e + 4, (uint32_t)fraw);
-      sl__put32(e + 8, sl__crc32c(0, w->out + at, pos - at));
+      if (compact) {
+        e += put_varint(w->out + e, (uint32_t)(pos - at));
+        e += put_varint(w->out + e, (uint32_t)fraw);
+      } else {
+        sl__put32(w->out + e, (uint32_t)(pos - at));
+        sl__put32(w->out + e + 4, (uint32_t)fraw);
+        e += 8;
+      }
+      sl__put32(w->out + e, sl__crc32c(0, w->out + at, pos - at));
+      e += 4;
       raw += fraw;
+    }
+    if (e < table) { /* a compact table: close the gap */
+      memmove(w->out + e, w->out + table, pos - table);
+      pos -= table - e;
+      table = e;
     }
     sl__put32(w->out, per);
     sl__put32(w->out + 4, count);
+    if (compact) sl__put32(w->out + 8, (uint32_t)table);
     pcrc = sl__crc32c(0, w->out, table);
   }
   unsigned char h[SLR_CHUNK_HEADER_SIZE];

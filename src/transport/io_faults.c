@@ -42,3 +42,8 @@ sl__io_fault sl__io_fault_next(sl__io_dir dir, size_t *len) {
     return SL__IO_OK;
   }
 }
+
+bool sl__io_fault_armed(sl__io_dir dir) {
+  return atomic_load_explicit(&g_dirs[dir == SL__IO_WRITE].at,
+                              memory_order_relaxed) >= 0;
+}

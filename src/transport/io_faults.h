@@ -10,6 +10,7 @@
 #ifndef SLUICE_IO_FAULTS_H
 #define SLUICE_IO_FAULTS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 typedef enum sl__io_dir { SL__IO_READ = 0, SL__IO_WRITE = 1 } sl__io_dir;
@@ -34,5 +35,9 @@ long sl__io_fault_after(sl__io_dir dir, long n, sl__io_fault kind);
 /* For the I/O code: counts one call in `dir` and returns what it must do.
  * For SL__IO_SHORT, *len is lowered to the bytes to transfer. */
 sl__io_fault sl__io_fault_next(sl__io_dir dir, size_t *len);
+
+/* Whether the hook is armed for `dir` (a test runs): sources then read
+ * through the system calls it counts, not through a memory map. */
+bool sl__io_fault_armed(sl__io_dir dir);
 
 #endif

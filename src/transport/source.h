@@ -21,6 +21,14 @@ struct sl__source {
    * shrank"). */
   int (*read_at)(sl__source *s, uint64_t off, void *buf, size_t n);
   void (*close)(sl__source *s);
+  /* Optional (NULL: none): the source's `size` bytes as read-only memory,
+   * a map made on the first call and kept until close, or NULL when there
+   * is none (the map failed, the file is empty, the I/O fault hook is
+   * armed: io_faults.h, or a ThreadSanitizer build: sigbus_guard.h); the
+   * caller then uses read_at.  A file truncated
+   * since open raises SIGBUS on the map's pages past its end: read the map
+   * only through sl__sigbus_guard (sigbus_guard.h).  Thread-safe. */
+  const unsigned char *(*view)(sl__source *s);
   uint64_t size; /* bytes, fixed at open */
   char *name;    /* for messages; owned by the source */
   sl__file_id id; /* fixed at open */
