@@ -169,6 +169,21 @@ describe(":pack()", function()
     assert.equal(1, count("truncate"))
     assert.has_error(function() docs({1}):pack{seq_len = 4, long = "x"} end)
   end)
+
+  it("refuses an eos or pad id that does not fit the i32 rows", function()
+    local ok, err = pcall(function()
+      return docs({1}):pack{seq_len = 4, eos = 2^31}
+    end)
+    assert.is_false(ok)
+    assert.matches("pack: eos 2147483648 does not fit the rows' i32 tokens",
+                   tostring(err), 1, true)
+    ok, err = pcall(function() return docs({1}):pack{seq_len = 4, pad = 2^40} end)
+    assert.is_false(ok)
+    assert.matches("pack: pad 1099511627776 does not fit", tostring(err), 1,
+                   true)
+    local p = docs({1}):pack{seq_len = 4, eos = 2^31 - 1, pad = -2^31}
+    assert.same({1, 2^31 - 1, -2^31, -2^31}, values(p:next().ids))
+  end)
 end)
 
 describe(":padded_batch()", function()

@@ -364,6 +364,54 @@ TEST(pack_checks_its_fields) {
   ASSERT_CONTAINS(sl_last_error(), "'doc'");
 }
 
+TEST(pack_refuses_eos_and_pad_outside_i32) {
+  /* The rows are i32: an eos or pad id that does not fit would wrap
+   * (2^31 became -2^31) - refused, naming the option and the value. */
+  const int lens[] = {3};
+  const int64_t bad[] = {(int64_t)INT32_MAX + 1, (int64_t)INT32_MIN - 1,
+                         (int64_t)1 << 40};
+  for (int which = 0; which < 2; which++)
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+      sl_reader *r = docs_reader(lens, 1);
+      sl_pack_opts o = SL_PACK_OPTS_INIT;
+      o.seq_len = 4;
+      if (which == 0) {
+        o.has_eos = 1;
+        o.eos = bad[k];
+      } else {
+        o.pad = bad[k];
+      }
+      ASSERT_RC(sl_pack(r, &o, &r), SL_EINVAL);
+      ASSERT_CONTAINS(sl_last_error(), which == 0 ? "pack: eos" : "pack: pad");
+      ASSERT_CONTAINS(sl_last_error(), "i32");
+    }
+  /* the extremes that fit are taken; eos without has_eos is not looked at */
+  sl_reader *r = docs_reader(lens, 1);
+  sl_pack_opts o = SL_PACK_OPTS_INIT;
+  o.seq_len = 4;
+  o.has_eos = 1;
+  o.eos = INT32_MIN;
+  o.pad = INT32_MAX;
+  ASSERT_OK(sl_pack(r, &o, &r));
+  sl_sample *s = NULL;
+  ASSERT_OK(sl_reader_next(r, &s));
+  const int32_t *ids = field(s, "ids")->data;
+  ASSERT_EQ(ids[3], INT32_MIN); /* the document's 3 tokens, then eos */
+  sl_sample_release(s);
+  sl_reader_destroy(r);
+  r = docs_reader(lens, 1);
+  o = (sl_pack_opts)SL_PACK_OPTS_INIT;
+  o.seq_len = 8;
+  o.eos = (int64_t)1 << 40; /* has_eos 0 */
+  o.pad = -1;
+  ASSERT_OK(sl_pack(r, &o, &r));
+  ASSERT_OK(sl_reader_next(r, &s));
+  ids = field(s, "ids")->data;
+  ASSERT_EQ(ids[7], -1);
+  sl_sample_release(s);
+  sl_reader_destroy(r);
+}
+
 /* --- padded_batch --------------------------------------------------------- */
 
 TEST(padded_batch_pads_to_the_longest_or_to_T_with_lengths) {

@@ -213,8 +213,9 @@ typedef struct sl_pack_opts {
                                 i32/u16/u32/i64 field */
   size_t nfields;
   int has_eos;             /* 1: append `eos` to every document */
-  int64_t eos;
-  int64_t pad;             /* value of padding positions (default 0) */
+  int64_t eos;             /* must fit i32 when has_eos (SL_EINVAL) */
+  int64_t pad;             /* value of padding positions (default 0; must
+                              fit i32, SL_EINVAL) */
   size_t lookahead;        /* rows open at once for first-fit; 0 means 8 */
   int truncate;            /* documents longer than T: 0 split into pieces
                               of T (each its own segment), 1 keep the first

@@ -485,6 +485,15 @@ int sl_pack(sl_reader *up, const sl_pack_opts *opts, sl_reader **out) {
                       "pack: seq_len must be in [1, 2^27), got "
                       "%lld",
                       (long long)o.seq_len);
+  /* The rows are i32: an id that does not fit would wrap. */
+  if (rc == SL_OK && o.has_eos && (o.eos < INT32_MIN || o.eos > INT32_MAX))
+    rc = sl_set_error(SL_EINVAL,
+                      "pack: eos %lld does not fit the rows' i32 tokens",
+                      (long long)o.eos);
+  if (rc == SL_OK && (o.pad < INT32_MIN || o.pad > INT32_MAX))
+    rc = sl_set_error(SL_EINVAL,
+                      "pack: pad %lld does not fit the rows' i32 tokens",
+                      (long long)o.pad);
   if (rc == SL_OK && o.lookahead > 4096)
     rc = sl_set_error(SL_EINVAL, "pack: lookahead %zu is above 4096",
                       o.lookahead);
