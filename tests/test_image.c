@@ -938,6 +938,39 @@ TEST(corrupt_record_in_slr_names_the_sample) {
   free_bad_set(&b);
 }
 
+/* An image file larger than an encoded image may be (SL__IMAGE_MAX_BYTES)
+ * is refused by both image packers, naming it, before it is read whole
+ * (one reader, pack_images.c); a missing folder entry's open error names
+ * it too. */
+TEST(both_image_packers_refuse_an_oversized_file_naming_it) {
+  static char dir[1100];
+  snprintf(dir, sizeof dir, "%s", tmppath("oversized"));
+  ASSERT_EQ(mkdir(dir, 0777), 0);
+  char p[1200];
+  snprintf(p, sizeof p, "%s/a", dir);
+  ASSERT_EQ(mkdir(p, 0777), 0);
+  snprintf(p, sizeof p, "%s/a/huge.jpg", dir);
+  FILE *f = fopen(p, "wb");
+  ASSERT_TRUE(f != NULL);
+  static const unsigned char soi[] = {0xFF, 0xD8, 0xFF, 0xE0};
+  ASSERT_EQ(fwrite(soi, 1, sizeof soi, f), sizeof soi);
+  fclose(f);
+  /* sparse: no disk, but the reader sees every byte */
+  ASSERT_EQ(truncate(p, (off_t)SL__IMAGE_MAX_BYTES + 1), 0);
+  sl__pack_opts po = {0};
+  const char *slr = tmppath("oversized.slr");
+  ASSERT_RC(sl__pack_images(dir, slr, &po, NULL), SL_EINVAL);
+  ASSERT_CONTAINS(sl_last_error(), "huge.jpg: more than the 256 MiB an "
+                                   "encoded image may take");
+  ASSERT_TRUE(access(slr, F_OK) != 0);
+  const char *tar = tmppath("oversized.tar");
+  ASSERT_RC(sl__pack_images_wds(dir, tar, &po, NULL), SL_EINVAL);
+  ASSERT_CONTAINS(sl_last_error(), "huge.jpg: more than the 256 MiB an "
+                                   "encoded image may take");
+  ASSERT_TRUE(access(tar, F_OK) != 0);
+  unlink(p);
+}
+
 /* --- the skip policy after a JPEG cut inside its headers ---------------------
  * Issue 13 item 4: a JPEG cut to 300 bytes (inside its Huffman tables, before
  * any scan) made the worker's TurboJPEG handle fail the next good JPEG too,

@@ -83,6 +83,13 @@ typedef struct sl__pack_opts {
  * as the epoch plan's permutations, docs/DATA.md).  NULL: out of memory.
  * For sl__pack_images and sl__pack_images_wds (pack_images.c). */
 uint64_t *sl__pack_order(size_t n, const sl__pack_opts *o);
+/* An encoded image file, whole, into *buf (grown as needed; *buf and *cap
+ * are the caller's, reused across files, freed by it); *len its size.
+ * SL_EIO naming the file when it cannot be opened or read, SL_EINVAL when
+ * it is larger than an encoded image may be (SL__IMAGE_MAX_BYTES),
+ * SL_ENOMEM.  The image packers' one reader (folder -> SLR, -> tar). */
+int sl__pack_slurp_image(const char *path, unsigned char **buf, size_t *cap,
+                         size_t *len);
 
 /* Largest K accepted (the name has 5 digits). */
 #define SL__MAX_SHARDS 99999u

@@ -19,9 +19,8 @@
 #include <errno.h>
 #include <stdlib.h>
 
-/* The whole file into a growing buffer (*buf, *cap: reused across files). */
-static int slurp(const char *path, unsigned char **buf, size_t *cap,
-                 size_t *len) {
+int sl__pack_slurp_image(const char *path, unsigned char **buf, size_t *cap,
+                         size_t *len) {
   FILE *f = fopen(path, "rb");
   SL_RETURN_ERROR_IF(!f, SL_EIO, "pack images: %s: cannot open: %s", path,
                      strerror(errno));
@@ -103,7 +102,7 @@ int sl__pack_images(const char *root, const char *out,
                     : sl_set_error(SL_ENOMEM, "pack images: cannot allocate");
     for (size_t k = 0; k < l.n && rc == SL_OK; k++) {
       size_t i = (size_t)order[k], len = 0;
-      rc = slurp(l.paths[i], &buf, &cap, &len);
+      rc = sl__pack_slurp_image(l.paths[i], &buf, &cap, &len);
       if (rc == SL_OK && sl_image_sniff(buf, len) == SL_IMAGE_UNKNOWN)
         rc = sl_set_error(SL_ECORRUPT,
                           "pack images: %s: not a JPEG or PNG image (%zu "

@@ -70,35 +70,6 @@ int sl__pack_images_wds(const char *root, const char *out,
                       "support (SLUICE_WITH_IMAGES=OFF)");
 }
 #else
-/* Reads a whole file into *buf (grown as needed). */
-static int slurp(const char *path, unsigned char **buf, size_t *cap,
-                 size_t *len) {
-  FILE *f = fopen(path, "rb");
-  SL_RETURN_ERROR_IF(!f, SL_EIO, "%s: %s", path, strerror(errno));
-  *len = 0;
-  int rc = SL_OK;
-  for (;;) {
-    if (*len == *cap) {
-      size_t nc = *cap ? 2 * *cap : 1 << 16;
-      unsigned char *b = sl__realloc(*buf, nc);
-      if (!b) {
-        rc = sl_set_error(SL_ENOMEM, "%s: out of memory", path);
-        break;
-      }
-      *buf = b;
-      *cap = nc;
-    }
-    size_t got = fread(*buf + *len, 1, *cap - *len, f);
-    *len += got;
-    if (got == 0) {
-      if (ferror(f)) rc = sl_set_error(SL_EIO, "%s: read error", path);
-      break;
-    }
-  }
-  fclose(f);
-  return rc;
-}
-
 /* The k output names of `out` (OUT itself, or OUT-%06u.tar) as one output
  * set (output.h): the images are its inputs. */
 static int open_outputs(const char *out, uint32_t k, bool sharded,
@@ -176,7 +147,7 @@ int sl__pack_images_wds(const char *root, const char *out,
     uint32_t sh = o && o->mode == SL__SHARD_CONTIGUOUS
                       ? (uint32_t)(r * k / (l.n ? l.n : 1))
                       : (uint32_t)(r % k);
-    rc = slurp(l.paths[i], &buf, &cap, &len);
+    rc = sl__pack_slurp_image(l.paths[i], &buf, &cap, &len);
     if (rc == SL_OK && sl_image_sniff(buf, len) == SL_IMAGE_UNKNOWN)
       rc = sl_set_error(SL_ECORRUPT,
                         "pack images: %s: not a JPEG or PNG image (%zu bytes)",
