@@ -188,7 +188,10 @@ def test_a_forked_child_refuses_the_parents_pipeline_and_drops_it():
 # before it, a refused restore() keeps it, reset() and a restore() that
 # succeeds leave its pass.
 def interrupted(p, it):
-    """Pulls sample 0, then interrupts the pull of sample 1."""
+    """Pulls sample 0, then interrupts the pull of sample 1 (0.1 s into it:
+    the slow samples below take 0.8 s, so a timer thread delayed by a
+    loaded machine still fires while the pull waits; at 0.3 s one fired
+    after sample 1 had arrived, and the test lost it)."""
     first = int(np.asarray(next(it)["i"]))
     timer = interrupt_after(0.1)
     with pytest.raises(KeyboardInterrupt):
@@ -223,7 +226,7 @@ def test_state_after_ctrl_c_is_before_the_interrupted_batch():
 
 
 def test_state_after_the_interrupted_batch_is_collected_counts_it():
-    code = SLOW % (4, 300)
+    code = SLOW % (4, 800)
     p = sluice.open_string(code)
     it = iter(p)
     interrupted(p, it)
@@ -234,18 +237,18 @@ def test_state_after_the_interrupted_batch_is_collected_counts_it():
 
 
 def test_state_when_the_interrupted_batch_has_arrived():
-    code = SLOW % (4, 300)
+    code = SLOW % (4, 800)
     p = sluice.open_string(code)
     it = iter(p)
     interrupted(p, it)
-    time.sleep(0.6)  # the batch is there, not collected
+    time.sleep(1.2)  # the batch is there, not collected
     assert resumed(code, p.state()) == [1, 2, 3]
     assert rest(it) == [1, 2, 3]
     p.close()
 
 
 def test_refused_restore_after_ctrl_c_keeps_the_interrupted_batch():
-    p = sluice.open_string(SLOW % (4, 300))
+    p = sluice.open_string(SLOW % (4, 800))
     it = iter(p)
     interrupted(p, it)
     with pytest.raises(sluice.Error) as e:
@@ -256,7 +259,7 @@ def test_refused_restore_after_ctrl_c_keeps_the_interrupted_batch():
 
 
 def test_restore_or_reset_after_ctrl_c_leave_the_interrupted_pass():
-    code = SLOW % (4, 300)
+    code = SLOW % (4, 800)
     p = sluice.open_string(code)
     at_start = p.state()
     it = iter(p)
