@@ -7,6 +7,7 @@
 #include "test.h"
 #include "test_util.h"
 
+#include "sync/budget.h"
 #include "sync/engine.h"
 
 #include <pthread.h>
@@ -20,6 +21,7 @@ typedef struct job {
   int64_t fail_at;       /* >= 0: process fails on this value */
   int64_t check_fail_at; /* >= 0: check fails on this value */
   long sleep_us;         /* per item */
+  long busy_ns;          /* per item, spinning (finer than a sleep) */
   int64_t slow_until;    /* > 0: only values below it sleep */
   int init_fail_worker;  /* >= 0: this worker's setup fails */
   bool unchecked;        /* process returns UNCHECKED */
@@ -67,6 +69,8 @@ static int process(void *ud, void *wctx, uint64_t seq, sl_sample *in,
   }
   if (j->sleep_us && (j->slow_until <= 0 || v < j->slow_until))
     test_sleep_us(j->sleep_us);
+  for (double t0 = test_now_s(); j->busy_ns && test_now_s() - t0 < j->busy_ns * 1e-9;)
+    ;
   if (v == j->fail_at) {
     sl_sample_release(in);
     return sl_set_error(SL_ELUA, "process failed at %lld", (long long)v);
@@ -441,6 +445,158 @@ TEST(stopping_with_a_full_window_and_busy_workers_releases_everything) {
     job_free(&j, e);
   }
   ASSERT_TRUE(!test_leaked());
+}
+
+/* --- gather: the consumer woken per several results ------------------------- */
+
+/* An engine made stopped, so that settings can go in before its start. */
+static sl__engine *engine_gather(job *j, int threads, bool ordered,
+                                 size_t window, bool gather) {
+  sl__engine_opts o = {"test stage", "sl-test", threads, ordered, window};
+  sl__engine *e = NULL;
+  ASSERT_OK(sl__engine_create(&ops, j, &o, &e));
+  sl__engine_set_spin(e, false); /* sleeps only: they are what is counted */
+  sl__engine_set_gather(e, gather);
+  ASSERT_OK(sl__engine_start(e));
+  return e;
+}
+
+TEST(a_gathering_consumer_sleeps_once_per_many_results) {
+  /* One worker at ~5 us an item, a consumer that takes each at once: woken
+   * per deposit (a few items), it sleeps hundreds of times a pass; gathering,
+   * once per up to GATHER_MAX items.  The results are the same.  Counted:
+   * the sleeps a worker's signal ended (a loaded machine that stops the
+   * worker for longer than a gathering sleep lasts ends some by their
+   * timeout instead); up to three tries, for a machine that busy. */
+  enum { N = 4000 };
+  static int64_t v[N];
+  bool fewer = false;
+  for (int attempt = 0; attempt < 3 && !fewer; attempt++) {
+    uint64_t woken[2];
+    for (int g = 0; g < 2; g++) {
+      job j;
+      job_init(&j, N);
+      j.busy_ns = 5000;
+      sl__engine *e = engine_gather(&j, 1, true, 0, g == 1);
+      size_t n;
+      ASSERT_RC(drain(e, v, N, &n), SL_EOF);
+      ASSERT_EQ(n, N);
+      for (size_t i = 0; i < n; i++)
+        ASSERT_EQ(v[i], 10 * (int64_t)i);
+      uint64_t late = 0;
+      woken[g] = sl__engine_sleeps(e, &late) - late;
+      job_free(&j, e);
+    }
+    fprintf(stderr,
+            "woken per %d items: %llu per deposit, %llu gathering\n", N,
+            (unsigned long long)woken[0], (unsigned long long)woken[1]);
+    fewer = woken[1] * 2 < woken[0] && woken[1] <= N / 8;
+  }
+  ASSERT_TRUE(fewer);
+}
+
+/* One pass's values and its end, for comparing two engines. */
+typedef struct pass_out {
+  size_t n;
+  int rc;
+  char msg[128];
+} pass_out;
+
+static void drain_pass(sl__engine *e, int64_t *v, size_t cap, pass_out *p) {
+  p->rc = drain(e, v, cap, &p->n);
+  snprintf(p->msg, sizeof p->msg, "%s", p->rc == SL_EOF ? "" : sl_last_error());
+}
+
+TEST(gathering_gives_the_same_results_errors_and_ends_for_any_window) {
+  /* Against the same engine woken per deposit: every value in place, a
+   * process error at the same place with the same message, drops, windows
+   * smaller than GATHER_MAX (want is at most half the window), 1-4 workers,
+   * three passes each (stop, reset, start). */
+  enum { N = 1500 };
+  static int64_t a[N], b[N];
+  const size_t windows[] = {2, 3, 8, 64, 0};
+  for (int threads = 1; threads <= 4; threads++) {
+    for (size_t wi = 0; wi < sizeof windows / sizeof *windows; wi++) {
+      for (int kind = 0; kind < 3; kind++) {
+        job j[2];
+        sl__engine *e[2];
+        for (int g = 0; g < 2; g++) {
+          job_init(&j[g], N);
+          j[g].busy_ns = 2000;
+          if (kind == 1) j[g].fail_at = 1001;
+          if (kind == 2) j[g].drop_mod = 7;
+          e[g] = engine_gather(&j[g], threads, true, windows[wi], g == 1);
+        }
+        for (int pass = 0; pass < 3; pass++) {
+          pass_out pa, pb;
+          drain_pass(e[0], a, N, &pa);
+          drain_pass(e[1], b, N, &pb);
+          ASSERT_EQ(pa.rc, pb.rc);
+          ASSERT_STREQ(pa.msg, pb.msg);
+          ASSERT_EQ(pa.n, pb.n);
+          size_t want = kind == 1 ? 1001 : N;
+          for (int64_t x = 0; kind == 2 && x < N; x++)
+            want -= x % 7 == 1;
+          ASSERT_EQ(pa.n, want);
+          ASSERT_TRUE(memcmp(a, b, pa.n * sizeof *a) == 0);
+          for (int g = 0; g < 2; g++) {
+            sl__engine_stop(e[g]);
+            ASSERT_OK(sl_reader_reset(j[g].up));
+            ASSERT_OK(sl__engine_start(e[g]));
+          }
+        }
+        for (int g = 0; g < 2; g++)
+          job_free(&j[g], e[g]);
+      }
+    }
+  }
+}
+
+TEST(a_worker_waiting_for_the_budget_wakes_a_gathering_consumer) {
+  /* A budget of three results: the worker fills it and must wait for the
+   * consumer to take them.  It wakes the consumer, whatever it gathers for,
+   * instead of leaving it to sleep out its time (GATHER_NS) each time. */
+  enum { N = 3000 };
+  static int64_t v[N];
+  sl_sample *probe = NULL;
+  sl_reader *one = test_range_reader(1);
+  ASSERT_OK(sl_reader_next(one, &probe));
+  uint64_t item = sl_sample_nbytes(probe);
+  sl_sample_release(probe);
+  sl_reader_destroy(one);
+  job j;
+  job_init(&j, N);
+  sl__engine_opts o = {"test stage", "sl-test", 1, true, 0};
+  sl__engine *e = NULL;
+  ASSERT_OK(sl__engine_create(&ops, &j, &o, &e));
+  sl__engine_set_spin(e, false);
+  sl__engine_set_gather(e, true);
+  sl__budget *b = sl__budget_new(3 * item);
+  sl__budget_acct *acct = sl__budget_acct_new(b, "test stage");
+  sl__budget_drop(b); /* the account holds it */
+  sl__engine_set_budget(e, acct);
+  ASSERT_OK(sl__engine_start(e));
+  size_t n = 0;
+  for (;;) { /* as a stage's next: the sample handed out last has left */
+    sl__budget_drop_carry(acct);
+    sl_sample *s = NULL;
+    int rc = sl__engine_next(e, &s);
+    if (rc == SL_EOF) break;
+    ASSERT_OK(rc);
+    ASSERT_TRUE(n < N);
+    v[n++] = test_sample_i64(s, 0);
+    sl_sample_release(s);
+  }
+  ASSERT_EQ(n, N);
+  for (size_t i = 0; i < n; i++)
+    ASSERT_EQ(v[i], 10 * (int64_t)i);
+  uint64_t late = 0, sleeps = sl__engine_sleeps(e, &late);
+  fprintf(stderr, "%llu sleeps, %llu timed out\n", (unsigned long long)sleeps,
+            (unsigned long long)late);
+  ASSERT_TRUE(late <= 20); /* waking the consumer: ~0; leaving it: ~N / 3 */
+  ASSERT_TRUE(sl__budget_acct_peak(acct) <= 3 * item);
+  job_free(&j, e);
+  sl__budget_acct_free(acct);
 }
 
 TEST(thread_counts_beyond_the_limit_are_refused) {

@@ -4,6 +4,9 @@
  */
 #include "stages/engine_stage.h"
 
+#include <stdlib.h>
+#include <string.h>
+
 /* A skipped item, on the consumer's thread in delivery order. */
 static int skipped(void *ud, uint64_t seq, const char *note) {
   sl__engine_stage *b = ud;
@@ -35,6 +38,11 @@ int sl__engine_stage_init(sl__engine_stage *b, sl_reader *up,
                                       : SL__EPOS_LOG,
                       cfg->what);
   SL_FORWARD_IF_ERROR(sl__engine_create(cfg->ops, b, &cfg->opts, &b->engine));
+  /* Its consumer takes item after item (a batch above, the next stage):
+   * woken per several results when the workers are the slower side
+   * (SLUICE_GATHER=0: per deposit, for comparisons). */
+  const char *env = getenv("SLUICE_GATHER");
+  sl__engine_set_gather(b->engine, !(env && strcmp(env, "0") == 0));
   if (b->ignore_cap) sl__engine_on_skip(b->engine, skipped);
   return SL_OK;
 }

@@ -81,6 +81,21 @@
  *             more runnable threads than CPUs
  *             (sl__cpus_oversubscribed): it would take a CPU from a thread
  *             with work, the trainer's included.
+ *   gather    A consumer that keeps finding nothing ready (its workers are
+ *             the slower side: a Lua map feeding a batch) is woken per
+ *             several results, not per deposit (sl__engine_set_gather;
+ *             ordered engines without max_bytes): it sleeps wanting `want`
+ *             results in order from next_out (or the end of the pass), and
+ *             a depositing worker signals it only when they are there.
+ *             `want` doubles after each sleep they ended, up to GATHER_MAX
+ *             and half the window (so the workers can always make them
+ *             without the consumer), and halves after a sleep that ran
+ *             GATHER_NS (a timed wait) without them.  Whatever the
+ *             consumer needs to take first wakes it at once: a full window
+ *             (a worker about to wait for room), a worker about to wait
+ *             for the memory budget (`blocked`), the end of the pass.
+ *             Output and order are unchanged; only wake-ups are saved
+ *             (PERFORMANCE.md, "Waking the consumer in bulk").
  *   many      With a process_many callback an item's results are one
  *             R_MANY result (an array of samples) in the item's one slot:
  *             the window, the ring and the cache count items.  The consumer
@@ -127,8 +142,8 @@
  *
  * Shared fields and what protects them:
  *   mu protects: win, ring_head, ring_len, pull_seq, next_out, term,
- *     term_seq, pulling, pull_done, idle, woken, consumer_sleeping, depth,
- *     bytes, active.
+ *     term_seq, pulling, pull_done, idle, woken, consumer_sleeping, want,
+ *     blocked, depth, bytes, active.
  *   tune, claimed: consumer-only; tune_busy_ns: atomic, added by workers.
  *   ops.pull: the worker holding the pull turn (`pulling`, handed over
  *     under mu); nobody while stopped.
@@ -138,16 +153,16 @@
  *     unlocked by the spinning consumer.
  *   worker wctx, ready, ns_per_item, in[], out[]: that worker's thread while
  *     it runs, the consumer otherwise (pthread_create / join order them).
- *   cache, cache_pos, cache_len, spin_skip, spin_backoff, spins, running,
- *     thread,
- *     seen: consumer-only.
+ *   cache, cache_pos, cache_len, spin_skip, spin_backoff, spins, sleeps,
+ *     late, gather_next, running, thread, seen: consumer-only.
  *   ops, ud, stage, ordered, window, batch_max, nthreads, spin, max_bytes,
- *     finish, on_thread: immutable.
+ *     finish, on_thread, gather: immutable.
  */
 #include "sync/engine.h"
 #include "sync/budget.h"
 #include "sync/tune.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <time.h>
 
@@ -156,6 +171,8 @@
 #define CACHE 16              /* results the consumer takes per lock trip */
 #define SPIN_NS 15000         /* a spin's longest: under a wake-up's cost */
 #define SPIN_BACKOFF_MAX 64   /* waits without a spin after missed spins */
+#define GATHER_MAX 32         /* gather: results a sleeping consumer waits for */
+#define GATHER_NS 500000      /* gather: a sleep's longest while it waits for more */
 
 static inline void cpu_pause(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -216,6 +233,7 @@ struct sl__engine {
   bool ordered;
   bool spin; /* a spare CPU for the consumer to spin on */
   bool autotune; /* threads = SL__THREADS_AUTO */
+  bool gather;   /* sl__engine_set_gather: wake the consumer in bulk */
   int nthreads;
   size_t window, batch_max;
 
@@ -246,6 +264,8 @@ struct sl__engine {
   int idle;               /* workers waiting on work_cv */
   int woken;              /* of those, signalled and not yet running */
   bool consumer_sleeping; /* the consumer waits on out_cv */
+  size_t want;            /* gather: ready results that wake it (>= 1) */
+  int blocked;            /* workers waiting for the memory budget */
   atomic_uint published;
   atomic_bool stop;
   sl__stage_counters stats; /* busy: running batches; wait_up: for the pull
@@ -258,8 +278,10 @@ struct sl__engine {
   int seen;              /* SL__ENGINE_SEEN_*: what the last fill found */
   unsigned spin_skip;    /* waits left to sleep through without a spin */
   uint64_t spins;        /* spins begun (sl__engine_spins) */
+  uint64_t sleeps, late; /* sleeps, gathering ones timed out (_sleeps) */
   unsigned spin_backoff; /* 0 after a spin that met a result, else the
                             last skip, doubling per miss */
+  size_t gather_next;    /* gather: the `want` of the next sleep */
   worker *w;             /* nthreads */
   sl__tune tune;         /* auto: the tuner */
   int claimed;           /* auto: running workers claimed in the ledger */
@@ -315,14 +337,36 @@ static void send_wakes(sl__engine *e, const wakes *wk) {
     pthread_cond_signal(&e->work_cv);
 }
 
+/* Whether the sleeping consumer should be woken: its next result is there
+ * and, gathering (want > 1), so are the want - 1 after it, or the end of the
+ * pass, or the workers cannot add more without it (the window is full, a
+ * worker waits for the memory budget).  Caller holds mu. */
+static bool consumer_wanted(const sl__engine *e) {
+  if (!consumer_ready(e)) return false;
+  if (e->want <= 1 || !e->ordered || e->blocked > 0 || room(e) == 0)
+    return true;
+  for (size_t k = 0; k < e->want; k++) {
+    const result *r = &e->win[(e->next_out + k) % e->window];
+    if (r->kind == R_EMPTY) return false;
+    if (R_IS_END(r->kind)) return true;
+  }
+  return true;
+}
+
+/* Wakes the consumer when it sleeps and what it waits for is there (any
+ * result: `any`); one signal per sleep.  Caller holds mu. */
+static void wake_consumer_if(sl__engine *e, wakes *wk, bool any) {
+  if (e->consumer_sleeping && (any ? consumer_ready(e) : consumer_wanted(e))) {
+    e->consumer_sleeping = false;
+    wk->consumer = true;
+  }
+}
+
 /* Wakes the consumer when it sleeps and its result is there; one signal per
  * sleep.  Caller holds mu. */
 static void wake_consumer(sl__engine *e, wakes *wk) {
   atomic_fetch_add_explicit(&e->published, 1, memory_order_release);
-  if (e->consumer_sleeping && consumer_ready(e)) {
-    e->consumer_sleeping = false;
-    wk->consumer = true;
-  }
+  wake_consumer_if(e, wk, false);
 }
 
 /* Wakes one idle worker when the window has room and the pull turn is free;
@@ -393,20 +437,37 @@ static void raise_est(sl__engine *e, uint64_t n) {
     ;
 }
 
+/* A worker is about to wait for the memory budget (`on`), or is done
+ * waiting: while one waits, a gathering consumer is woken by any result,
+ * since only its taking may free the room.  Takes mu. */
+static void budget_blocked(sl__engine *e, bool on) {
+  wakes wk = {false, false, false};
+  pthread_mutex_lock(&e->mu);
+  e->blocked += on ? 1 : -1;
+  if (on) wake_consumer_if(e, &wk, true);
+  pthread_mutex_unlock(&e->mu);
+  send_wakes(e, &wk);
+}
+
 /* Room for the next item: waiting (first of a run) or only trying.
  * Returns SL_OK, 1 (no room: end the run), or an error. */
 static int budget_room(sl__engine *e, worker *w, sl__budget_acct *a,
                        bool wait) {
-  if (!atomic_load_explicit(&e->sized, memory_order_acquire)) {
-    if (!wait) return 1;
-    SL_FORWARD_IF_ERROR(sl__budget_wait_empty(a, &e->stop));
-  }
   uint64_t n = atomic_load_explicit(&e->est, memory_order_relaxed);
-  if (!wait) {
-    if (!sl__budget_try(a, n)) return 1;
-  } else {
-    SL_FORWARD_IF_ERROR(sl__budget_reserve(a, n, &e->stop));
+  bool sized = atomic_load_explicit(&e->sized, memory_order_acquire);
+  if (sized && n <= sl__budget_cap(sl__budget_of(a)) && sl__budget_try(a, n)) {
+    w->spare = n;
+    return SL_OK;
   }
+  if (!wait) return 1;
+  budget_blocked(e, true);
+  int rc = sized ? SL_OK : sl__budget_wait_empty(a, &e->stop);
+  if (rc == SL_OK) {
+    n = atomic_load_explicit(&e->est, memory_order_relaxed);
+    rc = sl__budget_reserve(a, n, &e->stop);
+  }
+  budget_blocked(e, false);
+  SL_FORWARD_IF_ERROR(rc);
   w->spare = n;
   return SL_OK;
 }
@@ -623,6 +684,11 @@ static bool take_turn(sl__engine *e, worker *w, size_t want, uint64_t *base,
       continue;
     }
     if (!e->pulling && room(e) > 0) break;
+    if (room(e) == 0) { /* a gathering consumer must take what is there */
+      wakes wk = {false, false, false};
+      wake_consumer_if(e, &wk, true);
+      if (wk.consumer) pthread_cond_signal(&e->out_cv);
+    }
     atomic_uint_least64_t *why =
         room(e) == 0 ? &e->stats.wait_down_ns : &e->stats.wait_up_ns;
     uint64_t t0 = sl__stat_start();
@@ -828,6 +894,7 @@ static void drop_pending(sl__engine *e) {
   e->bytes = 0;
   e->idle = e->woken = 0;
   e->consumer_sleeping = false;
+  e->want = 1;
   sl__budget_acct *a = acct_of(e);
   if (a) sl__budget_release_all(a);
 }
@@ -913,6 +980,44 @@ static void autotune_tick(sl__engine *e, uint64_t waited, int n) {
   if (now > was) pthread_cond_broadcast(&e->park_cv);
   pthread_mutex_unlock(&e->mu);
   atomic_store_explicit(&e->stats.threads_active, now, memory_order_relaxed);
+}
+
+/* gather: how many ready results wake the consumer this sleep, from the
+ * last sleeps (doubling after one that they ended, halving after one that
+ * ran GATHER_NS without them), at most half the window so that the workers
+ * can always make them.  1: any result.  Caller holds mu. */
+static size_t gather_want(const sl__engine *e) {
+  if (!e->gather || !e->ordered || e->max_bytes || e->blocked > 0) return 1;
+  size_t most = SL_MIN((size_t)GATHER_MAX, SL_MIN(e->depth, e->window) / 2);
+  return SL_MAX(1, SL_MIN(e->gather_next, most));
+}
+
+/* The consumer sleeps until woken (wake_consumer) or, gathering, for at most
+ * GATHER_NS: its workers are the slower side, so waking it for every
+ * deposit costs a wake-up per few results where one per `want` would do.
+ * Caller holds mu. */
+static void consumer_sleep(sl__engine *e) {
+  e->want = gather_want(e);
+  e->consumer_sleeping = true;
+  e->sleeps++;
+  if (e->want > 1) {
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_nsec += GATHER_NS;
+    if (until.tv_nsec >= 1000000000L) {
+      until.tv_sec++;
+      until.tv_nsec -= 1000000000L;
+    }
+    bool late =
+        pthread_cond_timedwait(&e->out_cv, &e->mu, &until) == ETIMEDOUT;
+    e->gather_next = late ? e->want / 2 : e->want * 2;
+    e->late += late;
+  } else {
+    pthread_cond_wait(&e->out_cv, &e->mu);
+    e->gather_next = 2;
+  }
+  e->consumer_sleeping = false;
+  e->want = 1;
 }
 
 /* Moves ready results into the cache, waiting while there are none. */
@@ -1004,9 +1109,7 @@ static void fill_cache(sl__engine *e) {
       pthread_mutex_lock(&e->mu);
       continue;
     }
-    e->consumer_sleeping = true;
-    pthread_cond_wait(&e->out_cv, &e->mu);
-    e->consumer_sleeping = false;
+    consumer_sleep(e);
   }
   /* Room was made: wake an idle worker, at most once per fill. */
   wakes wk = {false, false, false};
@@ -1139,6 +1242,10 @@ void sl__engine_on_skip(sl__engine *e, sl__engine_skip_fn skipped) {
   e->skipped = skipped;
 }
 
+void sl__engine_set_gather(sl__engine *e, bool gather) {
+  e->gather = gather;
+}
+
 void sl__engine_set_spin(sl__engine *e, bool spin) {
   e->spin = spin && sl__cpu_count() > e->nthreads;
 }
@@ -1185,6 +1292,11 @@ const atomic_bool *sl__engine_stop_flag(const sl__engine *e) {
 }
 
 uint64_t sl__engine_spins(const sl__engine *e) { return e->spins; }
+
+uint64_t sl__engine_sleeps(const sl__engine *e, uint64_t *timeouts) {
+  if (timeouts) *timeouts = e->late;
+  return e->sleeps;
+}
 
 int sl__engine_threads(const sl__engine *e) {
   return e->nthreads;
@@ -1242,7 +1354,11 @@ int sl__engine_create(const sl__engine_ops *ops, void *ud,
   pthread_mutex_init(&e->mu, NULL);
   pthread_mutex_init(&e->pull_mu, NULL);
   pthread_cond_init(&e->work_cv, NULL);
-  pthread_cond_init(&e->out_cv, NULL);
+  pthread_condattr_t mono; /* the consumer's timed sleep (gather) */
+  pthread_condattr_init(&mono);
+  pthread_condattr_setclock(&mono, CLOCK_MONOTONIC);
+  pthread_cond_init(&e->out_cv, &mono);
+  pthread_condattr_destroy(&mono);
   pthread_cond_init(&e->park_cv, NULL);
   atomic_init(&e->tune_busy_ns, 0);
   atomic_init(&e->stop, false);
@@ -1263,6 +1379,7 @@ int sl__engine_create(const sl__engine_ops *ops, void *ud,
   sl__tune_init(&e->tune, nthreads, e->active);
   /* Spinning only pays when the workers leave a CPU free for it. */
   e->spin = sl__cpu_count() > nthreads;
+  e->want = e->gather_next = 1;
   /* 128+ in flight: enough to amortise a hand-off over many items
    * (docs/PERFORMANCE.md, the Lua layer). */
   size_t dflt = (size_t)nthreads * 32;

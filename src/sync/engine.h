@@ -105,6 +105,12 @@ void sl__engine_set_cache(sl__engine *e, int cache);
  * a chunk each), where the spin seldom meets a result and only burns
  * CPU. */
 void sl__engine_set_spin(sl__engine *e, bool spin);
+/* Whether a consumer that keeps waiting for its workers is woken per several
+ * results rather than per deposit (engine.c, "gather"; default off): for a
+ * stage whose consumer takes many items in a row (a map under a batch).
+ * Only wake-ups change, never the results or their order; an ordered
+ * engine without max_bytes only.  Before the first start. */
+void sl__engine_set_gather(sl__engine *e, bool gather);
 
 /* Item `seq` giving any number of results (open_files: one chunk in, its
  * records out), on a worker thread.  On SL__ENGINE_OUT (or UNCHECKED:
@@ -235,6 +241,10 @@ const atomic_bool *sl__engine_stop_flag(const sl__engine *e);
 /* The spins the consumer began since creation (tests: none while the
  * machine is oversubscribed, sl__cpus_oversubscribed).  The consumer's. */
 uint64_t sl__engine_spins(const sl__engine *e);
+/* The times the consumer slept waiting for results since creation, and of
+ * those (timeouts, may be NULL) the gathering sleeps that ran out their
+ * time (engine.c, "gather").  The consumer's. */
+uint64_t sl__engine_sleeps(const sl__engine *e, uint64_t *timeouts);
 
 /* The workers started (threads, SL__THREADS_AUTO resolved), and of those
  * the ones running now (auto: the tuner's choice; else all).  threads:
