@@ -237,6 +237,25 @@ describe("map and batch fused", function()
     p:close()
   end)
 
+  it("fuses every row of a map with a schema built long before its batch", function()
+    -- A map whose schema is given starts at its first next: a trainer that
+    -- does other work between p:map() and p:batch() still gets every row
+    -- of the first pass fused (a map that started at once would have made
+    -- its first outputs unfused while no batch was there to take them).
+    pcall(ffi.cdef, "int usleep(unsigned int usec);")
+    local schema = {{"i", "i64", {}}, {"v", "f32", {3}}, {"j", "i64", {}}}
+    for _, threads in ipairs({1, 2}) do
+      local m = sluice.range(60):map(fn, {threads = threads, schema = schema})
+      ffi.C.usleep(50000) -- time enough for the workers to fill their window
+      local p = m:batch(6)
+      local rows = 0
+      for b in p:iter() do rows = rows + b.i.shape[1] end
+      assert.are.equal(60, rows)
+      assert.are.equal(60, fused_rows(p))
+      p:close()
+    end
+  end)
+
   it("closes mid-pass with the rows of several batches in flight", function()
     for _, threads in ipairs({1, 2, 4}) do
       local p = build(5000, threads, true, {size = 16})

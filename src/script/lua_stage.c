@@ -380,7 +380,11 @@ int sl__lua_stage(sl_reader *up, sl__lua_kind kind, sl__shipped *fn,
    * parser's rows are inferred with variable lengths already). */
   if (rc == SL_OK && (schema || kind == SL__LUA_FILTER))
     sl__lua_base_fix_schema(&st->b, schema);
-  if (rc == SL_OK) rc = sl__engine_stage_start(&st->b.run);
+  /* A map whose schema is known starts at its first next, so that a batch
+   * built on it fuses with it (rows.h) before it makes any output; one that
+   * must learn its schema starts now to see its first output. */
+  if (rc == SL_OK && !(kind == SL__LUA_MAP && st->b.schema))
+    rc = sl__engine_stage_start(&st->b.run);
   if (rc == SL_OK && !st->b.schema)
     rc = sl__lua_base_learn_schema(
         &st->b, kind == SL__LUA_MAP ? sl_reader_schema(up) : NULL, NULL);
