@@ -681,6 +681,46 @@ TEST(ledger_wakes_only_when_a_reservation_fits) {
   sl__budget_acct_free(y);
 }
 
+/* Resident bytes (a stage's own memory: a worker Lua state's heap, a
+ * reader's buffers): in the total, the account's held bytes and peaks, but
+ * not in whether it holds nothing (it may still take one item at once), not
+ * released by a stop (release_all), and released by the account's free. */
+TEST(ledger_resident_bytes) {
+  sl__budget_acct *x, *y;
+  sl__budget *b = two_accounts(1000, &x, &y, 0, 0);
+  sl__budget_resident(x, 0, 700);
+  ASSERT_EQ(sl__budget_held(b), 700);
+  ASSERT_EQ(sl__budget_acct_held(x), 700);
+  ASSERT_EQ(sl__budget_acct_resident(x), 700);
+  ASSERT_EQ(sl__budget_acct_peak(x), 700);
+  ASSERT_EQ(sl__budget_peak(b), 700);
+  /* x holds no item: it may take one, whatever the room */
+  ASSERT_TRUE(sl__budget_try(x, 500));
+  ASSERT_EQ(sl__budget_acct_held(x), 1200);
+  ASSERT_EQ(sl__budget_acct_peak(x), 1200);
+  ASSERT_TRUE(!sl__budget_try(x, 1)); /* now it holds one: no room */
+  ASSERT_OK(sl__budget_wait_empty(y, NULL));
+  /* a stop releases the item, not the resident bytes */
+  sl__budget_release_all(x);
+  ASSERT_EQ(sl__budget_acct_held(x), 700);
+  ASSERT_EQ(sl__budget_held(b), 700);
+  /* y waits for room the resident bytes take; shrinking them wakes it */
+  ASSERT_OK(sl__budget_reserve(y, 100, NULL));
+  waiter w;
+  pthread_t t;
+  start_waiter(&w, y, 300, &t);
+  sleep_ms(20);
+  ASSERT_EQ(atomic_load(&w.done), 0);
+  sl__budget_resident(x, 700, 600);
+  pthread_join(t, NULL);
+  ASSERT_EQ(atomic_load(&w.rc), SL_OK);
+  ASSERT_EQ(sl__budget_held(b), 1000);
+  ASSERT_EQ(sl__budget_acct_resident(x), 600);
+  sl__budget_acct_free(x); /* its resident bytes go with it */
+  ASSERT_EQ(sl__budget_held(b), 400);
+  sl__budget_acct_free(y);
+}
+
 /* A source of n with a budget -> widening map on 3 threads. */
 static sl_reader *budgeted_wide_map(int64_t n, uint64_t budget) {
   sl_reader *src = test_range_reader(n);
