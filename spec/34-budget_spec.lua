@@ -289,7 +289,7 @@ describe("worker Lua heaps under a budget", function()
     collectgarbage("stop")
     local t = {}
     for k = 1, 2000 do t[k] = {k} end
-    s.heap = collectgarbage("count")
+    s.heap = math.floor(collectgarbage("count")) -- i64 always
     return s
   end
 
@@ -329,7 +329,7 @@ describe("worker Lua heaps under a budget", function()
   it("charges nothing without a budget, and the heap is the function's",
      function()
     local p = sluice.range(50):budget(false):map(function(s)
-      s.heap = collectgarbage("count")
+      s.heap = math.floor(collectgarbage("count")) -- i64 always
       return s
     end, {threads = 2})
     for _ in p:iter() do end
