@@ -289,6 +289,7 @@ describe("worker Lua heaps under a budget", function()
     collectgarbage("stop")
     local t = {}
     for k = 1, 2000 do t[k] = {k} end
+    assert(#t == 2000)
     s.heap = math.floor(collectgarbage("count")) -- i64 always
     return s
   end
@@ -301,10 +302,11 @@ describe("worker Lua heaps under a budget", function()
       if kind == "map" then
         p = src:map(garbage, {threads = 2})
       elseif kind == "filter" then
-        p = src:filter(function(s)
+        p = src:filter(function()
           collectgarbage("stop")
           local t = {}
           for k = 1, 2000 do t[k] = {k} end
+          assert(#t == 2000)
           return collectgarbage("count") < 8 * 1024 -- else: dropped
         end, {threads = 2})
       else
