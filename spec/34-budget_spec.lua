@@ -277,3 +277,65 @@ describe("bucket_batch under a budget", function()
     p:close()
   end)
 end)
+
+-- The worker Lua states' heaps (src/script/lua_heap.c): each state's heap
+-- above its size once made is charged to its stage, and collected when the
+-- growth does not fit the budget.  The functions stop their state's own
+-- collector, so only the budget's collections bound the heap.
+describe("worker Lua heaps under a budget", function()
+  -- per call: ~100 KiB of garbage (2000 small tables); s.heap: the heap in
+  -- KiB after it
+  local function garbage(s)
+    collectgarbage("stop")
+    local t = {}
+    for k = 1, 2000 do t[k] = {k} end
+    assert(#t == 2000)
+    s.heap = math.floor(collectgarbage("count")) -- i64 always
+    return s
+  end
+
+  for _, kind in ipairs({"map", "filter", "flat_map"}) do
+    it("charges a " .. kind .. "'s heaps and keeps them bounded", function()
+      local n = 2000
+      local src = sluice.range(n):budget("2MiB")
+      local p
+      if kind == "map" then
+        p = src:map(garbage, {threads = 2})
+      elseif kind == "filter" then
+        p = src:filter(function()
+          collectgarbage("stop")
+          local t = {}
+          for k = 1, 2000 do t[k] = {k} end
+          assert(#t == 2000)
+          return collectgarbage("count") < 8 * 1024 -- else: dropped
+        end, {threads = 2})
+      else
+        p = src:flat_map(function(s) return {garbage(s)} end, {threads = 2})
+      end
+      local i, most = 0, 0
+      for s in p:iter() do
+        i = i + 1
+        if kind ~= "filter" then most = math.max(most, s.heap) end
+      end
+      assert.equal(n, i) -- a filter drops a sample past 8 MiB of heap
+      local st = row(p:stats(), kind)
+      -- charged: more than the samples' bytes (16 each, a few in flight)
+      assert.is_true(st.bytes_peak >= 256 * 1024, tostring(st.bytes_peak))
+      assert.is_true(st.bytes_held <= st.bytes_peak)
+      -- bounded: ~200 MiB per state if nothing collected it
+      assert.is_true(most < 8 * 1024, tostring(most))
+      p:close()
+    end)
+  end
+
+  it("charges nothing without a budget, and the heap is the function's",
+     function()
+    local p = sluice.range(50):budget(false):map(function(s)
+      s.heap = math.floor(collectgarbage("count")) -- i64 always
+      return s
+    end, {threads = 2})
+    for _ in p:iter() do end
+    assert.equal(0, row(p:stats(), "map").bytes_peak)
+    p:close()
+  end)
+end)

@@ -10,12 +10,18 @@
  * the ledger itself: reserve waits, release wakes (only when a waiter can
  * go on), close ends the wait.  The default budget (a share of
  * SLUICE_MEMORY_LIMIT, or none when marked), and the rows of a batch or
- * padded_batch being built, charged.  In the TSan suite (make tsan). */
+ * padded_batch being built, charged.  Resident bytes (a stage's own
+ * memory) in the ledger; an SLR reader's buffers and frame cache,
+ * open_files' workers' files and pack's rows, charged.  In the TSan suite
+ * (make tsan). */
 #include "test.h"
 #include "test_util.h"
 
 #include "stages/reader_impl.h"
+#include "stages/state.h"
 #include "sync/budget.h"
+
+#include "sluice/open.h"
 
 #include <pthread.h>
 #include <time.h>
@@ -681,6 +687,46 @@ TEST(ledger_wakes_only_when_a_reservation_fits) {
   sl__budget_acct_free(y);
 }
 
+/* Resident bytes (a stage's own memory: a worker Lua state's heap, a
+ * reader's buffers): in the total, the account's held bytes and peaks, but
+ * not in whether it holds nothing (it may still take one item at once), not
+ * released by a stop (release_all), and released by the account's free. */
+TEST(ledger_resident_bytes) {
+  sl__budget_acct *x, *y;
+  sl__budget *b = two_accounts(1000, &x, &y, 0, 0);
+  sl__budget_resident(x, 0, 700);
+  ASSERT_EQ(sl__budget_held(b), 700);
+  ASSERT_EQ(sl__budget_acct_held(x), 700);
+  ASSERT_EQ(sl__budget_acct_resident(x), 700);
+  ASSERT_EQ(sl__budget_acct_peak(x), 700);
+  ASSERT_EQ(sl__budget_peak(b), 700);
+  /* x holds no item: it may take one, whatever the room */
+  ASSERT_TRUE(sl__budget_try(x, 500));
+  ASSERT_EQ(sl__budget_acct_held(x), 1200);
+  ASSERT_EQ(sl__budget_acct_peak(x), 1200);
+  ASSERT_TRUE(!sl__budget_try(x, 1)); /* now it holds one: no room */
+  ASSERT_OK(sl__budget_wait_empty(y, NULL));
+  /* a stop releases the item, not the resident bytes */
+  sl__budget_release_all(x);
+  ASSERT_EQ(sl__budget_acct_held(x), 700);
+  ASSERT_EQ(sl__budget_held(b), 700);
+  /* y waits for room the resident bytes take; shrinking them wakes it */
+  ASSERT_OK(sl__budget_reserve(y, 100, NULL));
+  waiter w;
+  pthread_t t;
+  start_waiter(&w, y, 300, &t);
+  sleep_ms(20);
+  ASSERT_EQ(atomic_load(&w.done), 0);
+  sl__budget_resident(x, 700, 600);
+  pthread_join(t, NULL);
+  ASSERT_EQ(atomic_load(&w.rc), SL_OK);
+  ASSERT_EQ(sl__budget_held(b), 1000);
+  ASSERT_EQ(sl__budget_acct_resident(x), 600);
+  sl__budget_acct_free(x); /* its resident bytes go with it */
+  ASSERT_EQ(sl__budget_held(b), 400);
+  sl__budget_acct_free(y);
+}
+
 /* A source of n with a budget -> widening map on 3 threads. */
 static sl_reader *budgeted_wide_map(int64_t n, uint64_t budget) {
   sl_reader *src = test_range_reader(n);
@@ -860,4 +906,154 @@ TEST(cache_contents_are_charged) {
   ASSERT_OK(sl_reader_reset(r));
   ASSERT_EQ(held_of(r, "cache"), 0);
   sl_reader_destroy(r);
+}
+
+/* --- readers' own buffers ---------------------------------------------------
+ */
+
+/* Reads ids 0..n-1 from r in order; returns the most bytes stage `name`
+ * held after a sample. */
+static uint64_t read_ids(sl_reader *r, int64_t n, const char *name) {
+  uint64_t most = 0;
+  for (int64_t i = 0; i < n; i++) {
+    sl_sample *s = NULL;
+    ASSERT_RC(sl_reader_next(r, &s), SL_OK);
+    ASSERT_EQ(test_sample_i64(s, 0), i);
+    sl_sample_release(s);
+    uint64_t h = held_of(r, name);
+    if (h > most) most = h;
+  }
+  return most;
+}
+
+/* An SLR reader under a budget charges its file's buffers (the compressed
+ * payload, the decoded chunk, the zstd context) as resident bytes from its
+ * first chunk load: before, a source held nothing. */
+TEST(slr_reader_buffers_are_charged) {
+  const char *path = test_tmppath("budget", "ids.slr");
+  test_write_ids_slr(path, 0, 3000, 1000); /* 3 chunks of 8000+ raw bytes */
+  sl_reader *r = NULL;
+  ASSERT_OK(sl_slr_reader(path, NULL, 0, UINT64_MAX, &r));
+  ASSERT_OK(sl_reader_set_budget(r, 4 << 20));
+  ASSERT_EQ(held_of(r, "slr"), 0); /* nothing loaded yet */
+  read_ids(r, 1500, "slr");
+  uint64_t held = held_of(r, "slr");
+  /* the decoded chunk (1000 x 8 bytes and its offsets) and a zstd
+   * context (tens of KiB) at least */
+  ASSERT_TRUE(held >= 8000 + 16384);
+  ASSERT_LE(held, 4u << 20);
+  ASSERT_TRUE(sl__reader_budget_peak(r) >= held); /* the ledger's too */
+  sl_reader_destroy(r);
+}
+
+/* A framed SLR file read at random (sl__reader_fetch: a sampler's or a
+ * restore's path) charges its fetch contexts: scratch, zstd context and
+ * the frame cache's decoded frames. */
+TEST(slr_frame_cache_is_charged) {
+  const char *path = test_tmppath("budget", "framed.slr");
+  sl_schema *sc = sl_schema_new();
+  ASSERT_OK(sl_schema_add(sc, "id", SL_I64, 0, NULL));
+  sl_slr_writer *w;
+  sl_slr_writer_opts o = {.records_per_chunk = 1000};
+  ASSERT_OK(sl_slr_writer_open(path, sc, &o, &w));
+  sl_slr_frame_opts fo = {.frame_records = 100};
+  ASSERT_OK(sl_slr_writer_set_frames(w, &fo));
+  for (int64_t i = 0; i < 3000; i++) {
+    sl_sample *r = NULL;
+    ASSERT_OK(test_i64_sample(sc, i, &r));
+    ASSERT_OK(sl_slr_writer_append(w, r));
+    sl_sample_release(r);
+  }
+  ASSERT_OK(sl_slr_writer_close(w));
+  sl_schema_release(sc);
+  sl_reader *r = NULL;
+  ASSERT_OK(sl_slr_reader(path, NULL, 0, UINT64_MAX, &r));
+  ASSERT_OK(sl_reader_set_budget(r, 4 << 20));
+  const uint64_t at[] = {2999, 5, 1234, 777, 2000, 42};
+  for (size_t k = 0; k < sizeof at / sizeof at[0]; k++) {
+    sl_sample *s = NULL;
+    ASSERT_OK(sl__reader_fetch(r, 0, at[k], &s));
+    ASSERT_EQ(test_sample_i64(s, 0), (int64_t)at[k]);
+    sl_sample_release(s);
+  }
+  /* a zstd context and four decoded frames of 100 x 8 bytes at least */
+  uint64_t held = held_of(r, "slr");
+  ASSERT_TRUE(held >= 16384 + 4 * 800);
+  ASSERT_LE(held, 4u << 20);
+  sl_reader_destroy(r);
+}
+
+/* open_files under a budget: its window of units and each worker's open
+ * files (compressed payload, decoded chunk, zstd context) are charged; the
+ * pass still yields every record in order. */
+TEST(open_files_buffers_are_charged) {
+  const char *paths[2] = {test_tmppath("budget", "of0.slr"),
+                          test_tmppath("budget", "of1.slr")};
+  test_write_ids_slr(paths[0], 0, 3000, 1000);
+  test_write_ids_slr(paths[1], 3000, 3000, 1000);
+  sl_open_files_opts o = SL_OPEN_FILES_OPTS_INIT;
+  o.threads = 2;
+  o.buffer = 1; /* a unit (1000 samples, 8000 bytes) per worker ahead */
+  sl_reader *r = NULL;
+  ASSERT_OK(sl_open_files(paths, 2, &o, &r));
+  ASSERT_OK(sl_reader_set_budget(r, 4 << 20));
+  uint64_t most = read_ids(r, 6000, "open_files");
+  sl_sample *s = NULL;
+  ASSERT_RC(sl_reader_next(r, &s), SL_EOF);
+  /* a worker's file: a decoded chunk of 8000+ bytes and a zstd context
+   * (about 94 KiB); the units alone are a few of 8000 bytes */
+  ASSERT_TRUE(most >= 8000 + 65536);
+  ASSERT_TRUE(peak_of(r, "open_files") >= most);
+  ASSERT_LE(peak_of(r, "open_files"), 4u << 20);
+  sl_reader_destroy(r);
+}
+
+/* v -> {ids: i32[v % 50 + 1]}: documents of 1..50 tokens. */
+static sl_schema *g_docs;
+static int make_doc(void *ud, sl_sample *in, sl_sample **out) {
+  (void)ud;
+  int64_t v = test_sample_i64(in, 0), n = v % 50 + 1;
+  sl_sample_release(in);
+  sl_sample *s = sl_sample_new(g_docs);
+  int32_t *ids = NULL;
+  if (!s || sl_sample_alloc(s, 0, 1, &n, (void **)&ids) < 0) {
+    sl_sample_release(s);
+    return sl_set_error(SL_ENOMEM, "make_doc");
+  }
+  for (int64_t k = 0; k < n; k++)
+    ids[k] = (int32_t)(v + k);
+  *out = s;
+  return SL_OK;
+}
+
+/* pack under a budget: the rows it holds open (lookahead + 1 of 64 x 3
+ * i32) are charged as they open and go out as its carry (the stage above
+ * claims them); after the pass it holds nothing. */
+TEST(pack_rows_are_charged) {
+  if (!g_docs) {
+    int64_t any = -1;
+    g_docs = sl_schema_new();
+    ASSERT_OK(sl_schema_add(g_docs, "ids", SL_I32, 1, &any));
+  }
+  sl_reader *src = test_range_reader(2000);
+  ASSERT_OK(sl_reader_set_budget(src, 1 << 20));
+  sl_parallel_opts po = SL_PARALLEL_OPTS_INIT;
+  po.threads = 1;
+  sl_reader *m = NULL, *p = NULL;
+  ASSERT_OK(sl_map_parallel(src, make_doc, NULL, NULL, g_docs, &po, &m));
+  sl_pack_opts o = {.size = sizeof o, .seq_len = 64, .lookahead = 8};
+  ASSERT_OK(sl_pack(m, &o, &p));
+  const uint64_t row = 3 * 64 * sizeof(int32_t);
+  uint64_t rows = 0, tokens = 0;
+  sl_sample *s = NULL;
+  while (sl_reader_next(p, &s) == SL_OK) {
+    rows++;
+    ASSERT_LE(held_of(p, "pack"), 10 * row); /* 9 open, 1 going out */
+    sl_sample_release(s);
+  }
+  ASSERT_OK(sl_pack_stats(p, NULL, &tokens, NULL));
+  ASSERT_TRUE(rows > 100);
+  ASSERT_TRUE(peak_of(p, "pack") >= 4 * row); /* several rows open */
+  ASSERT_EQ(held_of(p, "pack"), 0);           /* all gone out */
+  sl_reader_destroy(p);
 }

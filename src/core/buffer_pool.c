@@ -120,6 +120,14 @@ size_t sl__buffer_pool_idle(sl__buffer_pool *p) {
   return n;
 }
 
+size_t sl__buffer_pool_idle_bytes(sl__buffer_pool *p) {
+  if (!p) return 0;
+  pthread_mutex_lock(&p->mu);
+  size_t n = p->idle_bytes;
+  pthread_mutex_unlock(&p->mu);
+  return n;
+}
+
 void sl__buffer_pool_release(sl__buffer_pool *p) {
   if (!p) return;
   pthread_mutex_lock(&p->mu);

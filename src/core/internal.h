@@ -215,8 +215,10 @@ sl_buffer *sl__buffer_pool_get(sl__buffer_pool *p, size_t size);
 /* The owner lets go: idle buffers are freed, buffers still out are freed
  * when released.  NULL-safe. */
 void sl__buffer_pool_release(sl__buffer_pool *p);
-/* Idle buffers now (tests). */
+/* Idle buffers now (tests), and their capacity in bytes (what the pool
+ * holds for its owner: the memory budget's charge).  0 for NULL. */
 size_t sl__buffer_pool_idle(sl__buffer_pool *p);
+size_t sl__buffer_pool_idle_bytes(sl__buffer_pool *p);
 /* sl_tensor_alloc with the buffer from `pool` (may be NULL). */
 int sl__tensor_alloc_pooled(sl__buffer_pool *pool, sl_tensor *t,
                             sl_dtype dtype, int rank, const int64_t *shape);

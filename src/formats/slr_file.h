@@ -112,6 +112,9 @@ struct sl_slr_file {
   pthread_mutex_t fetch_mu;  /* guards the idle contexts */
   bool fetch_mu_ok;          /* fetch_mu was initialised */
   slr_fetch_ctx *idle;       /* fetch contexts not in use */
+  /* what the fetch contexts hold (scratch, decoded frames, zstd contexts
+   * and windows), for the memory budget: any thread */
+  atomic_uint_least64_t fetch_bytes;
 };
 
 /* Whether the file may hold framed chunks (required feature 0x1). */
@@ -170,6 +173,17 @@ int sl__slr_framed_record(sl_slr_file *f, const slr_chunk *ch, uint32_t r,
 /* Loads and fully checks chunk c (reusing the cached decode when it is the
  * last one loaded).  On success *out points into the file's cache. */
 int sl__slr_load_chunk(sl_slr_file *f, uint64_t c, const slr_chunk **out);
+/* The memory the file holds to read (the memory budget, sync/budget.h):
+ * sl__slr_held_bytes, the sequential path's - its compressed payload
+ * buffer, its decoded chunk, the idle decoded buffers of its pool, its
+ * zstd context and dictionary window - on the thread that loads chunks
+ * (as sl__slr_load_chunk); the decoded chunk is counted whole, also while
+ * samples made from it (counted by the stages that hold them) refer to it.
+ * sl__slr_fetch_bytes: its fetch contexts' (sl_slr_fetch: scratch, the
+ * decoded frames of the frame cache, zstd contexts and windows), any
+ * thread. */
+uint64_t sl__slr_held_bytes(sl_slr_file *f);
+uint64_t sl__slr_fetch_bytes(const sl_slr_file *f);
 /* Record r of a loaded chunk as a new sample. */
 int sl__slr_chunk_record(sl_slr_file *f, const slr_chunk *ch, uint32_t r,
                          sl_sample **out);

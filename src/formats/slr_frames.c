@@ -358,6 +358,10 @@ void sl__slr_decoder_free(slr_decoder *d) {
 static int window_fit(sl_slr_file *f, uint64_t c, slr_decoder *d,
                       uint64_t raw) {
   if (d->win && raw <= d->room) return SL_OK;
+  /* a fetch context's window counts in fetch_bytes (the file's own, in
+   * sl__slr_held_bytes) */
+  if (d != &f->dec && d->win)
+    atomic_fetch_sub(&f->fetch_bytes, f->dict_len + d->room);
   size_t room = d->room ? d->room : (size_t)64 << 10;
   while (room < raw)
     room *= 2;
@@ -366,12 +370,16 @@ static int window_fit(sl_slr_file *f, uint64_t c, slr_decoder *d,
   d->ddict = NULL;
   d->room = 0;
   d->win = sl__malloc(f->dict_len + room);
+  if (d->win && d != &f->dec)
+    atomic_fetch_add(&f->fetch_bytes, f->dict_len + room);
   if (d->win) {
     memcpy(d->win, f->dict, f->dict_len);
     d->ddict = ZSTD_createDDict_advanced(d->win, f->dict_len, ZSTD_dlm_byRef,
                                          ZSTD_dct_auto, ZSTD_defaultCMem);
   }
   if (!d->ddict) {
+    if (d->win && d != &f->dec)
+      atomic_fetch_sub(&f->fetch_bytes, f->dict_len + room);
     sl__free(d->win);
     d->win = NULL;
     return sl_set_error(SL_ENOMEM,
@@ -511,6 +519,7 @@ static int scratch(sl_slr_file *f, slr_fetch_ctx *x, uint64_t n) {
   unsigned char *p = sl__realloc(x->stored, (size_t)n);
   SL_RETURN_ERROR_IF(!p, SL_ENOMEM, "%s: cannot allocate %llu bytes to fetch",
                      WHERE(f), (unsigned long long)n);
+  atomic_fetch_add(&f->fetch_bytes, n - x->cap);
   x->stored = p;
   x->cap = (size_t)n;
   return SL_OK;
@@ -555,6 +564,9 @@ static slr_fetch_ctx *ctx_get(sl_slr_file *f) {
     sl__free(x);
     x = NULL;
   }
+  if (x)
+    atomic_fetch_add(&f->fetch_bytes,
+                     sizeof *x + ZSTD_sizeof_DCtx(x->dec.dctx));
   if (!x) sl_set_error(SL_ENOMEM, "%s: cannot allocate a fetch context",
                        WHERE(f));
   return x;
@@ -623,10 +635,14 @@ static int fetch(sl_slr_file *f, slr_fetch_ctx *x, uint64_t c, uint32_t r,
     /* The slot's buffer is reused when no sample holds it any more. */
     if (s->buf && (sl__buffer_refcount(s->buf) != 1 ||
                    sl_buffer_size(s->buf) < fr->raw)) {
+      atomic_fetch_sub(&f->fetch_bytes, sl_buffer_size(s->buf));
       sl_buffer_release(s->buf);
       s->buf = NULL;
     }
-    if (!s->buf) s->buf = sl_buffer_new((size_t)SL_MAX(fr->raw, 8));
+    if (!s->buf) {
+      s->buf = sl_buffer_new((size_t)SL_MAX(fr->raw, 8));
+      if (s->buf) atomic_fetch_add(&f->fetch_bytes, sl_buffer_size(s->buf));
+    }
     SL_RETURN_ERROR_IF(!s->buf, SL_ENOMEM,
                        "%s: chunk %llu: cannot allocate %llu bytes for frame "
                        "%u",
@@ -651,6 +667,10 @@ static int fetch(sl_slr_file *f, slr_fetch_ctx *x, uint64_t c, uint32_t r,
   return sl__slr_record_decode(
       &f->layout, f->schema, s->buf,
       record_start(sl_buffer_data(s->buf), s->body, r - i * t->per), out);
+}
+
+uint64_t sl__slr_fetch_bytes(const sl_slr_file *f) {
+  return atomic_load_explicit(&f->fetch_bytes, memory_order_relaxed);
 }
 
 int sl_slr_fetch(sl_slr_file *f, uint64_t k, sl_sample **out) {

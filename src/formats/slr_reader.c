@@ -626,6 +626,14 @@ int sl__slr_load_chunk(sl_slr_file *f, uint64_t c, const slr_chunk **out) {
   return SL_OK;
 }
 
+uint64_t sl__slr_held_bytes(sl_slr_file *f) {
+  uint64_t n = f->stored_cap + sl__buffer_pool_idle_bytes(f->pool);
+  if (f->cache.raw) n += sl_buffer_size(f->cache.raw);
+  if (f->dec.dctx) n += ZSTD_sizeof_DCtx(f->dec.dctx);
+  if (f->dec.win) n += f->dict_len + f->dec.room;
+  return n;
+}
+
 int sl__slr_chunk_record(sl_slr_file *f, const slr_chunk *ch, uint32_t r,
                          sl_sample **out) {
   if (ch->frames) return sl__slr_framed_record(f, ch, r, out);

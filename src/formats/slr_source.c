@@ -19,6 +19,7 @@
  */
 #include "formats/slr_file.h"
 #include "stages/stage.h"
+#include "sync/budget.h"
 
 typedef struct slr_state {
   sl_slr_file *f;
@@ -31,7 +32,29 @@ typedef struct slr_state {
   sl__state_log log;
   uint64_t *bad;
   size_t nbad, bad_cap;
+  /* the memory budget (sync/budget.h): the account (set once, any time),
+   * the file's sequential part (the thread that reads in order) and what
+   * is charged (moved by exchange: fetches may run on other threads) */
+  sl__budget_acct *_Atomic acct;
+  atomic_uint_least64_t seq_bytes, charged;
 } slr_state;
+
+/* Charges the file's buffers to the account as resident bytes: `seq`, the
+ * sequential part measured again (after a chunk load), else the last. */
+static void charge(slr_state *s, bool seq) {
+  sl__budget_acct *a = atomic_load_explicit(&s->acct, memory_order_acquire);
+  if (!a) return;
+  if (seq) atomic_store(&s->seq_bytes, sl__slr_held_bytes(s->f));
+  uint64_t h = atomic_load(&s->seq_bytes) + sl__slr_fetch_bytes(s->f);
+  uint64_t old = atomic_exchange(&s->charged, h);
+  if (old != h) sl__budget_resident(a, old, h);
+}
+
+static void slr_budget(void *st, sl__budget_acct *acct) {
+  slr_state *s = st;
+  /* charged from the next chunk load (the reading thread's) */
+  atomic_store_explicit(&s->acct, acct, memory_order_release);
+}
 
 /* Notes a skipped chunk starting at record `first` (for a save). */
 static int note_bad(slr_state *s, uint64_t first) {
@@ -47,6 +70,7 @@ static int slr_next(void *st, sl_sample **out) {
       uint32_t n;
       sl__slr_chunk_span(s->f, c, &s->ch_first, &n);
       int rc = sl__slr_load_chunk(s->f, c, &s->ch);
+      charge(s, true);
       if (rc < 0) {
         s->ch = NULL;
         if (rc != SL_ECORRUPT || sl__slr_policy(s->f) != SL_CORRUPT_SKIP_CHUNK)
@@ -198,13 +222,19 @@ static int slr_fetch(sl_reader *r, void *st, uint64_t pass, uint64_t pos,
                      "slr: %s: sample %llu is past its %llu records",
                      sl_slr_path(s->f), (unsigned long long)pos,
                      (unsigned long long)(s->end - s->first));
-  if (sl__slr_framed(s->f)) return sl_slr_fetch(s->f, rec, out);
+  if (sl__slr_framed(s->f)) {
+    int rc = sl_slr_fetch(s->f, rec, out);
+    charge(s, false); /* any thread: the frame cache's part */
+    return rc;
+  }
   uint64_t c = sl_slr_chunk_of(s->f, rec), ch_first;
   uint32_t n;
   const slr_chunk *ch;
   sl__slr_chunk_span(s->f, c, &ch_first, &n);
   s->ch = NULL; /* the file's chunk cache moves: next reloads its own */
-  SL_FORWARD_IF_ERROR(sl__slr_load_chunk(s->f, c, &ch));
+  int rc = sl__slr_load_chunk(s->f, c, &ch);
+  charge(s, true);
+  SL_FORWARD_IF_ERROR(rc);
   return sl__slr_chunk_record(s->f, ch, (uint32_t)(rec - ch_first), out);
 }
 
@@ -226,6 +256,7 @@ static const sl__stage_ops slr_ops = {
     .identity = slr_identity,
     .check = slr_check,
     .fetch = slr_fetch,
+    .budget = slr_budget,
 };
 
 static int make(sl_slr_file *f, uint64_t first, uint64_t end, sl_reader **out) {
@@ -235,6 +266,9 @@ static int make(sl_slr_file *f, uint64_t first, uint64_t end, sl_reader **out) {
     return sl_set_error(SL_ENOMEM, "slr: cannot allocate a reader");
   }
   s->f = f;
+  atomic_init(&s->acct, NULL);
+  atomic_init(&s->seq_bytes, 0);
+  atomic_init(&s->charged, 0);
   s->first = s->pos = first;
   s->end = end;
   return sl__stage_new(&slr_ops, s, (sl_schema *)sl_slr_schema(f), NULL, 0,

@@ -41,6 +41,7 @@
  * (saved before mode 0 existed).
  */
 #include "lm/lm.h"
+#include "sync/budget.h"
 
 #include <stdatomic.h>
 #include <stdio.h>
@@ -50,6 +51,7 @@ typedef struct row {
                      NULL: a placeholder of a restore (goes out before k) */
   int64_t used;
   int32_t nseg;
+  uint64_t charged; /* its buffer's bytes charged to the budget, or 0 */
 } row;
 
 /* Where a row opened: document `doc`, its piece from token `from`, with
@@ -81,18 +83,41 @@ typedef struct pack_state {
   uint64_t *docs_at;    /* documents read at output k, at k % hist */
   snap *snaps;          /* where row r opened, at r % hist */
   int64_t *snap_used;   /* its open rows' fill, (lookahead + 1) per snap */
+  /* the memory budget's account (set once, any time) */
+  sl__budget_acct *_Atomic acct;
 } pack_state;
+
+/* The memory budget: each row's buffer is charged when it opens, as
+ * resident bytes (the stage runs on its caller's thread and must finish
+ * the document it places: no waiting), and becomes the stage's carry when
+ * it goes out (the batch above claims it) or is released when dropped. */
+static sl__budget_acct *acct_of(const pack_state *p) {
+  return atomic_load_explicit(&p->acct, memory_order_acquire);
+}
+
+static void uncharge(pack_state *p, row *r) {
+  if (r->charged) sl__budget_resident(acct_of(p), r->charged, 0);
+  r->charged = 0;
+}
+
+static void pack_budget(void *st, sl__budget_acct *acct) {
+  atomic_store_explicit(&((pack_state *)st)->acct, acct, memory_order_release);
+}
 
 static int32_t *col(const row *r, int64_t T, int c) {
   return (int32_t *)sl_buffer_data(r->buf) + (size_t)c * (size_t)T;
 }
 
 static void drop_rows(pack_state *p) {
-  for (size_t i = 0; i < p->nopen; i++)
+  for (size_t i = 0; i < p->nopen; i++) {
+    uncharge(p, &p->open[i]);
     sl_buffer_release(p->open[i].buf);
+  }
   p->nopen = 0;
-  for (size_t i = 0; i < p->dcount; i++)
+  for (size_t i = 0; i < p->dcount; i++) {
+    uncharge(p, &p->done[(p->dhead + i) % p->dcap]);
     sl_buffer_release(p->done[(p->dhead + i) % p->dcap].buf);
+  }
   p->dcount = 0;
   p->dhead = 0;
 }
@@ -139,7 +164,10 @@ static int place(pack_state *p, const sl_sample *s, int64_t doc_len,
     p->snaps[h] = (snap){p->docs, (uint64_t)from, p->nopen};
     for (size_t k = 0; k < p->nopen; k++)
       p->snap_used[h * (p->lookahead + 1) + k] = p->open[k].used;
-    p->open[p->nopen++] = (row){b, 0, 0};
+    sl__budget_acct *a = acct_of(p);
+    uint64_t n = a ? sl_buffer_size(b) : 0;
+    if (n) sl__budget_resident(a, 0, n);
+    p->open[p->nopen++] = (row){b, 0, 0, n};
   }
   row *r = &p->open[i];
   int32_t seg = ++r->nseg;
@@ -228,6 +256,12 @@ static int pack_next(void *st, sl_sample **out) {
   }
   p->dhead = (p->dhead + 1) % p->dcap;
   p->dcount--;
+  if (r.charged) { /* the row goes out: its bytes are the carry now */
+    sl__budget_acct *a = acct_of(p);
+    sl__budget_resident(a, r.charged, 0);
+    sl__budget_adjust(a, 0, r.charged);
+    sl__budget_to_carry(a, r.charged);
+  }
   sl_buffer_release(r.buf);
   p->out++;
   p->docs_at[p->out % p->hist] = p->docs;
@@ -351,7 +385,7 @@ static int pack_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                        "restore: corrupt state: pack: an open row holds %llu "
                        "tokens (T = %lld)",
                        (unsigned long long)used, (long long)p->T);
-    p->open[p->nopen++] = (row){NULL, (int64_t)used, 0};
+    p->open[p->nopen++] = (row){NULL, (int64_t)used, 0, 0};
   }
   SL_FORWARD_IF_ERROR(sl__state_restore_up(in, p->up));
   p->docs = doc;
@@ -402,6 +436,7 @@ static const sl__stage_ops pack_ops = {
     .save = pack_save,
     .restore = pack_restore,
     .identity = pack_identity,
+    .budget = pack_budget,
 };
 
 int sl_pack_stats(const sl_reader *r, uint64_t *rows, uint64_t *tokens,

@@ -73,6 +73,7 @@
 #include "open/registry.h"
 #include "open/shard_set.h"
 #include "stages/stage.h"
+#include "sync/budget.h"
 #include "sync/engine.h"
 
 #include <stdlib.h>
@@ -87,6 +88,7 @@
 typedef struct worker {
   sl_slr_file **fh; /* [nfiles] open handles, NULL where closed */
   uint64_t *used;   /* [nfiles] last use, for closing the least recent */
+  uint64_t *held;   /* [nfiles] its buffers charged to the budget */
   size_t nopen;
   uint64_t clock;
 } worker;
@@ -250,10 +252,23 @@ static int get_done(sl__state_in *in, done_set *d) {
 /* --- workers ---------------------------------------------------------------
  */
 
-static void close_file(worker *w, size_t f) {
+/* The memory budget: a worker's open file f holds its buffers (the
+ * compressed payload, the decoded chunk, its pool, the zstd context:
+ * sl__slr_held_bytes), charged to the stage's account as resident bytes
+ * after each chunk load and released when the file closes. */
+static void charge_file(const of_state *o, worker *w, size_t f) {
+  sl__budget_acct *a = sl__engine_budget(o->eng);
+  uint64_t h = w->fh[f] ? sl__slr_held_bytes(w->fh[f]) : 0;
+  if (!a || h == w->held[f]) return;
+  sl__budget_resident(a, w->held[f], h);
+  w->held[f] = h;
+}
+
+static void close_file(const of_state *o, worker *w, size_t f) {
   sl_slr_close(w->fh[f]);
   w->fh[f] = NULL;
   w->nopen--;
+  charge_file(o, w, f);
 }
 
 /* Opens file f, with its identity (device, inode, size, mtime) as opened. */
@@ -315,7 +330,7 @@ static int get_file(of_state *o, worker *w, size_t f, sl_slr_file **out) {
     size_t lru = SIZE_MAX;
     for (size_t i = 0; i < o->nfiles; i++)
       if (w->fh[i] && (lru == SIZE_MAX || w->used[i] < w->used[lru])) lru = i;
-    close_file(w, lru);
+    close_file(o, w, lru);
   }
   sl_slr_file *h;
   sl__file_id id;
@@ -350,12 +365,10 @@ static int of_worker_init(void *ud, int index, void **wctx) {
   if (w) {
     w->fh = sl__calloc(o->nfiles, sizeof *w->fh);
     w->used = sl__calloc(o->nfiles, sizeof *w->used);
+    w->held = sl__calloc(o->nfiles, sizeof *w->held);
   }
-  if (!w || !w->fh || !w->used) {
-    if (w) {
-      sl__free(w->fh);
-      sl__free(w->used);
-    }
+  if (!w || !w->fh || !w->used || !w->held) {
+    if (w) SL__FREE(w->fh, w->used, w->held);
     sl__free(w);
     return sl_set_error(SL_ENOMEM, "open_files: cannot allocate worker %d",
                         index);
@@ -368,8 +381,8 @@ static void of_worker_fini(void *ud, int index, void *wctx) {
   of_state *o = ud;
   worker *w = wctx;
   for (size_t f = 0; f < o->nfiles; f++)
-    if (w->fh[f]) close_file(w, f);
-  SL__FREE(w->fh, w->used, w);
+    if (w->fh[f]) close_file(o, w, f);
+  SL__FREE(w->fh, w->used, w->held, w);
 }
 
 /* Decodes unit k (the engine's item k) into *out, *n samples. */
@@ -392,7 +405,10 @@ static int of_process(void *ud, void *wctx, uint64_t k, sl_sample *in,
   sl_slr_file *f = NULL;
   const slr_chunk *ch = NULL;
   int rc = get_file(o, w, u->file, &f);
-  if (rc == SL_OK) rc = sl__slr_load_chunk(f, u->chunk, &ch);
+  if (rc == SL_OK) {
+    rc = sl__slr_load_chunk(f, u->chunk, &ch);
+    charge_file(o, w, u->file);
+  }
   if (rc == SL_OK && ch->records != o->pf[u->file].records[u->chunk])
     rc = sl_set_error(SL_ECORRUPT,
                       "%s: chunk %llu: the file changed since open_files "
@@ -973,6 +989,12 @@ static void of_signal_stop(void *state) {
   sl__engine_signal_stop(((of_state *)state)->eng);
 }
 
+/* The memory budget: the engine's window of units (their samples) and
+ * the workers' open files (charge_file). */
+static void of_budget(void *state, sl__budget_acct *acct) {
+  sl__engine_set_budget(((of_state *)state)->eng, acct);
+}
+
 static const sl__stage_ops of_stage = {
     .name = "open_files",
     .next = of_next,
@@ -984,6 +1006,7 @@ static const sl__stage_ops of_stage = {
     .identity = of_identity,
     .check = of_check,
     .stop = of_signal_stop,
+    .budget = of_budget,
 };
 
 /* --- elastic restores ------------------------------------------------------

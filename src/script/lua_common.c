@@ -571,6 +571,7 @@ int sl__lua_base_worker_init(void *ud, int index, void **wctx) {
     SL_FORWARD_IF_ERROR(sl__lua_stage_worker(
         &b->spec, index, sl__engine_stop_flag(b->run.engine), &w->ref, &w->L));
     w->cap = 8;
+    sl__lua_heap_start(w->L, &w->heap);
   }
   *wctx = w;
   return SL_OK;
@@ -578,6 +579,8 @@ int sl__lua_base_worker_init(void *ud, int index, void **wctx) {
 
 void sl__lua_base_worker_fini(void *ud, int index, void *wctx) {
   sl__lua_worker *w = wctx;
+  sl__lua_heap_release(&w->heap,
+                       sl__engine_budget(((sl__lua_base *)ud)->run.engine));
   if (w->L) lua_close(w->L);
   w->L = NULL;
 }
@@ -589,7 +592,9 @@ int sl__lua_call_op(const sl__lua_base *b, sl__lua_worker *w, uint64_t seq,
     lua_pushnumber(w->L, (lua_Number)(b->epoch0 + b->run.pass));
     nargs += 2;
   }
-  return sl__lua_pcall(w->L, nargs, nres, b->spec.what, b->spec.where);
+  int rc = sl__lua_pcall(w->L, nargs, nres, b->spec.what, b->spec.where);
+  sl__lua_heap_charge(w->L, &w->heap, sl__engine_budget(b->run.engine));
+  return rc;
 }
 
 void sl__lua_base_identity(const sl__lua_base *b, char *buf, size_t cap,

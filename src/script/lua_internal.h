@@ -159,12 +159,34 @@ int sl__lua_stage_worker(const sl__lua_stage_worker_spec *spec, int index,
                          const atomic_bool *stop, sl__lua_worker_refs *ref,
                          lua_State **out);
 
+/* --- the heap of a worker state (lua_heap.c) -------------------------------
+ * A worker state's heap above its size once made (base) is charged to its
+ * stage's budget account as resident bytes (sync/budget.h), after each call;
+ * when the growth does not fit the budget the state is fully collected
+ * first (once it grew by a quantum since its last collection).  The worker
+ * thread's own (the state's thread). */
+typedef struct sl__lua_heap {
+  uint64_t base;    /* bytes after the first full collection */
+  uint64_t live;    /* after the last collection seen (the least since) */
+  uint64_t charged; /* resident bytes charged now */
+} sl__lua_heap;
+struct sl__budget_acct;
+/* A full collection of the new state L; its size becomes the base. */
+void sl__lua_heap_start(lua_State *L, sl__lua_heap *h);
+/* After a call: moves the charge to the heap above the base (a NULL
+ * account: nothing), collecting first when the growth does not fit. */
+void sl__lua_heap_charge(lua_State *L, sl__lua_heap *h,
+                         struct sl__budget_acct *a);
+/* The state is closed: its charge goes (a may be NULL). */
+void sl__lua_heap_release(sl__lua_heap *h, struct sl__budget_acct *a);
+
 /* One worker state of a stage and what its calls hand to Lua. */
 typedef struct sl__lua_worker {
   lua_State *L;            /* NULL until made */
   sl__lua_worker_refs ref; /* fn; worker.<op> or, with ctx, its ctx variant */
   sl_sample *slot;         /* map's / parser's output slot */
   size_t cap;              /* flat_map: slots offered to the next call */
+  sl__lua_heap heap;       /* its heap under the memory budget */
 } sl__lua_worker;
 
 /* The part every Lua stage's state starts with.  On the engine (map,

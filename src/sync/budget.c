@@ -47,6 +47,9 @@ struct sl__budget_acct {
   const char *stage;
   sl__budget_acct *below; /* its upstream's account, or NULL */
   atomic_uint_least64_t held, peak, carry;
+  /* what its stage keeps for itself (sl__budget_resident): in the total,
+   * the peak and the stats, never in `held` ("holds nothing") */
+  atomic_uint_least64_t resident;
   atomic_int waiting; /* its waiters: they may go on once it holds nothing */
 };
 
@@ -63,7 +66,7 @@ static void add(sl__budget_acct *a, uint64_t n) {
   uint64_t t = atomic_fetch_add(&a->b->total, n) + n;
   raise_peak(&a->b->peak, t);
   uint64_t h = atomic_fetch_add(&a->held, n) + n;
-  raise_peak(&a->peak, h);
+  raise_peak(&a->peak, h + atomic_load(&a->resident));
 }
 
 static void wake_all(sl__budget *b) {
@@ -219,6 +222,7 @@ sl__budget_acct *sl__budget_acct_new(sl__budget *b, const char *stage) {
   atomic_init(&a->held, 0);
   atomic_init(&a->peak, 0);
   atomic_init(&a->carry, 0);
+  atomic_init(&a->resident, 0);
   atomic_init(&a->waiting, 0);
   atomic_fetch_add(&b->refs, 1);
   return a;
@@ -227,6 +231,7 @@ sl__budget_acct *sl__budget_acct_new(sl__budget *b, const char *stage) {
 void sl__budget_acct_free(sl__budget_acct *a) {
   if (!a) return;
   sl__budget_release_all(a);
+  sl__budget_resident(a, atomic_load(&a->resident), 0);
   sl__budget_drop(a->b);
   sl__free(a);
 }
@@ -240,7 +245,12 @@ sl__budget *sl__budget_of(const sl__budget_acct *a) {
 }
 
 uint64_t sl__budget_acct_held(const sl__budget_acct *a) {
-  return atomic_load_explicit(&a->held, memory_order_relaxed);
+  return atomic_load_explicit(&a->held, memory_order_relaxed) +
+         atomic_load_explicit(&a->resident, memory_order_relaxed);
+}
+
+uint64_t sl__budget_acct_resident(const sl__budget_acct *a) {
+  return atomic_load_explicit(&a->resident, memory_order_relaxed);
 }
 
 uint64_t sl__budget_acct_peak(const sl__budget_acct *a) {
@@ -283,7 +293,7 @@ bool sl__budget_try(sl__budget_acct *a, uint64_t n) {
     if (!atomic_compare_exchange_weak(&b->total, &t, t + n)) continue;
     raise_peak(&b->peak, t + n);
     uint64_t h = atomic_fetch_add(&a->held, n) + n;
-    raise_peak(&a->peak, h);
+    raise_peak(&a->peak, h + atomic_load(&a->resident));
     return true;
   }
 }
@@ -362,6 +372,21 @@ void sl__budget_release_all(sl__budget_acct *a) {
   wake_if(a->b, t, a, 0);
 }
 
+void sl__budget_resident(sl__budget_acct *a, uint64_t from, uint64_t to) {
+  if (to > from) {
+    uint64_t n = to - from;
+    uint64_t t = atomic_fetch_add(&a->b->total, n) + n;
+    raise_peak(&a->b->peak, t);
+    uint64_t r = atomic_fetch_add(&a->resident, n) + n;
+    raise_peak(&a->peak, r + atomic_load(&a->held));
+  } else if (from > to) {
+    uint64_t n = from - to;
+    atomic_fetch_sub(&a->resident, n);
+    uint64_t t = atomic_fetch_sub(&a->b->total, n) - n;
+    wake_if(a->b, t, NULL, 0);
+  }
+}
+
 void sl__budget_to_carry(sl__budget_acct *a, uint64_t n) {
   atomic_fetch_add(&a->carry, n);
 }
@@ -380,7 +405,7 @@ uint64_t sl__budget_claim(sl__budget_acct *a, uint64_t max) {
   /* The moved bytes change hands (the total stays); the rest is freed. */
   uint64_t dh = atomic_fetch_sub(&d->held, c) - c;
   uint64_t h = atomic_fetch_add(&a->held, moved) + moved;
-  raise_peak(&a->peak, h);
+  raise_peak(&a->peak, h + atomic_load(&a->resident));
   uint64_t t = c > moved ? atomic_fetch_sub(&a->b->total, c - moved) -
                                (c - moved)
                          : atomic_load(&a->b->total);

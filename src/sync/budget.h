@@ -18,6 +18,10 @@
  * or a stage of that kind whose holdings alone pass it, is an error naming
  * the stage and the bytes ("stage 'shuffle' needs N bytes ...").
  *
+ * A stage's own memory that is not samples (a worker Lua state's heap, a
+ * reader's buffers) is its account's "resident" charge: counted, never
+ * waited for (sl__budget_resident).
+ *
  * Threads: every function is safe from any thread; the held counts are
  * atomics, a mutex and a condition variable serve the waiters only (woken
  * together when a release makes room for the least reservation waiting or
@@ -75,7 +79,9 @@ void sl__budget_acct_free(sl__budget_acct *a);
 void sl__budget_acct_link(sl__budget_acct *a, sl__budget_acct *below);
 
 sl__budget *sl__budget_of(const sl__budget_acct *a);
+/* Its held bytes with its resident bytes (what the stats show). */
 uint64_t sl__budget_acct_held(const sl__budget_acct *a);
+uint64_t sl__budget_acct_resident(const sl__budget_acct *a);
 uint64_t sl__budget_acct_peak(const sl__budget_acct *a);
 void sl__budget_acct_reset_peak(sl__budget_acct *a); /* peak = held (tests) */
 
@@ -112,8 +118,21 @@ void sl__budget_adjust(sl__budget_acct *a, uint64_t from, uint64_t to);
 
 /* Releases n of a's bytes (n <= what it holds) and wakes the waiters. */
 void sl__budget_release(sl__budget_acct *a, uint64_t n);
-/* Releases everything a holds (a stopped stage), its carry included. */
+/* Releases what a holds (a stopped stage), its carry included; not its
+ * resident bytes. */
 void sl__budget_release_all(sl__budget_acct *a);
+
+/* Changes a's resident charge - memory its stage keeps for itself rather
+ * than samples: a worker Lua state's heap, a reader's chunk buffers - from
+ * `from` to `to` bytes, without waiting (the owner changes it as the memory
+ * grows and shrinks; `from` is what it charged last).  Resident bytes count
+ * in the ledger's total and peak and in a's held bytes and peak as the stats
+ * show them (sl__budget_acct_held), but not in whether a "holds nothing"
+ * (the one item a stage may always take: its own buffers never free room
+ * by its consumer's progress), and sl__budget_release_all (a stage
+ * stopping) leaves them: the memory stays until its owner lets it go, or
+ * sl__budget_acct_free. */
+void sl__budget_resident(sl__budget_acct *a, uint64_t from, uint64_t to);
 
 /* n of a's held bytes become its carry: the sample handed out.  The carry
  * is dropped (released) by sl__budget_drop_carry, at the stage's next call,

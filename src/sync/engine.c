@@ -530,6 +530,10 @@ void sl__engine_set_budget(sl__engine *e, sl__budget_acct *a) {
   atomic_store_explicit(&e->acct, a, memory_order_release);
 }
 
+sl__budget_acct *sl__engine_budget(const sl__engine *e) {
+  return e ? acct_of(e) : NULL;
+}
+
 /* --- the worker thread ---------------------------------------------------- */
 
 /* The message of an error a callback returned without setting one. */

@@ -172,6 +172,9 @@ int sl__engine_seen(const sl__engine *e);
  * stage and the bytes. */
 struct sl__budget_acct;
 void sl__engine_set_budget(sl__engine *e, struct sl__budget_acct *a);
+/* That account, or NULL while none is set: any thread (a worker charging
+ * its own memory to it, sl__budget_resident). */
+struct sl__budget_acct *sl__engine_budget(const sl__engine *e);
 /* For a process callback, on its worker's thread: the bytes its result
  * holds for the budget when sl_sample_nbytes would misstate them (a fused
  * map's token refers to its whole batch: the row's bytes). */
