@@ -328,6 +328,37 @@ describe("worker Lua heaps under a budget", function()
     end)
   end
 
+  it("collects a state whose tensors pin their C memory", function()
+    -- 256 KiB tensors made in a state whose own collector is stopped: each
+    -- stays referenced by its Lua object until a collection, long after its
+    -- sample left the pipeline.  Under a budget the state is collected once
+    -- it made 4 quanta (budget / 64 each) of them; without that, all 100 MiB
+    -- made would stay resident.
+    local function rss_mib()
+      local f = assert(io.open("/proc/self/statm"))
+      local _, resident = f:read("*n", "*n")
+      f:close()
+      return resident * 4096 / 2^20
+    end
+    local n = 400
+    local p = sluice.range(n):budget("16MiB"):map(function(s)
+      collectgarbage("stop")
+      local t = sluice.tensor("u8", {256 * 1024})
+      t.data[0] = s.i % 256
+      s.blob = t
+      return s
+    end, {threads = 2, schema = {{"i", "i64", {}}, {"blob", "u8", {256 * 1024}}}})
+    local before, i = rss_mib(), 0
+    for s in p:iter() do
+      assert.equal(i % 256, s.blob.data[0])
+      i = i + 1
+    end
+    local grew = rss_mib() - before
+    assert.equal(n, i)
+    assert.is_true(grew < 48, ("RSS grew by %.1f MiB"):format(grew))
+    p:close()
+  end)
+
   it("charges nothing without a budget, and the heap is the function's",
      function()
     local p = sluice.range(50):budget(false):map(function(s)

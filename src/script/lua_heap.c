@@ -20,6 +20,15 @@
  * collection - data the function keeps - is charged without waiting (it
  * cannot be freed by waiting).  The collection also runs the finalizers of
  * the samples Lua let go, which frees their C memory.
+ *
+ * The C memory of the tensors the function makes (sl__lua_buffer_new) is
+ * not in the heap's count: each stays referenced by its Lua object (or its
+ * release block) until the collector finds that dead, long after the
+ * sample holding it was handed on and released - a state making 16 KiB
+ * documents in a few bytes of Lua garbage pins megabytes between cycles.
+ * It is not charged here (the samples holding it are, downstream), but
+ * once a state made 4 quanta of it since its last collection, it is
+ * collected in full: what it pins stays under 4 quanta per worker.
  */
 #include "script/lua_internal.h"
 #include "sync/budget.h"
@@ -38,15 +47,22 @@ static uint64_t quantum(uint64_t cap) {
 void sl__lua_heap_start(lua_State *L, sl__lua_heap *h) {
   lua_gc(L, LUA_GCCOLLECT, 0);
   h->base = h->live = heap_bytes(L);
-  h->charged = 0;
+  h->charged = h->made = 0;
+  (void)sl__lua_buffers_made(); /* before this state ran */
 }
 
 void sl__lua_heap_charge(lua_State *L, sl__lua_heap *h, sl__budget_acct *a) {
   if (!a) return;
   sl__budget *b = sl__budget_of(a);
+  uint64_t q = quantum(sl__budget_cap(b));
+  h->made += sl__lua_buffers_made();
+  if (h->made >= 4 * q) { /* the tensors it made pin their C memory */
+    lua_gc(L, LUA_GCCOLLECT, 0);
+    h->live = heap_bytes(L);
+    h->made = 0;
+  }
   uint64_t heap = heap_bytes(L);
   if (heap < h->live) h->live = heap; /* its own collector ran */
-  uint64_t q = quantum(sl__budget_cap(b));
   uint64_t want = heap > h->base ? heap - h->base : 0;
   if (want > h->charged) {
     uint64_t grow = want - h->charged;
@@ -55,6 +71,7 @@ void sl__lua_heap_charge(lua_State *L, sl__lua_heap *h, sl__budget_acct *a) {
       if (heap < h->live + q) return; /* not a quantum of garbage yet */
       lua_gc(L, LUA_GCCOLLECT, 0);
       heap = h->live = heap_bytes(L);
+      h->made = 0;
       want = heap > h->base ? heap - h->base : 0;
     }
   } else if (h->charged - want < q / 4 && want) {

@@ -213,6 +213,9 @@ SL_API sl_sample *sl__lua_sample_clone(const sl_sample *s);
  * At most LUA_POOL_IDLE idle buffers of LUA_POOL_IDLE_BYTES in all are
  * kept; larger buffers are plain.  NULL with SL_ENOMEM. */
 SL_API sl_buffer *sl__lua_buffer_new(size_t size, int zero);
+/* The bytes of the buffers sl__lua_buffer_new made on this thread since the
+ * last call (a worker state's tensors: lua_heap.c), and zero again. */
+uint64_t sl__lua_buffers_made(void);
 
 /* A source running the Lua reader creator `fn` (Paddle's reader creator:
  * fn() returns an iterator; each call of the iterator returns a sample or

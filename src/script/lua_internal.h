@@ -169,6 +169,7 @@ typedef struct sl__lua_heap {
   uint64_t base;    /* bytes after the first full collection */
   uint64_t live;    /* after the last collection seen (the least since) */
   uint64_t charged; /* resident bytes charged now */
+  uint64_t made;    /* bytes of tensors it made since its last collection */
 } sl__lua_heap;
 struct sl__budget_acct;
 /* A full collection of the new state L; its size becomes the base. */

@@ -37,7 +37,16 @@ static void lua_pool_make(void) {
   lua_pool = sl__buffer_pool_new(LUA_POOL_IDLE, LUA_POOL_IDLE_BYTES);
 }
 
+static _Thread_local uint64_t tl_made; /* sl__lua_buffers_made */
+
+uint64_t sl__lua_buffers_made(void) {
+  uint64_t n = tl_made;
+  tl_made = 0;
+  return n;
+}
+
 sl_buffer *sl__lua_buffer_new(size_t size, int zero) {
+  tl_made += size;
   if (size == 0 || size > LUA_POOL_MAX_BUFFER)
     return zero ? sl_buffer_new_zero(size) : sl_buffer_new(size);
   pthread_once(&lua_pool_once, lua_pool_make);
