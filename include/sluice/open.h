@@ -22,14 +22,24 @@ typedef struct sl_slr_writer sl_slr_writer;
 /* Dictionary of framed SLR files (sl_slr_frame_opts.dict). */
 typedef enum sl_slr_dict {
   SL_SLR_DICT_NONE = 0,  /* frames compressed alone */
-  SL_SLR_DICT_AUTO = 1,  /* trained (ZDICT_trainFromBuffer) on the records
+  SL_SLR_DICT_AUTO = 1,  /* trained (ZDICT_trainFromBuffer's trainer, its
+                            entropy tables for the file's level) on the records
                             buffered before the first chunk; when there are
                             too few to train on, frames go without one */
   SL_SLR_DICT_GIVEN = 2  /* dict_data / dict_size */
 } sl_slr_dict;
 
+/* The zstd level of a file written with a dictionary when
+ * sl_slr_writer_opts.level is 0 (whole chunks and frames without one: 3).
+ * Dictionary frames gain ~12 % of ratio from 3 to 15 (Debian package
+ * descriptions: 0.87 -> 0.97 of whole 1 MiB chunks at level 3) and decode
+ * no slower; compression is ~6x slower (docs/PERFORMANCE.md). */
+#define SL_SLR_DICT_LEVEL 15
+
 typedef struct sl_slr_writer_opts {
-  int level;                  /* zstd level, 1..19 (0 = default 3) */
+  int level;                  /* zstd level, 1..19 (0 = default: 3, or
+                                 SL_SLR_DICT_LEVEL for a file written with
+                                 a dictionary) */
   size_t chunk_bytes;         /* target raw bytes per chunk, record table
                                  included (0 = 1 MiB, at most 1 GiB) */
   uint32_t records_per_chunk; /* if > 0, exactly this many per chunk
