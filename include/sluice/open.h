@@ -22,8 +22,7 @@ typedef struct sl_slr_writer sl_slr_writer;
 /* Dictionary of framed SLR files (sl_slr_frame_opts.dict). */
 typedef enum sl_slr_dict {
   SL_SLR_DICT_NONE = 0,  /* frames compressed alone */
-  SL_SLR_DICT_AUTO = 1,  /* trained (ZDICT_trainFromBuffer's trainer, its
-                            entropy tables for the file's level) on the records
+  SL_SLR_DICT_AUTO = 1,  /* trained (ZDICT_trainFromBuffer) on the records
                             buffered before the first chunk; when there are
                             too few to train on, frames go without one */
   SL_SLR_DICT_GIVEN = 2  /* dict_data / dict_size */

@@ -31,9 +31,6 @@
 #include "pack/import.h"
 
 #include <signal.h>
-/* ZDICT_optimizeTrainFromBuffer_fastCover (zdict.h's static-linking
- * section; exported by libzstd since 1.3.6). */
-#define ZDICT_STATIC_LINKING_ONLY
 #include <zdict.h>
 /* ZSTD_c_format (compact frames; zstd.h's static-linking section). */
 #define ZSTD_STATIC_LINKING_ONLY
@@ -454,10 +451,10 @@ static int emit_chunk(sl_slr_writer *w, uint32_t r0, uint32_t r1) {
   return SL_OK;
 }
 
-/* Trains the dictionary (fastCover, as ZDICT_trainFromBuffer) on every
- * buffered record, laid out as the frames they will be written in (record
- * table and records), so that it learns what it compresses; with too
- * little to learn from, the frames go without one. */
+/* Trains the dictionary (ZDICT_trainFromBuffer) on every buffered record,
+ * laid out as the frames they will be written in (record table and
+ * records), so that it learns what it compresses; with too little to learn
+ * from, the frames go without one. */
 static int train(sl_slr_writer *w) {
   w->training = false;
   if (w->nrec == 0) return SL_OK;
@@ -485,16 +482,12 @@ static int train(sl_slr_writer *w) {
     sizes[i] = t + w->ends[b - 1] - base;
     len += sizes[i];
   }
-  /* ZDICT_trainFromBuffer's own parameters (fastCover, d 8, 4 steps), but
-   * the dictionary's entropy tables made for the level the frames are
-   * compressed at, not for level 3. */
-  ZDICT_fastCover_params_t p;
-  memset(&p, 0, sizeof p);
-  p.d = 8;
-  p.steps = 4;
-  p.zParams.compressionLevel = w->level;
-  size_t got = ZDICT_optimizeTrainFromBuffer_fastCover(w->dict, w->dict_max,
-                                                       buf, sizes, nf, &p);
+  /* zstd's default trainer.  Its entropy tables are made at level 3 even
+   * for a file at SL_SLR_DICT_LEVEL: making them at the file's level
+   * (ZDICT_optimizeTrainFromBuffer_fastCover with zParams.compressionLevel)
+   * gains 0.8 % of ratio but triples the writing time of a 16 MB file
+   * (docs/PERFORMANCE.md, "Small frames with a dictionary"). */
+  size_t got = ZDICT_trainFromBuffer(w->dict, w->dict_max, buf, sizes, nf);
   SL__FREE(sizes, buf);
   if (ZDICT_isError(got)) return SL_OK; /* too few samples: no dictionary */
   w->dict_len = got;
