@@ -231,8 +231,8 @@ static uint64_t size_at_level(const char *path, int level,
 }
 
 /* A file written with a dictionary is compressed at SL_SLR_DICT_LEVEL
- * unless a level is given: its frames gain ~13 % of ratio over level 3
- * (0.87 -> 0.98 of the ratio of whole chunks at their default level 3 on
+ * unless a level is given: its frames gain ~12 % of ratio over level 3
+ * (0.87 -> 0.975 of the ratio of whole chunks at their default level 3 on
  * Debian's package descriptions: issue 28's target is 0.9) and decode no
  * slower; it costs compression time only, and a file with a dictionary
  * already pays for training one.  Whole chunks and frames without a

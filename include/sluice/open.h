@@ -31,8 +31,9 @@ typedef enum sl_slr_dict {
 /* The zstd level of a file written with a dictionary when
  * sl_slr_writer_opts.level is 0 (whole chunks and frames without one: 3).
  * Dictionary frames gain ~12 % of ratio from 3 to 15 (Debian package
- * descriptions: 0.87 -> 0.97 of whole 1 MiB chunks at level 3) and decode
- * no slower; compression is ~6x slower (docs/PERFORMANCE.md). */
+ * descriptions: 0.87 -> 0.975 of whole 1 MiB chunks at level 3) and decode
+ * no slower; compression takes ~7x the CPU time (docs/PERFORMANCE.md,
+ * "Level 15 by default with a dictionary"). */
 #define SL_SLR_DICT_LEVEL 15
 
 typedef struct sl_slr_writer_opts {

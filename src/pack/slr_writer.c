@@ -207,8 +207,8 @@ int sl_slr_writer_set_frames(sl_slr_writer *w, const sl_slr_frame_opts *opts) {
   w->dict_len = 0;
   w->framed = o.frame_records > 0 || o.dict != SL_SLR_DICT_NONE || o.compact;
   /* Frames compressed with a dictionary default to a higher level: it
-   * costs compression time only (docs/PERFORMANCE.md, "Small frames with a
-   * dictionary": the ratio rises ~12 % and decoding is no slower). */
+   * costs compression time only (docs/PERFORMANCE.md, "Level 15 by default
+   * with a dictionary": the ratio rises ~12 % and decoding is no slower). */
   if (!w->level_given)
     w->level = o.dict != SL_SLR_DICT_NONE ? SL_SLR_DICT_LEVEL : 3;
   w->compact = o.compact != 0;
@@ -486,7 +486,7 @@ static int train(sl_slr_writer *w) {
    * for a file at SL_SLR_DICT_LEVEL: making them at the file's level
    * (ZDICT_optimizeTrainFromBuffer_fastCover with zParams.compressionLevel)
    * gains 0.8 % of ratio but triples the writing time of a 16 MB file
-   * (docs/PERFORMANCE.md, "Small frames with a dictionary"). */
+   * (docs/PERFORMANCE.md, "Level 15 by default with a dictionary"). */
   size_t got = ZDICT_trainFromBuffer(w->dict, w->dict_max, buf, sizes, nf);
   SL__FREE(sizes, buf);
   if (ZDICT_isError(got)) return SL_OK; /* too few samples: no dictionary */
