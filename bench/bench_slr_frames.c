@@ -4,8 +4,9 @@
  * sequential decode rate and the time of one random record read.
  *
  *   bench_slr_frames (--slr FILE | --stanzas FILE) [--out DIR] [--runs N]
- *                    [--level L] [--frame-records N] [--dict-size B]
- *                    [--dict-sample B] [--compact 0|1] [--fetches N]
+ *                    [--level L] [--frame-level L] [--frame-records N]
+ *                    [--dict-size B] [--dict-sample B] [--compact 0|1]
+ *                    [--fetches N]
  *
  * The records come from an SLR file (e.g. build/data/train.slr, Fashion-
  * MNIST's 785-byte records) or from a text file split at blank lines, one
@@ -14,7 +15,11 @@
  * under --out (default /tmp): whole 1 MiB chunks (SLR 1.0), frames of about
  * 4 KiB without a dictionary, and the same frames with a dictionary trained
  * in-process (sl_slr_writer_set_frames, SL_SLR_DICT_AUTO); --compact 1
- * writes both framed files as compact framed chunks (codec 3).  Then:
+ * writes both framed files as compact framed chunks (codec 3).  --level
+ * sets the zstd level of the whole-chunk file (default 3), --frame-level
+ * that of both framed files (default: --level when given, else
+ * SL_SLR_DICT_LEVEL, the writer's default for a file with a dictionary).
+ * Then:
  *
  *   ratio        the whole-chunk file's raw payload bytes / each file's size
  *                (frame tables, zstd frame headers and the dictionary
@@ -184,7 +189,7 @@ static double fetch_us(const char *path, int fetches, uint64_t seed,
 
 int main(int argc, char **argv) {
   const char *slr = NULL, *stanzas = NULL;
-  int runs = 5, level = 3, fetches = 200000;
+  int runs = 5, level = 0, frame_level = -1, fetches = 200000;
   sl_slr_frame_opts dict = {.dict = SL_SLR_DICT_AUTO};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -203,6 +208,8 @@ int main(int argc, char **argv) {
       runs = atoi(v);
     else if (!strcmp(a, "--level"))
       level = atoi(v);
+    else if (!strcmp(a, "--frame-level"))
+      frame_level = atoi(v);
     else if (!strcmp(a, "--fetches"))
       fetches = atoi(v);
     else if (!strcmp(a, "--frame-records"))
@@ -221,7 +228,7 @@ int main(int argc, char **argv) {
   if (!slr == !stanzas || runs < 1 || fetches < 1) {
     fprintf(stderr,
             "usage: %s (--slr FILE | --stanzas FILE) [--out DIR] [--runs N] "
-            "[--level L] [--frame-records N] [--dict-size B] "
+            "[--level L] [--frame-level L] [--frame-records N] [--dict-size B] "
             "[--dict-sample B] [--compact 0|1] [--fetches N]\n",
             BENCH_NAME);
     return 2;
@@ -236,8 +243,13 @@ int main(int argc, char **argv) {
   snprintf(whole, sizeof whole, "%s/bench_frames_whole.slr", g_out);
   snprintf(plain, sizeof plain, "%s/bench_frames_nodict.slr", g_out);
   snprintf(framed, sizeof framed, "%s/bench_frames_dict.slr", g_out);
+  /* Unless given, the writer's defaults: 3 for whole chunks, and for both
+   * framed files the level of a file with a dictionary (the frames without
+   * one at the same level, for a fair quotient). */
+  if (frame_level < 0) frame_level = level ? level : SL_SLR_DICT_LEVEL;
+  if (level == 0) level = 3;
   double tw = write_file(&in, whole, level, NULL);
-  double td = write_file(&in, framed, level, &dict);
+  double td = write_file(&in, framed, frame_level, &dict);
   /* The same frame size without a dictionary. */
   sl_slr_file *f;
   CHECK(sl_slr_open(framed, NULL, &f));
@@ -246,7 +258,7 @@ int main(int argc, char **argv) {
   uint64_t dict_bytes = sl_slr_dict_size(f);
   sl_slr_close(f);
   sl_slr_frame_opts nodict = {.frame_records = per, .compact = dict.compact};
-  double tp = write_file(&in, plain, level, &nodict);
+  double tp = write_file(&in, plain, frame_level, &nodict);
   uint64_t raw = raw_bytes(whole), record_bytes = 0;
   for (size_t i = 0; i < in.n; i++)
     for (int k = 0; k < sl_sample_nfields(in.rec[i]); k++)
@@ -273,7 +285,8 @@ int main(int argc, char **argv) {
          mfc = median(fc, runs), mcw = median(cw, runs),
          mcd = median(cd, runs);
   printf("{\"bench\":\"slr_frames\",\"data\":\"%s\",\"records\":%zu,"
-         "\"avg_record_bytes\":%.1f,\"level\":%d,\"frame_records\":%u,"
+         "\"avg_record_bytes\":%.1f,\"level\":%d,\"frame_level\":%d,"
+         "\"frame_records\":%u,"
          "\"compact\":%d,\"dict_bytes\":%llu,\"ratio_whole\":%.4f,\"ratio_frames\":%.4f,"
          "\"ratio_frames_dict\":%.4f,\"dict_vs_whole\":%.4f,"
          "\"dict_vs_frames\":%.4f,\"seq_whole_rps\":%.0f,"
@@ -284,12 +297,13 @@ int main(int argc, char **argv) {
          "\"fetch_whole_chunk_us\":%.1f,"
          "\"write_whole_s\":%.2f,\"write_frames_s\":%.2f,"
          "\"write_dict_s\":%.2f,\"runs\":%d}\n",
-         data, in.n, (double)record_bytes / (double)in.n, level, per,
-         dict.compact, (unsigned long long)dict_bytes, rw, rp, rd, rd / rw,
+         data, in.n, (double)record_bytes / (double)in.n, level, frame_level,
+         per, dict.compact, (unsigned long long)dict_bytes, rw, rp, rd, rd / rw,
          rd / rp, msw, msd, msd / msw, mcw, mcd, mcd / mcw, mfd, mfc, mfw, tw,
          tp, td, runs);
   fprintf(stderr,
-          "%s: %zu records of %.0f B, level %d, %u per frame, dictionary "
+          "%s: %zu records of %.0f B, level %d (frames %d), %u per frame, "
+          "dictionary "
           "%llu B\n"
           "  ratio        whole %.3f  frames %.3f  frames+dict %.3f  "
           "(dict/whole %.3f, dict/frames %.3f)\n"
@@ -298,8 +312,8 @@ int main(int argc, char **argv) {
           "  fetch        %.2f us/record, %.2f us of CPU (whole-chunk file: "
           "%.1f us)\n"
           "  write s      whole %.2f  frames %.2f  frames+dict %.2f\n",
-          data, in.n, (double)record_bytes / (double)in.n, level, per,
-          (unsigned long long)dict_bytes, rw, rp, rd, rd / rw, rd / rp, msw,
+          data, in.n, (double)record_bytes / (double)in.n, level, frame_level,
+          per, (unsigned long long)dict_bytes, rw, rp, rd, rd / rw, rd / rp, msw,
           msd, msd / msw, mcw, mcd, mcd / mcw, mfd, mfc, mfw, tw, tp, td);
   for (size_t i = 0; i < in.n; i++)
     sl_sample_release(in.rec[i]);

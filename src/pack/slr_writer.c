@@ -65,6 +65,8 @@ struct sl_slr_writer {
   sl_schema *schema;
   slr_layout layout;
   int level;
+  bool level_given; /* opts.level was set: else the default, 3 or, with a
+                       dictionary, SL_SLR_DICT_LEVEL */
   size_t chunk_bytes;
   uint32_t records_per_chunk;
   ZSTD_CCtx *cctx;
@@ -121,6 +123,7 @@ static int writer_open(sl__out_file *file, bool own, sl_schema *schema,
                        const sl_slr_writer_opts *opts, sl_slr_writer **out) {
   const char *path = sl__out_name(file);
   sl_slr_writer_opts o = opts ? *opts : (sl_slr_writer_opts){0};
+  bool level_given = o.level != 0;
   if (o.level == 0) o.level = 3;
   if (o.chunk_bytes == 0) o.chunk_bytes = (size_t)1 << 20;
   sl_slr_writer *w = sl__calloc(1, sizeof *w);
@@ -133,6 +136,7 @@ static int writer_open(sl__out_file *file, bool own, sl_schema *schema,
   w->file = file;
   w->own_file = own;
   w->level = o.level;
+  w->level_given = level_given;
   w->chunk_bytes = o.chunk_bytes;
   w->records_per_chunk = o.records_per_chunk;
   sl_schema_freeze(schema);
@@ -202,6 +206,11 @@ int sl_slr_writer_set_frames(sl_slr_writer *w, const sl_slr_frame_opts *opts) {
   w->dict = NULL;
   w->dict_len = 0;
   w->framed = o.frame_records > 0 || o.dict != SL_SLR_DICT_NONE || o.compact;
+  /* Frames compressed with a dictionary default to a higher level: it
+   * costs compression time only (docs/PERFORMANCE.md, "Level 15 by default
+   * with a dictionary": the ratio rises ~12 % and decoding is no slower). */
+  if (!w->level_given)
+    w->level = o.dict != SL_SLR_DICT_NONE ? SL_SLR_DICT_LEVEL : 3;
   w->compact = o.compact != 0;
   w->frame_records = o.frame_records;
   w->training = o.dict == SL_SLR_DICT_AUTO;
@@ -473,6 +482,11 @@ static int train(sl_slr_writer *w) {
     sizes[i] = t + w->ends[b - 1] - base;
     len += sizes[i];
   }
+  /* zstd's default trainer.  Its entropy tables are made at level 3 even
+   * for a file at SL_SLR_DICT_LEVEL: making them at the file's level
+   * (ZDICT_optimizeTrainFromBuffer_fastCover with zParams.compressionLevel)
+   * gains 0.8 % of ratio but triples the writing time of a 16 MB file
+   * (docs/PERFORMANCE.md, "Level 15 by default with a dictionary"). */
   size_t got = ZDICT_trainFromBuffer(w->dict, w->dict_max, buf, sizes, nf);
   SL__FREE(sizes, buf);
   if (ZDICT_isError(got)) return SL_OK; /* too few samples: no dictionary */
