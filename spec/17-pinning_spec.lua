@@ -18,13 +18,7 @@ int sl_sample_alloc(sl_sample *s, int i, int rank, const int64_t *shape,
 ]])
 
 
--- Resident set size of this process, in MiB (/proc/self/statm).
-local function rss_mb()
-  local f = assert(io.open("/proc/self/statm"))
-  local _, resident = f:read("*n", "*n")
-  f:close()
-  return resident * 4096 / 2^20
-end
+local rss_mb = H.rss_mib -- resident set size, MiB
 
 local RECORD, PER_CHUNK, CHUNKS = 700, 1500, 20 -- ~1 MiB chunks
 

@@ -335,12 +335,7 @@ describe("worker Lua heaps under a budget", function()
     -- it made 4 quanta (budget / 64 each: 1 MiB here) of them, every 4
     -- calls; without that, never in these 400 (the heap grows by far less
     -- than a quantum a call), and all 100 MiB made would stay resident.
-    local function rss_mib()
-      local f = assert(io.open("/proc/self/statm"))
-      local _, resident = f:read("*n", "*n")
-      f:close()
-      return resident * 4096 / 2^20
-    end
+    local rss_mib = dofile("spec/helper.lua").rss_mib
     local n = 400
     local p = sluice.range(n):budget("16MiB"):map(function(s)
       collectgarbage("stop")

@@ -77,4 +77,12 @@ function H.where(fn)
   return info.short_src .. ":" .. info.linedefined
 end
 
+-- Resident set size of this process, in MiB (/proc/self/statm).
+function H.rss_mib()
+  local f = assert(io.open("/proc/self/statm"))
+  local _, resident = f:read("*n", "*n")
+  f:close()
+  return resident * 4096 / 2^20
+end
+
 return H
