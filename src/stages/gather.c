@@ -62,6 +62,8 @@ int sl__gather_hand_out(sl__gather *g, sl_sample **o) {
   sl__budget_acct *a = acct_of(g);
   if (!a) return SL_OK;
   uint64_t n = sl_sample_nbytes(*o);
+  /* the rows and the output from them: the burst the next batch takes */
+  sl__budget_burst(a, g->charged + n);
   int rc = sl__budget_charge(a, n, g->nheld + 1);
   if (rc < 0) {
     sl_sample_release(*o);

@@ -29,6 +29,12 @@
 struct sl__budget {
   uint64_t cap;
   atomic_uint_least64_t total, peak;
+  /* the headroom learned: what the charges that do not wait took past the
+   * capacity so far (at most cap); a reservation that waits leaves it
+   * free (room() below) */
+  atomic_uint_least64_t headroom;
+  /* the largest burst a stage declared (sl__budget_burst), also left free */
+  atomic_uint_least64_t burst;
   atomic_int refs;
   atomic_int waiters;
   /* the least room a reservation waiting now needs (UINT64_MAX: none);
@@ -60,13 +66,39 @@ static void raise_peak(atomic_uint_least64_t *peak, uint64_t v) {
     ;
 }
 
-/* Adds n to a's held and the total (no check). */
-static void add(sl__budget_acct *a, uint64_t n) {
-  if (!n) return;
+/* The capacity a reservation that waits may fill: the capacity less the
+ * headroom learned. */
+static uint64_t room_cap(const sl__budget *b) {
+  uint64_t h = sl__budget_headroom(b);
+  return h < b->cap ? b->cap - h : 0;
+}
+
+/* A charge of n bytes that does not wait brought the total to t: what
+ * passes the capacity (of those n bytes) joins the headroom (at most the capacity), so the reservations
+ * that wait leave that much more room from now on.  Learned from the
+ * charges a stage makes by its rules (the one item of a stage holding
+ * nothing, sl__budget_charge, resident growth), not from an item found
+ * larger than its reservation (sl__budget_adjust): that is the first item
+ * of a stage, or one made before the budget was set, once. */
+static void learn(sl__budget *b, uint64_t t, uint64_t n) {
+  if (t <= b->cap) return;
+  uint64_t over = t - b->cap < n ? t - b->cap : n; /* this charge's part */
+  uint64_t h = atomic_load(&b->headroom), want;
+  do {
+    want = h + over;
+    if (want > b->cap || want < h) want = b->cap;
+    if (want <= h) return;
+  } while (!atomic_compare_exchange_weak(&b->headroom, &h, want));
+}
+
+/* Adds n to a's held and the total (no check); returns the total. */
+static uint64_t add(sl__budget_acct *a, uint64_t n) {
+  if (!n) return atomic_load(&a->b->total);
   uint64_t t = atomic_fetch_add(&a->b->total, n) + n;
   raise_peak(&a->b->peak, t);
   uint64_t h = atomic_fetch_add(&a->held, n) + n;
   raise_peak(&a->peak, h + atomic_load(&a->resident));
+  return t;
 }
 
 static void wake_all(sl__budget *b) {
@@ -85,7 +117,8 @@ static void wake_all(sl__budget *b) {
 static void wake_if(sl__budget *b, uint64_t total, const sl__budget_acct *a,
                     uint64_t held) {
   if (atomic_load(&b->waiters) == 0) return;
-  uint64_t room = total < b->cap ? b->cap - total : 0;
+  uint64_t cap = room_cap(b);
+  uint64_t room = total < cap ? cap - total : 0;
   if (room >= atomic_load(&b->min_need) ||
       (a && held == 0 && atomic_load(&a->waiting) > 0))
     wake_all(b);
@@ -111,6 +144,8 @@ sl__budget *sl__budget_new(uint64_t cap) {
   b->cap = cap;
   atomic_init(&b->total, 0);
   atomic_init(&b->peak, 0);
+  atomic_init(&b->headroom, 0);
+  atomic_init(&b->burst, 0);
   atomic_init(&b->refs, 1);
   atomic_init(&b->waiters, 0);
   atomic_init(&b->min_need, UINT64_MAX);
@@ -138,6 +173,16 @@ uint64_t sl__budget_held(const sl__budget *b) {
 
 uint64_t sl__budget_peak(const sl__budget *b) {
   return atomic_load_explicit(&b->peak, memory_order_relaxed);
+}
+
+uint64_t sl__budget_headroom(const sl__budget *b) {
+  uint64_t h = atomic_load_explicit(&b->headroom, memory_order_relaxed) +
+               atomic_load_explicit(&b->burst, memory_order_relaxed);
+  return h < b->cap ? h : b->cap;
+}
+
+void sl__budget_burst(sl__budget_acct *a, uint64_t n) {
+  raise_peak(&a->b->burst, n < a->b->cap ? n : a->b->cap);
 }
 
 void sl__budget_reset_peak(sl__budget *b) {
@@ -268,8 +313,8 @@ static int too_big(const sl__budget_acct *a, uint64_t n) {
 /* Whether a reservation of n must wait now. */
 static bool must_wait(const sl__budget_acct *a, uint64_t n) {
   if (atomic_load(&a->held) == 0) return false; /* one item, always */
-  uint64_t t = atomic_load(&a->b->total);
-  return n ? t + n > a->b->cap : t >= a->b->cap;
+  uint64_t t = atomic_load(&a->b->total), cap = room_cap(a->b);
+  return n ? t + n > cap : t >= cap;
 }
 
 static bool stopped(const sl__budget_acct *a, const atomic_bool *stop) {
@@ -285,11 +330,11 @@ bool sl__budget_try(sl__budget_acct *a, uint64_t n) {
   sl__budget *b = a->b;
   for (;;) {
     if (atomic_load(&a->held) == 0) {
-      add(a, n);
+      learn(b, add(a, n), n);
       return true;
     }
-    uint64_t t = atomic_load(&b->total);
-    if (!(n ? t + n <= b->cap : t < b->cap)) return false;
+    uint64_t t = atomic_load(&b->total), cap = room_cap(b);
+    if (!(n ? t + n <= cap : t < cap)) return false;
     if (!atomic_compare_exchange_weak(&b->total, &t, t + n)) continue;
     raise_peak(&b->peak, t + n);
     uint64_t h = atomic_fetch_add(&a->held, n) + n;
@@ -349,7 +394,7 @@ int sl__budget_charge(sl__budget_acct *a, uint64_t n, uint64_t count) {
                         (unsigned long long)count,
                         (unsigned long long)a->b->cap);
   uint64_t got = sl__budget_claim(a, n);
-  add(a, n - got);
+  learn(a->b, add(a, n - got), n - got);
   return SL_OK;
 }
 
@@ -377,6 +422,7 @@ void sl__budget_resident(sl__budget_acct *a, uint64_t from, uint64_t to) {
     uint64_t n = to - from;
     uint64_t t = atomic_fetch_add(&a->b->total, n) + n;
     raise_peak(&a->b->peak, t);
+    learn(a->b, t, n);
     uint64_t r = atomic_fetch_add(&a->resident, n) + n;
     raise_peak(&a->peak, r + atomic_load(&a->held));
   } else if (from > to) {

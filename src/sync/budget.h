@@ -22,6 +22,20 @@
  * reader's buffers) is its account's "resident" charge: counted, never
  * waited for (sl__budget_resident).
  *
+ * Headroom: the charges that do not wait (the one item of a stage holding
+ * nothing, a shuffle's window, a batch's rows, resident bytes, an item
+ * found larger than its reservation) could pass the capacity, so the
+ * ledger learns how far they go: whenever one brings the total past the
+ * capacity, the excess is added to its headroom (never more than the
+ * capacity), and a reservation that waits from then on fits only under
+ * the capacity less the headroom.  A stage whose charges come in bursts
+ * it gives back together (a batch) declares its largest burst instead
+ * (sl__budget_burst), so that its first burst teaches it whatever the
+ * timing.  The first rounds of a pass may go over
+ * while it learns; once the headroom covers what the stages take without
+ * waiting, the total stays within the capacity (tests/test_budget.c,
+ * "a hard bound").  The headroom never shrinks during the ledger's life.
+ *
  * Threads: every function is safe from any thread; the held counts are
  * atomics, a mutex and a condition variable serve the waiters only (woken
  * together when a release makes room for the least reservation waiting or
@@ -45,6 +59,14 @@ void sl__budget_drop(sl__budget *b);
 uint64_t sl__budget_cap(const sl__budget *b);
 uint64_t sl__budget_held(const sl__budget *b); /* all accounts, now */
 uint64_t sl__budget_peak(const sl__budget *b); /* the most ever held */
+/* The headroom learned so far (see "Headroom" above): the room the
+ * reservations that wait leave to the charges that do not. */
+uint64_t sl__budget_headroom(const sl__budget *b);
+/* Stage a (on its caller's thread) takes up to n bytes at once without
+ * waiting, and gives them back together (a batch's rows and the output
+ * built from them): the reservations that wait leave room for the largest
+ * such burst declared, on top of the headroom learned. */
+void sl__budget_burst(sl__budget_acct *a, uint64_t n);
 void sl__budget_reset_peak(sl__budget *b);     /* peak = held now (tests) */
 
 /* The default budget (issue 27): SL_BUDGET_DEFAULT_PERCENT of the memory
