@@ -332,6 +332,38 @@ TEST(packed_png_decodes_exactly_with_1_and_2_threads) {
   packed_matches_reader(FIX_PNG);
 }
 
+/* A decoded sample keeps no view of its record's SLR chunk: its label is
+ * copied out of the chunk (a view would keep the chunk of encoded images
+ * alive as long as the decoded sample, and a shuffle's window of decoded
+ * samples would pin every chunk it came from). */
+TEST(decoded_samples_do_not_pin_their_chunks) {
+  const char *slr = tmppath("pin.slr");
+  pack(folder(FIX_PNG), slr);
+  for (uint32_t threads = 1; threads <= 2; threads++) {
+    sl_reader *r;
+    ASSERT_OK(sl_open(slr, NULL, &r));
+    /* undecoded, the label is a view of the chunk */
+    sl_sample *s;
+    ASSERT_OK(sl_reader_next(r, &s));
+    ASSERT_TRUE(sl_buffer_size(sl_sample_field(s, "label")->buf) > 64);
+    sl_sample_release(s);
+    ASSERT_OK(sl_reader_reset(r));
+    sl_image_opts o = image_opts(threads);
+    ASSERT_OK(sl_decode_image(r, &o, &r));
+    size_t n = 0;
+    while (sl_reader_next(r, &s) == SL_OK) {
+      const sl_tensor *label = sl_sample_field(s, "label");
+      ASSERT_EQ(sl_buffer_size(label->buf), sizeof(int64_t));
+      ASSERT_EQ(*(const int64_t *)label->data,
+                g_class_of[g_data.labels[g_order[n]]]);
+      sl_sample_release(s);
+      n++;
+    }
+    ASSERT_EQ(n, N_IMAGES);
+    sl_reader_destroy(r);
+  }
+}
+
 TEST(packed_jpeg_decodes_within_bound_with_1_and_2_threads) {
   packed_matches_reader(FIX_JPEG);
 }

@@ -219,6 +219,11 @@ void sl__buffer_pool_release(sl__buffer_pool *p);
  * holds for its owner: the memory budget's charge).  0 for NULL. */
 size_t sl__buffer_pool_idle(sl__buffer_pool *p);
 size_t sl__buffer_pool_idle_bytes(sl__buffer_pool *p);
+/* Makes dst a copy of src in buffers of its own (its data, and its
+ * offsets when ragged): a small field kept from a sample whose large
+ * buffer is going away, so that it does not keep that buffer alive.
+ * SL_OK, or SL_ENOMEM with dst untouched. */
+int sl__tensor_copy_own(sl_tensor *dst, const sl_tensor *src);
 /* sl_tensor_alloc with the buffer from `pool` (may be NULL). */
 int sl__tensor_alloc_pooled(sl__buffer_pool *pool, sl_tensor *t,
                             sl_dtype dtype, int rank, const int64_t *shape);

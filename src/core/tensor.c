@@ -119,6 +119,35 @@ void sl_tensor_copy_ref(sl_tensor *dst, const sl_tensor *src) {
   sl_buffer_retain(dst->lod_buf);
 }
 
+int sl__tensor_copy_own(sl_tensor *dst, const sl_tensor *src) {
+  sl_tensor t = *src;
+  t.buf = t.lod_buf = NULL;
+  t.data = NULL;
+  t.lod = NULL;
+  if (src->nbytes) {
+    t.buf = sl_buffer_new(src->nbytes);
+    if (!t.buf) return sl_set_error(SL_ENOMEM, "tensor: cannot copy %zu bytes",
+                                    src->nbytes);
+    t.data = sl_buffer_data(t.buf);
+    memcpy(t.data, src->data, src->nbytes);
+  } else if (src->buf) {
+    t.buf = sl_buffer_retain(src->buf); /* nothing to pin */
+    t.data = src->data;
+  }
+  if (src->lod) {
+    size_t n = (size_t)src->lod_len * sizeof(int64_t);
+    t.lod_buf = sl_buffer_new(n);
+    if (!t.lod_buf) {
+      sl_buffer_release(t.buf);
+      return sl_set_error(SL_ENOMEM, "tensor: cannot copy its offsets");
+    }
+    memcpy(sl_buffer_data(t.lod_buf), src->lod, n);
+    t.lod = sl_buffer_data(t.lod_buf);
+  }
+  *dst = t;
+  return SL_OK;
+}
+
 void sl_tensor_clear(sl_tensor *t) {
   if (!t) return;
   sl_buffer_release(t->buf);

@@ -95,9 +95,21 @@ static int decode_one(dec_state *d, sl__image_decoder *dec, sl_sample *in,
     s = sl_sample_new(d->schema);
     if (!s) rc = sl_set_error(SL_ENOMEM, "%s: cannot allocate a sample", what);
   }
+  /* The other fields go over as they are, but those in the encoded
+   * image's buffer (an SLR record's label is a view of its decoded chunk)
+   * as copies: a view would keep the chunk of encoded images alive as long
+   * as the decoded sample (a shuffle's window of them pins every chunk). */
   int n = sl_sample_nfields(in);
-  for (int i = 0; i < n && rc == SL_OK; i++)
-    if (i != d->field) rc = sl_sample_set(s, i, sl_sample_at_const(in, i));
+  for (int i = 0; i < n && rc == SL_OK; i++) {
+    if (i == d->field) continue;
+    const sl_tensor *t = sl_sample_at_const(in, i);
+    sl_tensor own;
+    if (!t->buf || (t->buf != src->buf && t->lod_buf != src->buf))
+      rc = sl_sample_set(s, i, t);
+    else if ((rc = sl__tensor_copy_own(&own, t)) == SL_OK &&
+             (rc = sl_sample_set_move(s, i, &own)) < 0)
+      sl_tensor_clear(&own);
+  }
   if (rc == SL_OK && (rc = sl_sample_set_move(s, d->field, &px)) < 0)
     sl_wrap_error(rc, "%s", what);
   if (rc < 0) {
