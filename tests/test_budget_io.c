@@ -1,0 +1,200 @@
+/* test_budget_io.c - the memory budget (issue 27) counts the buffers the
+ * formats and transports keep for themselves, as their stage's resident
+ * bytes (sl__budget_resident, sync/resident.h): a URL's read-ahead block
+ * (sl__source_held) under the wds and tfrecord readers and the lanes of
+ * sl_wds_open, a GZIP TFRecord stream's input block and zlib state.  Each
+ * test sets a budget, reads part of a pass and checks the stage's
+ * bytes_held is at least the buffer's known size and within the budget,
+ * and that nothing stays charged to the ledger once the stage is gone.
+ * The URL tests serve tests/data/formats by nginx, as test_http.c does.
+ * In the TSan suite (make tsan). */
+#include "test.h"
+#include "test_util.h"
+
+#include "stages/reader_impl.h"
+#include "sync/budget.h"
+
+#include "sluice/open.h"
+
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define DIR SLUICE_SOURCE_DIR "/tests/data/formats"
+#define NGINX "/usr/sbin/nginx"
+#define BUDGET ((uint64_t)4 << 20)
+
+/* --- helpers ---------------------------------------------------------------
+ */
+
+/* Stage `name`'s bytes held now (its stats row). */
+static uint64_t held_of(sl_reader *r, const char *name) {
+  sl_stage_stats st[16];
+  size_t n = 0;
+  ASSERT_OK(sl_reader_stats(r, st, 16, &n));
+  for (size_t i = 0; i < n && i < 16; i++)
+    if (!strcmp(st[i].name, name)) return st[i].bytes_held;
+  test_fail(__FILE__, __LINE__, "no stage '%s'", name);
+  return 0;
+}
+
+/* An account of r's ledger that keeps it alive past r (free it with
+ * sl__budget_acct_free). */
+static sl__budget_acct *probe_of(sl_reader *r) {
+  sl__reader_view v;
+  sl__reader_view_of(r, &v);
+  ASSERT_NOT_NULL(v.acct);
+  sl__budget_acct *p = sl__budget_acct_new(sl__budget_of(v.acct), "probe");
+  ASSERT_NOT_NULL(p);
+  return p;
+}
+
+/* Destroys r and checks its ledger holds nothing after (probe: probe_of's,
+ * freed here). */
+static void destroy_and_check(sl_reader *r, sl__budget_acct *probe) {
+  sl_reader_destroy(r);
+  ASSERT_EQ(sl__budget_held(sl__budget_of(probe)), 0);
+  sl__budget_acct_free(probe);
+}
+
+/* Reads n samples of r (each released). */
+static void read_n(sl_reader *r, int n) {
+  for (int i = 0; i < n; i++) {
+    sl_sample *s = NULL;
+    ASSERT_RC(sl_reader_next(r, &s), SL_OK);
+    sl_sample_release(s);
+  }
+}
+
+typedef struct server {
+  pid_t pid;
+  int port;
+  char dir[256];
+} server;
+
+/* nginx serving DIR at /. */
+static void nginx_start(server *s) {
+  if (access(NGINX, X_OK) != 0)
+    test_fail(__FILE__, __LINE__,
+              "%s is missing: the HTTP tests need nginx (make deps)", NGINX);
+  snprintf(s->dir, sizeof s->dir, "/tmp/sluice-nginx-XXXXXX");
+  ASSERT_NOT_NULL(mkdtemp(s->dir));
+  s->port = test_free_port();
+  char conf[512];
+  snprintf(conf, sizeof conf, "%s/nginx.conf", s->dir);
+  FILE *f = fopen(conf, "w");
+  ASSERT_NOT_NULL(f);
+  const char *d = s->dir;
+  fprintf(f,
+          "%s\nworker_processes 1;\npid %s/nginx.pid;\n"
+          "error_log %s/error.log;\nevents { worker_connections 64; }\n"
+          "http {\n  access_log %s/access.log;\n"
+          "  client_body_temp_path %s;\n  proxy_temp_path %s;\n"
+          "  fastcgi_temp_path %s;\n  uwsgi_temp_path %s;\n"
+          "  scgi_temp_path %s;\n"
+          "  server {\n    listen 127.0.0.1:%d;\n"
+          "    location / { root %s; }\n  }\n}\n",
+          geteuid() == 0 ? "user root;" : "", d, d, d, d, d, d, d, d, s->port,
+          DIR);
+  fclose(f);
+  char *argv[] = {NGINX, "-p", s->dir, "-c", conf, "-g", "daemon off;", NULL};
+  s->pid = test_server_start("nginx", argv, s->port, true);
+}
+
+static void nginx_stop(server *s) {
+  test_server_stop(s->pid, SIGQUIT);
+  char cmd[300];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", s->dir);
+  ASSERT_EQ(system(cmd), 0);
+}
+
+/* --- wds, tfrecord ---------------------------------------------------------
+ */
+
+/* A wds shard read by URL holds the source's read-ahead block (8 KiB
+ * asked for: the first block at open, then each refill's). */
+TEST(wds_url_readahead_is_charged) {
+  server sv;
+  nginx_start(&sv);
+  setenv("SLUICE_HTTP_READAHEAD", "8K", 1);
+  char url[256];
+  snprintf(url, sizeof url, "http://127.0.0.1:%d/wds-000001.tar", sv.port);
+  sl_reader *r = NULL;
+  ASSERT_OK(sl_wds_reader(url, &r));
+  unsetenv("SLUICE_HTTP_READAHEAD");
+  ASSERT_OK(sl_reader_set_budget(r, BUDGET));
+  ASSERT_EQ(held_of(r, "wds"), 0); /* charged from the first read */
+  read_n(r, 2);
+  uint64_t held = held_of(r, "wds");
+  ASSERT_GE(held, 8192);
+  ASSERT_LE(held, BUDGET);
+  destroy_and_check(r, probe_of(r));
+  nginx_stop(&sv);
+}
+
+/* A GZIP TFRecord file holds its stream: the 64 KiB input block and
+ * zlib's 32 KiB window at least. */
+TEST(tfrecord_gzip_stream_is_charged) {
+  sl_reader *r = NULL;
+  ASSERT_OK(sl_tfrecord_reader(DIR "/ex.tfrecord.gz", NULL, &r));
+  ASSERT_OK(sl_reader_set_budget(r, BUDGET));
+  read_n(r, 1);
+  uint64_t held = held_of(r, "tfrecord");
+  ASSERT_GE(held, (64 << 10) + (32 << 10));
+  ASSERT_LE(held, BUDGET);
+  /* a reset keeps the stream (rewound): still charged, once */
+  ASSERT_OK(sl_reader_reset(r));
+  read_n(r, 1);
+  ASSERT_EQ(held_of(r, "tfrecord"), held);
+  destroy_and_check(r, probe_of(r));
+}
+
+/* A plain TFRecord file by URL holds the read-ahead block: the whole
+ * 474-byte object (smaller than the read-ahead). */
+TEST(tfrecord_url_readahead_is_charged) {
+  server sv;
+  nginx_start(&sv);
+  char url[256];
+  snprintf(url, sizeof url, "http://127.0.0.1:%d/ex.tfrecord", sv.port);
+  sl_reader *r = NULL;
+  ASSERT_OK(sl_tfrecord_reader(url, NULL, &r));
+  ASSERT_OK(sl_reader_set_budget(r, BUDGET));
+  read_n(r, 1);
+  uint64_t held = held_of(r, "tfrecord");
+  ASSERT_GE(held, 474);
+  ASSERT_LE(held, BUDGET);
+  destroy_and_check(r, probe_of(r));
+  nginx_stop(&sv);
+}
+
+/* sl_wds_open's lanes: the shard a lane has open (a URL's read-ahead
+ * block) is charged while it is open, released when the lane closes it;
+ * at the pass's end nothing is. */
+TEST(wds_open_lane_shards_are_charged) {
+  server sv;
+  nginx_start(&sv);
+  setenv("SLUICE_HTTP_READAHEAD", "8K", 1);
+  char url[256];
+  snprintf(url, sizeof url,
+           "wds:http://127.0.0.1:%d/wds-{000000..000002}.tar", sv.port);
+  const char *name = url;
+  sl_wds_opts o = SL_WDS_OPTS_INIT;
+  o.threads = 1;
+  o.world = 1;
+  o.buffer = 2; /* blocks of one sample: the lane stays inside its shard */
+  sl_reader *r = NULL;
+  ASSERT_OK(sl_wds_open(&name, 1, &o, &r));
+  ASSERT_OK(sl_reader_set_budget(r, BUDGET));
+  read_n(r, 2);
+  uint64_t held = held_of(r, "wds_open");
+  ASSERT_GE(held, 8192);
+  ASSERT_LE(held, BUDGET);
+  read_n(r, 10); /* 12 samples in all */
+  sl_sample *s = NULL;
+  ASSERT_RC(sl_reader_next(r, &s), SL_EOF);
+  unsetenv("SLUICE_HTTP_READAHEAD");
+  ASSERT_EQ(held_of(r, "wds_open"), 0);
+  destroy_and_check(r, probe_of(r));
+  nginx_stop(&sv);
+}
