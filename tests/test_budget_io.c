@@ -2,7 +2,8 @@
  * formats and transports keep for themselves, as their stage's resident
  * bytes (sl__budget_resident, sync/resident.h): a URL's read-ahead block
  * (sl__source_held) under the wds and tfrecord readers and the lanes of
- * sl_wds_open, a GZIP TFRecord stream's input block and zlib state.  Each
+ * sl_wds_open, a GZIP TFRecord stream's input block and zlib state, the
+ * idle buffers of decode_image's pool.  Each
  * test sets a budget, reads part of a pass and checks the stage's
  * bytes_held is at least the buffer's known size and within the budget,
  * and that nothing stays charged to the ledger once the stage is gone.
@@ -11,11 +12,17 @@
 #include "test.h"
 #include "test_util.h"
 
+#if SLUICE_WITH_IMAGES
+#include "image_fixture.h"
+#include "sluice/image.h"
+#endif
+
 #include "stages/reader_impl.h"
 #include "sync/budget.h"
 
 #include "sluice/open.h"
 
+#include <errno.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -198,3 +205,70 @@ TEST(wds_open_lane_shards_are_charged) {
   destroy_and_check(r, probe_of(r));
   nginx_stop(&sv);
 }
+
+/* --- decode_image ------------------------------------------------------------
+ */
+
+#if SLUICE_WITH_IMAGES
+
+#define IMG_SIDE 64
+#define IMG_BYTES (IMG_SIDE * IMG_SIDE * 3)
+#define N_IMG 24
+
+/* A folder of N_IMG 64 x 64 RGB PNGs (one class). */
+static const char *png_folder(void) {
+  static char dir[1024];
+  if (dir[0]) return dir;
+  snprintf(dir, sizeof dir, "%s", test_tmppath("budget_io", "png"));
+  char p[1100];
+  snprintf(p, sizeof p, "%s/a", dir);
+  ASSERT_EQ(mkdir(dir, 0777) == 0 || errno == EEXIST, 1);
+  ASSERT_EQ(mkdir(p, 0777) == 0 || errno == EEXIST, 1);
+  static uint8_t px[IMG_BYTES];
+  for (int i = 0; i < N_IMG; i++) {
+    for (size_t k = 0; k < sizeof px; k++)
+      px[k] = (uint8_t)(k * 7 + (size_t)i);
+    size_t len;
+    void *png = fix_png_encode(px, IMG_SIDE, IMG_SIDE, 3, &len);
+    ASSERT_NOT_NULL(png);
+    snprintf(p, sizeof p, "%s/a/%05d.png", dir, i);
+    ASSERT_EQ(fix_write(p, png, len), 0);
+    free(png);
+  }
+  return dir;
+}
+
+/* The stage's resident bytes (its own memory, not samples). */
+static uint64_t resident_of(sl_reader *r) {
+  sl__reader_view v;
+  sl__reader_view_of(r, &v);
+  ASSERT_NOT_NULL(v.acct);
+  return sl__budget_acct_resident(v.acct);
+}
+
+/* The decoded images the consumer lets go return to the stage's pool as
+ * idle buffers; those are the stage's memory, charged as it decodes the
+ * next ones. */
+TEST(decode_image_idle_pool_is_charged) {
+  sl_image_opts o = SL_IMAGE_OPTS_INIT;
+  o.threads = 1;
+  o.window = 2;
+  sl_reader *r = NULL;
+  ASSERT_OK(sl_image_reader(png_folder(), &o, &r));
+  ASSERT_OK(sl_reader_set_budget(r, BUDGET));
+  sl_sample *kept[10];
+  for (int i = 0; i < 10; i++)
+    ASSERT_OK(sl_reader_next(r, &kept[i]));
+  ASSERT_EQ(resident_of(r), 0); /* every buffer is out: none idle */
+  for (int i = 0; i < 10; i++)
+    sl_sample_release(kept[i]); /* 10 idle buffers */
+  /* Each decode from now takes one (the window decodes at most 2 ahead):
+   * after 3 more samples at least 10 - 2 - 3 are idle, charged. */
+  read_n(r, 3);
+  uint64_t res = resident_of(r);
+  ASSERT_GE(res, 4 * IMG_BYTES);
+  ASSERT_LE(held_of(r, "image"), BUDGET);
+  destroy_and_check(r, probe_of(r));
+}
+
+#endif
