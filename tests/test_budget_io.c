@@ -3,7 +3,8 @@
  * bytes (sl__budget_resident, sync/resident.h): a URL's read-ahead block
  * (sl__source_held) under the wds and tfrecord readers and the lanes of
  * sl_wds_open, a GZIP TFRecord stream's input block and zlib state, the
- * idle buffers of decode_image's pool.  Each
+ * idle buffers of decode_image's pool, the sources an interleave opens
+ * by callback (their read-ahead and their readers' buffers).  Each
  * test sets a budget, reads part of a pass and checks the stage's
  * bytes_held is at least the buffer's known size and within the budget,
  * and that nothing stays charged to the ledger once the stage is gone.
@@ -21,6 +22,7 @@
 #include "sync/budget.h"
 
 #include "sluice/open.h"
+#include "sluice/stages.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -204,6 +206,79 @@ TEST(wds_open_lane_shards_are_charged) {
   ASSERT_EQ(held_of(r, "wds_open"), 0);
   destroy_and_check(r, probe_of(r));
   nginx_stop(&sv);
+}
+
+/* The bytes r's whole ledger holds now (every account of it). */
+static uint64_t ledger_of(sl_reader *r) {
+  sl__reader_view v;
+  sl__reader_view_of(r, &v);
+  ASSERT_NOT_NULL(v.acct);
+  return sl__budget_held(sl__budget_of(v.acct));
+}
+
+/* --- interleave ------------------------------------------------------------
+ */
+
+/* The samples of r's pass (r reset after). */
+static uint64_t count_pass(sl_reader *r) {
+  uint64_t n = 0;
+  sl_sample *s = NULL;
+  while (sl_reader_next(r, &s) == SL_OK) {
+    sl_sample_release(s);
+    n++;
+  }
+  ASSERT_OK(sl_reader_reset(r));
+  return n;
+}
+
+/* An interleave over sources it opens by name (callback mode): each open
+ * source joins the interleave's budget - its read-ahead wrapper and its
+ * reader's buffers (a GZIP stream: 96 KiB at least) are in the ledger
+ * while it is open, and gone once the pass has closed them all. */
+TEST(interleave_open_sources_join_the_budget) {
+  const char *gz = "tfrecord:" DIR "/ex.tfrecord.gz";
+  const char *names[3] = {gz, gz, gz};
+  sl_interleave_opts o = SL_INTERLEAVE_OPTS_INIT;
+  o.cycle = 2;
+  o.block = 1;
+  o.threads = 1; /* a read-ahead thread per open source */
+  sl_reader *one = NULL;
+  ASSERT_OK(sl_tfrecord_reader(DIR "/ex.tfrecord.gz", NULL, &one));
+  uint64_t per = count_pass(one);
+  sl_reader_destroy(one);
+  ASSERT_GE(per, 2);
+  sl_reader *r = NULL;
+  ASSERT_OK(sl_interleave_open(names, 3, &o, &r));
+  ASSERT_OK(sl_reader_set_budget(r, BUDGET));
+  read_n(r, 2); /* one from each slot: two sources open */
+  uint64_t held = ledger_of(r);
+  ASSERT_GE(held, 2 * ((64 << 10) + (32 << 10)));
+  ASSERT_LE(held, BUDGET);
+  read_n(r, (int)(3 * per - 2));
+  sl_sample *s = NULL;
+  ASSERT_RC(sl_reader_next(r, &s), SL_EOF);
+  ASSERT_EQ(ledger_of(r), 0); /* every source closed: nothing left */
+  destroy_and_check(r, probe_of(r));
+}
+
+/* A budget set while sources are open (here without read-ahead): those
+ * join it at the interleave's next call and are charged at their next
+ * read. */
+TEST(interleave_sources_open_before_the_budget_join_it) {
+  const char *gz = "tfrecord:" DIR "/ex.tfrecord.gz";
+  const char *names[2] = {gz, gz};
+  sl_interleave_opts o = SL_INTERLEAVE_OPTS_INIT;
+  o.cycle = 2;
+  o.block = 1;
+  sl_reader *r = NULL;
+  ASSERT_OK(sl_interleave_open(names, 2, &o, &r));
+  read_n(r, 2); /* both sources open */
+  ASSERT_OK(sl_reader_set_budget(r, BUDGET));
+  read_n(r, 2); /* a record of each */
+  uint64_t held = ledger_of(r);
+  ASSERT_GE(held, 2 * ((64 << 10) + (32 << 10)));
+  ASSERT_LE(held, BUDGET);
+  destroy_and_check(r, probe_of(r));
 }
 
 /* --- decode_image ------------------------------------------------------------
