@@ -1,7 +1,7 @@
 /* test_budget_io.c - the memory budget (issue 27) counts the buffers the
  * formats and transports keep for themselves, as their stage's resident
  * bytes (sl__budget_resident, sync/resident.h): a URL's read-ahead block
- * (sl__source_held) under the wds and tfrecord readers and the lanes of
+ * (sl__source_held) under the wds, tfrecord and npy readers and the lanes of
  * sl_wds_open, a GZIP TFRecord stream's input block and zlib state, the
  * idle buffers of decode_image's pool, the sources an interleave opens
  * by callback (their read-ahead and their readers' buffers).  Each
@@ -172,6 +172,24 @@ TEST(tfrecord_url_readahead_is_charged) {
   read_n(r, 1);
   uint64_t held = held_of(r, "tfrecord");
   ASSERT_GE(held, 474);
+  ASSERT_LE(held, BUDGET);
+  destroy_and_check(r, probe_of(r));
+  nginx_stop(&sv);
+}
+
+/* A .npy file by URL holds the read-ahead block, rows read from it: the
+ * whole 188-byte object. */
+TEST(npy_url_readahead_is_charged) {
+  server sv;
+  nginx_start(&sv);
+  char url[256];
+  snprintf(url, sizeof url, "http://127.0.0.1:%d/x.npy", sv.port);
+  sl_reader *r = NULL;
+  ASSERT_OK(sl_npy_reader(url, NULL, &r));
+  ASSERT_OK(sl_reader_set_budget(r, BUDGET));
+  read_n(r, 1);
+  uint64_t held = held_of(r, "npy");
+  ASSERT_GE(held, 188);
   ASSERT_LE(held, BUDGET);
   destroy_and_check(r, probe_of(r));
   nginx_stop(&sv);

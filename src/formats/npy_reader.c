@@ -23,6 +23,10 @@
  * buffer per row), not views.  An .npz URL is fetched whole, as the
  * other formats without an index are.
  *
+ * Memory budget: a .npy URL's source holds its read-ahead block
+ * (sl__source_held), the stage's resident charge, measured again after
+ * each sample read.
+ *
  * Saving (stages/state.h): the position is the index; the record holds the
  * count and the file's identity (sl__state_put_file_ids), so a state of
  * another or a rewritten file is refused.
@@ -32,6 +36,7 @@
 #include "transport/http.h"
 #include "formats/npy.h"
 #include "stages/indexed.h"
+#include "sync/resident.h"
 
 #include <zlib.h>
 
@@ -53,6 +58,7 @@ typedef struct npy_state {
   sl_schema *schema;
   char *path;
   sl__source *src; /* a .npy URL, read row by row; else NULL */
+  sl__resident held; /* src's read-ahead, charged to the budget */
 } npy_state;
 
 /* Row i of field f read from the URL source into a new buffer. */
@@ -83,6 +89,7 @@ static int npy_get(void *st, uint64_t pos, sl_sample **out) {
     if (rc == SL_OK && (rc = sl_sample_set_move(smp, i, &t)) < 0)
       sl_tensor_clear(&t);
   }
+  if (s->src) sl__resident_set(&s->held, sl__source_held(s->src));
   if (rc < 0)
     rc = sl_wrap_error(rc, "npy: %s: sample %llu", s->path,
                        (unsigned long long)pos);
@@ -124,11 +131,17 @@ static void npy_identity(const sl_reader *r, void *st, char *buf, size_t cap) {
   snprintf(buf, cap, "%s", sl__basename(((const npy_state *)st)->path));
 }
 
+/* The memory budget: a URL's read-ahead, from the next sample read. */
+static void npy_budget(void *st, sl__budget_acct *acct) {
+  sl__resident_account(&((npy_state *)st)->held, acct);
+}
+
 static const sl__stage_ops npy_ops = {
     .name = "npy",
     SL__INDEXED_OPS,
     .destroy = npy_destroy,
     .identity = npy_identity,
+    .budget = npy_budget,
 };
 
 /* Adds field `name` for the array h of `buf` (retained). */
@@ -485,6 +498,7 @@ int sl_npy_reader(const char *path, const sl_npy_opts *opts, sl_reader **out) {
     SL_FORWARD_IF_ERROR(sl__opts_copy("sl_npy_opts", &o, sizeof o, opts));
   npy_state *s = sl__calloc(1, sizeof *s);
   SL_RETURN_ERROR_IF(!s, SL_ENOMEM, "npy: cannot allocate a reader");
+  sl__resident_init(&s->held);
   s->path = sl__strdup(path);
   s->ix = (sl__indexed){npy_get, npy_put,   npy_check, "npy",
                         s->path, "samples", 0,         0};
