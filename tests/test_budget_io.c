@@ -1,15 +1,15 @@
 /* test_budget_io.c - the memory budget (issue 27) counts the buffers the
  * formats and transports keep for themselves, as their stage's resident
  * bytes (sl__budget_resident, sync/resident.h): a URL's read-ahead block
- * (sl__source_held) under the wds, tfrecord and npy readers and the lanes of
- * sl_wds_open, a GZIP TFRecord stream's input block and zlib state, the
- * idle buffers of decode_image's pool, the sources an interleave opens
- * by callback (their read-ahead and their readers' buffers).  Each
- * test sets a budget, reads part of a pass and checks the stage's
- * bytes_held is at least the buffer's known size and within the budget,
- * and that nothing stays charged to the ledger once the stage is gone.
- * The URL tests serve tests/data/formats by nginx, as test_http.c does.
- * In the TSan suite (make tsan). */
+ * (sl__source_held) under the wds, tfrecord and npy readers and each lane
+ * of sl_wds_open, a GZIP TFRecord stream's input block and zlib state, a
+ * text file's read buffer, the idle buffers of decode_image's pool, and
+ * the sources an interleave opens by callback (their read-ahead and their
+ * readers' buffers, in its ledger).  Each test sets a budget, reads part
+ * of a pass and checks the stage's bytes_held is at least the buffer's
+ * known size and within the budget, and that nothing stays charged to the
+ * ledger once the stage is gone.  The URL tests serve tests/data/formats
+ * by nginx, as test_http.c does.  In the TSan suite (make tsan). */
 #include "test.h"
 #include "test_util.h"
 
@@ -193,6 +193,30 @@ TEST(npy_url_readahead_is_charged) {
   ASSERT_LE(held, BUDGET);
   destroy_and_check(r, probe_of(r));
   nginx_stop(&sv);
+}
+
+/* A text file read through buffers (the default) holds its read buffer:
+ * 64 KiB at least; mapped, nothing of its own. */
+TEST(text_read_buffer_is_charged) {
+  const char *path = test_tmppath("budget_io", "lines.txt");
+  FILE *f = fopen(path, "w");
+  ASSERT_NOT_NULL(f);
+  for (int i = 0; i < 1000; i++)
+    fprintf(f, "line %d\n", i);
+  ASSERT_EQ(fclose(f), 0);
+  sl_reader *r = NULL;
+  ASSERT_OK(sl_text_reader(path, 0, NULL, NULL, &r));
+  ASSERT_OK(sl_reader_set_budget(r, BUDGET));
+  read_n(r, 10);
+  uint64_t held = held_of(r, "text");
+  ASSERT_GE(held, 64 << 10);
+  ASSERT_LE(held, BUDGET);
+  destroy_and_check(r, probe_of(r));
+  ASSERT_OK(sl_text_reader(path, 1, NULL, NULL, &r));
+  ASSERT_OK(sl_reader_set_budget(r, BUDGET));
+  read_n(r, 10);
+  ASSERT_EQ(held_of(r, "text"), 0); /* a mapping: page cache */
+  sl_reader_destroy(r);
 }
 
 /* sl_wds_open's lanes: the shard a lane has open (a URL's read-ahead

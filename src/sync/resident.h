@@ -9,8 +9,8 @@
  * stage (sl__budget_acct_free), so an owner that lets its buffers go
  * before that sets the charge to 0.
  *
- * Header only: the formats' readers (tar, wds, TFRecord), the interleave
- * and decode_image use it.
+ * Header only: the formats' readers (wds, TFRecord, npy, text) and
+ * decode_image use it.
  */
 #ifndef SLUICE_SYNC_RESIDENT_H
 #define SLUICE_SYNC_RESIDENT_H
@@ -45,7 +45,8 @@ static inline sl__budget_acct *sl__resident_acct(const sl__resident *r) {
  * thread; nothing without an account. */
 static inline void sl__resident_set(sl__resident *r, uint64_t bytes) {
   sl__budget_acct *a = sl__resident_acct(r);
-  if (!a) return;
+  if (!a || atomic_load_explicit(&r->charged, memory_order_relaxed) == bytes)
+    return; /* nothing changed: no write on the reader's hot path */
   uint64_t old = atomic_exchange(&r->charged, bytes);
   if (old != bytes) sl__budget_resident(a, old, bytes);
 }
