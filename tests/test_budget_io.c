@@ -3,14 +3,14 @@
  * bytes (sl__budget_resident, sync/resident.h): a URL's read-ahead block
  * (sl__source_held) under the wds, tfrecord and npy readers and each lane
  * of sl_wds_open, a CSV fetched whole by URL, a GZIP TFRecord stream's
- * input block and zlib state, a text file's read buffer, the idle buffers
- * of decode_image's pool, and the sources an interleave opens by callback
- * (their read-ahead and their readers' buffers, in its ledger).  Each
- * test sets a budget, reads part of a pass and checks the stage's
- * bytes_held is at least the buffer's known size and within the budget,
- * and that nothing stays charged to the ledger once the stage is gone.
- * The URL tests serve tests/data/formats by nginx, as test_http.c does.
- * In the TSan suite (make tsan). */
+ * input block and zlib state, a text file's read buffer, an idx pair in
+ * memory, the idle buffers of decode_image's pool, and the sources an
+ * interleave opens by callback (their read-ahead and their readers'
+ * buffers, in its ledger).  Each test sets a budget, reads part of a pass
+ * and checks the stage's bytes_held is at least the buffer's known size
+ * and within the budget, and that nothing stays charged to the ledger once
+ * the stage is gone.  The URL tests serve tests/data/formats by nginx, as
+ * test_http.c does.  In the TSan suite (make tsan). */
 #include "test.h"
 #include "test_util.h"
 
@@ -251,6 +251,37 @@ TEST(text_read_buffer_is_charged) {
   read_n(r, 10);
   ASSERT_EQ(held_of(r, "text"), 0); /* a mapping: page cache */
   sl_reader_destroy(r);
+}
+
+/* An idx pair is loaded whole: the reader holds the images (here 100 of
+ * 28 x 28 bytes) and the labels widened to i64. */
+TEST(idx_files_in_memory_are_charged) {
+  const char *img = test_tmppath("budget_io", "x-images-idx3-ubyte");
+  const char *lab = test_tmppath("budget_io", "x-labels-idx1-ubyte");
+  enum { N = 100, SIDE = 28 };
+  static unsigned char px[16 + N * SIDE * SIDE], lb[8 + N];
+  const unsigned char ih[16] = {0, 0, 8, 3, 0, 0, 0, N, 0, 0, 0, SIDE,
+                                0, 0, 0, SIDE};
+  const unsigned char lh[8] = {0, 0, 8, 1, 0, 0, 0, N};
+  memcpy(px, ih, sizeof ih);
+  memcpy(lb, lh, sizeof lh);
+  for (int i = 0; i < N; i++)
+    lb[8 + i] = (unsigned char)(i % 10);
+  FILE *f = fopen(img, "wb");
+  ASSERT_NOT_NULL(f);
+  ASSERT_EQ(fwrite(px, 1, sizeof px, f), sizeof px);
+  ASSERT_EQ(fclose(f), 0);
+  ASSERT_NOT_NULL(f = fopen(lab, "wb"));
+  ASSERT_EQ(fwrite(lb, 1, sizeof lb, f), sizeof lb);
+  ASSERT_EQ(fclose(f), 0);
+  sl_reader *r = NULL;
+  ASSERT_OK(sl_idx_reader(img, lab, &r));
+  ASSERT_OK(sl_reader_set_budget(r, BUDGET));
+  read_n(r, 3);
+  uint64_t held = held_of(r, "idx");
+  ASSERT_GE(held, N * SIDE * SIDE + N * sizeof(int64_t));
+  ASSERT_LE(held, BUDGET);
+  destroy_and_check(r, probe_of(r));
 }
 
 /* sl_wds_open's lanes: the shard a lane has open (a URL's read-ahead
