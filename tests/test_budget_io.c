@@ -2,15 +2,16 @@
  * formats and transports keep for themselves, as their stage's resident
  * bytes (sl__budget_resident, sync/resident.h): a URL's read-ahead block
  * (sl__source_held) under the wds, tfrecord and npy readers and each lane
- * of sl_wds_open, a CSV fetched whole by URL, a GZIP TFRecord stream's
- * input block and zlib state, a text file's read buffer, an idx pair in
- * memory, the idle buffers of decode_image's pool, and the sources an
- * interleave opens by callback (their read-ahead and their readers'
- * buffers, in its ledger).  Each test sets a budget, reads part of a pass
- * and checks the stage's bytes_held is at least the buffer's known size
- * and within the budget, and that nothing stays charged to the ledger once
- * the stage is gone.  The URL tests serve tests/data/formats by nginx, as
- * test_http.c does.  In the TSan suite (make tsan). */
+ * of sl_wds_open, a CSV fetched whole by URL, an npz's inflated
+ * members, a GZIP TFRecord stream's input block and zlib state, a text
+ * file's read buffer, an idx pair in memory, the idle buffers of
+ * decode_image's pool, and the sources an interleave opens by callback
+ * (their read-ahead and their readers' buffers, in its ledger).  Each test
+ * sets a budget, reads part of a pass and checks the stage's bytes_held is
+ * at least the buffer's known size and within the budget, and that nothing
+ * stays charged to the ledger once the stage is gone.  The URL tests serve
+ * tests/data/formats by nginx, as test_http.c does.  In the TSan suite
+ * (make tsan). */
 #include "test.h"
 #include "test_util.h"
 
@@ -203,6 +204,26 @@ TEST(npy_url_readahead_is_charged) {
   ASSERT_LE(held, BUDGET);
   destroy_and_check(r, probe_of(r));
   nginx_stop(&sv);
+}
+
+/* An .npz of deflated members inflates each into a buffer of its own at
+ * open: the reader holds them (all the samples' bytes at least). */
+TEST(npz_inflated_members_are_charged) {
+  sl_reader *r = NULL;
+  ASSERT_OK(sl_npy_reader(DIR "/pair_z.npz", NULL, &r));
+  ASSERT_OK(sl_reader_set_budget(r, BUDGET));
+  uint64_t n = 0, bytes = 0;
+  sl_sample *s = NULL;
+  while (sl_reader_next(r, &s) == SL_OK) {
+    bytes += sl_sample_nbytes(s);
+    sl_sample_release(s);
+    n++;
+  }
+  ASSERT_GE(n, 1);
+  uint64_t held = held_of(r, "npy");
+  ASSERT_GE(held, bytes);
+  ASSERT_LE(held, BUDGET);
+  destroy_and_check(r, probe_of(r));
 }
 
 /* A CSV file by URL is fetched whole: the reader holds its bytes on

@@ -23,9 +23,11 @@
  * buffer per row), not views.  An .npz URL is fetched whole, as the
  * other formats without an index are.
  *
- * Memory budget: a .npy URL's source holds its read-ahead block
- * (sl__source_held), the stage's resident charge, measured again after
- * each sample read.
+ * Memory budget: the stage's resident charge is its own memory - a .npy
+ * URL's read-ahead block (sl__source_held), an .npz's inflated (or
+ * realigned) members and an .npz fetched whole by URL, counted whole also
+ * while samples refer to them - measured again after each sample read; a
+ * mapping is page cache and not counted.
  *
  * Saving (stages/state.h): the position is the index; the record holds the
  * count and the file's identity (sl__state_put_file_ids), so a state of
@@ -58,7 +60,8 @@ typedef struct npy_state {
   sl_schema *schema;
   char *path;
   sl__source *src; /* a .npy URL, read row by row; else NULL */
-  sl__resident held; /* src's read-ahead, charged to the budget */
+  uint64_t own;      /* the fields' buffers that are not a mapping */
+  sl__resident held; /* own and src's read-ahead, charged to the budget */
 } npy_state;
 
 /* Row i of field f read from the URL source into a new buffer. */
@@ -89,7 +92,7 @@ static int npy_get(void *st, uint64_t pos, sl_sample **out) {
     if (rc == SL_OK && (rc = sl_sample_set_move(smp, i, &t)) < 0)
       sl_tensor_clear(&t);
   }
-  if (s->src) sl__resident_set(&s->held, sl__source_held(s->src));
+  sl__resident_set(&s->held, s->own + sl__source_held(s->src));
   if (rc < 0)
     rc = sl_wrap_error(rc, "npy: %s: sample %llu", s->path,
                        (unsigned long long)pos);
@@ -131,7 +134,8 @@ static void npy_identity(const sl_reader *r, void *st, char *buf, size_t cap) {
   snprintf(buf, cap, "%s", sl__basename(((const npy_state *)st)->path));
 }
 
-/* The memory budget: a URL's read-ahead, from the next sample read. */
+/* The memory budget: own and a URL's read-ahead, from the next sample
+ * read. */
 static void npy_budget(void *st, sl__budget_acct *acct) {
   sl__resident_account(&((npy_state *)st)->held, acct);
 }
@@ -486,6 +490,20 @@ static int open_url(npy_state *s, const char *field, bool *npz) {
   return rc;
 }
 
+/* The bytes of the fields' buffers that are the reader's own memory: an
+ * inflated or realigned member's; `file`'s (once) when it is a URL's
+ * object fetched whole rather than a mapping. */
+static uint64_t own_bytes(const npy_state *s, sl_buffer *file, bool url) {
+  uint64_t n = 0;
+  bool whole = false;
+  for (int i = 0; i < s->nf; i++) {
+    if (s->f[i].buf && s->f[i].buf != file)
+      n += sl_buffer_size(s->f[i].buf);
+    whole |= s->f[i].buf == file;
+  }
+  return n + (whole && url ? sl_buffer_size(file) : 0);
+}
+
 static bool is_zip(sl_buffer *b) {
   return sl_buffer_size(b) >= 4 &&
          sl__get32(sl_buffer_data(b)) == 0x04034b50; /* "PK\3\4" */
@@ -526,6 +544,7 @@ int sl_npy_reader(const char *path, const sl_npy_opts *opts, sl_reader **out) {
                        path);
     }
   }
+  if (rc == SL_OK) s->own = own_bytes(s, file, sl__is_url(path));
   sl_buffer_release(file);
   if (rc == SL_OK) rc = make_schema(s);
   if (rc < 0) {
