@@ -281,8 +281,8 @@ TEST(idx_files_in_memory_are_charged) {
   const char *lab = test_tmppath("budget_io", "x-labels-idx1-ubyte");
   enum { N = 100, SIDE = 28 };
   static unsigned char px[16 + N * SIDE * SIDE], lb[8 + N];
-  const unsigned char ih[16] = {0, 0, 8, 3, 0, 0, 0, N, 0, 0, 0, SIDE,
-                                0, 0, 0, SIDE};
+  const unsigned char ih[16] = {0, 0, 8, 3,    0, 0, 0, N,
+                                0, 0, 0, SIDE, 0, 0, 0, SIDE};
   const unsigned char lh[8] = {0, 0, 8, 1, 0, 0, 0, N};
   memcpy(px, ih, sizeof ih);
   memcpy(lb, lh, sizeof lh);
@@ -313,8 +313,8 @@ TEST(wds_open_lane_shards_are_charged) {
   nginx_start(&sv);
   setenv("SLUICE_HTTP_READAHEAD", "8K", 1);
   char url[256];
-  snprintf(url, sizeof url,
-           "wds:http://127.0.0.1:%d/wds-{000000..000002}.tar", sv.port);
+  snprintf(url, sizeof url, "wds:http://127.0.0.1:%d/wds-{000000..000002}.tar",
+           sv.port);
   const char *name = url;
   sl_wds_opts o = SL_WDS_OPTS_INIT;
   o.threads = 1;

@@ -59,7 +59,7 @@ typedef struct npy_state {
   sl__file_id id; /* the file (URL) as opened: what a state checks */
   sl_schema *schema;
   char *path;
-  sl__source *src; /* a .npy URL, read row by row; else NULL */
+  sl__source *src;   /* a .npy URL, read row by row; else NULL */
   uint64_t own;      /* the fields' buffers that are not a mapping */
   sl__resident held; /* own and src's read-ahead, charged to the budget */
 } npy_state;
@@ -497,8 +497,7 @@ static uint64_t own_bytes(const npy_state *s, sl_buffer *file, bool url) {
   uint64_t n = 0;
   bool whole = false;
   for (int i = 0; i < s->nf; i++) {
-    if (s->f[i].buf && s->f[i].buf != file)
-      n += sl_buffer_size(s->f[i].buf);
+    if (s->f[i].buf && s->f[i].buf != file) n += sl_buffer_size(s->f[i].buf);
     whole |= s->f[i].buf == file;
   }
   return n + (whole && url ? sl_buffer_size(file) : 0);

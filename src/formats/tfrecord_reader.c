@@ -58,8 +58,8 @@ typedef struct tf_state {
 
 /* Charges the reader's buffers as they are now (the reading thread). */
 static void charge(tf_state *s) {
-  sl__resident_set(&s->held, s->gz ? sl__gz_held(s->gz)
-                                   : sl__source_held(s->src));
+  sl__resident_set(&s->held,
+                   s->gz ? sl__gz_held(s->gz) : sl__source_held(s->src));
 }
 
 static void tf_budget(void *st, sl__budget_acct *acct) {

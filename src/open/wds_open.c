@@ -101,10 +101,10 @@ typedef struct wds_lane {
   uint64_t pos;      /* samples of the shard walked */
   uint64_t skip;     /* samples to pass over first (a restore) */
   bool ended;
-  uint64_t held; /* the open shard's bytes charged to the budget */
-  int err;                        /* the error that ended the lane, */
-  char *msg;                      /* its message, */
-  _Atomic uint64_t err_round;     /* in this round (UINT64_MAX: none) */
+  uint64_t held;              /* the open shard's bytes charged */
+  int err;                    /* the error that ended the lane, */
+  char *msg;                  /* its message, */
+  _Atomic uint64_t err_round; /* in this round (UINT64_MAX: none) */
   /* the consumer's: the lane's block of the round being interleaved */
   sl_sample **v;
   size_t n, at;
