@@ -9,8 +9,8 @@
  * stage (sl__budget_acct_free), so an owner that lets its buffers go
  * before that sets the charge to 0.
  *
- * Header only: the formats' readers (wds, TFRecord, npy, text) and
- * decode_image use it.
+ * Header only: the formats' readers (wds, TFRecord, npy, csv, text, idx)
+ * and decode_image use it.
  */
 #ifndef SLUICE_SYNC_RESIDENT_H
 #define SLUICE_SYNC_RESIDENT_H
@@ -49,11 +49,6 @@ static inline void sl__resident_set(sl__resident *r, uint64_t bytes) {
     return; /* nothing changed: no write on the reader's hot path */
   uint64_t old = atomic_exchange(&r->charged, bytes);
   if (old != bytes) sl__budget_resident(a, old, bytes);
-}
-
-/* What is charged now (tests, stats). */
-static inline uint64_t sl__resident_charged(const sl__resident *r) {
-  return atomic_load(&r->charged);
 }
 
 #endif
