@@ -2,16 +2,16 @@
  * formats and transports keep for themselves, as their stage's resident
  * bytes (sl__budget_resident, sync/resident.h): a URL's read-ahead block
  * (sl__source_held) under the wds, tfrecord and npy readers and each lane
- * of sl_wds_open, a CSV fetched whole by URL, an npz's inflated
- * members, a GZIP TFRecord stream's input block and zlib state, a text
- * file's read buffer, an idx pair in memory, the idle buffers of
- * decode_image's pool, and the sources an interleave opens by callback
- * (their read-ahead and their readers' buffers, in its ledger).  Each test
- * sets a budget, reads part of a pass and checks the stage's bytes_held is
- * at least the buffer's known size and within the budget, and that nothing
- * stays charged to the ledger once the stage is gone.  The URL tests serve
- * tests/data/formats by nginx, as test_http.c does.  In the TSan suite
- * (make tsan). */
+ * of sl_wds_open (and its blocks read ahead), a CSV fetched whole by URL,
+ * an npz's inflated members, a GZIP TFRecord stream's input block and zlib
+ * state, a text file's read buffer, an idx pair in memory, the idle
+ * buffers of decode_image's pool, and the sources an interleave opens by
+ * callback (their read-ahead and their readers' buffers, in its ledger).
+ * Each test sets a budget, reads part of a pass and checks the stage's
+ * bytes_held is at least the buffer's known size and within the budget,
+ * and that nothing stays charged to the ledger once the stage is gone.
+ * The URL tests serve tests/data/formats by nginx, as test_http.c does.
+ * In the TSan suite (make tsan). */
 #include "test.h"
 #include "test_util.h"
 
@@ -342,6 +342,43 @@ static uint64_t ledger_of(sl_reader *r) {
   sl__reader_view_of(r, &v);
   ASSERT_NOT_NULL(v.acct);
   return sl__budget_held(sl__budget_of(v.acct));
+}
+
+/* sl_wds_open's blocks of samples read ahead are charged as they are
+ * made and released as they are handed out: after the first sample of a
+ * round, the rest of the round's blocks are held. */
+TEST(wds_open_read_ahead_blocks_are_charged) {
+  const char *name = "wds:" DIR "/wds-{000000..000002}.tar";
+  sl_wds_opts o = SL_WDS_OPTS_INIT;
+  o.threads = 2;
+  o.world = 1;
+  o.buffer = 8; /* blocks of 4 samples */
+  sl_reader *r = NULL;
+  ASSERT_OK(sl_wds_open(&name, 1, &o, &r));
+  ASSERT_OK(sl_reader_set_budget(r, BUDGET));
+  read_n(r, 1);
+  uint64_t held = held_of(r, "wds_open");
+  ASSERT_LE(held, BUDGET);
+  /* the next 7 samples are the round's other blocks' (2 lanes x 4) */
+  uint64_t next = 0;
+  for (int i = 0; i < 7; i++) {
+    sl_sample *s = NULL;
+    ASSERT_OK(sl_reader_next(r, &s));
+    next += sl_sample_nbytes(s);
+    sl_sample_release(s);
+  }
+  ASSERT_GE(held, next);
+  ASSERT_TRUE(next > 0);
+  read_n(r, 4); /* 12 samples in all */
+  sl_sample *s = NULL;
+  ASSERT_RC(sl_reader_next(r, &s), SL_EOF);
+  ASSERT_EQ(held_of(r, "wds_open"), 0); /* every block handed out */
+  /* a reset mid-round drops the blocks and their charge */
+  ASSERT_OK(sl_reader_reset(r));
+  read_n(r, 1);
+  ASSERT_OK(sl_reader_reset(r));
+  ASSERT_EQ(held_of(r, "wds_open"), 0);
+  destroy_and_check(r, probe_of(r));
 }
 
 /* --- interleave ------------------------------------------------------------
