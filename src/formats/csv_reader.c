@@ -13,7 +13,10 @@
  *
  * Memory.  The file is mapped (fmt_map.c) and parsed in place; each sample
  * owns one small buffer holding its numbers (8-byte slots) and its bytes
- * fields' contents, so a sample never pins the mapping.
+ * fields' contents, so a sample never pins the mapping.  A URL is fetched
+ * whole into memory instead: that buffer, with the parser's own, is the
+ * stage's resident charge to the memory budget, measured again after each
+ * record (a mapping is page cache and not counted).
  *
  * Saving (stages/state.h): a byte offset, as the text reader does.  Each
  * output notes the offset after its record and the line there (two
@@ -25,6 +28,7 @@
 #include "formats/csv.h"
 #include "transport/fmt_map.h"
 #include "formats/offset_log.h"
+#include "sync/resident.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -54,7 +58,20 @@ typedef struct csv_state {
   sl_schema *schema;
   sl__csv csv;
   sl__offset_log offs, lines; /* after output i: offset and line there */
+  sl__resident held;          /* a URL's bytes and the parser's, charged */
 } csv_state;
+
+/* The bytes the reader holds for itself: a URL's object (fetched whole)
+ * and the parser's field table and scratch. */
+static uint64_t held_bytes(const csv_state *s) {
+  uint64_t n = sl__is_url(s->path) ? s->size : 0;
+  return n + s->csv.scap + s->csv.fcap * (sizeof *s->csv.f + sizeof(size_t));
+}
+
+/* The memory budget: held_bytes, from the next record read. */
+static void csv_budget(void *st, sl__budget_acct *acct) {
+  sl__resident_account(&((csv_state *)st)->held, acct);
+}
 
 /* The low sz bytes of v into slot, as an integer of sz bytes. */
 static void put_int(void *slot, size_t sz, uint64_t v) {
@@ -151,6 +168,7 @@ static int csv_next(void *st, sl_sample **out) {
   csv_state *s = st;
   uint64_t line;
   int rc = next_record(s, &line);
+  sl__resident_set(&s->held, held_bytes(s));
   if (rc != SL_OK) return rc;
   size_t bytes = (size_t)s->ncol * 8;
   for (int i = 0; i < s->ncol; i++)
@@ -271,6 +289,7 @@ static const sl__stage_ops csv_ops = {
     .restore = csv_restore,
     .identity = csv_identity,
     .check = csv_check,
+    .budget = csv_budget,
 };
 
 /* Integer, other number, or text. */
@@ -429,6 +448,7 @@ int sl_csv_reader(const char *path, const sl_csv_opts *opts, sl_reader **out) {
   SL_FORWARD_IF_ERROR(delimiter_of(path, &o, &delim));
   csv_state *s = sl__calloc(1, sizeof *s);
   SL_RETURN_ERROR_IF(!s, SL_ENOMEM, "csv: cannot allocate a reader");
+  sl__resident_init(&s->held);
   s->csv.delim = delim;
   s->line = 1;
   s->path = sl__strdup(path);

@@ -26,8 +26,37 @@ struct sl__gz {
   bool eof;         /* the last member ended and nothing follows */
   int failed;       /* the error every read repeats, or SL_OK */
   char why[400];
+  size_t zbytes; /* what zlib allocated through gz_alloc, now */
   unsigned char in[GZ_IN_BLOCK];
 };
+
+/* zlib's allocator: each block prefixed by its size, counted in zbytes. */
+#define GZ_HDR ((size_t)16) /* keeps malloc's alignment for the block */
+
+static voidpf gz_alloc(voidpf opaque, uInt items, uInt size) {
+  sl__gz *g = opaque;
+  size_t n = (size_t)items * size;
+  if (size && n / size != items) return Z_NULL;
+  unsigned char *p = sl__malloc(n + GZ_HDR);
+  if (!p) return Z_NULL;
+  memcpy(p, &n, sizeof n);
+  g->zbytes += n;
+  return p + GZ_HDR;
+}
+
+static void gz_free(voidpf opaque, voidpf addr) {
+  sl__gz *g = opaque;
+  if (!addr) return;
+  unsigned char *p = (unsigned char *)addr - GZ_HDR;
+  size_t n;
+  memcpy(&n, p, sizeof n);
+  g->zbytes -= n;
+  sl__free(p);
+}
+
+uint64_t sl__gz_held(const sl__gz *g) {
+  return g ? sizeof *g + g->zbytes + sl__source_held(g->src) : 0;
+}
 
 /* Fails the stream with `code` and a message naming the source and the
  * compressed offset where the trouble is. */
@@ -154,6 +183,11 @@ void sl__gz_rewind(sl__gz *g) {
 int sl__gz_open(sl__source *src, sl__gz **out) {
   *out = NULL;
   sl__gz *g = sl__calloc(1, sizeof *g);
+  if (g) {
+    g->zs.zalloc = gz_alloc;
+    g->zs.zfree = gz_free;
+    g->zs.opaque = g;
+  }
   if (!g || inflateInit2(&g->zs, 15 + 16) != Z_OK) {
     sl__free(g);
     int rc = sl_set_error(SL_ENOMEM, "%s: gzip: out of memory", src->name);

@@ -41,4 +41,10 @@ void sl__gz_rewind(sl__gz *g);
 
 void sl__gz_close(sl__gz *g);
 
+/* The bytes the stream holds now: its input block, zlib's state and
+ * window, and its source's (sl__source_held: a URL's read-ahead).  For the
+ * memory budget's resident charge of the reader (tfrecord_reader.c);
+ * 0 for NULL. */
+uint64_t sl__gz_held(const sl__gz *g);
+
 #endif

@@ -10,6 +10,10 @@
  * label i in an i64 buffer widened once here, because i64 is what trainers
  * index with).  The buffers are refcounted, so samples outlive the reader.
  *
+ * Memory budget: both buffers are the reader's own memory, its stage's
+ * resident charge from the first sample read (counted whole, also while
+ * samples - counted where they are held - still refer to them).
+ *
  * The labels file is named by the caller or derived from the images file's
  * name by the data sets' own convention ("t10k-images-idx3-ubyte.gz" ->
  * "t10k-labels-idx1-ubyte.gz"); see sl_idx_reader in sluice.h.
@@ -22,6 +26,7 @@
 #include "core/crc32c.h"
 #include "formats/idx.h"
 #include "stages/indexed.h"
+#include "sync/resident.h"
 
 #include <errno.h>
 #include <unistd.h>
@@ -39,10 +44,18 @@ typedef struct idx_state {
   char *paths[2];                  /* images, labels: as given */
   sl__file_id ids[2];              /* theirs, after loading */
   uint64_t fingerprint;            /* of the elements; 0: not computed */
+  sl__resident held;               /* both buffers, charged */
 } idx_state;
+
+/* The memory budget: the files in memory, from the next sample read. */
+static void idx_budget(void *st, sl__budget_acct *acct) {
+  sl__resident_account(&((idx_state *)st)->held, acct);
+}
 
 static int idx_get(void *st, uint64_t pos, sl_sample **out) {
   idx_state *s = st;
+  sl__resident_set(&s->held, (uint64_t)sl_buffer_size(s->images) +
+                                 sl_buffer_size(s->labels));
   sl_sample *smp = sl_sample_new(s->schema);
   SL_RETURN_ERROR_IF(!smp, SL_ENOMEM, "idx: cannot allocate a sample");
   sl_tensor t;
@@ -117,6 +130,7 @@ static const sl__stage_ops idx_ops = {
     .fetch = sl__indexed_fetch,
     .destroy = idx_destroy,
     .identity = idx_identity,
+    .budget = idx_budget,
 };
 
 static bool exists(const char *path) {
@@ -238,6 +252,7 @@ int sl_idx_reader(const char *images, const char *labels, sl_reader **out) {
   }
   idx_state *s = sl__calloc(1, sizeof *s);
   SL_RETURN_ERROR_IF(!s, SL_ENOMEM, "idx: cannot allocate a reader");
+  sl__resident_init(&s->held);
   bool by_name = !labels || !labels[0];
   s->ix =
       (sl__indexed){idx_get, idx_put, idx_check, "idx", NULL, "samples", 0, 0};

@@ -23,6 +23,12 @@
  * buffer per row), not views.  An .npz URL is fetched whole, as the
  * other formats without an index are.
  *
+ * Memory budget: the stage's resident charge is its own memory - a .npy
+ * URL's read-ahead block (sl__source_held), an .npz's inflated (or
+ * realigned) members and an .npz fetched whole by URL, counted whole also
+ * while samples refer to them - measured again after each sample read; a
+ * mapping is page cache and not counted.
+ *
  * Saving (stages/state.h): the position is the index; the record holds the
  * count and the file's identity (sl__state_put_file_ids), so a state of
  * another or a rewritten file is refused.
@@ -32,6 +38,7 @@
 #include "transport/http.h"
 #include "formats/npy.h"
 #include "stages/indexed.h"
+#include "sync/resident.h"
 
 #include <zlib.h>
 
@@ -52,7 +59,9 @@ typedef struct npy_state {
   sl__file_id id; /* the file (URL) as opened: what a state checks */
   sl_schema *schema;
   char *path;
-  sl__source *src; /* a .npy URL, read row by row; else NULL */
+  sl__source *src;   /* a .npy URL, read row by row; else NULL */
+  uint64_t own;      /* the fields' buffers that are not a mapping */
+  sl__resident held; /* own and src's read-ahead, charged to the budget */
 } npy_state;
 
 /* Row i of field f read from the URL source into a new buffer. */
@@ -83,6 +92,7 @@ static int npy_get(void *st, uint64_t pos, sl_sample **out) {
     if (rc == SL_OK && (rc = sl_sample_set_move(smp, i, &t)) < 0)
       sl_tensor_clear(&t);
   }
+  sl__resident_set(&s->held, s->own + sl__source_held(s->src));
   if (rc < 0)
     rc = sl_wrap_error(rc, "npy: %s: sample %llu", s->path,
                        (unsigned long long)pos);
@@ -124,11 +134,18 @@ static void npy_identity(const sl_reader *r, void *st, char *buf, size_t cap) {
   snprintf(buf, cap, "%s", sl__basename(((const npy_state *)st)->path));
 }
 
+/* The memory budget: own and a URL's read-ahead, from the next sample
+ * read. */
+static void npy_budget(void *st, sl__budget_acct *acct) {
+  sl__resident_account(&((npy_state *)st)->held, acct);
+}
+
 static const sl__stage_ops npy_ops = {
     .name = "npy",
     SL__INDEXED_OPS,
     .destroy = npy_destroy,
     .identity = npy_identity,
+    .budget = npy_budget,
 };
 
 /* Adds field `name` for the array h of `buf` (retained). */
@@ -473,6 +490,19 @@ static int open_url(npy_state *s, const char *field, bool *npz) {
   return rc;
 }
 
+/* The bytes of the fields' buffers that are the reader's own memory: an
+ * inflated or realigned member's; `file`'s (once) when it is a URL's
+ * object fetched whole rather than a mapping. */
+static uint64_t own_bytes(const npy_state *s, sl_buffer *file, bool url) {
+  uint64_t n = 0;
+  bool whole = false;
+  for (int i = 0; i < s->nf; i++) {
+    if (s->f[i].buf && s->f[i].buf != file) n += sl_buffer_size(s->f[i].buf);
+    whole |= s->f[i].buf == file;
+  }
+  return n + (whole && url ? sl_buffer_size(file) : 0);
+}
+
 static bool is_zip(sl_buffer *b) {
   return sl_buffer_size(b) >= 4 &&
          sl__get32(sl_buffer_data(b)) == 0x04034b50; /* "PK\3\4" */
@@ -485,6 +515,7 @@ int sl_npy_reader(const char *path, const sl_npy_opts *opts, sl_reader **out) {
     SL_FORWARD_IF_ERROR(sl__opts_copy("sl_npy_opts", &o, sizeof o, opts));
   npy_state *s = sl__calloc(1, sizeof *s);
   SL_RETURN_ERROR_IF(!s, SL_ENOMEM, "npy: cannot allocate a reader");
+  sl__resident_init(&s->held);
   s->path = sl__strdup(path);
   s->ix = (sl__indexed){npy_get, npy_put,   npy_check, "npy",
                         s->path, "samples", 0,         0};
@@ -512,6 +543,7 @@ int sl_npy_reader(const char *path, const sl_npy_opts *opts, sl_reader **out) {
                        path);
     }
   }
+  if (rc == SL_OK) s->own = own_bytes(s, file, sl__is_url(path));
   sl_buffer_release(file);
   if (rc == SL_OK) rc = make_schema(s);
   if (rc < 0) {

@@ -79,6 +79,10 @@ void sl__tar_fini(sl__tar *t) {
   t->name_cap = 0;
 }
 
+uint64_t sl__tar_held(const sl__tar *t) {
+  return (uint64_t)t->scratch_cap + t->name_cap + sl__source_held(t->src);
+}
+
 /* An octal or base-256 number field. */
 static bool parse_num(const unsigned char *f, size_t len, uint64_t *v) {
   *v = 0;

@@ -48,6 +48,11 @@ void sl__tar_init_source(sl__tar *t, sl__source *src);
  * SL_ENOMEM. */
 int sl__tar_next(sl__tar *t, const char *what);
 void sl__tar_fini(sl__tar *t);
+/* The bytes the walk holds: its long-name / pax scratch and name buffers
+ * and, read from a source, the source's (sl__source_held: a URL's
+ * read-ahead block); a mapped archive's pages are not counted.  For the
+ * memory budget's resident charge of the reader walking it. */
+uint64_t sl__tar_held(const sl__tar *t);
 
 /* Writing (tar_writer.c) to an output file (output.h): a member `name` of
  * n bytes (a GNU long-name record first when the name exceeds 100 bytes),

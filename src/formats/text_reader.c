@@ -18,6 +18,10 @@
  *    the mapping lives until the last sample goes.  A mapping is page cache,
  *    not our memory, so pinning it costs nothing but address space.
  *
+ * Memory budget: in buffer mode the buffer (its capacity: READ_STEP and
+ * more, the longest line's) is the stage's resident charge, measured
+ * again after each line; a mapping is page cache and not counted.
+ *
  * Line numbers are 1-based and count every line, skipped ones included, so
  * a message's "data.csv:17" is what an editor shows.
  *
@@ -33,6 +37,7 @@
 #include "transport/fmt_map.h"
 #include "formats/parser_plugin.h"
 #include "stages/stage.h"
+#include "sync/resident.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -66,7 +71,13 @@ typedef struct text_state {
   char *parser_name; /* "NAME OPTIONS" (the plugin's base name); NULL: lines */
   sl__parser *parser;
   sl_schema *schema;
+  sl__resident held; /* buffer mode: buf's capacity, charged */
 } text_state;
+
+/* The memory budget: the read buffer, from the next line read. */
+static void text_budget(void *st, sl__budget_acct *acct) {
+  sl__resident_account(&((text_state *)st)->held, acct);
+}
 
 static void text_destroy(void *st) {
   text_state *s = st;
@@ -193,6 +204,7 @@ static int text_next(void *st, sl_sample **out) {
     size_t len = 0, off = 0;
     int rc =
         s->use_mmap ? map_line(s, &line, &len, &off) : buf_line(s, &line, &len);
+    sl__resident_set(&s->held, s->cap);
     if (rc != SL_OK) return rc; /* SL_EOF or an error */
     s->lineno++;
     if (len && line[len - 1] == '\r') len--;
@@ -341,6 +353,7 @@ static const sl__stage_ops text_ops = {
     .restore = text_restore,
     .identity = text_identity,
     .check = text_check,
+    .budget = text_budget,
 };
 
 static void unmap(void *ud, void *data) {
@@ -424,6 +437,7 @@ int sl_text_reader(const char *path, int use_mmap, const char *parser,
   SL_SOURCE_ARGS("text", path, out);
   text_state *s = sl__calloc(1, sizeof *s);
   SL_RETURN_ERROR_IF(!s, SL_ENOMEM, "text: %s: cannot allocate a reader", path);
+  sl__resident_init(&s->held);
   s->fd = -1;
   s->use_mmap = use_mmap != 0;
   int rc = open_state(s, path, parser, parser_options);

@@ -26,11 +26,17 @@
  * offset.  The record holds the file's identity (sl__state_put_file_ids:
  * device, inode, size, mtime; a URL's validators), checked before any
  * stage changes.
+ *
+ * Memory budget: the reader's own buffers - a GZIP stream's input block,
+ * zlib's state and window (sl__gz_held), a URL's read-ahead block
+ * (sl__source_held) - are the stage's resident charge, measured again
+ * after each record read; a mapped file's pages are not counted.
  */
 #include "transport/fmt_map.h"
 #include "transport/http.h"
 #include "formats/offset_log.h"
 #include "formats/tfrecord.h"
+#include "sync/resident.h"
 
 #define MAX_FEATURES 64
 
@@ -47,7 +53,19 @@ typedef struct tf_state {
   int nf; /* 0: {record: bytes} */
   sl_schema *schema;
   sl__offset_log offs;
+  sl__resident held; /* the stream's / source's buffers, charged */
 } tf_state;
+
+/* Charges the reader's buffers as they are now (the reading thread). */
+static void charge(tf_state *s) {
+  sl__resident_set(&s->held,
+                   s->gz ? sl__gz_held(s->gz) : sl__source_held(s->src));
+}
+
+static void tf_budget(void *st, sl__budget_acct *acct) {
+  /* charged from the next record read (the reading thread's) */
+  sl__resident_account(&((tf_state *)st)->held, acct);
+}
 
 /* Record `rec` at s->off from the mapping, the URL source or the GZIP
  * stream: its data in *d, in a buffer of its own (*own) from a source,
@@ -71,6 +89,7 @@ static int tf_next(void *st, sl_sample **out) {
   uint64_t len;
   sl_buffer *own; /* from a source: the record's bytes */
   int rc = read_record(s, false, s->rec, &d, &len, &own);
+  charge(s);
   if (rc != SL_OK) return rc;
   sl_buffer *base = own ? own : s->bytes;
   size_t boff = own ? 0 : (size_t)(d - s->p);
@@ -168,6 +187,7 @@ static int tf_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
   }
   s->rec = k;
   sl__offset_log_start(&s->offs, k, s->off);
+  charge(s);
   return SL_OK;
 }
 
@@ -185,6 +205,7 @@ static const sl__stage_ops tf_ops = {
     .restore = tf_restore,
     .identity = tf_identity,
     .check = tf_check,
+    .budget = tf_budget,
 };
 
 static int load(tf_state *s, int compression) {
@@ -236,6 +257,7 @@ int sl_tfrecord_reader(const char *path, const sl_tfrecord_opts *opts,
       SL_EINVAL, "tfrecord: unknown compression %d", o.compression);
   tf_state *s = sl__calloc(1, sizeof *s);
   SL_RETURN_ERROR_IF(!s, SL_ENOMEM, "tfrecord: cannot allocate a reader");
+  sl__resident_init(&s->held);
   s->path = sl__strdup(path);
   int rc = s->path ? SL_OK : sl_set_error(SL_ENOMEM, "tfrecord: out of memory");
   if (rc == SL_OK && o.features && o.features[0]) {

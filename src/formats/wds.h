@@ -73,6 +73,11 @@ typedef struct sl__wds_shard {
  * naming it (an http error names the URL and status), SL_ENOMEM. */
 int sl__wds_shard_open(const char *path, sl__wds_shard **out);
 void sl__wds_shard_close(sl__wds_shard *sh); /* NULL-safe */
+/* The bytes the open shard holds for itself: its walk's buffers and
+ * source (sl__tar_held) and the key buffer; not the member bytes read for
+ * the group (they are the sample's, counted where it is held).  For the
+ * memory budget (wds_reader.c, wds_open.c), after each group. */
+uint64_t sl__wds_shard_held(const sl__wds_shard *sh);
 /* Restarts the walk at byte `off` (a sample's first header, or 0) as
  * sample number `index`. */
 void sl__wds_shard_seek(sl__wds_shard *sh, uint64_t off, uint64_t index);

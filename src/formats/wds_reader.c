@@ -13,10 +13,15 @@
  *
  * Length: a local shard's samples, counted once by walking its headers
  * with a handle of its own; a URL's is not known.
+ *
+ * Memory budget: the shard's own buffers (sl__wds_shard_held: a URL's
+ * read-ahead block, the walk's name and scratch buffers) are the stage's
+ * resident charge, measured again after each group read.
  */
 #include "transport/fmt_map.h"
 #include "formats/offset_log.h"
 #include "formats/wds.h"
+#include "sync/resident.h"
 
 typedef struct wds_state {
   sl__wds_shard *sh;
@@ -24,11 +29,19 @@ typedef struct wds_state {
   sl__offset_log offs; /* of each sample's first member header */
   bool counted;        /* the length, once known: */
   uint64_t count;
+  sl__resident held; /* the shard's buffers, charged to the budget */
 } wds_state;
+
+static void wds_budget(void *st, sl__budget_acct *acct) {
+  wds_state *s = st;
+  /* charged from the next group read (the reading thread's) */
+  sl__resident_account(&s->held, acct);
+}
 
 static int wds_next(void *st, sl_sample **out) {
   wds_state *s = st;
   int rc = sl__wds_shard_group(s->sh);
+  sl__resident_set(&s->held, sl__wds_shard_held(s->sh));
   if (rc != SL_OK) return rc;
   SL_FORWARD_IF_ERROR(sl__wds_shard_sample(s->sh, s->lay, out));
   sl__state_log_note(&s->offs.log, s->sh->tar.off);
@@ -89,6 +102,7 @@ static int wds_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
       SL_FORWARD_IF_ERROR(rc);
     }
     s->sh->headers_only = false;
+    sl__resident_set(&s->held, sl__wds_shard_held(s->sh));
   } else {
     sl__wds_shard_seek(s->sh, off, k);
   }
@@ -130,12 +144,14 @@ static const sl__stage_ops wds_ops = {
     .restore = wds_restore,
     .identity = wds_identity,
     .check = wds_check,
+    .budget = wds_budget,
 };
 
 int sl_wds_reader(const char *path, sl_reader **out) {
   SL_SOURCE_ARGS("wds", path, out);
   wds_state *s = sl__calloc(1, sizeof *s);
   SL_RETURN_ERROR_IF(!s, SL_ENOMEM, "wds: cannot allocate a reader");
+  sl__resident_init(&s->held);
   int rc = sl__wds_shard_open(path, &s->sh);
   if (rc == SL_OK) {
     rc = sl__wds_shard_group(s->sh);

@@ -80,6 +80,10 @@ void sl__wds_shard_close(sl__wds_shard *sh) {
   SL__FREE(sh->key, sh->path, sh);
 }
 
+uint64_t sl__wds_shard_held(const sl__wds_shard *sh) {
+  return sh ? sl__tar_held(&sh->tar) + sh->key_cap : 0;
+}
+
 void sl__wds_shard_seek(sl__wds_shard *sh, uint64_t off, uint64_t index) {
   sh->tar.off = off;
   sh->index = index;

@@ -29,6 +29,10 @@
  *   window    At most `window` samples are pulled and not yet handed out
  *             (the engine's window, with a consumer cache of 1): the bound
  *             on decoded images held.
+ *   budget    The engine charges the items in hand and the decoded images
+ *             not yet taken (engine.c); the stage's own memory on top is
+ *             the buffer pool's idle buffers (up to POOL_IDLE_BYTES),
+ *             charged as resident bytes, measured again after each decode.
  *
  * The reader side is engine_stage.c's, lazy: workers start on the first
  * next of each pass (not at construction: an unread stage costs no
@@ -47,6 +51,7 @@
  */
 #include "image/image.h"
 #include "stages/engine_stage.h"
+#include "sync/resident.h"
 
 #include <stdlib.h>
 
@@ -68,6 +73,7 @@ typedef struct dec_state {
   const char *const *names; /* borrowed; nnames entries, or NULL */
   size_t nnames;
   sl__buffer_pool *pool; /* the decoded pixels' buffers (buffer_pool.c) */
+  sl__resident idle;     /* the pool's idle bytes, charged to the budget */
 } dec_state;
 
 /* --- the work of one image ---------------------------------------------- */
@@ -151,6 +157,7 @@ static int dec_process(void *ud, void *wctx, uint64_t seq, sl_sample *in,
     return SL__ENGINE_DROP;
   }
   int rc = decode_one(d, wctx, in, seq, out);
+  sl__resident_set(&d->idle, sl__buffer_pool_idle_bytes(d->pool));
   if (rc == SL_OK) return SL__ENGINE_OUT;
   if (d->policy == SL_CORRUPT_SKIP_CHUNK &&
       (rc == SL_ECORRUPT || rc == SL_ESHAPE))
@@ -193,9 +200,16 @@ static void dec_identity(const sl_reader *r, void *st, char *buf, size_t cap) {
            (unsigned long long)d->run.ignore_cap, d->run.ordered ? 1 : 0);
 }
 
+/* The memory budget: the engine's, and the pool's idle buffers (charged
+ * from the next decode). */
+static void dec_budget(void *st, sl__budget_acct *acct) {
+  sl__engine_stage_budget(st, acct);
+  sl__resident_account(&((dec_state *)st)->idle, acct);
+}
+
 static const sl__stage_ops dec_ops[] = {
-    SL__ENGINE_STAGE_OPS("decode_image", dec_identity),
-    SL__ENGINE_STAGE_OPS("image", dec_identity),
+    SL__ENGINE_STAGE_OPS_BUDGET("decode_image", dec_identity, dec_budget),
+    SL__ENGINE_STAGE_OPS_BUDGET("image", dec_identity, dec_budget),
 };
 
 /* --- construction ------------------------------------------------------------
@@ -272,6 +286,7 @@ int sl__decode_image_make(sl_reader *up, const sl_image_opts *opts,
   if (!d)
     return sl__fail_with_upstream(
         up, sl_set_error(SL_ENOMEM, "%s: cannot allocate", stage));
+  sl__resident_init(&d->idle);
   d->stage = stage;
   d->field = field;
   snprintf(d->field_name, sizeof d->field_name, "%s", fname);

@@ -57,6 +57,18 @@
  * local shard that changed since construction (SL_ECORRUPT naming it).
  * URL shards are identified when a worker opens them, not in the state.
  *
+ * Memory budget: the shard a lane has open holds buffers of its own (a
+ * URL's read-ahead block, the walk's name and scratch buffers:
+ * sl__wds_shard_held), charged to the stage's account as resident bytes
+ * after each sample the lane reads and released when it closes the shard.
+ * The blocks of samples read ahead are charged too, as resident bytes
+ * rather than through the engine's reservations (the consumer takes a
+ * whole round of T blocks before it hands out a sample, so a worker
+ * waiting for room that only the round's hand-out frees would wait
+ * forever): a worker adds its block's bytes as it makes it, the consumer
+ * takes each sample's off as it hands it out, and a stop drops the rest.
+ * So they are counted, never waited for: `buffer` bounds them.
+ *
  * Threads and ownership: a lane's cursor (unit, shard handle, position,
  * skip, its error) is the worker's reading its block; its err_round is
  * atomic (the consumer reads it while a worker reads the lane's next
@@ -68,6 +80,7 @@
 #include "formats/epoch_plan.h"
 #include "open/registry.h"
 #include "stages/stage.h"
+#include "sync/budget.h"
 #include "sync/engine.h"
 
 #include <ctype.h>
@@ -93,9 +106,10 @@ typedef struct wds_lane {
   uint64_t pos;      /* samples of the shard walked */
   uint64_t skip;     /* samples to pass over first (a restore) */
   bool ended;
-  int err;                        /* the error that ended the lane, */
-  char *msg;                      /* its message, */
-  _Atomic uint64_t err_round;     /* in this round (UINT64_MAX: none) */
+  uint64_t held;              /* the open shard's bytes charged */
+  int err;                    /* the error that ended the lane, */
+  char *msg;                  /* its message, */
+  _Atomic uint64_t err_round; /* in this round (UINT64_MAX: none) */
   /* the consumer's: the lane's block of the round being interleaved */
   sl_sample **v;
   size_t n, at;
@@ -124,6 +138,8 @@ struct wds_open {
   uint64_t seed;
   size_t block; /* samples per engine item */
   sl__engine *eng;
+  sl__budget_acct *_Atomic acct; /* the memory budget's, or NULL */
+  atomic_uint_least64_t blk;     /* the read-ahead blocks' bytes charged */
   wds_lane *lanes;
   atomic_uint live;   /* lanes not ended this pass (the pull's EOF) */
   uint64_t *nsamples; /* per shard, once counted (counted), else NULL */
@@ -184,6 +200,37 @@ static int count_samples(wds_open *o) {
 
 /* --- lanes (worker threads) ---------------------------------------------- */
 
+/* Charges the bytes the lane's open shard holds now (none once closed):
+ * the lane's worker, or the consumer with the engine stopped. */
+static void lane_charge(wds_open *o, wds_lane *L) {
+  sl__budget_acct *a = atomic_load_explicit(&o->acct, memory_order_acquire);
+  uint64_t h = sl__wds_shard_held(L->sh);
+  if (!a || h == L->held) return;
+  sl__budget_resident(a, L->held, h);
+  L->held = h;
+}
+
+/* Charges n more bytes of blocks read ahead (a worker). */
+static void blocks_add(wds_open *o, uint64_t n) {
+  sl__budget_acct *a = atomic_load_explicit(&o->acct, memory_order_acquire);
+  if (!a || !n) return;
+  atomic_fetch_add(&o->blk, n);
+  sl__budget_resident(a, 0, n);
+}
+
+/* Releases n of the blocks' bytes, at most what is charged (the blocks
+ * made before the account was set were not): the consumer handing a
+ * sample out, or UINT64_MAX for all (a stop, the engine's results
+ * dropped). */
+static void blocks_sub(wds_open *o, uint64_t n) {
+  sl__budget_acct *a = atomic_load_explicit(&o->acct, memory_order_acquire);
+  uint64_t have = atomic_load(&o->blk), take;
+  do
+    take = n < have ? n : have;
+  while (take && !atomic_compare_exchange_weak(&o->blk, &have, have - take));
+  if (a && take) sl__budget_resident(a, take, 0);
+}
+
 /* Opens the shard of the lane's unit; a local shard must be the one
  * construction found. */
 static int piece_open(wds_open *o, wds_lane *L) {
@@ -242,12 +289,14 @@ static int lane_fill(wds_open *o, wds_lane *L, sl_sample **v, size_t *n) {
       SL_FORWARD_IF_ERROR(piece_open(o, L));
     }
     int rc = piece_next(o, L, &v[*n]);
+    lane_charge(o, L);
     if (rc == SL_OK) {
       (*n)++;
       continue;
     }
     sl__wds_shard_close(L->sh); /* no handle outlives its unit */
     L->sh = NULL;
+    lane_charge(o, L);
     if (rc != SL_EOF) return rc;
     L->unit += o->T;
   }
@@ -292,6 +341,10 @@ static int wo_process(void *ud, void *wctx, uint64_t seq, sl_sample *in,
     sl__free(v);
     return SL__ENGINE_SKIP;
   }
+  uint64_t bytes = 0;
+  for (size_t i = 0; i < *n; i++)
+    bytes += sl_sample_nbytes(v[i]);
+  blocks_add(o, bytes);
   *out = v;
   return SL__ENGINE_OUT;
 }
@@ -327,6 +380,8 @@ static void lanes_rewind(wds_open *o) {
   for (uint32_t t = 0; t < o->T; t++) {
     wds_lane *L = &o->lanes[t];
     sl__wds_shard_close(L->sh);
+    L->sh = NULL;
+    lane_charge(o, L);
     sl__free(L->msg);
     *L = (wds_lane){.unit = t, .err_round = UINT64_MAX};
   }
@@ -399,6 +454,7 @@ static int wo_next(void *st, sl_sample **out) {
       o->turn = (t + 1) % o->T;
       if (L->at < L->n) {
         *out = L->v[L->at++];
+        blocks_sub(o, sl_sample_nbytes(*out));
         o->ring[o->out++ % SL__STATE_LOG] = (uint16_t)t;
         o->count[t]++;
         return SL_OK;
@@ -426,6 +482,7 @@ static void clear_pass(wds_open *o) {
   sl__free(o->over_msg);
   o->over_msg = NULL;
   lanes_rewind(o);
+  blocks_sub(o, UINT64_MAX); /* blocks dropped, the engine's with them */
   for (uint32_t t = 0; t < o->T; t++)
     o->count[t] = 0;
   o->round = o->resolved = o->out = o->ring_from = 0;
@@ -559,6 +616,12 @@ static int wo_length(const sl_reader *r, void *st, uint64_t *n) {
   return SL_OK;
 }
 
+/* The memory budget: the lanes' open shards (lane_charge) and the blocks
+ * read ahead (blocks_add), from the next sample a lane reads. */
+static void wo_budget(void *st, sl__budget_acct *acct) {
+  atomic_store_explicit(&((wds_open *)st)->acct, acct, memory_order_release);
+}
+
 static const sl__stage_ops wo_ops = {
     .name = "wds_open",
     .next = wo_next,
@@ -570,6 +633,7 @@ static const sl__stage_ops wo_ops = {
     .identity = wo_identity,
     .check = wo_check,
     .stop = wo_signal_stop,
+    .budget = wo_budget,
 };
 
 /* The names, braces and globs expanded by the registry (sl__names_expand);
@@ -731,6 +795,8 @@ int sl_wds_open(const char *const *names, size_t n, const sl_wds_opts *opts,
                      (int)p.remainder);
   wds_open *o = sl__calloc(1, sizeof *o);
   SL_RETURN_ERROR_IF(!o, SL_ENOMEM, "wds: out of memory");
+  atomic_init(&o->acct, NULL);
+  atomic_init(&o->blk, 0);
   o->T = p.threads;
   o->shuffle = p.shuffle;
   o->seed = p.seed;

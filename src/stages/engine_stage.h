@@ -129,13 +129,17 @@ void sl__engine_stage_budget(void *st, sl__budget_acct *acct);
 
 /* The ops table of a stage on the engine, named `nm`. */
 #define SL__ENGINE_STAGE_OPS(nm, ident)                                        \
+  SL__ENGINE_STAGE_OPS_BUDGET(nm, ident, sl__engine_stage_budget)
+/* The same with a budget entry of the stage's own (`bud`, which calls
+ * sl__engine_stage_budget and charges the stage's own memory too). */
+#define SL__ENGINE_STAGE_OPS_BUDGET(nm, ident, bud)                            \
   {                                                                            \
     .name = (nm), .next = sl__engine_stage_next,                               \
     .reset = sl__engine_stage_reset, .destroy = sl__engine_stage_destroy,      \
     .length = sl__engine_stage_length, .save = sl__engine_stage_save,          \
     .restore = sl__engine_stage_restore, .identity = (ident),                  \
     .stop = sl__engine_stage_stop, .rows = sl__engine_stage_rows,              \
-    .budget = sl__engine_stage_budget                                          \
+    .budget = (bud)                                                            \
   }
 
 /* The reader of a stage on the engine: sl__stage_wrap with its counters. */

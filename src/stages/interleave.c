@@ -44,8 +44,18 @@
  * callback's sources are not linked: the restore opens the slots' sources
  * again and reads each up to its position (that costs those samples).
  *
+ * Memory budget.  Readers are the stage's upstreams: the budget reaches
+ * them (and their read-ahead wrappers) as any chain's.  A callback's
+ * sources are not: each joins the stage's ledger (sl__reader_join_budget)
+ * when it is opened - or, for those open when the budget is set, at the
+ * next call - so its read-ahead and its reader's buffers are counted while
+ * it is open; its accounts go, released, when it ends.  They are not in
+ * the stage's own stats row (the sources are not linked), only in the
+ * ledger's total.
+ *
  * Threads: none of its own beyond the prefetch wrappers; single consumer.
  */
+#include "stages/reader_impl.h"
 #include "stages/stage.h"
 
 #include <limits.h>
@@ -76,6 +86,10 @@ typedef struct il_state {
   /* the base of the save arithmetic */
   turn bt;
   uint64_t *bsrc, *bpos;
+  /* the memory budget's account (set once, any time), and whether the
+   * callback's sources open so far joined its ledger (the consumer's) */
+  sl__budget_acct *_Atomic acct;
+  bool joined;
 } il_state;
 
 /* --- sources -------------------------------------------------------------- */
@@ -125,7 +139,29 @@ static int call_open(il_state *t, uint64_t i, sl_reader **r) {
   return rc;
 }
 
-/* Opens source i (callback mode): checked and wrapped. */
+/* Callback mode: source r joins the stage's ledger, once it has one. */
+static int join(il_state *t, sl_reader *r) {
+  sl__budget_acct *a = atomic_load_explicit(&t->acct, memory_order_acquire);
+  return a && r ? sl__reader_join_budget(r, a) : SL_OK;
+}
+
+/* Callback mode, a budget set since the last call: the sources open now
+ * join it (those opened later join as they open). */
+static int join_open(il_state *t) {
+  if (t->readers || t->joined || !atomic_load(&t->acct)) return SL_OK;
+  for (uint64_t s = 0; s < t->cycle; s++)
+    SL_FORWARD_IF_ERROR(join(t, t->r[s]));
+  SL_FORWARD_IF_ERROR(join(t, t->first));
+  t->joined = true;
+  return SL_OK;
+}
+
+static void il_budget(void *st, sl__budget_acct *acct) {
+  atomic_store_explicit(&((il_state *)st)->acct, acct, memory_order_release);
+}
+
+/* Opens source i (callback mode): checked, wrapped and joined to the
+ * budget. */
 static int open_cb(il_state *t, uint64_t i, sl_reader **out) {
   sl_reader *r = NULL;
   if (i == 0 && t->first) {
@@ -140,7 +176,13 @@ static int open_cb(il_state *t, uint64_t i, sl_reader **out) {
       return rc;
     }
   }
-  return wrap(t, r, out);
+  SL_FORWARD_IF_ERROR(wrap(t, r, out));
+  int rc = join(t, *out);
+  if (rc < 0) {
+    sl_reader_destroy(*out);
+    *out = NULL;
+  }
+  return rc;
 }
 
 static int open_slot(il_state *t, uint64_t slot, uint64_t i) {
@@ -172,6 +214,7 @@ static void advance(il_state *t) {
 
 static int il_next(void *st, sl_sample **out) {
   il_state *t = st;
+  SL_FORWARD_IF_ERROR(join_open(t));
   for (;;) {
     uint64_t ci = t->t.ci;
     if (t->src[ci] != NONE) {
@@ -395,6 +438,7 @@ static const sl__stage_ops il_ops = {
     .save = il_save,
     .restore = il_restore,
     .identity = il_identity,
+    .budget = il_budget,
 };
 
 /* --- construction --------------------------------------------------------- */
@@ -449,6 +493,7 @@ static il_state *new_state(size_t n, const sl_interleave_opts *o) {
     sl_set_error(SL_ENOMEM, "interleave: cannot allocate");
     return NULL;
   }
+  atomic_init(&t->acct, NULL);
   t->n = n;
   /* More slots than sources would stay empty. */
   t->cycle = o->cycle < n ? o->cycle : n;

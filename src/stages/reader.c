@@ -181,6 +181,11 @@ static int attach_budget(sl_reader *r, sl__budget *b, int depth) {
   return SL_OK;
 }
 
+int sl__reader_join_budget(sl_reader *r, const sl__budget_acct *a) {
+  SL_RETURN_ERROR_IF(!r || !a, SL_EINVAL, "budget: NULL reader or account");
+  return attach_budget(r, sl__budget_of(a), 0);
+}
+
 uint64_t sl__reader_budget_peak(const sl_reader *r) {
   sl__budget_acct *a = r ? acct_of(r) : NULL;
   return a ? sl__budget_peak(sl__budget_of(a)) : 0;

@@ -138,6 +138,15 @@ typedef struct sl__reader_view {
 } sl__reader_view;
 void sl__reader_view_of(const sl_reader *r, sl__reader_view *v);
 
+/* Gives r and the readers below it (those without one) accounts of the
+ * ledger of `a`, as sl__stage_new does for a stage made over a chain with
+ * a budget: for a chain made apart from the one it feeds (an interleave's
+ * source opened when its turn comes), so that its stages' buffers and
+ * read-ahead count in that budget.  r does not own the ledger (its
+ * destroy frees its accounts, releasing their charges, and does not close
+ * it).  SL_OK, SL_EINVAL or SL_ENOMEM. */
+int sl__reader_join_budget(sl_reader *r, const struct sl__budget_acct *a);
+
 /* The most bytes r's memory budget held, all stages together, since it was
  * set or since the last reset_peak (tests: held never above the budget);
  * 0 without a budget. */

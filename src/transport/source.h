@@ -29,6 +29,12 @@ struct sl__source {
    * since open raises SIGBUS on the map's pages past its end: read the map
    * only through sl__sigbus_guard (sigbus_guard.h).  Thread-safe. */
   const unsigned char *(*view)(sl__source *s);
+  /* Optional (NULL: none held): the bytes of memory the source holds for
+   * itself now - a URL's read-ahead block (source_http.c) - so that the
+   * format stage owning it can count them in its memory budget's resident
+   * charge (sync/budget.h) at each refill; a map (view) is page cache and
+   * not counted.  Thread-safe. */
+  uint64_t (*held)(sl__source *s);
   uint64_t size; /* bytes, fixed at open */
   char *name;    /* for messages; owned by the source */
   sl__file_id id; /* fixed at open */
@@ -41,6 +47,11 @@ int sl__source_open_file(const char *path, sl__source **out);
 
 static inline void sl__source_close(sl__source *s) {
   if (s) s->close(s);
+}
+
+/* The bytes s holds (its `held` entry; 0 without one, or for NULL). */
+static inline uint64_t sl__source_held(sl__source *s) {
+  return s && s->held ? s->held(s) : 0;
 }
 
 /* Test hook: wraps `inner` (taken) so that read number `fail_at` (0-based)

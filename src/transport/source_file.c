@@ -175,6 +175,11 @@ static int faulty_read_at(sl__source *s, uint64_t off, void *buf, size_t n) {
   return SL_OK;
 }
 
+/* The wrapped source's held bytes. */
+static uint64_t faulty_held(sl__source *s) {
+  return sl__source_held(((faulty_source *)s)->inner);
+}
+
 static void faulty_close(sl__source *s) {
   faulty_source *f = (faulty_source *)s;
   sl__source_close(f->inner);
@@ -194,6 +199,7 @@ int sl__source_faulty(sl__source *inner, long fail_at, size_t short_step,
   f->shrink_to = shrink_to;
   f->base.read_at = faulty_read_at;
   f->base.close = faulty_close;
+  f->base.held = faulty_held;
   f->base.size = inner->size;
   f->base.name = inner->name;
   f->base.id = inner->id;

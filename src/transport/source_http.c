@@ -28,6 +28,8 @@
  *
  * One mutex guards the cache, so several threads may read one source; the
  * fetch happens under it (readers of one file read it in order anyway).
+ * The block is what the source holds (its `held` entry: the format stage
+ * owning it charges that to its memory budget).
  * Connections are reused per thread by http.c.
  */
 #include "transport/http.h"
@@ -141,6 +143,15 @@ static int url_read_at(sl__source *s, uint64_t off, void *buf, size_t n) {
   return rc;
 }
 
+/* The cached block's bytes (the read-ahead), under the lock. */
+static uint64_t url_held(sl__source *s) {
+  url_source *u = (url_source *)s;
+  pthread_mutex_lock(&u->mu);
+  uint64_t n = u->blk ? u->blk_n : 0;
+  pthread_mutex_unlock(&u->mu);
+  return n;
+}
+
 static void url_close(sl__source *s) {
   url_source *u = (url_source *)s;
   pthread_mutex_destroy(&u->mu);
@@ -197,6 +208,7 @@ int sl__source_open_url(const char *stage, const char *url, sl__source **out) {
   snprintf(u->stage, sizeof u->stage, "%s", stage);
   u->base.read_at = url_read_at;
   u->base.close = url_close;
+  u->base.held = url_held;
   u->base.size = size;
   u->base.name = name;
   /* The identity a saved state checks: the ETag, the URL and Last-Modified
