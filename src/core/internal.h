@@ -219,6 +219,16 @@ void sl__buffer_pool_release(sl__buffer_pool *p);
  * holds for its owner: the memory budget's charge).  0 for NULL. */
 size_t sl__buffer_pool_idle(sl__buffer_pool *p);
 size_t sl__buffer_pool_idle_bytes(sl__buffer_pool *p);
+/* The owner watches its idle capacity (the memory budget's charge): fn(ud,
+ * from, to) runs under the pool's lock each time the idle bytes change -
+ * at once from 0 to what is idle now, then at each buffer returned or
+ * taken, and from what is idle to 0 at sl__buffer_pool_release, after
+ * which it is never called again - on whichever thread made the change.
+ * One watcher (a second replaces the first, which is called from what
+ * is idle to 0); fn NULL: none.  fn must not call into the pool. */
+typedef void (*sl__buffer_pool_watch_fn)(void *ud, size_t from, size_t to);
+void sl__buffer_pool_watch(sl__buffer_pool *p, sl__buffer_pool_watch_fn fn,
+                           void *ud);
 /* sl_tensor_alloc with the buffer from `pool` (may be NULL). */
 int sl__tensor_alloc_pooled(sl__buffer_pool *pool, sl_tensor *t,
                             sl_dtype dtype, int rank, const int64_t *shape);
