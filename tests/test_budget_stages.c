@@ -11,8 +11,7 @@
 #include "test.h"
 #include "test_util.h"
 
-#include "stages/reader_impl.h"
-#include "sync/budget.h"
+#include "core/internal.h"
 
 #include "sluice/device.h"
 #include "sluice/open.h"
@@ -53,9 +52,13 @@ static sl_reader *wide_map(int64_t n) {
   return m;
 }
 
+/* A batch of k rows, not fused with the map below: its output buffers come
+ * from its pool on the consumer's thread alone. */
 static sl_reader *batch_of(sl_reader *up, size_t k) {
+  sl_batch_opts o = {0};
+  o.no_fuse = 1;
   sl_reader *r = NULL;
-  ASSERT_OK(sl_batch(up, k, NULL, &r));
+  ASSERT_OK(sl_batch(up, k, &o, &r));
   return r;
 }
 
@@ -78,6 +81,17 @@ static uint64_t held_of(sl_reader *r, const char *name) {
     }
   test_fail(__FILE__, __LINE__, "no stage '%s'", name);
   return 0;
+}
+
+/* Every stage's bytes held now: the ledger's total. */
+static uint64_t total_held(sl_reader *r) {
+  sl_stage_stats st[16];
+  size_t n = 0;
+  uint64_t t = 0;
+  ASSERT_OK(sl_reader_stats(r, st, 16, &n));
+  for (size_t i = 0; i < n && i < 16; i++)
+    t += st[i].bytes_held;
+  return t;
 }
 
 /* --- batch: its pool of idle output buffers -------------------------------
@@ -114,6 +128,32 @@ TEST(batch_pool_idle_buffers_are_charged) {
   sl_reader_destroy(r);
 }
 
+/* The pool is a cache: a batch returned while the budget has no room for
+ * its buffer frees it rather than pass the budget.  The map below fills
+ * the room the consumer's batches left (they left the pipeline), so the
+ * four batches released then find none. */
+TEST(batch_pool_keeps_no_buffer_past_the_budget) {
+  const uint64_t budget = 24 * ITEM;
+  sl_reader *r = batch_of(wide_map(400), 8);
+  ASSERT_OK(sl_reader_set_budget(r, budget));
+  sl_sample *held[4];
+  for (int i = 0; i < 4; i++)
+    held[i] = next_ok(r);
+  test_sleep_us(50000); /* the map's worker fills the budget, then waits */
+  for (int i = 0; i < 4; i++)
+    sl_sample_release(held[i]);
+  /* the map's one sample past the budget (it may take one holding none) */
+  ASSERT_LE(total_held(r), budget + ITEM);
+  ASSERT_TRUE(held_of(r, "map") >= 8 * ITEM); /* it did fill the room */
+  for (int i = 4; i < 50; i++) {
+    sl_sample *s = next_ok(r);
+    ASSERT_EQ(((const uint8_t *)sl_sample_at(s, 0)->data)[0], (uint8_t)(8 * i));
+    sl_sample_release(s);
+    ASSERT_LE(total_held(r), budget + ITEM + 8 * ITEM); /* a batch built */
+  }
+  sl_reader_destroy(r);
+}
+
 /* A batch released after its reader was destroyed goes nowhere near the
  * freed account (the pool let its watcher go at the destroy). */
 TEST(batch_released_after_destroy) {
@@ -125,6 +165,63 @@ TEST(batch_released_after_destroy) {
   sl_reader_destroy(r);
   ASSERT_EQ(((const uint8_t *)sl_sample_at(b, 0)->data)[0], 8);
   sl_sample_release(b);
+}
+
+/* The pool's watcher itself: told every change of the idle bytes (the
+ * charge follows them exactly), its refusal frees a returned buffer, a
+ * watcher set over idle buffers is told them at once (and refusing,
+ * frees them), and the release tells it the idle bytes went. */
+typedef struct watch_log {
+  size_t idle;   /* what the watcher was told is idle now */
+  size_t refuse; /* refuse growth past this */
+  int calls;
+} watch_log;
+
+static bool watch_fn(void *ud, size_t from, size_t to) {
+  watch_log *w = ud;
+  ASSERT_EQ(from, w->idle);
+  w->calls++;
+  if (to > from && to > w->refuse) return false;
+  w->idle = to;
+  return true;
+}
+
+TEST(buffer_pool_watcher_follows_the_idle_bytes) {
+  sl__buffer_pool *p = sl__buffer_pool_new(8, 1 << 20);
+  ASSERT_NOT_NULL(p);
+  sl_buffer *b[3];
+  for (int i = 0; i < 3; i++)
+    ASSERT_NOT_NULL(b[i] = sl__buffer_pool_get(p, 4096));
+  sl_buffer_release(b[0]); /* idle before any watcher */
+  watch_log w = {0, 2 * 4096, 0};
+  sl__buffer_pool_watch(p, watch_fn, &w);
+  ASSERT_EQ(w.idle, sl__buffer_pool_idle_bytes(p)); /* told at once */
+  ASSERT_TRUE(w.idle >= 4096);
+  sl_buffer_release(b[1]);
+  ASSERT_EQ(w.idle, sl__buffer_pool_idle_bytes(p));
+  ASSERT_EQ(sl__buffer_pool_idle(p), 2);
+  sl_buffer_release(b[2]); /* refused: freed, not kept */
+  ASSERT_EQ(sl__buffer_pool_idle(p), 2);
+  ASSERT_EQ(w.idle, sl__buffer_pool_idle_bytes(p));
+  sl_buffer *again = sl__buffer_pool_get(p, 4096); /* taken: told */
+  ASSERT_EQ(w.idle, sl__buffer_pool_idle_bytes(p));
+  ASSERT_EQ(sl__buffer_pool_idle(p), 1);
+  /* a new watcher refusing what is idle: the old one told it went, the
+   * idle buffer freed */
+  watch_log w2 = {0, 0, 0};
+  sl__buffer_pool_watch(p, watch_fn, &w2);
+  ASSERT_EQ(w.idle, 0);
+  ASSERT_EQ(w2.idle, 0);
+  ASSERT_EQ(sl__buffer_pool_idle(p), 0);
+  sl__buffer_pool_watch(p, watch_fn, &w);
+  w.refuse = SIZE_MAX;
+  sl_buffer_release(again);
+  ASSERT_EQ(w.idle, sl__buffer_pool_idle_bytes(p));
+  ASSERT_TRUE(w.idle > 0);
+  int calls = w.calls;
+  sl__buffer_pool_release(p); /* told the idle bytes went, then no more */
+  ASSERT_EQ(w.idle, 0);
+  ASSERT_EQ(w.calls, calls + 1);
 }
 
 /* --- bucket_batch: the last batches kept for a save ------------------------

@@ -668,7 +668,10 @@ static int of_reset(void *st) {
 static void of_destroy(void *st) {
   of_state *o = st;
   if (!o) return;
+  sl__budget_acct *a = sl__engine_budget(o->eng);
+  if (a && o->kept) set_kept(o, a, 0); /* the account outlives the engine */
   sl__engine_destroy(o->eng); /* closes the workers' files */
+  o->eng = NULL;
   drop_consumer(o);
   sl__free(o->gbuf);
   sl__plan_free(&o->plan);

@@ -61,7 +61,8 @@
  * LoD offsets), so old contents never show.  Under a memory budget the
  * idle buffers are the stage's resident bytes (batch_budget: the pool's
  * watcher moves the charge as a buffer returns or is taken again, on
- * whichever thread, and releases it when the stage is destroyed).
+ * whichever thread, and releases it when the stage is destroyed); a
+ * buffer returned while the budget has no room for it is freed.
  *
  * Deferred copies (prefetch).  sl_prefetch over a batch asks for them
  * (the stage's defer entry, stage.h): batch_next then collects and checks the
@@ -549,9 +550,15 @@ static void batch_destroy(void *st) {
   sl__free(b);
 }
 
-/* The pool's watcher: its idle capacity is the account's resident bytes. */
-static void charge_idle(void *acct, size_t from, size_t to) {
+/* The pool's watcher: its idle capacity is the account's resident bytes;
+ * a buffer returned to a full budget is freed rather than kept (a cache,
+ * which would only pass the budget). */
+static bool charge_idle(void *acct, size_t from, size_t to) {
+  sl__budget *b = sl__budget_of(acct);
+  if (to > from && sl__budget_held(b) + (to - from) > sl__budget_cap(b))
+    return false;
   sl__budget_resident(acct, from, to);
+  return true;
 }
 
 /* The memory budget: the rows and the output (gather.h), and the idle
