@@ -46,7 +46,7 @@
  * bytes (charge_file).  A unit the consumer takes is its own from then on,
  * delivered sample by sample: the engine's carry of it becomes the
  * account's resident bytes (keep_unit), and each sample handed out moves
- * its bytes from there to the carry (hand_out), so the rest of the unit
+ * its bytes from there to the carry (let_go), so the rest of the unit
  * stays counted until it leaves (as the engine's carry alone, it was
  * dropped at the next sample).  Resident, not held: the consumer may wait
  * for the other units of a group while it holds some, and held bytes
