@@ -16,11 +16,6 @@ local function row(stats, name)
   error("no stage " .. name)
 end
 
--- A string of about 1 KiB unique to i (not interned with another).
-local function kib(i)
-  return string.rep("x", 1000) .. i
-end
-
 -- bytes_held of stage `name` now: at least `least`, within the budget.
 local function held_at_least(p, name, least)
   local st = row(p:stats(), name)
@@ -72,7 +67,7 @@ describe("the heaps of states on the caller's thread under a budget", function()
         if i == 2000 then return nil end
         i = i + 1
         seen[i] = string.rep("z", 1000) .. i -- the iterator keeps every row
-        return {i = i}
+        return {i = #seen}
       end
     end, {schema = {{"i", "i64"}}, buffer = 4}):budget("8MiB")
     local n = 0
