@@ -127,7 +127,7 @@ tsan: deps
 	cmake --build $(BUILD_TSAN) -j$(JOBS)
 	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
 	  ctest --test-dir $(BUILD_TSAN) --output-on-failure -j$(JOBS) \
-	  --no-tests=error -R '^(channel|prefetch|threaded|double_buffer|errors|lua_ship|lua_stage|open_files|registry|plan|pipeline|stats|image|faults|lua_faults|shutdown|buffer_pool|engine|parallel|threads|wds|http|http_stream|s3|autotune|ignore_errors|interleave|lua_flow|samplers|shard|reshape|engine_stage|gather|source_shapes|cpus|fused|threads_auto|budget|budget_io)\.'
+	  --no-tests=error -R '^(channel|prefetch|threaded|double_buffer|errors|lua_ship|lua_stage|open_files|registry|plan|pipeline|stats|image|faults|lua_faults|shutdown|buffer_pool|engine|parallel|threads|wds|http|http_stream|s3|autotune|ignore_errors|interleave|lua_flow|samplers|shard|reshape|engine_stage|gather|source_shapes|cpus|fused|threads_auto|budget|budget_io|budget_stages)\.'
 
 # The C-only library: -DSLUICE_WITH_LUA=OFF -DSLUICE_WITH_IMAGES=OFF leave
 # out src/script/ and src/image/ and their libraries; the suites that need

@@ -841,7 +841,10 @@ TEST(batch_rows_are_charged) {
       ASSERT_GE(peak, 9 * ITEM); /* rows counted, not only the output */
     else
       ASSERT_GE(peak, 8 * ITEM);
-    ASSERT_LE(peak, 16 * ITEM + 64);
+    /* fused, the batches the map had open return to the batch's pool as
+     * the pass ends: idle buffers, its resident bytes, kept only while
+     * the budget has room for them (test_budget_stages.c) */
+    ASSERT_LE(peak, m < 2 ? 16 * ITEM + 64 : budget);
     /* the map fills what the batch leaves; the batch, which cannot wait
      * (its rows only leave as it finishes), charges its output on top:
      * the budget, the map's one sample and one output at most */

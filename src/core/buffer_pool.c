@@ -21,6 +21,12 @@
  *             buffer becomes idle if
  *             the pool is open and stays within both bounds (max_idle
  *             buffers, max_idle_bytes of capacity); otherwise it is freed.
+ *   watch     the owner may watch the idle capacity (sl__buffer_pool_watch:
+ *             the memory budget's resident charge): each change of
+ *             idle_bytes is told to its hook under mu, so what the owner
+ *             charged is always what is idle, whichever thread returned a
+ *             buffer; the hook may refuse a returned buffer (a full
+ *             budget), which is then freed rather than kept.
  *   release   the owner's sl__buffer_pool_release closes the pool and frees
  *             the idle buffers; buffers still out stay valid and are freed
  *             when released.  The pool itself goes with its last reference
@@ -47,7 +53,19 @@ struct sl__buffer_pool {
   size_t max_idle_bytes;     /* immutable */
   size_t nidle, idle_bytes;  /* mu */
   sl_buffer **idle;          /* mu: [max_idle], appended on return */
+  sl__buffer_pool_watch_fn watch; /* mu: told each change of idle_bytes */
+  void *watch_ud;                 /* mu */
 };
+
+/* idle_bytes becomes `to`, told to the watcher: false when it refused a
+ * growth (idle_bytes unchanged).  Under mu. */
+static bool set_idle_bytes(sl__buffer_pool *p, size_t to) {
+  size_t from = p->idle_bytes;
+  if (p->watch && from != to && !p->watch(p->watch_ud, from, to) && to > from)
+    return false;
+  p->idle_bytes = to;
+  return true;
+}
 
 sl__buffer_pool *sl__buffer_pool_new(size_t max_idle, size_t max_idle_bytes) {
   sl__buffer_pool *p = sl__calloc(1, sizeof *p);
@@ -78,11 +96,9 @@ static bool pool_put(void *ud, sl_buffer *b) {
   size_t cap = sl__buffer_capacity(b);
   pthread_mutex_lock(&p->mu);
   bool keep = !p->closed && p->nidle < p->max_idle &&
-              cap <= p->max_idle_bytes - p->idle_bytes;
-  if (keep) {
-    p->idle[p->nidle++] = b;
-    p->idle_bytes += cap;
-  }
+              cap <= p->max_idle_bytes - p->idle_bytes &&
+              set_idle_bytes(p, p->idle_bytes + cap);
+  if (keep) p->idle[p->nidle++] = b;
   pthread_mutex_unlock(&p->mu);
   if (!keep) pool_unref(p); /* the caller frees b */
   return keep;
@@ -97,7 +113,7 @@ sl_buffer *sl__buffer_pool_get(sl__buffer_pool *p, size_t size) {
     if (cap >= size && cap - size <= cap / 4) {
       b = p->idle[i];
       p->idle[i] = p->idle[--p->nidle];
-      p->idle_bytes -= cap;
+      set_idle_bytes(p, p->idle_bytes - cap);
       break;
     }
   }
@@ -128,13 +144,33 @@ size_t sl__buffer_pool_idle_bytes(sl__buffer_pool *p) {
   return n;
 }
 
+void sl__buffer_pool_watch(sl__buffer_pool *p, sl__buffer_pool_watch_fn fn,
+                           void *ud) {
+  if (!p) return;
+  pthread_mutex_lock(&p->mu);
+  if (p->watch && p->idle_bytes) p->watch(p->watch_ud, p->idle_bytes, 0);
+  p->watch = p->closed ? NULL : fn;
+  p->watch_ud = ud;
+  if (p->watch && p->idle_bytes && !p->watch(ud, 0, p->idle_bytes)) {
+    /* refused: what is idle goes (the owner's reference keeps p) */
+    for (size_t i = 0; i < p->nidle; i++) {
+      sl__buffer_free(p->idle[i]);
+      pool_unref(p); /* each idle buffer's pool reference */
+    }
+    p->nidle = 0;
+    p->idle_bytes = 0;
+  }
+  pthread_mutex_unlock(&p->mu);
+}
+
 void sl__buffer_pool_release(sl__buffer_pool *p) {
   if (!p) return;
   pthread_mutex_lock(&p->mu);
   p->closed = true;
   size_t n = p->nidle;
   p->nidle = 0;
-  p->idle_bytes = 0;
+  set_idle_bytes(p, 0);
+  p->watch = NULL;
   pthread_mutex_unlock(&p->mu);
   /* Closed: nobody adds to or takes from the list any more. */
   for (size_t i = 0; i < n; i++) {

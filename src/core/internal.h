@@ -224,6 +224,19 @@ size_t sl__buffer_pool_idle_bytes(sl__buffer_pool *p);
  * buffer is going away, so that it does not keep that buffer alive.
  * SL_OK, or SL_ENOMEM with dst untouched. */
 int sl__tensor_copy_own(sl_tensor *dst, const sl_tensor *src);
+/* The owner watches its idle capacity (the memory budget's charge): fn(ud,
+ * from, to) runs under the pool's lock each time the idle bytes change -
+ * at once from 0 to what is idle now, then at each buffer returned or
+ * taken, and from what is idle to 0 at sl__buffer_pool_release, after
+ * which it is never called again - on whichever thread made the change.
+ * For a buffer returned (to > from) it answers whether the pool may keep
+ * it: false, and the buffer is freed instead (the idle bytes stay
+ * `from`); its answer to a decrease is ignored.  One watcher (a second
+ * replaces the first, which is called from what is idle to 0); fn NULL:
+ * none.  fn must not call into the pool. */
+typedef bool (*sl__buffer_pool_watch_fn)(void *ud, size_t from, size_t to);
+void sl__buffer_pool_watch(sl__buffer_pool *p, sl__buffer_pool_watch_fn fn,
+                           void *ud);
 /* sl_tensor_alloc with the buffer from `pool` (may be NULL). */
 int sl__tensor_alloc_pooled(sl__buffer_pool *pool, sl_tensor *t,
                             sl_dtype dtype, int rank, const int64_t *shape);

@@ -56,6 +56,15 @@
  * slots become FREE).  Batches the consumer holds keep their slots HELD
  * until released.
  *
+ * Memory budget.  The slots' host memory (the host engine's slots; a CUDA
+ * engine's pinned staging) is the stage's resident charge: the worker
+ * moves it to the slots' capacity after each fill (charge_slots), and the
+ * destroy releases it once the worker is joined (slots that outlive the
+ * reader in batches still out are no longer counted).  A CUDA engine's
+ * device memory is not the host's: not charged.  The batches themselves
+ * are views of the slots (not charged again); the batch in hand is its
+ * upstream's carry until the worker's next pull.
+ *
  * Lifetime.  The ring is refcounted: one reference for the reader, one per
  * live lease.  The last one frees the slots' memory, the copy engine and
  * the ring, on whichever thread drops it: batches may outlive the reader.
@@ -107,6 +116,11 @@ typedef struct dbuf_state {
   ring *r;
   sl_reader *up;
   sl__engine *engine;
+  /* the memory budget: the account (set while the worker runs, so atomic)
+   * and the slots' bytes charged to it (the worker's; the destroyer's once
+   * it is joined) */
+  sl__budget_acct *_Atomic acct;
+  uint64_t charged;
 } dbuf_state;
 
 /* --- the ring's lifetime ---------------------------------------------------
@@ -291,6 +305,19 @@ static int fill(ring *r, slot *sl, const sl_sample *in, sl_sample **out,
   return build_batch(r, sl, in, data_end, total, out, leased);
 }
 
+/* The account's resident charge becomes the slots' host capacity (the
+ * worker: it alone grows a slot). */
+static void charge_slots(dbuf_state *p) {
+  sl__budget_acct *a = atomic_load_explicit(&p->acct, memory_order_acquire);
+  if (!a) return;
+  uint64_t want = 0;
+  for (uint32_t i = 0; i < p->r->nslots; i++)
+    want += p->r->slots[i].mem.host_cap;
+  if (want == p->charged) return;
+  sl__budget_resident(a, p->charged, want);
+  p->charged = want;
+}
+
 /* --- the engine's callbacks ------------------------------------------------
  */
 
@@ -357,6 +384,7 @@ static int dbuf_process(void *ud, void *wctx, uint64_t seq, sl_sample *in,
   bool leased = false;
   int rc = fill(r, sl, in, out, &leased);
   sl_sample_release(in);
+  charge_slots(p); /* a slot may have grown */
   pthread_mutex_lock(&r->mu);
   if (rc == SL_OK) {
     sl->state = SLOT_READY;
@@ -495,13 +523,21 @@ static void dbuf_destroy(void *st) {
   if (!p) return;
   if (p->engine) dbuf_signal_stop(p);
   sl__engine_destroy(p->engine);
+  sl__budget_acct *a = atomic_load_explicit(&p->acct, memory_order_acquire);
+  if (a && p->charged) sl__budget_resident(a, p->charged, 0);
   sl_reader_destroy(p->up);
   ring_unref(p->r);
   sl__free(p);
 }
 
+/* The memory budget: the slots' host memory, resident (see the top). */
+static void dbuf_budget(void *st, sl__budget_acct *acct) {
+  atomic_store_explicit(&((dbuf_state *)st)->acct, acct, memory_order_release);
+}
+
 static const sl__stage_ops dbuf_ops = {
     .name = STAGE,
+    .budget = dbuf_budget,
     .next = dbuf_next,
     .reset = dbuf_reset,
     .destroy = dbuf_destroy,
@@ -571,6 +607,7 @@ int sl_double_buffer(sl_reader *up, const sl_double_buffer_opts *opts,
   }
   p->r = r;
   p->up = up;
+  atomic_init(&p->acct, NULL);
   /* One copy thread, one batch per turn (its process waits for a slot),
    * the window the slots plus the batch pulled ahead, a cache of one. */
   const sl__engine_opts eo = {STAGE, "sl-dbuf", 1, true, (size_t)o.slots + 1};

@@ -24,6 +24,12 @@
  * before k's count that were still waiting then.  Further behind, mode 1:
  * the upstream at the start of the pass, re-read by the restore
  * (gather.h); so does a state with no payload (saved before mode 0).
+ *
+ * Memory budget: the rows the buckets gather and the batch built from a
+ * bucket are charged as gather.h charges them; the samples of the last
+ * batches kept for a save (hist) are the stage's resident bytes once their
+ * batch is out (sync_hist: what the hist holds, moved at each batch and
+ * released by a reset or the destroy).
  */
 #include "lm/lm.h"
 
@@ -39,6 +45,7 @@ typedef struct bucket_out {
   size_t bucket, n;
   sl_sample **s;
   uint64_t *seq;
+  uint64_t bytes; /* the samples' bytes (sl_sample_nbytes) */
 } bucket_out;
 typedef struct bucket_at {
   uint64_t seen;
@@ -61,33 +68,52 @@ typedef struct bucket_state {
   uint64_t out;    /* batches handed out this pass */
   bucket_out hist[BUCKET_HIST]; /* batch j at j % BUCKET_HIST */
   bucket_at at[BUCKET_HIST];    /* after output j, at j % BUCKET_HIST */
+  /* the memory budget: the account (also the buckets', gather.h), the
+   * bytes the hist's samples hold and what the account was charged for
+   * them (resident) */
+  sl__budget_acct *_Atomic acct;
+  uint64_t hist_bytes, hist_charged;
 } bucket_state;
 
-static void drop_hist(bucket_out *h) {
+/* The account's resident charge becomes what the hist holds. */
+static void sync_hist(bucket_state *s) {
+  sl__budget_acct *a = atomic_load_explicit(&s->acct, memory_order_acquire);
+  if (!a || s->hist_charged == s->hist_bytes) return;
+  sl__budget_resident(a, s->hist_charged, s->hist_bytes);
+  s->hist_charged = s->hist_bytes;
+}
+
+static void drop_hist(bucket_state *s, bucket_out *h) {
   for (size_t j = 0; j < h->n; j++)
     sl_sample_release(h->s[j]);
   h->n = 0;
+  s->hist_bytes -= h->bytes;
+  h->bytes = 0;
 }
 
 static void drop_all(bucket_state *s) {
   for (size_t i = 0; s->b && i < s->nb; i++)
     sl__gather_release(&s->b[i]);
   for (size_t j = 0; j < BUCKET_HIST; j++)
-    drop_hist(&s->hist[j]);
+    drop_hist(s, &s->hist[j]);
+  sync_hist(s);
 }
 
 static int emit(bucket_state *s, size_t i, sl_sample **out) {
   bucket_out *h = &s->hist[s->out % BUCKET_HIST];
-  drop_hist(h);
+  drop_hist(s, h);
   h->bucket = i;
   for (; h->n < s->b[i].nheld; h->n++) {
     h->s[h->n] = sl_sample_retain(s->b[i].held[h->n]);
     h->seq[h->n] = s->seqs[i][h->n];
+    h->bytes += sl_sample_nbytes(h->s[h->n]);
   }
+  s->hist_bytes += h->bytes;
   int64_t to = s->pad_to_bucket && i + 1 < s->nb ? s->bounds[i] - 1 : 0;
   int rc = sl__padplan_build(&s->plan, s->b[i].held, s->b[i].nheld, to, out);
   if (rc == SL_OK) rc = sl__gather_hand_out(&s->b[i], out);
   sl__gather_release(&s->b[i]);
+  sync_hist(s); /* the rows' charge went: the hist's samples, resident */
   return rc;
 }
 
@@ -126,12 +152,13 @@ static int next_batch(bucket_state *s, sl_sample **out) {
 
 /* The memory budget (sync/budget.h): the rows the buckets hold are
  * charged as they arrive (gather.h), the batch built from a bucket on top
- * as it goes out; the samples of the last batches kept for a save (hist)
- * are not counted. */
+ * as it goes out; the samples of the last batches kept for a save (hist),
+ * resident (sync_hist, from the next batch out). */
 static void bucket_budget(void *st, sl__budget_acct *acct) {
   bucket_state *s = st;
   for (size_t i = 0; s->b && i < s->nb; i++)
     sl__gather_budget(&s->b[i], acct);
+  atomic_store_explicit(&s->acct, acct, memory_order_release);
 }
 
 static int bucket_next(void *st, sl_sample **out) {
@@ -386,6 +413,7 @@ int sl_bucket_batch(sl_reader *up, const sl_bucket_batch_opts *opts,
     return sl__fail_with_upstream(
         up, sl_set_error(SL_ENOMEM, "bucket_batch: cannot allocate"));
   s->up = up;
+  atomic_init(&s->acct, NULL);
   s->pad_to_bucket = o.pad_to_bucket != 0;
   s->drop = o.drop_remainder != 0;
   rc = setup(s, &o);

@@ -41,6 +41,18 @@
  * reading it: a replaced file fails with its name (SL_ECORRUPT), never
  * yields records of another schema or layout.
  *
+ * Memory budget.  The engine's window of units is charged as a threaded
+ * stage's (a unit's samples together), the workers' open files as resident
+ * bytes (charge_file).  A unit the consumer takes is its own from then on,
+ * delivered sample by sample: the engine's carry of it becomes the
+ * account's resident bytes (keep_unit), and each sample handed out moves
+ * its bytes from there to the carry (let_go), so the rest of the unit
+ * stays counted until it leaves (as the engine's carry alone, it was
+ * dropped at the next sample).  Resident, not held: the consumer may wait
+ * for the other units of a group while it holds some, and held bytes
+ * would make the workers wait for it to hold nothing (the one item a
+ * stage holding nothing may take).  drop_consumer releases them.
+ *
  * Stop (reset, destroy) is the engine's: flag, wake, join, release what
  * was not delivered.  Reset then recomputes the plan for the next epoch and
  * starts the workers again; destroy closes the workers' files
@@ -131,6 +143,7 @@ typedef struct of_state {
   size_t group;
   uint64_t seen; /* units delivered or skipped, ordered: all below it */
   uint64_t delivered, bad;
+  uint64_t kept; /* the memory budget: the consumer's samples, resident */
   /* saving (see "Saving" below) */
   uint64_t *fp;   /* [nfiles] each file's fingerprint, as construction read */
   uint64_t *segs; /* the positions of an elastic restore's epoch, or NULL */
@@ -453,6 +466,38 @@ static int of_skipped(void *ud, uint64_t k, const char *note) {
 static const sl__engine_ops of_ops = {of_pull, of_worker_init, of_worker_fini,
                                       NULL, NULL};
 
+/* The memory budget of the consumer's samples (see the top): the account's
+ * resident charge for them becomes `to`. */
+static void set_kept(of_state *o, sl__budget_acct *a, uint64_t to) {
+  sl__budget_resident(a, o->kept, to);
+  o->kept = to;
+}
+
+/* The unit just taken (o->pend) is the consumer's: the engine's carry of
+ * it (handed out with it) becomes resident. */
+static void keep_unit(of_state *o) {
+  sl__budget_acct *a = sl__engine_budget(o->eng);
+  if (!a) return;
+  sl__budget_drop_carry(a); /* this unit's: the pull dropped the last one */
+  uint64_t n = 0;
+  for (size_t i = o->pend.pos; i < o->pend.n; i++)
+    n += sl_sample_nbytes(o->pend.v[i]);
+  set_kept(o, a, o->kept + n);
+}
+
+/* Sample s leaves the consumer's hands: its bytes are no longer resident;
+ * handed out (`out`), they become the account's carry. */
+static void let_go(of_state *o, const sl_sample *s, bool out) {
+  sl__budget_acct *a = sl__engine_budget(o->eng);
+  if (!a || !o->kept) return;
+  uint64_t h = sl_sample_nbytes(s);
+  if (h > o->kept) h = o->kept;
+  set_kept(o, a, o->kept - h);
+  if (!out) return;
+  sl__budget_adjust(a, 0, h);
+  sl__budget_to_carry(a, h);
+}
+
 /* Releases what the consumer holds of the current pass. */
 static void drop_consumer(of_state *o) {
   unit_out_free(&o->cur);
@@ -460,6 +505,8 @@ static void drop_consumer(of_state *o) {
   for (size_t i = o->gpos; i < o->glen; i++)
     sl_sample_release(o->gbuf[i]);
   o->glen = o->gpos = 0;
+  sl__budget_acct *a = sl__engine_budget(o->eng);
+  if (a && o->kept) set_kept(o, a, 0);
 }
 
 /* Forgets what the last pass delivered (saving). */
@@ -488,6 +535,7 @@ static int start_workers(of_state *o) {
 static int take_unit(of_state *o) {
   if (o->pend.v) return SL_OK;
   int rc = sl__engine_next_many(o->eng, &o->pend.v, &o->pend.n, &o->pend.seq);
+  if (rc == SL_OK) keep_unit(o);
   if (rc == SL_OK || rc == SL_EOF) return rc;
   drop_consumer(o);
   return sl_wrap_error(rc, "open_files: epoch %llu, sample %llu",
@@ -552,8 +600,10 @@ static int load_any(of_state *o) {
   for (size_t i = 0; i < o->npartials; i += 2) {
     if (o->partials[i] != o->cur.seq) continue;
     for (; o->cur.pos < o->partials[i + 1] && o->cur.pos < o->cur.n;
-         o->cur.pos++)
+         o->cur.pos++) {
+      let_go(o, o->cur.v[o->cur.pos], false);
       sl_sample_release(o->cur.v[o->cur.pos]);
+    }
     o->partials[i] = o->partials[o->npartials - 2];
     o->partials[i + 1] = o->partials[o->npartials - 1];
     o->npartials -= 2;
@@ -567,6 +617,7 @@ static int of_next(void *st, sl_sample **out) {
   for (;;) {
     if (o->cur.pos < o->cur.n) {
       *out = o->cur.v[o->cur.pos++];
+      let_go(o, *out, true);
       o->delivered++;
       if (!o->unordered) return SL_OK;
       sl__state_log_note(&o->log_unit, o->cur.seq);
@@ -584,6 +635,7 @@ static int of_next(void *st, sl_sample **out) {
       o->gbuf[o->gpos++] = NULL;
       if (s) {
         *out = s;
+        let_go(o, s, true);
         o->delivered++;
         return SL_OK;
       }
@@ -616,7 +668,10 @@ static int of_reset(void *st) {
 static void of_destroy(void *st) {
   of_state *o = st;
   if (!o) return;
+  sl__budget_acct *a = sl__engine_budget(o->eng);
+  if (a && o->kept) set_kept(o, a, 0); /* the account outlives the engine */
   sl__engine_destroy(o->eng); /* closes the workers' files */
+  o->eng = NULL;
   drop_consumer(o);
   sl__free(o->gbuf);
   sl__plan_free(&o->plan);

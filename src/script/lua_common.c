@@ -13,6 +13,7 @@
 #include "stages/reader_impl.h"
 #include "script/lua_host.h"
 #include "script/lua_internal.h"
+#include "sync/budget.h"
 
 #include <lauxlib.h>
 
@@ -524,6 +525,7 @@ int sl__lua_base_init(sl__lua_base *b, sl_reader *up, const char *op,
                                         .seed = opts->seed};
   b->epoch0 = opts->epoch;
   atomic_init(&b->check_schema, NULL);
+  atomic_init(&b->acct, NULL);
   int nw = cfg ? (int)sl__threads_resolve(opts->threads) : 1;
   if (cfg) {
     cfg->what = cfg->opts.stage = label;
@@ -585,6 +587,17 @@ void sl__lua_base_worker_fini(void *ud, int index, void *wctx) {
   w->L = NULL;
 }
 
+void sl__lua_base_budget(void *st, sl__budget_acct *acct) {
+  atomic_store_explicit(&((sl__lua_base *)st)->acct, acct,
+                        memory_order_release);
+}
+
+sl__budget_acct *sl__lua_base_acct(const sl__lua_base *b) {
+  return b->run.engine
+             ? sl__engine_budget(b->run.engine)
+             : atomic_load_explicit(&b->acct, memory_order_acquire);
+}
+
 int sl__lua_call_op(const sl__lua_base *b, sl__lua_worker *w, uint64_t seq,
                     int nargs, int nres) {
   if (w->ref.ctx) {
@@ -593,7 +606,7 @@ int sl__lua_call_op(const sl__lua_base *b, sl__lua_worker *w, uint64_t seq,
     nargs += 2;
   }
   int rc = sl__lua_pcall(w->L, nargs, nres, b->spec.what, b->spec.where);
-  sl__lua_heap_charge(w->L, &w->heap, sl__engine_budget(b->run.engine));
+  sl__lua_heap_charge(w->L, &w->heap, sl__lua_base_acct(b));
   return rc;
 }
 

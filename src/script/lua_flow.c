@@ -54,6 +54,12 @@
  *               the first sample (its output is yielded first) and infers
  *               the schema from it as a map does.
  *
+ * Memory budget: each worker state's heap above its size once made is
+ * charged to the stage after each call (lua_heap.c): flat_map's workers
+ * through the engine's account, take_while's and scan's one state through
+ * the stage's own (sl__lua_base_budget) - a scan's accumulator is in it -
+ * released when the state is closed (the destroy).
+ *
  * ctx: a function declaring a second parameter (take_while, flat_map) or a
  * third (scan) gets ctx as the Lua map does (worker.context), with
  * ctx.index = the upstream sample's position in the pass.
@@ -537,7 +543,10 @@ static int sync_reset(void *state) {
 static void sync_destroy(void *state) {
   flow_stage *st = state;
   if (!st) return;
-  if (st->b.w && st->b.w[0].L) lua_close(st->b.w[0].L);
+  if (st->b.w && st->b.w[0].L) {
+    sl__lua_heap_release(&st->b.w[0].heap, sl__lua_base_acct(&st->b));
+    lua_close(st->b.w[0].L);
+  }
   sl_reader_destroy(st->b.run.up);
   flow_free(st);
 }
@@ -672,7 +681,8 @@ static const sl__stage_ops flow_ops[] = {
      .save = sl__state_save_1to1,
      .restore = tw_restore,
      .identity = flow_identity,
-     .stop = sync_stop},
+     .stop = sync_stop,
+     .budget = sl__lua_base_budget},
     {.name = "scan",
      .next = scan_next,
      .reset = sync_reset,
@@ -681,7 +691,8 @@ static const sl__stage_ops flow_ops[] = {
      .save = scan_save,
      .restore = scan_restore,
      .identity = flow_identity,
-     .stop = sync_stop},
+     .stop = sync_stop,
+     .budget = sl__lua_base_budget},
 };
 
 /* --- construction --------------------------------------------------------- */
@@ -742,6 +753,7 @@ int sl__lua_flow(sl_reader *up, sl__lua_flow_kind kind, sl__shipped *fn,
     rc = fm ? sl__engine_stage_start(&st->b.run)
             : sl__lua_stage_worker(&st->b.spec, 0, &st->stop, &st->b.w[0].ref,
                                    &st->b.w[0].L);
+  if (rc == SL_OK && !fm) sl__lua_heap_start(st->b.w[0].L, &st->b.w[0].heap);
   if (rc == SL_OK && !st->b.schema) rc = learn_schema(st);
   if (rc < 0) {
     flow_ops[kind].destroy(st);

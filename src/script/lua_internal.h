@@ -215,6 +215,10 @@ typedef struct sl__lua_base {
   pthread_mutex_t note_mu;
   _Atomic uint64_t *notes;
   size_t nnotes;
+  /* A synchronous stage's memory budget account (sl__lua_base_budget; set
+   * while another thread may pull, so atomic); on the engine, the
+   * engine's is the stage's. */
+  struct sl__budget_acct *_Atomic acct;
 } sl__lua_base;
 
 /* A stage constructor's start.  Its checks, in this order: `out` NULL (up
@@ -250,8 +254,16 @@ void sl__lua_base_fini(sl__lua_base *b);
  * state). */
 int sl__lua_base_worker_init(void *ud, int index, void **wctx);
 void sl__lua_base_worker_fini(void *ud, int index, void *wctx);
+/* The memory budget of a synchronous stage (take_while, scan: the stage's
+ * budget op; st: its state, starting with an sl__lua_base), and the
+ * stage's account, the engine's or that one (NULL: none).  Its worker
+ * state's heap is charged after each call (sl__lua_call_op), as an engine
+ * worker's. */
+void sl__lua_base_budget(void *st, struct sl__budget_acct *acct);
+struct sl__budget_acct *sl__lua_base_acct(const sl__lua_base *b);
 /* Calls the operation pushed on w->L with its nargs arguments, adding
- * ctx's index (seq) and epoch when fn takes ctx; sl__lua_pcall's result. */
+ * ctx's index (seq) and epoch when fn takes ctx; sl__lua_pcall's result;
+ * then charges w's heap to the stage's account (sl__lua_heap_charge). */
 int sl__lua_call_op(const sl__lua_base *b, sl__lua_worker *w, uint64_t seq,
                     int nargs, int nres);
 /* The stage's identity (stages/state.h): "<what> <where's base>

@@ -31,6 +31,12 @@
  *             stopped: no Lua runs); the next pass calls fn() again in the
  *             same state.
  *
+ * Memory budget: the state's heap above its size once made is the stage's
+ * resident charge (lua_heap.c, as a map worker's), moved after each row
+ * (by prefetch's worker, or the constructor's thread) and released when the
+ * state is closed (destroy).  The account comes through the stage's budget
+ * op while prefetch's worker may run: atomic.
+ *
  * Save / restore (stages/state.h): the source's position is all its state
  * (prefetch above saves it at the row the consumer reached); a restore
  * replays that pass from its start - a fresh iterator from fn(), its first
@@ -62,7 +68,13 @@ typedef struct lua_source {
   pass_state pass;
   uint64_t row;     /* rows of this pass so far */
   sl_sample *first; /* the constructor's first row, yielded first */
+  sl__lua_heap heap; /* the state's heap under the memory budget */
+  sl__budget_acct *_Atomic acct; /* the memory budget's, or NULL */
 } lua_source;
+
+static sl__budget_acct *acct_of(const lua_source *r) {
+  return atomic_load_explicit(&r->acct, memory_order_acquire);
+}
 
 /* Checks row *s against `want`: same field names (in any order: *s is then
  * replaced by a sample in want's order), tensors that fit. */
@@ -92,6 +104,7 @@ static int begin_pass(lua_source *r) {
                                   &r->export_ref, &r->fn_ref, &r->L);
     if (rc == SL_OK) rc = sl__lua_worker_seed_random(r->L, 0, r->where, 0);
     if (rc < 0) return fail(r, rc);
+    sl__lua_heap_start(r->L, &r->heap);
   }
   lua_State *L = r->L;
   lua_settop(L, 0);
@@ -139,6 +152,7 @@ static int source_next(void *state, sl_sample **out) {
   sl__lua_push_ptr(L, &r->slot);
   sl__lua_push_ptr_or_nil(L, r->schema);
   rc = sl__lua_pcall(L, 3, 0, "reader", r->where);
+  sl__lua_heap_charge(L, &r->heap, acct_of(r)); /* what the row left */
   sl_sample *s = r->slot;
   r->slot = NULL;
   if (rc < 0) {
@@ -175,6 +189,7 @@ static void source_destroy(void *state) {
   lua_source *r = state;
   if (!r) return;
   sl_sample_release(r->first);
+  sl__lua_heap_release(&r->heap, acct_of(r));
   if (r->L) lua_close(r->L);
   sl_schema_release(r->schema);
   sl__shipped_release(r->fn);
@@ -200,8 +215,15 @@ static void source_identity(const sl_reader *rd, void *state, char *buf,
            sl_schema_describe(r->schema, schema, sizeof schema));
 }
 
+/* The memory budget: the state's heap, resident (see the top). */
+static void source_budget(void *state, sl__budget_acct *acct) {
+  atomic_store_explicit(&((lua_source *)state)->acct, acct,
+                        memory_order_release);
+}
+
 static const sl__stage_ops source_ops = {
     .name = "reader",
+    .budget = source_budget,
     .next = source_next,
     .reset = source_reset,
     .destroy = source_destroy,
@@ -242,6 +264,7 @@ int sl__lua_reader(sl__shipped *fn, sl__lua_env *env, size_t buffer,
                      sl__shipped_where(fn));
   lua_source *r = sl__calloc(1, sizeof *r);
   SL_RETURN_ERROR_IF(!r, SL_ENOMEM, "reader: cannot allocate");
+  atomic_init(&r->acct, NULL);
   r->fn = sl__shipped_retain(fn);
   r->env = sl__lua_env_retain(env);
   r->where = sl__shipped_where(fn);

@@ -58,7 +58,11 @@
  * 400 KB f32 batch is not faulted in and zero-filled afresh each time.  The
  * pool keeps at most POOL_IDLE buffers and POOL_IDLE_BYTES idle; every byte
  * a field shows is written before the batch goes out (rows, padding tails,
- * LoD offsets), so old contents never show.
+ * LoD offsets), so old contents never show.  Under a memory budget the
+ * idle buffers are the stage's resident bytes (batch_budget: the pool's
+ * watcher moves the charge as a buffer returns or is taken again, on
+ * whichever thread, and releases it when the stage is destroyed); a
+ * buffer returned while the budget has no room for it is freed.
  *
  * Deferred copies (prefetch).  sl_prefetch over a batch asks for them
  * (the stage's defer entry, stage.h): batch_next then collects and checks the
@@ -546,9 +550,28 @@ static void batch_destroy(void *st) {
   sl__free(b);
 }
 
+/* The pool's watcher: its idle capacity is the account's resident bytes;
+ * a buffer returned to a full budget is freed rather than kept (a cache,
+ * which would only pass the budget). */
+static bool charge_idle(void *acct, size_t from, size_t to) {
+  sl__budget *b = sl__budget_of(acct);
+  if (to > from && sl__budget_held(b) + (to - from) > sl__budget_cap(b))
+    return false;
+  sl__budget_resident(acct, from, to);
+  return true;
+}
+
+/* The memory budget: the rows and the output (gather.h), and the idle
+ * buffers of the pool, resident. */
+static void batch_budget(void *st, sl__budget_acct *acct) {
+  batch_state *b = st;
+  sl__gather_budget(&b->g, acct);
+  sl__buffer_pool_watch(b->pool, acct ? charge_idle : NULL, acct);
+}
+
 static const sl__stage_ops batch_ops = {
     .name = "batch",
-    .budget = sl__gather_budget,
+    .budget = batch_budget,
     .next = batch_next,
     .reset = batch_reset,
     .destroy = batch_destroy,
