@@ -1189,3 +1189,31 @@ TEST(later_passes_stay_within_the_budget) {
   }
   sl_reader_destroy(s);
 }
+
+/* A stage that declares its bursts (a batch: rows and output) replaces
+ * what its charges taught the ledger by its largest burst, and its later
+ * charges teach nothing more; memory kept at will (a pool's idle buffers)
+ * fits only in the room the headroom leaves. */
+TEST(ledger_bursts_replace_what_they_taught) {
+  sl__budget *b = sl__budget_new(100);
+  sl__budget_acct *x = sl__budget_acct_new(b, "x");
+  sl__budget_acct *y = sl__budget_acct_new(b, "y");
+  sl__budget_drop(b);
+  while (sl__budget_try(x, 10)) {
+  }
+  ASSERT_OK(sl__budget_charge(y, 30, 3)); /* 130: 30 learned from y */
+  ASSERT_EQ(sl__budget_headroom(b), 30);
+  sl__budget_burst(y, 40);
+  ASSERT_EQ(sl__budget_headroom(b), 40); /* the burst, not 30 + 40 */
+  ASSERT_OK(sl__budget_charge(y, 10, 4)); /* 140: nothing more learned */
+  ASSERT_EQ(sl__budget_headroom(b), 40);
+  sl__budget_release_all(x);
+  sl__budget_release_all(y);
+  ASSERT_TRUE(sl__budget_has_room(b, 60));
+  ASSERT_TRUE(!sl__budget_has_room(b, 61));
+  ASSERT_TRUE(sl__budget_try(x, 10));
+  ASSERT_TRUE(sl__budget_has_room(b, 50));
+  ASSERT_TRUE(!sl__budget_has_room(b, 51));
+  sl__budget_acct_free(x);
+  sl__budget_acct_free(y);
+}

@@ -552,10 +552,10 @@ static void batch_destroy(void *st) {
 
 /* The pool's watcher: its idle capacity is the account's resident bytes;
  * a buffer returned to a full budget is freed rather than kept (a cache,
- * which would only pass the budget). */
+ * which would only pass the budget, or take the headroom the budget keeps
+ * for the charges that cannot wait: sl__budget_has_room). */
 static bool charge_idle(void *acct, size_t from, size_t to) {
-  sl__budget *b = sl__budget_of(acct);
-  if (to > from && sl__budget_held(b) + (to - from) > sl__budget_cap(b))
+  if (to > from && !sl__budget_has_room(sl__budget_of(acct), to - from))
     return false;
   sl__budget_resident(acct, from, to);
   return true;

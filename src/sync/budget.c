@@ -57,6 +57,10 @@ struct sl__budget_acct {
    * the peak and the stats, never in `held` ("holds nothing") */
   atomic_uint_least64_t resident;
   atomic_int waiting; /* its waiters: they may go on once it holds nothing */
+  /* the headroom its charges added (learn), and whether it declares its
+   * bursts instead (sl__budget_burst: then its charges add none) */
+  atomic_uint_least64_t learned;
+  atomic_bool bursty;
 };
 
 static void raise_peak(atomic_uint_least64_t *peak, uint64_t v) {
@@ -80,8 +84,9 @@ static uint64_t room_cap(const sl__budget *b) {
  * nothing, sl__budget_charge, resident growth), not from an item found
  * larger than its reservation (sl__budget_adjust): that is the first item
  * of a stage, or one made before the budget was set, once. */
-static void learn(sl__budget *b, uint64_t t, uint64_t n) {
-  if (t <= b->cap) return;
+static void learn(sl__budget_acct *a, uint64_t t, uint64_t n) {
+  sl__budget *b = a->b;
+  if (t <= b->cap || atomic_load(&a->bursty)) return;
   uint64_t over = t - b->cap < n ? t - b->cap : n; /* this charge's part */
   uint64_t h = atomic_load(&b->headroom), want;
   do {
@@ -89,6 +94,7 @@ static void learn(sl__budget *b, uint64_t t, uint64_t n) {
     if (want > b->cap || want < h) want = b->cap;
     if (want <= h) return;
   } while (!atomic_compare_exchange_weak(&b->headroom, &h, want));
+  atomic_fetch_add(&a->learned, want - h);
 }
 
 /* Adds n to a's held and the total (no check); returns the total. */
@@ -181,7 +187,19 @@ uint64_t sl__budget_headroom(const sl__budget *b) {
   return h < b->cap ? h : b->cap;
 }
 
+bool sl__budget_has_room(const sl__budget *b, uint64_t n) {
+  uint64_t t = atomic_load(&b->total), cap = room_cap(b);
+  return t <= cap && n <= cap - t;
+}
+
 void sl__budget_burst(sl__budget_acct *a, uint64_t n) {
+  if (!atomic_exchange(&a->bursty, true)) {
+    /* what its charges taught the ledger so far was its burst: the burst
+     * replaces it */
+    uint64_t l = atomic_exchange(&a->learned, 0), h = atomic_load(&a->b->headroom);
+    while (!atomic_compare_exchange_weak(&a->b->headroom, &h, h > l ? h - l : 0))
+      ;
+  }
   raise_peak(&a->b->burst, n < a->b->cap ? n : a->b->cap);
 }
 
@@ -269,6 +287,8 @@ sl__budget_acct *sl__budget_acct_new(sl__budget *b, const char *stage) {
   atomic_init(&a->carry, 0);
   atomic_init(&a->resident, 0);
   atomic_init(&a->waiting, 0);
+  atomic_init(&a->learned, 0);
+  atomic_init(&a->bursty, false);
   atomic_fetch_add(&b->refs, 1);
   return a;
 }
@@ -330,7 +350,7 @@ bool sl__budget_try(sl__budget_acct *a, uint64_t n) {
   sl__budget *b = a->b;
   for (;;) {
     if (atomic_load(&a->held) == 0) {
-      learn(b, add(a, n), n);
+      learn(a, add(a, n), n);
       return true;
     }
     uint64_t t = atomic_load(&b->total), cap = room_cap(b);
@@ -394,7 +414,7 @@ int sl__budget_charge(sl__budget_acct *a, uint64_t n, uint64_t count) {
                         (unsigned long long)count,
                         (unsigned long long)a->b->cap);
   uint64_t got = sl__budget_claim(a, n);
-  learn(a->b, add(a, n - got), n - got);
+  learn(a, add(a, n - got), n - got);
   return SL_OK;
 }
 
@@ -422,7 +442,7 @@ void sl__budget_resident(sl__budget_acct *a, uint64_t from, uint64_t to) {
     uint64_t n = to - from;
     uint64_t t = atomic_fetch_add(&a->b->total, n) + n;
     raise_peak(&a->b->peak, t);
-    learn(a->b, t, n);
+    learn(a, t, n);
     uint64_t r = atomic_fetch_add(&a->resident, n) + n;
     raise_peak(&a->peak, r + atomic_load(&a->held));
   } else if (from > to) {

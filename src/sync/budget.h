@@ -62,6 +62,11 @@ uint64_t sl__budget_peak(const sl__budget *b); /* the most ever held */
 /* The headroom learned so far (see "Headroom" above): the room the
  * reservations that wait leave to the charges that do not. */
 uint64_t sl__budget_headroom(const sl__budget *b);
+/* Whether n more bytes fit now under the capacity less the headroom (the
+ * room a reservation that waits may take): for memory a stage may keep or
+ * free at will, such as a pool's idle buffers, which must not take the
+ * room the headroom keeps for the charges that cannot wait. */
+bool sl__budget_has_room(const sl__budget *b, uint64_t n);
 /* Stage a (on its caller's thread) takes up to n bytes at once without
  * waiting, and gives them back together (a batch's rows and the output
  * built from them): the reservations that wait leave room for the largest
