@@ -888,3 +888,45 @@ TEST(arrow_empty_batches_are_skipped_and_a_null_row_is_an_error) {
   sl_reader_destroy(r);
   counts_balanced();
 }
+
+/* --- the memory budget ---------------------------------------------------- */
+
+/* The current batch's column values are the stage's resident bytes (its
+ * samples are views that keep it alive): charged as it arrives, the next
+ * batch's in its place, nothing once the stream ends. */
+TEST(arrow_current_batch_is_charged) {
+  counts_reset();
+  float v0[64], v1[16];
+  for (int k = 0; k < 64; k++) v0[k] = (float)k;
+  for (int k = 0; k < 16; k++) v1[k] = (float)-k;
+  struct ArrowArray *c0 = PRIM(64, 0, v0);
+  struct ArrowArray *b0 = batch_of(64, 1, &c0);
+  struct ArrowArray *c1 = PRIM(16, 0, v1);
+  struct ArrowArray *b1 = batch_of(16, 1, &c1);
+  struct ArrowArray *bs[2] = {b0, b1};
+  struct ArrowArrayStream st = stream_of(one_f32_schema, 2, bs);
+  sl_reader *r = open_stream(&st);
+  ASSERT_OK(sl_reader_set_budget(r, 1 << 20));
+  sl_stage_stats row;
+  size_t n = 0;
+  sl_sample *s;
+  ASSERT_OK(sl_reader_next(r, &s)); /* batch 1: 64 floats */
+  sl_sample_release(s);
+  ASSERT_OK(sl_reader_stats(r, &row, 1, &n));
+  ASSERT_GE(row.bytes_held, 64 * sizeof(float));
+  ASSERT_LE(row.bytes_held, 64 * sizeof(float) + 64);
+  for (int i = 1; i < 65; i++) { /* into batch 2: 16 floats */
+    ASSERT_OK(sl_reader_next(r, &s));
+    sl_sample_release(s);
+  }
+  ASSERT_OK(sl_reader_stats(r, &row, 1, &n));
+  ASSERT_GE(row.bytes_held, 16 * sizeof(float));
+  ASSERT_LE(row.bytes_held, 16 * sizeof(float) + 64);
+  ASSERT_TRUE(row.bytes_peak >= 64 * sizeof(float));
+  while (sl_reader_next(r, &s) == SL_OK)
+    sl_sample_release(s);
+  ASSERT_OK(sl_reader_stats(r, &row, 1, &n));
+  ASSERT_LE(row.bytes_held, 16); /* the stream ended: only a carry */
+  sl_reader_destroy(r);
+  counts_balanced();
+}

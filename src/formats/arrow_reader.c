@@ -26,6 +26,7 @@
  */
 #include "core/internal.h"
 #include "stages/stage.h"
+#include "sync/resident.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -69,6 +70,9 @@ typedef struct arrow_state {
   uint64_t row_base;  /* rows in the stream before cur */
   int failed;         /* an error: repeated by every next */
   char *failure;
+  /* the memory budget: the current batch's column values, resident (the
+   * samples made from it are views that keep it alive) */
+  sl__resident mem;
 } arrow_state;
 
 static bool is_bit_set(const void *bm, int64_t i) {
@@ -338,6 +342,11 @@ static void batch_drop(arrow_state *s) {
   }
   holder_drop(s->cur);
   s->cur = NULL;
+  sl__resident_set(&s->mem, 0);
+}
+
+static void arrow_budget(void *st, sl__budget_acct *acct) {
+  sl__resident_account(&((arrow_state *)st)->mem, acct);
 }
 
 static int fail(arrow_state *s, int rc) {
@@ -401,6 +410,10 @@ static int batch_next(arrow_state *s) {
                          (long long)(a->offset + a->length));
       SL_FORWARD_IF_ERROR(col_load(s, &s->cols[i], ch));
     }
+    uint64_t bytes = 0;
+    for (int i = 0; i < s->ncols; i++)
+      bytes += s->cols[i].values ? sl_buffer_size(s->cols[i].values) : 0;
+    sl__resident_set(&s->mem, bytes);
     return SL_OK;
   }
 }
@@ -546,6 +559,7 @@ static void arrow_destroy(void *st) {
 
 static const sl__stage_ops arrow_ops = {
     .name = "arrow",
+    .budget = arrow_budget,
     .next = arrow_next,
     .destroy = arrow_destroy,
 };
@@ -566,6 +580,7 @@ int sl_reader_from_arrow_stream(struct ArrowArrayStream *stream,
     return sl_set_error(SL_ENOMEM, "arrow: out of memory");
   }
   s->stream = mine;
+  sl__resident_init(&s->mem);
   sl_arrow_opts o = SL_ARROW_OPTS_INIT;
   int rc = SL_OK;
   if (opts) rc = sl__opts_copy("sl_arrow_opts", &o, sizeof o, opts);

@@ -9,7 +9,8 @@
  * stage (sl__budget_acct_free), so an owner that lets its buffers go
  * before that sets the charge to 0.
  *
- * Header only: the formats' readers (wds, TFRecord, npy, csv, text, idx)
+ * Header only: the formats' readers (wds, TFRecord, npy, csv, text, idx,
+ * arrow)
  * and decode_image use it.
  */
 #ifndef SLUICE_SYNC_RESIDENT_H
