@@ -124,3 +124,26 @@ describe("the heaps of states on the caller's thread under a budget", function()
     p:close()
   end)
 end)
+
+describe("a flat_map's item under a budget", function()
+  it("keeps the outputs it has not handed out yet counted", function()
+    -- 4 items of 8 outputs of 64 KiB; after the last item's second output
+    -- the 6 outputs still to come are the stage's, counted (they used to
+    -- leave the count with the item's first output)
+    local K = 64 * 1024
+    local p = sluice.range(4):budget("16MiB"):flat_map(function(s)
+      local out = {}
+      for j = 1, 8 do
+        out[j] = {x = sluice.tensor("u8", {K}), j = s.i * 8 + j}
+      end
+      return out
+    end, {threads = 1})
+    for _ = 1, 3 * 8 + 2 do assert.is_not_nil(p:next()) end
+    held_at_least(p, "flat_map", 6 * K)
+    for _ = 1, 6 do assert.is_not_nil(p:next()) end
+    assert.is_nil(p:next())
+    -- all handed out: the rows are gone (a worker heap's charge may stay)
+    assert.is_true(row(p:stats(), "flat_map").bytes_held < 2 * K)
+    p:close()
+  end)
+end)

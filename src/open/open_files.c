@@ -466,36 +466,28 @@ static int of_skipped(void *ud, uint64_t k, const char *note) {
 static const sl__engine_ops of_ops = {of_pull, of_worker_init, of_worker_fini,
                                       NULL, NULL};
 
-/* The memory budget of the consumer's samples (see the top): the account's
- * resident charge for them becomes `to`. */
-static void set_kept(of_state *o, sl__budget_acct *a, uint64_t to) {
-  sl__budget_resident(a, o->kept, to);
-  o->kept = to;
+/* The memory budget of the consumer's samples (see the top): none kept. */
+static void drop_kept(of_state *o, sl__budget_acct *a) {
+  sl__budget_resident(a, o->kept, 0);
+  o->kept = 0;
 }
 
 /* The unit just taken (o->pend) is the consumer's: the engine's carry of
- * it (handed out with it) becomes resident. */
+ * it (handed out with it) becomes resident (sl__budget_keep). */
 static void keep_unit(of_state *o) {
   sl__budget_acct *a = sl__engine_budget(o->eng);
   if (!a) return;
-  sl__budget_drop_carry(a); /* this unit's: the pull dropped the last one */
   uint64_t n = 0;
   for (size_t i = o->pend.pos; i < o->pend.n; i++)
     n += sl_sample_nbytes(o->pend.v[i]);
-  set_kept(o, a, o->kept + n);
+  sl__budget_keep(a, &o->kept, n);
 }
 
 /* Sample s leaves the consumer's hands: its bytes are no longer resident;
  * handed out (`out`), they become the account's carry. */
 static void let_go(of_state *o, const sl_sample *s, bool out) {
   sl__budget_acct *a = sl__engine_budget(o->eng);
-  if (!a || !o->kept) return;
-  uint64_t h = sl_sample_nbytes(s);
-  if (h > o->kept) h = o->kept;
-  set_kept(o, a, o->kept - h);
-  if (!out) return;
-  sl__budget_adjust(a, 0, h);
-  sl__budget_to_carry(a, h);
+  if (a) sl__budget_let_go(a, &o->kept, sl_sample_nbytes(s), out);
 }
 
 /* Releases what the consumer holds of the current pass. */
@@ -506,7 +498,7 @@ static void drop_consumer(of_state *o) {
     sl_sample_release(o->gbuf[i]);
   o->glen = o->gpos = 0;
   sl__budget_acct *a = sl__engine_budget(o->eng);
-  if (a && o->kept) set_kept(o, a, 0);
+  if (a && o->kept) drop_kept(o, a);
 }
 
 /* Forgets what the last pass delivered (saving). */
@@ -669,7 +661,7 @@ static void of_destroy(void *st) {
   of_state *o = st;
   if (!o) return;
   sl__budget_acct *a = sl__engine_budget(o->eng);
-  if (a && o->kept) set_kept(o, a, 0); /* the account outlives the engine */
+  if (a && o->kept) drop_kept(o, a); /* the account outlives the engine */
   sl__engine_destroy(o->eng); /* closes the workers' files */
   o->eng = NULL;
   drop_consumer(o);

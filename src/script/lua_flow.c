@@ -75,6 +75,7 @@
 #include "script/lua_internal.h"
 
 #include "script/lua_value.h"
+#include "sync/budget.h"
 
 #include <lauxlib.h>
 
@@ -105,10 +106,13 @@ typedef struct flow_stage {
   uint64_t hist_from;
   bool hist_ok;
 
-  /* flat_map: the consumer's current item */
+  /* flat_map: the consumer's current item, and what the memory budget
+   * counts of it (resident in `acct`: its outputs not handed out yet) */
   sl_sample **cur;
   size_t cur_n, cur_pos;
   uint64_t cur_seq;
+  uint64_t kept;
+  sl__budget_acct *acct;
   /* flat_map positions: outputs this pass (count), the ring of their
    * origins, the first position the ring knows (known) and where output
    * `known` comes from (rest_u, rest_d) */
@@ -237,6 +241,8 @@ static void fm_drop_cur(flow_stage *st) {
   sl__free(st->cur);
   st->cur = NULL;
   st->cur_n = st->cur_pos = 0;
+  if (st->kept) sl__budget_resident(st->acct, st->kept, 0);
+  st->kept = 0;
 }
 
 /* The next item's outputs into cur (checked when made before the schema
@@ -259,6 +265,13 @@ static int fm_take(flow_stage *st) {
   st->cur_n = n;
   st->cur_pos = 0;
   st->cur_seq = seq;
+  /* the item's outputs stay counted until each goes out (its carry, taken
+   * with it, would leave the count at the next call) */
+  st->acct = sl__engine_budget(st->b.run.engine);
+  uint64_t bytes = 0;
+  for (size_t i = 0; st->acct && i < n; i++)
+    bytes += sl_sample_nbytes(v[i]);
+  if (st->acct) sl__budget_keep(st->acct, &st->kept, bytes);
   return SL_OK;
 }
 
@@ -269,6 +282,8 @@ static int fm_next(void *state, sl_sample **out) {
     SL_FORWARD_IF_ERROR(fm_take(st));
   }
   *out = st->cur[st->cur_pos++];
+  if (st->kept)
+    sl__budget_let_go(st->acct, &st->kept, sl_sample_nbytes(*out), true);
   st->ring[st->count++ % SL__STATE_LOG] =
       (flow_out){st->cur_seq, st->cur_pos - 1, st->cur_n};
   return SL_OK;

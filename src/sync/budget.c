@@ -453,6 +453,33 @@ void sl__budget_resident(sl__budget_acct *a, uint64_t from, uint64_t to) {
   }
 }
 
+void sl__budget_keep(sl__budget_acct *a, uint64_t *kept, uint64_t n) {
+  uint64_t c = atomic_exchange(&a->carry, 0);
+  uint64_t h = atomic_fetch_sub(&a->held, c) - c;
+  uint64_t r = atomic_fetch_add(&a->resident, n) + n;
+  raise_peak(&a->peak, r + h);
+  uint64_t t = atomic_fetch_add(&a->b->total, n - c) + (n - c);
+  if (n > c) raise_peak(&a->b->peak, t);
+  *kept += n;
+  /* a holds less: a waiter of a's (for a to hold nothing) may go on */
+  wake_if(a->b, t, a, h);
+}
+
+void sl__budget_let_go(sl__budget_acct *a, uint64_t *kept, uint64_t h,
+                       bool out) {
+  if (h > *kept) h = *kept;
+  if (!h) return;
+  *kept -= h;
+  atomic_fetch_sub(&a->resident, h);
+  if (out) { /* resident to held, then its carry: the total stays */
+    atomic_fetch_add(&a->held, h);
+    atomic_fetch_add(&a->carry, h);
+    return;
+  }
+  uint64_t t = atomic_fetch_sub(&a->b->total, h) - h;
+  wake_if(a->b, t, NULL, 0);
+}
+
 void sl__budget_to_carry(sl__budget_acct *a, uint64_t n) {
   atomic_fetch_add(&a->carry, n);
 }

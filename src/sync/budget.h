@@ -161,6 +161,20 @@ void sl__budget_release_all(sl__budget_acct *a);
  * sl__budget_acct_free. */
 void sl__budget_resident(sl__budget_acct *a, uint64_t from, uint64_t to);
 
+/* Samples a stage took from its engine as one unit (an item's outputs, a
+ * unit of records) and hands out one by one: the unit's n bytes, handed
+ * out with it as the account's carry, become resident bytes kept in
+ * *kept (sl__budget_keep; the carry dropped), and each sample of h bytes
+ * leaving the stage's hands goes from there to the carry when handed out
+ * (`out`), or is released (sl__budget_let_go), so the rest of the unit
+ * stays counted until it leaves.  Resident, not held: the stage may wait
+ * for more while it keeps some.  Neither teaches the headroom (the bytes
+ * change hands).  The stage releases what is left (sl__budget_resident
+ * from *kept to 0) when it drops the unit. */
+void sl__budget_keep(sl__budget_acct *a, uint64_t *kept, uint64_t n);
+void sl__budget_let_go(sl__budget_acct *a, uint64_t *kept, uint64_t h,
+                       bool out);
+
 /* n of a's held bytes become its carry: the sample handed out.  The carry
  * is dropped (released) by sl__budget_drop_carry, at the stage's next call,
  * unless the stage above claimed it first. */

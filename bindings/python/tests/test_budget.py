@@ -76,13 +76,14 @@ def test_too_small_names_stage_and_bytes():
     # the stages' threads start as the script makes them: the first samples
     # may pass before the budget; a later one is the error, met by the map
     # (a sample of 1032 bytes), by the batch (a row of 1032 bytes made
-    # before the budget) or by the prefetch (a batch of 4 of them made
-    # before the budget)
+    # before the budget, or, its rows written by the map fused with it,
+    # its batch of 4) or by the prefetch (a batch of 4 made before the
+    # budget)
     with sluice.open_string(WIDE, 5000, memory=100) as p:
         with pytest.raises(sluice.Error,
-                           match="stage '((map|batch)' needs 1032|prefetch' "
-                                 "needs 4128) bytes for one sample, the "
-                                 "budget is 100 bytes"):
+                           match="stage '((map|batch)' needs 1032|"
+                                 "(prefetch|batch)' needs 4128) bytes for one "
+                                 "sample, the budget is 100 bytes"):
             list(p)
 
 
