@@ -18,6 +18,11 @@
  * release wakes the waiters only when one of those holds now (wake_if),
  * all of them together (they may want different amounts; those that
  * still cannot go on register again), and close and wake always do.
+ *
+ * Headroom (budget.h): learn() adds what a charge that does not wait took
+ * past the capacity; sl__budget_burst keeps the largest burst declared;
+ * room_cap() is the capacity less both, the bound of every reservation
+ * that waits (must_wait, sl__budget_try, wake_if, sl__budget_has_room).
  */
 #include "sync/budget.h"
 
@@ -31,7 +36,7 @@ struct sl__budget {
   atomic_uint_least64_t total, peak;
   /* the headroom learned: what the charges that do not wait took past the
    * capacity so far (at most cap); a reservation that waits leaves it
-   * free (room() below) */
+   * free (room_cap below) */
   atomic_uint_least64_t headroom;
   /* the largest burst a stage declared (sl__budget_burst), also left free */
   atomic_uint_least64_t burst;
@@ -78,8 +83,9 @@ static uint64_t room_cap(const sl__budget *b) {
 }
 
 /* A charge of n bytes that does not wait brought the total to t: what
- * passes the capacity (of those n bytes) joins the headroom (at most the capacity), so the reservations
- * that wait leave that much more room from now on.  Learned from the
+ * passes the capacity (of those n bytes) joins the headroom (at most the
+ * capacity), so the reservations that wait leave that much more room from
+ * now on.  Learned from the
  * charges a stage makes by its rules (the one item of a stage holding
  * nothing, sl__budget_charge, resident growth), not from an item found
  * larger than its reservation (sl__budget_adjust): that is the first item
@@ -196,8 +202,10 @@ void sl__budget_burst(sl__budget_acct *a, uint64_t n) {
   if (!atomic_exchange(&a->bursty, true)) {
     /* what its charges taught the ledger so far was its burst: the burst
      * replaces it */
-    uint64_t l = atomic_exchange(&a->learned, 0), h = atomic_load(&a->b->headroom);
-    while (!atomic_compare_exchange_weak(&a->b->headroom, &h, h > l ? h - l : 0))
+    uint64_t l = atomic_exchange(&a->learned, 0);
+    uint64_t h = atomic_load(&a->b->headroom);
+    while (!atomic_compare_exchange_weak(&a->b->headroom, &h,
+                                         h > l ? h - l : 0))
       ;
   }
   raise_peak(&a->b->burst, n < a->b->cap ? n : a->b->cap);
