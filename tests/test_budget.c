@@ -1129,12 +1129,16 @@ TEST(ledger_learns_resident_growth) {
   sl__budget_acct_free(y);
 }
 
-/* Reads `passes` passes of widened samples (or batches of k), the ledger's
- * peak taken again at each pass: the later passes' peaks within the
- * budget. */
+/* Reads 4 passes of widened samples (or batches of k), the ledger's peak
+ * taken again at each pass: a later pass passes the budget only by what it
+ * taught the ledger (an overshoot is learned at once, so a pass that
+ * learned nothing stays within the budget), and most later passes learn
+ * nothing. */
 static void later_passes_within(sl_reader *r, int64_t n, size_t k,
                                 uint64_t budget) {
-  for (int pass = 0; pass < 3; pass++) {
+  int learning = 0;
+  for (int pass = 0; pass < 4; pass++) {
+    uint64_t h = sl__reader_budget_headroom(r);
     if (pass > 0) {
       ASSERT_OK(sl_reader_reset(r));
       sl__reader_budget_reset_peak(r);
@@ -1143,13 +1147,18 @@ static void later_passes_within(sl_reader *r, int64_t n, size_t k,
       read_batches(r, n, k);
     else
       read_wide(r, n);
-    if (pass > 0) ASSERT_LE(sl__reader_budget_peak(r), budget);
+    uint64_t learned = sl__reader_budget_headroom(r) - h;
+    if (pass == 0) continue;
+    ASSERT_LE(sl__reader_budget_peak(r), budget + learned);
+    learning += learned > 0;
   }
+  ASSERT_LE(learning, 1);
 }
 
 /* The chains whose first pass may pass the budget by one sample per
- * threaded stage (and one batch with a batch stage): within it from the
- * second pass, the ledger's own peak. */
+ * threaded stage (and one batch with a batch stage): from the second pass
+ * the ledger's own peak within it, but for what a pass newly taught it
+ * (a timing not seen before: at most one of three later passes). */
 TEST(later_passes_stay_within_the_budget) {
   const uint64_t budget = 12 * ITEM;
   /* a map under a prefetch, both threaded, set on the source */
@@ -1173,7 +1182,9 @@ TEST(later_passes_stay_within_the_budget) {
   sl_reader *m = NULL, *s = NULL;
   ASSERT_OK(sl_map_parallel(src, widen, NULL, NULL, g_wide, &o, &m));
   ASSERT_OK(sl_shuffle(m, 30, 7, &s));
-  for (int pass = 0; pass < 3; pass++) {
+  int learning = 0;
+  for (int pass = 0; pass < 4; pass++) {
+    uint64_t h = sl__reader_budget_headroom(s);
     if (pass > 0) {
       ASSERT_OK(sl_reader_reset(s));
       sl__reader_budget_reset_peak(s);
@@ -1185,8 +1196,12 @@ TEST(later_passes_stay_within_the_budget) {
       got++;
     }
     ASSERT_EQ(got, 600);
-    if (pass > 0) ASSERT_LE(sl__reader_budget_peak(s), 40 * ITEM);
+    uint64_t learned = sl__reader_budget_headroom(s) - h;
+    if (pass == 0) continue;
+    ASSERT_LE(sl__reader_budget_peak(s), 40 * ITEM + learned);
+    learning += learned > 0;
   }
+  ASSERT_LE(learning, 1);
   sl_reader_destroy(s);
 }
 

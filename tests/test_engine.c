@@ -555,7 +555,9 @@ TEST(gathering_gives_the_same_results_errors_and_ends_for_any_window) {
 TEST(a_worker_waiting_for_the_budget_wakes_a_gathering_consumer) {
   /* A budget of three results: the worker fills it and must wait for the
    * consumer to take them.  It wakes the consumer, whatever it gathers for,
-   * instead of leaving it to sleep out its time (GATHER_NS) each time. */
+   * instead of leaving it to sleep out its time (GATHER_NS) each time.  A
+   * machine so loaded that the worker is not run within a gathering sleep
+   * ends some sleeps by their timeout instead: up to three tries. */
   enum { N = 3000 };
   static int64_t v[N];
   sl_sample *probe = NULL;
@@ -564,39 +566,42 @@ TEST(a_worker_waiting_for_the_budget_wakes_a_gathering_consumer) {
   uint64_t item = sl_sample_nbytes(probe);
   sl_sample_release(probe);
   sl_reader_destroy(one);
-  job j;
-  job_init(&j, N);
-  sl__engine_opts o = {"test stage", "sl-test", 1, true, 0};
-  sl__engine *e = NULL;
-  ASSERT_OK(sl__engine_create(&ops, &j, &o, &e));
-  sl__engine_set_spin(e, false);
-  sl__engine_set_gather(e, true);
-  sl__budget *b = sl__budget_new(3 * item);
-  sl__budget_acct *acct = sl__budget_acct_new(b, "test stage");
-  sl__budget_drop(b); /* the account holds it */
-  sl__engine_set_budget(e, acct);
-  ASSERT_OK(sl__engine_start(e));
-  size_t n = 0;
-  for (;;) { /* as a stage's next: the sample handed out last has left */
-    sl__budget_drop_carry(acct);
-    sl_sample *s = NULL;
-    int rc = sl__engine_next(e, &s);
-    if (rc == SL_EOF) break;
-    ASSERT_OK(rc);
-    ASSERT_TRUE(n < N);
-    v[n++] = test_sample_i64(s, 0);
-    sl_sample_release(s);
+  uint64_t late = UINT64_MAX;
+  for (int attempt = 0; attempt < 3 && late > 20; attempt++) {
+    job j;
+    job_init(&j, N);
+    sl__engine_opts o = {"test stage", "sl-test", 1, true, 0};
+    sl__engine *e = NULL;
+    ASSERT_OK(sl__engine_create(&ops, &j, &o, &e));
+    sl__engine_set_spin(e, false);
+    sl__engine_set_gather(e, true);
+    sl__budget *b = sl__budget_new(3 * item);
+    sl__budget_acct *acct = sl__budget_acct_new(b, "test stage");
+    sl__budget_drop(b); /* the account holds it */
+    sl__engine_set_budget(e, acct);
+    ASSERT_OK(sl__engine_start(e));
+    size_t n = 0;
+    for (;;) { /* as a stage's next: the sample handed out last has left */
+      sl__budget_drop_carry(acct);
+      sl_sample *s = NULL;
+      int rc = sl__engine_next(e, &s);
+      if (rc == SL_EOF) break;
+      ASSERT_OK(rc);
+      ASSERT_TRUE(n < N);
+      v[n++] = test_sample_i64(s, 0);
+      sl_sample_release(s);
+    }
+    ASSERT_EQ(n, N);
+    for (size_t i = 0; i < n; i++)
+      ASSERT_EQ(v[i], 10 * (int64_t)i);
+    uint64_t sleeps = sl__engine_sleeps(e, &late);
+    fprintf(stderr, "%llu sleeps, %llu timed out\n",
+            (unsigned long long)sleeps, (unsigned long long)late);
+    ASSERT_TRUE(sl__budget_acct_peak(acct) <= 3 * item);
+    job_free(&j, e);
+    sl__budget_acct_free(acct);
   }
-  ASSERT_EQ(n, N);
-  for (size_t i = 0; i < n; i++)
-    ASSERT_EQ(v[i], 10 * (int64_t)i);
-  uint64_t late = 0, sleeps = sl__engine_sleeps(e, &late);
-  fprintf(stderr, "%llu sleeps, %llu timed out\n", (unsigned long long)sleeps,
-            (unsigned long long)late);
   ASSERT_TRUE(late <= 20); /* waking the consumer: ~0; leaving it: ~N / 3 */
-  ASSERT_TRUE(sl__budget_acct_peak(acct) <= 3 * item);
-  job_free(&j, e);
-  sl__budget_acct_free(acct);
 }
 
 TEST(thread_counts_beyond_the_limit_are_refused) {

@@ -191,6 +191,11 @@ uint64_t sl__reader_budget_peak(const sl_reader *r) {
   return a ? sl__budget_peak(sl__budget_of(a)) : 0;
 }
 
+uint64_t sl__reader_budget_headroom(const sl_reader *r) {
+  sl__budget_acct *a = r ? acct_of(r) : NULL;
+  return a ? sl__budget_headroom(sl__budget_of(a)) : 0;
+}
+
 static void reset_peaks(sl_reader *r, int depth) {
   sl__budget_acct *a = r && depth <= 1024 ? acct_of(r) : NULL;
   if (!a) return;

@@ -151,6 +151,8 @@ int sl__reader_join_budget(sl_reader *r, const struct sl__budget_acct *a);
  * set or since the last reset_peak (tests: held never above the budget);
  * 0 without a budget. */
 uint64_t sl__reader_budget_peak(const sl_reader *r);
+/* The headroom its ledger learned so far (sync/budget.h); 0 without one. */
+uint64_t sl__reader_budget_headroom(const sl_reader *r);
 void sl__reader_budget_reset_peak(sl_reader *r);
 
 #endif
