@@ -511,4 +511,9 @@ TEST(decode_image_idle_pool_is_charged) {
   destroy_and_check(r, probe_of(r));
 }
 
+#else /* !SLUICE_WITH_IMAGES: the test exists, and says why it does not run */
+
+TEST_SKIPPED(decode_image_idle_pool_is_charged,
+             "built without image support (-DSLUICE_WITH_IMAGES=OFF)")
+
 #endif
