@@ -5,6 +5,8 @@
 #include "test.h"
 #include "test_util.h"
 
+#include "core/internal.h"
+
 #include <dirent.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -233,16 +235,22 @@ TEST(threads_count_the_cycle_not_the_sources) {
       int most = 0;
       sl_sample *s = NULL;
       size_t k = 0;
+      /* the threads started this pass, counted by the start hook (a
+       * source's thread may read its 3 samples and end before the next
+       * look at the live ones: on a quiet machine it often does) */
+      enum { MANY = 1000000 };
+      sl__thread_fail_after(MANY);
       while (sl_reader_next(r, &s) == SL_OK) {
         (threads ? got : plain)[k++] = test_sample_i64(s, 0);
         sl_sample_release(s);
         int live = threads_named("sl-prefetch");
         if (live > most) most = live;
       }
+      long started = MANY - sl__thread_fail_after(-1);
       ASSERT_EQ(k, (size_t)N * EACH);
       ASSERT_TRUE(most <= CYCLE);
       if (threads) {
-        ASSERT_TRUE(most >= 1);
+        ASSERT_TRUE(started >= 1);
         ASSERT_TRUE(memcmp(got, plain, sizeof got) == 0);
       }
       n = k;
