@@ -472,10 +472,16 @@ static int fused_next(batch_state *b, sl_sample **out) {
     sl_sample *s = NULL;
     rc = sl_reader_next(b->g.up, &s);
     if (rc != SL_OK) break;
-    if (sl__rows_is(b->rows, k, s)) {
+    bool token = false;
+    rc = sl__rows_land(b->rows, k, j, s, &token);
+    if (rc == SL_OK && token) {
       sl__gather_charge(&b->g, NULL, j + 1); /* written by the map */
       sl_sample_release(s);
       continue;
+    }
+    if (rc < 0) {
+      sl_sample_release(s);
+      break;
     }
     b->g.held[j] = s;
     b->g.nheld = j + 1;

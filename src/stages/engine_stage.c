@@ -11,6 +11,8 @@
 static int skipped(void *ud, uint64_t seq, const char *note) {
   sl__engine_stage *b = ud;
   if (!b->ordered) sl__engine_pos_dropped(&b->pos, seq);
+  sl__rows *rows = atomic_load_explicit(&b->rows, memory_order_relaxed);
+  if (rows) sl__rows_skipped(rows); /* the outputs after it move up */
   return sl__ignore_error(sl__engine_counters(b->engine), &b->ignored,
                           b->ignore_cap, b->hooks->skip_code, b->pos.what,
                           b->hooks->skipped, b->hooks->option, note);
@@ -57,7 +59,10 @@ int sl__engine_stage_next(void *st, sl_sample **out) {
   sl__engine_stage *b = st;
   if (!b->started) SL_FORWARD_IF_ERROR(sl__engine_stage_start(b));
   SL_FORWARD_IF_ERROR(sl__engine_next(b->engine, out));
-  sl__engine_pos_delivered(&b->pos, sl__engine_last_seq(b->engine));
+  uint64_t seq = sl__engine_last_seq(b->engine);
+  sl__engine_pos_delivered(&b->pos, seq);
+  sl__rows *rows = atomic_load_explicit(&b->rows, memory_order_relaxed);
+  if (rows) sl__rows_delivered(rows, seq);
   return b->hooks->took ? b->hooks->took(st, out) : SL_OK;
 }
 
@@ -67,7 +72,7 @@ void sl__engine_stage_budget(void *st, sl__budget_acct *acct) {
 
 bool sl__engine_stage_rows(void *st, sl__rows *table) {
   sl__engine_stage *b = st;
-  if (!b->fusable || !b->one_to_one || !b->ordered ||
+  if (!b->fusable || !b->ordered ||
       sl__rows_window(table, b->inflight,
                       sl__engine_counters(b->engine)) < 0)
     return false;
@@ -85,17 +90,18 @@ int sl__engine_stage_out(sl__engine_stage *b, uint64_t seq, sl_sample *o,
   return SL__ENGINE_OUT;
 }
 
-/* Stops the engine and the fused rows of its pass. */
-static void stop(sl__engine_stage *b) {
+/* Stops the engine and the fused rows of its pass, whose item seq will be
+ * output seq - base (rows.h). */
+static void stop(sl__engine_stage *b, uint64_t base) {
   sl__engine_stop(b->engine);
   sl__rows *rows = atomic_load_explicit(&b->rows, memory_order_relaxed);
-  if (rows) sl__rows_clear(rows);
+  if (rows) sl__rows_clear(rows, base);
 }
 
 /* Stops the engine and forgets the pass, whose first item will be
  * `start`. */
 static void new_pass(sl__engine_stage *b, uint64_t start) {
-  stop(b);
+  stop(b, 0);
   b->started = false;
   sl__engine_pos_reset(&b->pos);
   b->ignored = 0;
@@ -141,10 +147,12 @@ int sl__engine_stage_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
 int sl__engine_stage_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                              sl__state_in *in) {
   sl__engine_stage *b = st;
-  stop(b);
+  stop(b, 0);
   b->pass = pass;
   uint64_t start = 0;
   int rc = sl__engine_pos_restore(&b->pos, b->up, k, in, &start);
+  /* output k is item start (or, replayed, the pass starts at item 0) */
+  stop(b, start > k ? start - k : 0);
   b->started = false;
   b->ignored = 0;
   if (b->hooks->new_pass) b->hooks->new_pass(b, start);

@@ -22,10 +22,12 @@
  *             else not known (hooks->length_why says why, if not obvious).
  *   stop      sl__engine_signal_stop.
  *   rows      map and batch fused (rows.h): a fusable stage (cfg) that
- *             yields one output per item in order takes the batch's table;
- *             its process then ends with sl__engine_stage_out, and every
- *             new pass (reset, restore, destroy) clears the table with the
- *             engine stopped.
+ *             yields in order one output per item, or a skip, takes the
+ *             batch's table; its process then ends with
+ *             sl__engine_stage_out, each skip and each delivery is told to
+ *             the table (sl__rows_skipped, _delivered), and every new pass
+ *             (reset, restore, destroy) clears the table with the engine
+ *             stopped, at the restored place.
  *   destroy   stops, destroys the engine (its worker_fini), upstream and
  *             the position, then hooks->free frees the rest and the state.
  *
@@ -75,7 +77,7 @@ typedef struct sl__engine_stage {
   uint64_t ignored;    /* consumer: items skipped this pass */
   uint64_t pass;       /* resets since construction, or as restored */
   /* map and batch fused (rows.h): the batch's table once it offered one
-   * and the stage took it (fusable, one_to_one, ordered); set before
+   * and the stage took it (fusable, ordered); set before
    * the workers read it, which they do in sl__engine_stage_out */
   bool fusable;
   size_t inflight; /* the most items the engine holds (window + cache) */

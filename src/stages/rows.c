@@ -8,8 +8,11 @@
 #include <stdatomic.h>
 
 typedef struct slot {
-  uint64_t k;   /* the batch's number in the pass */
-  sl_sample *b; /* NULL: free */
+  uint64_t k;    /* the batch's number among the map's outputs */
+  uint64_t base; /* r->base when it was made: item seq wrote row seq -
+                    base - k n */
+  uint64_t last; /* the largest item seq reserved into it */
+  sl_sample *b;  /* NULL: free */
 } slot;
 
 struct sl__rows {
@@ -21,9 +24,21 @@ struct sl__rows {
   size_t *row; /* bytes of one row, per field */
   bool *unique; /* no other field has the same dtype and row size */
   pthread_mutex_t mu;
+  /* under mu: item seq is output seq - base (its place when no item
+   * before it is skipped unseen); the batches of this base, by k % nslots;
+   * and those of earlier bases (retired by a skip), kept until every item
+   * reserved into them has been delivered */
+  uint64_t base;
   slot *slots;
   size_t nslots;
+  slot *old;
+  size_t nold, capold;
   sl__stage_counters *c; /* the map's */
+  /* the consumer's: the item last delivered, and batch dst_k's output (a
+   * reference, NULL before its first row) */
+  uint64_t seq;
+  sl_sample *dst;
+  uint64_t dst_k;
 };
 
 int sl__rows_new(const sl_schema *in, sl_schema *out, size_t n,
@@ -63,10 +78,8 @@ int sl__rows_new(const sl_schema *in, sl_schema *out, size_t n,
 
 void sl__rows_free(sl__rows *r) {
   if (!r) return;
-  sl__rows_clear(r);
-  sl__free(r->slots);
-  sl__free(r->row);
-  sl__free(r->unique);
+  sl__rows_clear(r, 0);
+  SL__FREE(r->slots, r->old, r->row, r->unique);
   sl_schema_release(r->out);
   pthread_mutex_destroy(&r->mu);
   sl__free(r);
@@ -75,22 +88,24 @@ void sl__rows_free(sl__rows *r) {
 int sl__rows_window(sl__rows *r, size_t items, sl__stage_counters *c) {
   r->c = c;
   /* The items in flight span at most items / n + 2 batches; one more for
-   * the batch the consumer is taking. */
+   * the batch the consumer is taking.  The retired batches each hold an
+   * item in flight. */
   size_t want = items / r->n + 3;
-  slot *s = sl__calloc(want, sizeof *s);
-  if (!s) return sl_set_error(SL_ENOMEM, "batch: cannot allocate its fused rows");
-  sl__free(r->slots);
+  slot *s = sl__calloc(want, sizeof *s), *o = sl__calloc(items + want, sizeof *o);
+  if (!s || !o) {
+    SL__FREE(s, o);
+    return sl_set_error(SL_ENOMEM, "batch: cannot allocate its fused rows");
+  }
+  SL__FREE(r->slots, r->old);
   r->slots = s;
   r->nslots = want;
+  r->old = o;
+  r->capold = items + want;
   return SL_OK;
 }
 
-/* Batch k's slot, allocating its sample when `make` and the slot is free;
- * NULL when the slot holds another batch (or memory is short).  Under mu. */
-static slot *find(sl__rows *r, uint64_t k, bool make) {
-  slot *s = &r->slots[k % r->nslots];
-  if (s->b) return s->k == k ? s : NULL;
-  if (!make) return NULL;
+/* A new batch of n zero rows (pooled buffers), or NULL. */
+static sl_sample *new_batch(sl__rows *r) {
   sl_sample *b = sl_sample_new(r->out);
   for (int i = 0; b && i < r->nfields; i++) {
     int64_t shape[SL_MAX_RANK];
@@ -107,9 +122,18 @@ static slot *find(sl__rows *r, uint64_t k, bool make) {
       b = NULL;
     }
   }
+  return b;
+}
+
+/* Batch k's slot in this base, allocating its sample when `make` and the
+ * slot is free; NULL when the slot holds another batch (or memory is
+ * short).  Under mu. */
+static slot *find(sl__rows *r, uint64_t k, bool make) {
+  slot *s = &r->slots[k % r->nslots];
+  if (s->b) return s->k == k ? s : NULL;
+  sl_sample *b = make ? new_batch(r) : NULL;
   if (!b) return NULL;
-  s->k = k;
-  s->b = b;
+  *s = (slot){.k = k, .base = r->base, .last = 0, .b = b};
   return s;
 }
 
@@ -125,23 +149,29 @@ static bool fits(const sl__rows *r, const sl_sample *o) {
   return true;
 }
 
-/* Copies o's fields into row j of b; a field already there (a granted
- * row) is left as it is. */
+/* Copies row i of `from`'s fields (a sample of the rows' schema when
+ * i == SIZE_MAX, else a batch) into row j of b; a field already there (a
+ * granted row) is left as it is. */
 static void write_row(const sl__rows *r, sl_sample *b, size_t j,
-                      const sl_sample *o) {
-  for (int i = 0; i < r->nfields; i++) {
-    char *dst = (char *)sl_sample_at(b, i)->data + j * r->row[i];
-    const void *src = sl_sample_at_const(o, i)->data;
-    if (r->row[i] && src != dst) memcpy(dst, src, r->row[i]);
+                      const sl_sample *from, size_t i) {
+  for (int f = 0; f < r->nfields; f++) {
+    char *dst = (char *)sl_sample_at(b, f)->data + j * r->row[f];
+    const char *src = sl_sample_at_const(from, f)->data;
+    if (i != SIZE_MAX) src += i * r->row[f];
+    if (r->row[f] && src != dst) memcpy(dst, src, r->row[f]);
   }
 }
 
-/* Batch seq / n, a new reference, or NULL when its slot holds another. */
-static sl_sample *reserve(sl__rows *r, uint64_t seq) {
+/* The batch item seq's row is in (a new reference; its row in *j), or NULL
+ * when its slot holds another. */
+static sl_sample *reserve(sl__rows *r, uint64_t seq, size_t *j) {
   pthread_mutex_lock(&r->mu);
-  slot *s = find(r, seq / r->n, true);
+  uint64_t q = seq - r->base;
+  slot *s = find(r, q / r->n, true);
+  if (s && seq > s->last) s->last = seq;
   sl_sample *b = s ? sl_sample_retain(s->b) : NULL;
   pthread_mutex_unlock(&r->mu);
+  *j = (size_t)(q % r->n);
   return b;
 }
 
@@ -155,8 +185,7 @@ static _Thread_local struct {
 
 void sl__rows_grant_begin(sl__rows *r, uint64_t seq) {
   grant.r = r;
-  grant.b = reserve(r, seq);
-  grant.j = seq % r->n;
+  grant.b = reserve(r, seq, &grant.j);
   grant.used = 0;
 }
 
@@ -185,47 +214,130 @@ void *sl__lua_row_grant(int dtype, size_t nbytes, sl_buffer **buf) {
 
 sl_sample *sl__rows_put(sl__rows *r, uint64_t seq, sl_sample *o) {
   if (!fits(r, o)) return NULL;
-  sl_sample *b = reserve(r, seq);
+  size_t j;
+  sl_sample *b = reserve(r, seq, &j);
   if (!b) return NULL;
-  write_row(r, b, seq % r->n, o);
+  write_row(r, b, j, o, SIZE_MAX);
   sl_sample_release(o);
   atomic_fetch_add_explicit(&r->c->fused, 1, memory_order_relaxed);
   return b;
 }
 
-bool sl__rows_is(sl__rows *r, uint64_t k, const sl_sample *s) {
+void sl__rows_skipped(sl__rows *r) {
   pthread_mutex_lock(&r->mu);
-  slot *t = find(r, k, false);
-  bool is = t && t->b == s;
+  r->base++;
+  for (size_t i = 0; i < r->nslots; i++) {
+    if (!r->slots[i].b) continue;
+    if (r->nold == r->capold) { /* not expected: each holds an item in
+                                   flight; its tokens then fail (land) */
+      sl_sample_release(r->slots[i].b);
+    } else {
+      r->old[r->nold++] = r->slots[i];
+    }
+    r->slots[i].b = NULL;
+  }
   pthread_mutex_unlock(&r->mu);
-  return is;
 }
 
-int sl__rows_copy(sl__rows *r, uint64_t k, size_t j, const sl_sample *s) {
+void sl__rows_delivered(sl__rows *r, uint64_t seq) { r->seq = seq; }
+
+/* Releases the retired batches that are b or whose items are all before
+ * item `before`.  Under mu. */
+static void drop_old(sl__rows *r, const sl_sample *b, uint64_t before) {
+  size_t kept = 0;
+  for (size_t i = 0; i < r->nold; i++) {
+    if (r->old[i].b == b || r->old[i].last < before)
+      sl_sample_release(r->old[i].b);
+    else
+      r->old[kept++] = r->old[i];
+  }
+  r->nold = kept;
+}
+
+/* Releases the batches no item still to come can write into: those of this
+ * base before batch k, the retired ones whose items are all delivered.
+ * Under mu. */
+static void prune(sl__rows *r, uint64_t k) {
+  for (size_t i = 0; i < r->nslots; i++)
+    if (r->slots[i].b && r->slots[i].k < k) {
+      sl_sample_release(r->slots[i].b);
+      r->slots[i].b = NULL;
+    }
+  drop_old(r, NULL, r->seq);
+}
+
+/* The slot (of this base or retired) whose batch is s, or NULL.  Under mu. */
+static const slot *token_slot(const sl__rows *r, const sl_sample *s) {
+  for (size_t i = 0; i < r->nslots; i++)
+    if (r->slots[i].b == s) return &r->slots[i];
+  for (size_t i = 0; i < r->nold; i++)
+    if (r->old[i].b == s) return &r->old[i];
+  return NULL;
+}
+
+int sl__rows_land(sl__rows *r, uint64_t k, size_t j, const sl_sample *s,
+                  bool *token) {
   pthread_mutex_lock(&r->mu);
-  slot *t = find(r, k, true);
-  sl_sample *b = t ? t->b : NULL;
+  if (!r->dst || r->dst_k != k) { /* batch k's first row */
+    sl_sample_release(r->dst);
+    prune(r, k);
+    slot *d = find(r, k, true);
+    /* a slot taken by a batch far ahead (not expected): a batch of its
+     * own, every row copied in */
+    r->dst = d ? sl_sample_retain(d->b) : new_batch(r);
+    r->dst_k = k;
+  }
+  const slot *t = s == r->dst || sl_sample_schema(s) == r->out
+                      ? token_slot(r, s)
+                      : NULL;
+  bool lost = !t && sl_sample_schema(s) == r->out;
+  size_t i = t ? (size_t)(r->seq - t->base - t->k * r->n) : 0;
   pthread_mutex_unlock(&r->mu);
-  /* The consumer's own batch: its slot stays until take or drop. */
-  if (!b)
+  /* The consumer's own batch: nothing else releases it before take. */
+  if (!r->dst)
     return sl_set_error(SL_ENOMEM, "batch: cannot allocate batch %llu",
                         (unsigned long long)k);
-  write_row(r, b, j, s);
+  if (lost)
+    return sl_set_error(SL_ENOMEM,
+                        "batch: the fused row of batch %llu row %zu was lost "
+                        "(no memory to track it)",
+                        (unsigned long long)k, j);
+  *token = t != NULL;
+  /* Written where its item was placed when an item before it, skipped,
+   * was not yet seen (sl__rows_skipped): moved to its row.  No worker
+   * writes either row any more (both belong to items delivered). */
+  if (t && !(s == r->dst && i == j)) {
+    write_row(r, r->dst, j, s, i);
+    /* not straight into its row after all */
+    atomic_fetch_sub_explicit(&r->c->fused, 1, memory_order_relaxed);
+  }
   return SL_OK;
 }
 
-/* Removes batch k's slot; its sample (the table's reference) or NULL. */
-static sl_sample *unslot(sl__rows *r, uint64_t k) {
+int sl__rows_copy(sl__rows *r, uint64_t k, size_t j, const sl_sample *s) {
+  (void)k; /* batch k is dst: sl__rows_land came first */
+  write_row(r, r->dst, j, s, SIZE_MAX);
+  return SL_OK;
+}
+
+/* Forgets the consumer's batch, unslotting it; its reference or NULL. */
+static sl_sample *unslot(sl__rows *r) {
+  sl_sample *b = r->dst;
+  r->dst = NULL;
+  if (!b) return NULL;
   pthread_mutex_lock(&r->mu);
-  slot *t = find(r, k, false);
-  sl_sample *b = t ? t->b : NULL;
-  if (t) t->b = NULL;
+  for (size_t i = 0; i < r->nslots; i++)
+    if (r->slots[i].b == b) {
+      sl_sample_release(b); /* the table's */
+      r->slots[i].b = NULL;
+    }
+  drop_old(r, b, 0); /* retired: its items are all delivered */
   pthread_mutex_unlock(&r->mu);
   return b;
 }
 
 int sl__rows_take(sl__rows *r, uint64_t k, size_t m, sl_sample **out) {
-  sl_sample *b = unslot(r, k);
+  sl_sample *b = r->dst_k == k ? unslot(r) : NULL;
   if (!b)
     return sl_set_error(SL_EINVAL, "batch: fused batch %llu is missing",
                         (unsigned long long)k);
@@ -238,13 +350,22 @@ int sl__rows_take(sl__rows *r, uint64_t k, size_t m, sl_sample **out) {
   return SL_OK;
 }
 
-void sl__rows_drop(sl__rows *r, uint64_t k) { sl_sample_release(unslot(r, k)); }
+void sl__rows_drop(sl__rows *r, uint64_t k) {
+  (void)k;
+  sl_sample_release(unslot(r));
+}
 
-void sl__rows_clear(sl__rows *r) {
+void sl__rows_clear(sl__rows *r, uint64_t base) {
+  sl_sample_release(r->dst);
+  r->dst = NULL;
   pthread_mutex_lock(&r->mu);
   for (size_t i = 0; i < r->nslots; i++) {
     sl_sample_release(r->slots[i].b);
     r->slots[i].b = NULL;
   }
+  for (size_t i = 0; i < r->nold; i++)
+    sl_sample_release(r->old[i].b);
+  r->nold = 0;
+  r->base = base;
   pthread_mutex_unlock(&r->mu);
 }

@@ -6,39 +6,53 @@
  *
  * Who: batch makes the table when every field stacks (fixed shapes: no LoD,
  * no pad) and offers it to its upstream (sl__reader_rows); a stage on the
- * engine that yields one output per item in order (a Lua or C map without
- * ignore_errors, engine_stage.c) accepts it.  Item `seq` of the map's pass
- * is row seq % n of batch seq / n: batch k of a pass is the map's items
- * [k n, k n + n), also after a restore (the map resumes at item k n).
+ * engine that yields at most one output per item in order (a Lua or C map,
+ * with or without ignore_errors, engine_stage.c) accepts it.
+ *
+ * Places: output p of the map's pass is row p % n of batch p / n.  A worker
+ * does not know p when an item before its own may still be skipped, so it
+ * places item seq at q = seq - base, where `base` counts the skips the
+ * consumer has seen (plus, after a restore, the items skipped before the
+ * restored position).  q is p when no skip before seq is unseen when seq is
+ * placed, which is the rule; a skip seen moves base on and retires the
+ * batches of the old base (sl__rows_skipped), so the items already placed
+ * in them come as tokens of a retired batch and the consumer moves each
+ * row to its place (sl__rows_land): one copy per item then in flight.  No
+ * two items ever share a row of one batch: each batch belongs to one base.
  *
  *   put     a worker, with item seq's checked output o: when o's fields
  *           have the row's dtype, shape and size and the table has a slot
- *           for batch seq / n (found, or free and allocated from the
- *           batch's pool), copies o into the row, releases o and returns a
- *           new reference to that batch (the token the engine hands on in
- *           o's place); else NULL and o is untouched (the map hands o on
+ *           for batch q / n (found, or free and allocated from the
+ *           batch's pool), copies o into row q % n, releases o and returns
+ *           a new reference to that batch (the token the engine hands on
+ *           in o's place); else NULL and o is untouched (the map hands o on
  *           and batch copies it as before: nothing is ever lost, only not
  *           fused).
- *   is      the consumer: whether s is batch k's token (its row is
- *           written).
+ *   skipped the consumer, at a skipped item's place in delivery order.
+ *   delivered  the consumer: the item whose output it hands on next.
+ *   land    the consumer, with the output s that came for row j of batch
+ *           k: whether s is a token; if so its row is in place (moved
+ *           there when it was placed elsewhere).
  *   copy    the consumer: copies a sample that came as itself (made before
- *           the fusion, or not fused) into row j of batch k.
+ *           the fusion, or not fused) into row j of batch k (after land).
  *   take    the consumer: removes batch k with m rows written (m < n: the
- *           short last batch) and hands out the table's reference.
+ *           short last batch) and hands it out.
  *   drop    the consumer: removes batch k (an error ended it).
  *   clear   with no worker running (the map's new pass: reset, restore,
- *           destroy): removes every batch.
+ *           destroy): removes every batch and sets base.
  *
  * The rows are the same bytes batch would have copied: the output is the
  * same, bit for bit, as are errors (a sample that does not fit comes as
  * itself and batch's own checks name it) and positions (batch's and the
- * map's states are unchanged).
+ * map's states are unchanged).  An unordered map is not fused: its output
+ * order is known only at delivery, after the row is written.
  *
- * Threads: put on the map's workers, the rest on the consumer's thread;
- * `mu` guards the slots.  A row is written before its token is deposited
- * in the engine, which the consumer takes under the engine's lock: the
- * bytes are visible when the token arrives.  A worker holds its token's
- * reference while it writes, so a batch dropped meanwhile stays valid.
+ * Threads: put and the grants on the map's workers, the rest on the
+ * consumer's thread; `mu` guards the slots and base.  A row is written
+ * before its token is deposited in the engine, which the consumer takes
+ * under the engine's lock: the bytes are visible when the token arrives.
+ * A worker holds its token's reference while it writes, so a batch
+ * retired or dropped meanwhile stays valid.
  */
 #ifndef SLUICE_STAGES_ROWS_H
 #define SLUICE_STAGES_ROWS_H
@@ -57,7 +71,7 @@ int sl__rows_new(const sl_schema *in, sl_schema *out, size_t n,
 /* Grants: while a fused map's function runs for item seq (between
  * grant_begin and grant_end, on the worker's thread), a tensor that
  * function makes (Lua's sluice.tensor, through sl__lua_row_grant) may be
- * given, as its storage, the zero-filled row seq % n of batch seq / n of a
+ * given, as its storage, the zero-filled row of item seq (its place q) of a
  * field whose dtype and row size no other field shares (once per field
  * and call): the output then already sits in its row and put skips the
  * copy.  The Lua side revokes such tensors when the call returns
@@ -80,10 +94,14 @@ void sl__rows_free(sl__rows *r);
 int sl__rows_window(sl__rows *r, size_t items, sl__stage_counters *c);
 
 sl_sample *sl__rows_put(sl__rows *r, uint64_t seq, sl_sample *o);
-bool sl__rows_is(sl__rows *r, uint64_t k, const sl_sample *s);
+void sl__rows_skipped(sl__rows *r);
+void sl__rows_delivered(sl__rows *r, uint64_t seq);
+/* SL_OK (*token set), or SL_ENOMEM: no batch k could be allocated. */
+int sl__rows_land(sl__rows *r, uint64_t k, size_t j, const sl_sample *s,
+                  bool *token);
 int sl__rows_copy(sl__rows *r, uint64_t k, size_t j, const sl_sample *s);
 int sl__rows_take(sl__rows *r, uint64_t k, size_t m, sl_sample **out);
 void sl__rows_drop(sl__rows *r, uint64_t k);
-void sl__rows_clear(sl__rows *r);
+void sl__rows_clear(sl__rows *r, uint64_t base);
 
 #endif
