@@ -2,8 +2,9 @@
  * right below a batch writes its outputs into the batch's rows.  Fused or
  * not (sl_batch_opts.no_fuse), the batches are the same bit for bit for 1,
  * 2 and 4 threads, an error ends the same batch with the same message, the
- * resume contract holds, and the statistics count the fused rows; an
- * unordered map is not fused.  In the TSan suite (make tsan). */
+ * resume contract holds, and the statistics count the fused rows; so with
+ * ignore_errors (the rows after a skip move up); unordered, every sample
+ * comes once.  In the TSan suite (make tsan). */
 #include "test.h"
 #include "test_util.h"
 
@@ -314,23 +315,115 @@ TEST(a_state_with_skips_saved_fused_restores_unfused_and_back) {
   }
 }
 
-TEST(an_unordered_map_is_not_fused) {
-  chain c = {200, 2, 16, 0, 1, 0, NULL, 0};
-  sl_reader *r = build(&c);
+/* Reads up to `max` batches of r (all: -1): every row is whole (sq is v,
+ * 2v, 3v, 4v, -v) and seen[v] counts its v.  Returns the batches read
+ * (the pass must end at SL_EOF when max < 0). */
+static int read_rows(sl_reader *r, int max, int *seen, int64_t n) {
+  int batches = 0;
   sl_sample *s;
-  int64_t rows = 0;
-  while (sl_reader_next(r, &s) == SL_OK) {
-    rows += sl_sample_at(s, 0)->shape[0];
+  while (max < 0 || batches < max) {
+    int rc = sl_reader_next(r, &s);
+    if (rc == SL_EOF && max < 0) break;
+    ASSERT_OK(rc);
+    const sl_tensor *v = sl_sample_at_const(s, 0), *q = sl_sample_at_const(s, 1);
+    for (int64_t j = 0; j < v->shape[0]; j++) {
+      int64_t x = ((const int64_t *)v->data)[j];
+      const float *f = (const float *)q->data + 5 * j;
+      ASSERT_TRUE(x >= 0 && x < n);
+      for (int k = 0; k < 5; k++)
+        ASSERT_TRUE(f[k] == (float)(k == 4 ? -x : x * (k + 1)));
+      seen[x]++;
+    }
     sl_sample_release(s);
+    batches++;
   }
-  ASSERT_EQ(rows, 200);
-  ASSERT_EQ(fused_rows(r), 0);
-  sl_reader_destroy(r);
+  return batches;
+}
+
+/* Unordered, the map hands its rows on in the order it finished them
+ * (tickets, rows.h): every sample comes once (none, skipped), every row
+ * whole; on one thread that is the upstream order. */
+TEST(an_unordered_map_is_fused_and_gives_every_sample_once) {
+  enum { N = 2000 };
+  static int seen[N];
+  for (uint32_t t = 1; t <= 4; t *= 2)
+    for (int skips = 0; skips <= 1; skips++) {
+      chain c = {N, t, 16, 0, 1, 0, skips ? &g_some : NULL,
+                 skips ? SL_IGNORE_ALL : 0};
+      sl_reader *r = build(&c);
+      for (int pass = 0; pass < 2; pass++) {
+        memset(seen, 0, sizeof seen);
+        read_rows(r, -1, seen, N);
+        for (int64_t v = 0; v < N; v++)
+          ASSERT_EQ(seen[v], skips && fails_at(&g_some, v) ? 0 : 1);
+        if (pass == 0) ASSERT_OK(sl_reader_reset(r));
+      }
+      ASSERT_TRUE(fused_rows(r) > 0);
+      sl_reader_destroy(r);
+    }
+  for (int skips = 0; skips <= 1; skips++) {
+    chain a = {N, 1, 16, 0, 1, 0, skips ? &g_some : NULL,
+               skips ? SL_IGNORE_ALL : 0};
+    int64_t rows = N;
+    for (int64_t v = 0; skips && v < N; v++)
+      rows -= fails_at(&g_some, v);
+    ASSERT_TRUE(same_as_unfused(a, rows) > 0); /* b: ordered, unfused */
+  }
+}
+
+/* A pass cut anywhere and restored (fused, or unfused and back) gives every
+ * sample once, with and without skips. */
+TEST(an_unordered_fused_map_resumes_exactly_once) {
+  enum { N = 700 };
+  static int seen[N];
+  static const int cuts[] = {0, 1, 2, 5, 17};
+  for (uint32_t t = 1; t <= 4; t *= 2)
+    for (size_t i = 0; i < sizeof cuts / sizeof *cuts; i++)
+      for (int mode = 0; mode < 3; mode++) {
+        /* 0: fused both ways; 1: saved fused, restored unfused; 2: back */
+        chain a = {N, t, 10, mode == 2, 1, 0, mode ? &g_some : NULL,
+                   mode ? SL_IGNORE_ALL : 0};
+        chain b = a;
+        b.no_fuse = mode == 1;
+        memset(seen, 0, sizeof seen);
+        sl_reader *r = build(&a);
+        ASSERT_EQ(read_rows(r, cuts[i], seen, N), cuts[i]);
+        void *state;
+        size_t len;
+        ASSERT_OK(sl_reader_save(r, &state, &len));
+        sl_reader_destroy(r);
+        r = build(&b);
+        ASSERT_OK(sl_reader_restore(r, state, len));
+        sl_free(state);
+        read_rows(r, -1, seen, N);
+        for (int64_t v = 0; v < N; v++)
+          ASSERT_EQ(seen[v], mode && fails_at(&g_some, v) ? 0 : 1);
+        sl_reader_destroy(r);
+      }
+}
+
+TEST(an_unordered_fused_map_error_ends_the_pass) {
+  static const fails bad = {.at = 500};
+  for (uint32_t t = 1; t <= 4; t *= 2) {
+    chain c = {2000, t, 16, 0, 1, 0, &bad, 0};
+    sl_reader *r = build(&c);
+    sl_sample *s;
+    int rc;
+    while ((rc = sl_reader_next(r, &s)) == SL_OK)
+      sl_sample_release(s);
+    ASSERT_RC(rc, SL_ECORRUPT);
+    ASSERT_CONTAINS(sl_last_error(), "cannot widen 500");
+    ASSERT_OK(sl_reader_reset(r)); /* and the next pass starts clean */
+    ASSERT_OK(sl_reader_next(r, &s));
+    sl_sample_release(s);
+    sl_reader_destroy(r);
+  }
 }
 
 TEST(destroying_mid_pass_with_rows_in_flight) {
-  for (uint32_t t = 1; t <= 4; t *= 2) {
-    chain c = {100000, t, 8, 0, 0, 0, NULL, 0};
+  for (uint32_t t = 1; t <= 8; t *= 2) {
+    /* t = 8: unordered, with tokens held for their tickets */
+    chain c = {100000, t > 4 ? 4 : t, 8, 0, t > 4, 0, NULL, 0};
     sl_reader *r = build(&c);
     sl_sample *s;
     ASSERT_OK(sl_reader_next(r, &s));

@@ -6,11 +6,13 @@
 --   open(SLR) -> shuffle(10000, {seed = 1}) -> [MAP] -> batch(128)
 --     -> prefetch(4)
 --   MAP: none, or norm_t1 / norm_t2: the per-sample Lua normalisation
---        (u8 [28, 28] -> f32 [784] / 255) on 1 or 2 worker threads.
+--        (u8 [28, 28] -> f32 [784] / 255) on 1 or 2 worker threads;
+--        a suffix _unordered (ordered = false) and/or _ignore
+--        (ignore_errors = true; nothing fails) runs the map so.
 local sluice = require "sluice"
 
 local path, map = ...
-assert(path, "usage: fmnist_pipeline.lua SLR none|norm_t1|norm_t2")
+assert(path, "usage: fmnist_pipeline.lua SLR none|norm_t1|norm_t2[_unordered][_ignore]")
 map = map or "none"
 
 local function normalise(s)
@@ -23,10 +25,15 @@ local function normalise(s)
 end
 
 local p = sluice.open(path):shuffle(10000, {seed = 1})
-if map == "norm_t1" or map == "norm_t2" then
-  p = p:map(normalise, {threads = map == "norm_t1" and 1 or 2})
+local threads, rest = map:match("^norm_t([12])(.*)$")
+local unordered, ignore = rest and rest:find("_unordered", 1, true),
+                          rest and rest:find("_ignore", 1, true)
+if threads and rest:gsub("_unordered", ""):gsub("_ignore", "") == "" then
+  p = p:map(normalise, {threads = tonumber(threads),
+                        ordered = not unordered or nil,
+                        ignore_errors = ignore and true or nil})
 elseif map ~= "none" then
-  error("fmnist_pipeline.lua: MAP must be none, norm_t1 or norm_t2 (got "
-        .. map .. ")", 0)
+  error("fmnist_pipeline.lua: MAP must be none or norm_t1 / norm_t2 with "
+        .. "optional _unordered and _ignore (got " .. map .. ")", 0)
 end
 return p:batch(128):prefetch(4)

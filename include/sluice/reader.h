@@ -237,9 +237,9 @@ typedef struct sl_batch_opts {
                     so code written before it keeps its meaning. */
   int no_fuse;   /* do not fuse with the map below (docs/PERFORMANCE.md,
                     "Map and batch fused"): by default, when every field
-                    stacks and upstream is a parallel map yielding its
-                    outputs in order (Lua or C, with or without
-                    ignore_errors), the map's workers write their outputs
+                    stacks and upstream is a parallel map (Lua or C,
+                    with or without ignore_errors, ordered or not), the
+                    map's workers write their outputs
                     straight into the batch's rows; the batches, errors
                     and states are the same either way.  The environment
                     variable SLUICE_FUSE=0 turns fusion off everywhere.

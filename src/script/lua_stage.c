@@ -273,9 +273,8 @@ static const sl__engine_ops lua_engine = {stage_pull, sl__lua_base_worker_init,
  * uninterrupted run drew.  The worker states live on (their globals are
  * not saved). */
 
-static int stage_took(void *state, sl_sample **out) {
+static int stage_took(void *state, uint64_t seq, sl_sample **out) {
   lua_stage *st = state;
-  uint64_t seq = sl__engine_last_seq(st->b.run.engine);
   size_t i = seq % st->b.nnotes;
   if (!sl__lua_base_noted(&st->b, seq)) return SL_OK;
   int rc = sl__lua_base_check(&st->b, st->b.schema, out, seq, "sample");

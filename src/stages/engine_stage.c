@@ -12,7 +12,8 @@ static int skipped(void *ud, uint64_t seq, const char *note) {
   sl__engine_stage *b = ud;
   if (!b->ordered) sl__engine_pos_dropped(&b->pos, seq);
   sl__rows *rows = atomic_load_explicit(&b->rows, memory_order_relaxed);
-  if (rows) sl__rows_skipped(rows); /* the outputs after it move up */
+  if (rows && b->ordered) sl__rows_rebase(rows, 1); /* the outputs after it
+                                                      move up */
   return sl__ignore_error(sl__engine_counters(b->engine), &b->ignored,
                           b->ignore_cap, b->hooks->skip_code, b->pos.what,
                           b->hooks->skipped, b->hooks->option, note);
@@ -55,15 +56,80 @@ int sl__engine_stage_start(sl__engine_stage *b) {
   return SL_OK;
 }
 
+/* Hands on item seq's result s (id: its seq, or its ticket unordered). */
+static int deliver(sl__engine_stage *b, sl__rows *rows, uint64_t seq,
+                   uint64_t id, sl_sample *s, sl_sample **out) {
+  sl__engine_pos_delivered(&b->pos, seq);
+  if (rows) sl__rows_delivered(rows, id);
+  *out = s;
+  /* a row token: an output checked before it was written */
+  if (!b->hooks->took || (rows && sl__rows_token(rows, s))) return SL_OK;
+  return b->hooks->took(b, seq, out);
+}
+
+/* Releases the tokens held for their tickets (a new pass). */
+static void drop_held(sl__engine_stage *b) {
+  for (size_t i = 0; i < b->nheld; i++)
+    sl_sample_release(b->held[i].s);
+  b->nheld = 0;
+  b->ticket = 0;
+}
+
+/* Unordered and fused (rows.h): the results in ticket order, those that
+ * came before their turn held; a result that is not a token at once. */
+static int ticketed_next(sl__engine_stage *b, sl__rows *rows,
+                         sl_sample **out) {
+  for (;;) {
+    for (size_t i = 0; i < b->nheld; i++) {
+      if (b->held[i].ticket != b->ticket) continue;
+      sl__held h = b->held[i];
+      b->held[i] = b->held[--b->nheld];
+      b->ticket++;
+      return deliver(b, rows, h.seq, h.ticket, h.s, out);
+    }
+    sl_sample *s = NULL;
+    int rc = sl__engine_next(b->engine, &s);
+    if (rc == SL_EOF && b->nheld) { /* not expected: a ticket went missing */
+      uint64_t low = UINT64_MAX;
+      for (size_t i = 0; i < b->nheld; i++)
+        low = SL_MIN(low, b->held[i].ticket);
+      b->ticket = low;
+      continue;
+    }
+    SL_FORWARD_IF_ERROR(rc);
+    uint64_t seq = sl__engine_last_seq(b->engine), t;
+    if (!sl__rows_ticket(rows, seq, &t)) {
+      sl__rows_rebase(rows, UINT64_MAX); /* a place, no ticket */
+      return deliver(b, rows, seq, b->ticket, s, out);
+    }
+    if (t == b->ticket) {
+      b->ticket++;
+      return deliver(b, rows, seq, t, s, out);
+    }
+    if (b->nheld == b->capheld) {
+      size_t cap = b->capheld ? 2 * b->capheld : 64;
+      sl__held *h = sl__realloc(b->held, cap * sizeof *h);
+      if (!h) {
+        sl_sample_release(s);
+        return sl_set_error(SL_ENOMEM, "%s: cannot hold %zu outputs",
+                            b->pos.what, cap);
+      }
+      b->held = h;
+      b->capheld = cap;
+    }
+    b->held[b->nheld++] = (sl__held){t, seq, s};
+  }
+}
+
 int sl__engine_stage_next(void *st, sl_sample **out) {
   sl__engine_stage *b = st;
   if (!b->started) SL_FORWARD_IF_ERROR(sl__engine_stage_start(b));
-  SL_FORWARD_IF_ERROR(sl__engine_next(b->engine, out));
-  uint64_t seq = sl__engine_last_seq(b->engine);
-  sl__engine_pos_delivered(&b->pos, seq);
   sl__rows *rows = atomic_load_explicit(&b->rows, memory_order_relaxed);
-  if (rows) sl__rows_delivered(rows, seq);
-  return b->hooks->took ? b->hooks->took(st, out) : SL_OK;
+  if (rows && !b->ordered) return ticketed_next(b, rows, out);
+  sl_sample *s = NULL;
+  SL_FORWARD_IF_ERROR(sl__engine_next(b->engine, &s));
+  uint64_t seq = sl__engine_last_seq(b->engine);
+  return deliver(b, rows, seq, seq, s, out);
 }
 
 void sl__engine_stage_budget(void *st, sl__budget_acct *acct) {
@@ -72,9 +138,9 @@ void sl__engine_stage_budget(void *st, sl__budget_acct *acct) {
 
 bool sl__engine_stage_rows(void *st, sl__rows *table) {
   sl__engine_stage *b = st;
-  if (!b->fusable || !b->ordered ||
-      sl__rows_window(table, b->inflight,
-                      sl__engine_counters(b->engine)) < 0)
+  if (!b->fusable || sl__rows_window(table, b->inflight,
+                                     sl__engine_counters(b->engine),
+                                     !b->ordered) < 0)
     return false;
   atomic_store_explicit(&b->rows, table, memory_order_release);
   return true;
@@ -94,6 +160,7 @@ int sl__engine_stage_out(sl__engine_stage *b, uint64_t seq, sl_sample *o,
  * output seq - base (rows.h). */
 static void stop(sl__engine_stage *b, uint64_t base) {
   sl__engine_stop(b->engine);
+  drop_held(b);
   sl__rows *rows = atomic_load_explicit(&b->rows, memory_order_relaxed);
   if (rows) sl__rows_clear(rows, base);
 }
@@ -123,6 +190,7 @@ void sl__engine_stage_destroy(void *st) {
   sl__engine_destroy(b->engine); /* joined: each worker's fini */
   sl_reader_destroy(b->up);
   sl__engine_pos_fini(&b->pos);
+  sl__free(b->held);
   b->hooks->free(st);
 }
 
@@ -151,8 +219,9 @@ int sl__engine_stage_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
   b->pass = pass;
   uint64_t start = 0;
   int rc = sl__engine_pos_restore(&b->pos, b->up, k, in, &start);
-  /* output k is item start (or, replayed, the pass starts at item 0) */
-  stop(b, start > k ? start - k : 0);
+  /* output k is item start (or, replayed, the pass starts at item 0);
+   * unordered, ticket 0 */
+  stop(b, !b->ordered ? 0 - k : start > k ? start - k : 0);
   b->started = false;
   b->ignored = 0;
   if (b->hooks->new_pass) b->hooks->new_pass(b, start);

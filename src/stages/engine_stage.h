@@ -21,13 +21,15 @@
  *   length    upstream's when every item gives one result (one_to_one),
  *             else not known (hooks->length_why says why, if not obvious).
  *   stop      sl__engine_signal_stop.
- *   rows      map and batch fused (rows.h): a fusable stage (cfg) that
- *             yields in order one output per item, or a skip, takes the
- *             batch's table; its process then ends with
- *             sl__engine_stage_out, each skip and each delivery is told to
- *             the table (sl__rows_skipped, _delivered), and every new pass
- *             (reset, restore, destroy) clears the table with the engine
- *             stopped, at the restored place.
+ *   rows      map and batch fused (rows.h): a fusable stage (cfg), a map
+ *             (one output or a skip per item), takes the batch's table; its
+ *             process then ends with sl__engine_stage_out; each skip
+ *             (ordered) and each delivery is told to the table
+ *             (sl__rows_rebase, _delivered); unordered, next hands the
+ *             tokens on in ticket order (holding those that come early: at
+ *             most the items in flight); and every new pass (reset,
+ *             restore, destroy) clears the table and the held tokens with
+ *             the engine stopped, at the restored place.
  *   destroy   stops, destroys the engine (its worker_fini), upstream and
  *             the position, then hooks->free frees the rest and the state.
  *
@@ -51,9 +53,9 @@ typedef struct sl__engine_stage_hooks {
    * stage's own pass state; the next pass's first item is `start` (0, or
    * the restored upstream position). */
   void (*new_pass)(void *st, uint64_t start);
-  /* Optional: a result just taken (may replace or refuse it: an error
-   * releases *out). */
-  int (*took)(void *st, sl_sample **out);
+  /* Optional: item seq's result, about to be handed on (may replace or
+   * refuse it: an error releases *out). */
+  int (*took)(void *st, uint64_t seq, sl_sample **out);
   /* Frees what the stage owns besides the base, and the state. */
   void (*free)(void *st);
   /* sl__ignore_error's words: the code past the cap, what failed
@@ -63,6 +65,12 @@ typedef struct sl__engine_stage_hooks {
   /* Appended to "not known before reading it" (may be NULL). */
   const char *length_why;
 } sl__engine_stage_hooks;
+
+/* A token that came before its ticket (unordered and fused). */
+typedef struct sl__held {
+  uint64_t ticket, seq;
+  sl_sample *s;
+} sl__held;
 
 typedef struct sl__engine_stage {
   sl_reader *up;
@@ -77,11 +85,15 @@ typedef struct sl__engine_stage {
   uint64_t ignored;    /* consumer: items skipped this pass */
   uint64_t pass;       /* resets since construction, or as restored */
   /* map and batch fused (rows.h): the batch's table once it offered one
-   * and the stage took it (fusable, ordered); set before
+   * and the stage took it (fusable); set before
    * the workers read it, which they do in sl__engine_stage_out */
   bool fusable;
   size_t inflight; /* the most items the engine holds (window + cache) */
   sl__rows *_Atomic rows;
+  /* unordered and fused: the next ticket to hand on, the tokens held */
+  uint64_t ticket;
+  sl__held *held;
+  size_t nheld, capheld;
 } sl__engine_stage;
 
 /* The base's settings, then the engine's (ops with ud = the state). */

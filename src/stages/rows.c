@@ -34,11 +34,22 @@ struct sl__rows {
   slot *old;
   size_t nold, capold;
   sl__stage_counters *c; /* the map's */
-  /* the consumer's: the item last delivered, and batch dst_k's output (a
-   * reference, NULL before its first row) */
-  uint64_t seq;
+  /* unordered (ticketed): an item's id is its ticket, the count of outputs
+   * put before it, not its seq; under mu: the next ticket, and the tickets
+   * of the tokens not yet handed on, by seq (open addressing) */
+  bool ticketed;
+  uint64_t next_ticket;
+  struct tix {
+    uint64_t seq, ticket;
+    bool used;
+  } *tix;
+  size_t tixcap, ntix;
+  /* the consumer's: the id of the item last delivered, and batch dst_k's
+   * output (a reference, NULL before its first row) */
+  uint64_t id;
   sl_sample *dst;
   uint64_t dst_k;
+  bool down; /* a rebase by -1 since dst was made (under mu) */
 };
 
 int sl__rows_new(const sl_schema *in, sl_schema *out, size_t n,
@@ -79,18 +90,30 @@ int sl__rows_new(const sl_schema *in, sl_schema *out, size_t n,
 void sl__rows_free(sl__rows *r) {
   if (!r) return;
   sl__rows_clear(r, 0);
-  SL__FREE(r->slots, r->old, r->row, r->unique);
+  SL__FREE(r->slots, r->old, r->tix, r->row, r->unique);
   sl_schema_release(r->out);
   pthread_mutex_destroy(&r->mu);
   sl__free(r);
 }
 
-int sl__rows_window(sl__rows *r, size_t items, sl__stage_counters *c) {
+int sl__rows_window(sl__rows *r, size_t items, sl__stage_counters *c,
+                    bool ticketed) {
   r->c = c;
+  r->ticketed = ticketed;
+  size_t cap = 16;
+  while (cap < 4 * items)
+    cap *= 2;
+  struct tix *x = ticketed ? sl__calloc(cap, sizeof *x) : NULL;
+  if (ticketed && !x)
+    return sl_set_error(SL_ENOMEM, "batch: cannot allocate its fused rows");
+  sl__free(r->tix);
+  r->tix = x;
+  r->tixcap = ticketed ? cap : 0;
   /* The items in flight span at most items / n + 2 batches; one more for
-   * the batch the consumer is taking.  The retired batches each hold an
-   * item in flight. */
-  size_t want = items / r->n + 3;
+   * the batch the consumer is taking; ticketed, the tokens held for their
+   * turn (about as many again).  The retired batches each hold an item in
+   * flight (the list grows if not). */
+  size_t want = (ticketed ? 2 : 1) * items / r->n + 3;
   slot *s = sl__calloc(want, sizeof *s), *o = sl__calloc(items + want, sizeof *o);
   if (!s || !o) {
     SL__FREE(s, o);
@@ -162,13 +185,72 @@ static void write_row(const sl__rows *r, sl_sample *b, size_t j,
   }
 }
 
-/* The batch item seq's row is in (a new reference; its row in *j), or NULL
- * when its slot holds another. */
-static sl_sample *reserve(sl__rows *r, uint64_t seq, size_t *j) {
+/* --- tickets (unordered) ------------------------------------------------ */
+
+/* The entry of seq, or the free one where it would go.  Under mu. */
+static struct tix *tix_at(const sl__rows *r, uint64_t seq) {
+  size_t i = (size_t)seq & (r->tixcap - 1);
+  while (r->tix[i].used && r->tix[i].seq != seq)
+    i = (i + 1) & (r->tixcap - 1);
+  return &r->tix[i];
+}
+
+/* Records seq's ticket, growing the table past half full; false when out
+ * of memory.  Under mu. */
+static bool tix_put(sl__rows *r, uint64_t seq, uint64_t ticket) {
+  if (2 * (r->ntix + 1) > r->tixcap) {
+    struct tix *was = r->tix, *x = sl__calloc(2 * r->tixcap, sizeof *x);
+    if (!x) return false;
+    size_t cap = r->tixcap;
+    r->tix = x;
+    r->tixcap = 2 * cap;
+    for (size_t i = 0; i < cap; i++)
+      if (was[i].used) *tix_at(r, was[i].seq) = was[i];
+    sl__free(was);
+  }
+  *tix_at(r, seq) = (struct tix){seq, ticket, true};
+  r->ntix++;
+  return true;
+}
+
+bool sl__rows_ticket(sl__rows *r, uint64_t seq, uint64_t *ticket) {
+  if (!r->ticketed) return false;
   pthread_mutex_lock(&r->mu);
-  uint64_t q = seq - r->base;
+  struct tix *e = tix_at(r, seq);
+  bool found = e->used;
+  if (found) { /* removed, the run after it moved back (linear probing) */
+    *ticket = e->ticket;
+    size_t m = r->tixcap - 1, i = (size_t)(e - r->tix), j = i;
+    r->tix[i].used = false;
+    r->ntix--;
+    for (;;) {
+      j = (j + 1) & m;
+      if (!r->tix[j].used) break;
+      size_t home = (size_t)r->tix[j].seq & m;
+      if (((j - home) & m) >= ((j - i) & m)) { /* may move back to i */
+        r->tix[i] = r->tix[j];
+        r->tix[j].used = false;
+        i = j;
+      }
+    }
+  }
+  pthread_mutex_unlock(&r->mu);
+  return found;
+}
+
+/* --- the workers' side -------------------------------------------------- */
+
+/* The batch item seq's row is in (a new reference; its row in *j), or NULL
+ * when its slot holds another (or, ticketed, with no grant: grants come
+ * before the item's output, and so before its ticket). */
+static sl_sample *reserve(sl__rows *r, uint64_t seq, bool grant, size_t *j) {
+  if (grant && r->ticketed) return NULL;
+  pthread_mutex_lock(&r->mu);
+  uint64_t id = r->ticketed ? r->next_ticket : seq, q = id - r->base;
   slot *s = find(r, q / r->n, true);
-  if (s && seq > s->last) s->last = seq;
+  if (s && r->ticketed && !tix_put(r, seq, id)) s = NULL;
+  if (s && r->ticketed) r->next_ticket++;
+  if (s && id > s->last) s->last = id;
   sl_sample *b = s ? sl_sample_retain(s->b) : NULL;
   pthread_mutex_unlock(&r->mu);
   *j = (size_t)(q % r->n);
@@ -185,7 +267,7 @@ static _Thread_local struct {
 
 void sl__rows_grant_begin(sl__rows *r, uint64_t seq) {
   grant.r = r;
-  grant.b = reserve(r, seq, &grant.j);
+  grant.b = reserve(r, seq, true, &grant.j);
   grant.used = 0;
 }
 
@@ -215,7 +297,7 @@ void *sl__lua_row_grant(int dtype, size_t nbytes, sl_buffer **buf) {
 sl_sample *sl__rows_put(sl__rows *r, uint64_t seq, sl_sample *o) {
   if (!fits(r, o)) return NULL;
   size_t j;
-  sl_sample *b = reserve(r, seq, &j);
+  sl_sample *b = reserve(r, seq, false, &j);
   if (!b) return NULL;
   write_row(r, b, j, o, SIZE_MAX);
   sl_sample_release(o);
@@ -223,23 +305,33 @@ sl_sample *sl__rows_put(sl__rows *r, uint64_t seq, sl_sample *o) {
   return b;
 }
 
-void sl__rows_skipped(sl__rows *r) {
+void sl__rows_rebase(sl__rows *r, uint64_t by) {
   pthread_mutex_lock(&r->mu);
-  r->base++;
+  r->base += by;
+  r->down |= by == UINT64_MAX;
   for (size_t i = 0; i < r->nslots; i++) {
     if (!r->slots[i].b) continue;
-    if (r->nold == r->capold) { /* not expected: each holds an item in
-                                   flight; its tokens then fail (land) */
-      sl_sample_release(r->slots[i].b);
-    } else {
-      r->old[r->nold++] = r->slots[i];
+    slot *o = r->nold < r->capold
+                  ? r->old
+                  : sl__realloc(r->old, 2 * r->capold * sizeof *o);
+    if (o && o != r->old) {
+      r->old = o;
+      r->capold *= 2;
     }
+    if (o) /* else its tokens fail (land: lost) */
+      r->old[r->nold++] = r->slots[i];
+    else
+      sl_sample_release(r->slots[i].b);
     r->slots[i].b = NULL;
   }
   pthread_mutex_unlock(&r->mu);
 }
 
-void sl__rows_delivered(sl__rows *r, uint64_t seq) { r->seq = seq; }
+void sl__rows_delivered(sl__rows *r, uint64_t id) { r->id = id; }
+
+bool sl__rows_token(const sl__rows *r, const sl_sample *s) {
+  return sl_sample_schema(s) == r->out;
+}
 
 /* Releases the retired batches that are b or whose items are all before
  * item `before`.  Under mu. */
@@ -263,7 +355,7 @@ static void prune(sl__rows *r, uint64_t k) {
       sl_sample_release(r->slots[i].b);
       r->slots[i].b = NULL;
     }
-  drop_old(r, NULL, r->seq);
+  drop_old(r, NULL, r->id);
 }
 
 /* The slot (of this base or retired) whose batch is s, or NULL.  Under mu. */
@@ -286,12 +378,21 @@ int sl__rows_land(sl__rows *r, uint64_t k, size_t j, const sl_sample *s,
      * own, every row copied in */
     r->dst = d ? sl_sample_retain(d->b) : new_batch(r);
     r->dst_k = k;
+    r->down = false;
+  } else if (r->down) {
+    /* Places moved down (an output that came without a ticket): the items
+     * that own dst's next rows now come later, so its rows so far move to
+     * a batch of its own, which no worker writes. */
+    sl_sample *b = new_batch(r);
+    for (size_t i = 0; b && i < j; i++)
+      write_row(r, b, i, r->dst, i);
+    sl_sample_release(r->dst);
+    r->dst = b;
+    r->down = false;
   }
-  const slot *t = s == r->dst || sl_sample_schema(s) == r->out
-                      ? token_slot(r, s)
-                      : NULL;
-  bool lost = !t && sl_sample_schema(s) == r->out;
-  size_t i = t ? (size_t)(r->seq - t->base - t->k * r->n) : 0;
+  const slot *t = sl__rows_token(r, s) ? token_slot(r, s) : NULL;
+  bool lost = !t && sl__rows_token(r, s);
+  size_t i = t ? (size_t)(r->id - t->base - t->k * r->n) : 0;
   pthread_mutex_unlock(&r->mu);
   /* The consumer's own batch: nothing else releases it before take. */
   if (!r->dst)
@@ -367,5 +468,8 @@ void sl__rows_clear(sl__rows *r, uint64_t base) {
     sl_sample_release(r->old[i].b);
   r->nold = 0;
   r->base = base;
+  r->next_ticket = 0;
+  r->ntix = 0;
+  if (r->tix) memset(r->tix, 0, r->tixcap * sizeof *r->tix);
   pthread_mutex_unlock(&r->mu);
 }

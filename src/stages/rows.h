@@ -28,8 +28,13 @@
  *           in o's place); else NULL and o is untouched (the map hands o on
  *           and batch copies it as before: nothing is ever lost, only not
  *           fused).
- *   skipped the consumer, at a skipped item's place in delivery order.
- *   delivered  the consumer: the item whose output it hands on next.
+ *   rebase  the consumer: base += by (1 at a skipped item's place in
+ *           delivery order; -1 unordered, at an output that came as
+ *           itself), retiring the old base's batches.
+ *   ticket  the consumer, unordered: item seq's ticket, or false when its
+ *           output is not a token.
+ *   delivered  the consumer: the id (seq, or ticket unordered) of the
+ *           item whose output it hands on next.
  *   land    the consumer, with the output s that came for row j of batch
  *           k: whether s is a token; if so its row is in place (moved
  *           there when it was placed elsewhere).
@@ -39,13 +44,21 @@
  *           short last batch) and hands it out.
  *   drop    the consumer: removes batch k (an error ended it).
  *   clear   with no worker running (the map's new pass: reset, restore,
- *           destroy): removes every batch and sets base.
+ *           destroy): removes every batch and ticket and sets base.
  *
  * The rows are the same bytes batch would have copied: the output is the
  * same, bit for bit, as are errors (a sample that does not fit comes as
  * itself and batch's own checks name it) and positions (batch's and the
- * map's states are unchanged).  An unordered map is not fused: its output
- * order is known only at delivery, after the row is written.
+ * map's states are unchanged).
+ *
+ * Unordered (ticketed): an item's id is not its seq but its ticket, the
+ * number of outputs put before it in the pass (taken in put, in the order
+ * the outputs are finished), and the map hands its tokens on in ticket
+ * order (engine_stage.c holds those that come early), so the output order
+ * is still the order the items were finished in, and the rule above holds
+ * with tickets for seqs: skipped items take no ticket; an output that comes
+ * as itself takes a place but no ticket (rebase by -1).  No grants: a
+ * grant comes before its item's output, so before its ticket.
  *
  * Threads: put and the grants on the map's workers, the rest on the
  * consumer's thread; `mu` guards the slots and base.  A row is written
@@ -90,12 +103,17 @@ SL_API void *sl__lua_row_grant(int dtype, size_t nbytes, sl_buffer **buf);
 void sl__rows_free(sl__rows *r);
 /* The map's side, once, before a worker sees the table: `items` is the most
  * items its engine holds at once (window + cache), which bounds the batches
- * being filled; `c` (borrowed) counts the rows written (c->fused). */
-int sl__rows_window(sl__rows *r, size_t items, sl__stage_counters *c);
+ * being filled; `c` (borrowed) counts the rows written (c->fused);
+ * `ticketed`: an unordered map. */
+int sl__rows_window(sl__rows *r, size_t items, sl__stage_counters *c,
+                    bool ticketed);
 
 sl_sample *sl__rows_put(sl__rows *r, uint64_t seq, sl_sample *o);
-void sl__rows_skipped(sl__rows *r);
-void sl__rows_delivered(sl__rows *r, uint64_t seq);
+void sl__rows_rebase(sl__rows *r, uint64_t by);
+bool sl__rows_ticket(sl__rows *r, uint64_t seq, uint64_t *ticket);
+void sl__rows_delivered(sl__rows *r, uint64_t id);
+/* Whether s is a token (a batch of this table), not a map's output. */
+bool sl__rows_token(const sl__rows *r, const sl_sample *s);
 /* SL_OK (*token set), or SL_ENOMEM: no batch k could be allocated. */
 int sl__rows_land(sl__rows *r, uint64_t k, size_t j, const sl_sample *s,
                   bool *token);
