@@ -247,7 +247,7 @@ describe("map and batch fused", function()
       local b = build(120, 2, not from, case)
       b:restore(state)
       local rest = read(b)
-      assert.are.same({table.unpack(whole, 6)}, rest)
+      assert.are.same({unpack(whole, 6)}, rest)
       b:close()
     end
   end)
