@@ -120,10 +120,7 @@ static int crop_reset(void *st) {
 
 static void crop_destroy(void *st) {
   crop_state *c = st;
-  if (!c) return;
-  sl_reader_destroy(c->up);
-  sl_schema_release(c->schema);
-  sl__free(c);
+  if (c) sl__stage_free(c, c->up, c->schema);
 }
 
 /* A pure function of (seed, epoch, index): the position is all. */

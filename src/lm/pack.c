@@ -290,9 +290,7 @@ static void pack_destroy(void *st) {
   if (!p) return;
   if (p->open) drop_rows(p);
   SL__FREE(p->open, p->done, p->fi, p->docs_at, p->snaps, p->snap_used);
-  sl_schema_release(p->schema);
-  sl_reader_destroy(p->up);
-  sl__free(p);
+  sl__stage_free(p, p->up, p->schema);
 }
 
 /* Payload: mode 0, the documents read at k, where row k opened (document,

@@ -221,12 +221,8 @@ static int window_reset(void *st) {
 static void window_destroy(void *st) {
   window_state *w = st;
   if (!w) return;
-  sl__free(w->buf);
-  sl__free(w->segs);
-  sl__free(w->ckpt);
-  sl_schema_release(w->schema);
-  sl_reader_destroy(w->up);
-  sl__free(w);
+  SL__FREE(w->buf, w->segs, w->ckpt);
+  sl__stage_free(w, w->up, w->schema);
 }
 
 /* Payload: 0 and the offset (upstream saved at the sample); 2, the

@@ -146,8 +146,7 @@ static void prefetch_destroy(void *st) {
   prefetch_state *p = st;
   if (!p) return;
   sl__engine_destroy(p->engine);
-  sl_reader_destroy(p->up);
-  sl__free(p);
+  sl__stage_free(p, p->up, NULL);
 }
 
 /* The samples ready in the window are not saved: the restored upstream
