@@ -155,10 +155,8 @@ int sl_random_crop_flip(sl_reader *up, const sl_crop_flip_opts *opts,
                         sl_reader **out) {
   SL_DECORATOR_ARGS("random_crop_flip", up, out);
   sl_crop_flip_opts o = SL_CROP_FLIP_OPTS_INIT;
-  if (opts) {
-    int rc = sl__opts_copy("sl_crop_flip_opts", &o, sizeof o, opts);
-    if (rc < 0) return sl__fail_with_upstream(up, rc);
-  }
+  SL_FORWARD_IF_ERROR(
+      sl__decorator_opts(up, "sl_crop_flip_opts", &o, sizeof o, opts));
   const char *fname = o.field ? o.field : "image";
   const sl_schema *us = sl_reader_schema(up);
   int field = sl_schema_find(us, fname);

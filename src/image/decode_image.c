@@ -253,10 +253,8 @@ int sl__decode_image_make(sl_reader *up, const sl_image_opts *opts,
   *out = NULL;
   if (!up) return sl_set_error(SL_EINVAL, "%s: NULL upstream reader", stage);
   sl_image_opts o = SL_IMAGE_OPTS_INIT;
-  if (opts) {
-    int rc = sl__opts_copy("sl_image_opts", &o, sizeof o, opts);
-    if (rc < 0) return sl__fail_with_upstream(up, rc);
-  }
+  SL_FORWARD_IF_ERROR(
+      sl__decorator_opts(up, "sl_image_opts", &o, sizeof o, opts));
   const char *fname = o.field ? o.field : "image";
   const sl_schema *us = sl_reader_schema(up);
   int field = sl_schema_find(us, fname);

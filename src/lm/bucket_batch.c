@@ -408,11 +408,8 @@ int sl_bucket_batch(sl_reader *up, const sl_bucket_batch_opts *opts,
   int rc = opts ? sl__opts_copy("sl_bucket_batch_opts", &o, sizeof o, opts)
                 : sl_set_error(SL_EINVAL, "bucket_batch: NULL options");
   if (rc < 0) return sl__fail_with_upstream(up, rc);
-  bucket_state *s = sl__calloc(1, sizeof *s);
-  if (!s)
-    return sl__fail_with_upstream(
-        up, sl_set_error(SL_ENOMEM, "bucket_batch: cannot allocate"));
-  s->up = up;
+  bucket_state *s = sl__decorator_state("bucket_batch", up, sizeof *s);
+  if (!s) return SL_ENOMEM;
   atomic_init(&s->acct, NULL);
   s->pad_to_bucket = o.pad_to_bucket != 0;
   s->drop = o.drop_remainder != 0;

@@ -531,11 +531,8 @@ int sl_pack(sl_reader *up, const sl_pack_opts *opts, sl_reader **out) {
     rc = sl_set_error(SL_EINVAL, "pack: lookahead %zu is above 4096",
                       o.lookahead);
   if (rc < 0) return sl__fail_with_upstream(up, rc);
-  pack_state *p = sl__calloc(1, sizeof *p);
-  if (!p)
-    return sl__fail_with_upstream(
-        up, sl_set_error(SL_ENOMEM, "pack: cannot allocate"));
-  p->up = up;
+  pack_state *p = sl__decorator_state("pack", up, sizeof *p);
+  if (!p) return SL_ENOMEM;
   p->T = o.seq_len;
   p->has_eos = o.has_eos != 0;
   p->eos = (int32_t)o.eos;

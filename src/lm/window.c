@@ -354,11 +354,8 @@ int sl_window(sl_reader *up, const char *field, size_t size, size_t stride,
                       field, sl_dtype_name(sl_schema_field_dtype(in, fi)),
                       sl_schema_field_rank(in, fi));
   if (rc < 0) return sl__fail_with_upstream(up, rc);
-  window_state *w = sl__calloc(1, sizeof *w);
-  if (!w)
-    return sl__fail_with_upstream(
-        up, sl_set_error(SL_ENOMEM, "window: cannot allocate"));
-  w->up = up;
+  window_state *w = sl__decorator_state("window", up, sizeof *w);
+  if (!w) return SL_ENOMEM;
   w->field = fi;
   w->dt = sl_schema_field_dtype(in, fi);
   w->es = sl_dtype_size(w->dt);
