@@ -159,14 +159,10 @@ int sl_random_crop_flip(sl_reader *up, const sl_crop_flip_opts *opts,
       sl__decorator_opts(up, "sl_crop_flip_opts", &o, sizeof o, opts));
   const char *fname = o.field ? o.field : "image";
   const sl_schema *us = sl_reader_schema(up);
-  int field = sl_schema_find(us, fname);
+  int field = sl__image_field("random_crop_flip", us, fname);
   int rc = SL_OK;
   if (field < 0) {
-    char desc[512];
-    rc = sl_set_error(SL_EINVAL,
-                      "random_crop_flip: upstream has no field '%s' (schema "
-                      "%s)",
-                      fname, sl_schema_describe(us, desc, sizeof desc));
+    rc = field;
   } else if (sl_schema_field_dtype(us, field) != SL_U8 ||
              sl_schema_field_rank(us, field) != 3) {
     rc = sl_set_error(SL_ESHAPE,
