@@ -194,12 +194,9 @@ static void bucket_destroy(void *st) {
     sl__free(s->seqs[i]);
   for (size_t j = 0; j < BUCKET_HIST; j++)
     SL__FREE(s->hist[j].s, s->hist[j].seq);
-  sl__free(s->seqs);
-  sl__free(s->b);
-  sl__free(s->bounds);
+  SL__FREE(s->seqs, s->b, s->bounds);
   sl__padplan_fini(&s->plan);
-  sl_reader_destroy(s->up);
-  sl__free(s);
+  sl__stage_free(s, s->up, NULL);
 }
 
 /* Bucket i's samples at output k (see the top): those of batches k.. that
