@@ -185,4 +185,23 @@ pid_t test_server_start(const char *what, char *const argv[], int port,
 /* Sends `sig` to the server and reaps it (the test fails if it cannot). */
 void test_server_stop(pid_t pid, int sig);
 
+/* A real nginx on loopback for the HTTP tests (test_http*.c,
+ * test_budget_io.c), in a folder of its own, `dir` (its config, logs and
+ * temp files, and dir/www for a test's own files), on a free `port`:
+ * test_nginx_start serves `root` at / and, rate-limited to 1 request per
+ * second with status 500 beyond it (nginx's limit_req), at /flaky/; and
+ * dir/www at /w/ and, rate-limited, at /flakyw/.  nginx is a declared
+ * dependency (Makefile PACKAGES): the test fails when it is missing.
+ * test_nginx_stop stops it and removes its folder. */
+typedef struct test_nginx {
+  pid_t pid;
+  int port;
+  char dir[256];
+} test_nginx;
+void test_nginx_start(test_nginx *s, const char *root);
+void test_nginx_stop(test_nginx *s);
+/* s->dir/www/<name>, served at /w/<name> and /flakyw/<name> (one of four
+ * static buffers in turn). */
+const char *test_nginx_www(const test_nginx *s, const char *name);
+
 #endif
