@@ -73,6 +73,37 @@ sl_reader *test_range_reader(int64_t n) {
   return r;
 }
 
+/* v -> {ids: i32[v % 50 + 1]}: documents of 1..50 tokens. */
+static sl_schema *g_docs;
+static int make_doc(void *ud, sl_sample *in, sl_sample **out) {
+  (void)ud;
+  int64_t v = test_sample_i64(in, 0), n = v % 50 + 1;
+  sl_sample_release(in);
+  sl_sample *s = sl_sample_new(g_docs);
+  int32_t *ids = NULL;
+  if (!s || sl_sample_alloc(s, 0, 1, &n, (void **)&ids) < 0) {
+    sl_sample_release(s);
+    return sl_set_error(SL_ENOMEM, "make_doc");
+  }
+  for (int64_t k = 0; k < n; k++)
+    ids[k] = (int32_t)(v + k);
+  *out = s;
+  return SL_OK;
+}
+
+sl_reader *test_docs(sl_reader *src) {
+  if (!g_docs) {
+    int64_t any = -1;
+    g_docs = sl_schema_new();
+    ASSERT_OK(sl_schema_add(g_docs, "ids", SL_I32, 1, &any));
+  }
+  sl_parallel_opts po = SL_PARALLEL_OPTS_INIT;
+  po.threads = 1;
+  sl_reader *m = NULL;
+  ASSERT_OK(sl_map_parallel(src, make_doc, NULL, NULL, g_docs, &po, &m));
+  return m;
+}
+
 int test_drain_i64(sl_reader *r, int64_t *v, size_t cap, size_t *n) {
   *n = 0;
   for (;;) {

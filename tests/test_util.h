@@ -38,6 +38,11 @@ int64_t test_sample_i64(const sl_sample *s, int i);
 /* sl_reader_range(n): samples {i: i64} holding 0, 1, ..., n-1. */
 sl_reader *test_range_reader(int64_t n);
 
+/* The LM stages' documents (budget tests): `src`'s samples {v: i64} mapped
+ * (sl_map_parallel on one thread) to {ids: i32[v % 50 + 1]} holding v,
+ * v+1, ...: 1 to 50 tokens.  Takes `src`. */
+sl_reader *test_docs(sl_reader *src);
+
 /* Reads `r` until it stops yielding, storing field 0 of each sample (an
  * int64) in v[0..*n), at most `cap` of them (more fails the test); returns
  * the code that ended the pass (SL_EOF or an error). */
