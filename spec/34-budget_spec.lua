@@ -6,6 +6,7 @@
 -- budget; a budget too small for one sample is an error naming the stage
 -- and the bytes; sluice.size() parses sizes and refuses malformed ones.
 local sluice = require "sluice"
+local H = dofile "spec/helper.lua"
 
 local ITEM = 4096 -- bytes of one sample after the map
 
@@ -23,12 +24,7 @@ local function wide(n, threads, budget)
   end, {threads = threads})
 end
 
-local function row(stats, name)
-  for _, s in ipairs(stats) do
-    if s.name == name then return s end
-  end
-  error("no stage " .. name)
-end
+local row = H.stage_row
 
 describe("sluice.size", function()
   it("parses bytes and units", function()
@@ -335,7 +331,7 @@ describe("worker Lua heaps under a budget", function()
     -- it made 4 quanta (budget / 64 each: 1 MiB here) of them, every 4
     -- calls; without that, never in these 400 (the heap grows by far less
     -- than a quantum a call), and all 100 MiB made would stay resident.
-    local rss_mib = dofile("spec/helper.lua").rss_mib
+    local rss_mib = H.rss_mib
     local n = 400
     local p = sluice.range(n):budget("16MiB"):map(function(s)
       collectgarbage("stop")

@@ -8,13 +8,9 @@
 -- own memory (batch's pool, bucket_batch's kept batches, double_buffer's
 -- slots, open_files' units): tests/test_budget_stages.c.
 local sluice = require "sluice"
+local H = dofile "spec/helper.lua"
 
-local function row(stats, name)
-  for _, s in ipairs(stats) do
-    if s.name == name then return s end
-  end
-  error("no stage " .. name)
-end
+local row = H.stage_row
 
 -- bytes_held of stage `name` now: at least `least`, within the budget.
 local function held_at_least(p, name, least)

@@ -37,6 +37,15 @@ function H.collect(p, field)
   return out
 end
 
+-- The row of stage `name` in `stats` (p:stats()); an error when no stage
+-- has that name.
+function H.stage_row(stats, name)
+  for _, s in ipairs(stats) do
+    if s.name == name then return s end
+  end
+  error("no stage " .. name)
+end
+
 -- A new empty folder (remove it with H.rmdir).
 function H.tmpdir()
   local dir = os.tmpname()

@@ -1015,39 +1015,13 @@ TEST(open_files_buffers_are_charged) {
   sl_reader_destroy(r);
 }
 
-/* v -> {ids: i32[v % 50 + 1]}: documents of 1..50 tokens. */
-static sl_schema *g_docs;
-static int make_doc(void *ud, sl_sample *in, sl_sample **out) {
-  (void)ud;
-  int64_t v = test_sample_i64(in, 0), n = v % 50 + 1;
-  sl_sample_release(in);
-  sl_sample *s = sl_sample_new(g_docs);
-  int32_t *ids = NULL;
-  if (!s || sl_sample_alloc(s, 0, 1, &n, (void **)&ids) < 0) {
-    sl_sample_release(s);
-    return sl_set_error(SL_ENOMEM, "make_doc");
-  }
-  for (int64_t k = 0; k < n; k++)
-    ids[k] = (int32_t)(v + k);
-  *out = s;
-  return SL_OK;
-}
-
 /* pack under a budget: the rows it holds open (lookahead + 1 of 64 x 3
  * i32) are charged as they open and go out as its carry (the stage above
  * claims them); after the pass it holds nothing. */
 TEST(pack_rows_are_charged) {
-  if (!g_docs) {
-    int64_t any = -1;
-    g_docs = sl_schema_new();
-    ASSERT_OK(sl_schema_add(g_docs, "ids", SL_I32, 1, &any));
-  }
   sl_reader *src = test_range_reader(2000);
   ASSERT_OK(sl_reader_set_budget(src, 1 << 20));
-  sl_parallel_opts po = SL_PARALLEL_OPTS_INIT;
-  po.threads = 1;
-  sl_reader *m = NULL, *p = NULL;
-  ASSERT_OK(sl_map_parallel(src, make_doc, NULL, NULL, g_docs, &po, &m));
+  sl_reader *m = test_docs(src), *p = NULL;
   sl_pack_opts o = {.size = sizeof o, .seq_len = 64, .lookahead = 8};
   ASSERT_OK(sl_pack(m, &o, &p));
   const uint64_t row = 3 * 64 * sizeof(int32_t);

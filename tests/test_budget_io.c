@@ -33,7 +33,6 @@
 #include <unistd.h>
 
 #define DIR SLUICE_SOURCE_DIR "/tests/data/formats"
-#define NGINX "/usr/sbin/nginx"
 #define BUDGET ((uint64_t)4 << 20)
 
 /* --- helpers ---------------------------------------------------------------
@@ -87,56 +86,14 @@ static void read_n(sl_reader *r, int n) {
   }
 }
 
-typedef struct server {
-  pid_t pid;
-  int port;
-  char dir[256];
-} server;
-
-/* nginx serving DIR at /. */
-static void nginx_start(server *s) {
-  if (access(NGINX, X_OK) != 0)
-    test_fail(__FILE__, __LINE__,
-              "%s is missing: the HTTP tests need nginx (make deps)", NGINX);
-  snprintf(s->dir, sizeof s->dir, "/tmp/sluice-nginx-XXXXXX");
-  ASSERT_NOT_NULL(mkdtemp(s->dir));
-  s->port = test_free_port();
-  char conf[512];
-  snprintf(conf, sizeof conf, "%s/nginx.conf", s->dir);
-  FILE *f = fopen(conf, "w");
-  ASSERT_NOT_NULL(f);
-  const char *d = s->dir;
-  fprintf(f,
-          "%s\nworker_processes 1;\npid %s/nginx.pid;\n"
-          "error_log %s/error.log;\nevents { worker_connections 64; }\n"
-          "http {\n  access_log %s/access.log;\n"
-          "  client_body_temp_path %s;\n  proxy_temp_path %s;\n"
-          "  fastcgi_temp_path %s;\n  uwsgi_temp_path %s;\n"
-          "  scgi_temp_path %s;\n"
-          "  server {\n    listen 127.0.0.1:%d;\n"
-          "    location / { root %s; }\n  }\n}\n",
-          geteuid() == 0 ? "user root;" : "", d, d, d, d, d, d, d, d, s->port,
-          DIR);
-  fclose(f);
-  char *argv[] = {NGINX, "-p", s->dir, "-c", conf, "-g", "daemon off;", NULL};
-  s->pid = test_server_start("nginx", argv, s->port, true);
-}
-
-static void nginx_stop(server *s) {
-  test_server_stop(s->pid, SIGQUIT);
-  char cmd[300];
-  snprintf(cmd, sizeof cmd, "rm -rf %s", s->dir);
-  ASSERT_EQ(system(cmd), 0);
-}
-
 /* --- wds, tfrecord ---------------------------------------------------------
  */
 
 /* A wds shard read by URL holds the source's read-ahead block (8 KiB
  * asked for: the first block at open, then each refill's). */
 TEST(wds_url_readahead_is_charged) {
-  server sv;
-  nginx_start(&sv);
+  test_nginx sv;
+  test_nginx_start(&sv, DIR);
   setenv("SLUICE_HTTP_READAHEAD", "8K", 1);
   char url[256];
   snprintf(url, sizeof url, "http://127.0.0.1:%d/wds-000001.tar", sv.port);
@@ -150,7 +107,7 @@ TEST(wds_url_readahead_is_charged) {
   ASSERT_GE(held, 8192);
   ASSERT_LE(held, BUDGET);
   destroy_and_check(r, probe_of(r));
-  nginx_stop(&sv);
+  test_nginx_stop(&sv);
 }
 
 /* A GZIP TFRecord file holds its stream: the 64 KiB input block and
@@ -173,8 +130,8 @@ TEST(tfrecord_gzip_stream_is_charged) {
 /* A plain TFRecord file by URL holds the read-ahead block: the whole
  * object (smaller than the read-ahead). */
 TEST(tfrecord_url_readahead_is_charged) {
-  server sv;
-  nginx_start(&sv);
+  test_nginx sv;
+  test_nginx_start(&sv, DIR);
   char url[256];
   snprintf(url, sizeof url, "http://127.0.0.1:%d/ex.tfrecord", sv.port);
   sl_reader *r = NULL;
@@ -185,14 +142,14 @@ TEST(tfrecord_url_readahead_is_charged) {
   ASSERT_GE(held, size_of("ex.tfrecord"));
   ASSERT_LE(held, BUDGET);
   destroy_and_check(r, probe_of(r));
-  nginx_stop(&sv);
+  test_nginx_stop(&sv);
 }
 
 /* A .npy file by URL holds the read-ahead block, rows read from it: the
  * whole object (smaller than the read-ahead). */
 TEST(npy_url_readahead_is_charged) {
-  server sv;
-  nginx_start(&sv);
+  test_nginx sv;
+  test_nginx_start(&sv, DIR);
   char url[256];
   snprintf(url, sizeof url, "http://127.0.0.1:%d/x.npy", sv.port);
   sl_reader *r = NULL;
@@ -203,7 +160,7 @@ TEST(npy_url_readahead_is_charged) {
   ASSERT_GE(held, size_of("x.npy"));
   ASSERT_LE(held, BUDGET);
   destroy_and_check(r, probe_of(r));
-  nginx_stop(&sv);
+  test_nginx_stop(&sv);
 }
 
 /* An .npz of deflated members inflates each into a buffer of its own at
@@ -236,8 +193,8 @@ TEST(csv_url_object_is_charged) {
   uint64_t parser = held_of(r, "csv");
   ASSERT_GE(parser, 1); /* its field table at least */
   destroy_and_check(r, probe_of(r));
-  server sv;
-  nginx_start(&sv);
+  test_nginx sv;
+  test_nginx_start(&sv, DIR);
   char url[256];
   snprintf(url, sizeof url, "http://127.0.0.1:%d/table.csv", sv.port);
   ASSERT_OK(sl_csv_reader(url, NULL, &r));
@@ -247,7 +204,7 @@ TEST(csv_url_object_is_charged) {
   ASSERT_EQ(held, parser + size_of("table.csv"));
   ASSERT_LE(held, BUDGET);
   destroy_and_check(r, probe_of(r));
-  nginx_stop(&sv);
+  test_nginx_stop(&sv);
 }
 
 /* A text file read through buffers (the default) holds its read buffer:
@@ -309,8 +266,8 @@ TEST(idx_files_in_memory_are_charged) {
  * block) is charged while it is open, released when the lane closes it;
  * at the pass's end nothing is. */
 TEST(wds_open_lane_shards_are_charged) {
-  server sv;
-  nginx_start(&sv);
+  test_nginx sv;
+  test_nginx_start(&sv, DIR);
   setenv("SLUICE_HTTP_READAHEAD", "8K", 1);
   char url[256];
   snprintf(url, sizeof url, "wds:http://127.0.0.1:%d/wds-{000000..000002}.tar",
@@ -333,7 +290,7 @@ TEST(wds_open_lane_shards_are_charged) {
   unsetenv("SLUICE_HTTP_READAHEAD");
   ASSERT_EQ(held_of(r, "wds_open"), 0);
   destroy_and_check(r, probe_of(r));
-  nginx_stop(&sv);
+  test_nginx_stop(&sv);
 }
 
 /* The bytes r's whole ledger holds now (every account of it). */

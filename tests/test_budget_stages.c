@@ -232,38 +232,6 @@ TEST(buffer_pool_watcher_follows_the_idle_bytes) {
 /* --- bucket_batch: the last batches kept for a save ------------------------
  */
 
-/* v -> {ids: i32[v % 50 + 1]}: documents of 1..50 tokens. */
-static sl_schema *g_docs;
-static int make_doc(void *ud, sl_sample *in, sl_sample **out) {
-  (void)ud;
-  int64_t v = test_sample_i64(in, 0), n = v % 50 + 1;
-  sl_sample_release(in);
-  sl_sample *s = sl_sample_new(g_docs);
-  int32_t *ids = NULL;
-  if (!s || sl_sample_alloc(s, 0, 1, &n, (void **)&ids) < 0) {
-    sl_sample_release(s);
-    return sl_set_error(SL_ENOMEM, "make_doc");
-  }
-  for (int64_t k = 0; k < n; k++)
-    ids[k] = (int32_t)(v + k);
-  *out = s;
-  return SL_OK;
-}
-
-static sl_reader *docs(int64_t n) {
-  if (!g_docs) {
-    int64_t any = -1;
-    g_docs = sl_schema_new();
-    ASSERT_OK(sl_schema_add(g_docs, "ids", SL_I32, 1, &any));
-  }
-  sl_parallel_opts po = SL_PARALLEL_OPTS_INIT;
-  po.threads = 1;
-  sl_reader *m = NULL;
-  ASSERT_OK(
-      sl_map_parallel(test_range_reader(n), make_doc, NULL, NULL, g_docs, &po, &m));
-  return m;
-}
-
 /* The rows of the batches handed out stay referenced for a save behind
  * (the last 32 batches): they are the stage's resident bytes, at least
  * their tokens' bytes, within the budget; a reset lets them go. */
@@ -275,7 +243,7 @@ TEST(bucket_batch_kept_batches_are_charged) {
   o.nboundaries = 1;
   o.batch_sizes = sizes;
   sl_reader *r = NULL;
-  ASSERT_OK(sl_bucket_batch(docs(2000), &o, &r));
+  ASSERT_OK(sl_bucket_batch(test_docs(test_range_reader(2000)), &o, &r));
   ASSERT_OK(sl_reader_set_budget(r, 1 << 20));
   uint64_t tokens = 0;
   for (int b = 0; b < 20; b++) { /* fewer than the 32 kept */

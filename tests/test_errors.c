@@ -3,6 +3,7 @@
  * exact message, stays sticky, and is cleared by reset; errors raised by map
  * and filter callbacks in the middle of a chain arrive the same way. */
 #include "core/internal.h"
+#include "stages/reader_impl.h"
 #include "stages/stage.h"
 #include "test.h"
 #include "test_util.h"
@@ -473,6 +474,67 @@ TEST(decorator_state_holds_the_upstream_or_destroys_it) {
   ASSERT_NULL(s);
   ASSERT_EQ(sl_last_error_code(), SL_ENOMEM);
   ASSERT_STREQ(sl_last_error(), "t: cannot allocate");
+}
+
+static int nothing_next(void *ud, sl_sample **out) {
+  (void)ud;
+  *out = NULL;
+  return SL_OK;
+}
+
+static void count_free(void *ud) {
+  (*(int *)ud)++;
+}
+
+/* sl__stage_free, the common end of a stage's destroy (issue 25): the
+ * upstream is destroyed once, the schema reference and the state are
+ * released (ASan: nothing leaks), and a source's NULL upstream and a NULL
+ * schema are no-ops. */
+TEST(stage_free_destroys_the_upstream_and_frees_the_state) {
+  int freed = 0;
+  sl_schema *sc = sl_schema_new();
+  ASSERT_NOT_NULL(sc);
+  ASSERT_OK(sl_schema_add(sc, "i", SL_I64, 0, NULL));
+  sl_reader *up;
+  ASSERT_OK(sl_reader_from_generator(sc, nothing_next, NULL, count_free, &freed,
+                                     &up));
+  void *state = sl__calloc(1, 64);
+  ASSERT_NOT_NULL(state);
+  sl__stage_free(state, up, sc); /* takes our reference to sc */
+  ASSERT_EQ(freed, 1);
+  state = sl__calloc(1, 64);
+  ASSERT_NOT_NULL(state);
+  sl__stage_free(state, NULL, NULL);
+  sl__stage_free(NULL, NULL, NULL);
+  ASSERT_EQ(freed, 1);
+}
+
+/* sl__decorator_opts, a decorator's options copy (issue 25): NULL keeps
+ * the defaults and the upstream, a caller's struct is copied, and a bad one
+ * fails with sl__opts_copy's error and destroys the upstream. */
+TEST(decorator_opts_copies_or_destroys_the_upstream) {
+  typedef struct {
+    size_t size;
+    int x;
+  } opts;
+  int freed = 0;
+  sl_schema *sc = sl_schema_new();
+  ASSERT_NOT_NULL(sc);
+  sl_reader *up;
+  ASSERT_OK(sl_reader_from_generator(sc, nothing_next, NULL, count_free,
+                                     &freed, &up));
+  sl_schema_release(sc);
+  opts o = {sizeof o, 7}, in = {sizeof in, 9}, bad = {0, 9};
+  ASSERT_OK(sl__decorator_opts(up, "t_opts", &o, sizeof o, NULL));
+  ASSERT_EQ(o.x, 7);
+  ASSERT_OK(sl__decorator_opts(up, "t_opts", &o, sizeof o, &in));
+  ASSERT_EQ(o.x, 9);
+  ASSERT_EQ(freed, 0);
+  o.x = 7;
+  ASSERT_RC(sl__decorator_opts(up, "t_opts", &o, sizeof o, &bad), SL_EINVAL);
+  ASSERT_EQ(freed, 1);
+  ASSERT_EQ(o.x, 7);
+  ASSERT_NOT_NULL(strstr(sl_last_error(), "t_opts"));
 }
 
 TEST(sample_out_hands_over_or_releases) {

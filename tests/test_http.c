@@ -32,72 +32,9 @@
 #include <zlib.h>
 
 #define DIR SLUICE_SOURCE_DIR "/tests/data/formats"
-#define NGINX "/usr/sbin/nginx"
 
-typedef struct server {
-  pid_t pid;
-  int port;
-  char dir[256];
-} server;
-
-/* nginx serving DIR at / and, rate-limited to 1 request per second with
- * status 500 beyond it, at /flaky/; and the test's own files (written to
- * s->dir/www) at /w/ and, rate-limited, at /flakyw/. */
-static void nginx_start(server *s) {
-  if (access(NGINX, X_OK) != 0)
-    test_fail(__FILE__, __LINE__,
-              "%s is missing: the HTTP tests need nginx (apt-get install "
-              "nginx, or make deps: it is in the Makefile's PACKAGES)",
-              NGINX);
-  snprintf(s->dir, sizeof s->dir, "/tmp/sluice-nginx-XXXXXX");
-  ASSERT_NOT_NULL(mkdtemp(s->dir));
-  s->port = test_free_port();
-  char conf[512];
-  snprintf(conf, sizeof conf, "%s/nginx.conf", s->dir);
-  FILE *f = fopen(conf, "w");
-  ASSERT_NOT_NULL(f);
-  fprintf(f,
-          "%s\n"
-          "worker_processes 1;\n"
-          "pid %s/nginx.pid;\n"
-          "error_log %s/error.log;\n"
-          "events { worker_connections 64; }\n"
-          "http {\n"
-          "  access_log %s/access.log;\n"
-          "  client_body_temp_path %s;\n"
-          "  proxy_temp_path %s;\n"
-          "  fastcgi_temp_path %s;\n"
-          "  uwsgi_temp_path %s;\n"
-          "  scgi_temp_path %s;\n"
-          "  limit_req_zone $binary_remote_addr zone=flaky:1m rate=1r/s;\n"
-          "  server {\n"
-          "    listen 127.0.0.1:%d;\n"
-          "    location / { root %s; }\n"
-          "    location /flaky/ { limit_req zone=flaky; limit_req_status 500;"
-          " alias %s/; }\n"
-          "    location /w/ { alias %s/www/; }\n"
-          "    location /flakyw/ { limit_req zone=flaky; limit_req_status 500;"
-          " alias %s/www/; }\n"
-          "  }\n"
-          "}\n",
-          geteuid() == 0 ? "user root;" : "", s->dir, s->dir, s->dir, s->dir,
-          s->dir, s->dir, s->dir, s->dir, s->port, DIR, DIR, s->dir, s->dir);
-  snprintf(conf, sizeof conf, "%s/www", s->dir);
-  ASSERT_EQ(mkdir(conf, 0755), 0);
-  snprintf(conf, sizeof conf, "%s/nginx.conf", s->dir);
-  fclose(f);
-  char *argv[] = {NGINX, "-p", s->dir, "-c", conf, "-g", "daemon off;", NULL};
-  s->pid = test_server_start("nginx", argv, s->port, true);
-}
-
-static void nginx_stop(server *s) {
-  test_server_stop(s->pid, SIGQUIT);
-  char cmd[300];
-  snprintf(cmd, sizeof cmd, "rm -rf %s", s->dir);
-  ASSERT_EQ(system(cmd), 0);
-}
-
-static void same_as_local(const server *s, const char *tag, const char *file) {
+static void same_as_local(const test_nginx *s, const char *tag,
+                          const char *file) {
   char url[512], local[512];
   snprintf(url, sizeof url, "%s:http://127.0.0.1:%d/%s", tag, s->port, file);
   snprintf(local, sizeof local, "%s:%s/%s", tag, DIR, file);
@@ -112,8 +49,8 @@ static void same_as_local(const server *s, const char *tag, const char *file) {
 }
 
 TEST(http_every_format_reads_as_from_disk) {
-  server s;
-  nginx_start(&s);
+  test_nginx s;
+  test_nginx_start(&s, DIR);
   same_as_local(&s, "npy", "x.npy");
   same_as_local(&s, "npy", "pair_z.npz");
   same_as_local(&s, "csv", "table.csv");
@@ -136,12 +73,12 @@ TEST(http_every_format_reads_as_from_disk) {
   uint64_t n;
   test_digest_all(r, &n);
   ASSERT_EQ(n, 12);
-  nginx_stop(&s);
+  test_nginx_stop(&s);
 }
 
 TEST(http_404_names_the_url_and_status) {
-  server s;
-  nginx_start(&s);
+  test_nginx s;
+  test_nginx_start(&s, DIR);
   char url[256], want[300];
   snprintf(url, sizeof url, "npy:http://127.0.0.1:%d/missing.npy", s.port);
   snprintf(want, sizeof want, "GET http://127.0.0.1:%d/missing.npy: HTTP 404",
@@ -153,12 +90,12 @@ TEST(http_404_names_the_url_and_status) {
   ASSERT_CONTAINS(sl_last_error(), want);
   sl__http_counts(&req1, &ret1);
   ASSERT_EQ(ret1 - ret0, 0); /* a 4xx is not retried */
-  nginx_stop(&s);
+  test_nginx_stop(&s);
 }
 
 TEST(http_500_then_200_is_retried) {
-  server s;
-  nginx_start(&s);
+  test_nginx s;
+  test_nginx_start(&s, DIR);
   setenv("SLUICE_HTTP_BACKOFF_MS", "300", 1);
   char url[256];
   snprintf(url, sizeof url, "npy:http://127.0.0.1:%d/flaky/x.npy", s.port);
@@ -174,7 +111,7 @@ TEST(http_500_then_200_is_retried) {
   test_digest_all(r, &n);
   ASSERT_EQ(n, 5);
   unsetenv("SLUICE_HTTP_BACKOFF_MS");
-  nginx_stop(&s);
+  test_nginx_stop(&s);
 }
 
 /* --- a server that misbehaves on purpose --------------------------------- */
@@ -417,15 +354,6 @@ TEST(http_failing_server_fails_naming_url_after_retries) {
 
 /* --- ranged reads: SLR over URLs (src/transport/source_http.c) ------------------ */
 
-/* s->dir/www/<name>, served at /w/<name> and /flakyw/<name>. */
-static const char *www(const server *s, const char *name) {
-  static char p[4][512];
-  static int k;
-  char *r = p[k++ % 4];
-  snprintf(r, sizeof p[0], "%s/www/%s", s->dir, name);
-  return r;
-}
-
 static uint64_t file_size(const char *path) {
   struct stat st;
   ASSERT_EQ(stat(path, &st), 0);
@@ -449,13 +377,13 @@ static int64_t expect_ids_from(sl_reader *r, int64_t first) {
 }
 
 TEST(http_slr_reads_as_from_disk) {
-  server s;
-  nginx_start(&s);
-  test_write_ids_slr(www(&s, "ids.slr"), 0, 3000, 64);
+  test_nginx s;
+  test_nginx_start(&s, DIR);
+  test_write_ids_slr(test_nginx_www(&s, "ids.slr"), 0, 3000, 64);
   char url[512], bare[512], local[600];
   snprintf(url, sizeof url, "slr:http://127.0.0.1:%d/w/ids.slr", s.port);
   snprintf(bare, sizeof bare, "http://127.0.0.1:%d/w/ids.slr", s.port);
-  snprintf(local, sizeof local, "slr:%s", www(&s, "ids.slr"));
+  snprintf(local, sizeof local, "slr:%s", test_nginx_www(&s, "ids.slr"));
   sl_reader *a, *b, *c;
   ASSERT_OK(sl_open(url, NULL, &a));
   ASSERT_OK(sl_open(local, NULL, &b));
@@ -472,15 +400,15 @@ TEST(http_slr_reads_as_from_disk) {
   ASSERT_TRUE(ha == hb && hb == hc);
   ASSERT_OK(sl_open(url, NULL, &a));
   ASSERT_EQ(expect_ids_from(a, 0), 3000);
-  nginx_stop(&s);
+  test_nginx_stop(&s);
 }
 
 TEST(http_slr_reads_only_the_chunks_it_needs) {
-  server s;
-  nginx_start(&s);
+  test_nginx s;
+  test_nginx_start(&s, DIR);
   /* 600 chunks of 500 records: about 1 MB, whose index is a few KB. */
-  test_write_ids_slr(www(&s, "big.slr"), 0, 300000, 500);
-  uint64_t size = file_size(www(&s, "big.slr"));
+  test_write_ids_slr(test_nginx_www(&s, "big.slr"), 0, 300000, 500);
+  uint64_t size = file_size(test_nginx_www(&s, "big.slr"));
   setenv("SLUICE_HTTP_READAHEAD", "16K", 1);
   char url[512];
   snprintf(url, sizeof url, "slr:http://127.0.0.1:%d/w/big.slr", s.port);
@@ -506,12 +434,12 @@ TEST(http_slr_reads_only_the_chunks_it_needs) {
   ASSERT_TRUE(req1 - req0 <= 8);
   ASSERT_EQ(ret1 - ret0, 0);
   unsetenv("SLUICE_HTTP_READAHEAD");
-  nginx_stop(&s);
+  test_nginx_stop(&s);
 }
 
 TEST(http_slr_404_names_the_url) {
-  server s;
-  nginx_start(&s);
+  test_nginx s;
+  test_nginx_start(&s, DIR);
   char url[256], want[300];
   snprintf(url, sizeof url, "slr:http://127.0.0.1:%d/w/missing.slr", s.port);
   snprintf(want, sizeof want, "GET http://127.0.0.1:%d/w/missing.slr: HTTP 404",
@@ -525,16 +453,16 @@ TEST(http_slr_404_names_the_url) {
   sl__http_counts(&req1, &ret1);
   ASSERT_EQ(ret1 - ret0, 0);
   ASSERT_EQ(req1 - req0, 1);
-  nginx_stop(&s);
+  test_nginx_stop(&s);
 }
 
 TEST(http_slr_500_then_200_delivers_every_sample_once) {
-  server s;
-  nginx_start(&s);
+  test_nginx s;
+  test_nginx_start(&s, DIR);
   /* Several read-ahead blocks, each a request that nginx answers 500 when
    * it comes within a second of the one before. */
-  test_write_ids_slr(www(&s, "ids.slr"), 0, 4000, 500);
-  uint64_t size = file_size(www(&s, "ids.slr"));
+  test_write_ids_slr(test_nginx_www(&s, "ids.slr"), 0, 4000, 500);
+  uint64_t size = file_size(test_nginx_www(&s, "ids.slr"));
   setenv("SLUICE_HTTP_BACKOFF_MS", "250", 1);
   char ra[32];
   snprintf(ra, sizeof ra, "%llu", (unsigned long long)(size / 3 + 1));
@@ -551,7 +479,7 @@ TEST(http_slr_500_then_200_delivers_every_sample_once) {
   ASSERT_GE(req1 - req0 - (ret1 - ret0), 3); /* distinct blocks */
   unsetenv("SLUICE_HTTP_READAHEAD");
   unsetenv("SLUICE_HTTP_BACKOFF_MS");
-  nginx_stop(&s);
+  test_nginx_stop(&s);
 }
 
 static sl_reader *build_url_slr(void *ud) {
@@ -561,9 +489,9 @@ static sl_reader *build_url_slr(void *ud) {
 }
 
 TEST(http_slr_save_and_restore) {
-  server s;
-  nginx_start(&s);
-  test_write_ids_slr(www(&s, "ids.slr"), 100, 700, 32);
+  test_nginx s;
+  test_nginx_start(&s, DIR);
+  test_write_ids_slr(test_nginx_www(&s, "ids.slr"), 100, 700, 32);
   setenv("SLUICE_HTTP_READAHEAD", "2048", 1);
   char url[256];
   snprintf(url, sizeof url, "slr:http://127.0.0.1:%d/w/ids.slr", s.port);
@@ -580,23 +508,23 @@ TEST(http_slr_save_and_restore) {
   ASSERT_OK(sl_reader_save(r, &st, &stn));
   sl_reader_destroy(r);
   sleep(1); /* a new Last-Modified second, so a new ETag */
-  test_write_ids_slr(www(&s, "ids.slr"), 100, 701, 32);
+  test_write_ids_slr(test_nginx_www(&s, "ids.slr"), 100, 701, 32);
   ASSERT_OK(sl_open(url, NULL, &r));
   ASSERT_TRUE(sl_reader_restore(r, st, stn) < 0);
   ASSERT_CONTAINS(sl_last_error(), "ids.slr");
   sl_free(st);
   sl_reader_destroy(r);
   unsetenv("SLUICE_HTTP_READAHEAD");
-  nginx_stop(&s);
+  test_nginx_stop(&s);
 }
 
 /* sl_open_files over URLs: the same samples in the same order for 1, 2 and
  * 4 threads, every record once. */
 TEST(http_open_files_over_urls_for_any_thread_count) {
-  server s;
-  nginx_start(&s);
-  test_write_ids_slr(www(&s, "a.slr"), 0, 900, 50);
-  test_write_ids_slr(www(&s, "b.slr"), 900, 700, 64);
+  test_nginx s;
+  test_nginx_start(&s, DIR);
+  test_write_ids_slr(test_nginx_www(&s, "a.slr"), 0, 900, 50);
+  test_write_ids_slr(test_nginx_www(&s, "b.slr"), 900, 700, 64);
   setenv("SLUICE_HTTP_READAHEAD", "4K", 1);
   char a[256], b[256];
   snprintf(a, sizeof a, "http://127.0.0.1:%d/w/a.slr", s.port);
@@ -615,20 +543,20 @@ TEST(http_open_files_over_urls_for_any_thread_count) {
     ASSERT_EQ(expect_ids_from(r, 0), 1600);
   }
   unsetenv("SLUICE_HTTP_READAHEAD");
-  nginx_stop(&s);
+  test_nginx_stop(&s);
 }
 
 /* The byte source itself: the size, the read-ahead block serving the reads
  * after it, reads past the end, an empty object (nginx answers its range
  * with an empty 200), the identity. */
 TEST(http_url_source_reads_ahead_by_bytes) {
-  server s;
-  nginx_start(&s);
+  test_nginx s;
+  test_nginx_start(&s, DIR);
   static unsigned char data[10000];
   for (size_t i = 0; i < sizeof data; i++)
     data[i] = (unsigned char)(i * 7 + i / 256);
-  test_write_file(www(&s, "blob"), data, sizeof data);
-  test_write_file(www(&s, "empty"), "", 0);
+  test_write_file(test_nginx_www(&s, "blob"), data, sizeof data);
+  test_write_file(test_nginx_www(&s, "empty"), "", 0);
   setenv("SLUICE_HTTP_READAHEAD", "1000", 1);
   char url[256];
   snprintf(url, sizeof url, "http://127.0.0.1:%d/w/blob", s.port);
@@ -668,7 +596,7 @@ TEST(http_url_source_reads_ahead_by_bytes) {
   sl__source_close(src);
   sleep(1);
   data[0] ^= 1;
-  test_write_file(www(&s, "blob"), data, sizeof data);
+  test_write_file(test_nginx_www(&s, "blob"), data, sizeof data);
   ASSERT_OK(sl__source_open_url("test", url, &src));
   ASSERT_TRUE(!sl__file_id_equal(&id, &src->id));
   sl__source_close(src);
@@ -679,7 +607,7 @@ TEST(http_url_source_reads_ahead_by_bytes) {
   ASSERT_RC(src->read_at(src, 0, got, 1), SL_EIO);
   sl__source_close(src);
   unsetenv("SLUICE_HTTP_READAHEAD");
-  nginx_stop(&s);
+  test_nginx_stop(&s);
 }
 
 static unsigned char *slurp(const char *path, size_t *n) {
@@ -771,14 +699,14 @@ static void write_npy_i4(const char *path, int rows) {
 }
 
 TEST(http_npy_reads_rows_by_ranges) {
-  server s;
-  nginx_start(&s);
-  write_npy_i4(www(&s, "rows.npy"), 20000); /* 1.28 MB */
-  uint64_t size = file_size(www(&s, "rows.npy"));
+  test_nginx s;
+  test_nginx_start(&s, DIR);
+  write_npy_i4(test_nginx_www(&s, "rows.npy"), 20000); /* 1.28 MB */
+  uint64_t size = file_size(test_nginx_www(&s, "rows.npy"));
   setenv("SLUICE_HTTP_READAHEAD", "64K", 1);
   char url[256], local[600];
   snprintf(url, sizeof url, "npy:http://127.0.0.1:%d/w/rows.npy", s.port);
-  snprintf(local, sizeof local, "npy:%s", www(&s, "rows.npy"));
+  snprintf(local, sizeof local, "npy:%s", test_nginx_www(&s, "rows.npy"));
   /* 100 rows cost the header's block and no more. */
   uint64_t req0, ret0, req1, ret1, bytes0 = sl__http_bytes();
   sl__http_counts(&req0, &ret0);
@@ -817,15 +745,15 @@ TEST(http_npy_reads_rows_by_ranges) {
   static const uint64_t cuts[] = {0, 1, 1023, 1024, 19999, 20000, 20001};
   test_resume_check(build_url_slr, url, 2, cuts, sizeof cuts / sizeof *cuts, 0);
   unsetenv("SLUICE_HTTP_READAHEAD");
-  nginx_stop(&s);
+  test_nginx_stop(&s);
 }
 
 TEST(http_npy_url_errors_name_the_url) {
-  server s;
-  nginx_start(&s);
+  test_nginx s;
+  test_nginx_start(&s, DIR);
   /* A header that promises more rows than the object holds. */
-  write_npy_i4(www(&s, "short.npy"), 100);
-  FILE *f = fopen(www(&s, "short.npy"), "r+b");
+  write_npy_i4(test_nginx_www(&s, "short.npy"), 100);
+  FILE *f = fopen(test_nginx_www(&s, "short.npy"), "r+b");
   ASSERT_NOT_NULL(f);
   ASSERT_EQ(ftruncate(fileno(f), 10 + 118 + 64 * 50), 0);
   fclose(f);
@@ -838,7 +766,7 @@ TEST(http_npy_url_errors_name_the_url) {
   snprintf(url, sizeof url, "npy:http://127.0.0.1:%d/w/none.npy", s.port);
   ASSERT_RC(sl_open(url, NULL, &r), SL_EIO);
   ASSERT_CONTAINS(sl_last_error(), "/w/none.npy: HTTP 404");
-  nginx_stop(&s);
+  test_nginx_stop(&s);
 }
 
 /* A body cut short by a server that then ignores the resuming range: the
@@ -1225,8 +1153,8 @@ TEST(http_url_credentials_are_redacted_in_messages) {
  * no error.  Now local files and URLs share one streaming inflater
  * (gzip_stream.c) that reads every member; the URL is read by ranges. */
 TEST(http_tfrecord_gzip_of_several_members_reads_every_record) {
-  server s;
-  nginx_start(&s);
+  test_nginx s;
+  test_nginx_start(&s, DIR);
   unsigned char *b;
   size_t n;
   FILE *in = fopen(DIR "/ex.tfrecord", "rb");
@@ -1239,7 +1167,7 @@ TEST(http_tfrecord_gzip_of_several_members_reads_every_record) {
   const char *names[] = {"m2.tfrecord.gz", "m3.tfrecord.gz"};
   const size_t cut[] = {246, 100};
   for (int i = 0; i < 2; i++) {
-    const char *p = www(&s, names[i]);
+    const char *p = test_nginx_www(&s, names[i]);
     for (int part = 0; part < 2; part++) {
       gzFile g = gzopen(p, part ? "ab" : "wb");
       ASSERT_NOT_NULL(g);
@@ -1269,7 +1197,7 @@ TEST(http_tfrecord_gzip_of_several_members_reads_every_record) {
            names[1]);
   test_resume_check(build_url_slr, url, 2, cuts, sizeof cuts / sizeof *cuts,
                     0);
-  nginx_stop(&s);
+  test_nginx_stop(&s);
 }
 
 /* Issue 24 item 8: a csv: URL rewritten at the same size since the save (a
@@ -1277,9 +1205,9 @@ TEST(http_tfrecord_gzip_of_several_members_reads_every_record) {
  * mid-row; the untouched object restores.  Before, a URL's state held its
  * size alone. */
 TEST(http_csv_restore_into_a_rewritten_object_is_refused) {
-  server s;
-  nginx_start(&s);
-  const char *p = www(&s, "rows.csv");
+  test_nginx s;
+  test_nginx_start(&s, DIR);
+  const char *p = test_nginx_www(&s, "rows.csv");
   char body[512];
   size_t n = (size_t)snprintf(body, sizeof body, "i,s\n");
   for (int i = 0; i < 10; i++)
@@ -1311,5 +1239,5 @@ TEST(http_csv_restore_into_a_rewritten_object_is_refused) {
   ASSERT_CONTAINS(sl_last_error(), "changed since the state was saved");
   sl_free(st);
   sl_reader_destroy(r);
-  nginx_stop(&s);
+  test_nginx_stop(&s);
 }

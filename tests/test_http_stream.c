@@ -32,71 +32,6 @@
 #include <unistd.h>
 
 #define DIR SLUICE_SOURCE_DIR "/tests/data/formats"
-#define NGINX "/usr/sbin/nginx"
-
-typedef struct server {
-  pid_t pid;
-  int port;
-  char dir[256];
-} server;
-
-/* nginx serving DIR at / and s->dir/www at /w/. */
-static void nginx_start(server *s) {
-  if (access(NGINX, X_OK) != 0)
-    test_fail(__FILE__, __LINE__,
-              "%s is missing: the HTTP tests need nginx (apt-get install "
-              "nginx, or make deps: it is in the Makefile's PACKAGES)",
-              NGINX);
-  snprintf(s->dir, sizeof s->dir, "/tmp/sluice-nginx-XXXXXX");
-  ASSERT_NOT_NULL(mkdtemp(s->dir));
-  s->port = test_free_port();
-  char conf[512];
-  snprintf(conf, sizeof conf, "%s/www", s->dir);
-  ASSERT_EQ(mkdir(conf, 0755), 0);
-  snprintf(conf, sizeof conf, "%s/nginx.conf", s->dir);
-  FILE *f = fopen(conf, "w");
-  ASSERT_NOT_NULL(f);
-  fprintf(f,
-          "%s\n"
-          "worker_processes 1;\n"
-          "pid %s/nginx.pid;\n"
-          "error_log %s/error.log;\n"
-          "events { worker_connections 64; }\n"
-          "http {\n"
-          "  access_log %s/access.log;\n"
-          "  client_body_temp_path %s;\n"
-          "  proxy_temp_path %s;\n"
-          "  fastcgi_temp_path %s;\n"
-          "  uwsgi_temp_path %s;\n"
-          "  scgi_temp_path %s;\n"
-          "  server {\n"
-          "    listen 127.0.0.1:%d;\n"
-          "    location / { root %s; }\n"
-          "    location /w/ { alias %s/www/; }\n"
-          "  }\n"
-          "}\n",
-          geteuid() == 0 ? "user root;" : "", s->dir, s->dir, s->dir, s->dir,
-          s->dir, s->dir, s->dir, s->dir, s->port, DIR, s->dir);
-  fclose(f);
-  char *argv[] = {NGINX, "-p", s->dir, "-c", conf, "-g", "daemon off;", NULL};
-  s->pid = test_server_start("nginx", argv, s->port, true);
-}
-
-static void nginx_stop(server *s) {
-  test_server_stop(s->pid, SIGQUIT);
-  char cmd[300];
-  snprintf(cmd, sizeof cmd, "rm -rf %s", s->dir);
-  ASSERT_EQ(system(cmd), 0);
-}
-
-/* s->dir/www/<name>, served at /w/<name>. */
-static const char *www(const server *s, const char *name) {
-  static char p[4][512];
-  static int k;
-  char *r = p[k++ % 4];
-  snprintf(r, sizeof p[0], "%s/www/%s", s->dir, name);
-  return r;
-}
 
 /* The digests of every sample of r (then destroys it) into d[0..*n). */
 static void digests(sl_reader *r, uint64_t *d, size_t cap, size_t *n) {
@@ -125,7 +60,8 @@ static size_t expect_same(sl_reader *a, sl_reader *b) {
   return na;
 }
 
-static void same_as_local(const server *s, const char *tag, const char *file) {
+static void same_as_local(const test_nginx *s, const char *tag,
+                          const char *file) {
   char url[512], local[512];
   snprintf(url, sizeof url, "%s:http://127.0.0.1:%d/%s", tag, s->port, file);
   snprintf(local, sizeof local, "%s:%s/%s", tag, DIR, file);
@@ -148,8 +84,8 @@ static sl_reader *wds_open_threads(const char *name, uint32_t threads,
 }
 
 TEST(wds_shards_stream_as_from_disk) {
-  server s;
-  nginx_start(&s);
+  test_nginx s;
+  test_nginx_start(&s, DIR);
   /* A read-ahead of 1 KiB: headers, GNU long names, pax records and
    * members cross block edges. */
   setenv("SLUICE_HTTP_READAHEAD", "1K", 1);
@@ -167,7 +103,7 @@ TEST(wds_shards_stream_as_from_disk) {
                       wds_open_threads(DIR "/wds-{000000..000002}.tar", t, sh)),
           12);
   unsetenv("SLUICE_HTTP_READAHEAD");
-  nginx_stop(&s);
+  test_nginx_stop(&s);
 }
 
 static sl_reader *build_url(void *ud) {
@@ -193,8 +129,8 @@ static sl_reader *build_wds_open(void *ud) {
 }
 
 TEST(wds_over_http_resumes_exactly) {
-  server s;
-  nginx_start(&s);
+  test_nginx s;
+  test_nginx_start(&s, DIR);
   setenv("SLUICE_HTTP_READAHEAD", "2K", 1);
   static const uint64_t cuts[] = {0, 1, 2, 3, 4, 5, 9, 11, 12, 13, 20, 35};
   char one[256], many[256];
@@ -208,12 +144,12 @@ TEST(wds_over_http_resumes_exactly) {
     test_resume_check(build_wds_open, &b, 3, cuts, 12, 0);
   }
   unsetenv("SLUICE_HTTP_READAHEAD");
-  nginx_stop(&s);
+  test_nginx_stop(&s);
 }
 
 TEST(tfrecord_streams_as_from_disk) {
-  server s;
-  nginx_start(&s);
+  test_nginx s;
+  test_nginx_start(&s, DIR);
   setenv("SLUICE_HTTP_READAHEAD", "64", 1);
   same_as_local(&s, "tfrecord", "ex.tfrecord");
   same_as_local(&s, "tfrecord", "ex.tfrecord.gz"); /* still fetched whole */
@@ -246,7 +182,7 @@ TEST(tfrecord_streams_as_from_disk) {
   snprintf(url, sizeof url, "tfrecord:http://127.0.0.1:%d/ex.tfrecord", s.port);
   test_resume_check(build_url, url, 3, cuts, 7, 0);
   unsetenv("SLUICE_HTTP_READAHEAD");
-  nginx_stop(&s);
+  test_nginx_stop(&s);
 }
 
 /* The bytes of member / record i of the big files: a pattern of i. */
@@ -378,30 +314,31 @@ static void restore_reads_headers(const char *url, const char *local,
 }
 
 TEST(large_shard_fetches_only_what_it_reads) {
-  server s;
-  nginx_start(&s);
+  test_nginx s;
+  test_nginx_start(&s, DIR);
   setenv("SLUICE_HTTP_READAHEAD", "64K", 1);
-  write_big_tar(www(&s, "big.tar"));
-  write_big_tfrecord(www(&s, "big.tfrecord"));
+  write_big_tar(test_nginx_www(&s, "big.tar"));
+  write_big_tfrecord(test_nginx_www(&s, "big.tfrecord"));
   char url[256], local[600];
   snprintf(url, sizeof url, "wds:http://127.0.0.1:%d/w/big.tar", s.port);
-  snprintf(local, sizeof local, "wds:%s", www(&s, "big.tar"));
-  reads_a_little(url, local, file_size(www(&s, "big.tar")));
+  snprintf(local, sizeof local, "wds:%s", test_nginx_www(&s, "big.tar"));
+  reads_a_little(url, local, file_size(test_nginx_www(&s, "big.tar")));
   snprintf(url, sizeof url, "tfrecord:http://127.0.0.1:%d/w/big.tfrecord",
            s.port);
-  snprintf(local, sizeof local, "tfrecord:%s", www(&s, "big.tfrecord"));
-  reads_a_little(url, local, file_size(www(&s, "big.tfrecord")));
+  snprintf(local, sizeof local, "tfrecord:%s",
+           test_nginx_www(&s, "big.tfrecord"));
+  reads_a_little(url, local, file_size(test_nginx_www(&s, "big.tfrecord")));
   /* A restore deep into the big shard walks headers only. */
   setenv("SLUICE_HTTP_READAHEAD", "16K", 1);
   snprintf(url, sizeof url, "wds:http://127.0.0.1:%d/w/big.tar", s.port);
-  snprintf(local, sizeof local, "wds:%s", www(&s, "big.tar"));
-  restore_reads_headers(url, local, file_size(www(&s, "big.tar")));
+  snprintf(local, sizeof local, "wds:%s", test_nginx_www(&s, "big.tar"));
+  restore_reads_headers(url, local, file_size(test_nginx_www(&s, "big.tar")));
   unsetenv("SLUICE_HTTP_READAHEAD");
-  nginx_stop(&s);
+  test_nginx_stop(&s);
 }
 
 /* Copies the first `keep` bytes of DIR/file to www/as. */
-static void write_cut(const server *s, const char *file, const char *as,
+static void write_cut(const test_nginx *s, const char *file, const char *as,
                       size_t keep) {
   char src[512];
   snprintf(src, sizeof src, "%s/%s", DIR, file);
@@ -411,7 +348,7 @@ static void write_cut(const server *s, const char *file, const char *as,
   size_t n = fread(buf, 1, sizeof buf, f);
   fclose(f);
   ASSERT_TRUE(n > keep);
-  FILE *g = fopen(www(s, as), "wb");
+  FILE *g = fopen(test_nginx_www(s, as), "wb");
   ASSERT_NOT_NULL(g);
   ASSERT_EQ(fwrite(buf, 1, keep, g), keep);
   ASSERT_EQ(fclose(g), 0);
@@ -430,8 +367,8 @@ static int read_to_error(const char *url) {
 }
 
 TEST(missing_and_cut_short_objects_fail_naming_the_url) {
-  server s;
-  nginx_start(&s);
+  test_nginx s;
+  test_nginx_start(&s, DIR);
   setenv("SLUICE_HTTP_READAHEAD", "1K", 1);
   char url[256], want[256];
   const char *tags[] = {"wds", "tfrecord"};
@@ -459,7 +396,7 @@ TEST(missing_and_cut_short_objects_fail_naming_the_url) {
   ASSERT_RC(read_to_error(url), SL_ECORRUPT);
   ASSERT_CONTAINS(sl_last_error(), want);
   /* An empty object: no samples, as an empty local file. */
-  FILE *e = fopen(www(&s, "empty.tfrecord"), "wb");
+  FILE *e = fopen(test_nginx_www(&s, "empty.tfrecord"), "wb");
   ASSERT_NOT_NULL(e);
   fclose(e);
   snprintf(url, sizeof url, "tfrecord:http://127.0.0.1:%d/w/empty.tfrecord",
@@ -470,7 +407,7 @@ TEST(missing_and_cut_short_objects_fail_naming_the_url) {
   ASSERT_RC(sl_reader_next(r, &x), SL_EOF);
   sl_reader_destroy(r);
   unsetenv("SLUICE_HTTP_READAHEAD");
-  nginx_stop(&s);
+  test_nginx_stop(&s);
 }
 
 /* --- the walkers over a byte source, without a server -------------------- */

@@ -1229,6 +1229,21 @@ TEST(decode_image_argument_errors) {
   ASSERT_RC(sl_random_crop_flip(r, NULL, &r), SL_EINVAL);
 }
 
+/* sl__image_field, the image field both decorators look up (issue 25):
+ * its index, or SL_EINVAL naming the stage, the field and the schema. */
+TEST(image_field_finds_the_field_or_names_the_stage) {
+  sl_schema *sc = sl_schema_new();
+  ASSERT_NOT_NULL(sc);
+  ASSERT_OK(sl_schema_add(sc, "i", SL_I64, 0, NULL));
+  ASSERT_OK(sl_schema_add(sc, "image", SL_BYTES, 0, NULL));
+  ASSERT_EQ(sl__image_field("st", sc, "image"), 1);
+  ASSERT_EQ(sl__image_field("st", sc, "i"), 0);
+  ASSERT_RC(sl__image_field("st", sc, "pixels"), SL_EINVAL);
+  ASSERT_CONTAINS(sl_last_error(), "st: upstream has no field 'pixels' "
+                                   "(schema {i: i64[], image: bytes[]})");
+  sl_schema_release(sc);
+}
+
 /* Thread counts are the engine's (sl__threads_check): 1..1024, or
  * SLUICE_MAX_THREADS; 0 means 1. */
 TEST(thread_counts_beyond_the_limit_are_refused) {

@@ -73,6 +73,37 @@ sl_reader *test_range_reader(int64_t n) {
   return r;
 }
 
+/* v -> {ids: i32[v % 50 + 1]}: documents of 1..50 tokens. */
+static sl_schema *g_docs;
+static int make_doc(void *ud, sl_sample *in, sl_sample **out) {
+  (void)ud;
+  int64_t v = test_sample_i64(in, 0), n = v % 50 + 1;
+  sl_sample_release(in);
+  sl_sample *s = sl_sample_new(g_docs);
+  int32_t *ids = NULL;
+  if (!s || sl_sample_alloc(s, 0, 1, &n, (void **)&ids) < 0) {
+    sl_sample_release(s);
+    return sl_set_error(SL_ENOMEM, "make_doc");
+  }
+  for (int64_t k = 0; k < n; k++)
+    ids[k] = (int32_t)(v + k);
+  *out = s;
+  return SL_OK;
+}
+
+sl_reader *test_docs(sl_reader *src) {
+  if (!g_docs) {
+    int64_t any = -1;
+    g_docs = sl_schema_new();
+    ASSERT_OK(sl_schema_add(g_docs, "ids", SL_I32, 1, &any));
+  }
+  sl_parallel_opts po = SL_PARALLEL_OPTS_INIT;
+  po.threads = 1;
+  sl_reader *m = NULL;
+  ASSERT_OK(sl_map_parallel(src, make_doc, NULL, NULL, g_docs, &po, &m));
+  return m;
+}
+
 int test_drain_i64(sl_reader *r, int64_t *v, size_t cap, size_t *n) {
   *n = 0;
   for (;;) {
@@ -459,6 +490,69 @@ void test_server_stop(pid_t pid, int sig) {
   kill(pid, sig);
   int st;
   ASSERT_EQ(waitpid(pid, &st, 0), pid);
+}
+
+#define NGINX "/usr/sbin/nginx"
+
+void test_nginx_start(test_nginx *s, const char *root) {
+  if (access(NGINX, X_OK) != 0)
+    test_fail(__FILE__, __LINE__,
+              "%s is missing: the HTTP tests need nginx (apt-get install "
+              "nginx, or make deps: it is in the Makefile's PACKAGES)",
+              NGINX);
+  snprintf(s->dir, sizeof s->dir, "/tmp/sluice-nginx-XXXXXX");
+  ASSERT_NOT_NULL(mkdtemp(s->dir));
+  s->port = test_free_port();
+  char conf[512];
+  snprintf(conf, sizeof conf, "%s/www", s->dir);
+  ASSERT_EQ(mkdir(conf, 0755), 0);
+  snprintf(conf, sizeof conf, "%s/nginx.conf", s->dir);
+  FILE *f = fopen(conf, "w");
+  ASSERT_NOT_NULL(f);
+  fprintf(f,
+          "%s\n"
+          "worker_processes 1;\n"
+          "pid %s/nginx.pid;\n"
+          "error_log %s/error.log;\n"
+          "events { worker_connections 64; }\n"
+          "http {\n"
+          "  access_log %s/access.log;\n"
+          "  client_body_temp_path %s;\n"
+          "  proxy_temp_path %s;\n"
+          "  fastcgi_temp_path %s;\n"
+          "  uwsgi_temp_path %s;\n"
+          "  scgi_temp_path %s;\n"
+          "  limit_req_zone $binary_remote_addr zone=flaky:1m rate=1r/s;\n"
+          "  server {\n"
+          "    listen 127.0.0.1:%d;\n"
+          "    location / { root %s; }\n"
+          "    location /flaky/ { limit_req zone=flaky; limit_req_status 500;"
+          " alias %s/; }\n"
+          "    location /w/ { alias %s/www/; }\n"
+          "    location /flakyw/ { limit_req zone=flaky; limit_req_status 500;"
+          " alias %s/www/; }\n"
+          "  }\n"
+          "}\n",
+          geteuid() == 0 ? "user root;" : "", s->dir, s->dir, s->dir, s->dir,
+          s->dir, s->dir, s->dir, s->dir, s->port, root, root, s->dir, s->dir);
+  fclose(f);
+  char *argv[] = {NGINX, "-p", s->dir, "-c", conf, "-g", "daemon off;", NULL};
+  s->pid = test_server_start("nginx", argv, s->port, true);
+}
+
+void test_nginx_stop(test_nginx *s) {
+  test_server_stop(s->pid, SIGQUIT);
+  char cmd[300];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", s->dir);
+  ASSERT_EQ(system(cmd), 0);
+}
+
+const char *test_nginx_www(const test_nginx *s, const char *name) {
+  static char p[4][512];
+  static int k;
+  char *r = p[k++ % 4];
+  snprintf(r, sizeof p[0], "%s/www/%s", s->dir, name);
+  return r;
 }
 
 void *test_save_after(sl_reader *r, uint64_t n, size_t *len) {

@@ -38,6 +38,11 @@ int64_t test_sample_i64(const sl_sample *s, int i);
 /* sl_reader_range(n): samples {i: i64} holding 0, 1, ..., n-1. */
 sl_reader *test_range_reader(int64_t n);
 
+/* The LM stages' documents (budget tests): `src`'s samples {v: i64} mapped
+ * (sl_map_parallel on one thread) to {ids: i32[v % 50 + 1]} holding v,
+ * v+1, ...: 1 to 50 tokens.  Takes `src`. */
+sl_reader *test_docs(sl_reader *src);
+
 /* Reads `r` until it stops yielding, storing field 0 of each sample (an
  * int64) in v[0..*n), at most `cap` of them (more fails the test); returns
  * the code that ended the pass (SL_EOF or an error). */
@@ -184,5 +189,24 @@ pid_t test_server_start(const char *what, char *const argv[], int port,
                         bool quiet_stderr);
 /* Sends `sig` to the server and reaps it (the test fails if it cannot). */
 void test_server_stop(pid_t pid, int sig);
+
+/* A real nginx on loopback for the HTTP tests (test_http*.c,
+ * test_budget_io.c), in a folder of its own, `dir` (its config, logs and
+ * temp files, and dir/www for a test's own files), on a free `port`:
+ * test_nginx_start serves `root` at / and, rate-limited to 1 request per
+ * second with status 500 beyond it (nginx's limit_req), at /flaky/; and
+ * dir/www at /w/ and, rate-limited, at /flakyw/.  nginx is a declared
+ * dependency (Makefile PACKAGES): the test fails when it is missing.
+ * test_nginx_stop stops it and removes its folder. */
+typedef struct test_nginx {
+  pid_t pid;
+  int port;
+  char dir[256];
+} test_nginx;
+void test_nginx_start(test_nginx *s, const char *root);
+void test_nginx_stop(test_nginx *s);
+/* s->dir/www/<name>, served at /w/<name> and /flakyw/<name> (one of four
+ * static buffers in turn). */
+const char *test_nginx_www(const test_nginx *s, const char *name);
 
 #endif

@@ -221,10 +221,9 @@ static void csv_destroy(void *st) {
   csv_state *s = st;
   if (!s) return;
   sl_buffer_release(s->map);
-  sl_schema_release(s->schema);
   sl__csv_fini(&s->csv);
   sl__free(s->path);
-  sl__free(s);
+  sl__stage_free(s, NULL, s->schema);
 }
 
 /* Record: the file's offset log (offset_log.h), then the line at the

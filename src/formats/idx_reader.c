@@ -78,8 +78,8 @@ static void idx_destroy(void *st) {
   if (!s) return;
   sl_buffer_release(s->images);
   sl_buffer_release(s->labels);
-  sl_schema_release(s->schema);
-  SL__FREE(s->images_name, s->labels_name, s->paths[0], s->paths[1], s);
+  SL__FREE(s->images_name, s->labels_name, s->paths[0], s->paths[1]);
+  sl__stage_free(s, NULL, s->schema);
 }
 
 /* CRC32C of the images' and the labels' elements (computed once: the

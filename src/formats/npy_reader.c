@@ -104,10 +104,9 @@ static void npy_destroy(void *st) {
   if (!s) return;
   for (int i = 0; i < s->nf; i++)
     sl_buffer_release(s->f[i].buf);
-  sl_schema_release(s->schema);
   sl__source_close(s->src);
   sl__free(s->path);
-  sl__free(s);
+  sl__stage_free(s, NULL, s->schema);
 }
 
 /* Record: the count and the file's identity. */

@@ -130,9 +130,8 @@ static void tf_destroy(void *st) {
   sl_buffer_release(s->bytes);
   sl__source_close(s->src);
   sl__gz_close(s->gz);
-  sl_schema_release(s->schema);
   sl__free(s->path);
-  sl__free(s);
+  sl__stage_free(s, NULL, s->schema);
 }
 
 static int tf_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,

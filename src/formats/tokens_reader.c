@@ -381,8 +381,7 @@ static void tokens_destroy(void *st) {
   sl__plan_free(&s->plan);
   sl__free(s->rperm);
   sl__buffer_pool_release(s->pool);
-  sl_schema_release(s->schema);
-  sl__free(s);
+  sl__stage_free(s, NULL, s->schema);
 }
 
 static int tokens_length(const sl_reader *r, void *st, uint64_t *n) {

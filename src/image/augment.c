@@ -120,10 +120,7 @@ static int crop_reset(void *st) {
 
 static void crop_destroy(void *st) {
   crop_state *c = st;
-  if (!c) return;
-  sl_reader_destroy(c->up);
-  sl_schema_release(c->schema);
-  sl__free(c);
+  if (c) sl__stage_free(c, c->up, c->schema);
 }
 
 /* A pure function of (seed, epoch, index): the position is all. */
@@ -158,20 +155,14 @@ int sl_random_crop_flip(sl_reader *up, const sl_crop_flip_opts *opts,
                         sl_reader **out) {
   SL_DECORATOR_ARGS("random_crop_flip", up, out);
   sl_crop_flip_opts o = SL_CROP_FLIP_OPTS_INIT;
-  if (opts) {
-    int rc = sl__opts_copy("sl_crop_flip_opts", &o, sizeof o, opts);
-    if (rc < 0) return sl__fail_with_upstream(up, rc);
-  }
+  SL_FORWARD_IF_ERROR(
+      sl__decorator_opts(up, "sl_crop_flip_opts", &o, sizeof o, opts));
   const char *fname = o.field ? o.field : "image";
   const sl_schema *us = sl_reader_schema(up);
-  int field = sl_schema_find(us, fname);
+  int field = sl__image_field("random_crop_flip", us, fname);
   int rc = SL_OK;
   if (field < 0) {
-    char desc[512];
-    rc = sl_set_error(SL_EINVAL,
-                      "random_crop_flip: upstream has no field '%s' (schema "
-                      "%s)",
-                      fname, sl_schema_describe(us, desc, sizeof desc));
+    rc = field;
   } else if (sl_schema_field_dtype(us, field) != SL_U8 ||
              sl_schema_field_rank(us, field) != 3) {
     rc = sl_set_error(SL_ESHAPE,

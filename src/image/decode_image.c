@@ -243,6 +243,14 @@ int sl__schema_with_field(const sl_schema *up, int field, sl_dtype dtype,
   return SL_OK;
 }
 
+int sl__image_field(const char *stage, const sl_schema *up, const char *name) {
+  int field = sl_schema_find(up, name);
+  if (field >= 0) return field;
+  char desc[512];
+  return sl_set_error(SL_EINVAL, "%s: upstream has no field '%s' (schema %s)",
+                      stage, name, sl_schema_describe(up, desc, sizeof desc));
+}
+
 int sl__decode_image_make(sl_reader *up, const sl_image_opts *opts,
                           const char *stage, const char *const *names,
                           size_t nnames, sl_reader **out) {
@@ -253,30 +261,25 @@ int sl__decode_image_make(sl_reader *up, const sl_image_opts *opts,
   *out = NULL;
   if (!up) return sl_set_error(SL_EINVAL, "%s: NULL upstream reader", stage);
   sl_image_opts o = SL_IMAGE_OPTS_INIT;
-  if (opts) {
-    int rc = sl__opts_copy("sl_image_opts", &o, sizeof o, opts);
-    if (rc < 0) return sl__fail_with_upstream(up, rc);
-  }
+  SL_FORWARD_IF_ERROR(
+      sl__decorator_opts(up, "sl_image_opts", &o, sizeof o, opts));
   const char *fname = o.field ? o.field : "image";
   const sl_schema *us = sl_reader_schema(up);
-  int field = sl_schema_find(us, fname);
   int rc = sl__image_shape_check(stage, &o.shape);
-  if (rc == SL_OK && field < 0) {
-    char desc[512];
-    rc = sl_set_error(SL_EINVAL, "%s: upstream has no field '%s' (schema %s)",
-                      stage, fname, sl_schema_describe(us, desc, sizeof desc));
-  } else if (rc == SL_OK && (sl_schema_field_dtype(us, field) != SL_BYTES &&
-                             sl_schema_field_dtype(us, field) != SL_U8)) {
+  int field = rc == SL_OK ? sl__image_field(stage, us, fname) : rc;
+  if (field < 0) {
+    rc = field;
+  } else if (sl_schema_field_dtype(us, field) != SL_BYTES &&
+             sl_schema_field_dtype(us, field) != SL_U8) {
     rc = sl_set_error(SL_ESHAPE,
                       "%s: field '%s' holds %s, not encoded image bytes "
                       "(bytes or u8)",
                       stage, fname,
                       sl_dtype_name(sl_schema_field_dtype(us, field)));
-  } else if (rc == SL_OK && o.window > WINDOW_MAX) {
+  } else if (o.window > WINDOW_MAX) {
     rc = sl_set_error(SL_EINVAL, "%s: window must be 0..%u (got %u)", stage,
                       WINDOW_MAX, o.window);
-  } else if (rc == SL_OK && o.policy != SL_CORRUPT_FAIL &&
-             o.policy != SL_CORRUPT_SKIP_CHUNK) {
+  } else if (o.policy != SL_CORRUPT_FAIL && o.policy != SL_CORRUPT_SKIP_CHUNK) {
     rc = sl_set_error(SL_EINVAL, "%s: unknown corrupt policy %d", stage,
                       (int)o.policy);
   }

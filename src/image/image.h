@@ -49,6 +49,11 @@ void sl__resize_u8(const uint8_t *src, uint32_t sh, uint32_t sw, uint32_t c,
 int sl__schema_with_field(const sl_schema *up, int field, sl_dtype dtype,
                           int rank, const int64_t *shape, sl_schema **out);
 
+/* The index of upstream schema `up`'s field `name`, the image field a
+ * decorator works on; or SL_EINVAL "<stage>: upstream has no field '<name>'
+ * (schema ...)". */
+int sl__image_field(const char *stage, const sl_schema *up, const char *name);
+
 /* The output schema dims of an image: [height or var, width or var,
  * channels or var]. */
 void sl__image_schema_dims(const sl_image_shape *shape, int64_t dims[3]);

@@ -359,11 +359,9 @@ static void files_destroy(void *st) {
   files_state *f = st;
   if (!f) return;
   sl__image_list_free(&f->list);
-  sl__free(f->root);
-  sl__free(f->ids);
-  sl_schema_release(f->schema);
+  SL__FREE(f->root, f->ids);
   sl__buffer_pool_release(f->pool);
-  sl__free(f);
+  sl__stage_free(f, NULL, f->schema);
 }
 
 /* --- saving: the position, and the list it indexes -------------------- */

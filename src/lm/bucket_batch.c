@@ -194,12 +194,9 @@ static void bucket_destroy(void *st) {
     sl__free(s->seqs[i]);
   for (size_t j = 0; j < BUCKET_HIST; j++)
     SL__FREE(s->hist[j].s, s->hist[j].seq);
-  sl__free(s->seqs);
-  sl__free(s->b);
-  sl__free(s->bounds);
+  SL__FREE(s->seqs, s->b, s->bounds);
   sl__padplan_fini(&s->plan);
-  sl_reader_destroy(s->up);
-  sl__free(s);
+  sl__stage_free(s, s->up, NULL);
 }
 
 /* Bucket i's samples at output k (see the top): those of batches k.. that
@@ -408,11 +405,8 @@ int sl_bucket_batch(sl_reader *up, const sl_bucket_batch_opts *opts,
   int rc = opts ? sl__opts_copy("sl_bucket_batch_opts", &o, sizeof o, opts)
                 : sl_set_error(SL_EINVAL, "bucket_batch: NULL options");
   if (rc < 0) return sl__fail_with_upstream(up, rc);
-  bucket_state *s = sl__calloc(1, sizeof *s);
-  if (!s)
-    return sl__fail_with_upstream(
-        up, sl_set_error(SL_ENOMEM, "bucket_batch: cannot allocate"));
-  s->up = up;
+  bucket_state *s = sl__decorator_state("bucket_batch", up, sizeof *s);
+  if (!s) return SL_ENOMEM;
   atomic_init(&s->acct, NULL);
   s->pad_to_bucket = o.pad_to_bucket != 0;
   s->drop = o.drop_remainder != 0;

@@ -290,9 +290,7 @@ static void pack_destroy(void *st) {
   if (!p) return;
   if (p->open) drop_rows(p);
   SL__FREE(p->open, p->done, p->fi, p->docs_at, p->snaps, p->snap_used);
-  sl_schema_release(p->schema);
-  sl_reader_destroy(p->up);
-  sl__free(p);
+  sl__stage_free(p, p->up, p->schema);
 }
 
 /* Payload: mode 0, the documents read at k, where row k opened (document,
@@ -533,11 +531,8 @@ int sl_pack(sl_reader *up, const sl_pack_opts *opts, sl_reader **out) {
     rc = sl_set_error(SL_EINVAL, "pack: lookahead %zu is above 4096",
                       o.lookahead);
   if (rc < 0) return sl__fail_with_upstream(up, rc);
-  pack_state *p = sl__calloc(1, sizeof *p);
-  if (!p)
-    return sl__fail_with_upstream(
-        up, sl_set_error(SL_ENOMEM, "pack: cannot allocate"));
-  p->up = up;
+  pack_state *p = sl__decorator_state("pack", up, sizeof *p);
+  if (!p) return SL_ENOMEM;
   p->T = o.seq_len;
   p->has_eos = o.has_eos != 0;
   p->eos = (int32_t)o.eos;

@@ -221,12 +221,8 @@ static int window_reset(void *st) {
 static void window_destroy(void *st) {
   window_state *w = st;
   if (!w) return;
-  sl__free(w->buf);
-  sl__free(w->segs);
-  sl__free(w->ckpt);
-  sl_schema_release(w->schema);
-  sl_reader_destroy(w->up);
-  sl__free(w);
+  SL__FREE(w->buf, w->segs, w->ckpt);
+  sl__stage_free(w, w->up, w->schema);
 }
 
 /* Payload: 0 and the offset (upstream saved at the sample); 2, the
@@ -358,11 +354,8 @@ int sl_window(sl_reader *up, const char *field, size_t size, size_t stride,
                       field, sl_dtype_name(sl_schema_field_dtype(in, fi)),
                       sl_schema_field_rank(in, fi));
   if (rc < 0) return sl__fail_with_upstream(up, rc);
-  window_state *w = sl__calloc(1, sizeof *w);
-  if (!w)
-    return sl__fail_with_upstream(
-        up, sl_set_error(SL_ENOMEM, "window: cannot allocate"));
-  w->up = up;
+  window_state *w = sl__decorator_state("window", up, sizeof *w);
+  if (!w) return SL_ENOMEM;
   w->field = fi;
   w->dt = sl_schema_field_dtype(in, fi);
   w->es = sl_dtype_size(w->dt);

@@ -191,10 +191,9 @@ static void source_destroy(void *state) {
   sl_sample_release(r->first);
   sl__lua_heap_release(&r->heap, acct_of(r));
   if (r->L) lua_close(r->L);
-  sl_schema_release(r->schema);
   sl__shipped_release(r->fn);
   sl__lua_env_release(r->env);
-  sl__free(r);
+  sl__stage_free(r, NULL, r->schema);
 }
 
 /* Replays the pass from its start: a fresh iterator, k rows dropped. */

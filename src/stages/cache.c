@@ -130,8 +130,7 @@ static void cache_destroy(void *st) {
   if (!c) return;
   discard(c);
   sl__free(c->items);
-  sl_reader_destroy(c->up);
-  sl__free(c);
+  sl__stage_free(c, c->up, NULL);
 }
 
 /* Saving never holds samples: the upstream is saved at the start of the

@@ -146,8 +146,7 @@ static void prefetch_destroy(void *st) {
   prefetch_state *p = st;
   if (!p) return;
   sl__engine_destroy(p->engine);
-  sl_reader_destroy(p->up);
-  sl__free(p);
+  sl__stage_free(p, p->up, NULL);
 }
 
 /* The samples ready in the window are not saved: the restored upstream
@@ -196,11 +195,8 @@ static const sl__stage_ops prefetch_ops = {
  * set (its max_depth, its byte budget). */
 static int make(sl_reader *up, size_t n, const prefetch_tune *tune, bool lazy,
                 sl_reader **out) {
-  prefetch_state *p = sl__calloc(1, sizeof *p);
-  if (!p)
-    return sl__fail_with_upstream(
-        up, sl_set_error(SL_ENOMEM, "prefetch: cannot allocate"));
-  p->up = up;
+  prefetch_state *p = sl__decorator_state("prefetch", up, sizeof *p);
+  if (!p) return SL_ENOMEM;
   p->lazy = lazy;
   if (tune) {
     p->tune = *tune;
@@ -272,10 +268,8 @@ int sl_prefetch_auto(sl_reader *up, const sl_prefetch_auto_opts *opts,
                      sl_reader **out) {
   SL_DECORATOR_ARGS("prefetch", up, out);
   sl_prefetch_auto_opts o = SL_PREFETCH_AUTO_OPTS_INIT;
-  if (opts) {
-    int rc = sl__opts_copy("sl_prefetch_auto_opts", &o, sizeof o, opts);
-    if (rc < 0) return sl__fail_with_upstream(up, rc);
-  }
+  SL_FORWARD_IF_ERROR(
+      sl__decorator_opts(up, "sl_prefetch_auto_opts", &o, sizeof o, opts));
   if (o.max_depth > AUTO_DEPTH_LIMIT)
     return sl__fail_with_upstream(
         up, sl_set_error(SL_EINVAL,

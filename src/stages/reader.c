@@ -350,6 +350,12 @@ void *sl__decorator_state(const char *stage, sl_reader *up, size_t size) {
   return st;
 }
 
+void sl__stage_free(void *state, sl_reader *up, sl_schema *schema) {
+  sl_reader_destroy(up);
+  sl_schema_release(schema);
+  sl__free(state);
+}
+
 static void clear_sticky(sl_reader *r) {
   sl__free(r->errmsg);
   r->errmsg = NULL;

@@ -28,6 +28,16 @@ static inline int sl__fail_with_upstream(sl_reader *up, int rc) {
   return rc;
 }
 
+/* sl__opts_copy for a decorator's constructor: copies the caller's `opts`
+ * into `dst` (NULL: `dst` keeps its defaults); on failure destroys `up`
+ * (decorators take their upstream even when they fail) and returns the
+ * error.  SL_OK otherwise. */
+static inline int sl__decorator_opts(sl_reader *up, const char *what, void *dst,
+                                     size_t dst_size, const void *opts) {
+  int rc = opts ? sl__opts_copy(what, dst, dst_size, opts) : SL_OK;
+  return rc < 0 ? sl__fail_with_upstream(up, rc) : SL_OK;
+}
+
 /* Destroys readers[0..n) (each NULL-safe), for stages that own several
  * upstreams (chain, zip). */
 static inline void sl__destroy_readers(sl_reader **readers, size_t n) {

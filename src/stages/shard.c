@@ -132,8 +132,7 @@ static void shard_destroy(void *st) {
   shard_state *s = st;
   if (!s) return;
   drop_held(s);
-  sl_reader_destroy(s->up);
-  sl__free(s);
+  sl__stage_free(s, s->up, NULL);
 }
 
 static int shard_length(const sl_reader *r, void *st, uint64_t *n) {

@@ -194,8 +194,7 @@ static void shuffle_destroy(void *st) {
   if (!s) return;
   release_window(s);
   sl__free(s->win);
-  sl_reader_destroy(s->up);
-  sl__free(s);
+  sl__stage_free(s, s->up, NULL);
 }
 
 /* --- saving and restoring --------------------------------------------------

@@ -29,9 +29,7 @@ static int range_reset(void *st) {
 
 static void range_destroy(void *st) {
   range_state *r = st;
-  if (!r) return;
-  sl_schema_release(r->schema);
-  sl__free(r);
+  if (r) sl__stage_free(r, NULL, r->schema);
 }
 
 static int range_length(const sl_reader *r, void *st, uint64_t *n) {

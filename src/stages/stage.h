@@ -101,6 +101,13 @@ int sl__stage_wrap(const sl__stage_ops *ops, void *state, sl_schema *schema,
  * allocate" set (return SL_ENOMEM). */
 void *sl__decorator_state(const char *stage, sl_reader *up, size_t size);
 
+/* The common end of a stage's destroy, after what only the stage owns (its
+ * threads, buffers, held samples) is gone: destroys its upstream `up`,
+ * releases its reference to `schema`, then frees `state` (each may be NULL:
+ * a source passes up = NULL, a stage holding no schema of its own
+ * schema = NULL). */
+void sl__stage_free(void *state, sl_reader *up, sl_schema *schema);
+
 /* The base's side of defer/finish: r's handle (NULL when r cannot defer,
  * is shared, or memory is short: nothing changes then), and finishing one
  * of r's outputs with it. */

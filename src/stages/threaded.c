@@ -38,9 +38,7 @@ static int threaded_reset(void *st) {
 
 static void threaded_destroy(void *st) {
   threaded_state *t = st;
-  if (!t) return;
-  sl_reader_destroy(t->up);
-  sl__free(t);
+  if (t) sl__stage_free(t, t->up, NULL);
 }
 
 static const sl__stage_ops threaded_ops = {

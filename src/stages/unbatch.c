@@ -185,9 +185,8 @@ static void unbatch_destroy(void *st) {
   unbatch_state *u = st;
   if (!u) return;
   sl_sample_release(u->cur);
-  sl_reader_destroy(u->up);
-  sl_schema_release(u->out);
-  SL__FREE(u->lod, u->lod_names, u);
+  SL__FREE(u->lod, u->lod_names);
+  sl__stage_free(u, u->up, u->out);
 }
 
 /* Upstream's length x B when a plain field's first dimension is a fixed B
