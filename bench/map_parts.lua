@@ -32,19 +32,13 @@ local parts = {
     s.image = sluice.tensor("f32", {784})
     return s
   end,
-  norm = function(s)
-    local img = s.image
-    local out = sluice.tensor("f32", {784})
-    local src, dst = img.data, out.data
-    for k = 0, 783 do dst[k] = src[k] * (1 / 255) end
-    s.image = out
-    return s
-  end,
 }
-local p = sluice.open(path):shuffle(10000, {seed = 1})
-if part ~= "none" then
-  local fn = parts[part]
-  if not fn then error("map_parts.lua: unknown part " .. part, 0) end
-  p = p:map(fn, {threads = threads})
+if part == "none" or part == "norm" then -- the pipeline itself
+  local here = debug.getinfo(1, "S").source:match("^@(.*/)") or "./"
+  local pipeline = assert(loadfile(here .. "peers/fmnist_pipeline.lua"))
+  return pipeline(path, part == "none" and "none" or "norm_t" .. threads)
 end
-return p:batch(128):prefetch(4)
+local fn = parts[part]
+if not fn then error("map_parts.lua: unknown part " .. part, 0) end
+return sluice.open(path):shuffle(10000, {seed = 1})
+  :map(fn, {threads = threads}):batch(128):prefetch(4)
