@@ -384,7 +384,12 @@ int sl__rows_land(sl__rows *r, uint64_t k, size_t j, const sl_sample *s,
      * that own dst's next rows now come later, so its rows so far move to
      * a batch of its own, which no worker writes. */
     sl_sample *b = new_batch(r);
-    for (size_t i = 0; b && i < j; i++)
+    if (!b) {
+      pthread_mutex_unlock(&r->mu);
+      return sl_set_error(SL_ENOMEM, "batch: cannot allocate batch %llu",
+                          (unsigned long long)k);
+    }
+    for (size_t i = 0; i < j; i++)
       write_row(r, b, i, r->dst, i);
     sl_sample_release(r->dst);
     r->dst = b;
@@ -405,7 +410,7 @@ int sl__rows_land(sl__rows *r, uint64_t k, size_t j, const sl_sample *s,
                         (unsigned long long)k, j);
   *token = t != NULL;
   /* Written where its item was placed when an item before it, skipped,
-   * was not yet seen (sl__rows_skipped): moved to its row.  No worker
+   * was not yet seen (sl__rows_rebase): moved to its row.  No worker
    * writes either row any more (both belong to items delivered). */
   if (t && !(s == r->dst && i == j)) {
     write_row(r, r->dst, j, s, i);

@@ -15,7 +15,7 @@
  * consumer has seen (plus, after a restore, the items skipped before the
  * restored position).  q is p when no skip before seq is unseen when seq is
  * placed, which is the rule; a skip seen moves base on and retires the
- * batches of the old base (sl__rows_skipped), so the items already placed
+ * batches of the old base (sl__rows_rebase), so the items already placed
  * in them come as tokens of a retired batch and the consumer moves each
  * row to its place (sl__rows_land): one copy per item then in flight.  No
  * two items ever share a row of one batch: each batch belongs to one base.
