@@ -250,8 +250,10 @@ describe("map and batch fused", function()
   for _, threads in ipairs({1, 2, 4}) do
     it(("fuses an unordered map: every row once, whole, on %d thread(s)"):format(threads),
        function()
+      local schema = {{"i", "i64", {}}, {"v", "f32", {3}}, {"j", "i64", {}}}
       for _, case in ipairs({{ordered = false},
-                             {ordered = false, fn = flaky, ignore_errors = true}}) do
+                             {ordered = false, fn = flaky, ignore_errors = true},
+                             {ordered = false, schema = schema}}) do
         local p = build(500, threads, true, case)
         for _ = 1, 2 do
           local seen = {}
