@@ -930,3 +930,36 @@ TEST(arrow_current_batch_is_charged) {
   sl_reader_destroy(r);
   counts_balanced();
 }
+
+/* A column's validity bitmaps and list offsets are the batch's bytes too:
+ * 1024 one-value lists of f32 with a bitmap hold 4 096 bytes of values,
+ * 4 100 of offsets and 128 of bitmap. */
+TEST(arrow_bitmaps_and_offsets_are_charged_with_the_values) {
+  counts_reset();
+  enum { N = 1024 };
+  static int32_t offs[N + 1];
+  static float vals[N];
+  static uint8_t valid[N / 8];
+  for (int k = 0; k <= N; k++) offs[k] = k;
+  for (int k = 0; k < N; k++) vals[k] = (float)k;
+  memset(valid, 0xff, sizeof valid);
+  struct ArrowArray *item =
+      arr(N, 0, 0, 2, NULL, 0, vals, sizeof vals, NULL, 0, 0, NULL);
+  struct ArrowArray *xs = arr(N, 0, 0, 2, valid, sizeof valid, offs,
+                              sizeof offs, NULL, 0, 1, &item);
+  struct ArrowArray *b = batch_of(N, 1, &xs);
+  struct ArrowArrayStream st = stream_of(list_f32_schema, 1, &b);
+  sl_reader *r = open_stream(&st);
+  ASSERT_OK(sl_reader_set_budget(r, 1 << 20));
+  sl_sample *s;
+  ASSERT_OK(sl_reader_next(r, &s));
+  ASSERT_TRUE(((float *)sl_sample_field(s, "xs")->data)[0] == 0.0f);
+  sl_sample_release(s);
+  sl_stage_stats row;
+  size_t n = 0;
+  ASSERT_OK(sl_reader_stats(r, &row, 1, &n));
+  ASSERT_GE(row.bytes_held, sizeof vals + sizeof offs + sizeof valid);
+  ASSERT_LE(row.bytes_held, sizeof vals + sizeof offs + sizeof valid + 64);
+  sl_reader_destroy(r);
+  counts_balanced();
+}

@@ -70,8 +70,9 @@ typedef struct arrow_state {
   uint64_t row_base;  /* rows in the stream before cur */
   int failed;         /* an error: repeated by every next */
   char *failure;
-  /* the memory budget: the current batch's column values, resident (the
-   * samples made from it are views that keep it alive) */
+  /* the memory budget: the current batch's column values, validity
+   * bitmaps and offsets, resident (the samples made from it are views
+   * that keep it alive) */
   sl__resident mem;
 } arrow_state;
 
@@ -335,6 +336,21 @@ static int col_load(arrow_state *s, col *c, const struct ArrowArray *top) {
   return leaf_buffer(s, c);
 }
 
+/* Bytes of column c's validity bitmaps and offsets in the current batch
+ * (its values are counted apart, as c->values). */
+static uint64_t col_index_bytes(const col *c) {
+  uint64_t n = 0;
+  for (int d = 0; d < c->depth; d++) {
+    const struct ArrowArray *a = c->node[d];
+    uint64_t slots = (uint64_t)(a->offset + a->length);
+    enum node_kind k = c->kind[d];
+    if (a->buffers[0]) n += (slots + 7) / 8;
+    if (k == N_LIST32 || k == N_STR32) n += (slots + 1) * 4;
+    if (k == N_LIST64 || k == N_STR64) n += (slots + 1) * 8;
+  }
+  return n;
+}
+
 static void batch_drop(arrow_state *s) {
   for (int i = 0; i < s->ncols; i++) {
     sl_buffer_release(s->cols[i].values);
@@ -412,7 +428,8 @@ static int batch_next(arrow_state *s) {
     }
     uint64_t bytes = 0;
     for (int i = 0; i < s->ncols; i++)
-      bytes += s->cols[i].values ? sl_buffer_size(s->cols[i].values) : 0;
+      bytes += (s->cols[i].values ? sl_buffer_size(s->cols[i].values) : 0) +
+               col_index_bytes(&s->cols[i]);
     sl__resident_set(&s->mem, bytes);
     return SL_OK;
   }
