@@ -401,6 +401,15 @@ describe("samplers over an SLR file", function()
                      sluice.open(file, {shuffle = "global",
                                         shard = {rank = 2, world = 2}})
                    end))
+    -- the frame cache changes the cost, not the order
+    for _, cache in ipairs({false, "64MiB", 1}) do
+      assert.same(a, collect(sluice.open(dir .. "/*.slr",
+        {shuffle = "global", seed = 5, cache = cache}), "text"))
+    end
+    assert.matches("global_shuffle%(%): cache: a size must be",
+                   misuse(function()
+                     sluice.open(file, {shuffle = "global", cache = "lots"})
+                   end))
     assert.equal("sluice: sluice.open(): unknown option 'shufle' (known: "
                  .. "buffer, channels, chunks, columns, compression, count, "
                  .. "delimiter, features, field, fields, first, header, "

@@ -259,6 +259,7 @@ int main(void) {
   F(sl_global_shuffle_opts, rank);
   F(sl_global_shuffle_opts, world);
   F(sl_global_shuffle_opts, remainder);
+  F(sl_global_shuffle_opts, cache);
 
   /* Arrow (include/sluice/arrow.h, docs/SCALING.md). */
   SS(ArrowSchema);

@@ -921,3 +921,265 @@ TEST(dictionary_frames_larger_than_the_decode_window_grow_it) {
     check_all(path, blob_schema, blob_record, 12);
   }
 }
+
+/* --- kept frames: the frame cache of a global shuffle (issue 28) --------- */
+
+/* A room function that always has room. */
+static bool test_keep_any(void *ud, const sl__keep *k, uint64_t n) {
+  (void)ud, (void)k, (void)n;
+  return true;
+}
+
+/* The bytes of f's kept chunks, and how many chunks are kept. */
+static uint64_t kept_bytes(sl_slr_file *f, uint64_t *chunks) {
+  uint64_t bytes = 0, nc = 0;
+  for (uint64_t c = 0; f->kept && c < f->nchunks; c++) {
+    sl_buffer *b = atomic_load(&f->kept[c]);
+    if (b) {
+      bytes += sl_buffer_size(b);
+      nc++;
+    }
+  }
+  if (chunks) *chunks = nc;
+  return bytes;
+}
+
+/* A global shuffle of `path` with frame cache `cache` and, when budget >
+ * 0, a memory budget; *f is the file it reads. */
+static sl_reader *shuffled(const char *path, uint64_t cache, uint64_t budget,
+                           sl_slr_file **f) {
+  ASSERT_OK(sl_slr_open(path, NULL, f));
+  sl_reader *rd;
+  ASSERT_OK(sl__slr_reader_from_file(*f, 0, UINT64_MAX, &rd));
+  sl_global_shuffle_opts o = SL_GLOBAL_SHUFFLE_OPTS_INIT;
+  o.seed = 5;
+  o.world = 1;
+  o.cache = cache;
+  ASSERT_OK(sl_global_shuffle(rd, &o, &rd));
+  if (budget) ASSERT_OK(sl_reader_set_budget(rd, budget));
+  return rd;
+}
+
+/* Reads `passes` new passes of rd, checking that each gives every one of
+ * the n records once, with its content, shuffled. */
+static void read_passes(sl_reader *rd, int64_t n, int passes) {
+  uint64_t *want = malloc((size_t)n * sizeof *want);
+  char *seen = malloc((size_t)n);
+  for (int64_t i = 0; i < n; i++)
+    want[i] = want_digest(text_schema, text_record, i);
+  for (int p = 0; p < passes; p++) {
+    ASSERT_OK(sl_reader_reset(rd)); /* a new pass, also after another call */
+    memset(seen, 0, (size_t)n);
+    int64_t got = 0, inorder = 0;
+    sl_sample *r;
+    int rc;
+    while ((rc = sl_reader_next(rd, &r)) == SL_OK) {
+      const int64_t *lab = sl_tensor_data(sl_sample_field(r, "label"));
+      ASSERT_TRUE(*lab >= 0 && *lab < n && !seen[*lab]);
+      seen[*lab] = 1;
+      ASSERT_EQ(test_sample_digest(r), want[*lab]);
+      inorder += *lab == got;
+      got++;
+      sl_sample_release(r);
+    }
+    ASSERT_RC(rc, SL_EOF);
+    ASSERT_EQ(got, n);
+    ASSERT_TRUE(inorder < n / 10); /* shuffled */
+  }
+  free(want);
+  free(seen);
+}
+
+TEST(a_global_shuffle_keeps_decoded_frames_and_decodes_each_once) {
+  const char *path = tmppath("keep.slr"), *whole = tmppath("keep-whole.slr");
+  sl_slr_frame_opts fo = {.frame_records = 4};
+  write_framed(path, text_schema, text_record, 600, 100, &fo); /* 150 frames */
+  sl_slr_file *f;
+  sl_reader *rd = shuffled(path, 1 << 30, 0, &f);
+  read_passes(rd, 600, 1);
+  ASSERT_EQ(sl__slr_fetch_decodes(f), 150);
+  uint64_t chunks, bytes = kept_bytes(f, &chunks);
+  ASSERT_EQ(chunks, 6);
+  /* the kept bytes are the file's fetch bytes (charged to its reader) */
+  ASSERT_TRUE(bytes > 0 && sl__slr_fetch_bytes(f) >= bytes);
+  read_passes(rd, 600, 2); /* the next passes decode nothing */
+  ASSERT_EQ(sl__slr_fetch_decodes(f), 150);
+  sl_reader_destroy(rd);
+  /* Without the cache, a draw decodes about a frame. */
+  rd = shuffled(path, 0, 0, &f);
+  read_passes(rd, 600, 1);
+  ASSERT_TRUE(sl__slr_fetch_decodes(f) > 450);
+  ASSERT_EQ(kept_bytes(f, NULL), 0);
+  sl_reader_destroy(rd);
+  /* A file of whole chunks keeps its chunks: 6 decodes, not 600. */
+  write_framed(whole, text_schema, text_record, 600, 100, NULL);
+  rd = shuffled(whole, 1 << 30, 0, &f);
+  read_passes(rd, 600, 2);
+  ASSERT_EQ(sl__slr_fetch_decodes(f), 6);
+  ASSERT_TRUE(kept_bytes(f, &chunks) <= sl__slr_fetch_bytes(f));
+  ASSERT_EQ(chunks, 6);
+  sl_reader_destroy(rd);
+}
+
+TEST(the_frame_cache_keeps_at_most_its_bytes) {
+  const char *path = tmppath("keep-cap.slr");
+  sl_slr_frame_opts fo = {.frame_records = 4};
+  write_framed(path, text_schema, text_record, 600, 100, &fo);
+  sl_slr_file *f;
+  sl_reader *rd = shuffled(path, 1 << 30, 0, &f);
+  read_passes(rd, 600, 1);
+  uint64_t all = kept_bytes(f, NULL);
+  sl_reader_destroy(rd);
+  uint64_t cap = all / 3;
+  rd = shuffled(path, cap, 0, &f);
+  read_passes(rd, 600, 2);
+  uint64_t chunks, bytes = kept_bytes(f, &chunks);
+  ASSERT_TRUE(bytes <= cap);
+  ASSERT_EQ(chunks, 2); /* of 6 chunks of about one size */
+  /* the frames of the chunks not kept are decoded again when drawn */
+  ASSERT_TRUE(sl__slr_fetch_decodes(f) > 2 * 25 + 2 * 300);
+  sl_reader_destroy(rd);
+}
+
+TEST(auto_keeps_frames_under_the_budget_and_none_without_one) {
+  const char *path = tmppath("keep-auto.slr");
+  sl_slr_frame_opts fo = {.frame_records = 4};
+  write_framed(path, text_schema, text_record, 600, 100, &fo);
+  sl_slr_file *f;
+  /* no budget: nothing kept */
+  sl_reader *rd = shuffled(path, SL_GLOBAL_SHUFFLE_CACHE_AUTO, 0, &f);
+  read_passes(rd, 600, 1);
+  ASSERT_EQ(kept_bytes(f, NULL), 0);
+  ASSERT_TRUE(sl__slr_fetch_decodes(f) > 450);
+  sl_reader_destroy(rd);
+  /* a roomy budget: every frame once; the stats charge them */
+  rd = shuffled(path, SL_GLOBAL_SHUFFLE_CACHE_AUTO, 64 << 20, &f);
+  read_passes(rd, 600, 2);
+  ASSERT_EQ(sl__slr_fetch_decodes(f), 150);
+  uint64_t all = kept_bytes(f, NULL);
+  sl_stage_stats st[4];
+  size_t ns = 0;
+  ASSERT_OK(sl_reader_stats(rd, st, 4, &ns));
+  bool charged = false;
+  for (size_t i = 0; i < ns; i++)
+    if (!strcmp(st[i].name, "slr")) charged = st[i].bytes_held >= all;
+  ASSERT_TRUE(charged);
+  sl_reader_destroy(rd);
+  /* a budget of about the decoded file: half of it at most is kept */
+  uint64_t cap = all;
+  rd = shuffled(path, SL_GLOBAL_SHUFFLE_CACHE_AUTO, cap, &f);
+  read_passes(rd, 600, 1);
+  uint64_t bytes = kept_bytes(f, NULL);
+  ASSERT_TRUE(bytes > 0 && bytes <= cap / 2);
+  sl_reader_destroy(rd);
+}
+
+TEST(a_kept_frame_cache_never_keeps_a_corrupt_frame) {
+  const char *path = tmppath("keep-c.slr"), *bad = tmppath("keep-c-bad.slr");
+  write_small(path); /* 24 records, frames of 4, chunks of 12 */
+  size_t n;
+  unsigned char *b = slurp(path, &n);
+  uint64_t p, d;
+  layout_of(b, n, &p, &d);
+  b[p + 8 + 3 * 12 + sl__get32(b + p + 8) + 3] ^= 1; /* frame 1's bytes */
+  test_write_file(bad, b, n);
+  free(b);
+  sl_slr_file *f;
+  ASSERT_OK(sl_slr_open(bad, NULL, &f));
+  sl__keep k = {.max = 1 << 20};
+  ASSERT_OK(sl__slr_keep(f, &k, test_keep_any, NULL));
+  for (int round = 0; round < 2; round++) {
+    sl_sample *r;
+    /* chunk 0 is not kept (its frame 1 is damaged), but its other frames
+     * read as ever */
+    for (uint64_t i = 0; i < 12; i++) {
+      if (i >= 4 && i < 8) { /* frame 1, every time */
+        ASSERT_RC(sl_slr_fetch(f, i, &r), SL_ECORRUPT);
+        ASSERT_CONTAINS(sl_last_error(), "keep-c-bad.slr: chunk 0 at offset "
+                                         "32: frame 1 at payload offset");
+        continue;
+      }
+      ASSERT_OK(sl_slr_fetch(f, i, &r));
+      ASSERT_EQ(test_sample_digest(r),
+                want_digest(text_schema, text_record, (int64_t)i));
+      sl_sample_release(r);
+    }
+    ASSERT_OK(sl_slr_fetch(f, 20, &r)); /* chunk 1: kept */
+    ASSERT_EQ(test_sample_digest(r),
+              want_digest(text_schema, text_record, 20));
+    sl_sample_release(r);
+  }
+  uint64_t chunks;
+  ASSERT_TRUE(kept_bytes(f, &chunks) == atomic_load(&k.used));
+  ASSERT_EQ(chunks, 1);
+  ASSERT_TRUE(atomic_load(&f->kept[1]) != NULL);
+  sl_slr_close(f);
+  ASSERT_EQ(atomic_load(&k.used), 0); /* given back at close */
+}
+
+static void *kept_fetch_thread(void *p) {
+  for (int pass = 0; pass < 3; pass++)
+    fetch_thread(p);
+  return NULL;
+}
+
+TEST(kept_frames_serve_fetches_from_several_threads) {
+  const char *path = tmppath("keep-threads.slr");
+  sl_slr_frame_opts o = {.dict = SL_SLR_DICT_AUTO, .dict_max_bytes = 4096,
+                         .dict_sample_bytes = 32 << 10, .frame_records = 3};
+  write_framed(path, text_schema, text_record, 600, 64, &o);
+  sl_slr_file *f;
+  ASSERT_OK(sl_slr_open(path, NULL, &f));
+  sl__keep k = {.max = 1 << 30};
+  ASSERT_OK(sl__slr_keep(f, &k, test_keep_any, NULL));
+  pthread_t t[4];
+  fetch_job j[4];
+  for (int i = 0; i < 4; i++) {
+    j[i] = (fetch_job){path, f, i, 0};
+    ASSERT_EQ(pthread_create(&t[i], NULL, kept_fetch_thread, &j[i]), 0);
+  }
+  for (int i = 0; i < 4; i++) {
+    pthread_join(t[i], NULL);
+    ASSERT_EQ(j[i].bad, 0);
+  }
+  uint64_t chunks, total = 0;
+  kept_bytes(f, &chunks);
+  for (uint64_t c = 0; c < sl_slr_chunks(f); c++)
+    total += atomic_load(&f->tables[c])->count;
+  ASSERT_EQ(chunks, sl_slr_chunks(f)); /* every chunk kept once */
+  /* every frame decoded once, but for threads that raced for a chunk */
+  ASSERT_TRUE(sl__slr_fetch_decodes(f) >= total &&
+              sl__slr_fetch_decodes(f) <= 4 * total);
+  sl_slr_close(f);
+  ASSERT_EQ(atomic_load(&k.used), 0);
+}
+
+TEST(out_of_memory_in_a_kept_frame_cache_fails_cleanly) {
+  const char *path = tmppath("keep-oom.slr");
+  sl_slr_frame_opts fo = {.frame_records = 4};
+  write_framed(path, text_schema, text_record, 120, 40, &fo);
+  uint64_t want[120];
+  for (int64_t i = 0; i < 120; i++)
+    want[i] = want_digest(text_schema, text_record, i);
+  for (int n = 0; n < 80; n++) {
+    sl_reader *rd;
+    ASSERT_OK(sl_slr_reader(path, NULL, 0, UINT64_MAX, &rd));
+    sl_global_shuffle_opts o = SL_GLOBAL_SHUFFLE_OPTS_INIT;
+    o.world = 1;
+    o.cache = 1 << 30;
+    sl__alloc_fail_after(n);
+    int rc = sl_global_shuffle(rd, &o, &rd);
+    int64_t got = 0;
+    sl_sample *s;
+    while (rc == SL_OK && got < 120 && (rc = sl_reader_next(rd, &s)) == SL_OK) {
+      const int64_t *lab = sl_tensor_data(sl_sample_field(s, "label"));
+      ASSERT_EQ(test_sample_digest(s), want[*lab]);
+      sl_sample_release(s);
+      got++;
+    }
+    sl__alloc_fail_after(-1);
+    ASSERT_TRUE(rc == SL_OK || rc == SL_ENOMEM);
+    if (rc == SL_ENOMEM) ASSERT_TRUE(strlen(sl_last_error()) > 0);
+    sl_reader_destroy(rd); /* NULL when the shuffle failed: it took rd */
+  }
+}

@@ -410,9 +410,14 @@ typedef struct sl_global_shuffle_opts {
   uint64_t seed;
   int rank, world;           /* world 0: both from sl_shard_env */
   sl_shard_policy remainder; /* how ranks split the pass (SL_SHARD_PAD) */
+  uint64_t cache; /* bytes of decoded frames kept (below); 0: none;
+                     SL_GLOBAL_SHUFFLE_CACHE_AUTO (the default): as the
+                     memory budget allows */
 } sl_global_shuffle_opts;
+#define SL_GLOBAL_SHUFFLE_CACHE_AUTO UINT64_MAX
 #define SL_GLOBAL_SHUFFLE_OPTS_INIT                                            \
-  {sizeof(sl_global_shuffle_opts), 0, 0, 0, SL_SHARD_PAD}
+  {sizeof(sl_global_shuffle_opts), 0, 0, 0, SL_SHARD_PAD,                      \
+   SL_GLOBAL_SHUFFLE_CACHE_AUTO}
 
 /* A uniform shuffle of the whole data set, new every pass: pass p yields
  * up's samples at the positions of a pseudo-random permutation of [0, n)
@@ -420,7 +425,19 @@ typedef struct sl_global_shuffle_opts {
  * O(1) memory whatever n, no window and no index list - the rank's share
  * of it under `remainder` (sl_shard_policy: equal counts under PAD and
  * DROP).  up must have random access and a known length n.  The state is
- * the position (restored without replay).  Takes `up` also on failure.
+ * the position (restored without replay).
+ * The frame cache: an upstream that decodes more than the sample it is
+ * asked for (an SLR file decodes the sample's frame, or its whole chunk
+ * in a file without frames; a chain of such files) keeps what it decodes
+ * for later draws, in this pass and the next, up to `cache` bytes of
+ * decoded data over all its files: a data set whose decoded size fits is
+ * decoded once, not once per sample (a file of 4 KiB frames about one
+ * frame decode per record otherwise).  SL_GLOBAL_SHUFFLE_CACHE_AUTO keeps
+ * frames while the chain's memory budget (sl_reader_set_budget; the Lua,
+ * CLI and Python layers give one by default) would keep half its capacity
+ * free after them, the kept bytes charged to the file's reader; without a
+ * budget, AUTO keeps nothing, and a number keeps up to that many bytes.
+ * The cache is freed with the stage.  Takes `up` also on failure.
  * Returns SL_OK; SL_EINVAL (rank not in [0, world), a bad remainder);
  * SL_EUNSUPPORTED (no random access, unknown length); SL_ENOMEM. */
 SL_API int sl_global_shuffle(sl_reader *up, const sl_global_shuffle_opts *opts,

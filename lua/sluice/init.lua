@@ -1433,10 +1433,13 @@ function sluice.open(name, opts)
   if type(opts) == "table" and opts.shuffle == "global" then
     local rest = {}
     for k, v in pairs(opts) do
-      if k ~= "shuffle" and k ~= "seed" and k ~= "shard" then rest[k] = v end
+      if k ~= "shuffle" and k ~= "seed" and k ~= "shard" and k ~= "cache" then
+        rest[k] = v
+      end
     end
     local p = open_name(name, rest, 3)
-    local result = global_shuffle(p, {seed = opts.seed, shard = opts.shard}, 3)
+    local result = global_shuffle(p, {seed = opts.seed, shard = opts.shard,
+                                      cache = opts.cache}, 3)
     return result
   end
   local p = open_name(name, opts, 3)
@@ -1986,12 +1989,13 @@ function Pipeline:weighted_sample(weights, opts)
   return result
 end
 
-local GLOBAL_OPTS = set("seed", "shard")
--- :global_shuffle({seed =, shard = {rank =, world =, remainder =}}): every
--- sample of this pipeline (it needs random access and a known length) in a
--- new uniform order each pass, the rank's share of it (sl_global_shuffle;
--- rank and world from the launcher's environment unless `shard` gives
--- them).
+local GLOBAL_OPTS = set("seed", "shard", "cache")
+-- :global_shuffle({seed =, shard = {rank =, world =, remainder =}, cache =}):
+-- every sample of this pipeline (it needs random access and a known length)
+-- in a new uniform order each pass, the rank's share of it
+-- (sl_global_shuffle; rank and world from the launcher's environment unless
+-- `shard` gives them); `cache` the most bytes of decoded chunks kept (a
+-- size, false for none; default: as the memory budget allows).
 function global_shuffle(p, opts, level)
   local where = ":global_shuffle()"
   live(p, where, level)
@@ -2002,6 +2006,16 @@ function global_shuffle(p, opts, level)
                       or opts.seed, where, level)
   o.rank, o.world, o.remainder = 0, 0, 0
   if opts.shard ~= nil then shard_option(opts.shard, where, o, level) end
+  o.cache = ffi.new("uint64_t", 0) - 1 -- SL_GLOBAL_SHUFFLE_CACHE_AUTO
+  if opts.cache == false then
+    o.cache = 0
+  elseif opts.cache ~= nil then
+    local bytes, why = parse_size(opts.cache)
+    if not bytes then
+      error(("sluice: %s: cache: %s"):format(where, why), level)
+    end
+    o.cache = bytes
+  end
   local result = made(C.sl_global_shuffle(take(p, where), o, OUT), level, p)
   return result -- not a tail call: the error's level counts this frame
 end

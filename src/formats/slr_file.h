@@ -3,6 +3,7 @@
 #ifndef SLUICE_SLR_FILE_H
 #define SLUICE_SLR_FILE_H
 
+#include "core/keep.h"
 #include "formats/slr_format.h"
 #include "transport/source.h"
 
@@ -115,6 +116,13 @@ struct sl_slr_file {
   /* what the fetch contexts hold (scratch, decoded frames, zstd contexts
    * and windows), for the memory budget: any thread */
   atomic_uint_least64_t fetch_bytes;
+  /* decoded chunks kept for later fetches (sl__slr_keep): per chunk, its
+   * frames decoded whole, published once; NULL: none kept */
+  sl__keep *keep;
+  bool (*keep_room)(void *ud, const sl__keep *k, uint64_t n);
+  void *keep_ud;
+  _Atomic(sl_buffer *) *kept;
+  atomic_uint_least64_t fetch_decodes; /* frames sl_slr_fetch decoded */
 };
 
 /* Whether the file may hold framed chunks (required feature 0x1). */
@@ -184,6 +192,22 @@ int sl__slr_load_chunk(sl_slr_file *f, uint64_t c, const slr_chunk **out);
  * thread. */
 uint64_t sl__slr_held_bytes(sl_slr_file *f);
 uint64_t sl__slr_fetch_bytes(const sl_slr_file *f);
+/* Keeping decoded chunks (core/keep.h): from now on a fetch from a chunk
+ * not kept decodes the whole chunk (every frame, into one buffer) and
+ * keeps it while `k` allows its bytes and room(ud, k, n) says the n bytes
+ * may be kept (the memory budget), and serves later fetches of its records
+ * from it, in this pass and the next, with no fetch context; the kept
+ * bytes count in sl__slr_fetch_bytes.  A chunk that is not kept (no room,
+ * or one of its frames fails its checks) is read frame by frame as
+ * before, so every record gets its own frame's verdict.  They are let go when the file is closed (their
+ * bytes given back to k, which must outlive the file).  Call it before
+ * any fetch runs, once (a second call does nothing).  SL_OK or SL_ENOMEM.
+ * sl__slr_fetch_decodes: the frames (a whole chunk of a file without
+ * frames is one) sl_slr_fetch decoded so far (tests, benchmarks). */
+int sl__slr_keep(sl_slr_file *f, sl__keep *k,
+                 bool (*room)(void *ud, const sl__keep *k, uint64_t n),
+                 void *ud);
+uint64_t sl__slr_fetch_decodes(const sl_slr_file *f);
 /* Record r of a loaded chunk as a new sample. */
 int sl__slr_chunk_record(sl_slr_file *f, const slr_chunk *ch, uint32_t r,
                          sl_sample **out);

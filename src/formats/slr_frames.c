@@ -500,7 +500,21 @@ static void ctx_free(slr_fetch_ctx *x) {
   sl__free(x);
 }
 
+/* Lets the kept chunks go (at close: no fetch runs). */
+static void kept_free(sl_slr_file *f) {
+  if (!f->kept) return;
+  for (uint64_t c = 0; c < f->nchunks; c++) {
+    sl_buffer *b = atomic_load(&f->kept[c]);
+    if (!b) continue;
+    sl__keep_give(f->keep, sl_buffer_size(b));
+    sl_buffer_release(b);
+  }
+  sl__free(f->kept);
+  f->kept = NULL;
+}
+
 void sl__slr_frames_free(sl_slr_file *f) {
+  kept_free(f);
   if (f->tables)
     for (uint64_t c = 0; c < f->nchunks; c++)
       sl__free(atomic_load(&f->tables[c]));
@@ -602,8 +616,9 @@ static int mapped_run(void *p) {
 
 static int mapped_decode(sl_slr_file *f, slr_fetch_ctx *x, uint64_t c,
                          const slr_frame_table *t, uint32_t i,
-                         const unsigned char *src, fetch_slot *s) {
-  mapped_job j = {f, c, t, i, &x->dec, src, sl_buffer_data(s->buf), &s->body};
+                         const unsigned char *src, unsigned char *dst,
+                         size_t *body) {
+  mapped_job j = {f, c, t, i, &x->dec, src, dst, body};
   bool faulted;
   int rc = sl__sigbus_guard(mapped_run, &j, &faulted);
   if (faulted)
@@ -619,11 +634,91 @@ static int mapped_decode(sl_slr_file *f, slr_fetch_ctx *x, uint64_t c,
   return rc;
 }
 
+/* Frame i of chunk c decoded and checked into dst (its raw bytes), from
+ * the file's map or read into x's scratch buffer. */
+static int decode_frame(sl_slr_file *f, slr_fetch_ctx *x, uint64_t c,
+                        const slr_frame_table *t, uint32_t i,
+                        unsigned char *dst, size_t *body) {
+  const slr_frame *fr = &t->fr[i];
+  uint64_t at = f->index[c].offset + SLR_CHUNK_HEADER_SIZE + fr->off;
+  const unsigned char *map = f->src->view ? f->src->view(f->src) : NULL;
+  atomic_fetch_add_explicit(&f->fetch_decodes, 1, memory_order_relaxed);
+  if (map) return mapped_decode(f, x, c, t, i, map + at, dst, body);
+  SL_FORWARD_IF_ERROR(scratch(f, x, fr->stored));
+  SL_FORWARD_IF_ERROR(
+      f->src->read_at(f->src, at, x->stored, (size_t)fr->stored));
+  return sl__slr_frame_decode(f, c, t, i, &x->dec, x->stored, dst, body);
+}
+
+/* Record r of chunk c from a buffer holding its frame i's raw bytes at
+ * offset `at`, whose record table is `body` bytes long. */
+static int frame_record(sl_slr_file *f, const slr_frame_table *t, uint32_t i,
+                        sl_buffer *b, size_t at, size_t body, uint32_t r,
+                        sl_sample **out) {
+  const unsigned char *ends = (const unsigned char *)sl_buffer_data(b) + at;
+  return sl__slr_record_decode(&f->layout, f->schema, b,
+                               at + record_start(ends, body, r - i * t->per),
+                               out);
+}
+
+/* Record r of chunk c from its kept decoded chunk b (every frame at its
+ * raw offset, checked when it was decoded). */
+static int kept_record(sl_slr_file *f, const slr_frame_table *t, uint64_t c,
+                       sl_buffer *b, uint32_t r, sl_sample **out) {
+  uint32_t i = r / t->per;
+  uint64_t n = frame_records(t, i, f->index[c].records);
+  return frame_record(f, t, i, b, (size_t)t->fr[i].raw_off,
+                      (size_t)sl__align_up(n * 4, 8), r, out);
+}
+
+/* Chunk c decoded whole and kept (core/keep.h), when the allowance and
+ * the room allow and every frame of it decodes: SL_OK with *out the kept
+ * chunk (the file holds it), or *out NULL when it is not kept - the
+ * caller then decodes the record's frame alone, which gives that frame's
+ * own verdict (a damaged frame elsewhere in the chunk does not fail it).
+ * A chunk is the unit so that a pass over a file in any order decodes
+ * every frame once, chunk by chunk, as a sequential pass does. */
+static void keep_chunk(sl_slr_file *f, slr_fetch_ctx *x, uint64_t c,
+                       const slr_frame_table *t, sl_buffer **out) {
+  *out = NULL;
+  const slr_frame *last = &t->fr[t->count - 1];
+  uint64_t raw = SL_MAX(last->raw_off + last->raw, 8);
+  if (!sl__keep_take(f->keep, raw)) return;
+  sl_buffer *b = NULL;
+  if (f->keep_room(f->keep_ud, f->keep, raw)) b = sl_buffer_new((size_t)raw);
+  int rc = b ? SL_OK : SL_ENOMEM;
+  for (uint32_t i = 0; i < t->count && rc == SL_OK; i++) {
+    size_t body;
+    rc = decode_frame(f, x, c, t, i,
+                      (unsigned char *)sl_buffer_data(b) + t->fr[i].raw_off,
+                      &body);
+  }
+  sl_buffer *none = NULL;
+  if (rc == SL_OK &&
+      atomic_compare_exchange_strong_explicit(&f->kept[c], &none, b,
+                                              memory_order_acq_rel,
+                                              memory_order_acquire)) {
+    atomic_fetch_add(&f->fetch_bytes, raw);
+    *out = b;
+    return;
+  }
+  /* not kept: no room, a frame failed, or another thread kept it first */
+  sl_buffer_release(b);
+  sl__keep_give(f->keep, raw);
+  *out = none;
+  sl_clear_error();
+}
+
 /* Record k (chunk c, record r of it) through context x. */
 static int fetch(sl_slr_file *f, slr_fetch_ctx *x, uint64_t c, uint32_t r,
                  sl_sample **out) {
   const slr_frame_table *t;
   SL_FORWARD_IF_ERROR(chunk_table(f, x, c, &t));
+  if (f->kept) {
+    sl_buffer *b = atomic_load_explicit(&f->kept[c], memory_order_acquire);
+    if (!b) keep_chunk(f, x, c, t, &b);
+    if (b) return kept_record(f, t, c, b, r, out);
+  }
   uint32_t i = r / t->per;
   fetch_slot *s = NULL;
   for (int k = 0; k < SLR_FETCH_SLOTS && !s; k++)
@@ -649,24 +744,31 @@ static int fetch(sl_slr_file *f, slr_fetch_ctx *x, uint64_t c, uint32_t r,
                        WHERE(f), (unsigned long long)c,
                        (unsigned long long)fr->raw, i);
     s->chunk = UINT64_MAX; /* empty until decoded and checked */
-    uint64_t at = f->index[c].offset + SLR_CHUNK_HEADER_SIZE + fr->off;
-    const unsigned char *map = f->src->view ? f->src->view(f->src) : NULL;
-    if (map) {
-      SL_FORWARD_IF_ERROR(mapped_decode(f, x, c, t, i, map + at, s));
-    } else {
-      SL_FORWARD_IF_ERROR(scratch(f, x, fr->stored));
-      SL_FORWARD_IF_ERROR(
-          f->src->read_at(f->src, at, x->stored, (size_t)fr->stored));
-      SL_FORWARD_IF_ERROR(sl__slr_frame_decode(f, c, t, i, &x->dec, x->stored,
-                                               sl_buffer_data(s->buf),
-                                               &s->body));
-    }
+    SL_FORWARD_IF_ERROR(
+        decode_frame(f, x, c, t, i, sl_buffer_data(s->buf), &s->body));
     s->chunk = c;
     s->frame = i;
   }
-  return sl__slr_record_decode(
-      &f->layout, f->schema, s->buf,
-      record_start(sl_buffer_data(s->buf), s->body, r - i * t->per), out);
+  return frame_record(f, t, i, s->buf, 0, s->body, r, out);
+}
+
+int sl__slr_keep(sl_slr_file *f, sl__keep *k,
+                 bool (*room)(void *ud, const sl__keep *k, uint64_t n),
+                 void *ud) {
+  if (f->kept) return SL_OK;
+  f->kept = sl__calloc((size_t)(f->nchunks ? f->nchunks : 1),
+                       sizeof *f->kept);
+  SL_RETURN_ERROR_IF(!f->kept, SL_ENOMEM,
+                     "%s: cannot allocate the kept chunks of %llu chunks",
+                     WHERE(f), (unsigned long long)f->nchunks);
+  f->keep = k;
+  f->keep_room = room;
+  f->keep_ud = ud;
+  return SL_OK;
+}
+
+uint64_t sl__slr_fetch_decodes(const sl_slr_file *f) {
+  return atomic_load_explicit(&f->fetch_decodes, memory_order_relaxed);
 }
 
 uint64_t sl__slr_fetch_bytes(const sl_slr_file *f) {
@@ -679,10 +781,18 @@ int sl_slr_fetch(sl_slr_file *f, uint64_t k, sl_sample **out) {
   SL_RETURN_ERROR_IF(k >= f->records, SL_EINVAL,
                      "%s: record %llu is out of range (%llu records)", WHERE(f),
                      (unsigned long long)k, (unsigned long long)f->records);
+  uint64_t c = sl_slr_chunk_of(f, k);
+  uint32_t r = (uint32_t)(k - f->index[c].first_record);
+  if (f->kept) { /* a kept chunk needs no fetch context */
+    sl_buffer *b = atomic_load_explicit(&f->kept[c], memory_order_acquire);
+    if (b)
+      return kept_record(f, atomic_load_explicit(&f->tables[c],
+                                                 memory_order_acquire),
+                         c, b, r, out);
+  }
   slr_fetch_ctx *x = ctx_get(f);
   if (!x) return SL_ENOMEM;
-  uint64_t c = sl_slr_chunk_of(f, k);
-  int rc = fetch(f, x, c, (uint32_t)(k - f->index[c].first_record), out);
+  int rc = fetch(f, x, c, r, out);
   ctx_put(f, x);
   return rc;
 }

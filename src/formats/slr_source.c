@@ -37,6 +37,7 @@ typedef struct slr_state {
    * is charged (moved by exchange: fetches may run on other threads) */
   sl__budget_acct *_Atomic acct;
   atomic_uint_least64_t seq_bytes, charged;
+  bool keeping; /* fetches keep decoded frames (slr_keep) */
 } slr_state;
 
 /* Charges the file's buffers to the account as resident bytes: `seq`, the
@@ -54,6 +55,27 @@ static void slr_budget(void *st, sl__budget_acct *acct) {
   slr_state *s = st;
   /* charged from the next chunk load (the reading thread's) */
   atomic_store_explicit(&s->acct, acct, memory_order_release);
+}
+
+/* Whether n more bytes of decoded frames may be kept (core/keep.h): under
+ * a budget, while it would keep half its capacity free after them; without
+ * one, only for an allowance of a size given. */
+static bool keep_room(void *ud, const sl__keep *k, uint64_t n) {
+  slr_state *s = ud;
+  sl__budget_acct *a = atomic_load_explicit(&s->acct, memory_order_acquire);
+  if (!a) return k->max != SL__KEEP_AUTO;
+  sl__budget *b = sl__budget_of(a);
+  return sl__budget_has_room(b, n + sl__budget_cap(b) / 2);
+}
+
+/* Fetches keep the frames (or whole chunks) they decode: every fetch goes
+ * through sl_slr_fetch, whose cache of a few frames per thread also serves
+ * fetches in position order. */
+static int slr_keep(void *st, sl__keep *k) {
+  slr_state *s = st;
+  SL_FORWARD_IF_ERROR(sl__slr_keep(s->f, k, keep_room, s));
+  s->keeping = true;
+  return SL_OK;
 }
 
 /* Notes a skipped chunk starting at record `first` (for a save). */
@@ -207,7 +229,8 @@ static int slr_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
 
 /* Random access (stages/state.h) under policy fail: record first + pos.
  * A framed file decodes only the record's frame (sl_slr_fetch, with its
- * frame cache; the sequential chunk stays loaded); otherwise the file's
+ * frame cache; the sequential chunk stays loaded), and so does a file
+ * whose decoded frames are kept (slr_keep: a chunk is one frame); otherwise the file's
  * one-chunk cache makes fetches in position order decode each chunk once.
  * Under skip_chunk positions depend on the bad chunks met: not offered. */
 static int slr_fetch(sl_reader *r, void *st, uint64_t pass, uint64_t pos,
@@ -222,7 +245,7 @@ static int slr_fetch(sl_reader *r, void *st, uint64_t pass, uint64_t pos,
                      "slr: %s: sample %llu is past its %llu records",
                      sl_slr_path(s->f), (unsigned long long)pos,
                      (unsigned long long)(s->end - s->first));
-  if (sl__slr_framed(s->f)) {
+  if (sl__slr_framed(s->f) || s->keeping) {
     int rc = sl_slr_fetch(s->f, rec, out);
     charge(s, false); /* any thread: the frame cache's part */
     return rc;
@@ -257,6 +280,7 @@ static const sl__stage_ops slr_ops = {
     .check = slr_check,
     .fetch = slr_fetch,
     .budget = slr_budget,
+    .keep = slr_keep,
 };
 
 static int make(sl_slr_file *f, uint64_t first, uint64_t end, sl_reader **out) {

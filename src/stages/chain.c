@@ -130,6 +130,14 @@ static int chain_fetch(sl_reader *r, void *st, uint64_t pass, uint64_t pos,
   return sl__reader_fetch(c->readers[i], pass, pos, out);
 }
 
+/* Offers the allowance to every reader: the files share it. */
+static int chain_keep(void *st, sl__keep *k) {
+  chain_state *c = st;
+  for (size_t i = 0; i < c->n; i++)
+    SL_FORWARD_IF_ERROR(sl__reader_keep(c->readers[i], k));
+  return SL_OK;
+}
+
 static const sl__stage_ops chain_ops = {
     .name = "chain",
     .next = chain_next,
@@ -139,6 +147,7 @@ static const sl__stage_ops chain_ops = {
     .save = chain_save,
     .restore = chain_restore,
     .fetch = chain_fetch,
+    .keep = chain_keep,
 };
 
 int sl_chain(sl_reader **readers, size_t n, sl_reader **out) {

@@ -73,6 +73,10 @@ void sl__reader_finish(const sl_reader *r, void *handle, sl_sample *s) {
   if (handle) r->ops->finish(handle, s);
 }
 
+int sl__reader_keep(sl_reader *r, sl__keep *k) {
+  return r && r->ops->keep && !r->lock ? r->ops->keep(r->state, k) : SL_OK;
+}
+
 bool sl__reader_rows(sl_reader *r, struct sl__rows *table) {
   return r && r->ops->rows && !r->lock && r->ops->rows(r->state, table);
 }

@@ -55,7 +55,11 @@
  * unless it is the one decoded last (the file keeps one chunk); random
  * positions over a file of many chunks decode about one chunk per sample
  * (docs/LUA.md, :weighted_sample).  Without replacement a pass starts by
- * sorting n keys (O(n log n), 16 bytes per nonzero weight).
+ * sorting n keys (O(n log n), 16 bytes per nonzero weight).  A global
+ * shuffle offers its upstream an allowance (core/keep.h, sl__reader_keep)
+ * so that SLR files keep the chunks they decode, within `cache` bytes and
+ * the memory budget: a data set that fits is decoded once, not once per
+ * draw.
  */
 #include "core/crc32c.h"
 #include "core/rng.h"
@@ -115,6 +119,7 @@ typedef struct sampler {
   /* global: the rank's share of the permutation, as segments of it */
   uint64_t seg[4];
   size_t nseg;
+  sl__keep keep;    /* decoded frames the upstream keeps (core/keep.h) */
   sl__feistel perm; /* of pass perm_pass */
   uint64_t perm_pass;
   bool perm_ok;
@@ -517,6 +522,12 @@ int sl_global_shuffle(sl_reader *up, const sl_global_shuffle_opts *opts,
   if (!s->ident) {
     sampler_destroy(s);
     return sl_set_error(SL_ENOMEM, "global_shuffle: cannot allocate");
+  }
+  s->keep.max = p.cache == SL_GLOBAL_SHUFFLE_CACHE_AUTO ? SL__KEEP_AUTO : p.cache;
+  rc = p.cache ? sl__reader_keep(s->up, &s->keep) : SL_OK;
+  if (rc < 0) {
+    sampler_destroy(s);
+    return sl_wrap_error(rc, "global_shuffle: the frame cache");
   }
   return sl__stage_wrap(&global_ops, s, NULL, &s->up, NULL, out);
 }

@@ -43,6 +43,13 @@
  *                          which it charges with the bytes it holds; NULL:
  *                          the stage holds no samples of its own (its
  *                          account only passes its upstream's carry on).
+ *   keep                   random access that keeps what it decodes
+ *                          (core/keep.h): keep(st, k) makes the stage keep
+ *                          decoded units (an SLR file's frames) across its
+ *                          fetches and passes within the allowance k;
+ *                          SL_OK or SL_ENOMEM; NULL: nothing to keep (a
+ *                          chain offers k to each of its readers).  Call
+ *                          it before any thread fetches.
  *
  * The links a stage's statistics and saves walk (its upstreams, its
  * counters) are given to the constructor too: nothing is set on a reader
@@ -52,6 +59,7 @@
 #ifndef SLUICE_READERS_STAGE_H
 #define SLUICE_READERS_STAGE_H
 
+#include "core/keep.h"
 #include "stages/state.h"
 #include "sync/budget.h"
 
@@ -75,6 +83,7 @@ struct sl__stage_ops {
   void (*finish)(void *handle, sl_sample *s);
   bool (*rows)(void *st, struct sl__rows *table);
   void (*budget)(void *st, sl__budget_acct *acct);
+  int (*keep)(void *st, sl__keep *k);
 };
 
 /* Makes a reader of stage `ops` (borrowed: static) over `state` (taken:
@@ -113,6 +122,10 @@ void sl__stage_free(void *state, sl_reader *up, sl_schema *schema);
  * of r's outputs with it. */
 void *sl__reader_defer(sl_reader *r, size_t max_pending);
 void sl__reader_finish(const sl_reader *r, void *handle, sl_sample *s);
+
+/* The base's side of keep: offers k to r (a stage without the entry
+ * ignores it): SL_OK, or the error of a stage that could not take it. */
+int sl__reader_keep(sl_reader *r, sl__keep *k);
 
 /* The base's side of rows: whether r (not shared) took the table. */
 bool sl__reader_rows(sl_reader *r, struct sl__rows *table);

@@ -1,0 +1,48 @@
+/*
+ * keep.h - an allowance of decoded data that readers with random access
+ * may keep across fetches and passes (issue 28: a global shuffle reads
+ * each decoded SLR frame once while the frames fit).
+ *
+ * A stage that fetches at random (sl_global_shuffle) owns one sl__keep and
+ * offers it down its chain (sl__reader_keep, stages/stage.h, the `keep`
+ * entry); a source that decodes units bigger than a sample (an SLR file's
+ * frames or whole chunks) then keeps the units it decodes, taking their
+ * bytes from the allowance first (sl__keep_take) and giving them back when
+ * it lets them go.  Several sources (the files of a chain) share one
+ * allowance.  `max` SL__KEEP_AUTO leaves the size to the memory budget:
+ * a source keeps a unit only while the pipeline's budget would still have
+ * half its capacity free after it, and keeps nothing in a chain without a
+ * budget (formats/slr_source.c).
+ *
+ * Threads: take and give from any thread (an atomic count); `max` is set
+ * before the allowance is offered and never changes.  The allowance must
+ * outlive the readers it was offered to (its stage destroys them first).
+ */
+#ifndef SLUICE_CORE_KEEP_H
+#define SLUICE_CORE_KEEP_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#define SL__KEEP_AUTO UINT64_MAX
+
+typedef struct sl__keep {
+  uint64_t max;                /* bytes, or SL__KEEP_AUTO */
+  atomic_uint_least64_t used;  /* kept now, every source together */
+} sl__keep;
+
+/* Takes n bytes of the allowance: whether they fit under max. */
+static inline bool sl__keep_take(sl__keep *k, uint64_t n) {
+  uint64_t u = atomic_fetch_add(&k->used, n);
+  if (k->max == SL__KEEP_AUTO || (u + n >= u && u + n <= k->max)) return true;
+  atomic_fetch_sub(&k->used, n);
+  return false;
+}
+
+/* Gives back n bytes taken before. */
+static inline void sl__keep_give(sl__keep *k, uint64_t n) {
+  atomic_fetch_sub(&k->used, n);
+}
+
+#endif /* SLUICE_CORE_KEEP_H */
