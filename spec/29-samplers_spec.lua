@@ -406,6 +406,15 @@ describe("samplers over an SLR file", function()
       assert.same(a, collect(sluice.open(dir .. "/*.slr",
         {shuffle = "global", seed = 5, cache = cache}), "text"))
     end
+    -- so do threads: the same samples in the same order
+    for _, threads in ipairs({1, 2, "auto"}) do
+      assert.same(a, collect(sluice.open(dir .. "/*.slr",
+        {shuffle = "global", seed = 5, threads = threads}), "text"))
+    end
+    assert.matches("global_shuffle%(%): option 'threads' must be",
+                   misuse(function()
+                     sluice.open(file, {shuffle = "global", threads = "x"})
+                   end))
     assert.matches("global_shuffle%(%): cache: a size must be",
                    misuse(function()
                      sluice.open(file, {shuffle = "global", cache = "lots"})
@@ -478,5 +487,8 @@ describe("p:global_shuffle(opts)", function()
     resumes_exactly(function()
       return sluice.range(30):global_shuffle({seed = 2})
     end, {0, 1, 13, 29, 30, 31, 45})
+    resumes_exactly(function()
+      return sluice.range(300):global_shuffle({seed = 2, threads = 2})
+    end, {0, 1, 63, 64, 65, 299, 300, 301, 450})
   end)
 end)

@@ -260,6 +260,7 @@ int main(void) {
   F(sl_global_shuffle_opts, world);
   F(sl_global_shuffle_opts, remainder);
   F(sl_global_shuffle_opts, cache);
+  F(sl_global_shuffle_opts, threads);
 
   /* Arrow (include/sluice/arrow.h, docs/SCALING.md). */
   SS(ArrowSchema);

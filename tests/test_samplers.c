@@ -7,6 +7,7 @@
  * and every stage resumes exactly at any cut.
  */
 #include "core/rng.h"
+#include "formats/slr_format.h"
 #include "stages/state.h"
 #include "test.h"
 #include "test_util.h"
@@ -950,6 +951,8 @@ typedef enum {
   RS_WEIGHTED_OVER_SLR,
   RS_GLOBAL,
   RS_GLOBAL_RANK,
+  RS_GLOBAL_THREADS,     /* rank 2 of 3, on 3 workers */
+  RS_GLOBAL_SLR_THREADS, /* two SLR files as one set, on 2 workers */
 } resume_kind;
 
 static sl_reader *build(void *ud) {
@@ -1003,6 +1006,36 @@ static sl_reader *build(void *ud) {
     OK(sl_global_shuffle(r, &g, &r));
     return r;
   }
+  case RS_GLOBAL_THREADS: {
+    sl_global_shuffle_opts g = SL_GLOBAL_SHUFFLE_OPTS_INIT;
+    g.seed = 3;
+    g.world = 3;
+    g.rank = 2;
+    g.threads = 3;
+    OK(sl_global_shuffle(r, &g, &r));
+    return r;
+  }
+  case RS_GLOBAL_SLR_THREADS: {
+    sl_reader_destroy(r);
+    const char *a = test_tmppath("samplers", "gt-a.slr"),
+               *b = test_tmppath("samplers", "gt-b.slr");
+    static bool written;
+    if (!written) {
+      test_write_ids_slr(a, 0, 25, 6);
+      test_write_ids_slr(b, 25, 15, 4);
+    }
+    written = true;
+    sl_reader *p[2];
+    OK(sl_slr_reader(a, NULL, 0, UINT64_MAX, &p[0]));
+    OK(sl_slr_reader(b, NULL, 0, UINT64_MAX, &p[1]));
+    OK(sl_chain(p, 2, &r));
+    sl_global_shuffle_opts g = SL_GLOBAL_SHUFFLE_OPTS_INIT;
+    g.seed = 4;
+    g.world = 1;
+    g.threads = 2;
+    OK(sl_global_shuffle(r, &g, &r));
+    return r;
+  }
   case RS_WEIGHTED_OVER_SLR: {
     sl_reader_destroy(r);
     const char *path = test_tmppath("samplers", "resume.slr");
@@ -1051,6 +1084,146 @@ TEST(weighted_over_slr_resumes_exactly) {
 TEST(global_shuffle_resumes_exactly) {
   check_kind(RS_GLOBAL);
   check_kind(RS_GLOBAL_RANK);
+}
+
+TEST(global_shuffle_on_threads_resumes_exactly) {
+  check_kind(RS_GLOBAL_THREADS);
+  check_kind(RS_GLOBAL_SLR_THREADS);
+}
+
+/* A global shuffle of range(n) on `threads` workers (0: none). */
+static sl_reader *global_on(sl_reader *up, uint64_t seed, uint32_t threads,
+                            int rank, int world) {
+  sl_global_shuffle_opts o = SL_GLOBAL_SHUFFLE_OPTS_INIT;
+  o.seed = seed;
+  o.rank = rank;
+  o.world = world;
+  o.threads = threads;
+  sl_reader *r = NULL;
+  ASSERT_OK(sl_global_shuffle(up, &o, &r));
+  return r;
+}
+
+/* Threads change who fetches, not what comes: every pass, rank and
+ * upstream (shared fetch: range, SLR files; one at a time: a cache) gives
+ * the samples of the caller's-thread shuffle in its order; states move
+ * between thread counts. */
+TEST(global_shuffle_on_threads_gives_the_same_passes_whatever_the_threads) {
+  enum { N = 997 };
+  static int64_t want[N + 1], got[N + 1];
+  const char *path = test_tmppath("samplers", "gt.slr");
+  test_write_ids_slr(path, 0, N, 50);
+  static const uint32_t threads[] = {1, 2, 4, SL_THREADS_AUTO};
+  for (int up = 0; up < 3; up++)
+    for (int rank = 0; rank < 2; rank++) {
+      sl_reader *src[5];
+      for (int t = 0; t < 5; t++) {
+        if (up == 0) {
+          src[t] = test_range_reader(N);
+        } else if (up == 1) {
+          ASSERT_OK(sl_slr_reader(path, NULL, 0, UINT64_MAX, &src[t]));
+        } else {
+          src[t] = test_range_reader(N);
+          ASSERT_OK(sl_cache(src[t], &src[t]));
+        }
+      }
+      sl_reader *ref = global_on(src[0], 9, 0, rank, 2);
+      sl_reader *r[4];
+      for (int t = 0; t < 4; t++)
+        r[t] = global_on(src[t + 1], 9, threads[t], rank, 2);
+      for (int pass = 0; pass < 2; pass++) {
+        size_t n = drain(ref, want, N + 1);
+        ASSERT_EQ(n, (N + 1) / 2);
+        for (int t = 0; t < 4; t++) {
+          ASSERT_EQ(drain(r[t], got, N + 1), n);
+          ASSERT_TRUE(memcmp(want, got, n * sizeof *got) == 0);
+          ASSERT_OK(sl_reader_reset(r[t]));
+        }
+        ASSERT_OK(sl_reader_reset(ref));
+      }
+      /* a state of the caller's thread restores on 4 workers, and back */
+      void *st;
+      size_t len;
+      st = test_save_after(ref, 100, &len);
+      ASSERT_OK(sl_reader_restore(r[2], st, len));
+      sl_free(st);
+      size_t rest = drain(ref, want, N + 1);
+      ASSERT_EQ(drain(r[2], got, N + 1), rest);
+      ASSERT_TRUE(memcmp(want, got, rest * sizeof *got) == 0);
+      ASSERT_OK(sl_reader_reset(ref));
+      ASSERT_OK(sl_reader_reset(r[2]));
+      st = test_save_after(r[2], 37, &len);
+      ASSERT_OK(sl_reader_restore(ref, st, len));
+      sl_free(st);
+      rest = drain(ref, want, N + 1);
+      ASSERT_EQ(drain(r[2], got, N + 1), rest);
+      ASSERT_TRUE(memcmp(want, got, rest * sizeof *got) == 0);
+      sl_reader_destroy(ref);
+      for (int t = 0; t < 4; t++)
+        sl_reader_destroy(r[t]);
+    }
+}
+
+/* Closing mid-pass with results in flight, a reset mid-pass, and the
+ * statistics of the workers. */
+TEST(global_shuffle_on_threads_closes_and_resets_mid_pass) {
+  for (int k = 0; k < 20; k++) {
+    sl_reader *r = global_on(test_range_reader(5000), (uint64_t)k, 3, 0, 1);
+    sl_sample *s;
+    for (int i = 0; i < k * 7; i++) {
+      ASSERT_OK(sl_reader_next(r, &s));
+      sl_sample_release(s);
+    }
+    if (k % 2) {
+      ASSERT_OK(sl_reader_reset(r));
+      static int64_t v[5001];
+      ASSERT_EQ(drain(r, v, 5001), 5000);
+    }
+    if (k == 3) {
+      sl_stage_stats st[4];
+      size_t ns = 0;
+      ASSERT_OK(sl_reader_stats(r, st, 4, &ns));
+      ASSERT_TRUE(ns >= 1);
+      ASSERT_STREQ(st[0].name, "global_shuffle");
+      ASSERT_EQ(st[0].threads, 3);
+    }
+    sl_reader_destroy(r); /* the workers may hold results: released */
+  }
+}
+
+/* A fetch that fails on a worker ends the pass with its message at its
+ * place; the next pass starts again; too many threads are refused. */
+TEST(global_shuffle_on_threads_reports_a_bad_record_and_bad_counts) {
+  const char *path = test_tmppath("samplers", "gt-bad.slr");
+  test_write_ids_slr(path, 0, 200, 20);
+  size_t n;
+  unsigned char *b = (unsigned char *)test_read_file(path, &n);
+  b[32 + SLR_CHUNK_HEADER_SIZE + 8] ^= 0x40; /* chunk 0's payload */
+  test_write_file(path, b, n);
+  free(b);
+  sl_reader *up;
+  ASSERT_OK(sl_slr_reader(path, NULL, 0, UINT64_MAX, &up));
+  sl_reader *r = global_on(up, 1, 2, 0, 1);
+  for (int pass = 0; pass < 2; pass++) {
+    sl_sample *s;
+    int rc, got = 0;
+    while ((rc = sl_reader_next(r, &s)) == SL_OK) {
+      ASSERT_TRUE(test_sample_i64(s, 0) >= 20); /* never chunk 0's */
+      sl_sample_release(s);
+      got++;
+    }
+    ASSERT_RC(rc, SL_ECORRUPT);
+    ASSERT_CONTAINS(sl_last_error(), "global_shuffle: sample ");
+    ASSERT_CONTAINS(sl_last_error(), "gt-bad.slr: chunk 0");
+    ASSERT_TRUE(got < 200);
+    ASSERT_OK(sl_reader_reset(r));
+  }
+  sl_reader_destroy(r);
+  sl_global_shuffle_opts o = SL_GLOBAL_SHUFFLE_OPTS_INIT;
+  o.threads = 1u << 20;
+  ASSERT_RC(sl_global_shuffle(test_range_reader(4), &o, &r), SL_EINVAL);
+  ASSERT_NULL(r);
+  ASSERT_CONTAINS(sl_last_error(), "global_shuffle");
 }
 
 TEST(a_state_of_other_weights_or_another_split_is_refused) {

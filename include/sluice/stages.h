@@ -413,11 +413,13 @@ typedef struct sl_global_shuffle_opts {
   uint64_t cache; /* bytes of decoded frames kept (below); 0: none;
                      SL_GLOBAL_SHUFFLE_CACHE_AUTO (the default): as the
                      memory budget allows */
+  uint32_t threads; /* 0: fetch on the caller's thread; N: N workers;
+                       SL_THREADS_AUTO (below) */
 } sl_global_shuffle_opts;
 #define SL_GLOBAL_SHUFFLE_CACHE_AUTO UINT64_MAX
 #define SL_GLOBAL_SHUFFLE_OPTS_INIT                                            \
   {sizeof(sl_global_shuffle_opts), 0, 0, 0, SL_SHARD_PAD,                      \
-   SL_GLOBAL_SHUFFLE_CACHE_AUTO}
+   SL_GLOBAL_SHUFFLE_CACHE_AUTO, 0}
 
 /* A uniform shuffle of the whole data set, new every pass: pass p yields
  * up's samples at the positions of a pseudo-random permutation of [0, n)
@@ -437,7 +439,14 @@ typedef struct sl_global_shuffle_opts {
  * CLI and Python layers give one by default) would keep half its capacity
  * free after them, the kept bytes charged to the file's reader; without a
  * budget, AUTO keeps nothing, and a number keeps up to that many bytes.
- * The cache is freed with the stage.  Takes `up` also on failure.
+ * The cache is freed with the stage.
+ * Threads: with `threads` N >= 1, N workers of the parallel-stage engine
+ * fetch the pass's entries ahead of the caller and hand them on in the
+ * pass's order (the same samples, order and states as on the caller's
+ * thread, whatever N; SL_THREADS_AUTO: as many as the engine's tuner
+ * chooses).  Fetches run at once when the upstream's can (SLR files,
+ * chains of them, range, arrays), else one at a time.  Takes `up` also on
+ * failure; SL_EINVAL for a thread count above the limit.
  * Returns SL_OK; SL_EINVAL (rank not in [0, world), a bad remainder);
  * SL_EUNSUPPORTED (no random access, unknown length); SL_ENOMEM. */
 SL_API int sl_global_shuffle(sl_reader *up, const sl_global_shuffle_opts *opts,

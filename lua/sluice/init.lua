@@ -1356,6 +1356,7 @@ end
 -- sluice.open: any name sl_open understands ("tag:path", a known extension,
 -- braces, a glob); first/count/chunks select records of one slr file.
 local global_shuffle -- p:global_shuffle's body, below
+local GLOBAL_OPTS = set("seed", "shard", "cache", "threads")
 
 local function open_name(name, opts, level)
   local where = "sluice.open()"
@@ -1433,13 +1434,12 @@ function sluice.open(name, opts)
   if type(opts) == "table" and opts.shuffle == "global" then
     local rest = {}
     for k, v in pairs(opts) do
-      if k ~= "shuffle" and k ~= "seed" and k ~= "shard" and k ~= "cache" then
-        rest[k] = v
-      end
+      if not GLOBAL_OPTS[k] and k ~= "shuffle" then rest[k] = v end
     end
     local p = open_name(name, rest, 3)
     local result = global_shuffle(p, {seed = opts.seed, shard = opts.shard,
-                                      cache = opts.cache}, 3)
+                                      cache = opts.cache,
+                                      threads = opts.threads}, 3)
     return result
   end
   local p = open_name(name, opts, 3)
@@ -1989,13 +1989,13 @@ function Pipeline:weighted_sample(weights, opts)
   return result
 end
 
-local GLOBAL_OPTS = set("seed", "shard", "cache")
--- :global_shuffle({seed =, shard = {rank =, world =, remainder =}, cache =}):
--- every sample of this pipeline (it needs random access and a known length)
--- in a new uniform order each pass, the rank's share of it
+-- :global_shuffle({seed =, shard = {rank =, world =, remainder =}, cache =,
+-- threads =}): every sample of this pipeline (it needs random access and a
+-- known length) in a new uniform order each pass, the rank's share of it
 -- (sl_global_shuffle; rank and world from the launcher's environment unless
 -- `shard` gives them); `cache` the most bytes of decoded chunks kept (a
--- size, false for none; default: as the memory budget allows).
+-- size, false for none; default: as the memory budget allows); `threads`
+-- the workers that fetch ahead (0, the default: on the caller's thread).
 function global_shuffle(p, opts, level)
   local where = ":global_shuffle()"
   live(p, where, level)
@@ -2006,6 +2006,7 @@ function global_shuffle(p, opts, level)
                       or opts.seed, where, level)
   o.rank, o.world, o.remainder = 0, 0, 0
   if opts.shard ~= nil then shard_option(opts.shard, where, o, level) end
+  o.threads = opt_threads(opts, 0, 0, where, level, U32_MAX, THREADS_AUTO_U32)
   o.cache = ffi.new("uint64_t", 0) - 1 -- SL_GLOBAL_SHUFFLE_CACHE_AUTO
   if opts.cache == false then
     o.cache = 0

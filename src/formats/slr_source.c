@@ -37,7 +37,7 @@ typedef struct slr_state {
    * is charged (moved by exchange: fetches may run on other threads) */
   sl__budget_acct *_Atomic acct;
   atomic_uint_least64_t seq_bytes, charged;
-  bool keeping; /* fetches keep decoded frames (slr_keep) */
+  bool by_frame; /* every fetch through sl_slr_fetch (slr_keep, shared) */
 } slr_state;
 
 /* Charges the file's buffers to the account as resident bytes: `seq`, the
@@ -74,8 +74,18 @@ static bool keep_room(void *ud, const sl__keep *k, uint64_t n) {
 static int slr_keep(void *st, sl__keep *k) {
   slr_state *s = st;
   SL_FORWARD_IF_ERROR(sl__slr_keep(s->f, k, keep_room, s));
-  s->keeping = true;
+  s->by_frame = true;
   return SL_OK;
+}
+
+/* Fetches from several threads: sl_slr_fetch is thread-safe (the chunk
+ * cache of a file without frames is not).  Not under skip_chunk (no
+ * random access). */
+static bool slr_fetch_shared(void *st) {
+  slr_state *s = st;
+  if (sl__slr_policy(s->f) == SL_CORRUPT_SKIP_CHUNK) return false;
+  s->by_frame = true;
+  return true;
 }
 
 /* Notes a skipped chunk starting at record `first` (for a save). */
@@ -230,7 +240,8 @@ static int slr_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
 /* Random access (stages/state.h) under policy fail: record first + pos.
  * A framed file decodes only the record's frame (sl_slr_fetch, with its
  * frame cache; the sequential chunk stays loaded), and so does a file
- * whose decoded frames are kept (slr_keep: a chunk is one frame); otherwise the file's
+ * whose decoded frames are kept (slr_keep: a chunk is one frame) or whose
+ * fetches run on several threads (slr_fetch_shared); otherwise the file's
  * one-chunk cache makes fetches in position order decode each chunk once.
  * Under skip_chunk positions depend on the bad chunks met: not offered. */
 static int slr_fetch(sl_reader *r, void *st, uint64_t pass, uint64_t pos,
@@ -245,7 +256,7 @@ static int slr_fetch(sl_reader *r, void *st, uint64_t pass, uint64_t pos,
                      "slr: %s: sample %llu is past its %llu records",
                      sl_slr_path(s->f), (unsigned long long)pos,
                      (unsigned long long)(s->end - s->first));
-  if (sl__slr_framed(s->f) || s->keeping) {
+  if (sl__slr_framed(s->f) || s->by_frame) {
     int rc = sl_slr_fetch(s->f, rec, out);
     charge(s, false); /* any thread: the frame cache's part */
     return rc;
@@ -281,6 +292,7 @@ static const sl__stage_ops slr_ops = {
     .fetch = slr_fetch,
     .budget = slr_budget,
     .keep = slr_keep,
+    .fetch_shared = slr_fetch_shared,
 };
 
 static int make(sl_slr_file *f, uint64_t first, uint64_t end, sl_reader **out) {

@@ -138,6 +138,14 @@ static int chain_keep(void *st, sl__keep *k) {
   return SL_OK;
 }
 
+/* Shared when every reader's fetch is. */
+static bool chain_fetch_shared(void *st) {
+  chain_state *c = st;
+  for (size_t i = 0; i < c->n; i++)
+    if (!sl__reader_fetch_shared(c->readers[i])) return false;
+  return true;
+}
+
 static const sl__stage_ops chain_ops = {
     .name = "chain",
     .next = chain_next,
@@ -148,6 +156,7 @@ static const sl__stage_ops chain_ops = {
     .restore = chain_restore,
     .fetch = chain_fetch,
     .keep = chain_keep,
+    .fetch_shared = chain_fetch_shared,
 };
 
 int sl_chain(sl_reader **readers, size_t n, sl_reader **out) {

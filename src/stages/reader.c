@@ -77,6 +77,16 @@ int sl__reader_keep(sl_reader *r, sl__keep *k) {
   return r && r->ops->keep && !r->lock ? r->ops->keep(r->state, k) : SL_OK;
 }
 
+bool sl__reader_fetch_shared(sl_reader *r) {
+  return r && r->ops->fetch && r->ops->fetch_shared && !r->lock &&
+         r->ops->fetch_shared(r->state);
+}
+
+bool sl__fetch_shared_always(void *st) {
+  (void)st;
+  return true;
+}
+
 bool sl__reader_rows(sl_reader *r, struct sl__rows *table) {
   return r && r->ops->rows && !r->lock && r->ops->rows(r->state, table);
 }

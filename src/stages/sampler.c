@@ -45,6 +45,16 @@
  * its position; its identity holds the source's name and identity, so a
  * state from a split of another source is refused.
  *
+ * Threads (global_shuffle only).  With `threads`, the parallel-stage
+ * engine's workers fetch the pass ahead: item j is the block of
+ * GLOBAL_BLOCK entries from + j x GLOBAL_BLOCK onwards (from: the position
+ * the run started at), pulled as NULL items and fetched by position, in
+ * order; the consumer takes them one by one.  The workers read the pass's
+ * permutation, made before they start, and the upstream's fetch, which
+ * runs at once when the upstream declares it shared (sl__reader_fetch_
+ * shared) and under fetch_mu otherwise.  Reset and restore stop them
+ * first; the state (the position) is the same whatever the thread count.
+ *
  * Saving.  Output k of pass p is determined by (p, k), so the state is the
  * position.  An owned upstream (weighted_sample, subset) is saved at (its
  * pass, 0) - these stages never move it - and restored first; its data
@@ -64,6 +74,7 @@
 #include "core/crc32c.h"
 #include "core/rng.h"
 #include "stages/stage.h"
+#include "sync/engine.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -120,9 +131,18 @@ typedef struct sampler {
   uint64_t seg[4];
   size_t nseg;
   sl__keep keep;    /* decoded frames the upstream keeps (core/keep.h) */
-  sl__feistel perm; /* of pass perm_pass */
+  sl__feistel perm; /* of pass perm_pass (made by the consumer) */
   uint64_t perm_pass;
   bool perm_ok;
+  /* global with threads: the engine fetching the pass from entry `from`
+   * on, GLOBAL_BLOCK entries an item (item j: entries from + j x BLOCK
+   * onwards; `pulled` the next entry not pulled), started lazily at a
+   * pass's first next; its items are NULL (as open_files' units); an
+   * upstream whose fetch is not shared is fetched under fetch_mu */
+  sl__engine *engine;
+  bool started, serial, mu_ok;
+  uint64_t from, pulled;
+  pthread_mutex_t fetch_mu;
   uint32_t crc; /* CRC32C of the weights or indices */
   char *ident;  /* the identity (split: with the source's) */
 } sampler;
@@ -185,19 +205,28 @@ static int make_order(sampler *s, uint64_t pass) {
 }
 
 /* global_shuffle: entry k of the rank's share of pass `pass`'s
- * permutation of the n upstream positions. */
+ * permutation of the n upstream positions.  The stage's permutation is
+ * made again only while no worker reads it (the engine stopped); a worker
+ * asks for the pass it was started for, whose permutation is made. */
 static uint64_t global_at(sampler *s, uint64_t pass, uint64_t k) {
+  sl__feistel tmp;
+  const sl__feistel *perm = &s->perm;
   if (!s->perm_ok || s->perm_pass != pass) {
-    sl__feistel_init(&s->perm, s->n, s->seed, pass);
-    s->perm_pass = pass;
-    s->perm_ok = true;
+    if (s->started) {
+      sl__feistel_init(&tmp, s->n, s->seed, pass);
+      perm = &tmp;
+    } else {
+      sl__feistel_init(&s->perm, s->n, s->seed, pass);
+      s->perm_pass = pass;
+      s->perm_ok = true;
+    }
   }
   size_t i = 0;
   while (i + 1 < s->nseg && k >= s->seg[2 * i + 1] - s->seg[2 * i]) {
     k -= s->seg[2 * i + 1] - s->seg[2 * i];
     i++;
   }
-  return sl__feistel_at(&s->perm, s->seg[2 * i] + k);
+  return sl__feistel_at(perm, s->seg[2 * i] + k);
 }
 
 /* The upstream position of output k of pass `pass`. */
@@ -222,6 +251,10 @@ static int fetch_at(sampler *s, uint64_t k, uint64_t at, sl_sample **out) {
     pthread_mutex_lock(&s->sh->mu);
     rc = sl__reader_fetch(s->sh->up, sl__reader_pass(s->sh->up), at, out);
     pthread_mutex_unlock(&s->sh->mu);
+  } else if (s->serial) {
+    pthread_mutex_lock(&s->fetch_mu);
+    rc = sl__reader_fetch(s->up, sl__reader_pass(s->up), at, out);
+    pthread_mutex_unlock(&s->fetch_mu);
   } else {
     rc = sl__reader_fetch(s->up, sl__reader_pass(s->up), at, out);
   }
@@ -232,9 +265,82 @@ static int fetch_at(sampler *s, uint64_t k, uint64_t at, sl_sample **out) {
   return SL_OK;
 }
 
+/* --- global_shuffle on threads ------------------------------------------ */
+
+/* Entries a worker fetches per item: a hand-off costs about a microsecond
+ * (the engine's queue and wake-ups), a fetch from a kept chunk a fifth of
+ * that, so items of one entry would cost more than the fetches. */
+#define GLOBAL_BLOCK 64
+
+/* The engine's upstream: one item per block of entries of the pass. */
+static int global_pull(void *ud, sl_sample **out) {
+  sampler *s = ud;
+  if (s->pulled >= s->count) return SL_EOF;
+  s->pulled = SL_MIN(s->pulled + GLOBAL_BLOCK, s->count);
+  *out = NULL;
+  return SL_OK;
+}
+
+/* Item seq's entries, fetched on a worker.  A fetch that fails fails the
+ * item: the pass ends at its block. */
+static int global_many(void *ud, void *wctx, uint64_t seq, sl_sample *in,
+                       sl_sample ***out, size_t *n) {
+  sampler *s = ud;
+  (void)wctx, (void)in; /* NULL */
+  uint64_t first = s->from + seq * GLOBAL_BLOCK,
+           end = SL_MIN(first + GLOBAL_BLOCK, s->count);
+  sl_sample **v = sl__malloc((size_t)(end - first) * sizeof *v);
+  SL_RETURN_ERROR_IF(!v, SL_ENOMEM, "global_shuffle: cannot allocate");
+  for (uint64_t k = first; k < end; k++) {
+    int rc = fetch_at(s, k, global_at(s, s->pass, k), &v[k - first]);
+    if (rc < 0) {
+      for (uint64_t j = first; j < k; j++)
+        sl_sample_release(v[j - first]);
+      sl__free(v);
+      return rc;
+    }
+  }
+  *out = v;
+  *n = (size_t)(end - first);
+  return SL__ENGINE_OUT;
+}
+
+static const sl__engine_ops global_engine_ops = {.pull = global_pull};
+
+/* Stops the workers (joined: the results not taken are released). */
+static void global_stop(sampler *s) {
+  if (!s->started) return;
+  sl__engine_stop(s->engine);
+  s->started = false;
+}
+
+/* The next entry from the workers, started at the pass's position. */
+static int global_next(sampler *s, sl_sample **out) {
+  if (!s->started) {
+    (void)global_at(s, s->pass, 0); /* the pass's permutation, made now */
+    s->from = s->pulled = s->pos;
+    SL_FORWARD_IF_ERROR(sl__engine_start(s->engine));
+    s->started = true;
+  }
+  int rc = sl__engine_next(s->engine, out);
+  if (rc == SL_OK) s->pos++;
+  return rc;
+}
+
+static void global_signal(void *st) {
+  sampler *s = st;
+  if (s->engine) sl__engine_signal_stop(s->engine);
+}
+
+static void global_budget(void *st, sl__budget_acct *acct) {
+  sampler *s = st;
+  if (s->engine) sl__engine_set_budget(s->engine, acct);
+}
+
 static int sampler_next(void *st, sl_sample **out) {
   sampler *s = st;
   if (s->pos >= s->count) return SL_EOF;
+  if (s->engine) return global_next(s, out);
   uint64_t at;
   SL_FORWARD_IF_ERROR(position_of(s, s->pass, s->pos, &at));
   SL_FORWARD_IF_ERROR(fetch_at(s, s->pos, at, out));
@@ -247,6 +353,7 @@ static int sampler_next(void *st, sl_sample **out) {
  * shared source alone (the other splits read it). */
 static int sampler_reset(void *st) {
   sampler *s = st;
+  global_stop(s);
   s->pos = 0;
   s->pass++;
   return s->up ? sl_reader_reset(s->up) : SL_OK;
@@ -255,7 +362,9 @@ static int sampler_reset(void *st) {
 static void sampler_destroy(void *st) {
   sampler *s = st;
   if (!s) return;
+  sl__engine_destroy(s->engine); /* joins the workers first */
   sl_reader_destroy(s->up);
+  if (s->mu_ok) pthread_mutex_destroy(&s->fetch_mu);
   shared_drop(s->sh);
   SL__FREE(s->indices, s->cdf, s->w, s->order, s->ident, s);
 }
@@ -288,6 +397,7 @@ static int sampler_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
 static int sampler_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                            sl__state_in *in) {
   sampler *s = st;
+  global_stop(s);
   if (s->up) SL_FORWARD_IF_ERROR(sl__state_restore_up(in, s->up));
   SL_FORWARD_IF_ERROR(sl__state_check_at(s->stage, k, s->count));
   s->pass = pass;
@@ -312,6 +422,15 @@ static const sl__stage_ops weighted_ops = SAMPLER_OPS("weighted_sample");
 static const sl__stage_ops subset_ops = SAMPLER_OPS("subset");
 static const sl__stage_ops split_ops = SAMPLER_OPS("random_split");
 static const sl__stage_ops global_ops = SAMPLER_OPS("global_shuffle");
+/* On threads: the same, with the engine's stop signal, budget and counters
+ * (the state does not depend on the threads). */
+static const sl__stage_ops global_threads_ops = {
+    .name = "global_shuffle", .next = sampler_next, .reset = sampler_reset,
+    .destroy = sampler_destroy, .length = sampler_length,
+    .save = sampler_save, .restore = sampler_restore,
+    .identity = sampler_identity, .fetch = sampler_fetch,
+    .stop = global_signal, .budget = global_budget,
+};
 
 /* --- construction ----------------------------------------------------------
  */
@@ -488,6 +607,27 @@ static int take_indices(sampler *s, const uint64_t *indices, size_t n,
   return SL_OK;
 }
 
+/* The engine of a global shuffle on `threads` workers (or
+ * SL__THREADS_AUTO): stopped until the first next. */
+static int global_threads(sampler *s, int threads) {
+  s->serial = !sl__reader_fetch_shared(s->up);
+  if (s->serial) {
+    SL_RETURN_ERROR_IF(pthread_mutex_init(&s->fetch_mu, NULL) != 0, SL_ENOMEM,
+                       "global_shuffle: cannot make a mutex");
+    s->mu_ok = true;
+  }
+  /* 8 blocks a worker in flight (the window counts items) */
+  size_t window = 8 * (size_t)sl__threads_resolve(threads);
+  sl__engine_opts eo = {"global_shuffle", "sl-gshuffle", threads, true,
+                        window};
+  SL_FORWARD_IF_ERROR(
+      sl__engine_create(&global_engine_ops, s, &eo, &s->engine));
+  sl__engine_process_many(s->engine, global_many);
+  /* the consumer takes entry after entry: woken per several items */
+  sl__engine_set_gather(s->engine, true);
+  return SL_OK;
+}
+
 int sl_global_shuffle(sl_reader *up, const sl_global_shuffle_opts *opts,
                       sl_reader **out) {
   SL_DECORATOR_ARGS("global_shuffle", up, out);
@@ -504,6 +644,9 @@ int sl_global_shuffle(sl_reader *up, const sl_global_shuffle_opts *opts,
                       "global_shuffle: remainder %d is not SL_SHARD_PAD, "
                       "SL_SHARD_DROP or SL_SHARD_UNEVEN",
                       (int)p.remainder);
+  int threads = p.threads ? sl__threads_opt(p.threads) : 0;
+  if (rc == SL_OK && threads && threads != SL__THREADS_AUTO)
+    rc = sl__threads_check("global_shuffle", threads);
   if (rc == SL_OK) rc = need_fetch("global_shuffle", up);
   uint64_t n = 0;
   if (rc == SL_OK) rc = need_length("global_shuffle", up, &n);
@@ -525,11 +668,14 @@ int sl_global_shuffle(sl_reader *up, const sl_global_shuffle_opts *opts,
   }
   s->keep.max = p.cache == SL_GLOBAL_SHUFFLE_CACHE_AUTO ? SL__KEEP_AUTO : p.cache;
   rc = p.cache ? sl__reader_keep(s->up, &s->keep) : SL_OK;
+  if (rc == SL_OK && threads) rc = global_threads(s, threads);
   if (rc < 0) {
     sampler_destroy(s);
-    return sl_wrap_error(rc, "global_shuffle: the frame cache");
+    return sl_wrap_error(rc, "global_shuffle: cannot start");
   }
-  return sl__stage_wrap(&global_ops, s, NULL, &s->up, NULL, out);
+  if (!s->engine) return sl__stage_wrap(&global_ops, s, NULL, &s->up, NULL, out);
+  return sl__stage_wrap(&global_threads_ops, s, NULL, &s->up,
+                        sl__engine_counters(s->engine), out);
 }
 
 int sl_subset(sl_reader *up, const uint64_t *indices, size_t n,

@@ -66,6 +66,7 @@ static const sl__stage_ops array_ops = {
     .restore = array_restore,
     .identity = array_identity,
     .fetch = array_fetch,
+    .fetch_shared = sl__fetch_shared_always,
 };
 
 int sl_reader_from_array(sl_sample *const *samples, size_t n, sl_schema *schema,

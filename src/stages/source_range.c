@@ -6,19 +6,26 @@ typedef struct range_state {
   sl_schema *schema; /* retained */
 } range_state;
 
-static int range_next(void *st, sl_sample **out) {
-  range_state *r = st;
-  if (r->i >= r->n) return SL_EOF;
+/* Sample i (reads nothing but n and the schema: any thread). */
+static int range_make(const range_state *r, int64_t i, sl_sample **out) {
   sl_sample *s = sl_sample_new(r->schema);
   if (!s) return SL_ENOMEM;
   void *data;
   int rc = sl_sample_alloc(s, 0, 0, NULL, &data);
   if (rc < 0) {
     sl_sample_release(s);
-    return sl_wrap_error(rc, "range: sample %lld", (long long)r->i);
+    return sl_wrap_error(rc, "range: sample %lld", (long long)i);
   }
-  *(int64_t *)data = r->i++;
+  *(int64_t *)data = i;
   *out = s;
+  return SL_OK;
+}
+
+static int range_next(void *st, sl_sample **out) {
+  range_state *r = st;
+  if (r->i >= r->n) return SL_EOF;
+  SL_FORWARD_IF_ERROR(range_make(r, r->i, out));
+  r->i++;
   return SL_OK;
 }
 
@@ -52,11 +59,7 @@ static int range_fetch(sl_reader *rd, void *st, uint64_t pass, uint64_t pos,
   SL_RETURN_ERROR_IF(pos >= (uint64_t)r->n, SL_ECORRUPT,
                      "range: sample %llu is past its %lld samples",
                      (unsigned long long)pos, (long long)r->n);
-  int64_t keep = r->i;
-  r->i = (int64_t)pos;
-  int rc = range_next(r, out);
-  r->i = keep;
-  return rc;
+  return range_make(r, (int64_t)pos, out);
 }
 
 static void range_identity(const sl_reader *rd, void *st, char *buf,
@@ -74,6 +77,7 @@ static const sl__stage_ops range_ops = {
     .restore = range_restore,
     .identity = range_identity,
     .fetch = range_fetch,
+    .fetch_shared = sl__fetch_shared_always,
 };
 
 int sl_reader_range(int64_t n, sl_reader **out) {

@@ -50,6 +50,12 @@
  *                          SL_OK or SL_ENOMEM; NULL: nothing to keep (a
  *                          chain offers k to each of its readers).  Call
  *                          it before any thread fetches.
+ *   fetch_shared           fetch_shared(st) makes the stage's fetch
+ *                          callable from several threads at once from now
+ *                          on (a threaded global shuffle) and returns
+ *                          whether it is; NULL: it is not (callers then
+ *                          serialise their fetches).  Call it before any
+ *                          thread fetches.
  *
  * The links a stage's statistics and saves walk (its upstreams, its
  * counters) are given to the constructor too: nothing is set on a reader
@@ -84,6 +90,7 @@ struct sl__stage_ops {
   bool (*rows)(void *st, struct sl__rows *table);
   void (*budget)(void *st, sl__budget_acct *acct);
   int (*keep)(void *st, sl__keep *k);
+  bool (*fetch_shared)(void *st);
 };
 
 /* Makes a reader of stage `ops` (borrowed: static) over `state` (taken:
@@ -126,6 +133,13 @@ void sl__reader_finish(const sl_reader *r, void *handle, sl_sample *s);
 /* The base's side of keep: offers k to r (a stage without the entry
  * ignores it): SL_OK, or the error of a stage that could not take it. */
 int sl__reader_keep(sl_reader *r, sl__keep *k);
+
+/* The base's side of fetch_shared: whether r's fetch may now run on
+ * several threads at once (false for a reader shared under a lock).
+ * sl__fetch_shared_always: the entry of a stage whose fetch only reads
+ * (range, arrays). */
+bool sl__reader_fetch_shared(sl_reader *r);
+bool sl__fetch_shared_always(void *st);
 
 /* The base's side of rows: whether r (not shared) took the table. */
 bool sl__reader_rows(sl_reader *r, struct sl__rows *table);

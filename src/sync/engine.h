@@ -7,7 +7,9 @@
  * prefetch (one worker, ordered, process hands the sample on), the
  * double buffer's copy thread (one worker, its thread setup the device's,
  * process copies into a free slot) and wds_open (process_many, a block of
- * one lane's samples per item, window T); tests/threads.sh checks that no
+ * one lane's samples per item, window T) and a global shuffle with threads
+ * (process_many, a block of the pass's entries fetched by position per
+ * item); tests/threads.sh checks that no
  * other code starts one.  engine.c holds the protocol, its invariants and the
  * shutdown rules.
  *
