@@ -777,16 +777,23 @@ TEST(feistel_positions_are_uniform_over_passes) {
   ASSERT_TRUE(c2 < 43.8);
 }
 
-static sl_reader *global(sl_reader *up, uint64_t seed, int rank, int world,
-                         sl_shard_policy policy) {
+/* A global shuffle of up on `threads` workers (0: none). */
+static sl_reader *global_on(sl_reader *up, uint64_t seed, uint32_t threads,
+                            int rank, int world, sl_shard_policy policy) {
   sl_global_shuffle_opts o = SL_GLOBAL_SHUFFLE_OPTS_INIT;
   o.seed = seed;
   o.rank = rank;
   o.world = world;
   o.remainder = policy;
+  o.threads = threads;
   sl_reader *r = NULL;
   ASSERT_OK(sl_global_shuffle(up, &o, &r));
   return r;
+}
+
+static sl_reader *global(sl_reader *up, uint64_t seed, int rank, int world,
+                         sl_shard_policy policy) {
+  return global_on(up, seed, 0, rank, world, policy);
 }
 
 TEST(global_shuffle_visits_every_sample_once_per_pass_in_a_new_order) {
@@ -1091,19 +1098,6 @@ TEST(global_shuffle_on_threads_resumes_exactly) {
   check_kind(RS_GLOBAL_SLR_THREADS);
 }
 
-/* A global shuffle of range(n) on `threads` workers (0: none). */
-static sl_reader *global_on(sl_reader *up, uint64_t seed, uint32_t threads,
-                            int rank, int world) {
-  sl_global_shuffle_opts o = SL_GLOBAL_SHUFFLE_OPTS_INIT;
-  o.seed = seed;
-  o.rank = rank;
-  o.world = world;
-  o.threads = threads;
-  sl_reader *r = NULL;
-  ASSERT_OK(sl_global_shuffle(up, &o, &r));
-  return r;
-}
-
 /* Threads change who fetches, not what comes: every pass, rank and
  * upstream (shared fetch: range, SLR files; one at a time: a cache) gives
  * the samples of the caller's-thread shuffle in its order; states move
@@ -1127,10 +1121,10 @@ TEST(global_shuffle_on_threads_gives_the_same_passes_whatever_the_threads) {
           ASSERT_OK(sl_cache(src[t], &src[t]));
         }
       }
-      sl_reader *ref = global_on(src[0], 9, 0, rank, 2);
+      sl_reader *ref = global_on(src[0], 9, 0, rank, 2, SL_SHARD_PAD);
       sl_reader *r[4];
       for (int t = 0; t < 4; t++)
-        r[t] = global_on(src[t + 1], 9, threads[t], rank, 2);
+        r[t] = global_on(src[t + 1], 9, threads[t], rank, 2, SL_SHARD_PAD);
       for (int pass = 0; pass < 2; pass++) {
         size_t n = drain(ref, want, N + 1);
         ASSERT_EQ(n, (N + 1) / 2);
@@ -1168,7 +1162,8 @@ TEST(global_shuffle_on_threads_gives_the_same_passes_whatever_the_threads) {
  * statistics of the workers. */
 TEST(global_shuffle_on_threads_closes_and_resets_mid_pass) {
   for (int k = 0; k < 20; k++) {
-    sl_reader *r = global_on(test_range_reader(5000), (uint64_t)k, 3, 0, 1);
+    sl_reader *r =
+        global_on(test_range_reader(5000), (uint64_t)k, 3, 0, 1, SL_SHARD_PAD);
     sl_sample *s;
     for (int i = 0; i < k * 7; i++) {
       ASSERT_OK(sl_reader_next(r, &s));
@@ -1203,7 +1198,7 @@ TEST(global_shuffle_on_threads_reports_a_bad_record_and_bad_counts) {
   free(b);
   sl_reader *up;
   ASSERT_OK(sl_slr_reader(path, NULL, 0, UINT64_MAX, &up));
-  sl_reader *r = global_on(up, 1, 2, 0, 1);
+  sl_reader *r = global_on(up, 1, 2, 0, 1, SL_SHARD_PAD);
   for (int pass = 0; pass < 2; pass++) {
     sl_sample *s;
     int rc, got = 0;
