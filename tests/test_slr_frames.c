@@ -1183,3 +1183,62 @@ TEST(out_of_memory_in_a_kept_frame_cache_fails_cleanly) {
     sl_reader_destroy(rd); /* NULL when the shuffle failed: it took rd */
   }
 }
+
+/* On threads the kept chunks serve the workers alike; once every chunk is
+ * kept a pass runs on the caller's thread: the passes are the caller's-
+ * thread shuffle's, each frame decoded once. */
+TEST(a_threaded_global_shuffle_keeps_frames_and_gives_the_same_passes) {
+  const char *path = tmppath("keep-threads-gs.slr");
+  sl_slr_frame_opts fo = {.frame_records = 4};
+  write_framed(path, text_schema, text_record, 600, 100, &fo);
+  sl_slr_file *f0, *f2;
+  sl_reader *a = shuffled(path, 1 << 30, 0, &f0);
+  sl_reader *b;
+  ASSERT_OK(sl_slr_open(path, NULL, &f2));
+  ASSERT_OK(sl__slr_reader_from_file(f2, 0, UINT64_MAX, &b));
+  sl_global_shuffle_opts o = SL_GLOBAL_SHUFFLE_OPTS_INIT;
+  o.seed = 5;
+  o.world = 1;
+  o.cache = 1 << 30;
+  o.threads = 2;
+  ASSERT_OK(sl_global_shuffle(b, &o, &b));
+  for (int pass = 0; pass < 3; pass++) {
+    for (int64_t i = 0; i < 600; i++) {
+      sl_sample *x, *y;
+      ASSERT_OK(sl_reader_next(a, &x));
+      ASSERT_OK(sl_reader_next(b, &y));
+      ASSERT_EQ(test_sample_digest(x), test_sample_digest(y));
+      sl_sample_release(x);
+      sl_sample_release(y);
+    }
+    sl_sample *z;
+    ASSERT_RC(sl_reader_next(b, &z), SL_EOF);
+    if (pass == 0) { /* mid-pass: a state of the threads, restored */
+      ASSERT_OK(sl_reader_reset(a));
+      ASSERT_OK(sl_reader_reset(b));
+      void *st;
+      size_t len;
+      st = test_save_after(b, 250, &len);
+      ASSERT_OK(sl_reader_restore(a, st, len));
+      sl_free(st);
+      for (int64_t i = 250; i < 600; i++) {
+        sl_sample *x, *y;
+        ASSERT_OK(sl_reader_next(a, &x));
+        ASSERT_OK(sl_reader_next(b, &y));
+        ASSERT_EQ(test_sample_digest(x), test_sample_digest(y));
+        sl_sample_release(x);
+        sl_sample_release(y);
+      }
+    }
+    ASSERT_OK(sl_reader_reset(a));
+    ASSERT_OK(sl_reader_reset(b));
+  }
+  ASSERT_EQ(sl__slr_fetch_decodes(f0), 150);
+  ASSERT_TRUE(sl__slr_fetch_decodes(f2) >= 150 &&
+              sl__slr_fetch_decodes(f2) <= 300); /* workers may race */
+  uint64_t chunks;
+  kept_bytes(f2, &chunks);
+  ASSERT_EQ(chunks, 6);
+  sl_reader_destroy(a);
+  sl_reader_destroy(b);
+}

@@ -30,6 +30,9 @@
 typedef struct sl__keep {
   uint64_t max;                /* bytes, or SL__KEEP_AUTO */
   atomic_uint_least64_t used;  /* kept now, every source together */
+  /* the units the sources could keep (added when offered) and those kept:
+   * when they are equal every fetch is served from memory */
+  atomic_uint_least64_t units, kept;
 } sl__keep;
 
 /* Takes n bytes of the allowance: whether they fit under max. */
@@ -38,6 +41,12 @@ static inline bool sl__keep_take(sl__keep *k, uint64_t n) {
   if (k->max == SL__KEEP_AUTO || (u + n >= u && u + n <= k->max)) return true;
   atomic_fetch_sub(&k->used, n);
   return false;
+}
+
+/* Whether every unit of every source is kept. */
+static inline bool sl__keep_all(sl__keep *k) {
+  uint64_t u = atomic_load(&k->units);
+  return u && atomic_load(&k->kept) == u;
 }
 
 /* Gives back n bytes taken before. */

@@ -507,6 +507,7 @@ static void kept_free(sl_slr_file *f) {
     sl_buffer *b = atomic_load(&f->kept[c]);
     if (!b) continue;
     sl__keep_give(f->keep, sl_buffer_size(b));
+    atomic_fetch_sub(&f->keep->kept, 1);
     sl_buffer_release(b);
   }
   sl__free(f->kept);
@@ -699,6 +700,7 @@ static void keep_chunk(sl_slr_file *f, slr_fetch_ctx *x, uint64_t c,
                                               memory_order_acq_rel,
                                               memory_order_acquire)) {
     atomic_fetch_add(&f->fetch_bytes, raw);
+    atomic_fetch_add(&f->keep->kept, 1);
     *out = b;
     return;
   }
@@ -764,6 +766,7 @@ int sl__slr_keep(sl_slr_file *f, sl__keep *k,
   f->keep = k;
   f->keep_room = room;
   f->keep_ud = ud;
+  atomic_fetch_add(&k->units, f->nchunks);
   return SL_OK;
 }
 
