@@ -1242,3 +1242,43 @@ TEST(a_threaded_global_shuffle_keeps_frames_and_gives_the_same_passes) {
   sl_reader_destroy(a);
   sl_reader_destroy(b);
 }
+
+/* Kept chunks are cut from 16 MiB regions (a larger chunk gets its own):
+ * 200 records of 1 KiB to 300 KiB (about 20 MiB) in chunks across two
+ * regions, and in one chunk larger than a region, read right, and a
+ * sample of a kept chunk outlives the file. */
+TEST(kept_chunks_span_regions_and_outlive_the_file) {
+  static const uint32_t per_chunk[] = {8, 200};
+  for (int k = 0; k < 2; k++) { /* 25 chunks of ~0.8 MiB, one of ~20 MiB */
+    const char *path = tmppath("keep-regions.slr");
+    write_framed(path, blob_schema, blob_record, 200, per_chunk[k], NULL);
+    uint64_t want[200];
+    for (int64_t i = 0; i < 200; i++)
+      want[i] = want_digest(blob_schema, blob_record, i);
+    sl_slr_file *f;
+    ASSERT_OK(sl_slr_open(path, NULL, &f));
+    sl__keep kp = {.max = 1ull << 40};
+    ASSERT_OK(sl__slr_keep(f, &kp, test_keep_any, NULL));
+    sl_sample *held = NULL;
+    for (int round = 0; round < 2; round++)
+      for (int64_t j = 0; j < 200; j++) {
+        int64_t i = (j * 77 + 5) % 200;
+        sl_sample *r;
+        ASSERT_OK(sl_slr_fetch(f, (uint64_t)i, &r));
+        ASSERT_EQ(test_sample_digest(r), want[i]);
+        if (i == 3 && !held)
+          held = r;
+        else
+          sl_sample_release(r);
+      }
+    uint64_t chunks;
+    kept_bytes(f, &chunks);
+    ASSERT_EQ(chunks, sl_slr_chunks(f));
+    ASSERT_TRUE(sl__keep_all(&kp));
+    ASSERT_EQ(sl__slr_fetch_decodes(f), k == 0 ? 25 : 1);
+    sl_slr_close(f);
+    ASSERT_EQ(atomic_load(&kp.used), 0);
+    ASSERT_EQ(test_sample_digest(held), want[3]); /* its region lives on */
+    sl_sample_release(held);
+  }
+}

@@ -122,6 +122,7 @@ struct sl_slr_file {
   bool (*keep_room)(void *ud, const sl__keep *k, uint64_t n);
   void *keep_ud;
   _Atomic(sl_buffer *) *kept;
+  struct slr_region *region; /* where the next kept chunk goes (fetch_mu) */
   atomic_uint_least64_t fetch_decodes; /* frames sl_slr_fetch decoded */
 };
 
