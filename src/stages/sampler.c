@@ -629,13 +629,16 @@ static int global_threads(sampler *s, int threads) {
                        "global_shuffle: cannot make a mutex");
     s->mu_ok = true;
   }
-  /* 8 blocks a worker in flight (the window counts items) */
-  size_t window = 8 * (size_t)sl__threads_resolve(threads);
+  /* 4 blocks a worker in flight (the window counts items), and the
+   * consumer's cache 2 items: at most (4 x threads + 1) x GLOBAL_BLOCK
+   * samples held, fewer under a memory budget */
+  size_t window = 4 * (size_t)sl__threads_resolve(threads);
   sl__engine_opts eo = {"global_shuffle", "sl-gshuffle", threads, true,
                         window};
   SL_FORWARD_IF_ERROR(
       sl__engine_create(&global_engine_ops, s, &eo, &s->engine));
   sl__engine_process_many(s->engine, global_many);
+  sl__engine_set_cache(s->engine, 2);
   /* the consumer takes entry after entry: woken per several items */
   sl__engine_set_gather(s->engine, true);
   return SL_OK;
