@@ -346,6 +346,21 @@ describe("samplers over an SLR file", function()
   end)
   teardown(function() H.rmdir(dir) end)
 
+  it("weighted_sample keeps what its draws decode, as its cache option says", function()
+    local w = {}
+    for i = 1, 40 do w[i] = 1 + i % 3 end
+    local function draws(opts)
+      opts.num_samples, opts.seed = 50, 8
+      return collect(sluice.open(file):weighted_sample(w, opts), "text")
+    end
+    local a = draws({})
+    assert.equal(50, #a)
+    assert.same(a, draws({cache = false}))
+    assert.same(a, draws({cache = "1MiB"}))
+    assert.matches(":weighted_sample%(%): cache: a size must be",
+                   misuse(function() draws({cache = -1}) end))
+  end)
+
   it("reads records by position", function()
     assert.same({"r39", "r0", "r8"},
                 collect(sluice.open(file):subset({39, 0, 8}), "text"))

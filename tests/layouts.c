@@ -253,6 +253,7 @@ int main(void) {
   F(sl_weighted_sample_opts, num_samples);
   F(sl_weighted_sample_opts, without_replacement);
   F(sl_weighted_sample_opts, seed);
+  F(sl_weighted_sample_opts, cache);
   S(sl_global_shuffle_opts);
   F(sl_global_shuffle_opts, size);
   F(sl_global_shuffle_opts, seed);

@@ -1282,3 +1282,53 @@ TEST(kept_chunks_span_regions_and_outlive_the_file) {
     sl_sample_release(held);
   }
 }
+
+/* weighted_sample and subset keep the chunks their draws decode too: with
+ * a budget each chunk is decoded once; without one (the C default) or with
+ * cache 0 a draw decodes its chunk. */
+TEST(weighted_sample_and_subset_keep_chunks_under_a_budget) {
+  const char *path = tmppath("keep-weighted.slr");
+  write_framed(path, text_schema, text_record, 600, 100, NULL); /* 6 chunks */
+  static double w[600];
+  static uint64_t idx[600];
+  for (int i = 0; i < 600; i++) {
+    w[i] = 1 + i % 7;
+    idx[i] = (uint64_t)(i * 389) % 600; /* every record, scattered */
+  }
+  for (int k = 0; k < 4; k++) {
+    sl_slr_file *f;
+    ASSERT_OK(sl_slr_open(path, NULL, &f));
+    sl_reader *rd;
+    ASSERT_OK(sl__slr_reader_from_file(f, 0, UINT64_MAX, &rd));
+    if (k < 3) {
+      sl_weighted_sample_opts o = SL_WEIGHTED_SAMPLE_OPTS_INIT;
+      o.num_samples = 2000;
+      o.seed = 3;
+      if (k == 2) o.cache = 0;
+      ASSERT_OK(sl_weighted_sample(rd, w, 600, &o, &rd));
+    } else {
+      ASSERT_OK(sl_subset(rd, idx, 600, &rd));
+    }
+    if (k != 1) ASSERT_OK(sl_reader_set_budget(rd, 64 << 20));
+    sl_sample *s;
+    int rc, n = 0;
+    while ((rc = sl_reader_next(rd, &s)) == SL_OK) {
+      const int64_t *lab = sl_tensor_data(sl_sample_field(s, "label"));
+      ASSERT_EQ(test_sample_digest(s),
+                want_digest(text_schema, text_record, *lab));
+      sl_sample_release(s);
+      n++;
+    }
+    ASSERT_RC(rc, SL_EOF);
+    ASSERT_EQ(n, k < 3 ? 2000 : 600);
+    if (k == 0 || k == 3) {
+      ASSERT_EQ(sl__slr_fetch_decodes(f), 6); /* each chunk once */
+    } else if (k == 1) { /* no budget: offered, nothing kept */
+      ASSERT_EQ(kept_bytes(f, NULL), 0);
+      ASSERT_TRUE(sl__slr_fetch_decodes(f) > 100); /* a chunk a draw, or so */
+    } else { /* cache 0: nothing offered (the file's one-chunk cache) */
+      ASSERT_NULL(f->kept);
+    }
+    sl_reader_destroy(rd);
+  }
+}

@@ -363,15 +363,21 @@ typedef struct sl_weighted_sample_opts {
   uint64_t num_samples;    /* samples per pass; 0: the upstream's length */
   int without_replacement; /* 1: each index at most once per pass */
   uint64_t seed;
+  uint64_t cache; /* bytes of decoded chunks kept, as sl_global_shuffle's
+                     (SL_GLOBAL_SHUFFLE_CACHE_AUTO, the default) */
 } sl_weighted_sample_opts;
-#define SL_WEIGHTED_SAMPLE_OPTS_INIT {sizeof(sl_weighted_sample_opts), 0, 0, 0}
+#define SL_WEIGHTED_SAMPLE_OPTS_INIT                                           \
+  {sizeof(sl_weighted_sample_opts), 0, 0, 0, UINT64_MAX}
 
 /* PyTorch's WeightedRandomSampler: each pass yields num_samples samples of
  * `up`, index i drawn with probability weights[i] / sum (n_weights must be
  * up's length, which must be known).  Draw k of pass p is a pure function
  * of (seed, p, k) (without replacement: of (seed, p)), so passes differ and
  * repeat exactly after a restore.  Without replacement num_samples must not
- * exceed the number of nonzero weights.  `weights` is copied.  Takes `up`
+ * exceed the number of nonzero weights.  `weights` is copied.  An SLR
+ * upstream keeps the chunks the draws decode within `cache` bytes and the
+ * memory budget, as sl_global_shuffle's frame cache (without a budget the
+ * default keeps nothing: a draw decodes its frame or chunk).  Takes `up`
  * also on failure.  Returns SL_OK; SL_EINVAL (weights negative, NaN,
  * infinite, all 0, or not one per sample; num_samples too large);
  * SL_EUNSUPPORTED (no random access or unknown length); SL_ENOMEM. */
@@ -383,7 +389,9 @@ SL_API int sl_weighted_sample(sl_reader *up, const double *weights,
 /* PyTorch's Subset: each pass yields up's samples at indices[0..n) in that
  * order (repeats allowed; `indices` is copied).  An index past up's length
  * is SL_EINVAL naming it when the length is known, else the pass's error
- * when reached.  Takes `up` also on failure.  Returns SL_OK, SL_EINVAL,
+ * when reached.  An SLR upstream keeps the chunks it decodes as the memory
+ * budget allows (sl_global_shuffle's frame cache with its default size).
+ * Takes `up` also on failure.  Returns SL_OK, SL_EINVAL,
  * SL_EUNSUPPORTED (no random access) or SL_ENOMEM. */
 SL_API int sl_subset(sl_reader *up, const uint64_t *indices, size_t n,
                      sl_reader **out);

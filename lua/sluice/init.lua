@@ -1356,6 +1356,17 @@ end
 -- sluice.open: any name sl_open understands ("tag:path", a known extension,
 -- braces, a glob); first/count/chunks select records of one slr file.
 local global_shuffle -- p:global_shuffle's body, below
+-- Option `cache` of a sampler (sl_global_shuffle_opts.cache): a size, false
+-- for none, nil for SL_GLOBAL_SHUFFLE_CACHE_AUTO (as the budget allows).
+local function cache_option(opts, where, level)
+  if opts.cache == false then return 0 end
+  if opts.cache == nil then return ffi.new("uint64_t", 0) - 1 end
+  local bytes, why = parse_size(opts.cache)
+  if not bytes then
+    error(("sluice: %s: cache: %s"):format(where, why), level + 1)
+  end
+  return bytes
+end
 local GLOBAL_OPTS = set("seed", "shard", "cache", "threads")
 
 local function open_name(name, opts, level)
@@ -1964,7 +1975,7 @@ local function number_array(t, ctype, where, what, level)
   return a, n
 end
 
-local WEIGHTED_OPTS = set("num_samples", "replacement", "seed")
+local WEIGHTED_OPTS = set("num_samples", "replacement", "seed", "cache")
 -- :weighted_sample(weights, {num_samples =, replacement = true, seed =}):
 -- PyTorch's WeightedRandomSampler over this pipeline's positions.
 function Pipeline:weighted_sample(weights, opts)
@@ -1979,6 +1990,7 @@ function Pipeline:weighted_sample(weights, opts)
                                      true, 2) and 0 or 1
   o.seed = check_seed(opts.seed == nil and self._flow and self._flow.seed
                       or opts.seed, where, 2)
+  o.cache = cache_option(opts, where, 2)
   -- One weight per sample: checked before the pipeline is taken.
   if C.sl_reader_length(r, LENGTH) == 0 and tonumber(LENGTH[0]) ~= n then
     error(("sluice: %s: %d weights for a pipeline of %d samples (one "
@@ -2007,16 +2019,7 @@ function global_shuffle(p, opts, level)
   o.rank, o.world, o.remainder = 0, 0, 0
   if opts.shard ~= nil then shard_option(opts.shard, where, o, level) end
   o.threads = opt_threads(opts, 0, 0, where, level, U32_MAX, THREADS_AUTO_U32)
-  o.cache = ffi.new("uint64_t", 0) - 1 -- SL_GLOBAL_SHUFFLE_CACHE_AUTO
-  if opts.cache == false then
-    o.cache = 0
-  elseif opts.cache ~= nil then
-    local bytes, why = parse_size(opts.cache)
-    if not bytes then
-      error(("sluice: %s: cache: %s"):format(where, why), level)
-    end
-    o.cache = bytes
-  end
+  o.cache = cache_option(opts, where, level)
   local result = made(C.sl_global_shuffle(take(p, where), o, OUT), level, p)
   return result -- not a tail call: the error's level counts this frame
 end

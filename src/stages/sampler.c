@@ -72,7 +72,8 @@
  * shuffle offers its upstream an allowance (core/keep.h, sl__reader_keep)
  * so that SLR files keep the chunks they decode, within `cache` bytes and
  * the memory budget: a data set that fits is decoded once, not once per
- * draw.
+ * draw; so do weighted_sample (its `cache` option) and subset (as the
+ * budget allows).
  */
 #include "core/crc32c.h"
 #include "core/rng.h"
@@ -462,6 +463,14 @@ static int need_fetch(const char *stage, sl_reader *up) {
       stage, sl_reader_name(up), stage);
 }
 
+/* Offers the upstream an allowance of `cache` bytes of decoded units
+ * (SL_GLOBAL_SHUFFLE_CACHE_AUTO: as the budget allows; 0: none). */
+static int offer_keep(sampler *s, uint64_t cache) {
+  s->keep.max = cache == SL_GLOBAL_SHUFFLE_CACHE_AUTO ? SL__KEEP_AUTO : cache;
+  int rc = cache ? sl__reader_keep(s->up, &s->keep) : SL_OK;
+  return rc < 0 ? sl_wrap_error(rc, "%s: the frame cache", s->stage) : rc;
+}
+
 /* The upstream's length, which must be known. */
 static int need_length(const char *stage, sl_reader *up, uint64_t *n) {
   int rc = sl_reader_length(up, n);
@@ -592,6 +601,7 @@ int sl_weighted_sample(sl_reader *up, const double *weights, size_t n_weights,
     if (!s->ident)
       rc = sl_set_error(SL_ENOMEM, "weighted_sample: cannot allocate");
   }
+  if (rc == SL_OK) rc = offer_keep(s, o.cache);
   if (rc < 0) {
     sampler_destroy(s); /* destroys up */
     return rc;
@@ -682,8 +692,7 @@ int sl_global_shuffle(sl_reader *up, const sl_global_shuffle_opts *opts,
     sampler_destroy(s);
     return sl_set_error(SL_ENOMEM, "global_shuffle: cannot allocate");
   }
-  s->keep.max = p.cache == SL_GLOBAL_SHUFFLE_CACHE_AUTO ? SL__KEEP_AUTO : p.cache;
-  rc = p.cache ? sl__reader_keep(s->up, &s->keep) : SL_OK;
+  rc = offer_keep(s, p.cache);
   if (rc == SL_OK && threads) rc = global_threads(s, threads);
   if (rc < 0) {
     sampler_destroy(s);
@@ -714,6 +723,7 @@ int sl_subset(sl_reader *up, const uint64_t *indices, size_t n,
     s->ident = dup_printf("n=%zu indices=crc32c:%08x", n, (unsigned)s->crc);
     if (!s->ident) rc = sl_set_error(SL_ENOMEM, "subset: cannot allocate");
   }
+  if (rc == SL_OK) rc = offer_keep(s, SL_GLOBAL_SHUFFLE_CACHE_AUTO);
   if (rc < 0) {
     sampler_destroy(s);
     return rc;
