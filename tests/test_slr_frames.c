@@ -935,7 +935,7 @@ static uint64_t kept_bytes(sl_slr_file *f, uint64_t *chunks) {
   uint64_t bytes = 0, nc = 0;
   for (uint64_t c = 0; f->kept && c < f->nchunks; c++) {
     sl_buffer *b = atomic_load(&f->kept[c]);
-    if (b) {
+    if (sl__slr_kept(b)) {
       bytes += sl_buffer_size(b);
       nc++;
     }
@@ -1112,7 +1112,8 @@ TEST(a_kept_frame_cache_never_keeps_a_corrupt_frame) {
   uint64_t chunks;
   ASSERT_TRUE(kept_bytes(f, &chunks) == atomic_load(&k.used));
   ASSERT_EQ(chunks, 1);
-  ASSERT_TRUE(atomic_load(&f->kept[1]) != NULL);
+  ASSERT_TRUE(sl__slr_kept(atomic_load(&f->kept[1])));
+  ASSERT_TRUE(atomic_load(&f->kept[0]) == SLR_KEPT_BAD); /* never again */
   sl_slr_close(f);
   ASSERT_EQ(atomic_load(&k.used), 0); /* given back at close */
 }

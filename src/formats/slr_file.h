@@ -117,7 +117,8 @@ struct sl_slr_file {
    * and windows), for the memory budget: any thread */
   atomic_uint_least64_t fetch_bytes;
   /* decoded chunks kept for later fetches (sl__slr_keep): per chunk, its
-   * frames decoded whole, published once; NULL: none kept */
+   * frames decoded whole, published once; NULL: not kept (yet), or
+   * SLR_KEPT_BUSY / SLR_KEPT_BAD (sl__slr_kept) */
   sl__keep *keep;
   bool (*keep_room)(void *ud, const sl__keep *k, uint64_t n);
   void *keep_ud;
@@ -193,6 +194,17 @@ int sl__slr_load_chunk(sl_slr_file *f, uint64_t c, const slr_chunk **out);
  * thread. */
 uint64_t sl__slr_held_bytes(sl_slr_file *f);
 uint64_t sl__slr_fetch_bytes(const sl_slr_file *f);
+/* An entry of f->kept besides a kept chunk: a thread is decoding the chunk
+ * to keep it (the others read their frame meanwhile), or a frame of it
+ * failed its checks (it is never kept; its records are read frame by
+ * frame; a read error or no memory leaves NULL: tried again).
+ * sl__slr_kept: whether an entry is a kept chunk. */
+#define SLR_KEPT_BUSY ((sl_buffer *)(uintptr_t)1)
+#define SLR_KEPT_BAD ((sl_buffer *)(uintptr_t)2)
+static inline bool sl__slr_kept(const sl_buffer *b) {
+  return (uintptr_t)b > (uintptr_t)SLR_KEPT_BAD;
+}
+
 /* Keeping decoded chunks (core/keep.h): from now on a fetch from a chunk
  * not kept decodes the whole chunk (every frame, into one buffer) and
  * keeps it while `k` allows its bytes and room(ud, k, n) says the n bytes

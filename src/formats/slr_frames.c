@@ -508,7 +508,7 @@ static void kept_free(sl_slr_file *f) {
   if (!f->kept) return;
   for (uint64_t c = 0; c < f->nchunks; c++) {
     sl_buffer *b = atomic_load(&f->kept[c]);
-    if (!b) continue;
+    if (!sl__slr_kept(b)) continue;
     sl__keep_give(f->keep, sl_buffer_size(b));
     atomic_fetch_sub(&f->keep->kept, 1);
     sl_buffer_release(b);
@@ -742,21 +742,30 @@ static sl_buffer *region_buffer(sl_slr_file *f, size_t want) {
 }
 
 /* Chunk c decoded whole and kept (core/keep.h), when the allowance and
- * the room allow and every frame of it decodes: SL_OK with *out the kept
- * chunk (the file holds it), or *out NULL when it is not kept - the
- * caller then decodes the record's frame alone, which gives that frame's
- * own verdict (a damaged frame elsewhere in the chunk does not fail it).
- * A chunk is the unit so that a pass over a file in any order decodes
- * every frame once, chunk by chunk, as a sequential pass does. */
+ * the room allow and every frame of it decodes: *out the kept chunk (the
+ * file holds it), or NULL when it is not kept - the caller then decodes
+ * the record's frame alone, which gives that frame's own verdict (a
+ * damaged frame elsewhere in the chunk does not fail it).  One thread
+ * decodes a chunk (it claims the entry: SLR_KEPT_BUSY); a chunk with a
+ * damaged frame (SL_ECORRUPT) is marked SLR_KEPT_BAD and never tried
+ * again; one that found no room, no memory or a read error may be tried at
+ * a later fetch.  A chunk is the unit so
+ * that a pass over a file in any order decodes every frame once, chunk by
+ * chunk, as a sequential pass does. */
 static void keep_chunk(sl_slr_file *f, slr_fetch_ctx *x, uint64_t c,
                        const slr_frame_table *t, sl_buffer **out) {
   *out = NULL;
   const slr_frame *last = &t->fr[t->count - 1];
   uint64_t raw = SL_MAX(last->raw_off + last->raw, 8);
   if (!sl__keep_take(f->keep, raw)) return;
-  sl_buffer *b = NULL;
-  if (f->keep_room(f->keep_ud, f->keep, raw))
-    b = region_buffer(f, (size_t)raw);
+  sl_buffer *cur = NULL;
+  if (!f->keep_room(f->keep_ud, f->keep, raw) ||
+      !atomic_compare_exchange_strong(&f->kept[c], &cur, SLR_KEPT_BUSY)) {
+    sl__keep_give(f->keep, raw); /* no room, or another thread has it */
+    if (sl__slr_kept(cur)) *out = cur;
+    return;
+  }
+  sl_buffer *b = region_buffer(f, (size_t)raw);
   int rc = b ? SL_OK : SL_ENOMEM;
   for (uint32_t i = 0; i < t->count && rc == SL_OK; i++) {
     size_t body;
@@ -764,20 +773,19 @@ static void keep_chunk(sl_slr_file *f, slr_fetch_ctx *x, uint64_t c,
                       (unsigned char *)sl_buffer_data(b) + t->fr[i].raw_off,
                       &body);
   }
-  sl_buffer *none = NULL;
-  if (rc == SL_OK &&
-      atomic_compare_exchange_strong_explicit(&f->kept[c], &none, b,
-                                              memory_order_acq_rel,
-                                              memory_order_acquire)) {
+  if (rc == SL_OK) {
     atomic_fetch_add(&f->fetch_bytes, raw);
     atomic_fetch_add(&f->keep->kept, 1);
+    atomic_store_explicit(&f->kept[c], b, memory_order_release);
     *out = b;
     return;
   }
-  /* not kept: no room, a frame failed, or another thread kept it first */
+  /* a frame failed its checks: never again; out of memory or a read
+   * error: tried again at a later fetch */
+  atomic_store_explicit(&f->kept[c], rc == SL_ECORRUPT ? SLR_KEPT_BAD : NULL,
+                        memory_order_release);
   sl_buffer_release(b);
   sl__keep_give(f->keep, raw);
-  *out = none;
   sl_clear_error();
 }
 
@@ -789,7 +797,7 @@ static int fetch(sl_slr_file *f, slr_fetch_ctx *x, uint64_t c, uint32_t r,
   if (f->kept) {
     sl_buffer *b = atomic_load_explicit(&f->kept[c], memory_order_acquire);
     if (!b) keep_chunk(f, x, c, t, &b);
-    if (b) return kept_record(f, t, c, b, r, out);
+    if (sl__slr_kept(b)) return kept_record(f, t, c, b, r, out);
   }
   uint32_t i = r / t->per;
   fetch_slot *s = NULL;
@@ -858,7 +866,7 @@ int sl_slr_fetch(sl_slr_file *f, uint64_t k, sl_sample **out) {
   uint32_t r = (uint32_t)(k - f->index[c].first_record);
   if (f->kept) { /* a kept chunk needs no fetch context */
     sl_buffer *b = atomic_load_explicit(&f->kept[c], memory_order_acquire);
-    if (b)
+    if (sl__slr_kept(b))
       return kept_record(f, atomic_load_explicit(&f->tables[c],
                                                  memory_order_acquire),
                          c, b, r, out);
