@@ -446,7 +446,8 @@ typedef struct sl_global_shuffle_opts {
  * frames while the chain's memory budget (sl_reader_set_budget; the Lua,
  * CLI and Python layers give one by default) would keep half its capacity
  * free after them, the kept bytes charged to the file's reader; without a
- * budget, AUTO keeps nothing, and a number keeps up to that many bytes.
+ * budget, AUTO keeps nothing, and a number keeps up to that many bytes
+ * (under a budget, also only while it keeps half its capacity free).
  * The cache is freed with the stage.
  * Threads: with `threads` N >= 1, N workers of the parallel-stage engine
  * fetch the pass's entries ahead of the caller and hand them on in the

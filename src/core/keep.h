@@ -1,9 +1,10 @@
 /*
  * keep.h - an allowance of decoded data that readers with random access
- * may keep across fetches and passes (issue 28: a global shuffle reads
- * each decoded SLR frame once while the frames fit).
+ * may keep across fetches and passes (issue 28: a global shuffle decodes
+ * each SLR chunk once while the decoded data set fits).
  *
- * A stage that fetches at random (sl_global_shuffle) owns one sl__keep and
+ * A stage that fetches at random (sl_global_shuffle, sl_weighted_sample,
+ * sl_subset) owns one sl__keep and
  * offers it down its chain (sl__reader_keep, stages/stage.h, the `keep`
  * entry); a source that decodes units bigger than a sample (an SLR file's
  * frames or whole chunks) then keeps the units it decodes, taking their
