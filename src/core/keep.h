@@ -4,10 +4,10 @@
  * each SLR chunk once while the decoded data set fits).
  *
  * A stage that fetches at random (sl_global_shuffle, sl_weighted_sample,
- * sl_subset) owns one sl__keep and
- * offers it down its chain (sl__reader_keep, stages/stage.h, the `keep`
- * entry); a source that decodes units bigger than a sample (an SLR file's
- * frames or whole chunks) then keeps the units it decodes, taking their
+ * sl_subset) owns one sl__keep and offers it down its chain
+ * (sl__reader_keep, stages/stage.h, the `keep` entry); a source that
+ * decodes units bigger than a sample (an SLR file's chunks, decoded whole
+ * on first use) then keeps the units it decodes, taking their
  * bytes from the allowance first (sl__keep_take) and giving them back when
  * it lets them go.  Several sources (the files of a chain) share one
  * allowance.  `max` SL__KEEP_AUTO leaves the size to the memory budget:
