@@ -1005,20 +1005,13 @@ static sl_reader *build(void *ud) {
     OK(sl_shuffle(r, 8, 1, &r));
     return r;
   case RS_GLOBAL:
-  case RS_GLOBAL_RANK: {
+  case RS_GLOBAL_RANK:
+  case RS_GLOBAL_THREADS: {
     sl_global_shuffle_opts g = SL_GLOBAL_SHUFFLE_OPTS_INIT;
     g.seed = 3;
     g.world = kind == RS_GLOBAL ? 1 : 3;
     g.rank = kind == RS_GLOBAL ? 0 : 2;
-    OK(sl_global_shuffle(r, &g, &r));
-    return r;
-  }
-  case RS_GLOBAL_THREADS: {
-    sl_global_shuffle_opts g = SL_GLOBAL_SHUFFLE_OPTS_INIT;
-    g.seed = 3;
-    g.world = 3;
-    g.rank = 2;
-    g.threads = 3;
+    g.threads = kind == RS_GLOBAL_THREADS ? 3 : 0;
     OK(sl_global_shuffle(r, &g, &r));
     return r;
   }

@@ -361,6 +361,22 @@ static void *fetch_thread(void *p) {
   return NULL;
 }
 
+/* Runs fn on 4 threads over f, each a fetch_job with its own seed; none
+ * may count a bad fetch. */
+static void fetch_on_threads(const char *path, sl_slr_file *f,
+                             void *(*fn)(void *)) {
+  pthread_t t[4];
+  fetch_job j[4];
+  for (int i = 0; i < 4; i++) {
+    j[i] = (fetch_job){path, f, i, 0};
+    ASSERT_EQ(pthread_create(&t[i], NULL, fn, &j[i]), 0);
+  }
+  for (int i = 0; i < 4; i++) {
+    pthread_join(t[i], NULL);
+    ASSERT_EQ(j[i].bad, 0);
+  }
+}
+
 TEST(fetch_from_several_threads_at_once) {
   const char *path = tmppath("threads.slr");
   sl_slr_frame_opts o = {.dict = SL_SLR_DICT_AUTO, .dict_max_bytes = 4096,
@@ -368,16 +384,7 @@ TEST(fetch_from_several_threads_at_once) {
   write_framed(path, text_schema, text_record, 600, 64, &o);
   sl_slr_file *f;
   ASSERT_OK(sl_slr_open(path, NULL, &f));
-  pthread_t t[4];
-  fetch_job j[4];
-  for (int i = 0; i < 4; i++) {
-    j[i] = (fetch_job){path, f, i, 0};
-    ASSERT_EQ(pthread_create(&t[i], NULL, fetch_thread, &j[i]), 0);
-  }
-  for (int i = 0; i < 4; i++) {
-    pthread_join(t[i], NULL);
-    ASSERT_EQ(j[i].bad, 0);
-  }
+  fetch_on_threads(path, f, fetch_thread);
   sl_slr_close(f);
 }
 
@@ -1133,16 +1140,7 @@ TEST(kept_frames_serve_fetches_from_several_threads) {
   ASSERT_OK(sl_slr_open(path, NULL, &f));
   sl__keep k = {.max = 1 << 30};
   ASSERT_OK(sl__slr_keep(f, &k, test_keep_any, NULL));
-  pthread_t t[4];
-  fetch_job j[4];
-  for (int i = 0; i < 4; i++) {
-    j[i] = (fetch_job){path, f, i, 0};
-    ASSERT_EQ(pthread_create(&t[i], NULL, kept_fetch_thread, &j[i]), 0);
-  }
-  for (int i = 0; i < 4; i++) {
-    pthread_join(t[i], NULL);
-    ASSERT_EQ(j[i].bad, 0);
-  }
+  fetch_on_threads(path, f, kept_fetch_thread);
   uint64_t chunks, total = 0;
   kept_bytes(f, &chunks);
   for (uint64_t c = 0; c < sl_slr_chunks(f); c++)
@@ -1204,14 +1202,7 @@ TEST(a_threaded_global_shuffle_keeps_frames_and_gives_the_same_passes) {
   o.threads = 2;
   ASSERT_OK(sl_global_shuffle(b, &o, &b));
   for (int pass = 0; pass < 3; pass++) {
-    for (int64_t i = 0; i < 600; i++) {
-      sl_sample *x, *y;
-      ASSERT_OK(sl_reader_next(a, &x));
-      ASSERT_OK(sl_reader_next(b, &y));
-      ASSERT_EQ(test_sample_digest(x), test_sample_digest(y));
-      sl_sample_release(x);
-      sl_sample_release(y);
-    }
+    test_same_next(a, b, 600);
     sl_sample *z;
     ASSERT_RC(sl_reader_next(b, &z), SL_EOF);
     if (pass == 0) { /* mid-pass: a state of the threads, restored */
@@ -1222,14 +1213,7 @@ TEST(a_threaded_global_shuffle_keeps_frames_and_gives_the_same_passes) {
       st = test_save_after(b, 250, &len);
       ASSERT_OK(sl_reader_restore(a, st, len));
       sl_free(st);
-      for (int64_t i = 250; i < 600; i++) {
-        sl_sample *x, *y;
-        ASSERT_OK(sl_reader_next(a, &x));
-        ASSERT_OK(sl_reader_next(b, &y));
-        ASSERT_EQ(test_sample_digest(x), test_sample_digest(y));
-        sl_sample_release(x);
-        sl_sample_release(y);
-      }
+      test_same_next(a, b, 600 - 250);
     }
     ASSERT_OK(sl_reader_reset(a));
     ASSERT_OK(sl_reader_reset(b));

@@ -226,6 +226,17 @@ double test_now_s(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+void test_same_next(sl_reader *a, sl_reader *b, uint64_t n) {
+  for (uint64_t i = 0; i < n; i++) {
+    sl_sample *x, *y;
+    ASSERT_OK(sl_reader_next(a, &x));
+    ASSERT_OK(sl_reader_next(b, &y));
+    ASSERT_EQ(test_sample_digest(x), test_sample_digest(y));
+    sl_sample_release(x);
+    sl_sample_release(y);
+  }
+}
+
 void test_write_ids_slr(const char *path, int64_t first, int64_t n,
                         uint32_t per_chunk) {
   sl_schema *s = sl_schema_new();

@@ -132,6 +132,8 @@ int test_temporaries_of(const char *path);
 /* A digest of everything a sample holds: each field's dtype, shape, LoD
  * and bytes (FNV-1a, 64 bits). */
 uint64_t test_sample_digest(const sl_sample *s);
+/* The next n samples of a and of b are the same (test_sample_digest). */
+void test_same_next(sl_reader *a, sl_reader *b, uint64_t n);
 /* Reads one whole pass of `r` (which must end with SL_EOF), then destroys
  * it: a digest of its samples in order (test_sample_digest of each), and
  * their count in *n. */
