@@ -40,16 +40,20 @@ static int c_not_thirds(void *ud, const sl_sample *s) {
 typedef struct par_case {
   bool filter, unordered;
   int threads;
+  bool repeated; /* shuffled below, repeated 3 times, a shuffle above */
 } par_case;
 
 static sl_reader *build_par(void *ud) {
   const par_case *c = ud;
   sl_reader *r = test_range_reader(100);
+  if (c->repeated && sl_shuffle(r, 8, 3, &r) != SL_OK) return NULL;
   sl_parallel_opts o = SL_PARALLEL_OPTS_INIT;
   o.threads = (unsigned)c->threads;
   o.unordered = c->unordered;
   int rc = c->filter ? sl_filter_parallel(r, c_not_thirds, NULL, NULL, &o, &r)
                      : sl_map_parallel(r, c_times3, NULL, NULL, NULL, &o, &r);
+  if (rc == SL_OK && c->repeated) rc = sl_multi_pass(r, 3, &r);
+  if (rc == SL_OK && c->repeated) rc = sl_shuffle(r, 24, 11, &r);
   return rc == SL_OK ? r : NULL;
 }
 
@@ -58,9 +62,25 @@ static const uint64_t k_cuts[] = {0, 1, 33, 99, 100, 101, 150, 299};
 
 TEST(c_parallel_map_and_filter_resume_exactly) {
   for (int t = 1; t <= 4; t *= 2) {
-    par_case m = {false, false, t}, f = {true, false, t};
+    par_case m = {false, false, t, false}, f = {true, false, t, false};
     test_resume_check(build_par, &m, 3, k_cuts, NCUTS, 4096);
     test_resume_check(build_par, &f, 3, k_cuts, NCUTS, 4096);
+  }
+}
+
+/* Under a repeat, with a shuffle above holding samples from before each
+ * reset: the engine stages are saved in their pass before, their shuffled
+ * upstream at that pass (a map at its position, a filter replaying that
+ * pass: its log is the current pass's). */
+TEST(c_parallel_map_and_filter_under_a_repeat_resume_exactly) {
+  const uint64_t cuts[] = {0, 60, 66, 70, 76, 90, 100, 101, 110, 120, 132,
+                           140, 160, 198, 200, 210, 230, 299};
+  for (int t = 1; t <= 2; t++) {
+    par_case m = {false, false, t, true}, f = {true, false, t, true};
+    test_resume_check(build_par, &m, 2, cuts, sizeof cuts / sizeof *cuts,
+                      4096);
+    test_resume_check(build_par, &f, 2, cuts, sizeof cuts / sizeof *cuts,
+                      4096);
   }
 }
 
@@ -137,14 +157,14 @@ TEST(c_parallel_unordered_delivers_each_remaining_sample_once) {
     size_t n = par_want(f, want);
     for (size_t c = 0; c < 5; c++) {
       uint64_t cut = (uint64_t[]){0, 1, 20, 50, n}[c];
-      par_case a = {f, true, 4}, b = {f, true, 1 + (int)c % 3};
+      par_case a = {f, true, 4, false}, b = {f, true, 1 + (int)c % 3, false};
       expect_each_once(build_par(&a), build_par(&b), cut, want, n);
     }
   }
 }
 
 TEST(an_unordered_stage_under_a_shuffle_refuses_to_save) {
-  par_case c = {false, true, 2};
+  par_case c = {false, true, 2, false};
   sl_reader *r = build_par(&c);
   ASSERT_OK(sl_shuffle(r, 16, 1, &r));
   sl_sample *s = NULL;

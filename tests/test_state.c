@@ -60,6 +60,18 @@ typedef enum {
   CH_THREADED,
   CH_DEMO, /* shuffle > batch > prefetch over a filtered map */
   CH_DOUBLE_BUFFER,
+  /* a repeat whose upstream's pass changes the order (a shuffle under a
+   * 1:1 map, a filter, a batch), under a shuffle that holds samples from
+   * before the repeat's reset: saved at the upstream's previous pass */
+  CH_REPEAT_HELD_MAP,
+  CH_REPEAT_HELD_FILTER,
+  CH_REPEAT_HELD_BATCH,
+  CH_REPEAT_HELD_SHUFFLE, /* the shuffle itself under the repeat */
+  CH_REPEAT_HELD_CHAIN,   /* two shuffled readers one after the other */
+  /* a pass of 20 under a window of 40: saves two passes back, where the
+   * filter's log of this pass knows the same positions */
+  CH_REPEAT_SPANNED_FILTER,
+  CH_REPEAT_NESTED, /* a repeat under a repeat: refused, naming it */
 } chain_kind;
 
 #define OK(expr)                                                               \
@@ -136,6 +148,47 @@ static sl_reader *build(void *ud) {
     OK(sl_double_buffer(r, &o, &r));
     return r;
   }
+  case CH_REPEAT_HELD_MAP:
+  case CH_REPEAT_HELD_FILTER:
+  case CH_REPEAT_HELD_BATCH:
+    OK(sl_shuffle(r, 8, 3, &r));
+    if (kind == CH_REPEAT_HELD_MAP)
+      OK(sl_map(r, times3, NULL, NULL, NULL, &r));
+    else if (kind == CH_REPEAT_HELD_FILTER)
+      OK(sl_filter(r, not_thirds, NULL, NULL, &r));
+    else
+      OK(sl_batch(r, 4, NULL, &r));
+    OK(sl_multi_pass(r, 3, &r));
+    OK(sl_shuffle(r, 24, 11, &r));
+    return r;
+  case CH_REPEAT_HELD_SHUFFLE:
+    OK(sl_shuffle(r, 8, 3, &r));
+    OK(sl_multi_pass(r, 3, &r));
+    OK(sl_shuffle(r, 24, 11, &r));
+    return r;
+  case CH_REPEAT_HELD_CHAIN: {
+    sl_reader *v[2] = {r, test_range_reader(30)};
+    OK(sl_shuffle(v[0], 8, 3, &v[0]));
+    OK(sl_shuffle(v[1], 4, 5, &v[1]));
+    OK(sl_chain(v, 2, &r));
+    OK(sl_multi_pass(r, 3, &r));
+    OK(sl_shuffle(r, 24, 11, &r));
+    return r;
+  }
+  case CH_REPEAT_SPANNED_FILTER:
+    sl_reader_destroy(r);
+    r = test_range_reader(30);
+    OK(sl_shuffle(r, 8, 3, &r));
+    OK(sl_filter(r, not_thirds, NULL, NULL, &r));
+    OK(sl_multi_pass(r, 3, &r));
+    OK(sl_shuffle(r, 40, 11, &r));
+    return r;
+  case CH_REPEAT_NESTED:
+    OK(sl_shuffle(r, 8, 3, &r));
+    OK(sl_multi_pass(r, 2, &r));
+    OK(sl_multi_pass(r, 2, &r));
+    OK(sl_shuffle(r, 24, 11, &r));
+    return r;
   case CH_DEMO:
     OK(sl_map(r, times3, NULL, NULL, NULL, &r));
     OK(sl_filter(r, not_thirds, NULL, NULL, &r));
@@ -152,6 +205,19 @@ static const uint64_t k_cuts[] = {0, 1, 5, 17, 50, 99, 100, 101, 150, 233, 299};
 static void check_kind(chain_kind kind) {
   test_resume_check(build, (void *)(intptr_t)kind, 3, k_cuts,
                     sizeof k_cuts / sizeof *k_cuts, 4096);
+}
+
+/* Cuts in every pass of the repeat (and past its passes' ends) over the
+ * span the shuffle above holds. */
+static void check_held_kind(chain_kind kind, uint64_t up_pass) {
+  uint64_t cuts[64];
+  size_t n = 0;
+  for (uint64_t p = 1; p <= 3; p++)
+    for (uint64_t d = 0; d <= 24; d += 3)
+      cuts[n++] = p * up_pass + d;
+  cuts[n++] = 3 * up_pass - 1;
+  cuts[n++] = 5;
+  test_resume_check(build, (void *)(intptr_t)kind, 2, cuts, n, 4096);
 }
 
 TEST(range_resumes_exactly) {
@@ -201,6 +267,61 @@ TEST(a_demo_like_chain_resumes_exactly) {
 }
 TEST(double_buffer_resumes_exactly) {
   check_kind(CH_DOUBLE_BUFFER);
+}
+
+/* A stage below a repeat saved at its previous pass (the repeat reset it,
+ * the shuffle above still holds samples from before) saves its own
+ * upstream at that pass too: the restore reads the order of that pass. */
+TEST(a_map_under_a_repeat_saved_at_its_previous_pass_resumes_exactly) {
+  check_held_kind(CH_REPEAT_HELD_MAP, 100);
+}
+TEST(a_filter_under_a_repeat_saved_at_its_previous_pass_resumes_exactly) {
+  check_held_kind(CH_REPEAT_HELD_FILTER, 66);
+}
+TEST(a_batch_under_a_repeat_saved_at_its_previous_pass_resumes_exactly) {
+  check_held_kind(CH_REPEAT_HELD_BATCH, 25);
+}
+TEST(a_shuffle_under_a_repeat_saved_at_its_previous_pass_resumes_exactly) {
+  check_held_kind(CH_REPEAT_HELD_SHUFFLE, 100);
+}
+TEST(a_chain_under_a_repeat_saved_at_its_previous_pass_resumes_exactly) {
+  check_held_kind(CH_REPEAT_HELD_CHAIN, 130);
+}
+TEST(a_filter_saved_two_passes_back_resumes_exactly) {
+  uint64_t cuts[61];
+  for (uint64_t i = 0; i <= 60; i++)
+    cuts[i] = i;
+  test_resume_check(build, (void *)(intptr_t)CH_REPEAT_SPANNED_FILTER, 2,
+                    cuts, 61, 4096);
+}
+
+/* A stage that keeps only this pass's placement (a repeat's own ends)
+ * asked for its pass before refuses the save, naming itself, rather than
+ * saving a wrong position; a save where it is not asked works. */
+TEST(a_repeat_asked_for_its_pass_before_refuses_naming_itself) {
+  sl_reader *r = build((void *)(intptr_t)CH_REPEAT_NESTED);
+  void *st = NULL;
+  size_t len = 0;
+  int refused = 0, saved = 0;
+  for (int i = 0; i < 400; i++) {
+    sl_sample *s = NULL;
+    int rc = sl_reader_next(r, &s);
+    if (rc == SL_EOF) break;
+    ASSERT_OK(rc);
+    sl_sample_release(s);
+    rc = sl_reader_save(r, &st, &len);
+    if (rc == SL_OK) {
+      saved++;
+      sl_free(st);
+      continue;
+    }
+    ASSERT_RC(rc, SL_EUNSUPPORTED);
+    ASSERT_CONTAINS(sl_last_error(), "multi_pass: the position is in its pass");
+    refused++;
+  }
+  ASSERT_TRUE(refused > 0);
+  ASSERT_TRUE(saved > 0);
+  sl_reader_destroy(r);
 }
 
 /* A filter saved far behind its log (a shuffle above holds old samples)

@@ -505,7 +505,7 @@ static int dbuf_save(sl_reader *rd, void *st, uint64_t pass, uint64_t k,
                      sl__state_out *w) {
   dbuf_state *p = st;
   sl__engine_hold_pulls(p->engine);
-  int rc = sl__state_save_up(w, p->up, sl__reader_pass(p->up), k);
+  int rc = sl__state_save_up(w, p->up, sl__state_up_pass(rd, p->up, pass), k);
   sl__engine_release_pulls(p->engine);
   return rc;
 }

@@ -52,7 +52,9 @@ typedef struct mix_state {
   size_t n;
   double *w;            /* weights */
   bool *active;         /* still drawn this pass */
-  uint64_t *start_pass; /* each reader's pass when this pass began */
+  uint64_t *start_pass; /* each reader's pass when this pass began; from
+                           start_pass + n, when the pass before began */
+  bool has_prev;        /* that pass is known (not before a restore) */
   uint64_t seed;
   int stop;
   bool keep_order; /* every pass draws pass 0's order */
@@ -147,7 +149,9 @@ static int mix_next(void *st, sl_sample **out) {
   }
 }
 
-static void start_pass(mix_state *m, uint64_t pass) {
+static void start_pass(mix_state *m, uint64_t pass, bool after_reset) {
+  memcpy(m->start_pass + m->n, m->start_pass, m->n * sizeof *m->start_pass);
+  m->has_prev = after_reset;
   m->pass = pass;
   m->j = 0;
   m->ended = false;
@@ -162,7 +166,7 @@ static void start_pass(mix_state *m, uint64_t pass) {
 static int mix_reset(void *st) {
   mix_state *m = st;
   SL_FORWARD_IF_ERROR(sl__reset_readers(m->readers, m->n));
-  start_pass(m, m->pass + 1);
+  start_pass(m, m->pass + 1, true);
   return SL_OK;
 }
 
@@ -199,12 +203,21 @@ static bool back_of(const mix_state *m, size_t i, uint64_t back, uint64_t *pass,
 static int mix_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                     sl__state_out *w) {
   mix_state *m = st;
+  /* a pass before (a repeat above reset the mixture): re-read from where
+   * its readers were when it began */
+  SL_RETURN_ERROR_IF(pass != m->pass && (pass + 1 != m->pass || !m->has_prev),
+                     SL_EUNSUPPORTED,
+                     "save: mix: the position is in its pass %llu, it is in "
+                     "pass %llu now: only the pass before is kept",
+                     (unsigned long long)pass, (unsigned long long)m->pass);
+  const uint64_t *starts =
+      pass == m->pass ? m->start_pass : m->start_pass + m->n;
   uint64_t *pos = sl__calloc(2 * m->n, sizeof *pos);
   SL_RETURN_ERROR_IF(!pos, SL_ENOMEM, "save: mix: cannot allocate");
   bool walked = k == 0 || (pass == m->pass && k <= m->j);
   if (k == 0) {
     for (size_t i = 0; i < m->n; i++)
-      pos[2 * i] = m->start_pass[i];
+      pos[2 * i] = starts[i];
   } else if (walked) {
     for (uint64_t j = m->j; j-- > k;) {
       size_t i = who(m, j);
@@ -220,7 +233,7 @@ static int mix_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
     rc = sl__state_save_up(w, m->readers[i], pos[2 * i], pos[2 * i + 1]);
   sl__free(pos);
   if (rc < 0 || walked) return rc;
-  return sl__gather_save_reread(m->readers, m->start_pass, m->n, k, w);
+  return sl__gather_save_reread(m->readers, starts, m->n, k, w);
 }
 
 /* Mode 1 and states without a payload: the pass re-read up to k. */
@@ -228,7 +241,7 @@ static int restore_replay(mix_state *m, uint64_t pass, uint64_t k,
                           sl__state_in *in) {
   for (size_t i = 0; i < m->n; i++)
     SL_FORWARD_IF_ERROR(sl__state_restore_up(in, m->readers[i]));
-  start_pass(m, pass);
+  start_pass(m, pass, false);
   uint64_t *keep = sl__malloc(m->n * sizeof *keep);
   SL_RETURN_ERROR_IF(!keep, SL_ENOMEM, "mix: cannot allocate");
   for (size_t i = 0; i < m->n; i++)
@@ -266,7 +279,7 @@ static int mix_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
   for (size_t i = 0; i < m->n && rc == SL_OK; i++)
     rc = sl__state_restore_up(in, m->readers[i]);
   if (rc == SL_OK) {
-    start_pass(m, pass);
+    start_pass(m, pass, false);
     m->j = k;
     for (size_t i = 0; i < m->n; i++) {
       m->gone[i] = gone[i];
@@ -313,7 +326,7 @@ int sl_mix_counts(const sl_reader *r, uint64_t *counts, size_t cap, size_t *n) {
 static int setup(mix_state *m, const sl_mix_opts *o) {
   m->w = sl__calloc(m->n, sizeof *m->w);
   m->active = sl__calloc(m->n, sizeof *m->active);
-  m->start_pass = sl__calloc(m->n, sizeof *m->start_pass);
+  m->start_pass = sl__calloc(2 * m->n, sizeof *m->start_pass);
   m->count = sl__calloc(m->n, sizeof *m->count);
   m->gone = sl__calloc(m->n, sizeof *m->gone);
   m->ends = sl__calloc(m->n * MIX_ENDS, sizeof *m->ends);
@@ -376,7 +389,7 @@ int sl_mix(sl_reader **readers, size_t n, const sl_mix_opts *opts,
     mix_destroy(m);
     return rc;
   }
-  start_pass(m, 0);
+  start_pass(m, 0, false);
   return sl__stage_new(&mix_ops, m,
                        (sl_schema *)sl_reader_schema(m->readers[0]), m->readers,
                        m->n, NULL, out);

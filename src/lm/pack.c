@@ -38,7 +38,11 @@
  * read.  A save further behind than the rings (stages above holding more
  * than `hist` rows) saves mode 1: the upstream at the start of the pass,
  * which the restore re-reads (gather.h); so does a state with no payload
- * (saved before mode 0 existed).
+ * (saved before mode 0 existed).  The rings run on across a reset (each
+ * pass notes where in them it began), so a save in the pass before - a
+ * mix with stop = never or a repeat above reset the stage while the stages
+ * above still hold its rows - is mode 0 too while the rings reach, the
+ * upstream saved at its matching pass.
  */
 #include "lm/lm.h"
 #include "sync/budget.h"
@@ -60,6 +64,14 @@ typedef struct snap {
   uint64_t doc, from, nopen;
 } snap;
 
+/* Where a pass's entries lie in the rings: output k's at obase + k, row
+ * r's at rbase + r (mod hist); outputs [low, out] and rows [0, opened) are
+ * its (low: the position a restore set). */
+typedef struct pass_view {
+  uint64_t obase, rbase, low, out, opened;
+  bool known;
+} pass_view;
+
 typedef struct pack_state {
   sl_reader *up; /* first: sl__gather_save_reread_up */
   int64_t T;
@@ -80,8 +92,10 @@ typedef struct pack_state {
   /* the position (see the top): rings of `hist` entries */
   size_t hist;
   uint64_t opened, out; /* rows opened, handed out this pass */
-  uint64_t *docs_at;    /* documents read at output k, at k % hist */
-  snap *snaps;          /* where row r opened, at r % hist */
+  uint64_t obase, rbase, low; /* this pass in the rings (pass_view) */
+  pass_view prev;       /* the pass before, when known */
+  uint64_t *docs_at;    /* documents read at output k, at (obase + k) % hist */
+  snap *snaps;          /* where row r opened, at (rbase + r) % hist */
   int64_t *snap_used;   /* its open rows' fill, (lookahead + 1) per snap */
   /* the memory budget's account (set once, any time) */
   sl__budget_acct *_Atomic acct;
@@ -160,7 +174,7 @@ static int place(pack_state *p, const sl_sample *s, int64_t doc_len,
     sl_buffer *b =
         sl_buffer_new((size_t)(p->nf + 2) * (size_t)p->T * sizeof(int32_t));
     SL_RETURN_ERROR_IF(!b, SL_ENOMEM, "pack: cannot allocate a row");
-    size_t h = p->opened++ % p->hist;
+    size_t h = (p->rbase + p->opened++) % p->hist;
     p->snaps[h] = (snap){p->docs, (uint64_t)from, p->nopen};
     for (size_t k = 0; k < p->nopen; k++)
       p->snap_used[h * (p->lookahead + 1) + k] = p->open[k].used;
@@ -264,24 +278,34 @@ static int pack_next(void *st, sl_sample **out) {
   }
   sl_buffer_release(r.buf);
   p->out++;
-  p->docs_at[p->out % p->hist] = p->docs;
+  p->docs_at[(p->obase + p->out) % p->hist] = p->docs;
   sl__stat_add_1w(&p->rows_out, 1);
   sl__stat_add_1w(&p->tokens_out, (uint64_t)r.used);
   *out = o;
   return SL_OK;
 }
 
-static void clear(pack_state *p) {
+/* A new pass: after a reset (the rings run on, the pass before is kept)
+ * or for a restore. */
+static void clear(pack_state *p, bool reset) {
   drop_rows(p);
   p->ended = false;
   p->docs = 0;
-  p->opened = p->out = 0;
-  p->docs_at[0] = 0;
+  if (reset) {
+    p->prev = (pass_view){p->obase, p->rbase, p->low, p->out, p->opened, true};
+    p->obase += p->out + 1;
+    p->rbase += p->opened;
+  } else {
+    p->prev.known = false;
+    p->obase = p->rbase = 0;
+  }
+  p->opened = p->out = p->low = 0;
+  p->docs_at[p->obase % p->hist] = 0;
 }
 
 static int pack_reset(void *st) {
   pack_state *p = st;
-  clear(p);
+  clear(p, true);
   return sl_reader_reset(p->up);
 }
 
@@ -300,14 +324,22 @@ static void pack_destroy(void *st) {
 static int pack_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                      sl__state_out *w) {
   pack_state *p = st;
-  bool ok = pass == sl__reader_pass(r) && k <= p->out && p->out - k < p->hist;
-  uint64_t at = ok ? p->docs_at[k % p->hist] : 0;
+  uint64_t now = sl__reader_pass(r);
+  const pass_view cur = {p->obase, p->rbase, p->low, p->out, p->opened, true};
+  const pass_view *v = pass == now ? &cur : pass + 1 == now ? &p->prev : NULL;
+  /* the newest entries of the rings: older ones are overwritten past hist */
+  uint64_t onew = p->obase + p->out, rnew = p->rbase + p->opened;
+  bool ok = v && v->known && k >= v->low && k <= v->out &&
+            onew - (v->obase + k) < p->hist;
+  uint64_t at = ok ? p->docs_at[(v->obase + k) % p->hist] : 0;
   const snap *sn = NULL; /* where row k opened, when it was open at k */
-  if (ok && k < p->opened) {
-    if (p->opened - k > p->hist)
+  size_t h = 0;
+  if (ok && k < v->opened) {
+    h = (size_t)((v->rbase + k) % p->hist);
+    if (rnew - (v->rbase + k) > p->hist)
       ok = false; /* its snapshot is gone */
-    else if (p->snaps[k % p->hist].doc < at)
-      sn = &p->snaps[k % p->hist];
+    else if (p->snaps[h].doc < at)
+      sn = &p->snaps[h];
   }
   if (!ok) {
     SL_FORWARD_IF_ERROR(sl__state_put_u64(w, 1));
@@ -320,8 +352,8 @@ static int pack_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
   SL_FORWARD_IF_ERROR(sl__state_put_u64(w, sn ? sn->nopen : 0));
   for (uint64_t i = 0; sn && i < sn->nopen; i++)
     SL_FORWARD_IF_ERROR(sl__state_put_u64(
-        w, (uint64_t)p->snap_used[(k % p->hist) * (p->lookahead + 1) + i]));
-  uint64_t up_pass = sl__reader_pass(p->up);
+        w, (uint64_t)p->snap_used[h * (p->lookahead + 1) + i]));
+  uint64_t up_pass = sl__state_up_pass(r, p->up, pass);
   return sn ? sl__state_save_up_replayed(w, p->up, up_pass, sn->doc)
             : sl__state_save_up(w, p->up, up_pass, at);
 }
@@ -358,7 +390,7 @@ static int reread(pack_state *p, uint64_t at, int64_t from) {
 static int pack_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                         sl__state_in *in) {
   pack_state *p = st;
-  clear(p);
+  clear(p, false);
   uint64_t mode = 1, v[4] = {0};
   if (sl__state_left(in) > 0) SL_FORWARD_IF_ERROR(sl__state_get_u64(in, &mode));
   SL_RETURN_ERROR_IF(mode > 1, SL_ECORRUPT,
@@ -387,7 +419,7 @@ static int pack_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
   }
   SL_FORWARD_IF_ERROR(sl__state_restore_up(in, p->up));
   p->docs = doc;
-  p->opened = p->out = k;
+  p->opened = p->out = p->low = k;
   p->docs_at[k % p->hist] = at;
   int rc = SL_OK;
   for (int64_t f = (int64_t)from; p->docs < at && rc == SL_OK; f = 0)

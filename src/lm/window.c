@@ -232,6 +232,7 @@ static int window_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                        sl__state_out *out) {
   window_state *w = st;
   struct at at;
+  uint64_t up_pass = sl__state_up_pass(r, w->up, pass);
   bool known = pass == sl__reader_pass(r) && k <= w->count;
   if (known && k == w->count)
     at = next_at(w);
@@ -245,16 +246,15 @@ static int window_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
     SL_FORWARD_IF_ERROR(sl__state_put_u64(out, 2));
     SL_FORWARD_IF_ERROR(sl__state_put_u64(out, k / SL__STATE_LOG));
     SL_FORWARD_IF_ERROR(sl__state_put_u64(out, c->off));
-    return sl__state_save_up_replayed(out, w->up, sl__reader_pass(w->up),
-                                      c->sample);
+    return sl__state_save_up_replayed(out, w->up, up_pass, c->sample);
   }
   if (!known) {
     SL_FORWARD_IF_ERROR(sl__state_put_u64(out, 1));
-    return sl__gather_save_reread(&w->up, NULL, 1, k, out);
+    return sl__gather_save_reread(&w->up, &up_pass, 1, k, out);
   }
   SL_FORWARD_IF_ERROR(sl__state_put_u64(out, 0));
   SL_FORWARD_IF_ERROR(sl__state_put_u64(out, at.off));
-  return sl__state_save_up(out, w->up, sl__reader_pass(w->up), at.sample);
+  return sl__state_save_up(out, w->up, up_pass, at.sample);
 }
 
 static int window_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,

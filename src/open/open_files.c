@@ -941,6 +941,13 @@ static int save_unordered(of_state *o, uint64_t k, sl__state_out *w) {
 static int of_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                    sl__state_out *w) {
   of_state *o = st;
+  SL_RETURN_ERROR_IF(pass != sl__reader_pass(r), SL_EUNSUPPORTED,
+                     "save: open_files: the position is in its pass %llu, "
+                     "it is in pass %llu now (a repeat or mix above reset "
+                     "it while the stages above still hold its outputs): "
+                     "only this pass's plan is kept",
+                     (unsigned long long)pass,
+                     (unsigned long long)sl__reader_pass(r));
   SL_FORWARD_IF_ERROR(put_common(o, w));
   return o->unordered ? save_unordered(o, k, w) : save_ordered(o, k, w);
 }

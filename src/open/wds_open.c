@@ -516,6 +516,13 @@ static void wo_destroy(void *st) {
 static int wo_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                    sl__state_out *w) {
   wds_open *o = st;
+  SL_RETURN_ERROR_IF(pass != sl__reader_pass(r), SL_EUNSUPPORTED,
+                     "save: wds open: the position is in its pass %llu, it "
+                     "is in pass %llu now (a repeat or mix above reset it "
+                     "while the stages above still hold its outputs): only "
+                     "this pass's lanes are kept",
+                     (unsigned long long)pass,
+                     (unsigned long long)sl__reader_pass(r));
   SL_FORWARD_IF_ERROR(sl__state_put_u64(w, o->T));
   SL_FORWARD_IF_ERROR(sl__state_put_u64(w, o->nfiles));
   SL_FORWARD_IF_ERROR(sl__state_put_u64(w, o->total));

@@ -439,12 +439,16 @@ static int fm_save(sl_reader *r, void *state, uint64_t pass, uint64_t k,
                         "is not reproducible, so its position cannot be "
                         "saved; use ordered=true",
                         st->b.spec.label);
+  bool now = pass == sl__reader_pass(r); /* else: replay that pass */
   SL_RETURN_ERROR_IF(
-      k > st->count, SL_EINVAL, "save: %s: position %llu is ahead of %llu",
-      st->b.spec.label, (unsigned long long)k, (unsigned long long)st->count);
+      now && k > st->count, SL_EINVAL,
+      "save: %s: position %llu is ahead of %llu", st->b.spec.label,
+      (unsigned long long)k, (unsigned long long)st->count);
   uint64_t u = 0, d = 0;
   bool replay = false;
-  if (k == st->known) {
+  if (!now) {
+    replay = true;
+  } else if (k == st->known) {
     u = st->rest_u;
     d = st->rest_d;
   } else if (k > st->known && st->count - k < SL__STATE_LOG) {
@@ -461,10 +465,9 @@ static int fm_save(sl_reader *r, void *state, uint64_t pass, uint64_t k,
   SL_FORWARD_IF_ERROR(sl__state_put_u64(w, replay ? UINT64_MAX : u));
   SL_FORWARD_IF_ERROR(sl__state_put_u64(w, d));
   sl__engine_hold_pulls(st->b.run.engine);
-  int rc = replay ? sl__state_save_up_replayed(w, st->b.run.up,
-                                               sl__reader_pass(st->b.run.up), 0)
-                  : sl__state_save_up(w, st->b.run.up,
-                                      sl__reader_pass(st->b.run.up), u);
+  uint64_t up_pass = sl__state_up_pass(r, st->b.run.up, pass);
+  int rc = replay ? sl__state_save_up_replayed(w, st->b.run.up, up_pass, 0)
+                  : sl__state_save_up(w, st->b.run.up, up_pass, u);
   sl__engine_release_pulls(st->b.run.engine);
   return rc;
 }
@@ -620,8 +623,9 @@ static int scan_save(sl_reader *r, void *state, uint64_t pass, uint64_t k,
   if (rc == SL_OK && ok && k) rc = sl__state_put_bytes(w, b.p, b.n);
   sl__free(b.p);
   SL_FORWARD_IF_ERROR(rc);
-  return ok ? sl__state_save_up(w, up, sl__reader_pass(up), k)
-            : sl__state_save_up_replayed(w, up, sl__reader_pass(up), 0);
+  uint64_t up_pass = sl__state_up_pass(r, up, pass);
+  return ok ? sl__state_save_up(w, up, up_pass, k)
+            : sl__state_save_up_replayed(w, up, up_pass, 0);
 }
 
 static int scan_restore(sl_reader *r, void *state, uint64_t pass, uint64_t k,

@@ -19,7 +19,10 @@ typedef struct chain_state {
   sl_reader **readers; /* n readers, all owned */
   size_t n;
   size_t cur;       /* the reader being read in this pass */
-  uint64_t *counts; /* samples each reader gave in this pass */
+  uint64_t *counts; /* samples each reader gave in this pass; then, from
+                       counts + n, in the pass before (a save there) */
+  size_t prev_cur;  /* `cur` when the pass before ended */
+  bool has_prev;
   uint64_t *lens;   /* the readers' lengths, once a fetch needed them */
 } chain_state;
 
@@ -36,6 +39,9 @@ static int chain_next(void *st, sl_sample **out) {
 
 static int chain_reset(void *st) {
   chain_state *c = st;
+  memcpy(c->counts + c->n, c->counts, c->n * sizeof *c->counts);
+  c->prev_cur = c->cur;
+  c->has_prev = true;
   c->cur = 0;
   memset(c->counts, 0, c->n * sizeof *c->counts);
   return sl__reset_readers(c->readers, c->n);
@@ -70,14 +76,22 @@ static int chain_length(const sl_reader *r, void *st, uint64_t *n) {
 static int chain_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                       sl__state_out *w) {
   chain_state *c = st;
-  size_t at = 0;
-  while (at + 1 < c->n && at < c->cur && k >= c->counts[at])
-    k -= c->counts[at++];
+  /* this pass's counts, or the pass before's (a repeat above reset it) */
+  uint64_t now = sl__reader_pass(r);
+  SL_RETURN_ERROR_IF(pass + 1 < now || (pass + 1 == now && !c->has_prev),
+                     SL_EUNSUPPORTED,
+                     "save: chain: the position is in its pass %llu, it is "
+                     "in pass %llu now: only the pass before is kept",
+                     (unsigned long long)pass, (unsigned long long)now);
+  const uint64_t *counts = pass == now ? c->counts : c->counts + c->n;
+  size_t cur = pass == now ? c->cur : c->prev_cur, at = 0;
+  while (at + 1 < c->n && at < cur && k >= counts[at])
+    k -= counts[at++];
   SL_FORWARD_IF_ERROR(sl__state_put_u64(w, at));
   for (size_t i = 0; i < c->n; i++) {
-    uint64_t pos = i < at ? c->counts[i] : i == at ? k : 0;
-    SL_FORWARD_IF_ERROR(sl__state_save_up(w, c->readers[i],
-                                          sl__reader_pass(c->readers[i]), pos));
+    uint64_t pos = i < at ? counts[i] : i == at ? k : 0;
+    SL_FORWARD_IF_ERROR(sl__state_save_up(
+        w, c->readers[i], sl__state_up_pass(r, c->readers[i], pass), pos));
   }
   return SL_OK;
 }
@@ -96,6 +110,7 @@ static int chain_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
   /* What the readers before `at` gave: the rest of k (their counts are
    * only used to place a later save). */
   memset(c->counts, 0, c->n * sizeof *c->counts);
+  c->has_prev = false;
   for (size_t i = 0; i <= c->cur; i++)
     c->counts[i] = sl__reader_delivered(c->readers[i]);
   return SL_OK;
@@ -176,7 +191,7 @@ int sl_chain(sl_reader **readers, size_t n, sl_reader **out) {
   }
   chain_state *c = sl__calloc(1, sizeof *c);
   sl_reader **copy = sl__malloc(n * sizeof *copy);
-  uint64_t *counts = sl__calloc(n, sizeof *counts);
+  uint64_t *counts = sl__calloc(2 * n, sizeof *counts);
   if (!c || !copy || !counts || n > SIZE_MAX / sizeof *copy) {
     SL__FREE(c, copy, counts);
     sl__destroy_readers(readers, n);

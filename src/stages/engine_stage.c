@@ -207,7 +207,7 @@ int sl__engine_stage_length(const sl_reader *r, void *st, uint64_t *n) {
 int sl__engine_stage_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                           sl__state_out *w) {
   sl__engine_stage *b = st;
-  return sl__engine_pos_save(&b->pos, b->engine, b->up, k, w);
+  return sl__engine_pos_save(&b->pos, b->engine, r, b->up, pass, k, w);
 }
 
 /* Errors before the restored position are not counted; ctx.epoch is the

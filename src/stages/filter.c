@@ -72,10 +72,13 @@ static int filter_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                        sl__state_out *w) {
   filter_state *f = st;
   uint64_t u;
-  bool found = sl__state_log_find(&f->log, k, &u);
+  /* the log is this pass's: an earlier pass replays */
+  bool found =
+      pass == sl__reader_pass(r) && sl__state_log_find(&f->log, k, &u);
+  uint64_t up_pass = sl__state_up_pass(r, f->up, pass);
   SL_FORWARD_IF_ERROR(sl__state_put_u64(w, found ? u : UINT64_MAX));
-  if (found) return sl__state_save_up(w, f->up, sl__reader_pass(f->up), u);
-  return sl__state_save_up_replayed(w, f->up, sl__reader_pass(f->up), 0);
+  if (found) return sl__state_save_up(w, f->up, up_pass, u);
+  return sl__state_save_up_replayed(w, f->up, up_pass, 0);
 }
 
 static int filter_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,

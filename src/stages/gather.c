@@ -3,6 +3,8 @@
  */
 #include "stages/gather.h"
 
+#include <limits.h>
+
 uint64_t sl__gather_count(uint64_t total, uint64_t size, uint64_t stride,
                           int drop) {
   if (drop) return total >= size ? (total - size) / stride + 1 : 0;
@@ -108,6 +110,8 @@ int sl__gather_put(sl_sample *o, int i, sl_tensor *t, sl_tensor *lens) {
 int sl__gather_reset(void *st) {
   sl__gather *g = st;
   sl__gather_release(g);
+  g->prev_no = g->no;
+  g->prev_up = sl__reader_delivered(g->up);
   g->no = 0;
   return sl_reader_reset(g->up); /* its error, if any, as it is */
 }
@@ -128,10 +132,12 @@ int sl__gather_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
   SL_RETURN_ERROR_IF(k > UINT64_MAX / g->n, SL_EUNSUPPORTED,
                      "save: %s: position %llu overflows", sl_reader_name(r),
                      (unsigned long long)k);
-  uint64_t pos = k * g->n;
-  if (pass == sl__reader_pass(r) && k == g->no)
+  uint64_t pos = k * g->n, now = sl__reader_pass(r);
+  if (pass == now && k == g->no)
     pos = SL_MIN(pos, sl__reader_delivered(g->up));
-  return sl__state_save_up(w, g->up, sl__reader_pass(g->up), pos);
+  else if (pass + 1 == now && k == g->prev_no)
+    pos = SL_MIN(pos, g->prev_up); /* the end of the pass before */
+  return sl__state_save_up(w, g->up, sl__state_up_pass(r, g->up, pass), pos);
 }
 
 /* Upstream at k x n, or inside the last (short) batch. */
@@ -160,6 +166,7 @@ int sl__gather_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
   sl__gather_release(g);
   SL_FORWARD_IF_ERROR(sl__state_restore_up(in, g->up));
   g->no = k;
+  g->prev_no = ULLONG_MAX; /* not known */
   return SL_OK;
 }
 
@@ -176,5 +183,7 @@ int sl__gather_save_reread(sl_reader *const *ups, const uint64_t *passes,
 
 int sl__gather_save_reread_up(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                               sl__state_out *w) {
-  return sl__gather_save_reread((sl_reader *const *)st, NULL, 1, k, w);
+  sl_reader *up = *(sl_reader *const *)st;
+  uint64_t up_pass = sl__state_up_pass(r, up, pass);
+  return sl__gather_save_reread(&up, &up_pass, 1, k, w);
 }

@@ -37,6 +37,10 @@ typedef struct sl__gather {
   sl_sample **held; /* n slots: the batch being gathered */
   size_t nheld;
   unsigned long long no; /* batches yielded in this pass */
+  /* the pass before: its batches and the samples upstream gave (a save
+   * there: a repeat above reset the stage) */
+  unsigned long long prev_no;
+  uint64_t prev_up;
   /* The memory budget (sync/budget.h; sl__gather_budget): the stage's
    * account or NULL, set while another thread may pull (a prefetch's
    * worker), so atomic; and the bytes its held rows are charged. */

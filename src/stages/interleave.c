@@ -355,6 +355,13 @@ static int schedule_at(const il_state *t, uint64_t k, turn *o, uint64_t *src,
 static int il_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                    sl__state_out *w) {
   il_state *t = st;
+  SL_RETURN_ERROR_IF(pass != sl__reader_pass(r), SL_EUNSUPPORTED,
+                     "save: interleave: the position is in its pass %llu, "
+                     "it is in pass %llu now (a repeat or mix above reset "
+                     "it while the stages above still hold its outputs): "
+                     "only this pass's schedule is kept",
+                     (unsigned long long)pass,
+                     (unsigned long long)sl__reader_pass(r));
   turn s = {0, 0, 0, 0, 0};
   uint64_t *src = sl__calloc(2 * t->cycle, sizeof *src);
   SL_RETURN_ERROR_IF(!src, SL_ENOMEM, "save: interleave: cannot allocate");

@@ -79,6 +79,13 @@ static int multi_pass_length(const sl_reader *r, void *st, uint64_t *n) {
 static int multi_pass_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                            sl__state_out *w) {
   multi_pass_state *m = st;
+  SL_RETURN_ERROR_IF(pass != sl__reader_pass(r), SL_EUNSUPPORTED,
+                     "save: multi_pass: the position is in its pass %llu, "
+                     "it is in pass %llu now (a repeat or mix above reset "
+                     "it while the stages above still hold its outputs): "
+                     "only this pass's ends are kept",
+                     (unsigned long long)pass,
+                     (unsigned long long)sl__reader_pass(r));
   uint64_t j = 0;
   while (j < m->done && m->ends[j] <= k && j + 1 < m->c.n)
     j++;

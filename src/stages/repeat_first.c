@@ -50,8 +50,9 @@ static int repeat_length(const sl_reader *r, void *st, uint64_t *n) {
 static int repeat_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                        sl__state_out *w) {
   sl_reader *up = ((repeat_state *)st)->c.up;
-  if (k == 0) return sl__state_save_up(w, up, sl__reader_pass(up), 0);
-  return sl__state_save_up_replayed(w, up, sl__reader_pass(up), 0);
+  uint64_t up_pass = sl__state_up_pass(r, up, pass);
+  if (k == 0) return sl__state_save_up(w, up, up_pass, 0);
+  return sl__state_save_up_replayed(w, up, up_pass, 0);
 }
 
 static int repeat_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,

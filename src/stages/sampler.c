@@ -404,7 +404,7 @@ static int sampler_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                         sl__state_out *w) {
   sampler *s = st;
   if (!s->up) return SL_OK;
-  return sl__state_save_up(w, s->up, sl__reader_pass(s->up), 0);
+  return sl__state_save_up(w, s->up, sl__state_up_pass(r, s->up, pass), 0);
 }
 
 static int sampler_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,

@@ -151,7 +151,7 @@ enum { AT_U, WRAP_FIRST, WRAP_DONE };
 static int shard_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                       sl__state_out *w) {
   shard_state *s = st;
-  uint64_t u, mode = AT_U, up_pass = sl__reader_pass(s->up);
+  uint64_t u, mode = AT_U, up_pass = sl__state_up_pass(r, s->up, pass);
   if (s->policy == SL_SHARD_DROP) {
     u = k * s->world;
   } else {

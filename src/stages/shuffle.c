@@ -34,6 +34,8 @@
 
 #include <stdlib.h>
 
+#define SHUFFLE_ENDS 16
+
 typedef struct shuffle_state {
   sl_reader *up;
   size_t size;       /* buffer_size: the most samples the window holds */
@@ -42,6 +44,10 @@ typedef struct shuffle_state {
   bool up_ended;     /* upstream returned SL_EOF this pass */
   uint64_t pulled;   /* upstream samples read this pass */
   uint64_t seed, pass;
+  /* where upstream ended in the passes before (UINT64_MAX: reset before
+   * its end), pass p's at p % SHUFFLE_ENDS; `ends_from`: the first pass
+   * the ring knows (a save there: a repeat above reset the stage) */
+  uint64_t ends[SHUFFLE_ENDS], ends_from;
   uint64_t rng[4]; /* xoshiro256** state */
   /* The next draw made early (see Cost): valid while ahead_ok. */
   bool ahead_ok;
@@ -181,6 +187,7 @@ static int shuffle_next(void *st, sl_sample **out) {
 static int shuffle_reset(void *st) {
   shuffle_state *s = st;
   release_window(s);
+  s->ends[s->pass % SHUFFLE_ENDS] = s->up_ended ? s->pulled : UINT64_MAX;
   s->up_ended = false;
   s->ahead_ok = false;
   s->pulled = 0;
@@ -278,19 +285,32 @@ enum { REFILL_READ = 0, REFILL_FETCH = 1 };
 static int shuffle_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                         sl__state_out *w) {
   shuffle_state *s = st;
-  uint64_t end = pass == s->pass && s->up_ended ? s->pulled : UINT64_MAX;
+  uint64_t end = s->up_ended ? s->pulled : UINT64_MAX;
+  if (pass != s->pass) { /* a pass before: where its upstream ended */
+    SL_RETURN_ERROR_IF(
+        pass < s->ends_from || s->pass - pass > SHUFFLE_ENDS, SL_EUNSUPPORTED,
+        "save: shuffle: the position is in its pass %llu, it is in pass "
+        "%llu now: where upstream ended is kept for %d passes back, and "
+        "not before a restore",
+        (unsigned long long)pass, (unsigned long long)s->pass, SHUFFLE_ENDS);
+    end = s->ends[pass % SHUFFLE_ENDS];
+  }
   replayed win;
   SL_FORWARD_IF_ERROR(replay(s, pass, k, end, &win));
   uint64_t from = oldest(&win), pulled = win.pulled;
   sl__free(win.slot);
+  /* An end the window had not met by k changes nothing up to k: not
+   * saved, so the state is a function of the position alone, however far
+   * a thread above (an engine's workers) has pulled since. */
+  if (!win.ended) end = UINT64_MAX;
   bool fetch = sl__reader_fetch(s->up, 0, 0, NULL) == SL_OK;
   sl_clear_error();
   SL_FORWARD_IF_ERROR(sl__state_put_u64(w, end));
   SL_FORWARD_IF_ERROR(sl__state_put_u64(w, fetch ? REFILL_FETCH : REFILL_READ));
+  uint64_t up_pass = sl__state_up_pass(r, s->up, pass);
   if (fetch || from == pulled) /* nothing to read again */
-    return sl__state_save_up(w, s->up, sl__reader_pass(s->up),
-                             fetch ? pulled : from);
-  return sl__state_save_up_replayed(w, s->up, sl__reader_pass(s->up), from);
+    return sl__state_save_up(w, s->up, up_pass, fetch ? pulled : from);
+  return sl__state_save_up_replayed(w, s->up, up_pass, from);
 }
 
 typedef struct placed {
@@ -433,7 +453,7 @@ static int shuffle_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
     s->count = w.count;
     s->pulled = w.pulled;
     s->up_ended = w.ended;
-    s->pass = pass;
+    s->pass = s->ends_from = pass;
     memcpy(s->rng, w.rng, sizeof s->rng);
   }
   sl__free(w.slot);

@@ -36,7 +36,8 @@ static int skip_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
   sl__count *s = st;
   uint64_t dropped = k > 0 ? s->n : s->count;
   SL_FORWARD_IF_ERROR(sl__state_put_u64(w, dropped));
-  return sl__state_save_up(w, s->up, sl__reader_pass(s->up), dropped + k);
+  return sl__state_save_up(w, s->up, sl__state_up_pass(r, s->up, pass),
+                           dropped + k);
 }
 
 static int skip_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,

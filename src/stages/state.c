@@ -180,10 +180,17 @@ bool sl__state_replayed(const sl__state_out *w) {
   return w->replayed > 0;
 }
 
+uint64_t sl__state_up_pass(const sl_reader *r, const sl_reader *up,
+                           uint64_t pass) {
+  uint64_t now = sl__reader_pass(r), up_now = sl__reader_pass(up);
+  uint64_t back = pass < now ? now - pass : 0;
+  return back < up_now ? up_now - back : 0;
+}
+
 int sl__state_save_1to1(sl_reader *r, void *state, uint64_t pass, uint64_t k,
                         sl__state_out *w) {
   sl_reader *up = sl__reader_up(r, 0);
-  return sl__state_save_up(w, up, sl__reader_pass(up), k);
+  return sl__state_save_up(w, up, sl__state_up_pass(r, up, pass), k);
 }
 
 int sl__state_save_position(sl_reader *r, void *state, uint64_t pass,
@@ -1005,12 +1012,14 @@ static int epos_done_at(sl__engine_pos *p, uint64_t k, uint64_t *low,
   return SL_OK;
 }
 
-int sl__engine_pos_save(sl__engine_pos *p, sl__engine *e, sl_reader *up,
-                        uint64_t k, sl__state_out *w) {
+int sl__engine_pos_save(sl__engine_pos *p, sl__engine *e, sl_reader *r,
+                        sl_reader *up, uint64_t pass, uint64_t k,
+                        sl__state_out *w) {
   uint64_t u = k;
-  bool replay = false;
+  bool replay = false, now = pass == sl__reader_pass(r);
   if (p->mode == SL__EPOS_LOG) {
-    replay = !sl__state_log_find(&p->log, k, &u);
+    /* the log is this pass's: an earlier pass replays */
+    replay = !now || !sl__state_log_find(&p->log, k, &u);
     SL_FORWARD_IF_ERROR(sl__state_put_u64(w, replay ? UINT64_MAX : u));
     if (replay) u = 0;
   } else if (p->mode == SL__EPOS_UNORDERED) {
@@ -1022,6 +1031,14 @@ int sl__engine_pos_save(sl__engine_pos *p, sl__engine *e, sl_reader *up,
           "filter's replay): its order is not reproducible; use "
           "ordered=true",
           p->what);
+    SL_RETURN_ERROR_IF(!now, SL_EUNSUPPORTED,
+                       "save: %s (ordered=false): the position is in its "
+                       "pass %llu, it is in pass %llu now (a repeat or a "
+                       "mix above reset it while the stages above still "
+                       "hold its outputs): what was done then is not "
+                       "kept; use ordered=true",
+                       p->what, (unsigned long long)pass,
+                       (unsigned long long)sl__reader_pass(r));
     unsigned char *set = NULL;
     uint64_t nbits = 0;
     SL_FORWARD_IF_ERROR(epos_done_at(p, k, &u, &set, &nbits));
@@ -1032,8 +1049,9 @@ int sl__engine_pos_save(sl__engine_pos *p, sl__engine *e, sl_reader *up,
     SL_FORWARD_IF_ERROR(rc);
   }
   sl__engine_hold_pulls(e);
-  int rc = replay ? sl__state_save_up_replayed(w, up, sl__reader_pass(up), u)
-                  : sl__state_save_up(w, up, sl__reader_pass(up), u);
+  uint64_t up_pass = sl__state_up_pass(r, up, pass);
+  int rc = replay ? sl__state_save_up_replayed(w, up, up_pass, u)
+                  : sl__state_save_up(w, up, up_pass, u);
   sl__engine_release_pulls(e);
   return rc;
 }

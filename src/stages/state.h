@@ -67,6 +67,15 @@ typedef int (*sl__state_check_fn)(const sl_reader *r, void *state,
                                   sl__state_in *in);
 /* r's pass count: resets since construction, or the pass a restore set. */
 uint64_t sl__reader_pass(const sl_reader *r);
+/* The pass of r's upstream `up` that matches r's pass `pass`: as many
+ * passes before up's current one as `pass` is before r's (a stage resets
+ * its upstream once per reset of its own).  A save asks a stage for an
+ * earlier pass when a stage above resets it by itself (multi_pass, a mix
+ * with stop = never) while the stages above still hold its outputs from
+ * before; every upstream saved is then saved at its matching pass, never
+ * its current one. */
+uint64_t sl__state_up_pass(const sl_reader *r, const sl_reader *up,
+                           uint64_t pass);
 /* Samples r's next has handed out in the current pass. */
 uint64_t sl__reader_delivered(const sl_reader *r);
 /* sl_reader_save as of `back` outputs ago in the current pass (outputs
@@ -271,10 +280,11 @@ void sl__engine_pos_dropped(sl__engine_pos *p, uint64_t seq);
 bool sl__engine_pos_skip(sl__engine_pos *p, uint64_t seq);
 
 struct sl__engine;
-/* The save op's work for output position k: holds the engine's pull turn,
+/* The save op's work for output position k of pass `pass`: holds the engine's pull turn,
  * writes the payload and saves `up`. */
-int sl__engine_pos_save(sl__engine_pos *p, struct sl__engine *e, sl_reader *up,
-                        uint64_t k, sl__state_out *w);
+int sl__engine_pos_save(sl__engine_pos *p, struct sl__engine *e, sl_reader *r,
+                        sl_reader *up, uint64_t pass, uint64_t k,
+                        sl__state_out *w);
 /* The restore op's work, in two steps, with the engine stopped
  * (sl__engine_stop) and the stage's own pass state dropped:
  *   _restore  restores `up` and reads the payload: *start is the upstream

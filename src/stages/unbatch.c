@@ -213,11 +213,13 @@ static int unbatch_length(const sl_reader *r, void *st, uint64_t *n) {
 static int unbatch_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                         sl__state_out *w) {
   unbatch_state *u = st;
-  uint64_t up_pass = sl__reader_pass(u->up);
+  uint64_t up_pass = sl__state_up_pass(r, u->up, pass);
   uint64_t lo = u->nb > SL__STATE_LOG ? u->nb - SL__STATE_LOG : 0;
   if (lo < u->known) lo = u->known;
   uint64_t j = 0, row = 0;
   bool found = k == 0;
+  /* the ring is this pass's: an earlier pass replays */
+  if (pass != sl__reader_pass(r)) lo = u->nb;
   for (uint64_t b = u->nb; !found && b > lo; b--) {
     uint64_t s = u->start[(b - 1) % SL__STATE_LOG];
     if (s <= k) {

@@ -130,8 +130,8 @@ static int zip_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                     sl__state_out *w) {
   zip_state *z = st;
   for (size_t i = 0; i < z->n; i++)
-    SL_FORWARD_IF_ERROR(
-        sl__state_save_up(w, z->readers[i], sl__reader_pass(z->readers[i]), k));
+    SL_FORWARD_IF_ERROR(sl__state_save_up(
+        w, z->readers[i], sl__state_up_pass(r, z->readers[i], pass), k));
   return SL_OK;
 }
 

@@ -318,8 +318,9 @@ sl__budget *sl__budget_of(const sl__budget_acct *a) {
 }
 
 uint64_t sl__budget_acct_held(const sl__budget_acct *a) {
-  return atomic_load_explicit(&a->held, memory_order_relaxed) +
-         atomic_load_explicit(&a->resident, memory_order_relaxed);
+  uint64_t h = atomic_load(&a->held) + atomic_load(&a->resident);
+  uint64_t p = atomic_load(&a->peak);
+  return h < p ? h : p;
 }
 
 uint64_t sl__budget_acct_resident(const sl__budget_acct *a) {

@@ -106,7 +106,10 @@ void sl__budget_acct_free(sl__budget_acct *a);
 void sl__budget_acct_link(sl__budget_acct *a, sl__budget_acct *below);
 
 sl__budget *sl__budget_of(const sl__budget_acct *a);
-/* Its held bytes with its resident bytes (what the stats show). */
+/* Its held bytes with its resident bytes (what the stats show), never
+ * above its peak: the two are read one after the other while other
+ * threads move bytes between them (a charge going resident, a carry
+ * claimed), so their sum alone could count a moved byte twice. */
 uint64_t sl__budget_acct_held(const sl__budget_acct *a);
 uint64_t sl__budget_acct_resident(const sl__budget_acct *a);
 uint64_t sl__budget_acct_peak(const sl__budget_acct *a);
