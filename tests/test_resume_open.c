@@ -46,6 +46,7 @@ typedef struct of_ud {
   sl_corrupt_policy policy;
   const char *const *names; /* NULL: files() */
   size_t n;
+  bool repeated; /* under a repeat of 3 passes and a shuffle of 24 */
 } of_ud;
 
 static sl_reader *build_of(void *ud) {
@@ -65,12 +66,15 @@ static sl_reader *build_of(void *ud) {
   if (sl_open_files(u->names ? u->names : files(), u->names ? u->n : 3, &o,
                     &r) != SL_OK)
     return NULL;
+  if (u->repeated && (sl_multi_pass(r, 3, &r) != SL_OK ||
+                      sl_shuffle(r, 24, 11, &r) != SL_OK))
+    return NULL;
   return r;
 }
 
 static of_ud base(uint32_t threads) {
   of_ud u = {threads,         16,   3, 1, 0, 0, 1, 42, SL_SHARD_PAD,
-             SL_CORRUPT_FAIL, NULL, 0};
+             SL_CORRUPT_FAIL, NULL, 0, false};
   return u;
 }
 
@@ -140,6 +144,38 @@ TEST(ordered_threads) {
          len);
   sl_free(st);
   sl_reader_destroy(r);
+}
+
+/* Under a repeat with a shuffle above holding samples from before each
+ * reset: open_files is saved in its pass before (its plan of that epoch
+ * built again, shuffled otherwise than the current one's), also with
+ * chunks skipped in that pass. */
+TEST(ordered_under_a_repeat_saved_in_the_pass_before) {
+  uint64_t cuts[40];
+  size_t n = 0;
+  for (uint64_t p = 1; p <= 2; p++)
+    for (uint64_t d = 0; d <= 24; d += 4)
+      cuts[n++] = p * N_IDS + d;
+  cuts[n++] = 3 * N_IDS - 1;
+  for (uint32_t t = 1; t <= 2; t++) {
+    of_ud u = base(t);
+    u.repeated = true;
+    test_resume_check(build_of, &u, 2, cuts, n, 4096);
+    u.window = 100;
+    test_resume_check(build_of, &u, 2, cuts, n, 4096);
+  }
+  static char p[1024];
+  snprintf(p, sizeof p, "%s", tmp("bad_rep.slr"));
+  test_write_ids_slr(p, 0, 120, 6);
+  fix_corrupt_chunk(p, 19); /* the last chunk: skipped near each end */
+  const char *names[1] = {p};
+  of_ud u = base(2);
+  u.names = names;
+  u.n = 1;
+  u.policy = SL_CORRUPT_SKIP_CHUNK;
+  u.repeated = true;
+  const uint64_t bad_cuts[] = {110, 114, 118, 122, 130, 138, 228, 236};
+  test_resume_check(build_of, &u, 2, bad_cuts, 8, 4096);
 }
 
 /* Saved with 4 threads, restored with 1 and 2: the same samples. */

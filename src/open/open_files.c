@@ -150,6 +150,12 @@ typedef struct of_state {
   size_t nsegs;
   uint64_t *skipped; /* ordered: units skipped this pass, in order */
   size_t nskipped, skipped_cap;
+  /* ordered: the pass before, for a save there (a repeat above reset the
+   * reader while the stages above hold its samples): its skipped units
+   * and segments; its plan is built again when such a save comes */
+  uint64_t *prev_skipped, *prev_segs;
+  size_t prev_nskipped, prev_nsegs;
+  bool has_prev;
   done_set done;     /* unordered: units fully delivered or skipped */
   done_set restored; /* unordered: done before the restored position
                               (read-only to workers during the pass) */
@@ -650,7 +656,16 @@ static int of_reset(void *st) {
   drop_consumer(o);
   o->pass++;
   o->params.epoch = o->epoch0 + o->pass;
-  sl__free(o->segs); /* an elastic restore's epoch is over */
+  /* the pass that ended becomes the pass before; an elastic restore's
+   * epoch is over */
+  SL__FREE(o->prev_skipped, o->prev_segs);
+  o->prev_skipped = o->skipped;
+  o->prev_nskipped = o->nskipped;
+  o->skipped = NULL;
+  o->nskipped = o->skipped_cap = 0;
+  o->prev_segs = o->segs;
+  o->prev_nsegs = o->nsegs;
+  o->has_prev = true;
   o->segs = NULL;
   o->nsegs = 0;
   SL_FORWARD_IF_ERROR(build_plan(o));
@@ -671,7 +686,8 @@ static void of_destroy(void *st) {
     if (o->paths) sl__free(o->paths[f]);
     if (o->pf) sl__free((void *)o->pf[f].records);
   }
-  SL__FREE(o->paths, o->pf, o->ids, o->fp, o->segs, o->skipped);
+  SL__FREE(o->paths, o->pf, o->ids, o->fp, o->segs, o->skipped,
+           o->prev_skipped, o->prev_segs);
   done_free(&o->done);
   done_free(&o->restored);
   sl__free(o->partials);
@@ -768,7 +784,8 @@ static uint64_t all_fp(const of_state *o) {
   return crc;
 }
 
-static int put_common(const of_state *o, sl__state_out *w) {
+static int put_common(const of_state *o, const uint64_t *segs, size_t nsegs,
+                      sl__state_out *w) {
   SL_FORWARD_IF_ERROR(sl__state_put_u64(w, o->nfiles));
   if (o->nfiles <= FP_EACH) {
     for (size_t f = 0; f < o->nfiles; f++)
@@ -778,9 +795,9 @@ static int put_common(const of_state *o, sl__state_out *w) {
   }
   SL_FORWARD_IF_ERROR(sl__state_put_file_ids(w, o->ids, o->nfiles));
   /* 0: the rank's share; n + 1: n explicit segments */
-  SL_FORWARD_IF_ERROR(sl__state_put_u64(w, o->segs ? o->nsegs + 1 : 0));
-  for (size_t i = 0; o->segs && i < 2 * o->nsegs; i++)
-    SL_FORWARD_IF_ERROR(sl__state_put_u64(w, o->segs[i]));
+  SL_FORWARD_IF_ERROR(sl__state_put_u64(w, segs ? nsegs + 1 : 0));
+  for (size_t i = 0; segs && i < 2 * nsegs; i++)
+    SL_FORWARD_IF_ERROR(sl__state_put_u64(w, segs[i]));
   return SL_OK;
 }
 
@@ -849,19 +866,27 @@ static int of_check(const sl_reader *r, void *st, sl__state_in *in) {
   return check_files(st, in);
 }
 
+/* A pass's plan and the units it skipped (ordered), for a save. */
+typedef struct pass_plan {
+  const sl__plan *plan;
+  const uint64_t *skipped;
+  size_t nskipped;
+} pass_plan;
+
 /* Ordered: the group holding output k of the pass and the outputs of it
  * before k, and how many units were skipped before the group. */
-static int ordered_point(const of_state *o, uint64_t k, size_t *g, uint64_t *m,
-                         size_t *nskip) {
-  const sl__plan *pl = &o->plan;
+static int ordered_point(const pass_plan *pp, uint64_t k, size_t *g,
+                         uint64_t *m, size_t *nskip) {
+  const sl__plan *pl = pp->plan;
   uint64_t cum = 0;
   size_t si = 0;
   for (size_t i = 0; i < pl->ngroups; i++) {
     const sl__plan_group *gr = &pl->groups[i];
     size_t before = si;
     uint64_t out = gr->records;
-    while (si < o->nskipped && o->skipped[si] < gr->first_unit + gr->nunits) {
-      out -= pl->units[o->skipped[si]].count;
+    while (si < pp->nskipped &&
+           pp->skipped[si] < gr->first_unit + gr->nunits) {
+      out -= pl->units[pp->skipped[si]].count;
       si++;
     }
     if (k < cum + out) {
@@ -878,20 +903,38 @@ static int ordered_point(const of_state *o, uint64_t k, size_t *g, uint64_t *m,
                      (unsigned long long)k, (unsigned long long)cum);
   *g = pl->ngroups;
   *m = 0;
-  *nskip = o->nskipped;
+  *nskip = pp->nskipped;
   return SL_OK;
 }
 
-static int save_ordered(of_state *o, uint64_t k, sl__state_out *w) {
+static int save_ordered(const pass_plan *pp, uint64_t k, sl__state_out *w) {
   size_t g = 0, nskip = 0;
   uint64_t m = 0;
-  SL_FORWARD_IF_ERROR(ordered_point(o, k, &g, &m, &nskip));
+  SL_FORWARD_IF_ERROR(ordered_point(pp, k, &g, &m, &nskip));
   SL_FORWARD_IF_ERROR(sl__state_put_u64(w, g));
   SL_FORWARD_IF_ERROR(sl__state_put_u64(w, m));
   SL_FORWARD_IF_ERROR(sl__state_put_u64(w, nskip));
   for (size_t i = 0; i < nskip; i++)
-    SL_FORWARD_IF_ERROR(sl__state_put_u64(w, o->skipped[i]));
+    SL_FORWARD_IF_ERROR(sl__state_put_u64(w, pp->skipped[i]));
   return SL_OK;
+}
+
+/* Ordered, position k of the pass before: its plan built again (a pure
+ * function of the files and the parameters of its epoch), with the units
+ * it skipped and its segments. */
+static int save_pass_before(of_state *o, uint64_t pass, uint64_t k,
+                            sl__state_out *w) {
+  sl__plan_params p = o->params;
+  p.epoch = o->epoch0 + pass;
+  sl__plan plan;
+  memset(&plan, 0, sizeof plan);
+  int rc = sl__plan_build_segments(o->pf, o->nfiles, &p, o->prev_segs,
+                                   o->prev_nsegs, &plan);
+  pass_plan pp = {&plan, o->prev_skipped, o->prev_nskipped};
+  if (rc == SL_OK) rc = put_common(o, o->prev_segs, o->prev_nsegs, w);
+  if (rc == SL_OK) rc = save_ordered(&pp, k, w);
+  sl__plan_free(&plan);
+  return rc;
 }
 
 static int save_unordered(of_state *o, uint64_t k, sl__state_out *w) {
@@ -941,15 +984,22 @@ static int save_unordered(of_state *o, uint64_t k, sl__state_out *w) {
 static int of_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                    sl__state_out *w) {
   of_state *o = st;
-  SL_RETURN_ERROR_IF(pass != sl__reader_pass(r), SL_EUNSUPPORTED,
-                     "save: open_files: the position is in its pass %llu, "
-                     "it is in pass %llu now (a repeat or mix above reset "
-                     "it while the stages above still hold its outputs): "
-                     "only this pass's plan is kept",
-                     (unsigned long long)pass,
-                     (unsigned long long)sl__reader_pass(r));
-  SL_FORWARD_IF_ERROR(put_common(o, w));
-  return o->unordered ? save_unordered(o, k, w) : save_ordered(o, k, w);
+  uint64_t now = sl__reader_pass(r);
+  if (pass != now) {
+    SL_RETURN_ERROR_IF(
+        o->unordered || pass + 1 != now || !o->has_prev, SL_EUNSUPPORTED,
+        "save: open_files: the position is in its pass %llu, it is in pass "
+        "%llu now (a repeat or mix above reset it while the stages above "
+        "still hold its outputs): %s",
+        (unsigned long long)pass, (unsigned long long)now,
+        o->unordered ? "with ordered=false, what was done then is not kept"
+                     : "only the pass before is kept");
+    return save_pass_before(o, pass, k, w);
+  }
+  SL_FORWARD_IF_ERROR(put_common(o, o->segs, o->nsegs, w));
+  if (o->unordered) return save_unordered(o, k, w);
+  pass_plan pp = {&o->plan, o->skipped, o->nskipped};
+  return save_ordered(&pp, k, w);
 }
 
 /* Stops the pass and builds the plan of pass `pass` over segs (taken; NULL:
@@ -961,6 +1011,7 @@ static int restart_pass(of_state *o, uint64_t pass, uint64_t *segs,
   sl__free(o->segs);
   o->segs = segs;
   o->nsegs = nsegs;
+  o->has_prev = false; /* the passes before the restored one: unknown */
   o->pass = pass;
   o->params.epoch = o->epoch0 + pass;
   forget_pass(o);

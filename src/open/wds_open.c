@@ -516,19 +516,14 @@ static void wo_destroy(void *st) {
 static int wo_save(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                    sl__state_out *w) {
   wds_open *o = st;
-  SL_RETURN_ERROR_IF(pass != sl__reader_pass(r), SL_EUNSUPPORTED,
-                     "save: wds open: the position is in its pass %llu, it "
-                     "is in pass %llu now (a repeat or mix above reset it "
-                     "while the stages above still hold its outputs): only "
-                     "this pass's lanes are kept",
-                     (unsigned long long)pass,
-                     (unsigned long long)sl__reader_pass(r));
   SL_FORWARD_IF_ERROR(sl__state_put_u64(w, o->T));
   SL_FORWARD_IF_ERROR(sl__state_put_u64(w, o->nfiles));
   SL_FORWARD_IF_ERROR(sl__state_put_u64(w, o->total));
   SL_FORWARD_IF_ERROR(sl__state_put_file_ids(w, o->lids, o->nlocal));
-  bool known =
-      k <= o->out && k >= o->ring_from && o->out - k < SL__STATE_LOG - 1;
+  /* the ring is this pass's: a pass before (a repeat above reset the
+   * reader) replays that pass */
+  bool known = pass == sl__reader_pass(r) && k <= o->out &&
+               k >= o->ring_from && o->out - k < SL__STATE_LOG - 1;
   SL_FORWARD_IF_ERROR(sl__state_put_u64(w, known ? 0 : 1));
   if (!known) return SL_OK;
   uint64_t turn = k == o->ring_from
