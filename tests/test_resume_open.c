@@ -152,11 +152,7 @@ TEST(ordered_threads) {
  * chunks skipped in that pass. */
 TEST(ordered_under_a_repeat_saved_in_the_pass_before) {
   uint64_t cuts[40];
-  size_t n = 0;
-  for (uint64_t p = 1; p <= 2; p++)
-    for (uint64_t d = 0; d <= 24; d += 4)
-      cuts[n++] = p * N_IDS + d;
-  cuts[n++] = 3 * N_IDS - 1;
+  size_t n = test_cuts_after_ends(cuts, 40, N_IDS, 2, 24, 4);
   for (uint32_t t = 1; t <= 2; t++) {
     of_ud u = base(t);
     u.repeated = true;

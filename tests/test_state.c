@@ -211,11 +211,7 @@ static void check_kind(chain_kind kind) {
  * span the shuffle above holds. */
 static void check_held_kind(chain_kind kind, uint64_t up_pass) {
   uint64_t cuts[64];
-  size_t n = 0;
-  for (uint64_t p = 1; p <= 3; p++)
-    for (uint64_t d = 0; d <= 24; d += 3)
-      cuts[n++] = p * up_pass + d;
-  cuts[n++] = 3 * up_pass - 1;
+  size_t n = test_cuts_after_ends(cuts, 63, up_pass, 3, 24, 3);
   cuts[n++] = 5;
   test_resume_check(build, (void *)(intptr_t)kind, 2, cuts, n, 4096);
 }

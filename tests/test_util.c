@@ -372,6 +372,16 @@ static int ends_in(const run_log *l) {
 
 long test_resume_settle_us;
 
+size_t test_cuts_after_ends(uint64_t *cuts, size_t cap, uint64_t pass_len,
+                            int ends, uint64_t span, uint64_t step) {
+  size_t n = 0;
+  for (uint64_t p = 1; p <= (uint64_t)ends; p++)
+    for (uint64_t d = 0; d <= span && n < cap; d += step)
+      cuts[n++] = p * pass_len + d;
+  if (n < cap) cuts[n++] = (uint64_t)(ends + 1) * pass_len - 1;
+  return n;
+}
+
 void test_resume_check(test_build_fn build, void *ud, int passes,
                        const uint64_t *cuts, size_t ncuts,
                        size_t max_state_bytes) {

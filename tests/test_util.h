@@ -160,6 +160,12 @@ typedef sl_reader *(*test_build_fn)(void *ud);
  * replay once the prefetch has pulled 1024 more), so that both saves see
  * the threads settled. */
 extern long test_resume_settle_us;
+/* Cuts just after the ends of an upstream's passes under a repeat (where
+ * a window above still holds samples of the pass before): for p in
+ * 1..ends, p x pass_len + 0, step, ... up to + span; then the last
+ * sample of pass `ends`.  Writes at most cap cuts; returns how many. */
+size_t test_cuts_after_ends(uint64_t *cuts, size_t cap, uint64_t pass_len,
+                            int ends, uint64_t span, uint64_t step);
 void test_resume_check(test_build_fn build, void *ud, int passes,
                        const uint64_t *cuts, size_t ncuts,
                        size_t max_state_bytes);
