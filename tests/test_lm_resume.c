@@ -102,6 +102,9 @@ enum {
   /* stop = never over packs of shuffled documents (a new order each pass),
    * a shuffle of 8 batches above: saved in a pack's pass before its reset */
   C_MIX_NEVER_SHUFFLED,
+  /* stop = all under a repeat of 2, a shuffle of 8 batches above: the
+   * mixture (and the batch) saved in their pass before */
+  C_MIX_REPEATED,
   C_END
 };
 
@@ -165,7 +168,8 @@ static sl_reader *build(void *ud) {
     return r;
   }
   default: {
-    size_t win = c->kind == C_MIX_NEVER_SHUFFLED ? 16 : 0;
+    size_t win =
+        c->kind == C_MIX_NEVER_SHUFFLED || c->kind == C_MIX_REPEATED ? 16 : 0;
     sl_reader *a = packed_from(200, 4, win, c->threads, &reads[0]);
     sl_reader *b = packed_from(120, 5, win, c->threads, &reads[1]);
     sl_reader *rs[2] = {a, b};
@@ -179,7 +183,9 @@ static sl_reader *build(void *ud) {
     ASSERT_OK(sl_batch(r, 3, NULL, &r));
     if (c->kind == C_MIX_HELD || c->kind == C_MIX_NEVER)
       ASSERT_OK(sl_prefetch(r, 4, &r));
-    if (c->kind == C_MIX_NEVER_SHUFFLED) ASSERT_OK(sl_shuffle(r, 8, 13, &r));
+    if (c->kind == C_MIX_REPEATED) ASSERT_OK(sl_multi_pass(r, 2, &r));
+    if (c->kind == C_MIX_NEVER_SHUFFLED || c->kind == C_MIX_REPEATED)
+      ASSERT_OK(sl_shuffle(r, 8, 13, &r));
     return r;
   }
   }
@@ -226,6 +232,14 @@ static void check_every_cut(cfg *c, int passes) {
 TEST(a_pack_saved_in_its_pass_before_a_mix_reset_resumes_exactly) {
   cfg c = {C_MIX_NEVER_SHUFFLED, 0};
   check_every_cut(&c, 2);
+}
+
+/* A mixture reset by a repeat while the shuffle above still holds its
+ * batches: saved in its pass before (its readers re-read from where they
+ * were when that pass began, its draws those of that pass). */
+TEST(a_mix_saved_in_its_pass_before_a_repeat_resumes_exactly) {
+  cfg c = {C_MIX_REPEATED, 0};
+  check_every_cut(&c, 1);
 }
 
 TEST(pack_resumes_at_every_row_of_a_pass) {

@@ -173,10 +173,9 @@ int sl__gather_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
 int sl__gather_save_reread(sl_reader *const *ups, const uint64_t *passes,
                            size_t n, uint64_t k, sl__state_out *w) {
   for (size_t i = 0; i < n; i++) {
-    uint64_t pass = passes ? passes[i] : sl__reader_pass(ups[i]);
-    SL_FORWARD_IF_ERROR(k == 0
-                            ? sl__state_save_up(w, ups[i], pass, 0)
-                            : sl__state_save_up_replayed(w, ups[i], pass, 0));
+    SL_FORWARD_IF_ERROR(
+        k == 0 ? sl__state_save_up(w, ups[i], passes[i], 0)
+               : sl__state_save_up_replayed(w, ups[i], passes[i], 0));
   }
   return SL_OK;
 }

@@ -97,8 +97,9 @@ int sl__gather_check(const sl_reader *r, void *st, sl__state_in *in);
 int sl__gather_restore(sl_reader *r, void *st, uint64_t pass, uint64_t k,
                        sl__state_in *in);
 
-/* Save for a re-read stage: each of the `n` upstreams saved at (passes[i]
- * or its pass, 0), as replayed when k > 0. */
+/* Save for a re-read stage: each of the `n` upstreams saved at
+ * (passes[i], 0) - the pass of its that matches the saved one
+ * (sl__state_up_pass) - as replayed when k > 0. */
 int sl__gather_save_reread(sl_reader *const *ups, const uint64_t *passes,
                            size_t n, uint64_t k, sl__state_out *w);
 /* The save op of a re-read stage whose state's first member is its one
